@@ -1,0 +1,44 @@
+# Course repository for the Trainium NKI assignment. `make setup` then `make test` on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+
+.PHONY: setup test lint bench handouts submission release clean grade gradescope
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -e ".[dev,ray]"
+	$(PY) -m nkisim install-fallback
+	touch $@
+
+test: setup
+	$(PY) -m pytest -q -n 2 --dist loadgroup
+
+lint: setup
+	$(VENV)/bin/ruff check nkisim grader part1 part2 tests handouts tools
+
+bench: setup
+	$(PY) -m nkisim.bench
+
+# Regenerates the handout's figures (matplotlib; the profile timeline runs a kernel on nkisim).
+handouts: setup
+	$(PY) handouts/figures/make_figures.py
+
+# What students upload: part1/kernels.py and part2/conv2d.py, packed as asst4.tar.gz.
+SUBMISSION_FILES := part1/kernels.py part2/conv2d.py
+submission:
+	@for f in $(SUBMISSION_FILES); do test -f $$f || { echo "missing $$f" >&2; exit 1; }; done
+	tar -czf asst4.tar.gz.tmp $(SUBMISSION_FILES) && mv asst4.tar.gz.tmp asst4.tar.gz
+	@echo "Wrote asst4.tar.gz:"; tar -tzf asst4.tar.gz
+
+# The student repository (release/asst4-trainium/ and release/asst4-trainium.tar.gz) without staff files.
+release:
+	$(PYTHON) tools/release.py --out release
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis release out asst4.tar.gz autograder.zip
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,216 @@
+"""The sandboxed child: imports ONE student file and runs ONE kernel call, nothing else.
+
+Started by grader/sandbox.py as ``python -I -B grader/child.py`` (isolated mode: no PYTHONPATH, no user site,
+no script directory on sys.path), inside fresh namespaces and rlimits, usually as an unprivileged user.  It is
+deliberately standalone: it imports the standard library, NumPy and nkisim only -- never the grader package,
+the rubric or the staff reference.
+
+Protocol (the parent is the only one that knows where results go):
+1. The parent writes one JSON job to stdin; it is read and stdin closed before any student code is imported.
+   The job names the input .npy files and a randomly named output directory; both live only in local
+   variables of :func:`main` (student code cannot reach them: the static screen forbids sys/inspect/gc/frames,
+   and the student module gets a restricted ``__builtins__``).
+2. Student code is executed as a module with restricted builtins and an import allow-list.
+3. The kernel runs through nkisim's runtime (or the real NKI launchers with ``backend = neuron``).
+4. Outputs are written as .npy, the trace with nkisim.core.traceio, then a small status.json -- each file via
+   tmp + os.replace.  Nothing printed counts; the parent judges the arrays itself and costs the trace itself.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import sys
+import time
+import traceback
+import types
+
+# Modules student code may import (top-level names).  Everything a course kernel needs; nothing that reaches
+# the file system, the process, the interpreter's internals or the grader.
+ALLOWED_IMPORTS = frozenset(
+    {"neuronxcc", "numpy", "math", "functools", "itertools", "operator", "typing", "dataclasses", "enum",
+     "collections", "__future__"}
+)
+# Builtins withheld from student code (I/O, dynamic code, introspection, interpreter control).
+WITHHELD_BUILTINS = frozenset(
+    {"open", "eval", "exec", "compile", "input", "breakpoint", "help", "exit", "quit", "globals", "locals",
+     "vars", "dir", "getattr", "setattr", "delattr", "memoryview", "copyright", "credits", "license"}
+)
+# NumPy names withheld from student code: file I/O, pickling, raw memory, and the packages that expose them.
+NUMPY_WITHHELD = frozenset(
+    {"load", "save", "savez", "savez_compressed", "loadtxt", "savetxt", "genfromtxt", "fromfile", "fromregex",
+     "memmap", "DataSource", "lib", "ctypeslib", "core", "testing", "f2py", "distutils", "ma", "rec", "char",
+     "strings", "show_config", "show_runtime", "info", "source", "who", "matlib"}
+)
+NUMPY_SUBMODULES = frozenset({"linalg", "fft", "polynomial", "emath", "dtypes", "exceptions", "random", "typing"})
+MAX_MESSAGE = 20_000
+_numpy_view: types.ModuleType | None = None
+
+
+def _numpy_for_students() -> types.ModuleType:
+    """A module object carrying NumPy's public names except the withheld ones (dtypes, math and constants)."""
+    global _numpy_view
+    if _numpy_view is None:
+        import numpy
+
+        view = types.ModuleType("numpy", "NumPy as seen by graded kernels (no file I/O, no raw memory)")
+        for name, value in vars(numpy).items():
+            if name.startswith("_") and name != "__version__" or name in NUMPY_WITHHELD:
+                continue
+            setattr(view, name, value)
+        _numpy_view = view
+    return _numpy_view
+
+
+def _restricted_import(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002 - builtins API
+    if level != 0:
+        raise ImportError("relative imports are not allowed in graded kernels")
+    top = name.partition(".")[0]
+    if top not in ALLOWED_IMPORTS:
+        raise ImportError(
+            f"import of {name!r} is not allowed in graded kernels (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})"
+        )
+    if top == "numpy":
+        view = _numpy_for_students()
+        if name == "numpy":
+            return view
+        sub = name.split(".")
+        if len(sub) != 2 or sub[1] not in NUMPY_SUBMODULES:
+            raise ImportError(f"import of {name!r} is not allowed in graded kernels")
+        module = builtins.__import__(name, globals, locals, fromlist, level)
+        return module if fromlist else view
+    return builtins.__import__(name, globals, locals, fromlist, level)
+
+
+def _student_builtins() -> dict:
+    safe = {k: v for k, v in vars(builtins).items() if k not in WITHHELD_BUILTINS}
+    safe["__import__"] = _restricted_import
+    return safe
+
+
+def _atomic_write_bytes(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def _load_student_module(path: str, module_name: str) -> types.ModuleType:
+    with open(path, "rb") as fh:
+        source = fh.read()
+    code = compile(source, path, "exec", dont_inherit=True)
+    module = types.ModuleType(module_name)
+    module.__file__ = path
+    module.__dict__["__builtins__"] = _student_builtins()
+    # Registered so that nkisim (like the real NKI front end) can find the kernel's module and source.
+    sys.modules[module_name] = module
+    exec(code, module.__dict__)  # noqa: S102 - this is the sandboxed child; the source passed the static screen
+    return module
+
+
+def _ensure_nki_importable(backend: str) -> None:
+    """Make ``neuronxcc.nki`` resolve (to nkisim unless the real toolchain is requested and present)."""
+    try:
+        import neuronxcc.nki  # noqa: F401
+        return
+    except ImportError:
+        if backend == "neuron":
+            raise
+    from nkisim import _hook
+
+    if _hook.install() is None:
+        raise ImportError("neuronxcc.nki is not importable and the nkisim import fallback is disabled")
+    import neuronxcc.nki  # noqa: F401
+
+
+def _run_nkisim(kernel, args, kwargs, mode: str, target: str):
+    from nkisim.core.runtime import run_kernel
+
+    run = run_kernel(kernel, args, kwargs, mode=mode, target=target)
+    return run.outputs, run.trace
+
+
+def _run_neuron(kernel, args, kwargs, mode: str):
+    """Real hardware: outputs from nki.baremetal, latency from nki.benchmark (neuron-bench, out of process)."""
+    import neuronxcc.nki as nki
+
+    outputs = nki.baremetal(kernel)(*args, **kwargs) if mode == "full" else None
+    latency = None
+    if mode in ("timing", "full+timing"):
+        bench = nki.benchmark(warmup=5, iters=20)(kernel)
+        bench(*args, **kwargs)
+        latency = float(bench.benchmark_result.nc_latency.get_latency_percentile(99))
+    return outputs, latency
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.buffer.read(1 << 20).decode("utf-8"))
+    sys.stdin.close()
+    out_dir = job["out_dir"]
+    status: dict = {"ok": False, "stage": "setup"}
+    started = time.perf_counter()
+    try:
+        import numpy as np
+
+        _ensure_nki_importable(job["backend"])
+        if job["backend"] == "nkisim":
+            import nkisim.core.runtime  # noqa: F401 - imported before student code, never by it
+            import nkisim.core.traceio as traceio
+        args = [np.load(p, allow_pickle=False) for p in job["inputs"]]
+        kwargs = dict(job["kwargs"])
+        os.chdir(job["work_dir"])
+
+        status["stage"] = "import"
+        module = _load_student_module(job["module_path"], job["module_name"])
+        kernel = module.__dict__.get(job["function"])
+        if kernel is None:
+            raise LookupError(f"{os.path.basename(job['module_path'])} defines no function {job['function']!r}")
+        if not callable(kernel):
+            raise TypeError(f"{job['function']!r} is not callable")
+
+        status["stage"] = "kernel"
+        t0 = time.perf_counter()
+        if job["backend"] == "nkisim":
+            outputs, trace = _run_nkisim(kernel, args, kwargs, job["mode"], job["target"])
+            latency = None
+        else:
+            outputs, latency = _run_neuron(kernel, args, kwargs, job["mode"])
+            trace = None
+        status["kernel_seconds"] = time.perf_counter() - t0
+
+        status["stage"] = "output"
+        if outputs is not None:
+            outs = outputs if isinstance(outputs, tuple | list) else (outputs,)
+            status["n_outputs"] = len(outs)
+            for i, arr in enumerate(outs):
+                arr = np.asarray(arr)
+                if arr.dtype == object:
+                    raise TypeError(f"kernel output {i} is not a numeric array")
+                tmp = os.path.join(out_dir, f"output_{i}.tmp.npy")
+                np.save(tmp, arr, allow_pickle=False)
+                os.replace(tmp, os.path.join(out_dir, f"output_{i}.npy"))
+        if trace is not None and job.get("want_trace"):
+            tmp = os.path.join(out_dir, "trace.tmp")
+            traceio.dump(trace, tmp)
+            os.replace(tmp, os.path.join(out_dir, "trace.bin"))
+        if latency is not None:
+            status["hardware_p99_us"] = latency
+        status["ok"] = True
+        status["stage"] = "done"
+    except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from student code are verdicts too
+        status["error_type"] = type(exc).__name__
+        status["error"] = str(exc)[:MAX_MESSAGE]
+        status["traceback"] = "".join(traceback.format_exception(exc))[-MAX_MESSAGE:]
+    status["seconds"] = time.perf_counter() - started
+    try:
+        _atomic_write_bytes(os.path.join(out_dir, "status.json"), json.dumps(status).encode("utf-8"))
+    except BaseException:  # noqa: BLE001
+        os._exit(3)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip atexit handlers and finalizers student code may have registered
+
+
+if __name__ == "__main__":
+    main()

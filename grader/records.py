@@ -1,0 +1,110 @@
+"""Plain, picklable records passed between the pipeline, the reports and the batch executors."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GradeConfig:
+    """Everything that decides a grade besides the submission itself (part of the batch resume key)."""
+
+    rubric_path: str | None = None
+    only: tuple[str, ...] = ()
+    backend: str = "auto"  # auto | nkisim | neuron
+    target: str = "trn2"  # trn2 | trn1
+    seed: int | None = None  # None: the rubric's seed
+    screen: bool = True  # run nkisim.check_kernel first (tests switch it off to probe the runtime layers)
+    workers: int = 1  # kernel runs of one submission in parallel
+    timeout_scale: float = 1.0
+    tmp_root: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class CaseRecord:
+    index: int
+    verdict: str  # passed | failed | error | timeout | crashed | bad-output | grader-error
+    message: str
+    seconds: float
+    kernel_seconds: float | None = None
+    max_abs_error: float | None = None
+
+
+@dataclass
+class TestResult:
+    id: str
+    name: str
+    part: int
+    kind: str
+    max_score: float
+    extra_credit: bool
+    visibility: str
+    tags: list[str]
+    score: float = 0.0
+    status: str = "failed"  # passed | partial | failed | error | timeout | rejected | missing | skipped | grader-error
+    message: str = ""
+    seconds: float = 0.0
+    latency_us: float | None = None
+    optimized_us: float | None = None
+    relaxed_us: float | None = None
+    mfu: float | None = None
+    perf: dict[str, Any] | None = None
+    cases: list[CaseRecord] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+@dataclass
+class GradeRecord:
+    """The full record of one grading (result.json); results.json/junit/summary are views of it."""
+
+    student: str
+    submission: str
+    content_hash: str
+    rubric_sha256: str
+    rubric_title: str
+    tool_version: str
+    grader_version: str
+    backend: str
+    target: str
+    seed: int
+    status: str  # graded | error
+    score: float
+    max_score: float
+    base_points: float
+    tests: list[TestResult]
+    started_at: str
+    seconds: float
+    isolation: list[str]
+    python: str
+    config: dict[str, Any]
+    error: str | None = None
+    violations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def resume_key(self) -> dict[str, Any]:
+        return resume_key(self.content_hash, self.rubric_sha256, self.tool_version, self.backend, self.target,
+                          self.seed)
+
+
+def resume_key(content_hash: str, rubric_sha256: str, tool_version: str, backend: str, target: str,
+               seed: int) -> dict[str, Any]:
+    """What must match for an earlier grading to be reused by a batch run."""
+    return {
+        "content_hash": content_hash,
+        "rubric_sha256": rubric_sha256,
+        "tool_version": tool_version,
+        "backend": backend,
+        "target": target,
+        "seed": seed,
+    }

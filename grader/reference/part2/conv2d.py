@@ -1,0 +1,184 @@
+# STAFF-ONLY: excluded from the student release (tools/release.py checks for this marker).
+"""Staff reference for part 2 (not distributed to students): fused conv2d + bias + max-pool.
+
+Design (see handouts/handout.md, part 2):
+* Weights are loaded once in their natural layout (out-channel partitions), transposed on the Tensor Engine
+  into ``w_t[ci_partition, ci_tile, tap, out_channel]`` and stay resident in SBUF as matmul stationaries.
+* The image is processed in bands of output rows; each band's input rows (+ filter_size - 1 halo rows) arrive
+  with one large DMA per 128-channel input tile.
+* Every PSUM tile holds ``rows_per_mm`` whole output rows (moving free size up to 512): it accumulates
+  ``filter_size**2 * in_tiles`` matmuls whose moving operands are shifted windows of the band.
+* PSUM is evacuated once: bias add and cast to the output dtype (alternating ScalarE and VectorE), or, with
+  pooling, a 2x2 max reduction straight out of PSUM followed by the bias add.  Each band's output leaves with
+  one DMA per 128-channel output tile.
+"""
+
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+
+# Output rows per band: input DMAs of (BAND_ROWS + 2) full rows per partition (>= 2 KiB for the course shapes).
+BAND_ROWS = 16
+
+
+def _load_weights(W, w_t, in_tiles, out_tiles, taps):
+    """w_t[:, ci, tap, co*128:(co+1)*128] = W[co*128:(co+1)*128, ci*128:(ci+1)*128, tap].T for every tile."""
+    P = nl.tile_size.pmax
+    out_channels, in_channels, filter_size, _ = W.shape
+    w_rows = W.reshape((out_channels, in_channels * taps))
+    for co in nl.affine_range(out_tiles):
+        w_nat = nl.ndarray((P, in_channels, taps), dtype=W.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(src=w_rows[co * P : (co + 1) * P, :], dst=w_nat.reshape((P, in_channels * taps)))
+        for ci in nl.affine_range(in_tiles):
+            for tap in nl.affine_range(taps):
+                w_psum = nisa.nc_transpose(w_nat[:, ci * P : (ci + 1) * P, tap])
+                w_t[:, ci, tap, co * P : (co + 1) * P] = nisa.tensor_copy(w_psum)
+
+
+def _load_bias(bias, bias_sb, out_tiles):
+    """bias_sb[:, co] = bias[co*128:(co+1)*128] as float32 (one value per partition)."""
+    P = nl.tile_size.pmax
+    bias_rows = bias.reshape((out_tiles, P))
+    for co in nl.affine_range(out_tiles):
+        nisa.dma_copy(src=bias_rows[co], dst=bias_sb[:, co : co + 1])
+
+
+def _evacuate_rows(acc, bias_col, out_rows, use_scalar):
+    """out_rows (SBUF, X dtype) = acc (PSUM) + bias, on ScalarE or VectorE."""
+    if use_scalar:
+        out_rows[...] = nisa.activation(op=nl.copy, data=acc, bias=bias_col, scale=1.0, dtype=out_rows.dtype)
+    else:
+        out_rows[...] = nisa.tensor_scalar(acc, nl.add, bias_col, dtype=out_rows.dtype)
+
+
+def _evacuate_pooled(acc, bias_col, out_rows, rows, width):
+    """out_rows = maxpool2x2(acc) + bias; acc holds an even number of rows of an even width."""
+    windows = acc.reshape((nl.tile_size.pmax, rows // 2, 2, width // 2, 2))
+    pooled = nisa.tensor_reduce(nl.max, windows, axis=(2, 4), dtype=nl.float32)
+    out_rows[...] = nisa.tensor_scalar(pooled, nl.add, bias_col, dtype=out_rows.dtype)
+
+
+def _evacuate_pooled_generic(acc_list, bias_col, out_rows, rows, width):
+    """Pooling when the 2x2 windows do not tile the PSUM tiles (odd width, or one row per matmul):
+    stage the biased rows in SBUF (float32), then reduce there."""
+    P = nl.tile_size.pmax
+    used_w = (width // 2) * 2
+    staged = nl.ndarray((P, rows, used_w), dtype=nl.float32, buffer=nl.sbuf)
+    row = 0
+    for acc, acc_rows in acc_list:
+        staged[:, row : row + acc_rows, :] = nisa.tensor_scalar(acc[:, :, 0:used_w], nl.add, bias_col)
+        row += acc_rows
+    windows = staged.reshape((P, rows // 2, 2, used_w // 2, 2))
+    out_rows[...] = nisa.tensor_reduce(nl.max, windows, axis=(2, 4), dtype=out_rows.dtype)
+
+
+def _accumulate(acc, x_band, w_t, co, row0, rows, in_tiles, filter_size, out_width):
+    """acc[:, r, x] = sum over (ci, p, q) of w_t[ci, p*K+q, co].T @ x_band[ci, row0+r+p, x+q]."""
+    P = nl.tile_size.pmax
+    for ci in nl.affine_range(in_tiles):
+        for p in nl.affine_range(filter_size):
+            for q in nl.affine_range(filter_size):
+                acc += nisa.nc_matmul(
+                    w_t[:, ci, p * filter_size + q, co * P : (co + 1) * P],
+                    x_band[:, ci, row0 + p : row0 + p + rows, q : q + out_width],
+                )
+
+
+def _conv_band(X, X_out, w_t, bias_sb, b, conv_row0, band_rows, pool_size, rows_per_mm, in_tiles, out_tiles,
+               filter_size):
+    """Computes conv rows [conv_row0, conv_row0 + band_rows) of image b for all output channels, fused with
+    bias and pooling, and stores the resulting rows of X_out."""
+    P = nl.tile_size.pmax
+    _, _, _, input_width = X.shape
+    out_width = input_width - filter_size + 1
+    in_rows = band_rows + filter_size - 1
+
+    x_band = nl.ndarray((P, in_tiles, in_rows, input_width), dtype=X.dtype, buffer=nl.sbuf)
+    for ci in nl.affine_range(in_tiles):
+        nisa.dma_copy(
+            src=X[b, ci * P : (ci + 1) * P, conv_row0 : conv_row0 + in_rows, :], dst=x_band[:, ci, :, :]
+        )
+
+    pooled_w = out_width // pool_size
+    out_band_rows = band_rows // pool_size
+    fused_pool = pool_size == 2 and out_width % 2 == 0 and rows_per_mm % 2 == 0
+    groups = band_rows // rows_per_mm
+    tail = band_rows - groups * rows_per_mm
+    for co in nl.affine_range(out_tiles):
+        bias_col = bias_sb[:, co : co + 1]
+        out_band = nl.ndarray((P, out_band_rows, pooled_w), dtype=X.dtype, buffer=nl.sbuf)
+        if pool_size == 1 or fused_pool:
+            for g in nl.affine_range(groups):
+                acc = nl.zeros((P, rows_per_mm, out_width), dtype=nl.float32, buffer=nl.psum)
+                _accumulate(acc, x_band, w_t, co, g * rows_per_mm, rows_per_mm, in_tiles, filter_size, out_width)
+                if pool_size == 1:
+                    _evacuate_rows(acc, bias_col, out_band[:, g * rows_per_mm : (g + 1) * rows_per_mm, :],
+                                   use_scalar=(g % 2 == 0))
+                else:
+                    half = rows_per_mm // 2
+                    _evacuate_pooled(acc, bias_col, out_band[:, g * half : (g + 1) * half, :], rows_per_mm,
+                                     out_width)
+            if tail:
+                acc = nl.zeros((P, tail, out_width), dtype=nl.float32, buffer=nl.psum)
+                _accumulate(acc, x_band, w_t, co, groups * rows_per_mm, tail, in_tiles, filter_size, out_width)
+                if pool_size == 1:
+                    _evacuate_rows(acc, bias_col, out_band[:, groups * rows_per_mm : band_rows, :], False)
+                else:
+                    half = groups * rows_per_mm // 2
+                    _evacuate_pooled(acc, bias_col, out_band[:, half:out_band_rows, :], tail, out_width)
+        else:
+            # generic pooling: pairs of conv rows, each pair staged through SBUF
+            for pair in nl.affine_range(band_rows // 2):
+                accs = []
+                for r in nl.affine_range(2):
+                    acc = nl.zeros((P, 1, out_width), dtype=nl.float32, buffer=nl.psum)
+                    _accumulate(acc, x_band, w_t, co, pair * 2 + r, 1, in_tiles, filter_size, out_width)
+                    accs.append((acc, 1))
+                _evacuate_pooled_generic(accs, bias_col, out_band[:, pair : pair + 1, :], 2, out_width)
+        out_row0 = conv_row0 // pool_size
+        nisa.dma_copy(src=out_band, dst=X_out[b, co * P : (co + 1) * P, out_row0 : out_row0 + out_band_rows, :])
+
+
+@nki.compiler.skip_middle_end_transformations
+@nki.jit
+def fused_conv2d_maxpool(X, W, bias, pool_size=1):
+    batch_size, in_channels, input_height, input_width = X.shape
+    out_channels, in_channels_w, filter_height, filter_width = W.shape
+    P = nl.tile_size.pmax
+    assert in_channels_w == in_channels and filter_height == filter_width
+    assert in_channels % P == 0 and out_channels % P == 0
+    assert pool_size in (1, 2)
+    out_height = input_height - filter_height + 1
+    out_width = input_width - filter_width + 1
+    assert nl.tile_size.gemm_moving_fmax >= out_width
+    in_tiles, out_tiles = in_channels // P, out_channels // P
+    taps = filter_height * filter_width
+
+    X_out = nl.ndarray(
+        (batch_size, out_channels, out_height // pool_size, out_width // pool_size), dtype=X.dtype, buffer=nl.hbm
+    )
+
+    w_t = nl.ndarray((P, in_tiles, taps, out_channels), dtype=W.dtype, buffer=nl.sbuf)
+    _load_weights(W, w_t, in_tiles, out_tiles, taps)
+    bias_sb = nl.ndarray((P, out_tiles), dtype=nl.float32, buffer=nl.sbuf)
+    _load_bias(bias, bias_sb, out_tiles)
+
+    # conv rows that reach the output (pooling drops an odd last row)
+    conv_rows = (out_height // pool_size) * pool_size
+    rows_per_mm = max(1, min(conv_rows, nl.tile_size.gemm_moving_fmax // out_width))
+    if pool_size == 2 and rows_per_mm > 1:
+        rows_per_mm -= rows_per_mm % 2
+    band_rows = max(rows_per_mm, (BAND_ROWS // rows_per_mm) * rows_per_mm)
+    band_rows = min(band_rows, conv_rows)
+    band_rows -= band_rows % pool_size
+    full_bands = conv_rows // band_rows
+    tail_rows = conv_rows - full_bands * band_rows
+
+    for b in nl.affine_range(batch_size):
+        for band in nl.affine_range(full_bands):
+            _conv_band(X, X_out, w_t, bias_sb, b, band * band_rows, band_rows, pool_size, rows_per_mm,
+                       in_tiles, out_tiles, filter_height)
+        if tail_rows:
+            _conv_band(X, X_out, w_t, bias_sb, b, full_bands * band_rows, tail_rows, pool_size, rows_per_mm,
+                       in_tiles, out_tiles, filter_height)
+    return X_out

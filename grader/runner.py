@@ -1,0 +1,217 @@
+"""Run one kernel call of a submission in the sandbox and bring back what the parent needs to judge it.
+
+The parent lays out a private run directory per call::
+
+    run-XXXX/            0711: the child may traverse it but not list it
+      work/              the child's cwd and HOME: only the student's one source file
+      in-<random>/       the input .npy files (read-only for the child)
+      out-<random>/      where the child writes output_*.npy, trace.bin and status.json
+
+and hands the child the random names over stdin only.  Everything the child writes is treated as hostile data:
+status.json is size-capped and only used for messages; arrays are loaded with allow_pickle=False and checked
+against the expected shape before being read in full; the trace is parsed by nkisim.core.traceio in the parent
+and costed there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grader.problems import Invocation
+from grader.rubric import Limits
+from grader.sandbox import Isolation, ProcessResult, detect_isolation, run_sandboxed
+
+CHILD_SCRIPT = str(Path(__file__).with_name("child.py"))
+MAX_STATUS_BYTES = 1 << 20
+
+
+@dataclass
+class CaseRun:
+    """Outcome of one sandboxed kernel call.  ``verdict`` is 'ok' or the kind of failure."""
+
+    verdict: str  # ok | error | timeout | crashed | bad-output
+    message: str = ""
+    outputs: list[np.ndarray] = field(default_factory=list)
+    trace: Any = None
+    hardware_p99_us: float | None = None
+    wall_seconds: float = 0.0
+    kernel_seconds: float | None = None
+    output_tail: str = ""
+    features: tuple[str, ...] = ()
+
+
+def _student_frames(tb: str, module_file: str) -> str:
+    """The traceback lines that point into the student's file, plus the final error line."""
+    lines = tb.rstrip().splitlines()
+    keep: list[str] = []
+    for i, line in enumerate(lines):
+        if module_file in line and line.lstrip().startswith("File"):
+            keep.append(line.strip())
+            if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith("File"):
+                keep.append("    " + lines[i + 1].strip())
+    return "\n".join(keep[-8:])
+
+
+def _read_status(path: Path) -> dict[str, Any] | None:
+    try:
+        if path.stat().st_size > MAX_STATUS_BYTES:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _load_output(path: Path, inv: Invocation) -> np.ndarray:
+    """Load one output array, refusing pickles, object arrays and anything larger than expected."""
+    expected = int(np.prod(inv.out_shape)) * max(inv.out_dtype.itemsize, 8) + 4096
+    size = path.stat().st_size
+    if size > max(expected, 1 << 20) * 2:
+        raise ValueError(f"output file is {size} bytes, far more than a {inv.out_shape} array")
+    arr = np.load(path, allow_pickle=False, mmap_mode="r")
+    if arr.dtype.hasobject or arr.dtype.kind not in "biufc":
+        raise ValueError(f"output has non-numeric dtype {arr.dtype}")
+    return np.array(arr)
+
+
+def _prepare_dirs(root: Path, iso: Isolation) -> tuple[Path, Path, Path]:
+    work = root / "work"
+    inputs = root / f"in-{secrets.token_hex(16)}"
+    outputs = root / f"out-{secrets.token_hex(16)}"
+    for d in (work, inputs, outputs):
+        d.mkdir()
+    os.chmod(root, 0o711)
+    os.chmod(inputs, 0o711)
+    if iso.uid is not None:
+        for d in (work, outputs):
+            os.chown(d, iso.uid, iso.gid)
+        os.chmod(work, 0o700)
+        os.chmod(outputs, 0o700)
+    return work, inputs, outputs
+
+
+def run_case(
+    source: bytes,
+    rel_file: str,
+    function: str,
+    inv: Invocation,
+    *,
+    mode: str,
+    want_trace: bool,
+    backend: str,
+    target: str,
+    limits: Limits,
+    timeout_s: float,
+    tmp_root: str | None = None,
+) -> CaseRun:
+    """Run ``function`` from the student's ``rel_file`` on ``inv`` in a fresh sandboxed process."""
+    iso = detect_isolation()
+    root = Path(tempfile.mkdtemp(prefix="asst4-case-", dir=tmp_root))
+    try:
+        work, in_dir, out_dir = _prepare_dirs(root, iso)
+        module_file = work / Path(rel_file).name
+        module_file.write_bytes(source)
+        os.chmod(module_file, 0o644)
+        input_paths = []
+        for i, arr in enumerate(inv.args):
+            p = in_dir / f"arg{i}.npy"
+            np.save(p, arr, allow_pickle=False)
+            os.chmod(p, 0o644)
+            input_paths.append(str(p))
+        job = {
+            "backend": backend,
+            "target": target,
+            "mode": mode,
+            "want_trace": want_trace,
+            "inputs": input_paths,
+            "kwargs": inv.kwargs,
+            "module_path": str(module_file),
+            "module_name": module_file.stem,
+            "function": function,
+            "work_dir": str(work),
+            "out_dir": str(out_dir),
+        }
+        env = {"NEURON_PLATFORM_TARGET_OVERRIDE": target, "NKISIM_TARGET": target}
+        proc: ProcessResult = run_sandboxed(
+            [sys.executable, "-I", "-B", CHILD_SCRIPT],
+            stdin_bytes=json.dumps(job).encode(),
+            cwd=str(work),
+            limits=limits,
+            timeout_s=timeout_s,
+            env_extra=env,
+            isolation=iso,
+        )
+        return _collect(proc, out_dir, inv, module_file.name, limits, timeout_s, want_trace)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _collect(
+    proc: ProcessResult,
+    out_dir: Path,
+    inv: Invocation,
+    module_name: str,
+    limits: Limits,
+    timeout_s: float,
+    want_trace: bool,
+) -> CaseRun:
+    base = {"wall_seconds": proc.wall_seconds, "output_tail": proc.output_tail, "features": proc.features}
+    if proc.timed_out:
+        return CaseRun("timeout", f"timed out: the kernel ran longer than the {timeout_s:g} s limit", **base)
+    status = _read_status(out_dir / "status.json")
+    if status is None:
+        if proc.signal_name in ("SIGXCPU", "SIGKILL") and proc.wall_seconds >= timeout_s * 0.5:
+            return CaseRun("timeout", f"CPU time limit exceeded ({proc.signal_name})", **base)
+        how = f"was killed by {proc.signal_name}" if proc.signal_name else f"exited with code {proc.returncode}"
+        return CaseRun(
+            "crashed", f"the kernel process {how} before reporting a result (os._exit, crash or kill?)", **base
+        )
+    if not status.get("ok"):
+        etype = str(status.get("error_type", "Error"))
+        err = str(status.get("error", ""))[:4000]
+        stage = status.get("stage")
+        where = _student_frames(str(status.get("traceback", "")), module_name)
+        if etype == "MemoryError":
+            msg = f"ran out of memory (limit {limits.address_space_mib} MiB of address space)"
+        elif etype == "SystemExit":
+            msg = f"the kernel called exit ({err or 0}) instead of returning an output"
+        elif stage == "import":
+            msg = f"importing {module_name} failed: {etype}: {err}"
+        elif stage == "setup":
+            msg = f"the grader could not start the kernel process: {etype}: {err}"
+            return CaseRun("grader-error", msg, **base)
+        else:
+            msg = f"{etype}: {err}"
+        if where:
+            msg += "\n" + where
+        return CaseRun("error", msg, **base)
+    run = CaseRun("ok", **base)
+    run.kernel_seconds = status.get("kernel_seconds") if isinstance(status.get("kernel_seconds"), float) else None
+    if isinstance(status.get("hardware_p99_us"), float):
+        run.hardware_p99_us = status["hardware_p99_us"]
+    outputs = sorted(out_dir.glob("output_*.npy"), key=lambda p: p.name)
+    try:
+        run.outputs = [_load_output(p, inv) for p in outputs[:4]]
+    except (OSError, ValueError) as exc:
+        return CaseRun("bad-output", f"the kernel's output could not be read: {exc}", **base)
+    if want_trace:
+        trace_file = out_dir / "trace.bin"
+        if not trace_file.exists():
+            return CaseRun("bad-output", "the timed run produced no instruction trace", **base)
+        try:
+            from nkisim.core import traceio
+
+            run.trace = traceio.load(str(trace_file))
+        except Exception as exc:  # noqa: BLE001 - a malformed trace is the submission's problem
+            return CaseRun("bad-output", f"the instruction trace could not be read: {exc}", **base)
+    return run

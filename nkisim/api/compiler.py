@@ -1,0 +1,152 @@
+"""neuronxcc.nki.compiler (``ncc``): compiler directives and direct SBUF allocation.
+
+Directives such as ``skip_middle_end_transformations`` change how the real compiler schedules a kernel, not
+what it computes; nkisim keeps the wrapped kernel callable and accepted by every launcher.  ``sbuf.mod_alloc``
+places tensors at explicit byte offsets of one per-kernel SBUF arena, so overlapping placements alias as they
+do on hardware.
+"""
+
+from __future__ import annotations
+
+import functools as _functools
+
+import numpy as _np
+
+from nkisim.core import runtime as _rt
+from nkisim.core.instr import Buf as _Buf
+from nkisim.core.memory import Allocation as _Allocation
+from nkisim.core.rules import fail as _fail
+from nkisim.core.tensor import Tensor as _Tensor
+from nkisim.core.tensor import base_addr as _base_addr
+
+
+class _Directive:
+    """A compiler directive wrapped around a kernel: callable like the kernel it wraps."""
+
+    def __init__(self, func, name: str) -> None:
+        self.func = func
+        self.directive = name
+        _functools.update_wrapper(self, func, updated=())
+
+    def __call__(self, *args, **kwargs):
+        return self.func(*args, **kwargs)
+
+
+def _directive(name: str):
+    def deco(func=None, **kwargs):
+        if func is None:
+            return lambda f: _Directive(f, name)
+        return _Directive(func, name)
+
+    deco.__name__ = name
+    return deco
+
+
+skip_middle_end_transformations = _directive("skip_middle_end_transformations")
+enable_stack_allocator = _directive("enable_stack_allocator")
+force_auto_alloc = _directive("force_auto_alloc")
+
+
+def multi_buffer(factor: int = 2):
+    return lambda f: _Directive(f, "multi_buffer")
+
+
+def no_reorder():
+    return _NullContext()
+
+
+def allocation_scope():
+    return _NullContext()
+
+
+class _NullContext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _ModAlloc:
+    """Direct SBUF placement: block i of the tensor lands at base_addr + (i % num_free_tiles) * tile bytes."""
+
+    def __init__(self, base_addr: int, base_partition: int, num_par_tiles, num_free_tiles) -> None:
+        self.base_addr = int(base_addr)
+        self.base_partition = int(base_partition)
+        self.num_free_tiles = tuple(int(n) for n in (num_free_tiles or ()))
+
+    def place(self, ctx, dims, pdim, dt, name, bytes_pp) -> _Tensor:
+        if self.base_partition != 0:
+            _fail("nkisim_direct_alloc", detail=f"base_partition must be 0 (got {self.base_partition})")
+        if ctx.direct_alloc is False:
+            _fail("nkisim_direct_alloc", detail="automatic (nl.sbuf) and direct (ncc.sbuf.mod_alloc) allocation "
+                  "cannot be mixed in one kernel")
+        ctx.direct_alloc = True
+        arena = _arena(ctx)
+        nblocks = 1
+        for d in dims[:pdim]:
+            nblocks *= d
+        tile_bytes = bytes_pp // max(nblocks, 1)
+        wrap = self.num_free_tiles[0] if self.num_free_tiles and pdim == 1 else 0
+        used_blocks = min(nblocks, wrap) if wrap else nblocks
+        end = self.base_addr + used_blocks * tile_bytes
+        if self.base_addr < 0 or end > ctx.limits.sbuf_usable_bytes:
+            _fail("nkisim_direct_alloc", detail=f"tensor '{name or 'tile'}' at base_addr {self.base_addr} needs "
+                  f"bytes [{self.base_addr}, {end}) per partition, beyond the {ctx.limits.sbuf_usable_bytes} usable")
+        parts = dims[pdim]
+        raw = arena.base[:parts, self.base_addr:end]
+        free_shape = dims[pdim + 1:]
+        phys = raw.view(dt).reshape((parts, used_blocks) + free_shape) if pdim == 1 else \
+            raw.view(dt).reshape((parts,) + dims[:pdim] + free_shape)
+        view = _np.moveaxis(phys, 0, pdim) if pdim else phys
+        alloc = _Allocation(_Buf.SBUF, arena.base, arena.phys, None, name, bytes_pp, None)
+        alloc.addr = _base_addr(arena)
+        alloc.row_bytes = arena.row_bytes
+        if wrap and nblocks > wrap:
+            alloc.block_mod = wrap
+            return _Tensor(alloc, view, pdim, shape=dims)
+        return _Tensor(alloc, view, pdim)
+
+
+def _arena(ctx):
+    arena = getattr(ctx, "sbuf_arena", None)
+    if arena is None:
+        lim = ctx.limits
+        base = _np.full((lim.pmax, lim.sbuf_bytes_per_partition), 0xFF, dtype=_np.uint8)  # NaN-poisoned
+        arena = _Allocation(_Buf.SBUF, base, ctx.mem.new_phys(), None, "sbuf_arena", 0, None)
+        arena.row_bytes = lim.sbuf_bytes_per_partition
+        ctx.sbuf_arena = arena
+    return arena
+
+
+class sbuf:  # noqa: N801 - NKI namespace nki.compiler.sbuf
+    @staticmethod
+    def mod_alloc(*, base_addr, base_partition=0, num_par_tiles=(), num_free_tiles=()):
+        return _rt.BufferSpec(_Buf.SBUF, "sbuf", direct=_ModAlloc(base_addr, base_partition, num_par_tiles,
+                                                                  num_free_tiles))
+
+    @staticmethod
+    def auto_alloc():
+        return _rt.SBUF_SPEC
+
+    @staticmethod
+    def alloc(func):
+        raise NotImplementedError("nkisim: ncc.sbuf.alloc(callback) is not supported; use ncc.sbuf.mod_alloc")
+
+
+class psum:  # noqa: N801 - NKI namespace nki.compiler.psum
+    @staticmethod
+    def auto_alloc():
+        return _rt.PSUM_SPEC
+
+    @staticmethod
+    def mod_alloc(*, base_bank, base_addr=0, num_bank_tiles=(), **kwargs):
+        return _rt.PSUM_SPEC
+
+    @staticmethod
+    def alloc(func):
+        raise NotImplementedError("nkisim: ncc.psum.alloc(callback) is not supported")
+
+
+def __getattr__(name: str):
+    raise AttributeError(f"module 'neuronxcc.nki.compiler' has no attribute '{name}'")

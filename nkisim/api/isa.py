@@ -1,0 +1,173 @@
+"""neuronxcc.nki.isa (``nisa``) as nkisim implements it: one function per hardware instruction.
+
+Signatures are the union of SDK 2.21 and 2.26 (e.g. ``dma_copy(src, dst)`` positional and ``dma_copy(dst=, src=)``).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum as _IntEnum
+
+import numpy as _np
+
+from nkisim.core import ops as _ops
+from nkisim.core.instr import Engine as _Engine
+from nkisim.core.rules import fail as _fail
+
+
+class engine(_IntEnum):  # noqa: N801 - NKI name
+    unknown = 0
+    tensor = 1
+    scalar = 2
+    gpsimd = 3
+    vector = 5
+    sync = 6
+
+
+unknown_engine = engine.unknown
+tensor_engine = engine.tensor
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+vector_engine = engine.vector
+sync_engine = engine.sync
+
+
+class constants:  # noqa: N801 - older alias nisa.constants.engine.*
+    engine = engine
+
+
+class dge_mode(_IntEnum):  # noqa: N801
+    unknown = 0
+    none = 1
+    swdge = 2
+    hwdge = 3
+
+
+class oob_mode(_IntEnum):  # noqa: N801
+    error = 0
+    skip = 1
+
+
+class reduce_cmd(_IntEnum):  # noqa: N801
+    idle = 0
+    reset = 1
+    reduce = 2
+    reset_reduce = 3
+
+
+_NP_ALU = {
+    _np.add: "add", _np.subtract: "subtract", _np.multiply: "multiply", _np.divide: "divide",
+    _np.true_divide: "divide", _np.maximum: "maximum", _np.minimum: "minimum", _np.max: "maximum",
+    _np.min: "minimum", _np.amax: "maximum", _np.amin: "minimum", _np.power: "power", _np.mod: "mod",
+    _np.fmod: "fmod", _np.equal: "equal", _np.not_equal: "not_equal", _np.greater: "greater",
+    _np.greater_equal: "greater_equal", _np.less: "less", _np.less_equal: "less_equal",
+    _np.logical_and: "logical_and", _np.logical_or: "logical_or", _np.logical_xor: "logical_xor",
+    _np.bitwise_and: "bitwise_and", _np.bitwise_or: "bitwise_or", _np.bitwise_xor: "bitwise_xor",
+    _np.left_shift: "left_shift", _np.right_shift: "right_shift", _np.sum: "add", _np.prod: "multiply",
+}
+_NP_ACT = {
+    _np.exp: "exp", _np.log: "log", _np.sqrt: "sqrt", _np.tanh: "tanh", _np.sin: "sin", _np.cos: "cos",
+    _np.arctan: "arctan", _np.square: "square", _np.abs: "abs", _np.absolute: "abs", _np.sign: "sign",
+    _np.copy: "copy", _np.negative: "negative", _np.reciprocal: "reciprocal", _np.floor: "floor",
+    _np.ceil: "ceil", _np.trunc: "trunc",
+}
+
+
+def _alu(op, what: str = "op") -> str:
+    name = getattr(op, "nki_alu", None)
+    if name is None:
+        try:
+            name = _NP_ALU.get(op)
+        except TypeError:
+            name = None
+    if name is None:
+        _fail("nkisim_bad_argument", op=what, detail=f"{op!r} is not an NKI ALU operator (use nl.add, nl.maximum, ...)")
+    return name
+
+
+def _act(op) -> str:
+    name = getattr(op, "nki_act", None)
+    if name is None:
+        try:
+            name = _NP_ACT.get(op)
+        except TypeError:
+            name = None
+    if name is None and getattr(op, "__name__", None) == "copy":
+        name = "copy"
+    if name is None:
+        _fail("nkisim_bad_argument", op="activation",
+              detail=f"{op!r} is not an activation function (use nl.exp, nl.copy, ...)")
+    return name
+
+
+def _engine(e) -> _Engine:
+    if e is None:
+        return _Engine.UNKNOWN
+    try:
+        return _Engine(int(e))
+    except ValueError:
+        _fail("nkisim_bad_argument", op="engine", detail=f"unknown engine {e!r}")
+    return _Engine.UNKNOWN
+
+
+def dma_copy(*args, dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error,
+             dge_mode=dge_mode.unknown, **kwargs) -> None:
+    """Copy src to dst on the DMA engines (HBM/SBUF only; casts via fp32 when dtypes differ)."""
+    if args:  # SDK 2.21 positional form dma_copy(src, dst)
+        if len(args) > 2:
+            raise TypeError("dma_copy takes at most two positional arguments (src, dst)")
+        src = args[0] if src is None else src
+        if len(args) == 2:
+            dst = args[1] if dst is None else dst
+    if src is None or dst is None:
+        raise TypeError("dma_copy() requires src= and dst=")
+    rmw = _alu(dst_rmw_op, "dma_copy") if dst_rmw_op is not None else None
+    _ops.dma_copy(src, dst, mask=mask, dst_rmw_op=rmw)
+
+
+def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
+              tile_position=(), tile_size=(), mask=None, **kwargs):
+    """stationary.T @ moving on TensorE into a fresh fp32 PSUM tile ([K,M] x [K,N] -> [M,N])."""
+    return _ops.nc_matmul(stationary, moving, is_transpose=is_transpose, mask=mask)
+
+
+def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    return _ops.nc_transpose(data, engine=_engine(engine), dtype=dtype, mask=mask)
+
+
+def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown, **kwargs):
+    return _ops.tensor_tensor(data1, data2, _alu(op, "tensor_tensor"), dtype=dtype, engine=_engine(engine),
+                              mask=mask)
+
+
+def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, *, dtype=None,
+                  mask=None, engine=engine.unknown, **kwargs):
+    return _ops.tensor_scalar(data, _alu(op0, "tensor_scalar"), operand0, reverse0,
+                              _alu(op1, "tensor_scalar") if op1 is not None else None, operand1, reverse1,
+                              dtype=dtype, engine=_engine(engine), mask=mask)
+
+
+def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    return _ops.tensor_copy(src, dtype=dtype, engine=_engine(engine), mask=mask)
+
+
+def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, **kwargs):
+    return _ops.tensor_reduce(_alu(op, "tensor_reduce"), data, axis, negate=negate, keepdims=keepdims, dtype=dtype,
+                              mask=mask)
+
+
+def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+               mask=None, dtype=None, **kwargs):
+    return _ops.activation(_act(op), data, bias=bias, scale=scale, dtype=dtype, mask=mask,
+                           reduce_op=_alu(reduce_op) if reduce_op is not None else None, reduce_res=reduce_res)
+
+
+def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs):
+    return _ops.memset(shape, value, dtype, engine=_engine(engine), mask=mask)
+
+
+def iota(expr, dtype, *, mask=None, **kwargs):
+    return _ops.iota(expr, dtype, mask=mask)
+
+
+def __getattr__(name: str):
+    raise AttributeError(f"module 'neuronxcc.nki.isa' has no attribute '{name}'")

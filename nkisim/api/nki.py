@@ -1,0 +1,136 @@
+"""neuronxcc.nki as nkisim implements it: kernel decorators and launchers.
+
+``nki.jit`` kernels called with NumPy arrays run on the emulator and return NumPy arrays; called from inside a
+running kernel they are inlined like helpers.  ``nki.baremetal`` / ``nki.simulate_kernel`` run with values;
+``nki.benchmark`` runs in timing-only mode and attaches the performance model's result as ``benchmark_result``.
+"""
+
+from __future__ import annotations
+
+import functools as _functools
+import logging as _logging
+
+from nkisim.api import compiler, isa, language  # noqa: F401  (nki.language / nki.isa / nki.compiler)
+from nkisim.core import runtime as _rt
+
+# The real package defines logging.OFF on import and the 2024 starter calls logging.disable(logging.OFF).
+if not hasattr(_logging, "OFF"):
+    _logging.OFF = _logging.CRITICAL + 10
+
+
+class _Kernel:
+    """The object nki.jit returns."""
+
+    def __init__(self, func, mode: str = "auto", **options) -> None:
+        self.func = func
+        self.mode = mode
+        self.options = options
+        _functools.update_wrapper(self, func, updated=())
+
+    def __call__(self, *args, **kwargs):
+        if _rt.active() is not None:
+            return self.func(*args, **kwargs)
+        return _rt.run_kernel(self, args, kwargs, mode="full").outputs
+
+    def __repr__(self) -> str:
+        return f"<nki.jit kernel {getattr(self.func, '__name__', '?')}>"
+
+
+def jit(func=None, mode: str = "auto", **kwargs):
+    """Decorate an NKI kernel; usable bare (@nki.jit) or with arguments (@nki.jit(mode=...))."""
+    if func is None:
+        return lambda f: _Kernel(f, mode, **kwargs)
+    return _Kernel(func, mode, **kwargs)
+
+
+def _write_profile(run, options: dict) -> None:
+    if not (options.get("save_neff_name") or options.get("save_trace_name")):
+        return
+    from nkisim.perf import estimate
+    from nkisim.perf.profile_files import write_profile
+
+    write_profile(run.trace, estimate(run.trace, run.target), neff_name=options.get("save_neff_name"),
+                  trace_name=options.get("save_trace_name"))
+
+
+class _Baremetal:
+    def __init__(self, kernel, options: dict) -> None:
+        self.func = kernel
+        self.options = options
+        _functools.update_wrapper(self, _rt.unwrap(kernel), updated=())
+
+    def __call__(self, *args, **kwargs):
+        if _rt.active() is not None:
+            return _rt.unwrap(self.func)(*args, **kwargs)
+        run = _rt.run_kernel(self.func, args, kwargs, mode="full")
+        _write_profile(run, self.options)
+        return run.outputs
+
+
+def baremetal(kernel=None, **kwargs):
+    """Compile and run on a NeuronDevice without a framework; here: run on nkisim with NumPy in/out.
+
+    Accepts the real keywords (save_neff_name, save_trace_name, additional_compile_opt, artifacts_dir,
+    disable_allocation_opt, ...).
+    """
+    if kernel is None:
+        return lambda k: _Baremetal(k, kwargs)
+    return _Baremetal(kernel, kwargs)
+
+
+def simulate_kernel(kernel, *args, **kwargs):
+    """Run the kernel on the CPU with NumPy inputs and return its outputs."""
+    if _rt.active() is not None:
+        return _rt.unwrap(kernel)(*args, **kwargs)
+    return _rt.run_kernel(kernel, args, kwargs, mode="full").outputs
+
+
+def simulate(kernel):
+    """Newer spelling: nki.simulate(kernel)(*args)."""
+    return _functools.partial(simulate_kernel, kernel)
+
+
+class _Benchmark:
+    """Result of nki.benchmark(...): call it with the kernel's inputs, then read .benchmark_result."""
+
+    def __init__(self, kernel, options: dict) -> None:
+        self.func = kernel
+        self.options = options
+        self.benchmark_result = None
+        _functools.update_wrapper(self, _rt.unwrap(kernel), updated=())
+
+    def __call__(self, *args, **kwargs):
+        from nkisim.perf.benchmark import run_benchmark
+
+        self.benchmark_result = run_benchmark(self.func, args, kwargs, **self.options)
+        return None
+
+
+def benchmark(kernel=None, **kwargs):
+    """Benchmark a kernel: latency percentiles (us) from nkisim's performance model.
+
+    Both forms work: ``nki.benchmark(kernel, warmup=1, iters=10)`` and ``nki.benchmark(warmup=5, iters=20)(kernel)``.
+    """
+    if kernel is None:
+        return lambda k: _Benchmark(k, kwargs)
+    return _Benchmark(kernel, kwargs)
+
+
+def profile(func=None, **kwargs):
+    """Compile, run and write profile files (working_directory, save_neff_name, save_trace_name)."""
+    import os
+
+    def wrap(k):
+        opts = dict(kwargs)
+        wd = opts.pop("working_directory", None) or os.getcwd()
+        opts.setdefault("save_neff_name", "file.neff")
+        opts.setdefault("save_trace_name", "profile.ntff")
+        opts["save_neff_name"] = os.path.join(wd, opts["save_neff_name"])
+        opts["save_trace_name"] = os.path.join(wd, opts["save_trace_name"])
+        return _Baremetal(k, opts)
+
+    return wrap if func is None else wrap(func)
+
+
+def __getattr__(name: str):
+    raise AttributeError(f"module 'neuronxcc.nki' has no attribute '{name}'")

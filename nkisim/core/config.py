@@ -1,0 +1,103 @@
+"""Targets and the per-generation limits the front end enforces.
+
+Cost-model constants live in nkisim.perf; this table holds only what decides whether a kernel is *legal*.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DEFAULT_TARGET = "trn2"
+
+# AWS's own simulator reads NEURON_PLATFORM_TARGET_OVERRIDE and accepts these spellings
+# (Neuron docs, nki/guides/nki_simulator.rst "Target Platform").
+_TARGET_ALIASES = {"trn1": "trn1", "gen2": "trn1", "inf2": "trn1", "trn2": "trn2", "gen3": "trn2"}
+
+
+@dataclass(frozen=True, slots=True)
+class TargetLimits:
+    name: str
+    core: str
+    pmax: int
+    sbuf_bytes_per_partition: int
+    sbuf_usable_bytes: int
+    psum_banks: int
+    psum_bank_bytes: int
+    gemm_stationary_fmax: int
+    gemm_moving_fmax: int
+    vector_sbuf_fmax: int
+    vector_psum_fmax: int
+    vector_transpose_max: int
+
+    @property
+    def psum_bytes_per_partition(self) -> int:
+        return self.psum_banks * self.psum_bank_bytes
+
+
+TARGETS: dict[str, TargetLimits] = {
+    # NeuronCore-v2. SBUF 128 x 192 KiB (trainium_inferentia2_arch.rst); 16 KiB/partition reserved for the
+    # compiler -> 176 KiB usable (nki_direct_allocation_guide.rst @2.26; tile_size.total_available_sbuf_size
+    # = 180224). PSUM 8 banks x 2 KiB per partition. Vector/Scalar free size <= 64K elements from SBUF, 4K
+    # from PSUM (arch guide). VectorE transpose <= 32x32 (nki.isa.nc_transpose).
+    "trn1": TargetLimits(
+        name="trn1",
+        core="NeuronCore-v2",
+        pmax=128,
+        sbuf_bytes_per_partition=192 * 1024,
+        sbuf_usable_bytes=180224,
+        psum_banks=8,
+        psum_bank_bytes=2048,
+        gemm_stationary_fmax=128,
+        gemm_moving_fmax=512,
+        vector_sbuf_fmax=64 * 1024,
+        vector_psum_fmax=4 * 1024,
+        vector_transpose_max=32,
+    ),
+    # NeuronCore-v3. SBUF 128 x 224 KiB (trainium2_arch.rst); usable 212984 B/partition is the value of
+    # tile_size.total_available_sbuf_size on trn2 (KLR Trace.lean, see shared/nki-api.md 2.3). PSUM unchanged.
+    "trn2": TargetLimits(
+        name="trn2",
+        core="NeuronCore-v3",
+        pmax=128,
+        sbuf_bytes_per_partition=224 * 1024,
+        sbuf_usable_bytes=212984,
+        psum_banks=8,
+        psum_bank_bytes=2048,
+        gemm_stationary_fmax=128,
+        gemm_moving_fmax=512,
+        vector_sbuf_fmax=64 * 1024,
+        vector_psum_fmax=4 * 1024,
+        vector_transpose_max=32,
+    ),
+}
+
+
+def normalize_target(name: str | None) -> str:
+    """Map a user spelling (trn1/gen2/trn2/gen3) to a target key; None means the environment's target."""
+    if name is None:
+        return current_target()
+    key = _TARGET_ALIASES.get(str(name).strip().lower())
+    if key is None:
+        raise ValueError(
+            f"unknown Neuron target {name!r}: nkisim models trn1 (NeuronCore-v2) and trn2 (NeuronCore-v3)"
+        )
+    return key
+
+
+def current_target() -> str:
+    """The target from NEURON_PLATFORM_TARGET_OVERRIDE (AWS's variable), trn2 when unset."""
+    raw = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", "").strip()
+    return normalize_target(raw) if raw else DEFAULT_TARGET
+
+
+def limits(target: str | None = None) -> TargetLimits:
+    return TARGETS[normalize_target(target)]
+
+
+def precise_fp() -> bool:
+    """NKI_PRECISE_FP (default 1): store bf16/fp8 in their own precision; 0 stores them as float32.
+
+    Same meaning as in AWS's simulator (nki/guides/nki_simulator.rst, "Precise Floating-Point Mode").
+    """
+    return os.environ.get("NKI_PRECISE_FP", "1").strip() not in ("0", "false", "False", "")

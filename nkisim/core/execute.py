@@ -1,0 +1,142 @@
+"""Value semantics: the NumPy arithmetic behind ALU operators and activation functions.
+
+Engines compute in fp32 (trainium arch guide: "All arithmetic is done in FP32, with free input and output
+casting"); bitvec operators work on the raw integers.  The front end rounds once to the destination dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+F32 = np.float32
+
+
+def _erf(x):
+    v = np.vectorize(math.erf, otypes=[np.float64])
+    return v(x).astype(F32)
+
+
+def _gelu(x):
+    return (0.5 * x * (1.0 + _erf(x / np.sqrt(2.0)))).astype(F32)
+
+
+def _gelu_tanh(x):
+    return (0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))).astype(F32)
+
+
+def _sigmoid(x):
+    return (1.0 / (1.0 + np.exp(-x))).astype(F32)
+
+
+def _softplus(x):
+    return np.logaddexp(0.0, x).astype(F32)
+
+
+# name -> (function on fp32/int arrays, is_bitvec)
+ALU = {
+    "add": (np.add, False),
+    "subtract": (np.subtract, False),
+    "multiply": (np.multiply, False),
+    "divide": (np.divide, False),
+    "maximum": (np.maximum, False),
+    "minimum": (np.minimum, False),
+    "power": (np.power, False),
+    "mod": (np.mod, False),
+    "fmod": (np.fmod, False),
+    "equal": (np.equal, False),
+    "not_equal": (np.not_equal, False),
+    "greater": (np.greater, False),
+    "greater_equal": (np.greater_equal, False),
+    "less": (np.less, False),
+    "less_equal": (np.less_equal, False),
+    "logical_and": (np.logical_and, False),
+    "logical_or": (np.logical_or, False),
+    "logical_xor": (np.logical_xor, False),
+    "bitwise_and": (np.bitwise_and, True),
+    "bitwise_or": (np.bitwise_or, True),
+    "bitwise_xor": (np.bitwise_xor, True),
+    "left_shift": (np.left_shift, True),
+    "right_shift": (np.right_shift, True),
+}
+
+# reduction name -> numpy reducer
+REDUCE = {
+    "add": np.sum,
+    "maximum": np.max,
+    "minimum": np.min,
+    "multiply": np.prod,
+    "bitwise_and": np.bitwise_and.reduce,
+    "bitwise_or": np.bitwise_or.reduce,
+    "bitwise_xor": np.bitwise_xor.reduce,
+    "logical_and": np.logical_and.reduce,
+    "logical_or": np.logical_or.reduce,
+}
+
+ACTIVATION = {
+    "copy": lambda x: x,
+    "identity": lambda x: x,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "reciprocal": lambda x: 1.0 / x,
+    "tanh": np.tanh,
+    "sigmoid": _sigmoid,
+    "relu": lambda x: np.maximum(x, 0.0),
+    "gelu": _gelu,
+    "gelu_apprx_tanh": _gelu_tanh,
+    "gelu_apprx_sigmoid": lambda x: x * _sigmoid(1.702 * x),
+    "silu": lambda x: x * _sigmoid(x),
+    "softplus": _softplus,
+    "mish": lambda x: x * np.tanh(_softplus(x)),
+    "erf": _erf,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "arctan": np.arctan,
+    "square": np.square,
+    "abs": np.abs,
+    "sign": np.sign,
+    "negative": np.negative,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "trunc": np.trunc,
+}
+
+
+def to_f32(a: np.ndarray) -> np.ndarray:
+    """fp32 working copy of an operand (integers stay integers for bitvec ops)."""
+    if a.dtype == F32:
+        return a
+    if a.dtype.kind in "iub":
+        return a
+    return a.astype(F32)
+
+
+def alu(name: str, x, y):
+    fn, bitvec = ALU[name]
+    if bitvec:
+        return fn(np.asarray(x).astype(np.int64), np.asarray(y).astype(np.int64))
+    with np.errstate(all="ignore"):
+        r = fn(x, y)
+    return r.astype(F32) if r.dtype in (np.float64, np.bool_) else r
+
+
+def activation(name: str, x):
+    with np.errstate(all="ignore"):
+        r = ACTIVATION[name](x)
+    return np.asarray(r, dtype=F32)
+
+
+def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Round once to the destination dtype (float -> int rounds to nearest, as the engines' output casting)."""
+    if values.dtype == dtype:
+        return values
+    if dtype.kind in "iu" and values.dtype.kind == "f":
+        info = np.iinfo(dtype)
+        with np.errstate(invalid="ignore"):
+            return np.clip(np.rint(values), info.min, info.max).astype(dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return values.astype(dtype)

@@ -1,0 +1,149 @@
+"""Allocations, poisoning, physical buffer ids and SBUF/PSUM capacity by liveness.
+
+An :class:`Allocation` owns a NumPy array in *physical* layout: on-chip tensors keep the partition axis first
+(``(P, blocks..., free...)``) so a byte offset splits into (partition, byte within partition) exactly as SBUF
+addressing does; HBM tensors are plain row-major arrays.  A tile dies when Python drops its last reference;
+``__del__`` returns its bytes to the capacity tracker and its physical id to its allocation site, where the next
+allocation reuses it (tile-buffer reuse, so WAR hazards appear in the trace as on hardware).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nkisim.core import dtypes
+from nkisim.core.instr import Buf
+from nkisim.core.rules import fail
+
+BUF_NAMES = {Buf.HBM: "hbm", Buf.SBUF: "sbuf", Buf.PSUM: "psum"}
+
+
+class Allocation:
+    """One tensor's storage.  Never exposed to kernel code (kernels only hold :class:`Tensor` views)."""
+
+    __slots__ = (
+        "buf", "base", "addr", "row_bytes", "phys", "site", "name", "immutable", "bytes_pp", "tracker",
+        "acc", "charged", "block_mod", "__weakref__",
+    )
+
+    def __init__(self, buf: Buf, base: np.ndarray, phys: int, site, name: str, bytes_pp: int,
+                 tracker: MemoryTracker | None) -> None:
+        self.buf = buf
+        self.base = base
+        self.addr = 0  # base address; only needed (and set) where views are created from raw offsets
+        self.row_bytes = base.strides[0] * base.shape[0] if buf == Buf.HBM else bytes_pp
+        self.phys = phys
+        self.site = site
+        self.name = name
+        self.immutable = False
+        self.bytes_pp = bytes_pp
+        self.tracker = tracker
+        self.acc = None  # PSUM: per-element "written by a matmul" flags (accumulation groups)
+        self.charged = False
+        self.block_mod = 0  # direct allocation: block index wraps modulo num_free_tiles
+
+    def __del__(self) -> None:
+        tracker = self.tracker
+        if tracker is not None:
+            try:
+                tracker.release(self)
+            except Exception:  # noqa: BLE001 - never raise from a finalizer
+                pass
+
+
+class MemoryTracker:
+    """Live SBUF/PSUM bytes per partition of one kernel run, checked at every allocation."""
+
+    def __init__(self, limits, target: str) -> None:
+        self.limits = limits
+        self.target = target
+        self.live = {Buf.SBUF: 0, Buf.PSUM: 0}
+        self.peak = {Buf.SBUF: 0, Buf.PSUM: 0}
+        self.live_allocs: dict[int, tuple] = {}  # id -> (buf, name, dtype, bytes, site); no strong refs
+        self._free_phys: dict[object, list[int]] = {}
+        self._next_phys = 1
+        self.closed = False
+
+    # -- physical ids -------------------------------------------------------------------------------------
+    def phys_for(self, site) -> int:
+        free = self._free_phys.get(site)
+        if free:
+            return free.pop()
+        pid = self._next_phys
+        self._next_phys += 1
+        return pid
+
+    def new_phys(self) -> int:
+        pid = self._next_phys
+        self._next_phys += 1
+        return pid
+
+    # -- capacity -----------------------------------------------------------------------------------------
+    def charge(self, alloc: Allocation) -> None:
+        if alloc.charged or alloc.buf == Buf.HBM or self.closed:
+            return
+        alloc.charged = True
+        buf = alloc.buf
+        cost = alloc.bytes_pp
+        if buf == Buf.PSUM:
+            bank = self.limits.psum_bank_bytes
+            cost = -(-cost // bank) * bank  # PSUM tiles occupy whole 2 KiB banks
+        self.live[buf] += cost
+        self.live_allocs[id(alloc)] = (buf, alloc.name, alloc.base.dtype, alloc.bytes_pp, alloc.site)
+        if self.live[buf] > self.peak[buf]:
+            self.peak[buf] = self.live[buf]
+        capacity = self.limits.sbuf_usable_bytes if buf == Buf.SBUF else self.limits.psum_bytes_per_partition
+        if self.live[buf] > capacity:
+            peak = self.live[buf]
+            tiles = self.largest(buf)
+            # undo so the error leaves the tracker consistent
+            self.live[buf] -= cost
+            alloc.charged = False
+            self.live_allocs.pop(id(alloc), None)
+            if buf == Buf.SBUF:
+                fail("nkisim_sbuf_capacity", target=self.target, peak=peak, capacity=capacity, tiles=tiles)
+            fail("nkisim_psum_capacity", target=self.target, peak=peak, banks=peak // self.limits.psum_bank_bytes,
+                 capacity=capacity, tiles=tiles)
+
+    def largest(self, buf: Buf, n: int = 5) -> str:
+        allocs = sorted((a for a in self.live_allocs.values() if a[0] == buf), key=lambda a: -a[3])[:n]
+        return ", ".join(
+            f"'{name or 'tile'}' {dt} = {nbytes} B/partition (allocated at {site_str(site)})"
+            for _, name, dt, nbytes, site in allocs
+        )
+
+    def release(self, alloc: Allocation) -> None:
+        if alloc.charged:
+            alloc.charged = False
+            cost = alloc.bytes_pp
+            if alloc.buf == Buf.PSUM:
+                bank = self.limits.psum_bank_bytes
+                cost = -(-cost // bank) * bank
+            self.live[alloc.buf] -= cost
+            self.live_allocs.pop(id(alloc), None)
+        if alloc.site is not None and not self.closed:
+            self._free_phys.setdefault(alloc.site, []).append(alloc.phys)
+
+
+def site_str(site) -> str:
+    if not site:
+        return "?"
+    code, line = site
+    return f"{code.co_filename.rsplit('/', 1)[-1]}:{line}"
+
+
+def make_storage(shape: tuple[int, ...], pdim: int, dtype: np.dtype, fill, timing: bool) -> tuple[np.ndarray,
+                                                                                                   np.ndarray]:
+    """(physical base array, logical view) with the partition axis moved first physically."""
+    if pdim:
+        phys_shape = (shape[pdim],) + shape[:pdim] + shape[pdim + 1:]
+    else:
+        phys_shape = shape
+    if timing:
+        base = np.empty(phys_shape, dtype=dtype)
+    elif fill is None:
+        base = np.full(phys_shape, dtypes.poison_value(dtype), dtype=dtype)
+    else:
+        base = np.full(phys_shape, fill, dtype=dtype)
+    view = np.moveaxis(base, 0, pdim) if pdim else base
+    return base, view

@@ -1,0 +1,706 @@
+"""The NKI front end's instruction builders, shared by nki.language and nki.isa.
+
+Every function validates its operands against the constraint catalogue, emits exactly one instruction per
+hardware instruction into the trace, and (in full mode) computes the values with nkisim.core.execute.  Results
+that the kernel assigns straight into another tensor (``dst[...] = nisa.tensor_copy(x)``,
+``psum += nisa.nc_matmul(a, b)``) are *retargeted*: the instruction writes ``dst`` directly, as the compiler does,
+instead of costing an extra copy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nkisim.core import dtypes, execute
+from nkisim.core.dtypes import F32
+from nkisim.core.indexing import Mask
+from nkisim.core.instr import Buf, Engine
+from nkisim.core.memory import BUF_NAMES
+from nkisim.core.rules import fail
+from nkisim.core.runtime import HBM_SPEC, PSUM_SPEC, SBUF_SPEC, KernelContext, allocate, current
+from nkisim.core.tensor import Tensor, read, write
+
+ENGINE_LABEL = {Engine.TENSOR: "Tensor", Engine.VECTOR: "Vector", Engine.SCALAR: "Scalar",
+                Engine.GPSIMD: "GpSimd", Engine.DMA: "DMA"}
+
+# ------------------------------------------------------------------------------------------------------------
+# operand helpers
+
+
+def shape_str(t: Tensor, name: str) -> str:
+    return f"{name}{list(t.shape)}"
+
+
+def need_tensor(x, op: str, name: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        fail("nkisim_bad_argument", op=op, detail=f"operand '{name}' must be a tile, got {type(x).__name__}")
+    return x
+
+
+def need_on_chip(t: Tensor, op: str, name: str, allowed: tuple[Buf, ...] = (Buf.SBUF, Buf.PSUM)) -> None:
+    if t._a.buf not in allowed:
+        fail("err_unsupported_memory", operand=name, op=op,
+             expected="|".join(BUF_NAMES[b] for b in allowed), got=BUF_NAMES[t._a.buf])
+
+
+def check_partitions(t: Tensor, limit: int) -> int:
+    p = t.shape[t._pd] if t.shape else 1
+    if p > limit:
+        fail("err_num_partition_exceed_arch_limit", n=p, limit=limit)
+    return p
+
+
+def parts_of(t: Tensor) -> int:
+    return t.shape[t._pd] if t.shape else 1
+
+
+def free_of(t: Tensor) -> int:
+    p = parts_of(t)
+    n = 1
+    for d in t.shape:
+        n *= d
+    return n // p if p else 0
+
+
+def mask_values(mask, shape) -> np.ndarray | None:
+    if mask is None:
+        return None
+    if isinstance(mask, Mask):
+        m = mask.values
+    elif isinstance(mask, (bool, np.bool_)):
+        m = np.asarray(bool(mask))
+    else:
+        raise TypeError("mask= must be a predicate built from nl.arange/nl.mgrid comparisons")
+    try:
+        return np.broadcast_to(_fit(m, shape), shape)
+    except ValueError:
+        fail("nkisim_shape_mismatch", op="mask", shapes=[list(m.shape), list(shape)], detail="")
+    return None
+
+
+def _fit(a: np.ndarray, shape) -> np.ndarray:
+    """Right-pad a lower-rank array with unit dims so it broadcasts partition-first."""
+    if a.ndim < len(shape):
+        return a.reshape(a.shape + (1,) * (len(shape) - a.ndim))
+    return a
+
+
+def check_oob(t: Tensor, mask: np.ndarray | None) -> None:
+    if not t._oob:
+        return
+    if mask is not None:
+        ix = [np.broadcast_to(a, t.shape) for a in t._ix]
+        bad = np.zeros(t.shape, dtype=bool)
+        for a, n in zip(ix, t._v.shape):
+            bad |= (a < 0) | (a >= n)
+        if not np.any(bad & np.broadcast_to(mask, t.shape)):
+            return
+    fail("err_tensor_access_out_of_bound", **t.oob_message_fields())
+
+
+def check_writable(t: Tensor) -> None:
+    if t._a.immutable:
+        fail("err_cannot_update_immutable_parameter", name=t._a.name)
+
+
+def new_result(ctx: KernelContext, shape, dtype, buf: Buf = Buf.SBUF) -> Tensor:
+    spec = SBUF_SPEC if buf == Buf.SBUF else PSUM_SPEC
+    return allocate(shape, dtype, spec, provisional=True, ctx=ctx, name="result")
+
+
+def finish(ctx: KernelContext, ins, out: Tensor, values, mask=None) -> Tensor:
+    """Write computed values (full mode) into the fresh result tile and make it retargetable."""
+    if values is not None:
+        v = execute.cast(np.asarray(values), out.dtype)
+        write(out, np.broadcast_to(_fit(v, out.shape), out.shape) if v.shape != out.shape else v, mask)
+    ctx.remember(ins, out, values)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# retargeting: dst[...] = <fresh result>, psum += <fresh matmul>
+
+
+def _retargetable(ctx: KernelContext, value) -> bool:
+    ref = ctx.last_result
+    return ref is not None and ref() is value and ctx.last_instr is not None
+
+
+def _retarget(ctx: KernelContext, dst: Tensor, accumulate: bool) -> None:
+    ins = ctx.last_instr
+    values = ctx.last_values
+    src_tile = ctx.last_result()
+    op = ins.op
+    engine = ins.engine
+    check_writable(dst)
+    if engine == Engine.DMA:
+        need_on_chip(dst, "dma_copy", "dst", (Buf.HBM, Buf.SBUF))
+    elif op == "nc_matmul" or (op == "nc_transpose" and engine == Engine.TENSOR):
+        need_on_chip(dst, op, "dst", (Buf.PSUM,))
+    elif engine == Engine.GPSIMD and dst._a.buf == Buf.PSUM:
+        fail("nkisim_gpsimd_psum", op=op, operand="dst")
+    elif dst._a.buf == Buf.HBM:
+        fail("err_unsupported_memory", operand="dst", op=op, expected="psum|sbuf", got="hbm")
+    n_dst = math.prod(dst.shape)
+    n_src = math.prod(src_tile.shape)
+    if n_dst != n_src:
+        if n_dst < n_src:
+            fail("err_store_dst_shape_smaller_than_other_shape", dst=list(dst.shape), src=list(src_tile.shape))
+        fail("nkisim_shape_mismatch", op=f"assignment from {op}", shapes=[list(dst.shape), list(src_tile.shape)],
+             detail="")
+    if op == "nc_matmul" or (op == "nc_transpose" and engine == Engine.TENSOR):
+        _check_psum_bank(ctx, dst, op)
+    ins.dsts = (dst.operand(),)
+    if accumulate and op == "nc_matmul":
+        ins.attrs["accumulate"] = True
+    ctx.pending = None
+    ctx.last_instr = None
+    ctx.last_result = None
+    ctx.last_values = None
+    if values is None:
+        return
+    vals = np.asarray(values)
+    if vals.shape != dst.shape:
+        vals = vals.reshape(dst.shape)
+    if op == "nc_matmul":
+        _psum_write(dst, vals, accumulate)
+    else:
+        write(dst, execute.cast(vals, dst.dtype))
+        if dst._a.buf == Buf.PSUM and op == "nc_transpose":
+            _acc_view(dst)[...] = True
+
+
+def _acc_view(t: Tensor) -> np.ndarray:
+    """The accumulation-group flags seen through the same view as ``t``."""
+    a = t._a
+    isz = t._v.itemsize
+    off = t._off // isz
+    flat = a.acc.reshape(-1)
+    return np.lib.stride_tricks.as_strided(flat[off:], shape=t._v.shape,
+                                           strides=tuple(s // isz for s in t._v.strides))
+
+
+def _psum_write(dst: Tensor, vals: np.ndarray, accumulate: bool) -> None:
+    """Matmul accumulation group semantics: the first write to a region overwrites, later ones add (fp32)."""
+    if dst._ix is not None or dst._a.acc is None:
+        write(dst, execute.cast(vals, dst.dtype))
+        return
+    flags = _acc_view(dst)
+    if accumulate:
+        old = dst._v.astype(F32)
+        new = np.where(flags, old + vals, vals)
+    else:
+        new = vals
+    dst._v[...] = execute.cast(np.asarray(new, dtype=F32), dst.dtype)
+    flags[...] = True
+
+
+def _check_psum_bank(ctx: KernelContext, dst: Tensor, op: str) -> None:
+    opnd = dst.operand()
+    bank = ctx.limits.psum_bank_bytes
+    r = opnd.region
+    if r.b_lo // bank != (r.b_hi - 1) // bank:
+        fail("nkisim_matmul_psum_bank", op=op, shape=list(dst.shape), nbytes=r.b_hi - r.b_lo, offset=r.b_lo,
+             bank=bank)
+
+
+def assign(dst: Tensor, value) -> None:
+    """``dst[idx] = value``: retarget a fresh result, or copy (Vector/DMA), or fill a scalar."""
+    ctx = current("tensor assignment")
+    if isinstance(value, Tensor):
+        if _retargetable(ctx, value):
+            _retarget(ctx, dst, accumulate=False)
+            return
+        ctx.settle()
+        if dst._a.buf == Buf.HBM or value._a.buf == Buf.HBM:
+            dma_copy(value, dst, via="assign", ctx=ctx)
+            return
+        tensor_copy(value, dtype=dst.dtype, engine=Engine.VECTOR, dst=dst, op_name="tensor_copy")
+        return
+    if isinstance(value, (int, float, np.number, bool)):
+        ctx.settle()
+        check_writable(dst)
+        memset_into(ctx, dst, value)
+        return
+    raise TypeError(f"cannot assign {type(value).__name__} to a tensor: use a tile, a scalar or an nki instruction")
+
+
+def accumulate(dst: Tensor, other) -> None:
+    """``dst += other``: joins a matmul accumulation group, else a VectorE add into dst."""
+    ctx = current("+=")
+    if isinstance(other, Tensor) and _retargetable(ctx, other) and ctx.last_instr.op == "nc_matmul":
+        _retarget(ctx, dst, accumulate=True)
+        return
+    ctx.settle()
+    tensor_tensor(dst, other, "add", dst=dst, nl_style=True)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# data movement
+
+
+def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_rmw_op: str | None = None,
+             ctx: KernelContext | None = None) -> None:
+    if ctx is None:
+        ctx = current("dma_copy")
+        ctx.settle()
+    src = need_tensor(src, "dma_copy", "src")
+    dst = need_tensor(dst, "dma_copy", "dst")
+    need_on_chip(src, "dma_copy", "src", (Buf.HBM, Buf.SBUF))
+    need_on_chip(dst, "dma_copy", "dst", (Buf.HBM, Buf.SBUF))
+    check_writable(dst)
+    n_src = math.prod(src.shape)
+    n_dst = math.prod(dst.shape)
+    if n_src != n_dst:
+        fail("nkisim_dma_element_mismatch", src=list(src.shape), dst=list(dst.shape))
+    for t in (src, dst):
+        if t._a.buf == Buf.SBUF:
+            check_partitions(t, ctx.limits.pmax)
+    m = mask_values(mask, dst.shape)
+    check_oob(src, mask_values(mask, src.shape) if src._oob else None)
+    check_oob(dst, m)
+    nbytes = n_dst * dst.dtype.itemsize
+    ins = ctx.emit("dma_copy", Engine.DMA, (src,), (dst,),
+                   {"bytes": nbytes, "via": via, "cast": src.dtype != dst.dtype})
+    if dst_rmw_op is not None:
+        ins.attrs["rmw"] = dst_rmw_op
+    if ctx.full:
+        vals = read(src)
+        if vals.shape != dst.shape:
+            vals = vals.reshape(dst.shape)
+        if dst_rmw_op is not None:
+            vals = execute.alu(dst_rmw_op, execute.to_f32(read(dst)), execute.to_f32(vals))
+        elif vals.dtype != dst.dtype:
+            vals = execute.to_f32(vals)
+        write(dst, execute.cast(np.asarray(vals), dst.dtype), m)
+
+
+def load(src: Tensor, *, mask=None, dtype=None, transpose: bool = False) -> Tensor:
+    ctx = current("load")
+    ctx.settle()
+    src = need_tensor(src, "load", "src")
+    if src._a.buf != Buf.HBM:
+        fail("err_unsupported_memory", operand="src", op="load", expected="hbm", got=BUF_NAMES[src._a.buf])
+    shape = src.shape
+    if transpose:
+        if len(shape) != 2:
+            fail("err_exceed_max_supported_dimension", param=shape_str(src, "src"), op="load_transpose2d",
+                 limit=2)
+        shape = (shape[1], shape[0])
+    if not shape:
+        shape = (1,)
+    if shape[0] > ctx.limits.pmax:
+        fail("err_num_partition_exceed_arch_limit", n=shape[0], limit=ctx.limits.pmax)
+    dt = dtypes.to_dtype(dtype) if dtype is not None else src.dtype
+    out = new_result(ctx, shape, dt)
+    m = mask_values(mask, out.shape)
+    check_oob(src, mask_values(mask, src.shape) if src._oob else None)
+    ins = ctx.emit("dma_copy", Engine.DMA, (src,), (out,),
+                   {"bytes": math.prod(shape) * dt.itemsize, "via": "load_transpose2d" if transpose else "load",
+                    "cast": dt != src.dtype})
+    values = None
+    if ctx.full:
+        v = read(src)
+        if transpose:
+            v = v.T
+        values = execute.to_f32(v) if dt != src.dtype else v
+        values = values.reshape(shape)
+    return finish(ctx, ins, out, values, m)
+
+
+def store(dst: Tensor, value, *, mask=None) -> None:
+    ctx = current("store")
+    ctx.settle()
+    dst = need_tensor(dst, "store", "dst")
+    if dst._a.buf != Buf.HBM:
+        fail("err_unsupported_memory", operand="dst", op="store", expected="hbm", got=BUF_NAMES[dst._a.buf])
+    value = need_tensor(value, "store", "value")
+    if value._a.buf == Buf.PSUM:
+        # nl.store of a PSUM tile inserts a copy to SBUF first (nki.language.store docstring)
+        value = tensor_copy(value)
+        ctx.settle()
+    dma_copy(value, dst, via="store", mask=mask, ctx=ctx)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# TensorE
+
+
+_MATMUL_DTYPES = {"float8_e4m3", "float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32"}
+
+
+def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False, mask=None,
+              op_name: str = "nc_matmul") -> Tensor:
+    ctx = current(op_name)
+    ctx.settle()
+    stationary = need_tensor(stationary, op_name, "stationary")
+    moving = need_tensor(moving, op_name, "moving")
+    need_on_chip(stationary, op_name, "stationary", (Buf.SBUF,))
+    need_on_chip(moving, op_name, "moving", (Buf.SBUF,))
+    lim = ctx.limits
+    k1 = check_partitions(stationary, lim.pmax)
+    k2 = check_partitions(moving, lim.pmax)
+    if k1 != k2:
+        fail("err_num_partition_mismatch", params=f"{shape_str(stationary, 'stationary')}, "
+             f"{shape_str(moving, 'moving')}", op=op_name)
+    m = free_of(stationary)
+    n = free_of(moving)
+    if m > lim.gemm_stationary_fmax:
+        fail("nkisim_matmul_stationary_fmax", m=m, limit=lim.gemm_stationary_fmax, shape=list(stationary.shape))
+    if n > lim.gemm_moving_fmax:
+        fail("nkisim_matmul_moving_fmax", n=n, limit=lim.gemm_moving_fmax, shape=list(moving.shape))
+    d1, d2 = stationary.dtype.name, moving.dtype.name
+    for d, who in ((d1, "stationary"), (d2, "moving")):
+        if d not in _MATMUL_DTYPES:
+            fail("nkisim_matmul_dtype", detail=f"{who} dtype {d} is not supported (fp8/bf16/fp16/tf32/fp32)")
+    if (d1 == "float32") != (d2 == "float32"):
+        fail("nkisim_matmul_dtype", detail=f"fp32/tf32 operands must pair with fp32/tf32, got {d1} and {d2}")
+    out_shape = (m,) + tuple(moving.shape[1:]) if moving.ndim > 1 else (m, 1)
+    out = new_result(ctx, out_shape, F32, Buf.PSUM)
+    _check_psum_bank(ctx, out, op_name)
+    ins = ctx.emit("nc_matmul", Engine.TENSOR, (stationary, moving), (out,),
+                   {"K": k1, "M": m, "N": n, "accumulate": False, "is_transpose": bool(is_transpose)})
+    values = None
+    if ctx.full:
+        s = execute.to_f32(read(stationary)).reshape(k1, m)
+        mv = execute.to_f32(read(moving)).reshape(k1, n)
+        values = (s.T @ mv).reshape(out_shape)
+    if values is not None:
+        _psum_write(out, values, False)
+    ctx.remember(ins, out, values)
+    return out
+
+
+def nc_transpose(data: Tensor, *, engine: Engine = Engine.UNKNOWN, dtype=None, mask=None,
+                 op_name: str = "nc_transpose") -> Tensor:
+    ctx = current(op_name)
+    ctx.settle()
+    data = need_tensor(data, op_name, "data")
+    p = parts_of(data)
+    f = free_of(data)
+    lim = ctx.limits
+    if engine == Engine.UNKNOWN:
+        engine = Engine.TENSOR if (p > lim.vector_transpose_max or f > lim.vector_transpose_max
+                                   or data._a.buf == Buf.SBUF) else Engine.VECTOR
+    limit = lim.pmax if engine == Engine.TENSOR else lim.vector_transpose_max
+    if p > limit or f > limit:
+        fail("nkisim_transpose_limit", engine=ENGINE_LABEL.get(engine, str(engine)), shape=list(data.shape),
+             limit=limit)
+    if engine == Engine.TENSOR:
+        need_on_chip(data, op_name, "data", (Buf.SBUF,))
+        if ctx.direct_alloc:
+            fail("err_transpose_on_tensor_engine_not_allowed_in_allocated_kernel", op=op_name)
+        out_buf = Buf.PSUM
+    else:
+        need_on_chip(data, op_name, "data")
+        out_buf = Buf.SBUF
+    dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
+    out = new_result(ctx, (f, p), dt, out_buf)
+    ins = ctx.emit("nc_transpose", engine, (data,), (out,), {"P": p, "F": f})
+    values = execute.to_f32(read(data)).reshape(p, f).T if ctx.full else None
+    out = finish(ctx, ins, out, values)
+    if ctx.full and out_buf == Buf.PSUM:
+        _acc_view(out)[...] = True
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Vector / Scalar / GpSimd
+
+
+def _engine_checks(op: str, engine: Engine, tiles, ctx: KernelContext) -> None:
+    lim = ctx.limits
+    for t, name in tiles:
+        need_on_chip(t, op, name)
+        if engine == Engine.GPSIMD and t._a.buf == Buf.PSUM:
+            fail("nkisim_gpsimd_psum", op=op, operand=name)
+        n = free_of(t)
+        cap = lim.vector_psum_fmax if t._a.buf == Buf.PSUM else lim.vector_sbuf_fmax
+        if n > cap:
+            fail("nkisim_free_size_limit", op=op, n=n, buffer=BUF_NAMES[t._a.buf], limit=cap)
+        check_partitions(t, lim.pmax)
+
+
+def _align(op: str, a: Tensor, b: Tensor, allow_partition_broadcast: bool):
+    """Partition-first operand alignment of two tiles; returns (output shape, b reshaper)."""
+    pa, pb = parts_of(a), parts_of(b)
+    if pa != pb and not (allow_partition_broadcast and (pa == 1 or pb == 1)):
+        fail("err_num_partition_mismatch", params=f"{shape_str(a, 'data1')}, {shape_str(b, 'data2')}", op=op)
+    fa, fb = free_of(a), free_of(b)
+    sa, sb = a.shape, b.shape
+    if sa == sb:
+        return sa, None
+    if fb == fa and pa == pb:
+        return sa, sa
+    if fa == fb == 1 or (fb == 1 and pa == pb):
+        return sa, (pb,) + (1,) * (len(sa) - 1)
+    if fa == 1 and pa == pb:
+        return sb, "swap"
+    # numpy broadcasting after right-padding the lower-rank shape (partition-first alignment)
+    ra = sa + (1,) * (len(sb) - len(sa))
+    rb = sb + (1,) * (len(sa) - len(sb))
+    try:
+        out = np.broadcast_shapes(ra, rb)
+    except ValueError:
+        fail("nkisim_shape_mismatch", op=op, shapes=[list(sa), list(sb)], detail="")
+    return tuple(out), "pad"
+
+
+def _vals(t, shape=None):
+    v = execute.to_f32(read(t))
+    if shape is not None and v.shape != tuple(shape):
+        v = _fit(v, shape)
+    return v
+
+
+def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = Engine.UNKNOWN, mask=None,
+                  dst: Tensor | None = None, nl_style: bool = False, op_name: str = "tensor_tensor") -> Tensor:
+    ctx = current(op_name)
+    ctx.settle()
+    a = need_tensor(data1, op_name, "data1")
+    b = need_tensor(data2, op_name, "data2")
+    if engine == Engine.UNKNOWN:
+        engine = Engine.GPSIMD if op == "power" else Engine.VECTOR
+    _engine_checks(op_name, engine, [(a, "data1"), (b, "data2")], ctx)
+    if a._a.buf == Buf.PSUM and b._a.buf == Buf.PSUM:
+        fail("nkisim_two_inputs_in_psum", op=op_name)
+    out_shape, how = _align(op_name, a, b, nl_style)
+    if how == "swap":
+        out_shape = b.shape
+    out_dt = dtypes.to_dtype(dtype) if dtype is not None else dtypes.promote(a.dtype, b.dtype)
+    if op in ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal") and dtype is None \
+            and nl_style:
+        out_dt = np.dtype(np.uint8)
+    if dst is None:
+        out = new_result(ctx, out_shape, out_dt)
+    else:
+        out = dst
+        check_writable(out)
+        if math.prod(out.shape) < math.prod(out_shape):
+            fail("err_store_dst_shape_smaller_than_other_shape", dst=list(out.shape), src=list(out_shape))
+    m = mask_values(mask, out.shape)
+    ins = ctx.emit("tensor_tensor", engine, (a, b), (out,), {"alu": op})
+    values = None
+    if ctx.full:
+        va, vb = _vals(a), _vals(b)
+        if how == "swap":
+            va = va.reshape((parts_of(a),) + (1,) * (len(out_shape) - 1))
+        elif how == "pad":
+            va, vb = _fit(va, out_shape), _fit(vb, out_shape)
+        elif how is not None:
+            vb = vb.reshape(how)
+        values = execute.alu(op, va, vb)
+        if values.shape != tuple(out_shape):
+            values = np.broadcast_to(values, out_shape)
+        if out.shape != tuple(out_shape):
+            values = np.asarray(values).reshape(out.shape)
+    if dst is not None:
+        if values is not None:
+            write(out, execute.cast(np.asarray(values), out.dtype), m)
+        return out
+    return finish(ctx, ins, out, values, m)
+
+
+def _scalar_operand(ctx, op: str, data: Tensor, x, name: str):
+    """A tensor_scalar/activation operand: python scalar or a (P, 1) / (P,) vector tile."""
+    if x is None or isinstance(x, (int, float, np.number, bool)):
+        return x, None
+    x = need_tensor(x, op, name)
+    need_on_chip(x, op, name)
+    p = parts_of(data)
+    if parts_of(x) != p or free_of(x) != 1:
+        fail("nkisim_scalar_operand_shape", op=op, operand=name, p=p, shape=list(x.shape))
+    return x, x
+
+
+def tensor_scalar(data, op0: str, operand0, reverse0: bool = False, op1: str | None = None, operand1=None,
+                  reverse1: bool = False, *, dtype=None, engine: Engine = Engine.UNKNOWN, mask=None,
+                  op_name: str = "tensor_scalar") -> Tensor:
+    ctx = current(op_name)
+    ctx.settle()
+    data = need_tensor(data, op_name, "data")
+    if engine == Engine.UNKNOWN:
+        engine = Engine.VECTOR
+    _engine_checks(op_name, engine, [(data, "data")], ctx)
+    if (op1 is None) != (operand1 is None):
+        fail("nkisim_bad_argument", op=op_name, detail="op1 and operand1 must be given together")
+    o0, t0 = _scalar_operand(ctx, op_name, data, operand0, "operand0")
+    o1, t1 = _scalar_operand(ctx, op_name, data, operand1, "operand1")
+    srcs = [data] + [t for t in (t0, t1) if t is not None]
+    out_dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
+    out = new_result(ctx, data.shape, out_dt)
+    m = mask_values(mask, out.shape)
+    attrs = {"alu0": op0}
+    if op1 is not None:
+        attrs["alu1"] = op1
+    ins = ctx.emit("tensor_scalar", engine, srcs, (out,), attrs)
+    values = None
+    if ctx.full:
+        v = _vals(data)
+        pshape = (parts_of(data),) + (1,) * (data.ndim - 1)
+        for opx, ox, rev in ((op0, o0, reverse0), (op1, o1, reverse1)):
+            if opx is None:
+                continue
+            s = _vals(ox).reshape(pshape) if isinstance(ox, Tensor) else np.float32(ox)
+            v = execute.alu(opx, s, v) if rev else execute.alu(opx, v, s)
+        values = v
+    return finish(ctx, ins, out, values, m)
+
+
+def tensor_copy(src, *, dtype=None, engine: Engine = Engine.UNKNOWN, mask=None, dst: Tensor | None = None,
+                op_name: str = "tensor_copy", shape=None) -> Tensor:
+    ctx = current(op_name)
+    ctx.settle()
+    src = need_tensor(src, op_name, "src")
+    if engine == Engine.UNKNOWN:
+        engine = Engine.VECTOR
+    _engine_checks(op_name, engine, [(src, "src")], ctx)
+    out_dt = dtypes.to_dtype(dtype) if dtype is not None else src.dtype
+    target_shape = tuple(shape) if shape is not None else src.shape
+    if dst is None:
+        out = new_result(ctx, target_shape, out_dt)
+    else:
+        out = dst
+        check_writable(out)
+        if dst._a.buf == Buf.PSUM and engine == Engine.GPSIMD:
+            fail("nkisim_gpsimd_psum", op=op_name, operand="dst")
+        if math.prod(out.shape) < math.prod(src.shape):
+            fail("err_store_dst_shape_smaller_than_other_shape", dst=list(out.shape), src=list(src.shape))
+    m = mask_values(mask, out.shape)
+    ins = ctx.emit("tensor_copy", engine, (src,), (out,), {})
+    values = None
+    if ctx.full:
+        v = read(src)
+        if v.dtype != out.dtype:
+            v = execute.to_f32(v)
+        if v.shape != out.shape:
+            if v.size == math.prod(out.shape):
+                v = v.reshape(out.shape)
+            else:
+                try:
+                    v = np.broadcast_to(_fit(v, out.shape), out.shape)
+                except ValueError:
+                    fail("nkisim_shape_mismatch", op=op_name, shapes=[list(src.shape), list(out.shape)], detail="")
+        values = v
+    if dst is not None:
+        if values is not None:
+            write(out, execute.cast(np.asarray(values), out.dtype), m)
+        return out
+    return finish(ctx, ins, out, values, m)
+
+
+def tensor_reduce(op: str, data, axis, *, negate: bool = False, keepdims: bool = False, dtype=None, mask=None,
+                  op_name: str = "tensor_reduce") -> Tensor:
+    ctx = current(op_name)
+    ctx.settle()
+    data = need_tensor(data, op_name, "data")
+    _engine_checks(op_name, Engine.VECTOR, [(data, "data")], ctx)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    nd = data.ndim
+    norm = []
+    for ax in axes:
+        ax = int(ax)
+        if ax < 0:
+            ax += nd
+        if ax == 0 or not 0 < ax < nd:
+            fail("nkisim_reduce_partition_axis", op=op_name, axis=axis)
+        norm.append(ax)
+    if op not in execute.REDUCE:
+        fail("nkisim_bad_argument", op=op_name, detail=f"'{op}' is not a reduction operator")
+    out_shape = tuple(1 if i in norm else d for i, d in enumerate(data.shape)) if keepdims else \
+        tuple(d for i, d in enumerate(data.shape) if i not in norm)
+    if len(out_shape) == 1:
+        out_shape = out_shape  # (P,) result of a full free-axis reduction
+    out_dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
+    out = new_result(ctx, out_shape, out_dt)
+    ins = ctx.emit("tensor_reduce", Engine.VECTOR, (data,), (out,), {"alu": op, "axes": tuple(norm)})
+    values = None
+    if ctx.full:
+        v = _vals(data)
+        values = execute.REDUCE[op](v, axis=tuple(norm), keepdims=keepdims)
+        values = np.asarray(values, dtype=v.dtype if v.dtype.kind in "iub" else F32)
+        if negate:
+            values = -values
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, reduce_op=None,
+               reduce_res: Tensor | None = None, op_name: str = "activation") -> Tensor:
+    ctx = current(op_name)
+    ctx.settle()
+    data = need_tensor(data, op_name, "data")
+    _engine_checks(op_name, Engine.SCALAR, [(data, "data")], ctx)
+    if func not in execute.ACTIVATION:
+        fail("nkisim_bad_argument", op=op_name, detail=f"'{func}' is not an activation function")
+    sc, ts = _scalar_operand(ctx, op_name, data, scale, "scale")
+    bi, tb = _scalar_operand(ctx, op_name, data, bias, "bias")
+    srcs = [data] + [t for t in (ts, tb) if t is not None]
+    out_dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
+    out = new_result(ctx, data.shape, out_dt)
+    ins = ctx.emit("activation", Engine.SCALAR, srcs, (out,), {"func": func,
+                                                                "reduce": reduce_res is not None})
+    values = None
+    if ctx.full:
+        v = _vals(data)
+        pshape = (parts_of(data),) + (1,) * (data.ndim - 1)
+        s = _vals(sc).reshape(pshape) if isinstance(sc, Tensor) else np.float32(sc if sc is not None else 1.0)
+        b = _vals(bi).reshape(pshape) if isinstance(bi, Tensor) else np.float32(bi or 0.0)
+        values = execute.activation(func, v * s + b)
+    out = finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    if reduce_res is not None and ctx.full:
+        red = execute.REDUCE[reduce_op or "add"](
+            values.reshape(parts_of(data), -1), axis=1, keepdims=True)
+        write(reduce_res, execute.cast(red.reshape(reduce_res.shape), reduce_res.dtype))
+    return out
+
+
+def memset_into(ctx: KernelContext, dst: Tensor, value, engine: Engine = Engine.VECTOR) -> Tensor:
+    need_on_chip(dst, "memset", "dst")
+    ins = ctx.emit("memset", engine, (), (dst,), {"value": float(value)})
+    if ctx.full:
+        write(dst, execute.cast(np.asarray(value, dtype=F32 if dtypes.is_float(dst.dtype) else np.int64),
+                                dst.dtype))
+    del ins
+    return dst
+
+
+def memset(shape, value, dtype, *, engine: Engine = Engine.UNKNOWN, mask=None) -> Tensor:
+    ctx = current("memset")
+    ctx.settle()
+    from nkisim.core.tensor import parse_shape
+
+    dims, _ = parse_shape(shape)  # memset ignores par_dim: the first dimension is the partition dimension
+    if engine == Engine.UNKNOWN:
+        engine = Engine.VECTOR
+    out = new_result(ctx, dims, dtypes.to_dtype(dtype))
+    check_partitions(out, ctx.limits.pmax)
+    ins = ctx.emit("memset", engine, (), (out,), {"value": float(value)})
+    values = np.full(dims, value, dtype=F32 if dtypes.is_float(out.dtype) else np.int64) if ctx.full else None
+    return finish(ctx, ins, out, values, mask_values(mask, dims))
+
+
+def iota(expr, dtype, *, mask=None) -> Tensor:
+    from nkisim.core.indexing import IndexExpr
+
+    ctx = current("iota")
+    ctx.settle()
+    if isinstance(expr, IndexExpr):
+        vals = expr.values
+    elif isinstance(expr, (tuple, list)):
+        raise TypeError("iota takes one nl.arange expression")
+    else:
+        vals = np.asarray(int(expr)).reshape(1, 1)
+    if vals.ndim == 1:
+        fail("err_1d_arange_not_supported", name="iota")
+    out = new_result(ctx, vals.shape, dtypes.to_dtype(dtype))
+    check_partitions(out, ctx.limits.pmax)
+    ins = ctx.emit("iota", Engine.GPSIMD, (), (out,), {})
+    values = vals.astype(np.int32).astype(F32) if ctx.full and dtypes.is_float(out.dtype) else (
+        vals.astype(np.int64) if ctx.full else None)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def hbm_tensor(shape, dtype, kind=HBM_SPEC, name: str = "") -> Tensor:
+    return allocate(shape, dtype, kind, name=name)

@@ -1,0 +1,181 @@
+"""The constraint catalogue: every rule nkisim enforces, with its code, wording and source.
+
+Codes starting with ``err_`` are the Neuron compiler's own error codes (nki.errors, SDK 2.26) and use its
+wording; the ``nkisim_`` codes are hardware limits the docs state without an official error text.  The docs and
+the tests list the rules from this one table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ERRORS_URL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/nki/api/nki.errors.html"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    code: str
+    template: str
+    source: str
+    official: bool  # True when ``code`` and the wording are the Neuron compiler's
+
+
+class NKIError(ValueError):
+    """A kernel broke an NKI or hardware rule.  ``code`` names the rule in :data:`RULES`."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class NKICapacityError(NKIError, MemoryError):
+    """SBUF or PSUM over-subscription (the compiler's allocator fails; GCA035 on hardware)."""
+
+
+def _r(code: str, template: str, source: str) -> Rule:
+    return Rule(code, template, source, official=code.startswith("err_"))
+
+
+_RULE_LIST = [
+    # --- official compiler errors (nki.errors @2.26; wording from the docs and students' logs) ---
+    _r("err_num_partition_exceed_arch_limit",
+       "number of partitions {n} exceed architecture limitation of {limit}",
+       "nki.errors; ValueError text seen on trn2 (shared/nki-api.md 2.3)"),
+    _r("err_num_partition_mismatch",
+       "number of partitions (dimension 0 size of a tile) mismatch in parameters ({params}) of '{op}'",
+       "nki.errors"),
+    _r("err_size_of_dimension_exceed_arch_limit",
+       "size of dimension {dim} in '{param}' of '{op}' exceed architecture limitation of {limit}.",
+       "nki.errors"),
+    _r("err_exceed_max_supported_dimension",
+       "parameter '{param}' of '{op}' exceed max supported number of dimensions of {limit}.",
+       "nki.errors"),
+    _r("err_unsupported_memory",
+       "Expected operand '{operand}' of '{op}' to be in address space '{expected}', but got a tile in '{got}' "
+       "instead.",
+       "nki.errors; nki.isa memory rules (dma_copy: HBM/SBUF only; nc_matmul: SBUF in, PSUM out)"),
+    _r("err_store_dst_shape_smaller_than_other_shape",
+       "Illegal assignment destination shape in 'a = b': shape {dst} of parameter 'a' is smaller than other "
+       "parameter shapes b{src}.",
+       "nki.errors"),
+    _r("err_tensor_access_out_of_bound",
+       "Out-of-bound access for tensor `{name}` on dimension {dim}: index range [{lo}, {hi}] exceed dimension "
+       "size of {size}",
+       "nki.errors"),
+    _r("err_failed_to_infer_tile_from_local_tensor",
+       "Failed to infer tile from tensor '{name}', the first dimension of a tile must be the partition "
+       "dimension; index away the block dimensions first",
+       "nki.errors"),
+    _r("err_1d_arange_not_supported",
+       "indexing tensor `{name}` with 1d arange is not supported, use nl.arange(n)[:, None] or "
+       "nl.arange(n)[None, :]",
+       "nki.errors"),
+    _r("err_unsupported_mixing_basic_advanced_tensor_indexing",
+       "Mixing basic tensor indexing and advanced tensor indexing is not supported.",
+       "nki.errors"),
+    _r("err_cannot_assign_to_index",
+       "'index' tensor does not support item assignment",
+       "nki.errors"),
+    _r("err_control_flow_condition_depending_on_arange",
+       "Control-flow depending on `nl.arange` or `nl.mgrid` is not supported",
+       "nki.errors"),
+    _r("err_dynamic_control_flow_not_supported",
+       "dynamic control-flow depending on tensor value is not supported.",
+       "nki.errors"),
+    _r("err_ambiguous_tensor_truth_value",
+       "The truth value of an array with more than one element is ambiguous",
+       "nki.errors"),
+    _r("err_cannot_update_immutable_parameter",
+       "Cannot update immutable parameter '{name}': kernel inputs are read-only; write results into a new "
+       "nl.ndarray(..., buffer=nl.hbm) and return it",
+       "nki.errors"),
+    _r("err_hbm_tensor_with_init_value_not_supported",
+       "Creating HBM tensor with init value is not supported.",
+       "nki.errors @2.26"),
+    _r("err_shared_hbm_must_in_kernel_level",
+       "shared_hbm buffer can only be created top level kernel scope",
+       "nki.errors"),
+    _r("err_nki_api_outside_of_nki_kernel",
+       "Calling NKI API outside of NKI kernels is not supported. ({api})",
+       "nki.errors"),
+    _r("err_transpose_on_tensor_engine_not_allowed_in_allocated_kernel",
+       "'{op}' on the Tensor Engine is not allowed in a kernel with direct allocation",
+       "nki.errors @2.26; nki_direct_allocation_guide.rst"),
+    _r("err_tensor_output_not_written_to",
+       "output tensor '{name}' returned by the kernel is never written to",
+       "nki.errors"),
+    # --- hardware limits stated in the ISA reference / architecture guides ---
+    _r("nkisim_matmul_stationary_fmax",
+       "nc_matmul: stationary free size {m} exceeds gemm_stationary_fmax {limit} (stationary {shape})",
+       "nki.isa.nc_matmul; tile_size.gemm_stationary_fmax"),
+    _r("nkisim_matmul_moving_fmax",
+       "nc_matmul: moving free size {n} exceeds gemm_moving_fmax {limit} (moving {shape})",
+       "nki.isa.nc_matmul; tile_size.gemm_moving_fmax"),
+    _r("nkisim_matmul_psum_bank",
+       "{op}: output {shape} ({nbytes} bytes per partition at offset {offset}) must lie within one {bank} "
+       "byte PSUM bank",
+       "trainium arch guide: one MultiplyMoving writes exactly one 2 KiB PSUM bank"),
+    _r("nkisim_matmul_dtype",
+       "nc_matmul: {detail}",
+       "nki.isa.nc_matmul: fp8/bf16/fp16/tf32/fp32 inputs; fp32/tf32 must pair with fp32/tf32"),
+    _r("nkisim_transpose_limit",
+       "nc_transpose on {engine}: input {shape} exceeds the {limit}x{limit} limit of that engine",
+       "nki.isa.nc_transpose: Tensor Engine <= [128,128], Vector Engine <= [32,32]"),
+    _r("nkisim_gpsimd_psum",
+       "{op}: GpSimd Engine cannot access PSUM (operand '{operand}' is in psum)",
+       "trainium arch guide; nki.isa tensor_copy/tensor_tensor"),
+    _r("nkisim_two_inputs_in_psum",
+       "{op}: the two input tensors cannot both be in PSUM",
+       "nki.isa.tensor_tensor"),
+    _r("nkisim_shape_mismatch",
+       "{op}: operand shapes {shapes} are not compatible{detail}",
+       "nki.isa elementwise ops: same partition size and elements per partition, or a (P, 1) operand"),
+    _r("nkisim_dtype_not_supported",
+       "{op}: dtype {dtype} is not supported for operand '{operand}'{detail}",
+       "nki.isa per-instruction dtype lists"),
+    _r("nkisim_dma_element_mismatch",
+       "dma_copy: source {src} and destination {dst} must have the same number of elements",
+       "nki.isa.dma_copy"),
+    _r("nkisim_free_size_limit",
+       "{op}: {n} elements per partition from {buffer} exceeds the engine limit of {limit}",
+       "trainium arch guide: Vector/Scalar free size <= 64K elements (SBUF), 4K (PSUM)"),
+    _r("nkisim_reduce_partition_axis",
+       "{op}: cannot reduce along the partition axis (axis 0); reduce free axes only (got axis={axis})",
+       "nki.isa.tensor_reduce"),
+    _r("nkisim_scalar_operand_shape",
+       "{op}: operand {operand} must be a scalar or a per-partition vector of shape ({p}, 1), got {shape}",
+       "nki.isa.tensor_scalar / activation"),
+    _r("nkisim_hbm_opaque",
+       "HBM tensor '{name}' lives in device memory: kernel code cannot read or compute on it on the host "
+       "({action}). Move data on-chip with nisa.dma_copy(src=..., dst=...) or nl.load(...) first",
+       "NKI programming model: compute engines only address SBUF/PSUM"),
+    _r("nkisim_reshape",
+       "reshape of '{name}' {shape} to {new}: {detail}",
+       "nki tensor.reshape"),
+    _r("nkisim_sbuf_capacity",
+       "SBUF over-subscribed on {target}: {peak} bytes per partition live, capacity {capacity} bytes per "
+       "partition. Largest live tiles: {tiles}",
+       "SBUF 192 KiB (trn1) / 224 KiB (trn2) per partition minus the compiler reserve (tile_size)"),
+    _r("nkisim_psum_capacity",
+       "PSUM over-subscribed on {target}: {peak} bytes per partition live ({banks} banks of 2 KiB), capacity "
+       "{capacity} bytes per partition (8 banks). Largest live tiles: {tiles}",
+       "PSUM 16 KiB per partition = 8 banks x 2 KiB (trainium arch guides)"),
+    _r("nkisim_direct_alloc",
+       "direct allocation: {detail}",
+       "nki.compiler.sbuf.mod_alloc; nki_direct_allocation_guide.rst"),
+    _r("nkisim_bad_argument",
+       "{op}: {detail}",
+       "nki API signatures"),
+]
+
+RULES: dict[str, Rule] = {rule.code: rule for rule in _RULE_LIST}
+
+
+def fail(code: str, **fields) -> None:
+    """Raise the catalogue error ``code`` with its message filled in."""
+    rule = RULES[code]
+    message = rule.template.format(**fields)
+    if rule.official:
+        message += f". Info on how to fix: {ERRORS_URL}#{code.replace('_', '-')}"
+    cls = NKICapacityError if code in ("nkisim_sbuf_capacity", "nkisim_psum_capacity") else NKIError
+    raise cls(code, message)

@@ -1,0 +1,242 @@
+"""Kernel runs: the active context, allocation, instruction emission and ``run_kernel``.
+
+Each front-end call goes through :func:`current` (the running kernel), :func:`allocate` (storage with liveness
+and capacity) and :meth:`KernelContext.emit` (append the :class:`Instr` to the trace).  Values are computed by
+the caller only when ``ctx.full`` is true, so timing-only runs produce the same trace without the arithmetic.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from nkisim.core import config, dtypes
+from nkisim.core.instr import Buf, Engine, Instr, Trace
+from nkisim.core.memory import Allocation, MemoryTracker, make_storage
+from nkisim.core.rules import fail
+from nkisim.core.tensor import Tensor, parse_shape
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_STACK: list[KernelContext] = []
+
+
+def _user_frame():
+    """The innermost frame outside nkisim: the kernel statement being executed."""
+    f = sys._getframe(2)
+    pkg = _PKG_DIR
+    while f is not None and f.f_code.co_filename.startswith(pkg):
+        f = f.f_back
+    return f
+
+
+class KernelContext:
+    """State of one kernel run: trace, memory tracker, the last retargetable result."""
+
+    def __init__(self, target: str | None, mode: str, name: str) -> None:
+        if mode not in ("full", "timing"):
+            raise ValueError(f"mode must be 'full' or 'timing', not {mode!r}")
+        self.target = config.normalize_target(target)
+        self.limits = config.limits(self.target)
+        self.full = mode == "full"
+        self.trace = Trace(self.target, name)
+        self.mem = MemoryTracker(self.limits, self.target)
+        self.pending: weakref.ref | None = None  # provisional result allocation, charged at the next call
+        self.last_instr: Instr | None = None
+        self.last_result: weakref.ref | None = None
+        self.last_values: np.ndarray | None = None
+        self.direct_alloc: bool | None = None
+        self.sbuf_arena = None
+        self._where: dict = {}
+        self.depth = 0
+
+    # ---- bookkeeping shared by every front-end call -----------------------------------------------------
+    def settle(self) -> None:
+        """Charge the previous call's result tile if the kernel kept it (it was not assigned elsewhere)."""
+        ref = self.pending
+        if ref is not None:
+            self.pending = None
+            alloc = ref()
+            if alloc is not None:
+                self.mem.charge(alloc)
+        self.last_instr = None
+        self.last_result = None
+        self.last_values = None
+
+    def where(self) -> tuple[str, object]:
+        f = _user_frame()
+        if f is None:
+            return "?", None
+        key = (f.f_code, f.f_lineno)
+        w = self._where.get(key)
+        if w is None:
+            w = self._where[key] = f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}"
+        return w, key
+
+    def emit(self, op: str, engine: Engine, srcs, dsts, attrs: dict | None = None, where: str | None = None
+             ) -> Instr:
+        if where is None:
+            where = self.where()[0]
+        instrs = self.trace.instrs
+        ins = Instr(len(instrs), op, engine, tuple(t.operand() for t in srcs), tuple(t.operand() for t in dsts),
+                    attrs if attrs is not None else {}, where)
+        instrs.append(ins)
+        return ins
+
+    def remember(self, ins: Instr, result: Tensor, values) -> None:
+        """Make ``result`` retargetable: ``dst[...] = result`` rewrites the instruction's destination."""
+        self.last_instr = ins
+        self.last_result = weakref.ref(result)
+        self.last_values = values
+        self.pending = weakref.ref(result._a)
+
+
+def current(api: str = "") -> KernelContext:
+    if not _STACK:
+        fail("err_nki_api_outside_of_nki_kernel", api=api or "nki API")
+    return _STACK[-1]
+
+
+def active() -> KernelContext | None:
+    return _STACK[-1] if _STACK else None
+
+
+class BufferSpec:
+    """A memory space argument (nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm, ncc.sbuf.mod_alloc(...))."""
+
+    __slots__ = ("kind", "name", "direct")
+
+    def __init__(self, kind: Buf, name: str, direct=None) -> None:
+        self.kind = kind
+        self.name = name
+        self.direct = direct
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+
+def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=None, provisional: bool = False,
+             ctx: KernelContext | None = None, site=None) -> Tensor:
+    """Create a tensor in ``buffer``; on-chip tensors are checked against the partition limit and capacity."""
+    if ctx is None:
+        ctx = current("nl.ndarray")
+    if buffer is None:
+        buffer = SBUF_SPEC
+    elif not isinstance(buffer, BufferSpec):
+        raise TypeError(f"buffer must be nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm or nl.private_hbm, not {buffer!r}")
+    dims, pdim = parse_shape(shape)
+    dt = dtypes.to_dtype(dtype if dtype is not None else np.float32)
+    kind = buffer.kind
+    if site is None:
+        _, site = ctx.where()
+    if kind == Buf.HBM:
+        if fill is not None and not provisional:
+            fail("err_hbm_tensor_with_init_value_not_supported")
+        base, view = make_storage(dims, 0, dt, fill, not ctx.full)
+        alloc = Allocation(Buf.HBM, base, ctx.mem.new_phys(), None, name or "hbm", 0, None)
+        return Tensor(alloc, view, 0, off=0)
+    if not dims:
+        raise ValueError("on-chip tensors need at least one dimension (the partition dimension)")
+    parts = dims[pdim]
+    if parts > ctx.limits.pmax:
+        fail("err_num_partition_exceed_arch_limit", n=parts, limit=ctx.limits.pmax)
+    bytes_pp = dt.itemsize
+    for i, d in enumerate(dims):
+        if i != pdim:
+            bytes_pp *= d
+    if buffer.direct is not None:
+        return buffer.direct.place(ctx, dims, pdim, dt, name, bytes_pp)
+    if kind == Buf.SBUF and not provisional:
+        if ctx.direct_alloc is True:
+            fail("nkisim_direct_alloc", detail="automatic (nl.sbuf) and direct (ncc.sbuf.mod_alloc) allocation "
+                 "cannot be mixed in one kernel")
+        ctx.direct_alloc = False
+    base, view = make_storage(dims, pdim, dt, fill, not ctx.full)
+    mem = ctx.mem
+    alloc = Allocation(kind, base, mem.phys_for(site), site, name, bytes_pp, mem)
+    if not provisional:
+        mem.charge(alloc)
+    if kind == Buf.PSUM and ctx.full:
+        alloc.acc = np.zeros(base.shape, dtype=bool)
+    return Tensor(alloc, view, pdim, off=0)
+
+
+SBUF_SPEC = BufferSpec(Buf.SBUF, "sbuf")
+PSUM_SPEC = BufferSpec(Buf.PSUM, "psum")
+HBM_SPEC = BufferSpec(Buf.HBM, "hbm")
+
+
+@dataclass
+class KernelRun:
+    """Outputs (NumPy, None in timing mode) and the instruction trace of one kernel run."""
+
+    outputs: object
+    trace: Trace
+    target: str
+    peak_sbuf_bytes: int = 0
+    peak_psum_bytes: int = 0
+
+
+def unwrap(kernel):
+    """The Python function behind an nki.jit / baremetal / benchmark / skip_middle_end wrapper."""
+    seen = 0
+    while hasattr(kernel, "func") and seen < 8:
+        kernel = kernel.func
+        seen += 1
+    return kernel
+
+
+def _wrap_arg(ctx: KernelContext, value, name: str):
+    if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and hasattr(value, "dtype")
+                                        and not isinstance(value, Tensor)):
+        arr = np.asarray(value)
+        dt = dtypes.to_dtype(arr.dtype)
+        base = np.array(arr, dtype=dt, copy=True, order="C") if ctx.full else np.empty(arr.shape, dtype=dt)
+        alloc = Allocation(Buf.HBM, base, ctx.mem.new_phys(), None, name, 0, None)
+        alloc.immutable = True
+        return Tensor(alloc, base, 0, off=0)
+    return value
+
+
+def _to_numpy(value):
+    if isinstance(value, Tensor):
+        if value._a.buf != Buf.HBM:
+            raise TypeError(f"kernel returned on-chip tensor '{value._a.name}' ({value.buffer}); top-level kernel "
+                            "outputs must be HBM tensors created with nl.ndarray(..., buffer=nl.hbm) or "
+                            "nl.shared_hbm")
+        from nkisim.core.tensor import read
+
+        return np.array(read(value), copy=True)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to_numpy(v) for v in value)
+    return value
+
+
+def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str | None = None) -> KernelRun:
+    """Run a kernel on NumPy inputs; returns its outputs and instruction trace."""
+    fn = unwrap(kernel)
+    name = getattr(fn, "__name__", "kernel")
+    ctx = KernelContext(target, mode, name)
+    kwargs = dict(kwargs or {})
+    _STACK.append(ctx)
+    try:
+        names = _arg_names(fn, len(args))
+        hbm_args = [_wrap_arg(ctx, a, n) for a, n in zip(args, names)]
+        hbm_kwargs = {k: _wrap_arg(ctx, v, k) for k, v in kwargs.items()}
+        ret = fn(*hbm_args, **hbm_kwargs)
+        ctx.settle()
+        outputs = _to_numpy(ret) if ctx.full else None
+    finally:
+        _STACK.pop()
+        ctx.mem.closed = True
+    return KernelRun(outputs, ctx.trace, ctx.target, ctx.mem.peak[Buf.SBUF], ctx.mem.peak[Buf.PSUM])
+
+
+def _arg_names(fn, n: int) -> list[str]:
+    code = getattr(fn, "__code__", None)
+    names = list(code.co_varnames[: code.co_argcount]) if code is not None else []
+    names += [f"arg{i}" for i in range(len(names), n)]
+    return names[:n]

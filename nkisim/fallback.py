@@ -1,0 +1,192 @@
+"""Which NKI backend this interpreter uses: the real neuronx-cc, nkisim (import fallback), or none.
+
+Used by ``python -m nkisim info``, ``part1/run_benchmark.py`` and the grader to label figures ("Trainium
+(neuronx-cc)" vs "nkisim estimate, trn2").  The decision mirrors what ``import neuronxcc.nki`` would do,
+without importing nkisim's emulator (no NumPy).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+from nkisim import __version__ as NKISIM_VERSION
+from nkisim import _hook
+
+PTH_NAME = "nkisim_fallback.pth"
+DEFAULT_TARGET = "trn2"
+TARGET_ENV = "NEURON_PLATFORM_TARGET_OVERRIDE"
+PRECISE_FP_ENV = "NKI_PRECISE_FP"
+# One .pth "import" line, run by site.py at every start.  Guarded so that a leftover .pth of an uninstalled
+# nkisim does not print an error at every interpreter start.
+PTH_LINE = (
+    'import importlib.util as _u; _u.find_spec("nkisim") is not None and '
+    '__import__("nkisim._hook", fromlist=["install"]).install()\n'
+)
+
+
+def pth_path(site_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where ``install-fallback`` puts the .pth file: the environment's purelib unless told otherwise."""
+    return Path(site_dir if site_dir is not None else sysconfig.get_paths()["purelib"]) / PTH_NAME
+
+
+def current_target() -> str:
+    """Target from nkisim.core.config when the lead's module exists, else from the environment."""
+    try:
+        config = importlib.import_module("nkisim.core.config")
+    except ImportError:
+        config = None
+    getter = getattr(config, "current_target", None)
+    if getter is not None:
+        try:
+            return str(getter())
+        except Exception as exc:  # a bad NEURON_PLATFORM_TARGET_OVERRIDE: show it, don't crash `info`
+            return f"invalid ({exc})"
+    return os.environ.get(TARGET_ENV, "").strip() or DEFAULT_TARGET
+
+
+def _is_fallback_spec(spec: importlib.machinery.ModuleSpec) -> bool:
+    module = sys.modules.get(spec.name)
+    if module is not None and getattr(module, "__nkisim_fallback__", False):
+        return True
+    return type(spec.loader).__module__ == _hook.__name__
+
+
+def _real_version() -> str:
+    for dist in ("neuronx-cc", "neuronxcc"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    module = sys.modules.get(_hook.ROOT)
+    return str(getattr(module, "__version__", "unknown version"))
+
+
+def backend_info() -> dict[str, Any]:
+    """Describe the active backend.
+
+    Keys: ``backend`` ('neuron' | 'nkisim' | 'none'), ``reason`` (one sentence), ``version`` (of the backend),
+    ``target`` (trn2/trn1), ``hook_installed`` (fallback finder active in this interpreter), ``location``
+    (where the real package is, else None), ``pth_file`` (path of the .pth file, None if not installed).
+    """
+    hook_active = _hook.installed_finder() is not None
+    pth = pth_path()
+    info: dict[str, Any] = {
+        "backend": "none",
+        "reason": "",
+        "version": None,
+        "target": current_target(),
+        "hook_installed": hook_active,
+        "location": None,
+        "pth_file": str(pth) if pth.is_file() else None,
+    }
+    try:
+        spec = importlib.util.find_spec(_hook.ROOT)
+    except (ImportError, ValueError) as exc:
+        spec = None
+        info["reason"] = f"neuronxcc could not be looked up: {exc}"
+        return info
+
+    if spec is not None and not _is_fallback_spec(spec):
+        location = spec.origin or ", ".join(spec.submodule_search_locations or [])
+        info["location"] = location
+        try:
+            importlib.import_module(_hook.ROOT)
+            nki_spec = importlib.util.find_spec(_hook.NKI)
+        except Exception as exc:  # PyPI's placeholder neuronx-cc raises on import
+            info["reason"] = (
+                f"a neuronxcc package at {location} fails to import ({type(exc).__name__}: {exc}); it is "
+                "probably PyPI's placeholder, which shadows the nkisim fallback: "
+                "run `pip uninstall neuronx-cc`"
+            )
+            return info
+        if nki_spec is None:
+            info["reason"] = (
+                f"the neuronxcc package at {location} has no neuronxcc.nki module (legacy NKI API); it "
+                "shadows the nkisim fallback: install a Neuron SDK 2.20-2.26 neuronx-cc or "
+                "`pip uninstall neuronx-cc`"
+            )
+            return info
+        info.update(backend="neuron", version=_real_version(), reason=f"real toolchain at {location}")
+        return info
+
+    if spec is not None:  # served by our finder
+        finder = _hook.installed_finder()
+        if finder is not None and finder.target_for(_hook.NKI) is None:
+            info["reason"] = (
+                f"fallback active but {finder.target_package}.nki is missing: nkisim is incomplete"
+            )
+            return info
+        info.update(backend="nkisim", version=NKISIM_VERSION, reason="fallback: neuronxcc not installed")
+        return info
+
+    if _hook.disabled():
+        info["reason"] = f"neuronxcc not installed and the nkisim fallback is disabled by {_hook.DISABLE_ENV}"
+    else:
+        info["reason"] = "neuronxcc not installed and the fallback hook is not installed: run `make setup`"
+    return info
+
+
+def backend_label(info: dict[str, Any] | None = None) -> str:
+    """Short label for printed figures: 'Trainium (neuronx-cc X)' or 'nkisim estimate, trn2'."""
+    info = backend_info() if info is None else info
+    if info["backend"] == "neuron":
+        return f"Trainium (neuronx-cc {info['version']})"
+    if info["backend"] == "nkisim":
+        return f"nkisim estimate, {info['target']}"
+    return "no NKI backend"
+
+
+def describe(info: dict[str, Any] | None = None) -> str:
+    """Multi-line report printed by ``python -m nkisim info``."""
+    info = backend_info() if info is None else info
+    if info["backend"] == "neuron":
+        backend = f"neuronx-cc {info['version']} ({info['reason']})"
+    elif info["backend"] == "nkisim":
+        backend = f"nkisim {info['version']} ({info['reason']})"
+    else:
+        backend = f"none ({info['reason']})"
+    try:
+        import numpy
+
+        numpy_version = numpy.__version__
+    except ImportError:
+        numpy_version = "not installed"
+    precise = os.environ.get(PRECISE_FP_ENV)
+    lines = [
+        f"backend:        {backend}",
+        f"target:         {info['target']}",
+        f"{PRECISE_FP_ENV}:  {precise if precise is not None else 'unset'}",
+        f"fallback hook:  {'active' if info['hook_installed'] else 'not active'}"
+        + (f" (disabled by {_hook.DISABLE_ENV})" if _hook.disabled() else ""),
+        f"fallback .pth:  {info['pth_file'] or 'not installed (run `make setup`)'}",
+        f"python:         {sys.version.split()[0]} ({sys.executable})",
+        f"numpy:          {numpy_version}",
+    ]
+    return "\n".join(lines)
+
+
+def install_pth(site_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Write the .pth file atomically; returns its path."""
+    target = pth_path(site_dir)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(PTH_LINE, encoding="utf-8")
+    os.replace(tmp, target)
+    return target
+
+
+def uninstall_pth(site_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """Remove the .pth file; returns its path, or None if there was none."""
+    target = pth_path(site_dir)
+    try:
+        target.unlink()
+    except FileNotFoundError:
+        return None
+    return target

@@ -1,0 +1,130 @@
+"""One table of cost constants per NeuronCore generation, each with the source it comes from.
+
+Source keys (A2, A3, ISA-226, PG, DBW, DMA, SCH, ...) are those of the shared fact sheet
+(``trainium-facts.md`` §0: AWS Neuron SDK documentation).  ``[INFERRED]`` marks a value derived from documented
+numbers, ``[FIGURE]`` one read off a profiler screenshot in the docs, and ``[FIT]`` one of the few undocumented
+constants fitted to the hardware measurements of ``python -m nkisim.calibrate`` (launch overhead, DMA fixed
+latency and issue cost, per-instruction fixed latency).  Nothing here is specific to any particular kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+
+@dataclass(frozen=True)
+class TargetCosts:
+    """Every number the performance model uses for one target."""
+
+    name: str
+    # --- clocks (GHz) ---------------------------------------------------------------------------------------
+    base_clock_ghz: float  # profiler "neuroncore_cycle_count" clock (SCH)
+    tensor_ghz: float  # A2 / A3 engine table
+    vector_ghz: float
+    scalar_ghz: float
+    gpsimd_ghz: float
+    # --- TensorE --------------------------------------------------------------------------------------------
+    pe_rows: int = 128  # 128x128 systolic array (A2, A3)
+    pe_cols: int = 128
+    mm_init_cycles: int = 64  # MM_INIT_LATENCY: floor of a MultiplyMoving II (A2; PG Opt #7, "64 cycles on trn1")
+    mm_fp32_factor: float = 4.0  # fp32 inputs cost ~4x (A2; ISA-226 formula "4 * max(...)"; KO §8 row 2 confirms)
+    mm_onezero_fp32_factor: float = 2.0  # fp32 0/1 operand with onezero hint: "could lead to 2x better" (ISA)
+    transpose_fp32_factor: float = 4.0  # v2: a TensorE transpose is a matmul, fp32 pays x4 (ISA-226)
+    ls_speedup: float = 4.0  # LoadStationary "up to 4x faster than an MM of the same free size" (A2, PG Opt #7)
+    mm_latency_cycles: int = 400  # single-MM latency ~ II + ~400 cycles [FIGURE PGf18/20-21, INFERRED]
+    throttle_window_ns: float = 0.0  # dI/dt warm-up throttle window (trn2: ~3 us at ~50%, SUM/GLO); 0 = none
+    throttle_factor: float = 1.0  # work runs this many times slower while throttled (50% util limit -> 2x)
+    throttle_rearm_gap_ns: float = 0.0  # idle gap that drops 3 us-window utilisation below 50% -> re-arm
+    # --- VectorE / ScalarE / GpSimdE ------------------------------------------------------------------------
+    min_ii_cycles: int = 64  # MIN_II (ISA-226, SH)
+    vector_perf_mode: bool = False  # v3 2x/4x modes for bf16/fp16 (A3)
+    stride_penalty_bytes: int = 16  # inner stride > 16 B -> ~half rate per access interface (A2; v3 [INFERRED])
+    stride_penalty_factor: float = 2.0
+    gpsimd_start_cycles: int = 150  # GPSIMD_START (ISA-226 iota/affine_select/local_gather formulas)
+    act_reduce_readout_cycles: int = 64  # ActReadAccumulator ~64 ScalarE cycles (A2, ISA)
+    act_table_load_ns: float = 368.0  # ACT_TABLE_LOAD on a function-set switch [FIGURE PIMG]
+    vector_gpsimd_share_sbuf: bool = False  # v2: VectorE and GpSimdE cannot access SBUF at once (A2 §4.4)
+    vector_scalar_share_psum: bool = False  # v2: VectorE and ScalarE cannot access PSUM at once (A2 §4.4)
+    # fixed pipeline latency (issue -> result visible to a consumer, incl. the semaphore hand-off), engine cycles.
+    # VectorE: PGf10/PGf17 tensor_tensor N=8192 took 2N + ~380 cycles; ScalarE: PGf16 dependent ACTIVATE chain
+    # II 264 cycles for 1 element = MIN_II + ~200.  Scaled by ``instr_latency_scale`` [FIT].
+    vector_latency_cycles: int = 380
+    scalar_latency_cycles: int = 200
+    gpsimd_latency_cycles: int = 200  # not documented; taken equal to ScalarE [INFERRED]
+    instr_latency_scale: float = 1.0
+    # --- DMA ------------------------------------------------------------------------------------------------
+    dma_engines: int = 16  # 16 DMA engines (rings) per NeuronCore (A2, A3, DMA)
+    dma_partitions_per_engine: int = 8  # an engine normally serves 8 SBUF partitions (DMA, A3)
+    dma_bw_bytes_per_ns: float = 23.0  # per-engine table value: TRN1 17 B/ns, TRN2 23 B/ns (DBW, DMA)
+    dma_desc_ns: float = 2.0  # per-descriptor (contiguous chunk) cost: a 4-byte packet took 7 ns [FIGURE PGf29]
+    dma_min_burst_bytes: int = 64  # a descriptor moves at least one HBM burst [INFERRED; with dma_desc_ns -> 7 ns]
+    # fixed DMA latency, overlappable between DMAs [FIT within the documented range]: DBW "~1,300 ns
+    # semaphore-to-start latency"; DMA figures (trn2): trigger -> first byte 0.74-1.0 us, last byte -> completion
+    # seen by the waiting engine ~0.4 us (16-engine 2 KiB example: first data +0.74 us, cleared +1.2 us).
+    dma_pre_latency_ns: float = 1000.0
+    dma_post_latency_ns: float = 300.0
+    dma_issue_static_ns: float = 60.0  # per-DMA serial cost of a host-built (static) descriptor ring [FIT]
+    dma_issue_dge_ns: float = 0.0  # per-DMA hardware-DGE issue cost (v3: ~600 ns each, A3/DGE); 0 = no HW DGE
+    dma_issue_dge_per_desc_ns: float = 0.0  # DGE builds descriptors on the fly: cost per descriptor [FIT]
+    dma_issue_queues: int = 1  # DMA trigger/descriptor-issue resources that serialise the issue cost [FIT]
+    dge_default_on: bool = False  # whether kernels use the hardware DGE unless compiled with --disable-dge
+    # --- whole kernel ---------------------------------------------------------------------------------------
+    launch_overhead_us: float = 12.0  # NEFF start/stop inside profiler total_time; undocumented (§6) [FIT]
+    nc_latency_extra_us: float = 0.0  # nc_latency minus total_time (host-visible part) [FIT]
+    psum_banks: int = 8  # 8 x 2 KiB per partition (A2, A3)
+    hbm_stack_bw_bytes_per_ns: float = 410.0  # MBU denominator: one HBM stack (SCH); 820 GB/s / 2 stacks (A2)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def tensor_peak_flops(self) -> float:
+        """BF16 dense peak: 2 x rows x cols x TensorE clock (SCH tensor_engine_max_ops_per_sec; A2/A3 check)."""
+        return 2.0 * self.pe_rows * self.pe_cols * self.tensor_ghz * 1e9
+
+
+TRN1 = TargetCosts(
+    name="trn1",
+    base_clock_ghz=1.4,  # SCH neuroncore_cycle_count: Trn1 1.4 GHz
+    tensor_ghz=2.8,  # A2: TensorE 2.8 GHz (92 TFLOPS BF16 check: 2*128*128*2.8e9)
+    vector_ghz=1.12,  # A2
+    scalar_ghz=1.4,  # A2
+    gpsimd_ghz=1.4,  # A2
+    transpose_fp32_factor=4.0,  # ISA: v2 transpose is an ordinary matmul
+    vector_perf_mode=False,
+    vector_gpsimd_share_sbuf=True,  # A2 §4.4
+    vector_scalar_share_psum=True,  # A2 §4.4
+    dma_bw_bytes_per_ns=17.0,  # DBW/DMA table: TRN1 17 B/ns per engine (272 GB/s per core)
+    dma_issue_dge_ns=0.0,  # no hardware DGE on NC-v2 (A3, DGE)
+    dge_default_on=False,
+    hbm_stack_bw_bytes_per_ns=410.0,  # 820 GB/s per chip, 2 stacks (A2)
+)
+
+TRN2 = TargetCosts(
+    name="trn2",
+    base_clock_ghz=1.2,  # SCH: Trn2 1.2 GHz
+    tensor_ghz=2.4,  # A3 (79 TFLOPS BF16 check)
+    vector_ghz=0.96,  # A3
+    scalar_ghz=1.2,  # A3
+    gpsimd_ghz=1.2,  # A3
+    transpose_fp32_factor=2.0,  # A3: v3 transpose mode is 2x faster for FP32 than a plain fp32 matmul (x4)
+    throttle_window_ns=3000.0,  # SUM/GLO: ~50% limit ramping to full over the first ~3 us; re-arms
+    throttle_factor=2.0,
+    throttle_rearm_gap_ns=1500.0,  # [INFERRED] a 1.5 us idle gap already puts a 3 us window below 50%
+    vector_perf_mode=True,  # A3 performance modes
+    dma_bw_bytes_per_ns=23.0,  # DBW/DMA table: TRN2 23 B/ns per engine (368 GB/s per core)
+    dma_issue_dge_ns=600.0,  # A3/DGE: each DGE-based DMA instruction takes ~600 ns to issue on NC-v3
+    dge_default_on=True,  # course kernels are compiled with DGE unless --disable-dge is passed
+    hbm_stack_bw_bytes_per_ns=725.0,  # 2.9 TB/s per chip / 4 stacks (TRN2, A3-226)
+)
+
+TARGETS: dict[str, TargetCosts] = {"trn1": TRN1, "trn2": TRN2}
+DEFAULT_TARGET = "trn2"
+
+
+def costs_for(target: str | None, **overrides) -> TargetCosts:
+    """Cost table of ``target`` ('trn2' default, 'trn1'), with optional field overrides (for fitting/tests)."""
+    name = (target or DEFAULT_TARGET).lower()
+    try:
+        table = TARGETS[name]
+    except KeyError:
+        raise ValueError(f"unknown target {target!r}; expected one of {sorted(TARGETS)}") from None
+    return replace(table, **overrides) if overrides else table

@@ -1,0 +1,301 @@
+"""Per-instruction cost: how long one instruction occupies its engine and when its result becomes visible.
+
+The scheduler (``scheduler.py``) turns these into a timeline.  Compute instructions get
+
+* ``ii_ns``: engine occupancy, the initiation interval of back-to-back independent instructions
+  (ISA-226 "estimated instruction cost" formulas in engine cycles, fact sheet §3);
+* ``lat_ns``: extra fixed pipeline latency before a consumer may use the result (dependent chains pay it).
+
+DMAs get a per-engine transfer time (bytes over the engines the partitions map to, plus per-descriptor cost), a
+serial issue cost (hardware DGE or static descriptor ring) and an overlappable fixed latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nkisim.core.instr import Buf, Engine, Instr, Operand
+from nkisim.perf.costs import TargetCosts
+
+_TWO_BYTE_FLOATS = frozenset({"bfloat16", "float16"})
+_FP32_MM = frozenset({"float32"})  # tf32 / fp8 / bf16 / fp16 run at the 1-pass rate (ISA-226)
+
+# ScalarE activation-function table sets (NEFF doc names).  Functions without a table entry (copy, square, relu,
+# abs, sign, ...) are taken to need no table load [INFERRED].
+_ACT_TABLE = {
+    "exp": "natural_log_exp_and_others",
+    "log": "natural_log_exp_and_others",
+    "softplus": "natural_log_exp_and_others",
+    "mish": "natural_log_exp_and_others",
+    "rsqrt": "reciprocal_sqrt_and_small",
+    "sqrt": "reciprocal_sqrt_and_small",
+    "reciprocal": "reciprocal_and_small",
+    "gelu": "gelu_and_others",
+    "gelu_dx": "gelu_and_others",
+    "gelu_apprx_tanh": "gelu_and_others",
+    "gelu_apprx_sigmoid": "gelu_and_others",
+    "silu": "gelu_and_others",
+    "silu_dx": "gelu_and_others",
+    "sigmoid": "gelu_and_others",
+    "tanh": "gelu_and_others",
+    "erf": "gelu_and_others",
+    "erf_dx": "gelu_and_others",
+    "sin": "trig_and_others",
+    "cos": "trig_and_others",
+    "arctan": "trig_and_others",
+}
+
+
+@dataclass(slots=True)
+class ComputeCost:
+    resource: str  # engine track name
+    ii_ns: float
+    lat_ns: float
+    ls_ns: float = 0.0  # TensorE LoadStationary cost when the stationary changes (background-loaded)
+    act_table: str | None = None  # ScalarE table set this instruction needs
+
+
+@dataclass(slots=True)
+class DmaCost:
+    engines: tuple[int, ...]  # DMA engines (rings) the transfer is spread over
+    per_engine_ns: float  # transfer time on each of them
+    issue_ns: float  # serial issue cost (DGE or static descriptor ring)
+    pre_ns: float  # overlappable fixed latency: trigger -> first byte
+    post_ns: float  # last byte -> completion visible to the waiting engine
+    nbytes: int
+    descriptors: int
+
+
+RESOURCE_OF = {
+    Engine.TENSOR: "TensorE",
+    Engine.VECTOR: "VectorE",
+    Engine.SCALAR: "ScalarE",
+    Engine.GPSIMD: "GpSimdE",
+    Engine.SYNC: "SyncE",
+    Engine.UNKNOWN: "VectorE",
+}
+
+
+def operand_bytes(op: Operand) -> int:
+    return int(op.partitions) * int(op.free_elems) * int(op.itemsize)
+
+
+class CostModel:
+    """Costs of the instructions of one target; memoised on the facts that matter for each op."""
+
+    def __init__(self, tc: TargetCosts, *, dge: bool | None = None) -> None:
+        self.tc = tc
+        self.dge = tc.dge_default_on if dge is None else bool(dge)
+        if tc.dma_issue_dge_ns <= 0:
+            self.dge = False
+        self._memo: dict = {}
+        self._dma_memo: dict = {}
+
+    # ---------------------------------------------------------------------------------------------------------
+    def compute_cost(self, ins: Instr) -> ComputeCost:
+        op = ins.op
+        if op in ("nc_matmul",) or (op == "nc_transpose" and ins.engine == Engine.TENSOR):
+            return self._tensor_cost(ins)
+        key = self._key(ins)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        cost = self._engine_cost(ins)
+        self._memo[key] = cost
+        return cost
+
+    @staticmethod
+    def _key(ins: Instr):
+        a = ins.attrs
+        parts = [ins.op, int(ins.engine)]
+        for o in ins.srcs:
+            parts.append((int(o.region.buf), o.dtype, o.free_elems, o.inner_stride_bytes))
+        parts.append("|")
+        for o in ins.dsts:
+            parts.append((int(o.region.buf), o.dtype, o.free_elems, o.inner_stride_bytes))
+        parts.append(a.get("alu") or a.get("alu0"))
+        parts.append(a.get("func"))
+        parts.append(bool(a.get("reduce") or a.get("reduce_res")))
+        parts.append(a.get("value"))
+        return tuple(parts)
+
+    def _tensor_cost(self, ins: Instr) -> ComputeCost:
+        tc = self.tc
+        a = ins.attrs
+        if ins.op == "nc_transpose":
+            data = ins.srcs[0]
+            # data [P, F] is the stationary, an identity [P, P] the moving: II = max(P, min(64, F)), with the
+            # MM_INIT_LATENCY floor of A2 (fact sheet §9 "MM floor")
+            n_moving = int(a.get("P", data.partitions))
+            m_stationary = int(a.get("F", data.free_elems))
+            dtypes = (data.dtype,)
+            transpose = True
+        else:
+            st = ins.srcs[0]
+            mv = ins.srcs[1] if len(ins.srcs) > 1 else ins.srcs[0]
+            n_moving = int(a.get("N", mv.free_elems))
+            m_stationary = int(a.get("M", st.free_elems))
+            dtypes = (st.dtype, mv.dtype)
+            transpose = bool(a.get("is_transpose", False))
+        cycles = float(max(tc.mm_init_cycles, n_moving))
+        ls_cycles = m_stationary / tc.ls_speedup
+        if any(d in _FP32_MM for d in dtypes):
+            if transpose:
+                factor = tc.transpose_fp32_factor
+            elif a.get("is_stationary_onezero") or a.get("is_moving_onezero"):
+                factor = tc.mm_onezero_fp32_factor
+            else:
+                factor = tc.mm_fp32_factor
+            cycles *= factor
+            ls_cycles *= factor
+        ghz = tc.tensor_ghz
+        return ComputeCost("TensorE", cycles / ghz, tc.mm_latency_cycles / ghz, ls_cycles / ghz)
+
+    def _engine_cost(self, ins: Instr) -> ComputeCost:
+        tc = self.tc
+        eng = ins.engine
+        op = ins.op
+        a = ins.attrs
+        srcs, dsts = ins.srcs, ins.dsts
+        first = srcs[0] if srcs else (dsts[0] if dsts else None)
+        n = float(first.free_elems) if first is not None else 1.0
+        ops = srcs + dsts
+        any_psum = any(o.region.buf == Buf.PSUM for o in ops)
+        all_2b = bool(ops) and all(o.dtype in _TWO_BYTE_FLOATS for o in ops)
+        contiguous = all(o.inner_stride_bytes <= o.itemsize for o in ops)
+        act_table = None
+        if eng == Engine.SCALAR:
+            ghz, lat_cycles = tc.scalar_ghz, tc.scalar_latency_cycles
+        elif eng == Engine.GPSIMD:
+            ghz, lat_cycles = tc.gpsimd_ghz, tc.gpsimd_latency_cycles
+        else:
+            ghz, lat_cycles = tc.vector_ghz, tc.vector_latency_cycles
+
+        if op == "tensor_tensor":
+            # ISA-226: N if one input is in PSUM (or bf16 add/mul/sub contiguous, v2), else 2N.
+            # A3: v3 runs tensor_tensor with both inputs in SBUF and all tensors bf16/fp16 2x faster than v2.
+            alu = a.get("alu", "")
+            if any(o.region.buf == Buf.PSUM for o in srcs):
+                work = n
+            elif all_2b and (tc.vector_perf_mode or (contiguous and alu in ("add", "multiply", "subtract"))):
+                work = n
+            else:
+                work = 2 * n
+        elif op in ("tensor_scalar", "tensor_copy"):
+            work = n
+            if eng == Engine.VECTOR and tc.vector_perf_mode and all_2b:
+                # A3: 4x when SBUF->SBUF, bf16/fp16 both sides, innermost contiguous; 2x otherwise
+                work = n / 4 if (contiguous and not any_psum) else n / 2
+            if op == "tensor_scalar" and a.get("reduce"):
+                work += tc.min_ii_cycles
+        elif op == "tensor_reduce":
+            alu = a.get("alu", "")
+            out = dsts[0] if dsts else first
+            work = n / 2 if (first.dtype == "bfloat16" and out.dtype == "bfloat16" and alu in ("add", "max")) else n
+        elif op == "memset":
+            out = dsts[0] if dsts else first
+            n = float(out.free_elems)
+            value = a.get("value", None)
+            work = n / 2 if (value in (0, 0.0) and out.dtype in _TWO_BYTE_FLOATS) else n
+        elif op == "activation":
+            work = n
+            if a.get("reduce") or a.get("reduce_res"):
+                work = max(tc.min_ii_cycles, n) + tc.act_reduce_readout_cycles
+            func = str(a.get("func", "") or "")
+            act_table = _ACT_TABLE.get(func)
+        elif op == "iota":
+            out = dsts[0] if dsts else first
+            work = float(out.free_elems)
+        elif op == "nc_transpose":  # VectorE 32x32 transpose: max(MIN_II, N)
+            work = n
+        elif op in ("reciprocal",):
+            work = 8 * n
+        elif op in ("bn_aggr",):
+            work = 13 * (n / 3)
+        elif op in ("scalar_tensor_tensor", "tensor_tensor_scan", "tensor_copy_predicated"):
+            work = 2 * n
+        else:
+            # every other VectorE/ScalarE/GpSimd instruction in ISA-226 costs max(MIN_II, N)
+            work = n
+        cycles = max(float(tc.min_ii_cycles), work)
+        if eng == Engine.GPSIMD:
+            cycles += tc.gpsimd_start_cycles  # GPSIMD_START (ISA-226)
+        if any(
+            o.region.buf != Buf.HBM and o.inner_stride_bytes > tc.stride_penalty_bytes and o.free_elems > 1
+            for o in ops
+        ):
+            cycles *= tc.stride_penalty_factor  # A2: stride > 16 B runs each access interface at ~half rate
+        resource = RESOURCE_OF.get(eng, "VectorE")
+        return ComputeCost(resource, cycles / ghz, lat_cycles * tc.instr_latency_scale / ghz, 0.0, act_table)
+
+    # ---------------------------------------------------------------------------------------------------------
+    def dma_cost(self, ins: Instr) -> DmaCost:
+        src = ins.srcs[0] if ins.srcs else None
+        dst = ins.dsts[0] if ins.dsts else None
+        a = ins.attrs
+        key = (
+            None if src is None else (src.region.buf, src.region.p_lo, src.region.p_hi, src.partitions,
+                                      src.contiguous_bytes, src.free_elems, src.itemsize),
+            None if dst is None else (dst.region.buf, dst.region.p_lo, dst.region.p_hi, dst.partitions,
+                                      dst.contiguous_bytes, dst.free_elems, dst.itemsize),
+            a.get("bytes"), a.get("via"), a.get("transpose"), a.get("dge"),
+        )
+        hit = self._dma_memo.get(key)
+        if hit is None:
+            hit = self._dma_memo[key] = self._dma_cost(ins, src, dst)
+        return hit
+
+    def _dma_cost(self, ins: Instr, src: Operand | None, dst: Operand | None) -> DmaCost:
+        tc = self.tc
+        side = None
+        for o in (dst, src):
+            if o is not None and o.region.buf != Buf.HBM:
+                side = o
+                break
+        a = ins.attrs
+        nbytes = a.get("bytes")
+        if nbytes is None:
+            ref = dst if dst is not None else src
+            nbytes = operand_bytes(ref) if ref is not None else 0
+        nbytes = int(nbytes)
+        # engines: one per group of 8 SBUF partitions (DMA: [4,4096] -> 1 engine, [128,128] -> 16 engines)
+        ppe = tc.dma_partitions_per_engine
+        if side is not None:
+            lo = side.region.p_lo // ppe
+            hi = -(-side.region.p_hi // ppe)
+            lo = min(lo, tc.dma_engines - 1)
+            hi = max(lo + 1, min(hi, tc.dma_engines))
+            engines = tuple(range(lo, hi))
+            rows = max(1, int(side.partitions))
+        else:  # HBM -> HBM: split by rows of the leading axis like an SBUF transfer [INFERRED]
+            rows = max(1, int(src.partitions if src is not None else 1))
+            engines = tuple(range(min(tc.dma_engines, -(-rows // ppe))))
+        # descriptors: one per contiguous chunk of both sides (A2: a buffer per partition row, more if the
+        # per-partition data is not contiguous)
+        chunk = nbytes
+        for o in (src, dst):
+            if o is not None and o.contiguous_bytes > 0:
+                chunk = min(chunk, int(o.contiguous_bytes))
+        per_row = max(1, nbytes // rows)
+        chunk = max(1, min(chunk, per_row))
+        ndesc = max(rows, -(-nbytes // chunk))
+        neng = len(engines)
+        bytes_e = nbytes / neng
+        desc_e = ndesc / neng
+        # a descriptor smaller than one HBM burst still moves a whole burst [INFERRED]
+        eff_bytes_e = desc_e * tc.dma_min_burst_bytes if chunk < tc.dma_min_burst_bytes else bytes_e
+        per_engine = eff_bytes_e / tc.dma_bw_bytes_per_ns + desc_e * tc.dma_desc_ns
+        via = a.get("via", "dma_copy")
+        if via == "load_transpose2d" or a.get("transpose"):
+            per_engine *= 2.0  # v2 "much lower DMA bandwidth" (PG); v3 DMA transpose up to 90% (A3) [INFERRED]
+        dge = a.get("dge")
+        use_dge = self.dge if dge is None else (bool(dge) and tc.dma_issue_dge_ns > 0)
+        if use_dge:
+            issue = tc.dma_issue_dge_ns + tc.dma_issue_dge_per_desc_ns * ndesc
+        else:
+            issue = tc.dma_issue_static_ns
+        return DmaCost(engines, per_engine, issue, tc.dma_pre_latency_ns, tc.dma_post_latency_ns, nbytes, ndesc)
+
+
+def act_table_of(func: str) -> str | None:
+    return _ACT_TABLE.get(func)

@@ -1,0 +1,417 @@
+"""List scheduler: engines run their own instruction streams in order and in parallel.
+
+* A compute instruction starts when its engine is free and every instruction it depends on is done:
+  read-after-write, write-after-read and write-after-write on overlapping regions of the same physical buffer
+  (so a reused tile buffer blocks its next writer until the last reader has read it).
+* Matmuls accumulating into the PSUM region a previous matmul wrote do not wait for that matmul's result:
+  TensorE accumulates in PSUM in pipeline order (A2 "near-memory accumulation").
+* A DMA waits for its dependencies, then for a slot on the serial issue resource (hardware DGE on trn2, or the
+  static descriptor ring), then a fixed overlappable latency, then moves its bytes on the DMA engines its SBUF
+  partitions map to (engine k serves partitions 8k..8k+7).  DMA resources serve requests in time order (a request
+  never waits behind a later-ready one queued before it in program order), modelled as earliest-gap placement.
+* HBM writes are not ordered against each other (regions are bounding byte ranges, so two disjoint strided
+  stores would look overlapping); HBM RAW and WAR are honoured.
+"""
+
+from __future__ import annotations
+
+import gc
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+from nkisim.core.instr import Buf, Engine, Instr
+from nkisim.perf.costs import TargetCosts
+from nkisim.perf.model import CostModel
+
+_EPS = 1e-9
+
+
+class GapResource:
+    """A resource that serves one request at a time, placing each one in the earliest idle gap.
+
+    Busy intervals are kept sorted and merged when they touch; ``owner`` is the request that ends each interval,
+    so the request that delayed a new one can be named for the critical path.
+    """
+
+    __slots__ = ("starts", "ends", "owners", "busy")
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.owners: list[int] = []
+        self.busy = 0.0
+
+    def find(self, t: float, d: float) -> tuple[float, int]:
+        """Earliest start >= t of an idle gap of length d, and the index where it would be inserted."""
+        starts, ends = self.starts, self.ends
+        i = bisect_right(ends, t)
+        cur = t
+        n = len(starts)
+        while i < n:
+            if cur + d <= starts[i] + _EPS:
+                return cur, i
+            if ends[i] > cur:
+                cur = ends[i]
+            i += 1
+        return cur, i
+
+    def owner_before(self, t: float, i: int) -> int:
+        if i > 0 and abs(self.ends[i - 1] - t) < 1e-6:
+            return self.owners[i - 1]
+        return -1
+
+    def insert(self, s: float, d: float, i: int, owner: int) -> None:
+        e = s + d
+        self.busy += d
+        starts, ends, owners = self.starts, self.ends, self.owners
+        left = i > 0 and abs(ends[i - 1] - s) < _EPS
+        right = i < len(starts) and abs(starts[i] - e) < _EPS
+        if left and right:
+            ends[i - 1] = ends[i]
+            owners[i - 1] = owners[i]
+            del starts[i], ends[i], owners[i]
+        elif left:
+            ends[i - 1] = e
+            owners[i - 1] = owner
+        elif right:
+            starts[i] = s
+        else:
+            starts.insert(i, s)
+            ends.insert(i, e)
+            owners.insert(i, owner)
+
+
+class DmaEngines:
+    """The DMA engines, sharing one busy-interval list among engines whose histories are identical.
+
+    Most kernels move 128-partition tiles, so all 16 engines see the same requests; sharing their interval list
+    makes such a DMA cost one gap search instead of sixteen.  A request on a subset of a sharing group splits it.
+    """
+
+    def __init__(self, n: int) -> None:
+        shared = GapResource()
+        self.of = [shared] * n
+        self.members: dict[int, set[int]] = {id(shared): set(range(n))}
+        self._memo: dict[tuple[int, ...], list] = {}
+
+    def groups(self, engines: tuple[int, ...]) -> list[tuple[GapResource, tuple[int, ...]]]:
+        """Resources serving ``engines`` (split off where a group extends beyond them), with their engines."""
+        hit = self._memo.get(engines)
+        if hit is not None:
+            return hit
+        out: list[tuple[GapResource, tuple[int, ...]]] = []
+        want = set(engines)
+        seen: set[int] = set()
+        for e in engines:
+            r = self.of[e]
+            rid = id(r)
+            if rid in seen:
+                continue
+            seen.add(rid)
+            mem = self.members[rid]
+            inside = mem & want
+            if len(inside) != len(mem):
+                clone = GapResource()
+                clone.starts = list(r.starts)
+                clone.ends = list(r.ends)
+                clone.owners = list(r.owners)
+                clone.busy = r.busy
+                for x in inside:
+                    self.of[x] = clone
+                self._memo.clear()
+                self.members[rid] = mem - inside
+                self.members[id(clone)] = inside
+                r = clone
+                seen.add(id(clone))
+            out.append((r, tuple(sorted(inside))))
+        self._memo[engines] = out
+        return out
+
+    def busy_per_engine(self) -> list[float]:
+        return [r.busy for r in self.of]
+
+
+@dataclass
+class Schedule:
+    makespan_ns: float = 0.0
+    busy_ns: dict[str, float] = field(default_factory=dict)
+    dma_engine_busy_ns: list[float] = field(default_factory=list)
+    # per DMA instruction index: (engines, start, end) of each group of engines that moved its bytes together
+    dma_portions: dict[int, list[tuple[tuple[int, ...], float, float]]] = field(default_factory=dict)
+    dma_issue: dict[int, tuple[int, float, float]] = field(default_factory=dict)
+    pred: list[int] = field(default_factory=list)
+    dma_count: int = 0
+    dma_bytes: int = 0
+    dma_descriptors: int = 0
+    act_table_loads: int = 0
+    throttled_ns: float = 0.0
+
+
+def _covers(a, b) -> bool:
+    """Rectangle a contains rectangle b."""
+    return a[0] <= b[0] and b[1] <= a[1] and a[2] <= b[2] and b[3] <= a[3]
+
+
+def _prune(entries: list[list], t: int) -> list[list]:
+    """Drop entries covered by a later entry that finishes no earlier (they can never bind a dependency)."""
+    kept: list[list] = []
+    for j in range(len(entries) - 1, -1, -1):
+        e = entries[j]
+        if len(kept) > 64:  # keep pruning cheap on pathological access patterns: keep the rest as they are
+            kept.extend(entries[j::-1])
+            break
+        if not any(k[t] >= e[t] and _covers(k, e) for k in kept):
+            kept.append(e)
+    kept.reverse()
+    return kept
+
+
+def _prune_against(reads: list[list], writes: list[list]) -> list[list]:
+    """Drop reads covered by a later write that finishes after them (that write already waited for them)."""
+    out = []
+    for rd in reads:
+        if not any(w[6] > rd[5] and w[4] >= rd[4] and _covers(w, rd) for w in writes):
+            out.append(rd)
+    return _prune(out, 4)
+
+
+def schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedule:
+    """Schedule ``instrs`` (program order) and fill each Instr's cost_ns/start_ns/end_ns (ns)."""
+    enabled = gc.isenabled()
+    gc.disable()  # the loop allocates many small lists; cyclic GC passes over a big trace triple the run time
+    try:
+        return _schedule(instrs, tc, model)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedule:
+    sch = Schedule()
+    n = len(instrs)
+    pred = [-1] * n
+    engine_free: dict[str, float] = {}
+    engine_last: dict[str, int] = {}
+    busy: dict[str, float] = {}
+    port_free = {"sbuf_vg": 0.0, "psum_vs": 0.0}
+    # per physical buffer: [writes, reads]; write = [p_lo, p_hi, b_lo, b_hi, t_done, t_pipe, idx, is_mm]
+    # read = [p_lo, p_hi, b_lo, b_hi, t_read_done, idx]
+    access: dict[tuple[int, int], list[list]] = {}
+    dma_eng = DmaEngines(tc.dma_engines)
+    issue_q = [GapResource() for _ in range(max(1, tc.dma_issue_queues))]
+    last_stationary = None
+    tensor_last_end = -1e30
+    warm_begin = 0.0
+    throttle = tc.throttle_window_ns > 0 and tc.throttle_factor > 1.0
+    act_table = None
+    makespan = 0.0
+    dma_count = dma_bytes = dma_desc = 0
+    share_sbuf = tc.vector_gpsimd_share_sbuf
+    share_psum = tc.vector_scalar_share_psum
+    HBM = Buf.HBM
+    PSUM = Buf.PSUM
+    DMA = Engine.DMA
+
+    for i, ins in enumerate(instrs):
+        is_dma = ins.engine == DMA or ins.op == "dma_copy"
+        is_mm = ins.op == "nc_matmul"
+        dep = 0.0
+        dep_pred = -1
+        # ---- dependencies -------------------------------------------------------------------------------
+        for o in ins.srcs:
+            r = o.region
+            ent = access.get((r.buf, r.phys))
+            if ent is None:
+                continue
+            p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
+            for w in ent[0]:
+                if w[4] > dep and w[0] < p_hi and p_lo < w[1] and w[2] < b_hi and b_lo < w[3]:
+                    dep = w[4]
+                    dep_pred = w[6]
+        for o in ins.dsts:
+            r = o.region
+            ent = access.get((r.buf, r.phys))
+            if ent is None:
+                continue
+            p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
+            if r.buf != HBM:
+                for w in ent[0]:
+                    t = w[5] if (is_mm and w[7]) else w[4]
+                    if t > dep and w[0] < p_hi and p_lo < w[1] and w[2] < b_hi and b_lo < w[3]:
+                        dep = t
+                        dep_pred = w[6]
+            for rd in ent[1]:
+                if rd[4] > dep and rd[0] < p_hi and p_lo < rd[1] and rd[2] < b_hi and b_lo < rd[3]:
+                    dep = rd[4]
+                    dep_pred = rd[5]
+
+        # ---- timing -------------------------------------------------------------------------------------
+        if is_dma:
+            c = model.dma_cost(ins)
+            dma_count += 1
+            dma_bytes += c.nbytes
+            dma_desc += c.descriptors
+            t_issue = dep
+            p = dep_pred
+            if c.issue_ns > 0:
+                best = None
+                for qi, q in enumerate(issue_q):
+                    s, pos = q.find(dep, c.issue_ns)
+                    if best is None or s < best[0]:
+                        best = (s, pos, qi)
+                s, pos, qi = best
+                q = issue_q[qi]
+                if s > dep + _EPS:
+                    o_ = q.owner_before(s, pos)
+                    if o_ >= 0:
+                        p = o_
+                q.insert(s, c.issue_ns, pos, i)
+                sch.dma_issue[i] = (qi, s, s + c.issue_ns)
+                t_issue = s + c.issue_ns
+            t_data = t_issue + c.pre_ns
+            done = t_data
+            portions = []
+            d = c.per_engine_ns
+            late = t_data
+            for res, engs in dma_eng.groups(c.engines):
+                s, pos = res.find(t_data, d)
+                if s > late + _EPS:
+                    late = s
+                    o_ = res.owner_before(s, pos)
+                    if o_ >= 0:
+                        p = o_
+                res.insert(s, d, pos, i)
+                portions.append((engs, s, s + d))
+                if s + d > done:
+                    done = s + d
+            sch.dma_portions[i] = portions
+            start = dep
+            read_done = done  # the source has been read once the last byte moved
+            done += c.post_ns
+            pipe_done = done
+            ins.cost_ns = done - (portions[0][1] if portions else t_data)
+            pred[i] = p
+        else:
+            c = model.compute_cost(ins)
+            res = c.resource
+            free = engine_free.get(res, 0.0)
+            start = dep
+            p = dep_pred
+            if free > start:
+                start = free
+                p = engine_last.get(res, -1)
+            eng = ins.engine
+            uses_sbuf = uses_psum = False
+            if share_sbuf or share_psum:
+                for o in ins.srcs + ins.dsts:
+                    if o.region.buf == PSUM:
+                        uses_psum = True
+                    elif o.region.buf != HBM:
+                        uses_sbuf = True
+                if share_sbuf and uses_sbuf and eng in (Engine.VECTOR, Engine.GPSIMD):
+                    if port_free["sbuf_vg"] > start:
+                        start = port_free["sbuf_vg"]
+                if share_psum and uses_psum and eng in (Engine.VECTOR, Engine.SCALAR):
+                    if port_free["psum_vs"] > start:
+                        start = port_free["psum_vs"]
+            ii = c.ii_ns
+            if res == "TensorE":
+                if c.ls_ns > 0 and ins.srcs:
+                    st = ins.srcs[0].region
+                    if st != last_stationary:
+                        if c.ls_ns > ii:
+                            ii = c.ls_ns  # background LoadStationary bounds the pair (A2 mm_bottleneck)
+                        last_stationary = st
+                if throttle:
+                    if start - tensor_last_end > tc.throttle_rearm_gap_ns:
+                        warm_begin = start
+                    until = warm_begin + tc.throttle_window_ns
+                    if start < until:
+                        f = tc.throttle_factor
+                        slow = until - start
+                        if ii * f <= slow:
+                            extra = ii * (f - 1.0)
+                        else:
+                            extra = slow - slow / f
+                        ii += extra
+                        sch.throttled_ns += extra
+            elif c.act_table is not None and c.act_table != act_table:
+                ii += tc.act_table_load_ns
+                act_table = c.act_table
+                sch.act_table_loads += 1
+            busy_end = start + ii
+            done = busy_end + c.lat_ns
+            if res == "TensorE":
+                tensor_last_end = busy_end
+            engine_free[res] = busy_end
+            engine_last[res] = i
+            busy[res] = busy.get(res, 0.0) + ii
+            if share_sbuf and uses_sbuf and eng in (Engine.VECTOR, Engine.GPSIMD):
+                port_free["sbuf_vg"] = busy_end
+            if share_psum and uses_psum and eng in (Engine.VECTOR, Engine.SCALAR):
+                port_free["psum_vs"] = busy_end
+            read_done = busy_end
+            pipe_done = busy_end
+            ins.cost_ns = ii
+            pred[i] = p
+        ins.start_ns = start
+        ins.end_ns = done
+        if done > makespan:
+            makespan = done
+
+        # ---- record accesses --------------------------------------------------------------------------
+        for o in ins.srcs:
+            r = o.region
+            key = (r.buf, r.phys)
+            ent = access.get(key)
+            if ent is None:
+                ent = access[key] = [[], [], 32]
+            reads = ent[1]
+            p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
+            # an earlier read this one covers and outlasts is redundant: a later writer overlapping it waits
+            # for this read anyway
+            while reads:
+                rd = reads[-1]
+                if rd[4] <= read_done and p_lo <= rd[0] and rd[1] <= p_hi and b_lo <= rd[2] and rd[3] <= b_hi:
+                    reads.pop()
+                else:
+                    break
+            reads.append([p_lo, p_hi, b_lo, b_hi, read_done, i])
+            if len(reads) > ent[2]:
+                reads[:] = _prune(reads, 4)
+                ent[2] = max(32, 2 * len(reads))
+        for o in ins.dsts:
+            r = o.region
+            key = (r.buf, r.phys)
+            ent = access.get(key)
+            if ent is None:
+                ent = access[key] = [[], [], 32]
+            p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
+            writes, reads = ent[0], ent[1]
+            while writes:
+                w = writes[-1]
+                if w[4] <= done and p_lo <= w[0] and w[1] <= p_hi and b_lo <= w[2] and w[3] <= b_hi:
+                    writes.pop()
+                else:
+                    break
+            while reads:
+                rd = reads[-1]
+                if rd[4] <= done and p_lo <= rd[0] and rd[1] <= p_hi and b_lo <= rd[2] and rd[3] <= b_hi:
+                    reads.pop()
+                else:
+                    break
+            writes.append([p_lo, p_hi, b_lo, b_hi, done, pipe_done, i, is_mm])
+            if len(writes) + len(reads) > ent[2]:
+                writes[:] = _prune(writes, 4)
+                reads[:] = _prune_against(reads, writes)
+                ent[2] = max(32, 2 * (len(writes) + len(reads)))
+
+    sch.makespan_ns = makespan
+    sch.pred = pred
+    busy["DMA"] = 0.0
+    sch.busy_ns = busy
+    sch.dma_engine_busy_ns = dma_eng.busy_per_engine()
+    sch.dma_count = dma_count
+    sch.dma_bytes = dma_bytes
+    sch.dma_descriptors = dma_desc
+    return sch

@@ -1,0 +1,440 @@
+"""Correctness and performance tests for part 2: ``python part2/test_harness.py [--test_maxpool]``.
+
+Flags as in the course: ``--test_maxpool`` adds the pooling tests, ``--simulate`` runs the correctness tests
+through ``nki.simulate_kernel``, ``--profile NAME`` saves profiles of the performance runs, ``--seed`` (42)
+fixes the random inputs.  The test definitions (``correctness_tests``, ``performance_tests``) and the runners
+(``run_correctness``, ``run_performance``, ``run_harness``) are importable, so the grader and the repository's
+tests drive the same logic against any submission directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent
+for _path in (HERE, REPO_ROOT):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+import neuronxcc.nki as nki  # noqa: E402
+
+from conv2d_numpy import conv2d, maxpool2d  # noqa: E402
+
+# Performance scoring (course README): full credit at or below the optimized threshold (120% of the staff
+# reference's latency), PARTIAL_CREDIT at or below the relaxed one (120% of an unoptimised reference), else 0.
+PARTIAL_CREDIT = 0.9
+BENCH_WARMUP = 5
+BENCH_ITERS = 20
+
+# The course's published trn2 thresholds in microseconds, (relaxed, optimized), keyed by (dtype, image
+# height).  Used only when the grader's calibrated table is unavailable (e.g. a bare copy of part2/).
+PUBLISHED_THRESHOLDS_US = {
+    ("float32", 224): (4964.0, 4596.0),
+    ("float16", 224): (1365.0, 1002.0),
+    ("float32", 32): (110.0, 110.0),
+    ("float16", 32): (84.0, 84.0),
+}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Test definitions
+# ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConvCase:
+    """One kernel invocation: input shapes, dtype, whether the bias is random (else zeros), pool size."""
+
+    batch: int
+    in_channels: int
+    out_channels: int
+    height: int
+    width: int
+    filter_size: int = 3
+    dtype: str = "float32"
+    random_bias: bool = True
+    pool_size: int = 1
+
+    def describe(self) -> str:
+        bias = "bias" if self.random_bias else "zero bias"
+        return (
+            f"batch {self.batch}, {self.in_channels}->{self.out_channels} channels, {self.height}x{self.width}, "
+            f"{self.filter_size}x{self.filter_size} filter, {self.dtype}, {bias}, pool {self.pool_size}"
+        )
+
+
+@dataclass(frozen=True)
+class CorrectnessTest:
+    name: str
+    cases: tuple[ConvCase, ...]
+    points: float
+    needs_maxpool: bool = False
+
+
+@dataclass(frozen=True)
+class PerformanceTest:
+    name: str
+    case: ConvCase
+    points: float
+    extra_credit: bool = False
+    needs_maxpool: bool = False
+
+
+def correctness_tests() -> list[CorrectnessTest]:
+    """The course's four correctness groups (2.5 points each), plus fp16 cases folded into them."""
+    small = tuple(
+        ConvCase(4, cin, cout, 32, 16, random_bias=False) for cin in (128, 256) for cout in (128, 256)
+    ) + (ConvCase(4, 256, 256, 32, 16, dtype="float16", random_bias=False),)
+    return [
+        CorrectnessTest("smaller images", small, 2.5),
+        CorrectnessTest("larger images", (ConvCase(4, 256, 256, 224, 224, random_bias=False),), 2.5),
+        CorrectnessTest(
+            "larger images + bias",
+            (ConvCase(4, 256, 256, 224, 224), ConvCase(4, 256, 256, 32, 16, dtype="float16")),
+            2.5,
+        ),
+        CorrectnessTest(
+            "larger images + bias + maxpool",
+            (
+                ConvCase(4, 256, 256, 224, 224, pool_size=2),
+                ConvCase(4, 128, 256, 32, 16, pool_size=2),
+                ConvCase(4, 256, 128, 32, 16, dtype="float16", pool_size=2),
+            ),
+            2.5,
+            needs_maxpool=True,
+        ),
+    ]
+
+
+def performance_tests() -> list[PerformanceTest]:
+    """Batch 1, 256->256 channels, 3x3; 224x224 for credit, 32x16 for extra credit (course order)."""
+    tests = []
+    for extra_credit, (height, width) in ((False, (224, 224)), (True, (32, 16))):
+        for pool in (1, 2):
+            for dtype in ("float32", "float16"):
+                case = ConvCase(1, 256, 256, height, width, dtype=dtype, pool_size=pool)
+                points = (1.25 if extra_credit else (17.5 if pool == 1 else 7.5))
+                label = f"{height}x{width} {dtype}" + (" + maxpool" if pool == 2 else "")
+                tests.append(PerformanceTest(label, case, points, extra_credit, needs_maxpool=(pool == 2)))
+    return tests
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inputs and references
+# ---------------------------------------------------------------------------------------------------------
+class InputBank:
+    """Deterministic inputs per case, shared between cases that differ only in bias/pool (so the expensive
+    224x224 reference convolution is computed once per harness run)."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self._xw: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._conv: dict[tuple, np.ndarray] = {}
+
+    @staticmethod
+    def _shape_key(case: ConvCase) -> tuple:
+        return (case.batch, case.in_channels, case.out_channels, case.height, case.width, case.filter_size,
+                case.dtype)
+
+    def _rng(self, case: ConvCase, stream: int) -> np.random.Generator:
+        dims = self._shape_key(case)[:-1]
+        return np.random.default_rng([self.seed, stream, *dims, 16 if case.dtype == "float16" else 32])
+
+    def inputs(self, case: ConvCase) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        key = self._shape_key(case)
+        if key not in self._xw:
+            rng = self._rng(case, 0)
+            dtype = np.dtype(case.dtype)
+            X = rng.random((case.batch, case.in_channels, case.height, case.width), dtype=np.float32)
+            W = rng.random((case.out_channels, case.in_channels, case.filter_size, case.filter_size),
+                           dtype=np.float32)
+            self._xw[key] = (X.astype(dtype), W.astype(dtype))
+        X, W = self._xw[key]
+        if case.random_bias:
+            bias = self._rng(case, 1).random(case.out_channels, dtype=np.float32).astype(case.dtype)
+        else:
+            bias = np.zeros(case.out_channels, dtype=case.dtype)
+        return X, W, bias
+
+    def reference(self, case: ConvCase) -> np.ndarray:
+        key = self._shape_key(case)
+        if key not in self._conv:
+            X, W, _ = self.inputs(case)
+            self._conv[key] = conv2d(X, W)
+        _, _, bias = self.inputs(case)
+        out = self._conv[key] + bias.astype(np.float32)[None, :, None, None]
+        return maxpool2d(out, case.pool_size).astype(case.dtype)
+
+
+def outputs_match(out: np.ndarray, ref: np.ndarray, dtype: str) -> bool:
+    """np.allclose with the course's defaults for float32; fp16 allows ~2 ulps of the float16 result."""
+    if out.shape != ref.shape:
+        return False
+    if dtype == "float16":
+        return bool(np.allclose(out.astype(np.float32), ref.astype(np.float32), rtol=2e-3, atol=1e-2))
+    return bool(np.allclose(out, ref))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Backend
+# ---------------------------------------------------------------------------------------------------------
+def on_nkisim() -> bool:
+    origin = getattr(nki, "__file__", None) or ""
+    return "nkisim" in origin or nki.__name__.startswith("nkisim")
+
+
+def target_name() -> str:
+    try:
+        from nkisim.core.config import current_target  # type: ignore[import-not-found]
+
+        return str(current_target())
+    except Exception:  # noqa: BLE001 - real toolchain: the documented variable or trn2
+        return os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+
+
+def backend_label() -> str:
+    return f"nkisim estimate, {target_name()}" if on_nkisim() else "Trainium (neuronx-cc)"
+
+
+def conv_thresholds(dtype: str, image_height: int, pool: int) -> tuple[float, float, str]:
+    """(relaxed_us, optimized_us, source) for this backend and target: the grader's calibrated table when it
+    is importable, else the course's published trn2 numbers."""
+    backend = "nkisim" if on_nkisim() else "hardware"
+    try:
+        from grader.thresholds import conv_thresholds as calibrated  # type: ignore[import-not-found]
+
+        relaxed, optimized = calibrated(dtype, image_height, pool, backend, target_name())
+        return float(relaxed), float(optimized), "calibrated"
+    except Exception:  # noqa: BLE001 - grader absent or no entry: published numbers
+        relaxed, optimized = PUBLISHED_THRESHOLDS_US[(dtype, 224 if image_height >= 100 else 32)]
+        return relaxed, optimized, "published"
+
+
+def load_kernel(path: str | os.PathLike) -> Callable:
+    """Imports ``fused_conv2d_maxpool`` from a conv2d.py file (or a directory holding part2/conv2d.py)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "part2" / "conv2d.py" if (path / "part2" / "conv2d.py").exists() else path / "conv2d.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"no conv2d.py at {path}")
+    name = f"_conv2d_submission_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    kernel = getattr(module, "fused_conv2d_maxpool", None)
+    if kernel is None:
+        raise AttributeError(f"{path} does not define fused_conv2d_maxpool")
+    return kernel
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Runners
+# ---------------------------------------------------------------------------------------------------------
+@dataclass
+class TestResult:
+    name: str
+    passed: bool
+    points: float
+    max_points: float
+    extra_credit: bool = False
+    detail: str = ""
+    latency_us: float | None = None
+    thresholds_us: tuple[float, float] | None = None
+
+
+@dataclass
+class HarnessReport:
+    backend: str
+    correctness: list[TestResult] = field(default_factory=list)
+    performance: list[TestResult] = field(default_factory=list)
+    skipped_performance: bool = False
+
+    def score(self, kind: str) -> tuple[float, float]:
+        if kind == "correctness":
+            rows = self.correctness
+        else:
+            rows = [r for r in self.performance if r.extra_credit == (kind == "extra credit")]
+        return sum(r.points for r in rows), sum(r.max_points for r in rows)
+
+
+def launch(kernel: Callable, args: tuple, kwargs: dict, simulate: bool) -> np.ndarray:
+    if simulate:
+        return nki.simulate_kernel(kernel, *args, **kwargs)
+    return nki.baremetal(kernel)(*args, **kwargs)
+
+
+def _short_error(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def run_correctness(kernel: Callable, tests: list[CorrectnessTest], bank: InputBank, simulate: bool = False,
+                    log: Callable[[str], None] = print, verbose_errors: bool = True) -> list[TestResult]:
+    results = []
+    for test in tests:
+        log(f"Running correctness test: {test.name} ...")
+        passed, detail = True, ""
+        for case in test.cases:
+            X, W, bias = bank.inputs(case)
+            try:
+                out = launch(kernel, (X, W, bias), {"pool_size": case.pool_size}, simulate)
+            except Exception as exc:  # noqa: BLE001 - a broken kernel fails its test, not the harness
+                if verbose_errors:
+                    log(traceback.format_exc().rstrip())
+                passed, detail = False, f"{case.describe()}: kernel raised {_short_error(exc)}"
+                break
+            ref = bank.reference(case)
+            out = np.asarray(out)
+            if not outputs_match(out, ref, case.dtype):
+                if out.shape != ref.shape:
+                    why = f"output shape {out.shape}, expected {ref.shape}"
+                else:
+                    err = np.abs(out.astype(np.float64) - ref.astype(np.float64))
+                    why = f"max abs error {float(np.nanmax(err)) if err.size else 0:.4g}"
+                passed, detail = False, f"{case.describe()}: wrong output ({why})"
+                break
+        verdict = "Passed" if passed else f"FAILED ({detail})"
+        log(f"  {verdict}")
+        results.append(TestResult(test.name, passed, test.points if passed else 0.0, test.points, False, detail))
+    return results
+
+
+def performance_credit(latency_us: float, relaxed_us: float, optimized_us: float, points: float) -> float:
+    if latency_us <= optimized_us:
+        return points
+    if latency_us <= relaxed_us:
+        return PARTIAL_CREDIT * points
+    return 0.0
+
+
+def profile_base_name(profile: str, case: ConvCase, extra_credit: bool) -> str:
+    """File stem like the course's: NAME[_pool]_{float32|float16}[_smaller]."""
+    return f"{profile}{'_pool' if case.pool_size == 2 else ''}_{case.dtype}{'_smaller' if extra_credit else ''}"
+
+
+def measure_latency(kernel: Callable, case: ConvCase, bank: InputBank, profile_stem: str | None) -> float:
+    bench_kwargs: dict = {}
+    if profile_stem:
+        bench_kwargs = {"save_neff_name": f"{profile_stem}.neff", "additional_compile_opt": "--disable-dge"}
+        if on_nkisim():
+            bench_kwargs["save_trace_name"] = f"{profile_stem}.ntff"
+    bench = nki.benchmark(warmup=BENCH_WARMUP, iters=BENCH_ITERS, **bench_kwargs)(kernel)
+    X, W, bias = bank.inputs(case)
+    bench(X, W, bias, pool_size=case.pool_size)
+    return float(bench.benchmark_result.nc_latency.get_latency_percentile(99))
+
+
+def capture_hardware_profile(stem: str, log: Callable[[str], None]) -> None:
+    if shutil.which("neuron-profile") is None:
+        log(f"  neuron-profile not found; saved {stem}.neff only")
+        return
+    subprocess.run(["neuron-profile", "capture", "-n", f"{stem}.neff", "-s", f"{stem}.ntff"], check=True)
+    log(f"  profile: {os.path.abspath(stem + '.neff')} + {stem}.ntff "
+        f"(neuron-profile view -n {stem}.neff -s {stem}.ntff)")
+
+
+def run_performance(kernel: Callable, tests: list[PerformanceTest], bank: InputBank, profile: str | None = None,
+                    log: Callable[[str], None] = print,
+                    thresholds: Callable[[str, int, int], tuple[float, float, str]] = conv_thresholds,
+                    ) -> list[TestResult]:
+    results = []
+    for test in tests:
+        case = test.case
+        kind = "extra-credit performance" if test.extra_credit else "performance"
+        log(f"Running {kind} test: {test.name} (batch {case.batch}, {case.in_channels}->{case.out_channels} "
+            f"channels) ...")
+        relaxed, optimized, source = thresholds(case.dtype, case.height, case.pool_size)
+        stem = profile_base_name(profile, case, test.extra_credit) if profile else None
+        try:
+            latency = measure_latency(kernel, case, bank, stem)
+        except Exception as exc:  # noqa: BLE001
+            log(f"  FAILED: kernel raised {_short_error(exc)}")
+            results.append(TestResult(test.name, False, 0.0, test.points, test.extra_credit, _short_error(exc),
+                                      None, (relaxed, optimized)))
+            continue
+        points = performance_credit(latency, relaxed, optimized, test.points)
+        verdict = ("Passed" if points == test.points else
+                   f"Partial credit ({PARTIAL_CREDIT:.0%})" if points > 0 else "FAILED (too slow)")
+        log(f"  p99 latency {latency:.1f} \u03bcs; thresholds: full credit <= {optimized:.0f} \u03bcs, "
+            f"{PARTIAL_CREDIT:.0%} credit <= {relaxed:.0f} \u03bcs ({source}) -> {verdict}")
+        if stem and not on_nkisim():
+            capture_hardware_profile(stem, log)
+        elif stem:
+            saved = [p for p in (f"{stem}.neff", f"{stem}.ntff", f"{stem}.json", f"{stem}.summary.txt")
+                     if os.path.exists(p)]
+            log(f"  profile: {', '.join(os.path.abspath(p) for p in saved) or '(nothing written)'}")
+        results.append(TestResult(test.name, points > 0, points, test.points, test.extra_credit, verdict, latency,
+                                  (relaxed, optimized)))
+    return results
+
+
+def run_harness(kernel: Callable, test_maxpool: bool = False, simulate: bool = False, seed: int = 42,
+                profile: str | None = None, log: Callable[[str], None] = print,
+                performance: bool = True) -> HarnessReport:
+    """Everything the command line does, returning the per-test results and scores."""
+    report = HarnessReport(backend_label())
+    bank = InputBank(seed)
+    log(f"Backend: {report.backend}")
+    chosen = [t for t in correctness_tests() if test_maxpool or not t.needs_maxpool]
+    report.correctness = run_correctness(kernel, chosen, bank, simulate, log)
+    if not all(r.passed for r in report.correctness):
+        log("Correctness failed, skipping performance tests.")
+        report.skipped_performance = True
+    elif performance:
+        perf = [t for t in performance_tests() if test_maxpool or not t.needs_maxpool]
+        report.performance = run_performance(kernel, perf, bank, profile, log)
+    if report.skipped_performance or not performance:
+        perf = [t for t in performance_tests() if test_maxpool or not t.needs_maxpool]
+        report.performance = [TestResult(t.name, False, 0.0, t.points, t.extra_credit, "skipped") for t in perf]
+    return report
+
+
+def score_lines(report: HarnessReport) -> list[str]:
+    corr, corr_max = report.score("correctness")
+    perf, perf_max = report.score("performance")
+    ec, ec_max = report.score("extra credit")
+    return [
+        f"Correctness score: {corr:.2f} / {corr_max:.2f}",
+        f"Performance score: {perf:.2f} / {perf_max:.2f}",
+        f"Extra credit score: {ec:.2f} / {ec_max:.2f}",
+        f"Total score: {corr + perf + ec:.2f} / {corr_max + perf_max:.2f}",
+    ]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Part 2 correctness and performance tests")
+    parser.add_argument("--test_maxpool", action="store_true", help="also test pool_size=2")
+    parser.add_argument("--profile", default=None, metavar="NAME", help="save profiles as NAME[_pool]_<dtype>*")
+    parser.add_argument("--simulate", action="store_true", help="run correctness tests with nki.simulate_kernel")
+    parser.add_argument("--seed", type=int, default=42, help="random seed for the inputs (default 42)")
+    parser.add_argument("--submission", default=None, metavar="DIR",
+                        help="test DIR/part2/conv2d.py instead of the conv2d.py next to this script")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    kernel = load_kernel(args.submission or HERE / "conv2d.py")
+    started = time.perf_counter()
+    report = run_harness(kernel, args.test_maxpool, args.simulate, args.seed, args.profile)
+    print()
+    for line in score_lines(report):
+        print(line)
+    print(f"(wall time {time.perf_counter() - started:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
