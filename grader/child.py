@@ -147,6 +147,7 @@ def _run_neuron(kernel, args, kwargs, mode: str):
 def main() -> int:
     job = json.loads(sys.stdin.buffer.read(1 << 20).decode("utf-8"))
     sys.stdin.close()
+    sys.path[:0] = [p for p in job.get("sys_path", []) if isinstance(p, str)]
     out_dir = job["out_dir"]
     status: dict = {"ok": False, "stage": "setup"}
     started = time.perf_counter()
@@ -154,9 +155,12 @@ def main() -> int:
         import numpy as np
 
         _ensure_nki_importable(job["backend"])
+        traceio = None
         if job["backend"] == "nkisim":
             import nkisim.core.runtime  # noqa: F401 - imported before student code, never by it
-            import nkisim.core.traceio as traceio
+
+            if job.get("want_trace"):
+                import nkisim.core.traceio as traceio
         args = [np.load(p, allow_pickle=False) for p in job["inputs"]]
         kwargs = dict(job["kwargs"])
         os.chdir(job["work_dir"])

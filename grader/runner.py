@@ -84,7 +84,19 @@ def _load_output(path: Path, inv: Invocation) -> np.ndarray:
     return np.array(arr)
 
 
+def _nkisim_dir() -> Path:
+    import nkisim
+
+    return Path(nkisim.__file__).resolve().parent
+
+
 def _prepare_dirs(root: Path, iso: Isolation) -> tuple[Path, Path, Path]:
+    # lib/ holds only a link to the nkisim package: the child imports the same nkisim as the parent (whose
+    # traceio reads the child's trace) without the grader package or the staff reference on its sys.path.
+    lib = root / "lib"
+    lib.mkdir()
+    (lib / "nkisim").symlink_to(_nkisim_dir(), target_is_directory=True)
+    os.chmod(lib, 0o755)
     work = root / "work"
     inputs = root / f"in-{secrets.token_hex(16)}"
     outputs = root / f"out-{secrets.token_hex(16)}"
@@ -140,6 +152,7 @@ def run_case(
             "function": function,
             "work_dir": str(work),
             "out_dir": str(out_dir),
+            "sys_path": [str(root / "lib")],
         }
         env = {"NEURON_PLATFORM_TARGET_OVERRIDE": target, "NKISIM_TARGET": target}
         proc: ProcessResult = run_sandboxed(

@@ -83,7 +83,7 @@ RULES: tuple[Rule, ...] = (
         SANDBOX,
         ERROR,
         "name of the form __name__ (e.g. __builtins__, __import__, __file__), except reading __name__ and "
-        "defining dunder methods in a class",
+        "defining __init__/__repr__/__str__ in a class",
     ),
     Rule(
         "SANDBOX-INTROSPECTION",
@@ -119,6 +119,20 @@ RULES: tuple[Rule, ...] = (
         ERROR,
         "changing NumPy's process-wide state: np.seterr, np.seterrcall, np.setbufsize, np.set_printoptions, "
         "np.random.seed, np.random.set_state",
+    ),
+    Rule(
+        "SANDBOX-FILE-OUTPUT",
+        SANDBOX,
+        ERROR,
+        "launcher keyword that writes files (save_neff_name=, save_trace_name=, artifacts_dir=, "
+        "working_directory=)",
+    ),
+    Rule(
+        "SANDBOX-CATCH-ALL",
+        SANDBOX,
+        ERROR,
+        "bare `except:` or catching BaseException / SystemExit / KeyboardInterrupt / GeneratorExit "
+        "(would swallow the grader's timeouts)",
     ),
     Rule(
         "NKI-NESTED-FUNCTION",
@@ -236,6 +250,11 @@ _INTROSPECTION_ATTRS = frozenset(
 _MUTATING_METHODS = frozenset(
     "append extend insert remove pop popitem clear update setdefault add discard".split()
 )
+_FILE_OUTPUT_KWARGS = frozenset({"save_neff_name", "save_trace_name", "artifacts_dir", "working_directory"})
+_CATCH_ALL = frozenset({"BaseException", "SystemExit", "KeyboardInterrupt", "GeneratorExit"})
+# Dunder methods a helper class may define; others (__eq__, __array__, __getattr__, __del__, ...) could fool
+# comparisons or run code behind the grader's back.
+_ALLOWED_DUNDER_METHODS = frozenset({"__init__", "__repr__", "__str__"})
 _ALLOWED_DUNDER_LOADS = frozenset({"__name__", "__doc__", "__debug__"})
 _ALLOWED_DUNDER_STORES = frozenset({"__all__"})
 _KERNEL_DECORATORS = frozenset({"jit", "baremetal", "benchmark", "profile", "simulate_kernel"})
@@ -278,6 +297,15 @@ def _root_name(node: ast.AST) -> ast.Name | None:
     while isinstance(node, (ast.Attribute, ast.Subscript)):
         node = node.value
     return node if isinstance(node, ast.Name) else None
+
+
+def _has_attribute_hop(node: ast.AST) -> bool:
+    """True if an attribute/subscript chain goes through an attribute or starts at a call (``a.b[0]``)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Attribute):
+            return True
+        node = node.value
+    return not isinstance(node, ast.Name)
 
 
 def _bound_names(scope: ast.AST) -> set[str]:
@@ -606,8 +634,9 @@ class _Checker(ast.NodeVisitor):
     # definitions -------------------------------------------------------------------------------------------
     def _visit_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         in_class_body = self.scopes[-1].kind == "class"
-        if _is_dunder(node.name) and not in_class_body:
-            self.report("SANDBOX-DUNDER", node, f"defining '{node.name}' outside a class is not allowed")
+        if _is_dunder(node.name) and not (in_class_body and node.name in _ALLOWED_DUNDER_METHODS):
+            where = "in a class" if in_class_body else "outside a class"
+            self.report("SANDBOX-DUNDER", node, f"defining '{node.name}' {where} is not allowed")
         for deco in node.decorator_list:
             self._check_decorator(deco)
         a = node.args
@@ -767,9 +796,8 @@ class _Checker(ast.NodeVisitor):
                 "SANDBOX-MODULE-ESCAPE", node, f"reaching module '{attr}' through '.{attr}' is not allowed"
             )
         elif not nki_receiver and attr in _IO_ATTRS:
+            # Also on receivers that cannot be resolved: `(np,)[0].load(...)`, `arr.tofile(...)`.
             self.report("SANDBOX-NUMPY-IO", node, f"file I/O '.{attr}' is not allowed")
-        elif not nki_receiver and attr in _STATE_ATTRS:
-            self.report("SANDBOX-NUMPY-STATE", node, f"'.{attr}' changes process-wide NumPy state")
 
     def _check_numpy_path(self, parts: list[str], node: ast.AST) -> None:
         path = ".".join(parts)
@@ -788,13 +816,44 @@ class _Checker(ast.NodeVisitor):
             self.report("SANDBOX-PRIVATE", node, "format string reads a private attribute")
 
     # statements --------------------------------------------------------------------------------------------
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        caught = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+        names = {c.id for c in caught if isinstance(c, ast.Name)}
+        if node.type is None or names & _CATCH_ALL:
+            shown = (
+                "bare 'except:'" if node.type is None else f"catching {', '.join(sorted(names & _CATCH_ALL))}"
+            )
+            self.report("SANDBOX-CATCH-ALL", node, f"{shown} would swallow the grader's timeouts")
+        self.generic_visit(node)
+
     def visit_Global(self, node: ast.Global) -> None:
         self.report("SANDBOX-GLOBAL", node, f"'global {', '.join(node.names)}' is not allowed")
 
     def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
         self.report("SANDBOX-GLOBAL", node, f"'nonlocal {', '.join(node.names)}' is not allowed")
 
+    def _is_self(self, name: str) -> bool:
+        """True if ``name`` is the first parameter of the method (function in a class body) that binds it."""
+        for i in range(len(self.scopes) - 1, 0, -1):
+            scope = self.scopes[i]
+            if scope.kind not in ("function", "comprehension") or name not in scope.bound:
+                continue
+            node = scope.node
+            if self.scopes[i - 1].kind != "class" or not isinstance(node, _FUNCTIONS):
+                return False
+            params = [*node.args.posonlyargs, *node.args.args]
+            return bool(params) and params[0].arg == name
+        return False
+
     def _check_store_target(self, target: ast.AST, verb: str) -> None:
+        """Assignments that could change state shared with nkisim or the grader (monkey-patching).
+
+        Attributes may only be set on ``self`` inside a class's own methods: kernels never need more, and
+        any other object (a module, ``nl.tile_size``, a class reached through ``type(x)``) may be shared.
+        Items are written into tiles all the time, so a subscript store counts only when the container is
+        reached through an attribute (``type(x).table[k] = v``), a module name or alias
+        (``np.sctypeDict[k] = v``), or a parameter that was passed a module attribute.
+        """
         if isinstance(target, (ast.Tuple, ast.List)):
             for element in target.elts:
                 self._check_store_target(element, verb)
@@ -805,19 +864,25 @@ class _Checker(ast.NodeVisitor):
         if not isinstance(target, (ast.Attribute, ast.Subscript)):
             return
         root = _root_name(target)
-        if root is None:
+        if root is not None and self._is_self(root.id):
+            return
+        shown = ast.unparse(target)
+        if isinstance(target, ast.Attribute):
+            self.report(
+                "SANDBOX-MONKEYPATCH",
+                target,
+                f"{verb} attribute '{shown}': only a class's own methods may set attributes (on self)",
+            )
             return
         func = self.current_function()
-        param_tainted = func is not None and (id(func), root.id) in self.facts.param_taint
-        # Attributes: anything that may hold a module or a module attribute (aliases, containers of them,
-        # parameters they were passed to).  Items: tiles are written all the time, so only through a module
-        # name or a local alias of a module attribute (`np.sctypeDict[k] = v`).
-        if isinstance(target, ast.Attribute) and (root.id in self.facts.tainted or param_tainted):
-            shown = ast.unparse(target)
-            self.report("SANDBOX-MONKEYPATCH", target, f"{verb} '{shown}' changes an imported module's state")
-        elif isinstance(target, ast.Subscript) and root.id in self.facts.aliases:
-            shown = ast.unparse(target)
-            self.report("SANDBOX-MONKEYPATCH", target, f"{verb} '{shown}' changes an imported module's state")
+        through_attribute = _has_attribute_hop(target.value)
+        param_tainted = (
+            root is not None and func is not None and (id(func), root.id) in self.facts.param_taint
+        )
+        if through_attribute or param_tainted or (root is not None and root.id in self.facts.aliases):
+            self.report(
+                "SANDBOX-MONKEYPATCH", target, f"{verb} '{shown}' may change an imported module's state"
+            )
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
@@ -891,14 +956,24 @@ class _Checker(ast.NodeVisitor):
                 if current is not None and self.facts.reaches(func.id, current):
                     self.report_kernel("NKI-RECURSION", node, f"recursive call to '{func.id}'")
         elif isinstance(func, ast.Attribute) and func.attr in _MUTATING_METHODS:
-            # np.append(...) is a NumPy function; np.sctypeDict.update(...) mutates module state.
-            receiver = self.facts.canonical(func.value)
-            if receiver is not None and receiver not in _MODULE_PATHS:
+            # np.append(...) / nl.add(...) are module functions; np.sctypeDict.update(...),
+            # type(x).table.clear() and d.update(...) with d = np.sctypeDict mutate shared state.
+            receiver = func.value
+            path = self.facts.canonical(receiver)
+            root = _root_name(receiver)
+            if path in _MODULE_PATHS or (root is not None and self._is_self(root.id)):
+                pass
+            elif (isinstance(receiver, ast.Name) and path is not None) or (
+                not isinstance(receiver, (ast.Name, ast.Call)) and _has_attribute_hop(receiver)
+            ):
                 self.report(
                     "SANDBOX-MONKEYPATCH",
                     node,
-                    f"'{ast.unparse(func)}(...)' mutates an imported module's state",
+                    f"'{ast.unparse(func)}(...)' may mutate an imported module's state",
                 )
+        for kw in node.keywords:
+            if kw.arg in _FILE_OUTPUT_KWARGS:
+                self.report("SANDBOX-FILE-OUTPUT", kw.value, f"'{kw.arg}=' makes a launcher write files")
         if not self.in_function():
             path = self.facts.canonical(func)
             if path is not None and path.startswith((_NKI_ROOT + ".language.", _NKI_ROOT + ".isa.")):
@@ -930,8 +1005,14 @@ def _unwrap_kernel(obj: Any) -> Any:
 
 def _load(obj: Any, filename: str | None) -> tuple[str, str, tuple[int, int] | None, str | None]:
     """(source, filename, line span to keep or None, kernel name) for any accepted input."""
+    # A str is source text, except a lone existing "*.py" path when no filename label is given (so source
+    # that happens to look like a path, handed in with its file name as the grader does, stays source).
     if isinstance(obj, os.PathLike) or (
-        isinstance(obj, str) and "\n" not in obj and obj.endswith(".py") and os.path.isfile(obj)
+        isinstance(obj, str)
+        and filename is None
+        and "\n" not in obj
+        and obj.endswith(".py")
+        and os.path.isfile(obj)
     ):
         path = Path(obj)
         return path.read_text(encoding="utf-8", errors="replace"), filename or str(path), None, None
@@ -962,7 +1043,8 @@ def _load(obj: Any, filename: str | None) -> tuple[str, str, tuple[int, int] | N
 def check_kernel(source_or_function_or_path: Any, *, filename: str | None = None) -> list[Violation]:
     """Screen kernel code without running it; returns findings sorted by position.
 
-    Accepts source text, a path (``str`` ending in .py or ``os.PathLike``), a module, a function, or an
+    Accepts source text, a path (``os.PathLike``, or a ``str`` naming an existing .py file when no
+    ``filename`` is given), a module, a function, or an
     ``nki.jit``-style wrapper (unwrapped through ``func`` / ``__wrapped__``).  For a function, the whole file
     is parsed (so imports are known) and only findings inside the function are returned; the function counts
     as a kernel even without an NKI decorator.  ``filename`` only labels the input.

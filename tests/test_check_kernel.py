@@ -99,6 +99,17 @@ CASES: list[tuple[str, str, str]] = [
     ("via-param", "def patch(mod):\n    mod.add = None  # <-\npatch(np)\n", "SANDBOX-MONKEYPATCH"),
     ("module-item", "np.sctypeDict['float32'] = None  # <-\n", "SANDBOX-MONKEYPATCH"),
     ("module-dict-update", "np.sctypeDict.update({})  # <-\n", "SANDBOX-MONKEYPATCH"),
+    ("type-of-object", "t = np.zeros(1)\ntype(t).reshape = None  # <-\n", "SANDBOX-MONKEYPATCH"),
+    ("shared-class-item", "t = np.zeros(1)\ntype(t).table[0] = None  # <-\n", "SANDBOX-MONKEYPATCH"),
+    ("shared-class-clear", "t = np.zeros(1)\ntype(t).registry.clear()  # <-\n", "SANDBOX-MONKEYPATCH"),
+    ("item-via-param", "def put(d):\n    d['x'] = None  # <-\nput(np.sctypeDict)\n", "SANDBOX-MONKEYPATCH"),
+    ("attr-on-function", "def k(a):\n    return a\nk.cache = {}  # <-\n", "SANDBOX-MONKEYPATCH"),
+    (
+        "dunder-method",
+        "class Fake:\n    def __eq__(self, other):  # <-\n        return True\n",
+        "SANDBOX-DUNDER",
+    ),
+    ("class-dunder-attr", "class Fake:\n    __array_priority__ = 1000  # <-\n", "SANDBOX-DUNDER"),
     # --- reaching other modules, I/O, NumPy state
     ("nl-os", "nl.os.system('ls')  # <-\n", "SANDBOX-MODULE-ESCAPE"),
     ("np-lib", "f = np.lib.format.open_memmap  # <-\n", "SANDBOX-MODULE-ESCAPE"),
@@ -112,6 +123,22 @@ CASES: list[tuple[str, str, str]] = [
     ("tofile", "a = np.zeros(3)\na.tofile('/tmp/a')  # <-\n", "SANDBOX-NUMPY-IO"),
     ("from-numpy-load", "from numpy import load  # <-\n", "SANDBOX-NUMPY-IO"),
     ("hidden-receiver", "x = (np,)[0].load('x.npy')  # <-\n", "SANDBOX-NUMPY-IO"),
+    (
+        "bench-neff",
+        "@nki.jit\ndef k(a):\n    return a\nb = nki.benchmark(k, save_neff_name='/tmp/r.json')  # <-\n",
+        "SANDBOX-FILE-OUTPUT",
+    ),
+    (
+        "profile-dir",
+        "@nki.profile(working_directory='/tmp')  # <-\ndef k(a):\n    return a\n",
+        "SANDBOX-FILE-OUTPUT",
+    ),
+    ("bare-except", "try:\n    pass\nexcept:  # <-\n    pass\n", "SANDBOX-CATCH-ALL"),
+    (
+        "base-exception",
+        "try:\n    pass\nexcept (ValueError, BaseException):  # <-\n    pass\n",
+        "SANDBOX-CATCH-ALL",
+    ),
     ("np-seed", "np.random.seed(0)  # <-\n", "SANDBOX-NUMPY-STATE"),
     ("np-seterr", "np.seterr(all='ignore')  # <-\n", "SANDBOX-NUMPY-STATE"),
     # --- NKI subset (kernels and the helpers they call)
@@ -226,9 +253,12 @@ LEGIT_SNIPPETS = {
     ),
     "list-of-ops": "OPS = [nl.add, nl.multiply]\nOPS.append(nl.maximum)\nOPS[0] = nl.subtract\n",
     "helper-class": (
-        "class Tiling:\n    def __init__(self, rows):\n        self.rows = rows\n"
+        "class Tiling:\n    def __init__(self, rows):\n        self.rows = rows\n        self.tiles = []\n"
+        "        self.tiles.append(rows)\n        self.grid = {}\n        self.grid[0] = rows\n"
         "    def __repr__(self):\n        return 'Tiling'\n"
     ),
+    "except-exception": "try:\n    x = 1\nexcept (ValueError, Exception):\n    x = 0\n",
+    "local-containers": "d = {}\nd['a'] = 1\nd.update(b=2)\ns = set()\ns.add(1)\nts = []\nts.append(d)\n",
     "numpy-random-data": "x = np.random.rand(4).astype(np.float32)\ny = np.testing.assert_allclose\n",
     "nki-decorators": (
         "from neuronxcc.nki import jit, benchmark\nimport neuronxcc.nki.compiler as ncc\n"
@@ -300,6 +330,15 @@ def test_accepts_paths_as_str_and_pathlike(tmp_path: Path) -> None:
     target.write_text(_case("import os\n"))
     for arg in (target, str(target)):
         assert [v.code for v in check_kernel(arg)] == ["SANDBOX-IMPORT"]
+
+
+def test_source_that_looks_like_a_path_stays_source_when_labelled(tmp_path: Path) -> None:
+    clean = tmp_path / "clean.py"
+    clean.write_text("x = 1\n")
+    # A submission whose whole text is the name of a clean file must not be screened as that file.
+    found = check_kernel(str(clean), filename="kernels.py")
+    assert found and found[0].code == "SYNTAX-ERROR" or found == [] or all(v.line == 1 for v in found)
+    assert check_kernel("open('x.py')", filename="kernels.py")[0].code == "SANDBOX-BUILTIN"
 
 
 def test_accepts_functions_wrappers_and_modules() -> None:

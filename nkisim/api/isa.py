@@ -124,6 +124,11 @@ def dma_copy(*args, dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=oob
     _ops.dma_copy(src, dst, mask=mask, dst_rmw_op=rmw)
 
 
+def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
+    """Transpose on the DMA engines into a new SBUF tile (2-byte dtypes only)."""
+    return _ops.dma_transpose(src, axes, dtype=dtype, mask=mask)
+
+
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
               tile_position=(), tile_size=(), mask=None, **kwargs):
     """stationary.T @ moving on TensorE into a fresh fp32 PSUM tile ([K,M] x [K,N] -> [M,N])."""

@@ -154,9 +154,15 @@ def broadcast_to(src, *, shape, **kwargs) -> _Tensor:
 
 
 # ---- element-wise -----------------------------------------------------------------------------------------------
+_BOOL_RESULT = frozenset({"equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and",
+                          "logical_or", "logical_xor"})
+
+
 def _binary(alu: str):
     def fn(x, y, *, dtype=None, mask=None, **kwargs):
         xt, yt = isinstance(x, _Tensor), isinstance(y, _Tensor)
+        if dtype is None and alu in _BOOL_RESULT:
+            dtype = bool_  # comparisons and logical ops default to dtype=bool (nki.language.less_equal docs)
         if xt and yt:
             return _ops.tensor_tensor(x, y, alu, dtype=dtype, mask=mask, nl_style=True, op_name=alu)
         if xt or yt:
@@ -230,6 +236,9 @@ gelu_apprx_tanh = _unary("gelu_apprx_tanh")
 gelu_apprx_sigmoid = _unary("gelu_apprx_sigmoid")
 silu = _unary("silu")
 erf = _unary("erf")
+erf_dx = _unary("erf_dx")
+gelu_dx = _unary("gelu_dx")
+silu_dx = _unary("silu_dx")
 softplus = _unary("softplus")
 mish = _unary("mish")
 square = _unary("square")
@@ -291,6 +300,38 @@ def transpose(x, *, dtype=None, mask=None, **kwargs) -> _Tensor:
             _fail("err_size_of_dimension_exceed_arch_limit", dim=i, param=f"x{list(x.shape)}", op="transpose",
                   limit=128)
     return _ops.nc_transpose(x, engine=_Engine.TENSOR, dtype=dtype, mask=mask, op_name="transpose")
+
+
+def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> _Tensor:
+    """Element-wise select on VectorE: x where condition is true, else y."""
+    return _ops.select(condition, x, y, dtype=dtype, mask=mask)
+
+
+def softmax(x, axis, *, dtype=None, compute_dtype=None, mask=None, **kwargs) -> _Tensor:
+    """exp(x - max) / sum(exp(x - max)) along free axis ``axis`` (composed from reduce/scalar/activation)."""
+    m = _ops.tensor_reduce("maximum", x, axis, keepdims=True, dtype=float32, op_name="softmax")
+    shifted = _ops.tensor_tensor(x, m, "subtract", dtype=float32, nl_style=True, op_name="softmax")
+    e = _ops.activation("exp", shifted, dtype=float32, op_name="softmax")
+    s = _ops.tensor_reduce("add", e, axis, keepdims=True, dtype=float32, op_name="softmax")
+    r = _ops.activation("reciprocal", s, dtype=float32, op_name="softmax")
+    return _ops.tensor_tensor(e, r, "multiply", dtype=dtype if dtype is not None else x.dtype, nl_style=True,
+                              op_name="softmax")
+
+
+def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mask=None, **kwargs) -> _Tensor:
+    """x * w / sqrt(mean(x^2) + epsilon) along free axis ``axis``."""
+    sq = _ops.activation("square", x, dtype=float32, op_name="rms_norm")
+    ss = _ops.tensor_reduce("add", sq, axis, keepdims=True, dtype=float32, op_name="rms_norm")
+    ms = _ops.tensor_scalar(ss, "multiply", 1.0 / n, op1="add", operand1=float(epsilon), op_name="rms_norm")
+    inv = _ops.activation("rsqrt", ms, dtype=float32, op_name="rms_norm")
+    xn = _ops.tensor_tensor(x, inv, "multiply", dtype=float32, nl_style=True, op_name="rms_norm")
+    return _ops.tensor_tensor(xn, w, "multiply", dtype=dtype if dtype is not None else x.dtype, nl_style=True,
+                              op_name="rms_norm")
+
+
+def dropout(x, rate, *, dtype=None, mask=None, **kwargs) -> _Tensor:
+    """Zero elements with probability ``rate`` and scale the rest by 1/(1-rate) (deterministic seed)."""
+    return _ops.dropout(x, float(rate), dtype=dtype, mask=mask)
 
 
 def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):

@@ -37,8 +37,24 @@ _FLOAT_WIDENING = {
 _PY_SCALAR = {bool: np.dtype(np.uint8), int: np.dtype(np.int32), float: F32}
 
 
+_TO_DTYPE: dict = {}
+
+
 def to_dtype(dt) -> np.dtype:
     """Any dtype spelling (nl.float16, np.float16, 'float16', ml_dtypes types) -> storage np.dtype."""
+    try:
+        hit = _TO_DTYPE.get(dt)
+    except TypeError:
+        hit = None
+    if hit is not None:
+        return hit
+    d = _to_dtype(dt)
+    if d not in _LOW_PRECISION and np.dtype(dt) not in _LOW_PRECISION:
+        _TO_DTYPE[dt] = d  # low-precision results depend on NKI_PRECISE_FP: never cached
+    return d
+
+
+def _to_dtype(dt) -> np.dtype:
     try:
         d = np.dtype(dt)
     except TypeError as exc:

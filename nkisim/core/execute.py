@@ -74,6 +74,17 @@ REDUCE = {
     "logical_or": np.logical_or.reduce,
 }
 
+def _gelu_dx(x):
+    cdf = 0.5 * (1.0 + _erf(x / np.sqrt(2.0)))
+    pdf = np.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi)
+    return (cdf + x * pdf).astype(F32)
+
+
+def _silu_dx(x):
+    s = _sigmoid(x)
+    return (s * (1.0 + x * (1.0 - s))).astype(F32)
+
+
 ACTIVATION = {
     "copy": lambda x: x,
     "identity": lambda x: x,
@@ -92,6 +103,9 @@ ACTIVATION = {
     "softplus": _softplus,
     "mish": lambda x: x * np.tanh(_softplus(x)),
     "erf": _erf,
+    "erf_dx": lambda x: (2.0 / np.sqrt(np.pi) * np.exp(-x * x)).astype(F32),
+    "gelu_dx": _gelu_dx,
+    "silu_dx": _silu_dx,
     "sin": np.sin,
     "cos": np.cos,
     "tan": np.tan,

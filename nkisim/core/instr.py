@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 
 class Engine(IntEnum):
@@ -49,13 +50,13 @@ class Buf(IntEnum):
     PSUM = 2
 
 
-@dataclass(slots=True, frozen=True)
-class Region:
+class Region(NamedTuple):
     """A rectangle of one physical buffer: partitions [p_lo, p_hi) x bytes [b_lo, b_hi) of each partition.
 
     For HBM, partitions are always [0, 1) and the byte range is the bounding byte range of the view inside
     the tensor's storage.  ``phys`` identifies the physical buffer (unique per live allocation; reused by a
-    later allocation at the same site once the earlier one is dead).
+    later allocation at the same site once the earlier one is dead).  A NamedTuple: immutable, hashable and
+    cheap to build on the per-instruction path.
     """
 
     buf: Buf

@@ -214,6 +214,9 @@ def assign(dst: Tensor, value) -> None:
             _retarget(ctx, dst, accumulate=False)
             return
         ctx.settle()
+        if value._a is dst._a and value._off == dst._off and value._ix is None and dst._ix is None \
+                and value._v.shape == dst._v.shape and value._v.strides == dst._v.strides:
+            return  # ``t[idx] += x`` stores the in-place result back into the same view: nothing to copy
         if dst._a.buf == Buf.HBM or value._a.buf == Buf.HBM:
             dma_copy(value, dst, via="assign", ctx=ctx)
             return
@@ -246,24 +249,32 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
     if ctx is None:
         ctx = current("dma_copy")
         ctx.settle()
-    src = need_tensor(src, "dma_copy", "src")
-    dst = need_tensor(dst, "dma_copy", "dst")
-    need_on_chip(src, "dma_copy", "src", (Buf.HBM, Buf.SBUF))
-    need_on_chip(dst, "dma_copy", "dst", (Buf.HBM, Buf.SBUF))
-    check_writable(dst)
-    n_src = math.prod(src.shape)
+    if not isinstance(src, Tensor):
+        need_tensor(src, "dma_copy", "src")
+    if not isinstance(dst, Tensor):
+        need_tensor(dst, "dma_copy", "dst")
+    sa, da = src._a, dst._a
+    if sa.buf == Buf.PSUM:
+        need_on_chip(src, "dma_copy", "src", (Buf.HBM, Buf.SBUF))
+    if da.buf == Buf.PSUM:
+        need_on_chip(dst, "dma_copy", "dst", (Buf.HBM, Buf.SBUF))
+    if da.immutable:
+        check_writable(dst)
     n_dst = math.prod(dst.shape)
-    if n_src != n_dst:
+    if math.prod(src.shape) != n_dst:
         fail("nkisim_dma_element_mismatch", src=list(src.shape), dst=list(dst.shape))
-    for t in (src, dst):
-        if t._a.buf == Buf.SBUF:
-            check_partitions(t, ctx.limits.pmax)
-    m = mask_values(mask, dst.shape)
-    check_oob(src, mask_values(mask, src.shape) if src._oob else None)
-    check_oob(dst, m)
-    nbytes = n_dst * dst.dtype.itemsize
+    pmax = ctx.limits.pmax
+    if sa.buf == Buf.SBUF and src.shape and src.shape[src._pd] > pmax:
+        check_partitions(src, pmax)
+    if da.buf == Buf.SBUF and dst.shape and dst.shape[dst._pd] > pmax:
+        check_partitions(dst, pmax)
+    m = mask_values(mask, dst.shape) if mask is not None else None
+    if src._oob:
+        check_oob(src, mask_values(mask, src.shape))
+    if dst._oob:
+        check_oob(dst, m)
     ins = ctx.emit("dma_copy", Engine.DMA, (src,), (dst,),
-                   {"bytes": nbytes, "via": via, "cast": src.dtype != dst.dtype})
+                   {"bytes": n_dst * dst.dtype.itemsize, "via": via, "cast": src.dtype != dst.dtype})
     if dst_rmw_op is not None:
         ins.attrs["rmw"] = dst_rmw_op
     if ctx.full:
@@ -274,7 +285,7 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
             vals = execute.alu(dst_rmw_op, execute.to_f32(read(dst)), execute.to_f32(vals))
         elif vals.dtype != dst.dtype:
             vals = execute.to_f32(vals)
-        write(dst, execute.cast(np.asarray(vals), dst.dtype), m)
+        write(dst, execute.cast(vals, dst.dtype), m)
 
 
 def load(src: Tensor, *, mask=None, dtype=None, transpose: bool = False) -> Tensor:
@@ -654,6 +665,68 @@ def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, 
             values.reshape(parts_of(data), -1), axis=1, keepdims=True)
         write(reduce_res, execute.cast(red.reshape(reduce_res.shape), reduce_res.dtype))
     return out
+
+
+def select(condition, x, y, *, dtype=None, mask=None) -> Tensor:
+    """nl.where: one VectorE instruction reading the predicate and both value operands."""
+    ctx = current("where")
+    ctx.settle()
+    tiles = [t for t in (condition, x, y) if isinstance(t, Tensor)]
+    if not tiles:
+        raise TypeError("nl.where needs at least one tile operand")
+    _engine_checks("where", Engine.VECTOR, [(t, "operand") for t in tiles], ctx)
+    ref = max(tiles, key=lambda t: math.prod(t.shape))
+    dts = [t.dtype for t in (x, y) if isinstance(t, Tensor)] or [F32]
+    out_dt = dtypes.to_dtype(dtype) if dtype is not None else (dts[0] if len(dts) == 1 else dtypes.promote(*dts))
+    out = new_result(ctx, ref.shape, out_dt)
+    ins = ctx.emit("tensor_tensor", Engine.VECTOR, tiles, (out,), {"alu": "select"})
+    values = None
+    if ctx.full:
+        def val(v):
+            return _fit(execute.to_f32(read(v)), ref.shape) if isinstance(v, Tensor) else np.float32(v)
+        values = np.where(val(condition) != 0, val(x), val(y))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def dropout(x, rate: float, *, dtype=None, mask=None) -> Tensor:
+    ctx = current("dropout")
+    ctx.settle()
+    x = need_tensor(x, "dropout", "x")
+    _engine_checks("dropout", Engine.VECTOR, [(x, "x")], ctx)
+    out = new_result(ctx, x.shape, dtypes.to_dtype(dtype) if dtype is not None else x.dtype)
+    ins = ctx.emit("tensor_scalar", Engine.VECTOR, (x,), (out,), {"alu0": "dropout"})
+    values = None
+    if ctx.full:
+        keep = np.random.default_rng(len(ctx.trace.instrs)).random(x.shape) >= rate
+        values = np.where(keep, _vals(x) / np.float32(1.0 - rate), np.float32(0.0))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None) -> Tensor:
+    """DMA-engine transpose into a new SBUF tile (2-byte dtypes; 2-D (1,0), 3-D (2,1,0), 4-D (3,1,2,0))."""
+    ctx = current("dma_transpose")
+    ctx.settle()
+    src = need_tensor(src, "dma_transpose", "src")
+    need_on_chip(src, "dma_transpose", "src", (Buf.HBM, Buf.SBUF))
+    allowed = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+    if src.ndim not in allowed:
+        fail("err_exceed_max_supported_dimension", param=shape_str(src, "src"), op="dma_transpose", limit=4)
+    axes = tuple(axes) if axes is not None else allowed[src.ndim]
+    if axes != allowed[src.ndim]:
+        fail("nkisim_bad_argument", op="dma_transpose", detail=f"axes must be {allowed[src.ndim]} for a "
+             f"{src.ndim}-D source, got {axes}")
+    if src.dtype.itemsize != 2:
+        fail("nkisim_dtype_not_supported", op="dma_transpose", dtype=src.dtype.name, operand="src",
+             detail=" (only 2-byte dtypes)")
+    shape = tuple(src.shape[a] for a in axes)
+    if shape[0] > ctx.limits.pmax:
+        fail("err_num_partition_exceed_arch_limit", n=shape[0], limit=ctx.limits.pmax)
+    dt = dtypes.to_dtype(dtype) if dtype is not None else src.dtype
+    out = new_result(ctx, shape, dt)
+    ins = ctx.emit("dma_copy", Engine.DMA, (src,), (out,), {"bytes": math.prod(shape) * dt.itemsize,
+                                                             "via": "dma_transpose", "cast": dt != src.dtype})
+    values = np.transpose(read(src), axes) if ctx.full else None
+    return finish(ctx, ins, out, values, mask_values(mask, shape))
 
 
 def memset_into(ctx: KernelContext, dst: Tensor, value, engine: Engine = Engine.VECTOR) -> Tensor:

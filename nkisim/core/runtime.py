@@ -24,15 +24,6 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STACK: list[KernelContext] = []
 
 
-def _user_frame():
-    """The innermost frame outside nkisim: the kernel statement being executed."""
-    f = sys._getframe(2)
-    pkg = _PKG_DIR
-    while f is not None and f.f_code.co_filename.startswith(pkg):
-        f = f.f_back
-    return f
-
-
 class KernelContext:
     """State of one kernel run: trace, memory tracker, the last retargetable result."""
 
@@ -51,11 +42,13 @@ class KernelContext:
         self.direct_alloc: bool | None = None
         self.sbuf_arena = None
         self._where: dict = {}
-        self.depth = 0
+        self.loc: str = "?"
+        self.site = None
 
     # ---- bookkeeping shared by every front-end call -----------------------------------------------------
     def settle(self) -> None:
-        """Charge the previous call's result tile if the kernel kept it (it was not assigned elsewhere)."""
+        """Start of every API call: charge the previous call's result tile if the kernel kept it, and locate
+        the kernel statement making this call (for traces, allocation sites and error messages)."""
         ref = self.pending
         if ref is not None:
             self.pending = None
@@ -65,24 +58,26 @@ class KernelContext:
         self.last_instr = None
         self.last_result = None
         self.last_values = None
-
-    def where(self) -> tuple[str, object]:
-        f = _user_frame()
+        f = sys._getframe(1)
+        pkg = _PKG_DIR
+        while f is not None and f.f_code.co_filename.startswith(pkg):
+            f = f.f_back
         if f is None:
-            return "?", None
+            self.loc, self.site = "?", None
+            return
         key = (f.f_code, f.f_lineno)
         w = self._where.get(key)
         if w is None:
             w = self._where[key] = f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}"
-        return w, key
+        self.loc, self.site = w, key
 
-    def emit(self, op: str, engine: Engine, srcs, dsts, attrs: dict | None = None, where: str | None = None
-             ) -> Instr:
-        if where is None:
-            where = self.where()[0]
+    def where(self) -> tuple[str, object]:
+        return self.loc, self.site
+
+    def emit(self, op: str, engine: Engine, srcs, dsts, attrs: dict) -> Instr:
         instrs = self.trace.instrs
-        ins = Instr(len(instrs), op, engine, tuple(t.operand() for t in srcs), tuple(t.operand() for t in dsts),
-                    attrs if attrs is not None else {}, where)
+        ins = Instr(len(instrs), op, engine, tuple([t.operand() for t in srcs]), tuple([t.operand() for t in dsts]),
+                    attrs, self.loc)
         instrs.append(ins)
         return ins
 
@@ -123,6 +118,7 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
     """Create a tensor in ``buffer``; on-chip tensors are checked against the partition limit and capacity."""
     if ctx is None:
         ctx = current("nl.ndarray")
+        ctx.settle()
     if buffer is None:
         buffer = SBUF_SPEC
     elif not isinstance(buffer, BufferSpec):
@@ -131,7 +127,7 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
     dt = dtypes.to_dtype(dtype if dtype is not None else np.float32)
     kind = buffer.kind
     if site is None:
-        _, site = ctx.where()
+        site = ctx.site
     if kind == Buf.HBM:
         if fill is not None and not provisional:
             fail("err_hbm_tensor_with_init_value_not_supported")

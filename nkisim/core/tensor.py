@@ -55,6 +55,12 @@ def _as_int(v, what: str) -> int:
 
 def parse_shape(shape) -> tuple[tuple[int, ...], int]:
     """Shape tuple (ints and at most one par_dim) -> (plain int shape, partition axis)."""
+    if type(shape) is tuple:
+        for d in shape:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            return shape, 0
     if isinstance(shape, (int, np.integer, ParDim)):
         shape = (shape,)
     dims = []
@@ -455,64 +461,77 @@ def write(t: Tensor, values: np.ndarray, mask: np.ndarray | None = None) -> None
 
 
 def _make_operand(t: Tensor) -> Operand:
+    """Describe a view for the cost model (called once per view, cached; hot path: keep it lean)."""
+    if t._ix is not None:
+        return _gather_operand(t)
+    a = t._a
+    v = t._v
+    shape = v.shape
+    strides = v.strides
+    isz = v.itemsize
+    pd = t._pd
+    size = 1
+    span = 0
+    fspan = 0
+    for k in range(len(shape)):
+        n = shape[k]
+        size *= n
+        if n > 1:
+            st = strides[k]
+            d = (n - 1) * (st if st > 0 else -st)
+            span += d
+            if k != pd:
+                fspan += d
+    contig = isz
+    for k in range(len(shape) - 1, -1, -1):
+        n = shape[k]
+        if n == 1:
+            continue
+        if strides[k] != contig:
+            break
+        contig *= n
+    inner = strides[-1] if shape else isz
+    if inner < 0:
+        inner = -inner
+    lo = t._off
+    if a.buf == Buf.HBM:
+        parts = shape[0] if shape else 1
+        region = Region(Buf.HBM, a.phys, 0, 1, lo, lo + span + isz)
+    else:
+        rb = a.row_bytes
+        parts = shape[pd] if shape else 1
+        p_lo = lo // rb
+        b_lo = lo - p_lo * rb
+        region = Region(a.buf, a.phys, p_lo, p_lo + (parts or 1), b_lo, b_lo + fspan + isz)
+    if not parts:
+        parts = 1
+    return Operand(region, shape, dtype_name(v.dtype), isz, parts, size // parts, inner, contig)
+
+
+def _gather_operand(t: Tensor) -> Operand:
+    """Bounding box of the positions an advanced-indexed view touches."""
     a = t._a
     v = t._v
     isz = v.itemsize
-    if t._ix is not None:
-        # bounding box of the gathered positions
-        lo_off = 0
-        hi_off = 0
-        for arr, st, n in zip(t._ix, v.strides, v.shape):
-            amin = int(np.clip(arr.min(), 0, n - 1)) if arr.size else 0
-            amax = int(np.clip(arr.max(), 0, n - 1)) if arr.size else 0
-            lo_off += amin * st if st >= 0 else amax * st
-            hi_off += amax * st if st >= 0 else amin * st
-        base_off = t._off
-        lo, hi = base_off + lo_off, base_off + hi_off + isz
-        shape = t.shape
-        inner = isz
-        contig = isz
-    else:
-        shape = v.shape
-        lo = t._off
-        hi = lo + isz
-        for n, st in zip(shape, v.strides):
-            if n > 1:
-                if st >= 0:
-                    hi += (n - 1) * st
-                else:
-                    lo += (n - 1) * st
-        inner = v.strides[-1] if v.ndim else isz
-        contig = isz
-        expect = isz
-        for n, st in zip(reversed(shape), reversed(v.strides)):
-            if n == 1:
-                continue
-            if st != expect:
-                break
-            contig = expect * n
-            expect = contig
-    size = 1
-    for n in shape:
-        size *= n
+    lo_off = hi_off = 0
+    for arr, st, n in zip(t._ix, v.strides, v.shape):
+        amin = int(np.clip(arr.min(), 0, n - 1)) if arr.size else 0
+        amax = int(np.clip(arr.max(), 0, n - 1)) if arr.size else 0
+        lo_off += amin * st if st >= 0 else amax * st
+        hi_off += amax * st if st >= 0 else amin * st
+    lo, hi = t._off + lo_off, t._off + hi_off + isz
+    shape = t.shape
+    size = math.prod(shape)
     if a.buf == Buf.HBM:
         parts = shape[0] if shape else 1
         region = Region(Buf.HBM, a.phys, 0, 1, lo, hi)
     else:
         rb = a.row_bytes
-        pd = t._pd
-        parts = shape[pd] if shape else 1
+        parts = shape[t._pd] if shape else 1
         p_lo = lo // rb
         b_lo = lo - p_lo * rb
-        if t._ix is None:
-            ext = isz
-            for k, (n, st) in enumerate(zip(shape, v.strides)):
-                if k != pd and n > 1:
-                    ext += (n - 1) * abs(st)
-            b_hi = min(b_lo + ext, rb)
-        else:
-            b_hi = rb if (hi - lo) > rb else b_lo + (hi - lo)
-        p_hi = min(p_lo + max(parts, 1), rb and (a.base.shape[0]))
+        p_hi = (hi - 1) // rb + 1
+        b_hi = rb if p_hi - p_lo > 1 else hi - p_lo * rb
         region = Region(a.buf, a.phys, p_lo, max(p_hi, p_lo + 1), b_lo, max(b_hi, b_lo + isz))
     parts = max(parts, 1)
-    return Operand(region, tuple(shape), dtype_name(v.dtype), isz, parts, size // parts, abs(inner), contig)
+    return Operand(region, tuple(shape), dtype_name(v.dtype), isz, parts, size // parts, isz, isz)

@@ -1,0 +1,433 @@
+"""Grade many submissions: content-addressed results, resume after a crash, pluggable executors.
+
+Layout of the output directory::
+
+    out/<student>/<content-hash[:16]>/{results.json, junit.xml, summary.md, result.json}
+    out/.staging/            work in progress; a finished grading is moved into place with one rename
+    out/gradebook.csv        one row per submission (student)
+    out/overview.md          histogram, pass rate per test, fastest/slowest kernels
+    out/batch.jsonl          one line per job and run (graded / skipped / error), appended
+
+``grade_one(job)`` is self-contained (picklable in, picklable out, writes its own directory atomically), so an
+executor only has to call it somewhere: in-process (``serial``), in a local process pool (``local``), or on a
+cluster (``ray``, provided by grader/ray_executor.py when present).  A result directory whose result.json has the
+same content hash, rubric hash, tool version, backend, target and seed is reused, never regraded.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import csv
+import importlib
+import io
+import json
+import multiprocessing
+import os
+import secrets
+import shutil
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from grader.progress import Progress
+from grader.records import GradeConfig, GradeRecord, resume_key
+from grader.reports import atomic_write, write_all
+from grader.submission import (
+    ARCHIVE_SUFFIXES,
+    Submission,
+    SubmissionError,
+    load_submission,
+    safe_student_id,
+    student_from_path,
+)
+
+STAGING = ".staging"
+
+
+@dataclass(frozen=True)
+class GradeJob:
+    """One submission to grade.  Paths must be visible to whichever machine runs the job."""
+
+    submission: str
+    student: str
+    out_root: str
+    config: GradeConfig
+    force: bool = False
+
+
+@dataclass
+class JobResult:
+    student: str
+    submission: str
+    status: str  # graded | skipped | error
+    content_hash: str = ""
+    out_dir: str | None = None
+    score: float = 0.0
+    base_points: float = 0.0
+    max_score: float = 0.0
+    tests: dict[str, float] = field(default_factory=dict)
+    test_status: dict[str, str] = field(default_factory=dict)
+    latencies: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    error: str | None = None
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], status: str, out_dir: str | None, seconds: float) -> JobResult:
+        tests = record.get("tests", [])
+        return cls(
+            student=record.get("student", ""),
+            submission=record.get("submission", ""),
+            status=status,
+            content_hash=record.get("content_hash", ""),
+            out_dir=out_dir,
+            score=float(record.get("score", 0.0)),
+            base_points=float(record.get("base_points", 0.0)),
+            max_score=float(record.get("max_score", 0.0)),
+            tests={t["id"]: float(t["score"]) for t in tests},
+            test_status={t["id"]: t["status"] for t in tests},
+            latencies={t["id"]: float(t["latency_us"]) for t in tests if t.get("latency_us") is not None},
+            seconds=seconds,
+            error=record.get("error"),
+        )
+
+
+# ---------------------------------------------------------------------------------------- one job ----
+
+
+def expected_key(sub: Submission, config: GradeConfig) -> dict[str, Any]:
+    from grader import thresholds
+    from grader.pipeline import resolve_backend
+    from grader.rubric import load_rubric
+
+    rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
+    seed = rubric.seed if config.seed is None else int(config.seed)
+    return resume_key(sub.content_hash, rubric.sha256, thresholds.tool_version(), resolve_backend(config.backend),
+                      config.target, seed)
+
+
+def _stored_record(final: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((final / "result.json").read_text())
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _publish(staging: Path, final: Path) -> None:
+    """Move a complete result directory into place with renames only (never a partial directory)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists():
+        old = staging.parent / f"old-{secrets.token_hex(6)}"
+        os.replace(final, old)
+        os.replace(staging, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, final)
+
+
+def grade_one(job: GradeJob) -> JobResult:
+    """Grade (or reuse) one submission; safe to run in any process or on any machine sharing the paths."""
+    from grader.pipeline import error_record, grade_loaded
+
+    t0 = time.perf_counter()
+    out_root = Path(job.out_root)
+    try:
+        sub = load_submission(job.submission, job.student)
+    except SubmissionError as exc:
+        return JobResult(job.student, job.submission, "error", error=str(exc), seconds=time.perf_counter() - t0)
+    sub.student = job.student or sub.student
+    final = out_root / sub.student / sub.content_hash[:16]
+    try:
+        key = expected_key(sub, job.config)
+    except Exception as exc:  # noqa: BLE001 - configuration problem: every job will report it
+        return JobResult(sub.student, job.submission, "error", sub.content_hash, error=f"{type(exc).__name__}: {exc}",
+                         seconds=time.perf_counter() - t0)
+    stored = _stored_record(final)
+    if not job.force and stored and stored.get("status") == "graded" and all(
+        stored.get(k) == v for k, v in key.items()
+    ):
+        return JobResult.from_record(stored, "skipped", str(final), time.perf_counter() - t0)
+    try:
+        record: GradeRecord = grade_loaded(sub, job.config)
+    except Exception as exc:  # noqa: BLE001
+        record = error_record(job.submission, job.config, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}",
+                              sub.student, sub.content_hash)
+    staging = out_root / STAGING / f"{sub.student}-{sub.content_hash[:16]}-{secrets.token_hex(4)}"
+    write_all(record, staging)
+    _publish(staging, final)
+    return JobResult.from_record(record.to_dict(), "graded" if record.status == "graded" else "error", str(final),
+                                 time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------------------------------- executors ----
+
+
+class Executor(Protocol):
+    """Runs ``fn`` on every job and yields results as they complete (any order)."""
+
+    name: str
+
+    def map_unordered(self, fn: Callable[[GradeJob], JobResult], jobs: list[GradeJob]) -> Iterator[JobResult]: ...
+
+
+class SerialExecutor:
+    name = "serial"
+
+    def __init__(self, jobs: int = 1):
+        self.jobs = 1
+
+    def map_unordered(self, fn: Callable[[GradeJob], JobResult], jobs: list[GradeJob]) -> Iterator[JobResult]:
+        for job in jobs:
+            yield fn(job)
+
+
+def _worker_init() -> None:
+    """Pool workers die with the batch process (kill -9 included) and ignore Ctrl-C (the parent handles it)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except Exception:  # noqa: BLE001
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class LocalProcessExecutor:
+    """A pool of grading processes on this machine; a worker that dies costs one retry, not the batch."""
+
+    name = "local"
+
+    def __init__(self, jobs: int = 2, retries: int = 1):
+        self.jobs = max(1, jobs)
+        self.retries = retries
+
+    def map_unordered(self, fn: Callable[[GradeJob], JobResult], jobs: list[GradeJob]) -> Iterator[JobResult]:
+        pending = list(jobs)
+        attempt = 0
+        while pending:
+            ctx = multiprocessing.get_context("spawn")
+            failed: list[tuple[GradeJob, BaseException]] = []
+            with cf.ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx, initializer=_worker_init) as pool:
+                futures = {pool.submit(fn, job): job for job in pending}
+                for fut in cf.as_completed(futures):
+                    job = futures[fut]
+                    try:
+                        yield fut.result()
+                    except BaseException as exc:  # noqa: BLE001 - BrokenProcessPool, pickling errors...
+                        failed.append((job, exc))
+            attempt += 1
+            if attempt > self.retries:
+                for job, exc in failed:
+                    yield JobResult(job.student, job.submission, "error",
+                                    error=f"grading worker failed: {type(exc).__name__}: {exc}")
+                return
+            pending = [job for job, _ in failed]
+
+
+EXECUTORS: dict[str, Callable[[int], Executor]] = {"serial": SerialExecutor, "local": LocalProcessExecutor}
+
+
+def register_executor(name: str, factory: Callable[[int], Executor]) -> None:
+    """Make ``--executor NAME`` available (used by grader/ray_executor.py)."""
+    EXECUTORS[name] = factory
+
+
+def get_executor(name: str, jobs: int) -> Executor:
+    if name not in EXECUTORS:
+        try:
+            importlib.import_module(f"grader.{name}_executor")
+        except ImportError as exc:
+            raise ValueError(f"unknown executor {name!r} (available: {sorted(EXECUTORS)}): {exc}") from exc
+    if name not in EXECUTORS:
+        raise ValueError(f"grader.{name}_executor did not register an executor named {name!r}")
+    return EXECUTORS[name](jobs)
+
+
+# ----------------------------------------------------------------------------------------- discovery ----
+
+
+def _is_submission(p: Path) -> bool:
+    if p.name.startswith(".") or p.name == STAGING:
+        return False
+    return p.is_dir() or (p.is_file() and p.name.lower().endswith(ARCHIVE_SUFFIXES))
+
+
+def _student_for_dir(p: Path) -> str:
+    meta = p / "submission_metadata.json"
+    if p.is_dir() and meta.exists():
+        try:
+            data = json.loads(meta.read_text())
+            users = data.get("users") or []
+            if users and isinstance(users[0], dict):
+                for key in ("email", "sid", "name", "id"):
+                    if users[0].get(key):
+                        return safe_student_id(str(users[0][key]))
+        except (OSError, ValueError):
+            pass
+    return student_from_path(p)
+
+
+def read_manifest(path: Path) -> list[tuple[str, str]]:
+    """CSV (student,path) or JSON ([{"student":..,"path":..}]); relative paths are relative to the manifest."""
+    text = path.read_text()
+    rows: list[tuple[str, str]] = []
+    if path.suffix == ".json":
+        for item in json.loads(text):
+            rows.append((str(item.get("student", "")), str(item["path"])))
+    else:
+        for row in csv.DictReader(io.StringIO(text)):
+            rows.append((row.get("student", "") or "", row["path"]))
+    base = path.parent
+    return [(s, str(p if os.path.isabs(p) else base / p)) for s, p in rows]
+
+
+def discover_jobs(source: str | Path, out_root: str | Path, config: GradeConfig, force: bool = False) -> list[GradeJob]:
+    """Submissions in a directory (one entry per student) or listed in a manifest file."""
+    src = Path(source)
+    if not src.exists():
+        raise SubmissionError(f"{src} does not exist")
+    if src.is_file() and not src.name.lower().endswith(ARCHIVE_SUFFIXES):
+        pairs = [(s or student_from_path(Path(p)), p) for s, p in read_manifest(src)]
+    else:
+        entries = sorted(p for p in src.iterdir() if _is_submission(p)) if src.is_dir() else [src]
+        pairs = [(_student_for_dir(p), str(p)) for p in entries]
+    seen: dict[str, int] = {}
+    jobs = []
+    for student, path in pairs:
+        sid = safe_student_id(student)
+        seen[sid] = seen.get(sid, 0) + 1
+        if seen[sid] > 1:
+            sid = f"{sid}-{seen[sid]}"
+        jobs.append(GradeJob(path, sid, str(out_root), config, force))
+    return jobs
+
+
+# ------------------------------------------------------------------------------------------- reports ----
+
+
+def write_gradebook(results: list[JobResult], test_ids: list[str], path: Path) -> None:
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["student", "status", "total", "base_points", *test_ids, "seconds", "content_hash",
+                     "submission", "result_dir", "error"])
+    for r in sorted(results, key=lambda r: r.student):
+        writer.writerow([r.student, r.status, f"{r.score:g}", f"{r.base_points:g}",
+                         *[f"{r.tests[t]:g}" if t in r.tests else "" for t in test_ids],
+                         f"{r.seconds:.1f}", r.content_hash, r.submission, r.out_dir or "",
+                         (r.error or "").splitlines()[0][:200] if r.error else ""])
+    atomic_write(path, buf.getvalue())
+
+
+def overview_markdown(results: list[JobResult], test_ids: list[str], wall_seconds: float, jobs: int) -> str:
+    graded = [r for r in results if r.status in ("graded", "skipped")]
+    lines = [f"# Batch overview: {len(results)} submissions", ""]
+    counts = {s: sum(1 for r in results if r.status == s) for s in ("graded", "skipped", "error")}
+    lines.append(f"Graded now: {counts['graded']}, reused: {counts['skipped']}, grader errors: {counts['error']}; "
+                 f"wall time {wall_seconds:.1f} s with {jobs} job(s).")
+    lines += ["", "## Score histogram", ""]
+    if graded:
+        top = max(r.base_points for r in graded) or 1.0
+        buckets = [0] * 11
+        for r in graded:
+            buckets[min(10, int(10 * r.score / top))] += 1
+        width = max(buckets) or 1
+        lines.append("```text")
+        for i, n in enumerate(buckets):
+            label = f"{i * 10:3d}-{min(100, i * 10 + 9):3d}%" if i < 10 else "   100%+"
+            lines.append(f"{label} | {'#' * round(30 * n / width)} {n}")
+        lines.append("```")
+        mean = sum(r.score for r in graded) / len(graded)
+        lines.append(f"Mean {mean:.2f} / {top:g}.")
+    lines += ["", "## Pass rate per test", "", "| test | passed | partial | failed / other |", "|---|---|---|---|"]
+    for t in test_ids:
+        st = [r.test_status.get(t) for r in graded if t in r.test_status]
+        if not st:
+            continue
+        p, q = st.count("passed"), st.count("partial")
+        lines.append(f"| {t} | {p}/{len(st)} ({p / len(st):.0%}) | {q} | {len(st) - p - q} |")
+    perf = sorted({t for r in graded for t in r.latencies})
+    if perf:
+        lines += ["", "## Fastest and slowest kernels (modelled p99 latency)", ""]
+        for t in perf:
+            ranked = sorted((r.latencies[t], r.student) for r in graded if t in r.latencies)
+            fast = ", ".join(f"{s} {v:.0f} us" for v, s in ranked[:3])
+            slow = ", ".join(f"{s} {v:.0f} us" for v, s in ranked[-3:][::-1])
+            lines.append(f"- **{t}**: fastest {fast}; slowest {slow}")
+    errors = [r for r in results if r.status == "error"]
+    if errors:
+        lines += ["", "## Grader errors (regraded on the next run)", ""]
+        lines += [f"- {r.student}: {(r.error or '').splitlines()[0][:200]}" for r in errors]
+    return "\n".join(lines) + "\n"
+
+
+def _clean_staging(out_root: Path) -> None:
+    staging = out_root / STAGING
+    if staging.exists():
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def run_batch(
+    source: str | Path,
+    out_root: str | Path,
+    config: GradeConfig,
+    *,
+    jobs: int = 2,
+    executor: str = "local",
+    force: bool = False,
+    progress: bool = True,
+    on_result: Callable[[JobResult], None] | None = None,
+) -> list[JobResult]:
+    """Grade everything in ``source`` into ``out_root``; returns one JobResult per submission."""
+    out = Path(out_root)
+    out.mkdir(parents=True, exist_ok=True)
+    _clean_staging(out)  # leftovers of a killed run are never results
+    job_list = discover_jobs(source, out, config, force)
+    from grader.rubric import load_rubric
+
+    test_ids = [t.id for t in load_rubric(config.rubric_path).select(list(config.only) or None).tests]
+    _prefetch_thresholds(config)
+    ex = get_executor(executor, jobs)
+    bar = Progress(len(job_list), enabled=progress)
+    results: list[JobResult] = []
+    t0 = time.perf_counter()
+    log = out / "batch.jsonl"
+    for res in ex.map_unordered(grade_one, job_list):
+        results.append(res)
+        with open(log, "a") as fh:
+            fh.write(json.dumps({"time": time.time(), **asdict(res)}) + "\n")
+        bar.update(res.status, res.student)
+        if on_result:
+            on_result(res)
+    bar.close()
+    wall = time.perf_counter() - t0
+    write_gradebook(results, test_ids, out / "gradebook.csv")
+    atomic_write(out / "overview.md", overview_markdown(results, test_ids, wall, jobs))
+    _clean_staging(out)
+    return results
+
+
+def _prefetch_thresholds(config: GradeConfig) -> None:
+    """Compute missing reference timings once, before the workers would each try to."""
+    from grader import thresholds
+    from grader.pipeline import resolve_backend
+    from grader.rubric import load_rubric
+
+    rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
+    if not any(t.kind == "performance" for t in rubric.tests):
+        return
+    backend = resolve_backend(config.backend)
+    if backend == "nkisim":
+        thresholds.reference_timings(backend, config.target)
+
+
+def summarize(results: Iterable[JobResult]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in results:
+        out[r.status] = out.get(r.status, 0) + 1
+    return out

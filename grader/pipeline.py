@@ -1,0 +1,373 @@
+"""grade_submission(): the one grading function every front end (CLI, batch, Gradescope, CI, Ray) calls.
+
+Order of work: read the two files -> static screen (nkisim.check_kernel) -> correctness tests -> performance
+tests (each only if its required correctness tests passed).  Every kernel call runs in its own sandboxed child
+(grader/runner.py); the parent generates inputs, computes references, judges outputs and costs traces.
+Failures of the submission are verdicts (score 0 for that test); failures of the grader make the record's
+status 'error' (Gradescope shows "autograder error", the CLI exits non-zero).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grader import problems, thresholds
+from grader.judge import judge_output
+from grader.records import CaseRecord, GradeConfig, GradeRecord, TestResult
+from grader.rubric import Rubric, TestSpec, load_rubric
+from grader.runner import CaseRun, run_case
+from grader.sandbox import detect_isolation
+from grader.submission import Submission, load_submission
+
+GRADER_VERSION = "1.0.0"
+
+
+class GraderError(RuntimeError):
+    """The grader itself cannot grade (bad configuration, missing backend): not the student's fault."""
+
+
+def resolve_backend(name: str) -> str:
+    if name not in ("auto", "nkisim", "neuron"):
+        raise GraderError(f"--backend must be auto, nkisim or neuron, got {name!r}")
+    if name == "nkisim":
+        return name
+    from nkisim.fallback import backend_info
+
+    info = backend_info()
+    if name == "neuron" and info["backend"] != "neuron":
+        raise GraderError(f"--backend neuron needs the real neuronx-cc toolchain: {info['reason']}")
+    return "neuron" if info["backend"] == "neuron" else "nkisim"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class _ReferenceMemo:
+    """Float64 convolutions shared by tests that use the same inputs (large / +bias / +maxpool)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._locks: dict[Any, threading.Lock] = {}
+        self._conv: dict[Any, np.ndarray] = {}
+
+    def reference(self, problem: str, inv: problems.Invocation, key: Any) -> np.ndarray:
+        if problem != "conv2d":
+            return problems.reference_output(problem, inv)
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            conv = self._conv.get(key)
+            if conv is None:
+                conv = problems.conv2d_float64(inv.args[0], inv.args[1])
+                self._conv[key] = conv
+        x_bias = inv.args[2].astype(np.float64)[None, :, None, None]
+        return problems.maxpool_float64(conv + x_bias, inv.kwargs["pool_size"])
+
+
+def _input_key(problem: str, case: dict[str, Any]) -> str:
+    """Cases that differ only in bias or pooling share X and W (and their float64 convolution)."""
+    shared = {k: v for k, v in case.items() if k not in ("bias", "pool")}
+    return problem + json.dumps(shared, sort_keys=True)
+
+
+class _Grading:
+    def __init__(self, sub: Submission, rubric: Rubric, config: GradeConfig, backend: str, seed: int):
+        self.sub = sub
+        self.rubric = rubric
+        self.config = config
+        self.backend = backend
+        self.seed = seed
+        self.memo = _ReferenceMemo()
+        self.blocking: dict[str, list[Any]] = {}
+        self.violations: dict[str, list[dict[str, Any]]] = {}
+
+    # ------------------------------------------------------------------------------------------ screen ----
+    def screen(self) -> None:
+        if not self.config.screen:
+            return
+        from nkisim.check import check_kernel
+
+        for name, data in self.sub.files.items():
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                self.blocking[name] = []
+                self.violations[name] = [{"line": 1, "code": "SYNTAX-ERROR", "kind": "syntax",
+                                          "message": f"not UTF-8 text: {exc}"}]
+                continue
+            found = check_kernel(text, filename=name)
+            self.violations[name] = [v.as_dict() for v in found]
+            block = [v for v in found if v.blocking]
+            if block:
+                self.blocking[name] = block
+
+    def _screen_message(self, name: str) -> str:
+        lines = [f"{name} did not pass the static screen, so this test scores 0:"]
+        items = self.blocking[name] or []
+        for v in items[:20]:
+            lines.append(f"  {name}:{v.line}: {v.code} ({v.kind}) {v.message}")
+        if not items:
+            lines += [f"  {name}:{d['line']}: {d['code']} {d['message']}" for d in self.violations[name]]
+        if len(items) > 20:
+            lines.append(f"  ... and {len(items) - 20} more")
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------------------------------- tests ----
+    def new_result(self, test: TestSpec) -> TestResult:
+        return TestResult(test.id, test.name, test.part, test.kind, test.points, test.extra_credit,
+                          test.visibility, test.tags)
+
+    def run_test(self, test: TestSpec, done: dict[str, TestResult]) -> TestResult:
+        res = self.new_result(test)
+        t0 = time.perf_counter()
+        try:
+            if test.file not in self.sub.files:
+                res.status, res.message = "missing", self.sub.problems.get(test.file, f"{test.file} is missing")
+            elif test.file in self.blocking:
+                res.status, res.message = "rejected", self._screen_message(test.file)
+            else:
+                unmet = [r for r in test.requires if not (r in done and done[r].passed)]
+                if unmet:
+                    res.status = "skipped"
+                    res.message = "skipped: needs a passing " + ", ".join(unmet) + " first"
+                elif test.kind == "correctness":
+                    self._correctness(test, res)
+                else:
+                    self._performance(test, res)
+        except Exception as exc:  # noqa: BLE001 - a grader bug must not look like a student failure
+            res.status = "grader-error"
+            res.score = 0.0
+            res.message = f"autograder error (not your fault): {type(exc).__name__}: {exc}\n" + "".join(
+                traceback.format_exception(exc)[-6:]
+            )
+        res.seconds = time.perf_counter() - t0
+        return res
+
+    def _invocation(self, test: TestSpec, case: dict[str, Any]) -> tuple[problems.Invocation, str]:
+        key = _input_key(test.problem, case)
+        seed = problems.case_seed(self.seed, key, 0)
+        return problems.make_invocation(test.problem, case, seed), key
+
+    def _run(self, test: TestSpec, inv: problems.Invocation, *, mode: str, want_trace: bool) -> CaseRun:
+        return run_case(
+            self.sub.files[test.file], test.file, test.function, inv, mode=mode, want_trace=want_trace,
+            backend=self.backend, target=self.config.target, limits=self.rubric.limits,
+            timeout_s=test.timeout_s * self.config.timeout_scale, tmp_root=self.config.tmp_root,
+        )
+
+    @staticmethod
+    def _failed_run(res: TestResult, run: CaseRun, index: int, n: int) -> None:
+        label = f"case {index + 1}/{n}: " if n > 1 else ""
+        res.status = "grader-error" if run.verdict == "grader-error" else (
+            "timeout" if run.verdict == "timeout" else "error")
+        res.message = label + run.message
+
+    def _correctness(self, test: TestSpec, res: TestResult) -> None:
+        n = len(test.cases)
+        for i, case in enumerate(test.cases):
+            inv, key = self._invocation(test, case)
+            run = self._run(test, inv, mode="full", want_trace=False)
+            rec = CaseRecord(i, run.verdict, run.message, run.wall_seconds, run.kernel_seconds)
+            res.cases.append(rec)
+            if run.verdict != "ok":
+                self._failed_run(res, run, i, n)
+                return
+            expected = self.memo.reference(test.problem, inv, key)
+            verdict = judge_output(run.outputs, expected, inv.out_dtype, self.rubric.tolerances)
+            rec.verdict = "passed" if verdict.passed else "failed"
+            rec.message, rec.max_abs_error = verdict.message, verdict.max_abs_error
+            if not verdict.passed:
+                res.status = "failed"
+                res.message = (f"case {i + 1}/{n} {_describe_case(case)}: " if n > 1 else "") + verdict.message
+                return
+        res.status, res.score = "passed", test.points
+        res.message = f"all {n} case(s) match the NumPy reference" if n > 1 else res.cases[0].message
+
+    def _targets(self, test: TestSpec, case: dict[str, Any]) -> tuple[float, float]:
+        spec = test.thresholds
+        if spec.get("source") == "conv2d":
+            return thresholds.conv_thresholds(case["dtype"], int(case["height"]), int(case.get("pool", 1)),
+                                              self.backend, self.config.target)
+        single = thresholds.transpose_threshold(spec["key"], self.backend, self.config.target,
+                                                float(spec.get("hardware_us", 0)))
+        return single, single
+
+    def _performance(self, test: TestSpec, res: TestResult) -> None:
+        case = test.cases[0]
+        inv, key = self._invocation(test, case)
+        relaxed, optimized = self._targets(test, case)
+        res.relaxed_us, res.optimized_us = relaxed, optimized
+        verify = self.rubric.verify_performance_outputs
+        mode = "full" if verify else "timing"
+        run = self._run(test, inv, mode=mode, want_trace=self.backend == "nkisim")
+        res.cases.append(CaseRecord(0, run.verdict, run.message, run.wall_seconds, run.kernel_seconds))
+        if run.verdict != "ok":
+            self._failed_run(res, run, 0, 1)
+            return
+        if verify and self.backend == "nkisim":
+            expected = self.memo.reference(test.problem, inv, key)
+            verdict = judge_output(run.outputs, expected, inv.out_dtype, self.rubric.tolerances)
+            if not verdict.passed:
+                res.status = "failed"
+                res.message = "the timed run's output is wrong, so its latency does not count: " + verdict.message
+                return
+        if self.backend == "nkisim":
+            from nkisim.perf import estimate
+
+            report = estimate(run.trace, self.config.target)
+            latency = float(report.nc_latency_us)
+            res.perf = {k: v for k, v in report.to_dict().items() if k != "critical_path"}
+            res.mfu = float(report.mfu)
+            moved_in, moved_out = int(report.hbm_read_bytes), int(report.hbm_write_bytes)
+            need_in = sum(a.nbytes for a in inv.args)
+            need_out = int(np.prod(inv.out_shape)) * inv.out_dtype.itemsize
+            if moved_in < need_in or moved_out < need_out:
+                res.status = "failed"
+                res.message = (
+                    f"the timed run read {moved_in} of the {need_in} input bytes / wrote {moved_out} of the "
+                    f"{need_out} output bytes: the kernel that was timed did not do the whole computation"
+                )
+                res.latency_us = latency
+                return
+        else:
+            latency = float(run.hardware_p99_us or 0.0)
+        res.latency_us = latency
+        tiers = int(test.thresholds.get("tiers", 2))
+        if latency <= optimized:
+            res.status, res.score = "passed", test.points
+            res.message = f"p99 latency {latency:.1f} us <= target {optimized:.1f} us: full credit"
+        elif tiers > 1 and latency <= relaxed:
+            res.status = "partial"
+            res.score = round(test.points * self.rubric.partial_credit, 6)
+            res.message = (
+                f"p99 latency {latency:.1f} us: above the optimized target {optimized:.1f} us, within the relaxed "
+                f"target {relaxed:.1f} us: {self.rubric.partial_credit:.0%} credit"
+            )
+        else:
+            res.status = "failed"
+            limit = relaxed if tiers > 1 else optimized
+            res.message = f"p99 latency {latency:.1f} us is above the target {limit:.1f} us: no credit"
+        if res.mfu is not None:
+            res.message += f" (MFU {res.mfu:.1%})"
+
+
+def _describe_case(case: dict[str, Any]) -> str:
+    if "shape" in case:
+        return "x".join(str(v) for v in case["shape"]) + f" {case.get('dtype', 'float32')}"
+    return (f"[batch {case['batch']}, {case['in_channels']}->{case['out_channels']} ch, "
+            f"{case['height']}x{case['width']}, pool {case.get('pool', 1)}, bias {case.get('bias')}, "
+            f"{case.get('dtype')}]")
+
+
+def _run_phases(grading: _Grading, tests: tuple[TestSpec, ...], workers: int) -> list[TestResult]:
+    """Correctness tests first, then the tests that depend on them; each phase may run in parallel."""
+    done: dict[str, TestResult] = {}
+    remaining = list(tests)
+    while remaining:
+        ready = [t for t in remaining if all(r in done for r in t.requires)]
+        if not ready:  # cycle: should have been rejected by the rubric loader
+            raise GraderError(f"tests {[t.id for t in remaining]} have circular requirements")
+        if workers > 1 and len(ready) > 1:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                results = list(pool.map(lambda t: grading.run_test(t, done), ready))
+        else:
+            results = [grading.run_test(t, done) for t in ready]
+        for t, r in zip(ready, results):
+            done[t.id] = r
+        remaining = [t for t in remaining if t.id not in done]
+    return [done[t.id] for t in tests]
+
+
+def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
+    """Grade an already-read submission (raises GraderError / RubricError for grader-side problems)."""
+    started_at, t0 = _now(), time.perf_counter()
+    rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
+    backend = resolve_backend(config.backend)
+    if config.target not in ("trn2", "trn1"):
+        raise GraderError(f"--target must be trn2 or trn1, got {config.target!r}")
+    seed = rubric.seed if config.seed is None else int(config.seed)
+    grading = _Grading(sub, rubric, config, backend, seed)
+    t_screen = time.perf_counter()
+    grading.screen()
+    screen_s = time.perf_counter() - t_screen
+    results = _run_phases(grading, rubric.tests, max(1, config.workers))
+    failed = [r for r in results if r.status == "grader-error"]
+    record = GradeRecord(
+        student=sub.student,
+        submission=sub.path,
+        content_hash=sub.content_hash,
+        rubric_sha256=rubric.sha256,
+        rubric_title=rubric.title,
+        tool_version=thresholds.tool_version(),
+        grader_version=GRADER_VERSION,
+        backend=backend,
+        target=config.target,
+        seed=seed,
+        status="error" if failed else "graded",
+        score=round(sum(r.score for r in results), 6),
+        max_score=rubric.total_points,
+        base_points=rubric.base_points,
+        tests=results,
+        started_at=started_at,
+        seconds=time.perf_counter() - t0,
+        isolation=list(detect_isolation().features),
+        python=platform.python_version(),
+        config=config.to_dict(),
+        error="; ".join(f"{r.id}: {r.message.splitlines()[0]}" for r in failed) or None,
+        violations=grading.violations,
+        timings={"screen_s": screen_s, **{f"test:{r.id}": r.seconds for r in results}},
+    )
+    return record
+
+
+def error_record(path: str, config: GradeConfig, message: str, student: str = "", content_hash: str = "",
+                 started_at: str | None = None, seconds: float = 0.0) -> GradeRecord:
+    """The record of a grading that could not run at all (written so Gradescope/CI still get results)."""
+    try:
+        rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
+        title, sha, total, base = rubric.title, rubric.sha256, rubric.total_points, rubric.base_points
+    except Exception:  # noqa: BLE001
+        title, sha, total, base = "autograder", "", 0.0, 0.0
+    try:
+        tool = thresholds.tool_version()
+    except Exception:  # noqa: BLE001
+        tool = "unknown"
+    return GradeRecord(
+        student=student, submission=path, content_hash=content_hash, rubric_sha256=sha, rubric_title=title,
+        tool_version=tool, grader_version=GRADER_VERSION, backend=config.backend, target=config.target,
+        seed=config.seed if config.seed is not None else -1, status="error", score=0.0, max_score=total,
+        base_points=base, tests=[], started_at=started_at or _now(), seconds=seconds, isolation=[],
+        python=platform.python_version(), config=config.to_dict(), error=message,
+    )
+
+
+def grade_submission(submission_path: str | Path, out_dir: str | Path | None, config: GradeConfig,
+                     student: str | None = None) -> GradeRecord:
+    """Grade one submission and (if ``out_dir``) write results.json, junit.xml, summary.md, result.json.
+
+    Never raises for anything the submission does; grader-side failures give a record with status 'error'.
+    A non-existent submission path raises SubmissionError (a usage error).
+    """
+    from grader import reports
+
+    started_at, t0 = _now(), time.perf_counter()
+    sub = load_submission(submission_path, student)
+    try:
+        record = grade_loaded(sub, config)
+    except Exception as exc:  # noqa: BLE001 - reported as an autograder error, never as a score
+        message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
+        record = error_record(str(submission_path), config, message, sub.student, sub.content_hash, started_at,
+                              time.perf_counter() - t0)
+    if out_dir is not None:
+        reports.write_all(record, Path(out_dir))
+    return record
