@@ -25,6 +25,7 @@ All rules live in :data:`RULES`; ``python -m nkisim check --list-rules`` prints 
 from __future__ import annotations
 
 import ast
+import builtins
 import inspect
 import os
 import re
@@ -89,7 +90,8 @@ RULES: tuple[Rule, ...] = (
         "SANDBOX-INTROSPECTION",
         SANDBOX,
         ERROR,
-        "frame/code introspection attribute (gi_frame, f_back, f_globals, tb_frame, co_code, mro, ...)",
+        "frame/code introspection (gi_frame, f_back, f_globals, tb_frame, co_code, mro, ...) and typing's "
+        "annotation evaluators (get_type_hints, ForwardRef)",
     ),
     Rule("SANDBOX-GLOBAL", SANDBOX, ERROR, "`global` or `nonlocal` statement"),
     Rule(
@@ -131,8 +133,15 @@ RULES: tuple[Rule, ...] = (
         "SANDBOX-CATCH-ALL",
         SANDBOX,
         ERROR,
-        "bare `except:` or catching BaseException / SystemExit / KeyboardInterrupt / GeneratorExit "
-        "(would swallow the grader's timeouts)",
+        "bare `except:`, catching BaseException / SystemExit / KeyboardInterrupt / GeneratorExit, or "
+        "return/break/continue in `finally` (would swallow the grader's timeouts)",
+    ),
+    Rule(
+        "SANDBOX-CLASS-BASE",
+        SANDBOX,
+        ERROR,
+        "class deriving from anything but object, exceptions, typing helpers or classes of the same file, "
+        "or with a metaclass (e.g. an ndarray subclass that fools comparisons)",
     ),
     Rule(
         "NKI-NESTED-FUNCTION",
@@ -223,7 +232,7 @@ _ESCAPE_ATTRS = frozenset(
     "os sys subprocess importlib builtins ctypes ctypeslib pickle marshal shelve socket shutil pathlib io "
     "inspect gc threading multiprocessing concurrent signal runpy codeop types weakref tempfile glob "
     "fcntl resource posix pty mmap sysconfig site atexit faulthandler traceback linecache pkgutil urllib "
-    "http asyncio selectors webbrowser nkisim grader lib f2py distutils np numpy neuronxcc".split()
+    "http asyncio selectors webbrowser nkisim grader lib f2py distutils extbuild np numpy neuronxcc".split()
 )
 # NumPy internals (only flagged on a NumPy receiver; np.testing stays usable in a __main__ self-test).
 _NUMPY_INTERNAL_ATTRS = frozenset({"core", "compat"})
@@ -245,7 +254,9 @@ _STATE_ATTRS = frozenset(
 _INTROSPECTION_ATTRS = frozenset(
     "gi_frame gi_code gi_yieldfrom cr_frame cr_code cr_await cr_origin ag_frame ag_code ag_await f_back "
     "f_globals f_locals f_builtins f_code f_trace tb_frame tb_next co_code co_consts co_names "
-    "func_globals func_code func_closure cell_contents mro im_func im_self im_class".split()
+    "func_globals func_code func_closure cell_contents mro im_func im_self im_class "
+    # typing's evaluators run annotation strings through eval().
+    "get_type_hints ForwardRef get_annotations".split()
 )
 _MUTATING_METHODS = frozenset(
     "append extend insert remove pop popitem clear update setdefault add discard".split()
@@ -255,6 +266,9 @@ _CATCH_ALL = frozenset({"BaseException", "SystemExit", "KeyboardInterrupt", "Gen
 # Dunder methods a helper class may define; others (__eq__, __array__, __getattr__, __del__, ...) could fool
 # comparisons or run code behind the grader's back.
 _ALLOWED_DUNDER_METHODS = frozenset({"__init__", "__repr__", "__str__"})
+_SAFE_BASES = frozenset(
+    name for name in dir(builtins) if name == "object" or (name.endswith(("Error", "Exception", "Warning")))
+)
 _ALLOWED_DUNDER_LOADS = frozenset({"__name__", "__doc__", "__debug__"})
 _ALLOWED_DUNDER_STORES = frozenset({"__all__"})
 _KERNEL_DECORATORS = frozenset({"jit", "baremetal", "benchmark", "profile", "simulate_kernel"})
@@ -306,6 +320,19 @@ def _has_attribute_hop(node: ast.AST) -> bool:
             return True
         node = node.value
     return not isinstance(node, ast.Name)
+
+
+def _finally_exits(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """return/break/continue statements that leave a finally block (and so discard a pending exception)."""
+    stack: list[tuple[ast.AST, bool]] = [(stmt, False) for stmt in body]  # (node, inside a loop of the block)
+    while stack:
+        node, in_loop = stack.pop()
+        if isinstance(node, ast.Return) or (isinstance(node, (ast.Break, ast.Continue)) and not in_loop):
+            yield node  # type: ignore[misc]
+        if isinstance(node, (*_FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            continue
+        loop = in_loop or isinstance(node, (ast.For, ast.AsyncFor, ast.While))
+        stack.extend((child, loop) for child in ast.iter_child_nodes(node))
 
 
 def _bound_names(scope: ast.AST) -> set[str]:
@@ -361,6 +388,7 @@ class _ModuleFacts:
         self.param_taint: set[tuple[int, str]] = (
             set()
         )  # (id(function node), parameter) receiving module objects
+        self.classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
         self.functions: dict[str, list[ast.AST]] = {}  # module-level def name -> defs
         for node in tree.body:
             if isinstance(node, _FUNCTIONS):
@@ -675,8 +703,21 @@ class _Checker(ast.NodeVisitor):
             self.report("SANDBOX-DUNDER", node, f"class name '{node.name}' is not allowed")
         for deco in node.decorator_list:
             self._check_decorator(deco)
+        self._check_class_bases(node)
         self.report_kernel("NKI-CLASS", node, f"class '{node.name}' defined inside a kernel")
         self._visit_scope(node, "class", node.name)
+
+    def _check_class_bases(self, node: ast.ClassDef) -> None:
+        for kw in node.keywords:
+            self.report("SANDBOX-CLASS-BASE", kw.value, f"class '{node.name}' sets '{kw.arg}='")
+        for base in node.bases:
+            path = self.facts.canonical(base)
+            if isinstance(base, ast.Name) and path is None:
+                if base.id in self.facts.classes or (base.id in _SAFE_BASES and self.is_builtin(base.id)):
+                    continue
+            elif path is not None and path.startswith("typing."):
+                continue
+            self.report("SANDBOX-CLASS-BASE", base, f"class '{node.name}' derives from '{ast.unparse(base)}'")
 
     def _visit_comprehension(self, node: ast.AST) -> None:
         self.report_kernel("NKI-COMPREHENSION", node, f"{type(node).__name__} inside a kernel")
@@ -735,6 +776,8 @@ class _Checker(ast.NodeVisitor):
                 self.report("SANDBOX-DUNDER", node, f"alias '{a.asname}' is not allowed")
             if module == "numpy":
                 self._check_numpy_path(["numpy", a.name], node)
+            if a.name in _INTROSPECTION_ATTRS:
+                self.report("SANDBOX-INTROSPECTION", node, f"importing '{a.name}' from '{module}'")
             if module == _NKI_ROOT and a.name in _ESCAPE_ATTRS:
                 self.report("SANDBOX-MODULE-ESCAPE", node, f"importing '{a.name}' from '{module}'")
 
@@ -918,6 +961,9 @@ class _Checker(ast.NodeVisitor):
 
     def _visit_try(self, node: ast.AST) -> None:
         self.report_kernel("NKI-TRY", node, "try/except inside a kernel")
+        for stmt in _finally_exits(getattr(node, "finalbody", [])):
+            kind = type(stmt).__name__.lower()
+            self.report("SANDBOX-CATCH-ALL", stmt, f"'{kind}' in a finally block swallows any exception")
         self.generic_visit(node)
 
     visit_Try = _visit_try

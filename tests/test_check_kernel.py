@@ -139,6 +139,19 @@ CASES: list[tuple[str, str, str]] = [
         "try:\n    pass\nexcept (ValueError, BaseException):  # <-\n    pass\n",
         "SANDBOX-CATCH-ALL",
     ),
+    (
+        "finally-return",
+        "def f():\n    try:\n        pass\n    finally:\n        return 1  # <-\n",
+        "SANDBOX-CATCH-ALL",
+    ),
+    (
+        "ndarray-subclass",
+        "class Always(np.ndarray):  # <-\n    def all(self):\n        return True\n",
+        "SANDBOX-CLASS-BASE",
+    ),
+    ("metaclass", "class M:\n    pass\nclass C(metaclass=M):  # <-\n    pass\n", "SANDBOX-CLASS-BASE"),
+    ("type-hints", "from typing import get_type_hints  # <-\n", "SANDBOX-INTROSPECTION"),
+    ("np-extbuild", "b = np.testing.extbuild  # <-\n", "SANDBOX-MODULE-ESCAPE"),
     ("np-seed", "np.random.seed(0)  # <-\n", "SANDBOX-NUMPY-STATE"),
     ("np-seterr", "np.seterr(all='ignore')  # <-\n", "SANDBOX-NUMPY-STATE"),
     # --- NKI subset (kernels and the helpers they call)
@@ -257,6 +270,12 @@ LEGIT_SNIPPETS = {
         "        self.tiles.append(rows)\n        self.grid = {}\n        self.grid[0] = rows\n"
         "    def __repr__(self):\n        return 'Tiling'\n"
     ),
+    "class-bases": (
+        "from typing import NamedTuple\nclass Shape(NamedTuple):\n    rows: int\n"
+        "class KernelError(ValueError):\n    pass\nclass Base:\n    pass\n"
+        "class Derived(Base, object):\n    pass\n"
+    ),
+    "loop-in-finally": "try:\n    pass\nfinally:\n    for i in range(2):\n        break\n",
     "except-exception": "try:\n    x = 1\nexcept (ValueError, Exception):\n    x = 0\n",
     "local-containers": "d = {}\nd['a'] = 1\nd.update(b=2)\ns = set()\ns.add(1)\nts = []\nts.append(d)\n",
     "numpy-random-data": "x = np.random.rand(4).astype(np.float32)\ny = np.testing.assert_allclose\n",
@@ -336,8 +355,7 @@ def test_source_that_looks_like_a_path_stays_source_when_labelled(tmp_path: Path
     clean = tmp_path / "clean.py"
     clean.write_text("x = 1\n")
     # A submission whose whole text is the name of a clean file must not be screened as that file.
-    found = check_kernel(str(clean), filename="kernels.py")
-    assert found and found[0].code == "SYNTAX-ERROR" or found == [] or all(v.line == 1 for v in found)
+    assert [v.code for v in check_kernel(str(clean), filename="kernels.py")] == ["SYNTAX-ERROR"]
     assert check_kernel("open('x.py')", filename="kernels.py")[0].code == "SANDBOX-BUILTIN"
 
 

@@ -40,6 +40,9 @@ class IndexExpr:
     def __getitem__(self, item) -> IndexExpr:
         return IndexExpr(self.values[item])
 
+    def __setitem__(self, item, value) -> None:
+        fail("err_cannot_assign_to_index")
+
     def __add__(self, o):
         return IndexExpr(self.values + _val(o))
 

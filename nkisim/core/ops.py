@@ -350,6 +350,9 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
     moving = need_tensor(moving, op_name, "moving")
     need_on_chip(stationary, op_name, "stationary", (Buf.SBUF,))
     need_on_chip(moving, op_name, "moving", (Buf.SBUF,))
+    if stationary._pd or moving._pd:
+        fail("err_failed_to_infer_tile_from_local_tensor",
+             name=(stationary if stationary._pd else moving)._a.name or "stationary/moving")
     lim = ctx.limits
     k1 = check_partitions(stationary, lim.pmax)
     k2 = check_partitions(moving, lim.pmax)
@@ -431,6 +434,8 @@ def _engine_checks(op: str, engine: Engine, tiles, ctx: KernelContext) -> None:
         cap = lim.vector_psum_fmax if t._a.buf == Buf.PSUM else lim.vector_sbuf_fmax
         if n > cap:
             fail("nkisim_free_size_limit", op=op, n=n, buffer=BUF_NAMES[t._a.buf], limit=cap)
+        if t._pd:
+            fail("err_failed_to_infer_tile_from_local_tensor", name=t._a.name or name)
         check_partitions(t, lim.pmax)
 
 
@@ -477,6 +482,8 @@ def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = Engine.
     _engine_checks(op_name, engine, [(a, "data1"), (b, "data2")], ctx)
     if a._a.buf == Buf.PSUM and b._a.buf == Buf.PSUM:
         fail("nkisim_two_inputs_in_psum", op=op_name)
+    if execute.ALU.get(op, (None, False))[1]:
+        _need_int(op_name, op, (a, "data1"), (b, "data2"))
     out_shape, how = _align(op_name, a, b, nl_style)
     if how == "swap":
         out_shape = b.shape
@@ -514,6 +521,24 @@ def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = Engine.
     return finish(ctx, ins, out, values, m)
 
 
+def _need_int(op_name: str, alu: str, *operands) -> None:
+    for t, name in operands:
+        if dtypes.is_float(t.dtype):
+            fail("nkisim_dtype_not_supported", op=op_name, dtype=t.dtype.name, operand=name,
+                 detail=f" (bitvec operator '{alu}' needs integer tiles)")
+
+
+def _scalar_engine_alu(ctx: KernelContext, op_name: str, op0, op1) -> None:
+    """ScalarE runs tensor_scalar only on NeuronCore-v3, and only multiply / add / multiply->add (nki.isa)."""
+    if ctx.target == "trn1":
+        fail("nkisim_engine_op_unsupported", op=op_name, engine="Scalar Engine", target=ctx.target,
+             detail="ScalarE arithmetic ops exist from NeuronCore-v3 on; use the Vector Engine")
+    ops_used = tuple(o for o in (op0, op1) if o is not None)
+    if ops_used not in (("multiply",), ("add",), ("multiply", "add")):
+        fail("nkisim_engine_op_unsupported", op=op_name, engine="Scalar Engine", target=ctx.target,
+             detail=f"only multiply, add or multiply->add are supported, got {' -> '.join(ops_used)}")
+
+
 def _scalar_operand(ctx, op: str, data: Tensor, x, name: str):
     """A tensor_scalar/activation operand: python scalar or a (P, 1) / (P,) vector tile."""
     if x is None or isinstance(x, (int, float, np.number, bool)):
@@ -537,6 +562,11 @@ def tensor_scalar(data, op0: str, operand0, reverse0: bool = False, op1: str | N
     _engine_checks(op_name, engine, [(data, "data")], ctx)
     if (op1 is None) != (operand1 is None):
         fail("nkisim_bad_argument", op=op_name, detail="op1 and operand1 must be given together")
+    for opx in (op0, op1):
+        if opx is not None and execute.ALU.get(opx, (None, False))[1]:
+            _need_int(op_name, opx, (data, "data"))
+    if engine == Engine.SCALAR:
+        _scalar_engine_alu(ctx, op_name, op0, op1)
     o0, t0 = _scalar_operand(ctx, op_name, data, operand0, "operand0")
     o1, t1 = _scalar_operand(ctx, op_name, data, operand1, "operand1")
     srcs = [data] + [t for t in (t0, t1) if t is not None]
@@ -567,6 +597,9 @@ def tensor_copy(src, *, dtype=None, engine: Engine = Engine.UNKNOWN, mask=None, 
     src = need_tensor(src, op_name, "src")
     if engine == Engine.UNKNOWN:
         engine = Engine.VECTOR
+    elif engine == Engine.SCALAR and ctx.target == "trn1":
+        fail("nkisim_engine_op_unsupported", op=op_name, engine="Scalar Engine", target=ctx.target,
+             detail="NeuronCore-v2 ScalarE cannot run tensor_copy; use nisa.activation(op=nl.copy)")
     _engine_checks(op_name, engine, [(src, "src")], ctx)
     out_dt = dtypes.to_dtype(dtype) if dtype is not None else src.dtype
     target_shape = tuple(shape) if shape is not None else src.shape
@@ -645,6 +678,17 @@ def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, 
     _engine_checks(op_name, Engine.SCALAR, [(data, "data")], ctx)
     if func not in execute.ACTIVATION:
         fail("nkisim_bad_argument", op=op_name, detail=f"'{func}' is not an activation function")
+    p = parts_of(data)
+    if isinstance(bias, Tensor):
+        if bias.dtype.name not in ("float32", "float16", "bfloat16") or parts_of(bias) != p or free_of(bias) != 1:
+            fail("err_activation_bias_invalid_type", p=p, got=f"{bias.dtype.name}{list(bias.shape)}")
+    elif bias is not None and ctx.target == "trn1":
+        fail("err_activation_bias_invalid_type", p=p, got=f"immediate {bias!r} (immediates need NeuronCore-v3)")
+    if isinstance(scale, Tensor):
+        if scale.dtype.name != "float32" or parts_of(scale) != p or free_of(scale) != 1:
+            fail("err_activation_scale_invalid_type", p=p, got=f"{scale.dtype.name}{list(scale.shape)}")
+    elif not isinstance(scale, (int, float, np.floating, np.integer)):
+        fail("err_activation_scale_invalid_type", p=p, got=type(scale).__name__)
     sc, ts = _scalar_operand(ctx, op_name, data, scale, "scale")
     bi, tb = _scalar_operand(ctx, op_name, data, bias, "bias")
     srcs = [data] + [t for t in (ts, tb) if t is not None]

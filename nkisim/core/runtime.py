@@ -44,6 +44,7 @@ class KernelContext:
         self._where: dict = {}
         self.loc: str = "?"
         self.site = None
+        self.kernel_code = None  # code object of the top-level kernel function (shared_hbm scope rule)
 
     # ---- bookkeeping shared by every front-end call -----------------------------------------------------
     def settle(self) -> None:
@@ -131,6 +132,9 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
     if kind == Buf.HBM:
         if fill is not None and not provisional:
             fail("err_hbm_tensor_with_init_value_not_supported")
+        if buffer.name == "shared_hbm" and site is not None and ctx.kernel_code is not None \
+                and site[0] is not ctx.kernel_code:
+            fail("err_shared_hbm_must_in_kernel_level")
         base, view = make_storage(dims, 0, dt, fill, not ctx.full)
         alloc = Allocation(Buf.HBM, base, ctx.mem.new_phys(), None, name or "hbm", 0, None)
         return Tensor(alloc, view, 0, off=0)
@@ -187,7 +191,7 @@ def unwrap(kernel):
 
 def _wrap_arg(ctx: KernelContext, value, name: str):
     if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and hasattr(value, "dtype")
-                                        and not isinstance(value, Tensor)):
+                                        and not isinstance(value, (Tensor, np.generic))):
         arr = np.asarray(value)
         dt = dtypes.to_dtype(arr.dtype)
         base = np.array(arr, dtype=dt, copy=True, order="C") if ctx.full else np.empty(arr.shape, dtype=dt)
@@ -216,19 +220,35 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
     fn = unwrap(kernel)
     name = getattr(fn, "__name__", "kernel")
     ctx = KernelContext(target, mode, name)
+    ctx.kernel_code = getattr(fn, "__code__", None)
     kwargs = dict(kwargs or {})
     _STACK.append(ctx)
+    old_err = np.seterr(all="ignore")  # NaN poison and fp16 overflow are data, not warnings
     try:
         names = _arg_names(fn, len(args))
         hbm_args = [_wrap_arg(ctx, a, n) for a, n in zip(args, names)]
         hbm_kwargs = {k: _wrap_arg(ctx, v, k) for k, v in kwargs.items()}
         ret = fn(*hbm_args, **hbm_kwargs)
         ctx.settle()
+        _check_outputs_written(ctx, ret)
         outputs = _to_numpy(ret) if ctx.full else None
     finally:
+        np.seterr(**old_err)
         _STACK.pop()
         ctx.mem.closed = True
     return KernelRun(outputs, ctx.trace, ctx.target, ctx.mem.peak[Buf.SBUF], ctx.mem.peak[Buf.PSUM])
+
+
+def _check_outputs_written(ctx: KernelContext, ret) -> None:
+    """err_tensor_output_not_written_to: a returned HBM tensor the kernel created but no instruction wrote."""
+    outs = [t for t in (ret if isinstance(ret, (tuple, list)) else (ret,))
+            if isinstance(t, Tensor) and t._a.buf == Buf.HBM and not t._a.immutable]
+    if not outs:
+        return
+    written = {d.region.phys for ins in ctx.trace.instrs for d in ins.dsts if d.region.buf == Buf.HBM}
+    for t in outs:
+        if t._a.phys not in written:
+            fail("err_tensor_output_not_written_to", name=t._a.name)
 
 
 def _arg_names(fn, n: int) -> list[str]:
