@@ -249,23 +249,20 @@ class Tensor:
 
     def _overflow_view(self, norm: tuple) -> Tensor:
         """Slices running past the end: a gather view with the nominal length (only legal under a mask)."""
-        arrays = []
         shape = self._v.shape
-        out_rank = sum(1 for it in norm if isinstance(it, slice))
+        full = list(norm) + [slice(0, n, 1) for n in shape[len(norm):]]
+        rank = sum(1 for it in full if isinstance(it, slice))
+        arrays = []
         k = 0
-        for dim, it in enumerate(norm):
+        for it in full:
             if isinstance(it, slice):
                 vals = np.arange(it.start, it.stop, it.step)
-                sh = [1] * out_rank
+                sh = [1] * rank
                 sh[k] = len(vals)
                 arrays.append(vals.reshape(sh))
                 k += 1
             else:
-                arrays.append(np.asarray(it))
-        for dim in range(len(norm), len(shape)):
-            vals = np.arange(shape[dim])
-            sh = [1] * (out_rank + len(shape) - len(norm))
-            arrays.append(vals.reshape(sh))
+                arrays.append(np.asarray(it).reshape((1,) * rank))
         return self._gather(arrays, pdim=0)
 
     def _advanced(self, idx: tuple) -> Tensor:
