@@ -105,9 +105,12 @@ def expected_key(sub: Submission, config: GradeConfig) -> dict[str, Any]:
     from grader.rubric import load_rubric
 
     rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
-    seed = rubric.seed if config.seed is None else int(config.seed)
-    return resume_key(sub.content_hash, rubric.sha256, thresholds.tool_version(), resolve_backend(config.backend),
-                      config.target, seed)
+    from grader.problems import submission_seed
+
+    seed = submission_seed(rubric.seed, sub.content_hash) if config.seed is None else int(config.seed)
+    return resume_key(
+        sub.content_hash, rubric.sha256, thresholds.tool_version(), resolve_backend(config.backend), config.target, seed
+    )
 
 
 def _stored_record(final: Path) -> dict[str, Any] | None:
@@ -145,23 +148,38 @@ def grade_one(job: GradeJob) -> JobResult:
     try:
         key = expected_key(sub, job.config)
     except Exception as exc:  # noqa: BLE001 - configuration problem: every job will report it
-        return JobResult(sub.student, job.submission, "error", sub.content_hash, error=f"{type(exc).__name__}: {exc}",
-                         seconds=time.perf_counter() - t0)
+        return JobResult(
+            sub.student,
+            job.submission,
+            "error",
+            sub.content_hash,
+            error=f"{type(exc).__name__}: {exc}",
+            seconds=time.perf_counter() - t0,
+        )
     stored = _stored_record(final)
-    if not job.force and stored and stored.get("status") == "graded" and all(
-        stored.get(k) == v for k, v in key.items()
+    if (
+        not job.force
+        and stored
+        and stored.get("status") == "graded"
+        and all(stored.get(k) == v for k, v in key.items())
     ):
         return JobResult.from_record(stored, "skipped", str(final), time.perf_counter() - t0)
     try:
         record: GradeRecord = grade_loaded(sub, job.config)
     except Exception as exc:  # noqa: BLE001
-        record = error_record(job.submission, job.config, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}",
-                              sub.student, sub.content_hash)
+        record = error_record(
+            job.submission,
+            job.config,
+            f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}",
+            sub.student,
+            sub.content_hash,
+        )
     staging = out_root / STAGING / f"{sub.student}-{sub.content_hash[:16]}-{secrets.token_hex(4)}"
     write_all(record, staging)
     _publish(staging, final)
-    return JobResult.from_record(record.to_dict(), "graded" if record.status == "graded" else "error", str(final),
-                                 time.perf_counter() - t0)
+    return JobResult.from_record(
+        record.to_dict(), "graded" if record.status == "graded" else "error", str(final), time.perf_counter() - t0
+    )
 
 
 # ----------------------------------------------------------------------------------------- executors ----
@@ -224,8 +242,12 @@ class LocalProcessExecutor:
             attempt += 1
             if attempt > self.retries:
                 for job, exc in failed:
-                    yield JobResult(job.student, job.submission, "error",
-                                    error=f"grading worker failed: {type(exc).__name__}: {exc}")
+                    yield JobResult(
+                        job.student,
+                        job.submission,
+                        "error",
+                        error=f"grading worker failed: {type(exc).__name__}: {exc}",
+                    )
                 return
             pending = [job for job, _ in failed]
 
@@ -314,13 +336,35 @@ def discover_jobs(source: str | Path, out_root: str | Path, config: GradeConfig,
 def write_gradebook(results: list[JobResult], test_ids: list[str], path: Path) -> None:
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["student", "status", "total", "base_points", *test_ids, "seconds", "content_hash",
-                     "submission", "result_dir", "error"])
+    writer.writerow(
+        [
+            "student",
+            "status",
+            "total",
+            "base_points",
+            *test_ids,
+            "seconds",
+            "content_hash",
+            "submission",
+            "result_dir",
+            "error",
+        ]
+    )
     for r in sorted(results, key=lambda r: r.student):
-        writer.writerow([r.student, r.status, f"{r.score:g}", f"{r.base_points:g}",
-                         *[f"{r.tests[t]:g}" if t in r.tests else "" for t in test_ids],
-                         f"{r.seconds:.1f}", r.content_hash, r.submission, r.out_dir or "",
-                         (r.error or "").splitlines()[0][:200] if r.error else ""])
+        writer.writerow(
+            [
+                r.student,
+                r.status,
+                f"{r.score:g}",
+                f"{r.base_points:g}",
+                *[f"{r.tests[t]:g}" if t in r.tests else "" for t in test_ids],
+                f"{r.seconds:.1f}",
+                r.content_hash,
+                r.submission,
+                r.out_dir or "",
+                (r.error or "").splitlines()[0][:200] if r.error else "",
+            ]
+        )
     atomic_write(path, buf.getvalue())
 
 
@@ -328,8 +372,10 @@ def overview_markdown(results: list[JobResult], test_ids: list[str], wall_second
     graded = [r for r in results if r.status in ("graded", "skipped")]
     lines = [f"# Batch overview: {len(results)} submissions", ""]
     counts = {s: sum(1 for r in results if r.status == s) for s in ("graded", "skipped", "error")}
-    lines.append(f"Graded now: {counts['graded']}, reused: {counts['skipped']}, grader errors: {counts['error']}; "
-                 f"wall time {wall_seconds:.1f} s with {jobs} job(s).")
+    lines.append(
+        f"Graded now: {counts['graded']}, reused: {counts['skipped']}, grader errors: {counts['error']}; "
+        f"wall time {wall_seconds:.1f} s with {jobs} job(s)."
+    )
     lines += ["", "## Score histogram", ""]
     if graded:
         top = max(r.base_points for r in graded) or 1.0

@@ -26,10 +26,21 @@ def relaxed_conv_file() -> Path | None:
     return None
 
 
-def _measure(source: bytes, rel_file: str, function: str, inv, backend: str, target: str, rubric: Rubric,
-             timeout_s: float) -> float:
-    run = run_case(source, rel_file, function, inv, mode="timing", want_trace=backend == "nkisim",
-                   backend=backend, target=target, limits=rubric.limits, timeout_s=timeout_s)
+def _measure(
+    source: bytes, rel_file: str, function: str, inv, backend: str, target: str, rubric: Rubric, timeout_s: float
+) -> float:
+    run = run_case(
+        source,
+        rel_file,
+        function,
+        inv,
+        mode="timing",
+        want_trace=backend == "nkisim",
+        backend=backend,
+        target=target,
+        limits=rubric.limits,
+        timeout_s=timeout_s,
+    )
     if run.verdict != "ok":
         raise RuntimeError(f"reference kernel {rel_file}:{function} failed: {run.verdict}: {run.message}")
     if backend == "neuron":
@@ -41,7 +52,11 @@ def _measure(source: bytes, rel_file: str, function: str, inv, backend: str, tar
 
 
 def calibrate(
-    *, backend: str = "nkisim", target: str = "trn2", cache_file: Path | None = None, rubric: Rubric | None = None,
+    *,
+    backend: str = "nkisim",
+    target: str = "trn2",
+    cache_file: Path | None = None,
+    rubric: Rubric | None = None,
     verbose: bool = False,
 ) -> dict[str, float]:
     """Measure every performance case of the rubric with the reference kernels; store and return the timings."""
@@ -67,12 +82,14 @@ def calibrate(
                 key = test.thresholds.get("key") or f"{test.problem}:{test.id}"
             if key in timings:
                 continue
-            timings[key] = _measure(path.read_bytes(), test.file, test.function, inv, backend, target, rubric,
-                                    max(test.timeout_s, 300))
+            timings[key] = _measure(
+                path.read_bytes(), test.file, test.function, inv, backend, target, rubric, max(test.timeout_s, 300)
+            )
             if verbose:
                 print(f"  {key:45s} {timings[key]:10.1f} us")
     if cache_file is not None:
-        thresholds.write_cache_entry(cache_file, thresholds.cache_key(backend, target),
-                                     thresholds.describe_entry(timings))
+        thresholds.write_cache_entry(
+            cache_file, thresholds.cache_key(backend, target), thresholds.describe_entry(timings)
+        )
     thresholds.reference_timings.cache_clear()
     return timings

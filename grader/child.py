@@ -29,19 +29,76 @@ import types
 # Modules student code may import (top-level names).  Everything a course kernel needs; nothing that reaches
 # the file system, the process, the interpreter's internals or the grader.
 ALLOWED_IMPORTS = frozenset(
-    {"neuronxcc", "numpy", "math", "functools", "itertools", "operator", "typing", "dataclasses", "enum",
-     "collections", "__future__"}
+    {
+        "neuronxcc",
+        "numpy",
+        "math",
+        "functools",
+        "itertools",
+        "operator",
+        "typing",
+        "dataclasses",
+        "enum",
+        "collections",
+        "__future__",
+    }
 )
 # Builtins withheld from student code (I/O, dynamic code, introspection, interpreter control).
 WITHHELD_BUILTINS = frozenset(
-    {"open", "eval", "exec", "compile", "input", "breakpoint", "help", "exit", "quit", "globals", "locals",
-     "vars", "dir", "getattr", "setattr", "delattr", "memoryview", "copyright", "credits", "license"}
+    {
+        "open",
+        "eval",
+        "exec",
+        "compile",
+        "input",
+        "breakpoint",
+        "help",
+        "exit",
+        "quit",
+        "globals",
+        "locals",
+        "vars",
+        "dir",
+        "getattr",
+        "setattr",
+        "delattr",
+        "memoryview",
+        "copyright",
+        "credits",
+        "license",
+    }
 )
 # NumPy names withheld from student code: file I/O, pickling, raw memory, and the packages that expose them.
 NUMPY_WITHHELD = frozenset(
-    {"load", "save", "savez", "savez_compressed", "loadtxt", "savetxt", "genfromtxt", "fromfile", "fromregex",
-     "memmap", "DataSource", "lib", "ctypeslib", "core", "testing", "f2py", "distutils", "ma", "rec", "char",
-     "strings", "show_config", "show_runtime", "info", "source", "who", "matlib"}
+    {
+        "load",
+        "save",
+        "savez",
+        "savez_compressed",
+        "loadtxt",
+        "savetxt",
+        "genfromtxt",
+        "fromfile",
+        "fromregex",
+        "memmap",
+        "DataSource",
+        "lib",
+        "ctypeslib",
+        "core",
+        "testing",
+        "f2py",
+        "distutils",
+        "ma",
+        "rec",
+        "char",
+        "strings",
+        "show_config",
+        "show_runtime",
+        "info",
+        "source",
+        "who",
+        "matlib",
+    }
 )
 NUMPY_SUBMODULES = frozenset({"linalg", "fft", "polynomial", "emath", "dtypes", "exceptions", "random", "typing"})
 MAX_MESSAGE = 20_000
@@ -113,6 +170,7 @@ def _ensure_nki_importable(backend: str) -> None:
     """Make ``neuronxcc.nki`` resolve (to nkisim unless the real toolchain is requested and present)."""
     try:
         import neuronxcc.nki  # noqa: F401
+
         return
     except ImportError:
         if backend == "neuron":

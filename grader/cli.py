@@ -39,12 +39,20 @@ def _config(args: argparse.Namespace):
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=("auto", "nkisim", "neuron"), default="auto",
-                   help="where kernels run: nkisim (emulator + performance model) or neuron (real Trainium)")
+    p.add_argument(
+        "--backend",
+        choices=("auto", "nkisim", "neuron"),
+        default="auto",
+        help="where kernels run: nkisim (emulator + performance model) or neuron (real Trainium)",
+    )
     p.add_argument("--target", choices=("trn2", "trn1"), default="trn2", help="NeuronCore generation (default trn2)")
     p.add_argument("--seed", type=int, default=None, help="input seed (default: the rubric's)")
-    p.add_argument("--only", action="append", metavar="GLOB",
-                   help="grade only tests whose id matches (e.g. 'part1.*'); repeatable or comma-separated")
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="GLOB",
+        help="grade only tests whose id matches (e.g. 'part1.*'); repeatable or comma-separated",
+    )
     p.add_argument("--rubric", default=None, help="rubric TOML file (default: grader/rubric.toml)")
     p.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every per-test time limit")
 
@@ -103,16 +111,27 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     try:
-        results = run_batch(args.source, args.out, _config(args), jobs=args.jobs, executor=args.executor,
-                            force=args.force, progress=not args.quiet)
+        results = run_batch(
+            args.source,
+            args.out,
+            _config(args),
+            jobs=args.jobs,
+            executor=args.executor,
+            force=args.force,
+            progress=not args.quiet,
+        )
     except (SubmissionError, ValueError) as exc:
         print(f"grader: {exc}", file=sys.stderr)
         return EXIT_USAGE
     wall = time.perf_counter() - t0
     counts = summarize(results)
     graded = counts.get("graded", 0)
-    print(f"{len(results)} submissions: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) +
-          f"; {wall:.1f} s wall" + (f", {graded / wall * 3600:.0f} graded/hour" if graded else ""))
+    print(
+        f"{len(results)} submissions: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        + f"; {wall:.1f} s wall"
+        + (f", {graded / wall * 3600:.0f} graded/hour" if graded else "")
+    )
     print(f"gradebook: {Path(args.out) / 'gradebook.csv'}; overview: {Path(args.out) / 'overview.md'}")
     return EXIT_GRADER_ERROR if counts.get("error") else EXIT_OK
 
@@ -145,8 +164,17 @@ def cmd_rubric(args: argparse.Namespace) -> int:
     from grader.rubric import load_rubric
 
     r = load_rubric(args.rubric)
-    rows = [[t.id, t.kind, f"{t.points:g}" + (" EC" if t.extra_credit else ""), len(t.cases), t.visibility,
-             ", ".join(t.requires)] for t in r.tests]
+    rows = [
+        [
+            t.id,
+            t.kind,
+            f"{t.points:g}" + (" EC" if t.extra_credit else ""),
+            len(t.cases),
+            t.visibility,
+            ", ".join(t.requires),
+        ]
+        for t in r.tests
+    ]
     print(tabulate(rows, headers=["test", "kind", "points", "cases", "visibility", "requires"]))
     print(f"\nbase {r.base_points:g} + extra credit {r.total_points - r.base_points:g} = {r.total_points:g}")
     return EXIT_OK
@@ -160,11 +188,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("submission")
     g.add_argument("--out", default=None, help="directory for results.json, junit.xml, summary.md, result.json")
     g.add_argument("--student", default=None, help="student id recorded in the reports")
-    g.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
-                   help="kernel runs of this submission in parallel (default: up to 2)")
+    g.add_argument(
+        "--workers",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="kernel runs of this submission in parallel (default: up to 2)",
+    )
     g.add_argument("--json", action="store_true", help="print result.json instead of the table")
-    g.add_argument("--github", action="store_true",
-                   help="print GitHub annotations and append the summary to $GITHUB_STEP_SUMMARY")
+    g.add_argument(
+        "--github", action="store_true", help="print GitHub annotations and append the summary to $GITHUB_STEP_SUMMARY"
+    )
     g.add_argument("--quiet", action="store_true")
     g.add_argument("--no-screen", action="store_true", help=argparse.SUPPRESS)  # grader tests only
     _common(g)
@@ -183,8 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("calibrate", help="recompute the reference timings behind the latency targets")
     c.add_argument("--target", choices=("trn2", "trn1", "all"), default="all")
     c.add_argument("--backend", choices=("nkisim",), default="nkisim")
-    c.add_argument("--user-cache", action="store_true",
-                   help="write the per-user cache instead of grader/reference_timings.json")
+    c.add_argument(
+        "--user-cache", action="store_true", help="write the per-user cache instead of grader/reference_timings.json"
+    )
     c.set_defaults(func=cmd_calibrate)
 
     a = sub.add_parser("annotate", help="GitHub annotations + job summary from a result directory")

@@ -89,6 +89,9 @@ class _Grading:
         self.seed = seed
         self.memo = _ReferenceMemo()
         self.blocking: dict[str, list[Any]] = {}
+        # Traces come back from every nkisim run: the parent checks from them that the kernel itself moved the
+        # data (a host-computed array returned by the kernel never touches HBM).
+        self.want_trace = backend == "nkisim" and _traceio_available()
         self.violations: dict[str, list[dict[str, Any]]] = {}
 
     # ------------------------------------------------------------------------------------------ screen ----
@@ -102,8 +105,9 @@ class _Grading:
                 text = data.decode("utf-8")
             except UnicodeDecodeError as exc:
                 self.blocking[name] = []
-                self.violations[name] = [{"line": 1, "code": "SYNTAX-ERROR", "kind": "syntax",
-                                          "message": f"not UTF-8 text: {exc}"}]
+                self.violations[name] = [
+                    {"line": 1, "code": "SYNTAX-ERROR", "kind": "syntax", "message": f"not UTF-8 text: {exc}"}
+                ]
                 continue
             found = check_kernel(text, filename=name)
             self.violations[name] = [v.as_dict() for v in found]
@@ -124,8 +128,9 @@ class _Grading:
 
     # ------------------------------------------------------------------------------------------- tests ----
     def new_result(self, test: TestSpec) -> TestResult:
-        return TestResult(test.id, test.name, test.part, test.kind, test.points, test.extra_credit,
-                          test.visibility, test.tags)
+        return TestResult(
+            test.id, test.name, test.part, test.kind, test.points, test.extra_credit, test.visibility, test.tags
+        )
 
     def run_test(self, test: TestSpec, done: dict[str, TestResult]) -> TestResult:
         res = self.new_result(test)
@@ -160,27 +165,42 @@ class _Grading:
 
     def _run(self, test: TestSpec, inv: problems.Invocation, *, mode: str, want_trace: bool) -> CaseRun:
         return run_case(
-            self.sub.files[test.file], test.file, test.function, inv, mode=mode, want_trace=want_trace,
-            backend=self.backend, target=self.config.target, limits=self.rubric.limits,
-            timeout_s=test.timeout_s * self.config.timeout_scale, tmp_root=self.config.tmp_root,
+            self.sub.files[test.file],
+            test.file,
+            test.function,
+            inv,
+            mode=mode,
+            want_trace=want_trace,
+            backend=self.backend,
+            target=self.config.target,
+            limits=self.rubric.limits,
+            timeout_s=test.timeout_s * self.config.timeout_scale,
+            tmp_root=self.config.tmp_root,
         )
 
     @staticmethod
     def _failed_run(res: TestResult, run: CaseRun, index: int, n: int) -> None:
         label = f"case {index + 1}/{n}: " if n > 1 else ""
-        res.status = "grader-error" if run.verdict == "grader-error" else (
-            "timeout" if run.verdict == "timeout" else "error")
+        res.status = (
+            "grader-error" if run.verdict == "grader-error" else ("timeout" if run.verdict == "timeout" else "error")
+        )
         res.message = label + run.message
 
     def _correctness(self, test: TestSpec, res: TestResult) -> None:
         n = len(test.cases)
         for i, case in enumerate(test.cases):
             inv, key = self._invocation(test, case)
-            run = self._run(test, inv, mode="full", want_trace=False)
+            run = self._run(test, inv, mode="full", want_trace=self.want_trace)
             rec = CaseRecord(i, run.verdict, run.message, run.wall_seconds, run.kernel_seconds)
             res.cases.append(rec)
             if run.verdict != "ok":
                 self._failed_run(res, run, i, n)
+                return
+            problem = _work_problem(run, inv)
+            if problem:
+                rec.verdict, rec.message = "failed", problem
+                res.status = "failed"
+                res.message = (f"case {i + 1}/{n}: " if n > 1 else "") + problem
                 return
             expected = self.memo.reference(test.problem, inv, key)
             verdict = judge_output(run.outputs, expected, inv.out_dtype, self.rubric.tolerances)
@@ -195,11 +215,22 @@ class _Grading:
 
     def _targets(self, test: TestSpec, case: dict[str, Any]) -> tuple[float, float]:
         spec = test.thresholds
+        factor = self.rubric.threshold_factor
+        if spec.get("source") == "fixed":
+            optimized = float(spec["optimized_us"])
+            return float(spec.get("relaxed_us", optimized)), optimized
         if spec.get("source") == "conv2d":
-            return thresholds.conv_thresholds(case["dtype"], int(case["height"]), int(case.get("pool", 1)),
-                                              self.backend, self.config.target)
-        single = thresholds.transpose_threshold(spec["key"], self.backend, self.config.target,
-                                                float(spec.get("hardware_us", 0)))
+            return thresholds.conv_thresholds(
+                case["dtype"],
+                int(case["height"]),
+                int(case.get("pool", 1)),
+                self.backend,
+                self.config.target,
+                factor=factor,
+            )
+        single = thresholds.transpose_threshold(
+            spec["key"], self.backend, self.config.target, float(spec.get("hardware_us", 0)), factor=factor
+        )
         return single, single
 
     def _performance(self, test: TestSpec, res: TestResult) -> None:
@@ -210,6 +241,8 @@ class _Grading:
         verify = self.rubric.verify_performance_outputs
         mode = "full" if verify else "timing"
         run = self._run(test, inv, mode=mode, want_trace=self.backend == "nkisim")
+        if run.verdict == "ok" and self.backend == "nkisim" and run.trace is None:
+            raise GraderError("no instruction trace came back from a timed run (is nkisim.core.traceio installed?)")
         res.cases.append(CaseRecord(0, run.verdict, run.message, run.wall_seconds, run.kernel_seconds))
         if run.verdict != "ok":
             self._failed_run(res, run, 0, 1)
@@ -228,16 +261,10 @@ class _Grading:
             latency = float(report.nc_latency_us)
             res.perf = {k: v for k, v in report.to_dict().items() if k != "critical_path"}
             res.mfu = float(report.mfu)
-            moved_in, moved_out = int(report.hbm_read_bytes), int(report.hbm_write_bytes)
-            need_in = sum(a.nbytes for a in inv.args)
-            need_out = int(np.prod(inv.out_shape)) * inv.out_dtype.itemsize
-            if moved_in < need_in or moved_out < need_out:
-                res.status = "failed"
-                res.message = (
-                    f"the timed run read {moved_in} of the {need_in} input bytes / wrote {moved_out} of the "
-                    f"{need_out} output bytes: the kernel that was timed did not do the whole computation"
-                )
-                res.latency_us = latency
+            problem = _work_problem(run, inv)
+            if problem:
+                res.status, res.latency_us = "failed", latency
+                res.message = "the timed run does not count: " + problem
                 return
         else:
             latency = float(run.hardware_p99_us or 0.0)
@@ -261,12 +288,40 @@ class _Grading:
             res.message += f" (MFU {res.mfu:.1%})"
 
 
+def _traceio_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("nkisim.core.traceio") is not None
+
+
+def _work_problem(run: CaseRun, inv: problems.Invocation) -> str | None:
+    """Why the traced run cannot have computed its output (None when it plausibly did)."""
+    if run.trace is None:
+        return None
+    moved_in, moved_out = problems.hbm_traffic(run.trace)
+    need_in = sum(a.nbytes for a in inv.args)
+    need_out = int(np.prod(inv.out_shape)) * inv.out_dtype.itemsize
+    if moved_out < need_out:
+        return (
+            f"the kernel's instructions wrote {moved_out} bytes to HBM but the output has {need_out}: outputs "
+            "must be produced on the device (an array computed on the host does not count)"
+        )
+    if moved_in < need_in:
+        return (
+            f"the kernel's instructions read {moved_in} of the {need_in} input bytes from HBM: it cannot "
+            "have computed the whole output"
+        )
+    return None
+
+
 def _describe_case(case: dict[str, Any]) -> str:
     if "shape" in case:
         return "x".join(str(v) for v in case["shape"]) + f" {case.get('dtype', 'float32')}"
-    return (f"[batch {case['batch']}, {case['in_channels']}->{case['out_channels']} ch, "
-            f"{case['height']}x{case['width']}, pool {case.get('pool', 1)}, bias {case.get('bias')}, "
-            f"{case.get('dtype')}]")
+    return (
+        f"[batch {case['batch']}, {case['in_channels']}->{case['out_channels']} ch, "
+        f"{case['height']}x{case['width']}, pool {case.get('pool', 1)}, bias {case.get('bias')}, "
+        f"{case.get('dtype')}]"
+    )
 
 
 def _run_phases(grading: _Grading, tests: tuple[TestSpec, ...], workers: int) -> list[TestResult]:
@@ -295,7 +350,7 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
     backend = resolve_backend(config.backend)
     if config.target not in ("trn2", "trn1"):
         raise GraderError(f"--target must be trn2 or trn1, got {config.target!r}")
-    seed = rubric.seed if config.seed is None else int(config.seed)
+    seed = problems.submission_seed(rubric.seed, sub.content_hash) if config.seed is None else int(config.seed)
     grading = _Grading(sub, rubric, config, backend, seed)
     t_screen = time.perf_counter()
     grading.screen()
@@ -330,8 +385,15 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
     return record
 
 
-def error_record(path: str, config: GradeConfig, message: str, student: str = "", content_hash: str = "",
-                 started_at: str | None = None, seconds: float = 0.0) -> GradeRecord:
+def error_record(
+    path: str,
+    config: GradeConfig,
+    message: str,
+    student: str = "",
+    content_hash: str = "",
+    started_at: str | None = None,
+    seconds: float = 0.0,
+) -> GradeRecord:
     """The record of a grading that could not run at all (written so Gradescope/CI still get results)."""
     try:
         rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
@@ -343,16 +405,33 @@ def error_record(path: str, config: GradeConfig, message: str, student: str = ""
     except Exception:  # noqa: BLE001
         tool = "unknown"
     return GradeRecord(
-        student=student, submission=path, content_hash=content_hash, rubric_sha256=sha, rubric_title=title,
-        tool_version=tool, grader_version=GRADER_VERSION, backend=config.backend, target=config.target,
-        seed=config.seed if config.seed is not None else -1, status="error", score=0.0, max_score=total,
-        base_points=base, tests=[], started_at=started_at or _now(), seconds=seconds, isolation=[],
-        python=platform.python_version(), config=config.to_dict(), error=message,
+        student=student,
+        submission=path,
+        content_hash=content_hash,
+        rubric_sha256=sha,
+        rubric_title=title,
+        tool_version=tool,
+        grader_version=GRADER_VERSION,
+        backend=config.backend,
+        target=config.target,
+        seed=config.seed if config.seed is not None else -1,
+        status="error",
+        score=0.0,
+        max_score=total,
+        base_points=base,
+        tests=[],
+        started_at=started_at or _now(),
+        seconds=seconds,
+        isolation=[],
+        python=platform.python_version(),
+        config=config.to_dict(),
+        error=message,
     )
 
 
-def grade_submission(submission_path: str | Path, out_dir: str | Path | None, config: GradeConfig,
-                     student: str | None = None) -> GradeRecord:
+def grade_submission(
+    submission_path: str | Path, out_dir: str | Path | None, config: GradeConfig, student: str | None = None
+) -> GradeRecord:
     """Grade one submission and (if ``out_dir``) write results.json, junit.xml, summary.md, result.json.
 
     Never raises for anything the submission does; grader-side failures give a record with status 'error'.
@@ -366,8 +445,9 @@ def grade_submission(submission_path: str | Path, out_dir: str | Path | None, co
         record = grade_loaded(sub, config)
     except Exception as exc:  # noqa: BLE001 - reported as an autograder error, never as a score
         message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
-        record = error_record(str(submission_path), config, message, sub.student, sub.content_hash, started_at,
-                              time.perf_counter() - t0)
+        record = error_record(
+            str(submission_path), config, message, sub.student, sub.content_hash, started_at, time.perf_counter() - t0
+        )
     if out_dir is not None:
         reports.write_all(record, Path(out_dir))
     return record

@@ -26,6 +26,13 @@ class Invocation:
     flops: float  # useful floating-point operations (2 per multiply-add), for MFU
 
 
+def submission_seed(salt: int, content_hash: str) -> int:
+    """Default input seed: derived from the submission's content, so no kernel can be tuned to known inputs
+    (changing the file changes the inputs) while a regrade of the same files is bit-for-bit reproducible."""
+    digest = hashlib.sha256(f"{salt}|{content_hash}".encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
 def case_seed(seed: int, test_id: str, case_index: int) -> int:
     """Independent, reproducible stream per (seed, test, case)."""
     digest = hashlib.sha256(f"{seed}|{test_id}|{case_index}".encode()).digest()
@@ -66,8 +73,11 @@ def conv2d_invocation(case: dict[str, Any], rng: np.random.Generator) -> Invocat
     dtype = _dtype(case)
     x_shape, w_shape, out_shape = conv2d_shapes(case)
     # U(0, 1) inputs like the course harness (np.random.rand), drawn in float32 then cast to the test dtype.
-    x = rng.random(x_shape, dtype=np.float32).astype(dtype)
-    w = rng.random(w_shape, dtype=np.float32).astype(dtype)
+    # X and W come from the case's stream, bias from a stream of its own, so that cases differing only in
+    # bias/pooling share X and W (and the parent can share their float64 convolution).
+    x = rng.random(x_shape, dtype=np.float32).astype(dtype, copy=False)
+    w = rng.random(w_shape, dtype=np.float32).astype(dtype, copy=False)
+    rng = np.random.default_rng(rng.integers(0, 2**63))
     bias_kind = case.get("bias", "zeros")
     if bias_kind == "zeros":
         bias = np.zeros(w_shape[0], dtype=dtype)
@@ -81,20 +91,27 @@ def conv2d_invocation(case: dict[str, Any], rng: np.random.Generator) -> Invocat
     return Invocation([x, w, bias], {"pool_size": int(case.get("pool", 1))}, out_shape, np.dtype(dtype), flops)
 
 
-def conv2d_float64(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Valid cross-correlation (PyTorch conv2d, stride 1, no padding) in float64, one matmul per filter tap."""
+def conv2d_float64(x: np.ndarray, w: np.ndarray, chunk_rows: int = 32) -> np.ndarray:
+    """Valid cross-correlation (PyTorch conv2d, stride 1, no padding) in float64.
+
+    im2col over bands of ``chunk_rows`` output rows: one (Cout x Cin*K*K) @ (Cin*K*K x rows*Wo) matmul per band
+    keeps BLAS efficient (K = 2304 for the course shapes) while the column buffer stays ~100 MB.
+    """
     b, cin, h, wd = x.shape
     cout, _, k, _ = w.shape
     ho, wo = h - k + 1, wd - k + 1
-    x64 = x.astype(np.float64)
-    w64 = w.astype(np.float64)
-    out = np.zeros((b, cout, ho * wo), dtype=np.float64)
+    w2 = np.ascontiguousarray(w.astype(np.float64).transpose(0, 2, 3, 1).reshape(cout, k * k * cin))
+    out = np.empty((b, cout, ho, wo), dtype=np.float64)
     for n in range(b):
-        for i in range(k):
-            for j in range(k):
-                patch = np.ascontiguousarray(x64[n, :, i : i + ho, j : j + wo]).reshape(cin, ho * wo)
-                out[n] += w64[:, :, i, j] @ patch
-    return out.reshape(b, cout, ho, wo)
+        xn = x[n].astype(np.float64)
+        for r0 in range(0, ho, chunk_rows):
+            rows = min(chunk_rows, ho - r0)
+            cols = np.empty((k, k, cin, rows, wo), dtype=np.float64)
+            for i in range(k):
+                for j in range(k):
+                    cols[i, j] = xn[:, r0 + i : r0 + i + rows, j : j + wo]
+            out[n, :, r0 : r0 + rows, :] = (w2 @ cols.reshape(k * k * cin, rows * wo)).reshape(cout, rows, wo)
+    return out
 
 
 def maxpool_float64(y: np.ndarray, pool: int) -> np.ndarray:
@@ -122,6 +139,19 @@ def make_invocation(problem: str, case: dict[str, Any], seed: int) -> Invocation
 
 def reference_output(problem: str, inv: Invocation) -> np.ndarray:
     return REFERENCES[problem](inv)
+
+
+def hbm_traffic(trace: Any) -> tuple[int, int]:
+    """(bytes read from HBM, bytes written to HBM) by the instructions of a trace (computed by the parent)."""
+    read = written = 0
+    for ins in trace.instrs:
+        for opd in ins.srcs:
+            if int(opd.region.buf) == 0:  # Buf.HBM
+                read += opd.itemsize * opd.partitions * opd.free_elems
+        for opd in ins.dsts:
+            if int(opd.region.buf) == 0:
+                written += opd.itemsize * opd.partitions * opd.free_elems
+    return read, written
 
 
 def io_bytes(inv: Invocation) -> int:

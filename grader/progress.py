@@ -26,8 +26,10 @@ class Progress:
         elapsed = time.perf_counter() - self.start
         eta = elapsed / self.done * (self.total - self.done) if self.done else 0.0
         counts = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
-        return (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} {counts} "
-                f"elapsed {elapsed:.0f}s eta {eta:.0f}s {last}").rstrip()
+        return (
+            f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} {counts} "
+            f"elapsed {elapsed:.0f}s eta {eta:.0f}s {last}"
+        ).rstrip()
 
     def _draw(self, last: str) -> None:
         if self.tty:

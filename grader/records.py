@@ -93,12 +93,14 @@ class GradeRecord:
 
     @property
     def resume_key(self) -> dict[str, Any]:
-        return resume_key(self.content_hash, self.rubric_sha256, self.tool_version, self.backend, self.target,
-                          self.seed)
+        return resume_key(
+            self.content_hash, self.rubric_sha256, self.tool_version, self.backend, self.target, self.seed
+        )
 
 
-def resume_key(content_hash: str, rubric_sha256: str, tool_version: str, backend: str, target: str,
-               seed: int) -> dict[str, Any]:
+def resume_key(
+    content_hash: str, rubric_sha256: str, tool_version: str, backend: str, target: str, seed: int
+) -> dict[str, Any]:
     """What must match for an earlier grading to be reused by a batch run."""
     return {
         "content_hash": content_hash,

@@ -77,18 +77,20 @@ def gradescope_results(record: GradeRecord) -> dict[str, Any]:
                 if t.relaxed_us is not None and t.relaxed_us != t.optimized_us:
                     output += f", partial <= {t.relaxed_us:.1f} us"
                 output += ")"
-        tests.append({
-            "name": t.name,
-            "number": t.id,
-            "score": t.score,
-            "max_score": t.max_score,
-            "status": "passed" if t.score >= t.max_score > 0 or t.status == "passed" else "failed",
-            "output": output,
-            "output_format": "text",
-            "visibility": t.visibility,
-            "tags": list(t.tags),
-            "extra_data": {"status": t.status, "latency_us": _finite(t.latency_us), "mfu": _finite(t.mfu)},
-        })
+        tests.append(
+            {
+                "name": t.name,
+                "number": t.id,
+                "score": t.score,
+                "max_score": t.max_score,
+                "status": "passed" if t.score >= t.max_score > 0 or t.status == "passed" else "failed",
+                "output": output,
+                "output_format": "text",
+                "visibility": t.visibility,
+                "tags": list(t.tags),
+                "extra_data": {"status": t.status, "latency_us": _finite(t.latency_us), "mfu": _finite(t.mfu)},
+            }
+        )
     leaderboard = []
     for t in record.tests:
         if t.kind == "performance" and t.latency_us is not None and t.status in ("passed", "partial"):
@@ -128,27 +130,48 @@ def junit_xml(record: GradeRecord) -> str:
     failures = sum(1 for t in record.tests if t.status in ("failed", "partial", "rejected", "missing"))
     errors = sum(1 for t in record.tests if t.status in ("error", "timeout", "grader-error"))
     skipped = sum(1 for t in record.tests if t.status == "skipped")
-    suites = ET.Element("testsuites", name="asst4-grader", tests=str(len(record.tests)),
-                        failures=str(failures), errors=str(errors), time=f"{record.seconds:.3f}")
-    suite = ET.SubElement(suites, "testsuite", name=record.rubric_title, tests=str(len(record.tests)),
-                          failures=str(failures), errors=str(errors), skipped=str(skipped),
-                          time=f"{record.seconds:.3f}", timestamp=record.started_at)
+    suites = ET.Element(
+        "testsuites",
+        name="asst4-grader",
+        tests=str(len(record.tests)),
+        failures=str(failures),
+        errors=str(errors),
+        time=f"{record.seconds:.3f}",
+    )
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=record.rubric_title,
+        tests=str(len(record.tests)),
+        failures=str(failures),
+        errors=str(errors),
+        skipped=str(skipped),
+        time=f"{record.seconds:.3f}",
+        timestamp=record.started_at,
+    )
     props = ET.SubElement(suite, "properties")
     for key in ("student", "content_hash", "backend", "target", "seed", "tool_version", "status"):
         ET.SubElement(props, "property", name=key, value=str(getattr(record, key)))
     ET.SubElement(props, "property", name="score", value=f"{record.score:g}/{record.base_points:g}")
     for t in record.tests:
-        case = ET.SubElement(suite, "testcase", classname=f"part{t.part}.{t.kind}", name=t.id,
-                             time=f"{t.seconds:.3f}")
+        case = ET.SubElement(suite, "testcase", classname=f"part{t.part}.{t.kind}", name=t.id, time=f"{t.seconds:.3f}")
         text = f"{t.name}: {_fmt_points(t.score)}/{_fmt_points(t.max_score)} points\n{t.message}"
         if t.status == "skipped":
             ET.SubElement(case, "skipped", message=t.message[:500])
         elif t.status in ("error", "timeout", "grader-error"):
-            ET.SubElement(case, "error", message=f"{_status_word(t)}: {t.message.splitlines()[0][:500] if t.message else ''}",
-                          type=t.status).text = text
+            ET.SubElement(
+                case,
+                "error",
+                message=f"{_status_word(t)}: {t.message.splitlines()[0][:500] if t.message else ''}",
+                type=t.status,
+            ).text = text
         elif t.status in ("failed", "partial", "rejected", "missing"):
-            ET.SubElement(case, "failure", message=f"{_status_word(t)}: {t.message.splitlines()[0][:500] if t.message else ''}",
-                          type=t.status).text = text
+            ET.SubElement(
+                case,
+                "failure",
+                message=f"{_status_word(t)}: {t.message.splitlines()[0][:500] if t.message else ''}",
+                type=t.status,
+            ).text = text
         ET.SubElement(case, "system-out").text = text
     if record.status == "error" and not record.tests:
         case = ET.SubElement(suite, "testcase", classname="grader", name="autograder")
@@ -174,9 +197,16 @@ def table_rows(record: GradeRecord) -> list[list[str]]:
             if t.relaxed_us is not None and t.relaxed_us != t.optimized_us:
                 target += f" / {t.relaxed_us:.0f}"
         first = t.message.splitlines()[0] if t.message else ""
-        rows.append([t.id + (" (EC)" if t.extra_credit else ""), _status_word(t),
-                     f"{_fmt_points(t.score)}/{_fmt_points(t.max_score)}", latency, target,
-                     first[:90] + ("..." if len(first) > 90 else "")])
+        rows.append(
+            [
+                t.id + (" (EC)" if t.extra_credit else ""),
+                _status_word(t),
+                f"{_fmt_points(t.score)}/{_fmt_points(t.max_score)}",
+                latency,
+                target,
+                first[:90] + ("..." if len(first) > 90 else ""),
+            ]
+        )
     return rows
 
 
@@ -185,9 +215,11 @@ TABLE_HEADERS = ["test", "status", "points", "latency us", "target us (full / 90
 
 def text_table(record: GradeRecord) -> str:
     body = tabulate(table_rows(record), headers=TABLE_HEADERS, tablefmt="simple")
-    total = (f"Total: {_fmt_points(record.score)} / {_fmt_points(record.base_points)} points "
-             f"(+{_fmt_points(record.max_score - record.base_points)} extra credit possible)   "
-             f"backend {record.backend}, target {record.target}, seed {record.seed}, {record.seconds:.1f} s")
+    total = (
+        f"Total: {_fmt_points(record.score)} / {_fmt_points(record.base_points)} points "
+        f"(+{_fmt_points(record.max_score - record.base_points)} extra credit possible)   "
+        f"backend {record.backend}, target {record.target}, seed {record.seed}, {record.seconds:.1f} s"
+    )
     lines = [body, "", total]
     if record.status == "error":
         lines.append(f"AUTOGRADER ERROR: {record.error}")
@@ -206,15 +238,27 @@ def summary_markdown(record: GradeRecord) -> str:
         "",
     ]
     if record.status == "error":
-        head += ["> [!CAUTION]", "> The grader failed (not your fault): " + (record.error or "").splitlines()[0]
-                 if record.error else "> The grader failed.", ""]
+        head += [
+            "> [!CAUTION]",
+            "> The grader failed (not your fault): " + (record.error or "").splitlines()[0]
+            if record.error
+            else "> The grader failed.",
+            "",
+        ]
     rows = [[r[0], r[1], r[2], r[3], r[4]] for r in table_rows(record)]
     head.append(tabulate(rows, headers=TABLE_HEADERS[:5], tablefmt="github"))
     details = ["", "### Messages", ""]
     for t in record.tests:
         if t.message:
-            details += [f"<details><summary>{t.id}: {_status_word(t)}</summary>", "", "```text",
-                        t.message[:OUTPUT_LIMIT].replace("```", "'''"), "```", "</details>", ""]
+            details += [
+                f"<details><summary>{t.id}: {_status_word(t)}</summary>",
+                "",
+                "```text",
+                t.message[:OUTPUT_LIMIT].replace("```", "'''"),
+                "```",
+                "</details>",
+                "",
+            ]
     text = "\n".join(head + details)
     encoded = text.encode("utf-8")
     if len(encoded) > SUMMARY_LIMIT:
@@ -241,10 +285,8 @@ def _json_default(obj: Any) -> Any:
 
 def github_annotations(record: GradeRecord, limit: int = 10) -> list[str]:
     """Workflow commands for the worst failures (at most ``limit``) and a final 'Points x/y' notice."""
-    severity = {"grader-error": 0, "rejected": 1, "error": 2, "timeout": 2, "missing": 3, "failed": 4,
-                "partial": 5}
-    bad = sorted((t for t in record.tests if t.status in severity),
-                 key=lambda t: (severity[t.status], -t.max_score))
+    severity = {"grader-error": 0, "rejected": 1, "error": 2, "timeout": 2, "missing": 3, "failed": 4, "partial": 5}
+    bad = sorted((t for t in record.tests if t.status in severity), key=lambda t: (severity[t.status], -t.max_score))
     lines = []
     files = {1: "part1/kernels.py", 2: "part2/conv2d.py"}
     for t in bad[: max(0, limit - 1)]:
@@ -257,7 +299,9 @@ def github_annotations(record: GradeRecord, limit: int = 10) -> list[str]:
                 if v.get("kind") in ("sandbox", "syntax"):
                     line = f",line={v.get('line', 1)}"
                     break
-        lines.append(f"::{level} file={files.get(t.part, '')}{line},title={t.id} "
-                     f"{_status_word(t)} ({_fmt_points(t.score)}/{_fmt_points(t.max_score)})::{msg}")
+        lines.append(
+            f"::{level} file={files.get(t.part, '')}{line},title={t.id} "
+            f"{_status_word(t)} ({_fmt_points(t.score)}/{_fmt_points(t.max_score)})::{msg}"
+        )
     lines.append(f"::notice title=Autograder::Points {_fmt_points(record.score)}/{_fmt_points(record.base_points)}")
     return lines

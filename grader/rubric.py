@@ -146,8 +146,16 @@ def _test_from_table(table: dict[str, Any], index: int) -> TestSpec:
     if visibility not in VISIBILITIES:
         raise RubricError(f"{where}: visibility must be one of {VISIBILITIES}")
     thresholds = dict(table.get("thresholds", {}))
-    if kind == "performance" and thresholds.get("source") not in ("conv2d", "reference"):
-        raise RubricError(f"{where}: performance tests need thresholds.source = 'conv2d' or 'reference'")
+    if kind == "performance":
+        source = thresholds.get("source")
+        if source not in ("conv2d", "reference", "fixed"):
+            raise RubricError(f"{where}: performance tests need thresholds.source = 'conv2d', 'reference' or 'fixed'")
+        if source == "reference" and not isinstance(thresholds.get("key"), str):
+            raise RubricError(f"{where}: thresholds.source = 'reference' needs a 'key'")
+        if source == "fixed" and not isinstance(thresholds.get("optimized_us"), (int, float)):
+            raise RubricError(
+                f"{where}: thresholds.source = 'fixed' needs 'optimized_us' (and optionally 'relaxed_us')"
+            )
     timeout = float(table.get("timeout_s", 120))
     if not 0 < timeout <= 3600:
         raise RubricError(f"{where}: timeout_s must be in (0, 3600]")
@@ -194,9 +202,7 @@ def load_rubric(path: str | Path | None = None) -> Rubric:
                 raise RubricError(f"{path}: test {t.id} requires unknown test {req!r}")
             if req == t.id:
                 raise RubricError(f"{path}: test {t.id} requires itself")
-    tolerances = {
-        dtype: (float(v["rtol"]), float(v["atol"])) for dtype, v in data.get("tolerances", {}).items()
-    }
+    tolerances = {dtype: (float(v["rtol"]), float(v["atol"])) for dtype, v in data.get("tolerances", {}).items()}
     limits = Limits(**{k: int(v) for k, v in data.get("limits", {}).items()})
     return Rubric(
         title=str(head.get("title", "autograder")),

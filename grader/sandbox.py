@@ -234,9 +234,7 @@ def run_sandboxed(
         cwd=cwd,
         env=scrubbed_env(cwd, env_extra),
         start_new_session=True,
-        preexec_fn=functools.partial(
-            _preexec, limits, cpu_seconds, nproc, setuid, group.procs_file if group else None
-        ),
+        preexec_fn=functools.partial(_preexec, limits, cpu_seconds, nproc, setuid, group.procs_file if group else None),
         close_fds=True,
     )
     tail: deque[bytes] = deque()

@@ -57,7 +57,9 @@ def _pick(names: list[str], wanted: str) -> str | None:
     nested = sorted((n for n in names if PurePosixPath(n).parts[-2:] == wanted_p.parts), key=len)
     if nested:
         return nested[0]
-    bare = sorted((n for n in names if PurePosixPath(n).name == wanted_p.name), key=lambda n: (len(PurePosixPath(n).parts), n))
+    bare = sorted(
+        (n for n in names if PurePosixPath(n).name == wanted_p.name), key=lambda n: (len(PurePosixPath(n).parts), n)
+    )
     return bare[0] if bare else None
 
 
@@ -133,8 +135,11 @@ def _from_dir(root: Path) -> tuple[dict[str, bytes], dict[str, str]]:
         candidates = [root / rel, *(d / rel for d in subdirs), root / rel.name]
         real_root = os.path.realpath(root)
         chosen = next(
-            (c for c in candidates
-             if c.is_file() and os.path.realpath(c) == os.path.join(real_root, str(c.relative_to(root)))),
+            (
+                c
+                for c in candidates
+                if c.is_file() and os.path.realpath(c) == os.path.join(real_root, str(c.relative_to(root)))
+            ),
             None,
         )
         if chosen is None:

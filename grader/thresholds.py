@@ -36,7 +36,7 @@ PUBLISHED_TRN2: dict[tuple[str, int], tuple[float, float]] = {
 # Handout: transpose extra credit, 4096x4096 float32 under 700 us on hardware.
 PUBLISHED_TRANSPOSE_US = 700.0
 IMAGE_WIDTH = {224: 224, 32: 16}  # the course's image shapes: 224x224 and 32x16 (H x W)
-THRESHOLD_FACTOR = 1.2
+THRESHOLD_FACTOR = 1.2  # the course's "120% of the reference kernel"; the rubric's threshold_factor overrides it
 
 
 def user_cache_file() -> Path:
@@ -151,7 +151,13 @@ def reference_timings(backend: str, target: str) -> dict[str, float]:
 
 
 def conv_thresholds(
-    dtype: str, image_h: int, pool: int, backend: str = "nkisim", target: str = "trn2"
+    dtype: str,
+    image_h: int,
+    pool: int,
+    backend: str = "nkisim",
+    target: str = "trn2",
+    *,
+    factor: float = THRESHOLD_FACTOR,
 ) -> tuple[float, float]:
     """(relaxed_us, optimized_us) latency targets for the conv2d performance test of this configuration.
 
@@ -180,13 +186,15 @@ def conv_thresholds(
             stacklevel=2,
         )
         return PUBLISHED_TRN2[(dtype, image_h)]
-    optimized = THRESHOLD_FACTOR * opt
+    optimized = factor * opt
     if image_h != 224 or rel is None:
         return optimized, optimized
-    return max(THRESHOLD_FACTOR * rel, optimized), optimized
+    return max(factor * rel, optimized), optimized
 
 
-def transpose_threshold(key: str, backend: str, target: str, hardware_us: float) -> float:
+def transpose_threshold(
+    key: str, backend: str, target: str, hardware_us: float, *, factor: float = THRESHOLD_FACTOR
+) -> float:
     """Single latency target of the transpose extra credit (see the rubric comment for the choice)."""
     if backend == "neuron":
         return float(hardware_us)
@@ -194,7 +202,7 @@ def transpose_threshold(key: str, backend: str, target: str, hardware_us: float)
     if ref is None:
         warnings.warn(f"no modelled reference latency for {key}; using the hardware target", stacklevel=2)
         return float(hardware_us)
-    return THRESHOLD_FACTOR * ref
+    return factor * ref
 
 
 def describe_entry(timings: dict[str, float]) -> dict[str, Any]:

@@ -20,19 +20,16 @@ Set ``NKISIM_DISABLE_FALLBACK=1`` to turn the hook off (``install`` then does no
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
-import importlib.util
 import os
 import sys
 import types
-from collections.abc import Sequence
 
 DISABLE_ENV = "NKISIM_DISABLE_FALLBACK"
 ROOT = "neuronxcc"
 NKI = "neuronxcc.nki"
 DEFAULT_TARGET = "nkisim.api"
-# ``neuronxcc.nki.nki`` must not alias ``nkisim.api.nki``: only these names map one level down.
+# Names under neuronxcc.nki that are not aliases of nkisim.api.<name> (``neuronxcc.nki.nki`` does not exist).
 _NOT_SUBMODULES = frozenset({"nki"})
 
 
@@ -41,13 +38,15 @@ def disabled() -> bool:
     return os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
-class _SyntheticRootLoader(importlib.abc.Loader):
+# The finder and loaders are plain classes implementing the import protocols: importlib.abc would pull in
+# importlib.resources, pathlib and re (~40 ms at every interpreter start).
+
+
+class _SyntheticRootLoader:
     """Creates the empty ``neuronxcc`` package that stands in for the real one."""
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = types.ModuleType(
-            spec.name, "nkisim stand-in for neuronx-cc (the real toolchain is not installed)"
-        )
+        module = types.ModuleType(spec.name, "nkisim stand-in for neuronx-cc (the real toolchain is not installed)")
         module.__nkisim_fallback__ = True  # type: ignore[attr-defined]
         return module
 
@@ -55,7 +54,7 @@ class _SyntheticRootLoader(importlib.abc.Loader):
         module.__path__ = []  # type: ignore[attr-defined]  # submodule imports come back to the finder
 
 
-class _AliasLoader(importlib.abc.Loader):
+class _AliasLoader:
     """Returns an existing nkisim module object under a ``neuronxcc...`` name."""
 
     def __init__(self, target: str) -> None:
@@ -74,7 +73,7 @@ class _AliasLoader(importlib.abc.Loader):
             module.__spec__ = self._original_spec
 
 
-class NkisimFallbackFinder(importlib.abc.MetaPathFinder):
+class NkisimFallbackFinder:
     """Meta-path finder serving ``neuronxcc`` and ``neuronxcc.nki...`` from nkisim (see module docstring)."""
 
     nkisim_fallback = True  # marker, survives a reload of this module (class identity does not)
@@ -88,7 +87,7 @@ class NkisimFallbackFinder(importlib.abc.MetaPathFinder):
     def find_spec(
         self,
         fullname: str,
-        path: Sequence[str] | None = None,
+        path: object = None,  # the parent package's __path__ (unused: names decide)
         target: types.ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname == ROOT:
@@ -117,6 +116,8 @@ class NkisimFallbackFinder(importlib.abc.MetaPathFinder):
             candidate = ".".join([self.target_package, *rest])
         else:
             return None
+        import importlib.util  # only once a neuronxcc import is under way
+
         try:
             found = importlib.util.find_spec(candidate)
         except (ImportError, ValueError):  # a parent is not a package, or a broken parent

@@ -6,9 +6,11 @@ runs it) and reports:
 * **sandbox** findings (always severity ``error``), for the WHOLE file: imports other than NumPy, ``math``,
   ``typing``, ``__future__`` and the NKI modules; file/pickle I/O; ``exec``/``eval``/``open``/``getattr`` and
   other builtins that reach outside the kernel; any ``_private``/``__dunder__`` attribute; frame and code
-  introspection attributes; ``global``/``nonlocal``; assignments into imported modules (monkey-patching);
-  NumPy's global state (``np.seterr``, ``np.random.seed``).  The grader scores a part 0 when its file has any
-  finding of kind ``sandbox`` or ``syntax`` (:attr:`Violation.blocking`).
+  introspection attributes; ``global``/``nonlocal``; attribute assignments outside a class's own methods and
+  other monkey-patching; NumPy's global state (``np.seterr``, ``np.random.seed``); launcher keywords that
+  write files; handlers that would swallow the grader's timeouts; classes that subclass library types;
+  non-utf-8 coding declarations.  The grader scores a part 0 when its file has any finding of kind
+  ``sandbox`` or ``syntax`` (:attr:`Violation.blocking`).
 * **nki-subset** findings (``warning`` or ``info``), inside ``@nki.jit`` kernels and the module-level helpers
   they call: constructs the NKI compiler may reject or rewrite (nested functions, classes, try/with,
   generators, recursion, Python ``range``...).  nkisim runs them anyway; they never change a score.
@@ -62,6 +64,13 @@ RULES: tuple[Rule, ...] = (
         ERROR,
         "import of a module other than numpy, math, typing, __future__ and neuronxcc.nki[.language|.isa|"
         ".compiler|.typing] (relative imports included)",
+    ),
+    Rule(
+        "SANDBOX-ENCODING",
+        SANDBOX,
+        ERROR,
+        "source-encoding declaration other than utf-8/ascii (Python would decode the file differently from "
+        "the screen, e.g. utf-7 hides code)",
     ),
     Rule("SANDBOX-IMPORT-STAR", SANDBOX, ERROR, "`from module import *`"),
     Rule(
@@ -126,8 +135,7 @@ RULES: tuple[Rule, ...] = (
         "SANDBOX-FILE-OUTPUT",
         SANDBOX,
         ERROR,
-        "launcher keyword that writes files (save_neff_name=, save_trace_name=, artifacts_dir=, "
-        "working_directory=)",
+        "launcher keyword that writes files (save_neff_name=, save_trace_name=, artifacts_dir=, working_directory=)",
     ),
     Rule(
         "SANDBOX-CATCH-ALL",
@@ -248,8 +256,7 @@ _IO_ATTRS = frozenset(
     "dumps DataSource open_memmap".split()
 )
 _STATE_ATTRS = frozenset(
-    "seterr seterrcall seterrobj setbufsize set_printoptions set_string_function set_numeric_ops seed "
-    "set_state".split()
+    "seterr seterrcall seterrobj setbufsize set_printoptions set_string_function set_numeric_ops seed set_state".split()
 )
 _INTROSPECTION_ATTRS = frozenset(
     "gi_frame gi_code gi_yieldfrom cr_frame cr_code cr_await cr_origin ag_frame ag_code ag_await f_back "
@@ -258,9 +265,7 @@ _INTROSPECTION_ATTRS = frozenset(
     # typing's evaluators run annotation strings through eval().
     "get_type_hints ForwardRef get_annotations".split()
 )
-_MUTATING_METHODS = frozenset(
-    "append extend insert remove pop popitem clear update setdefault add discard".split()
-)
+_MUTATING_METHODS = frozenset("append extend insert remove pop popitem clear update setdefault add discard".split())
 _FILE_OUTPUT_KWARGS = frozenset({"save_neff_name", "save_trace_name", "artifacts_dir", "working_directory"})
 _CATCH_ALL = frozenset({"BaseException", "SystemExit", "KeyboardInterrupt", "GeneratorExit"})
 # Dunder methods a helper class may define; others (__eq__, __array__, __getattr__, __del__, ...) could fool
@@ -273,13 +278,12 @@ _ALLOWED_DUNDER_LOADS = frozenset({"__name__", "__doc__", "__debug__"})
 _ALLOWED_DUNDER_STORES = frozenset({"__all__"})
 _KERNEL_DECORATORS = frozenset({"jit", "baremetal", "benchmark", "profile", "simulate_kernel"})
 _PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "property"})
+# PEP 263 coding declaration, looked for on the first two lines as Python does.
+_CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+_SAFE_ENCODINGS = frozenset({"utf-8", "utf8", "utf_8", "utf-8-sig", "ascii", "us-ascii"})
 _FORMAT_PRIVATE = re.compile(r"\{[^{}]*\._")
-_TRY_NODES: tuple[type, ...] = tuple(
-    t for t in (getattr(ast, "Try", None), getattr(ast, "TryStar", None)) if t
-)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, *_COMPREHENSIONS)
 
 
 def _is_dunder(name: str) -> bool:
@@ -380,14 +384,10 @@ class _ModuleFacts:
 
     def __init__(self, tree: ast.Module, extra_kernels: Iterable[str] = ()) -> None:
         self.tree = tree
-        self.aliases: dict[
-            str, str
-        ] = {}  # local name -> canonical dotted path ("nl" -> "neuronxcc.nki.language")
+        self.aliases: dict[str, str] = {}  # local name -> canonical dotted path ("nl" -> "neuronxcc.nki.language")
         self._collect_imports()
         self.tainted: set[str] = set(self.aliases)  # names that may hold a module or a module attribute
-        self.param_taint: set[tuple[int, str]] = (
-            set()
-        )  # (id(function node), parameter) receiving module objects
+        self.param_taint: set[tuple[int, str]] = set()  # (id(function node), parameter) receiving module objects
         self.classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
         self.functions: dict[str, list[ast.AST]] = {}  # module-level def name -> defs
         for node in tree.body:
@@ -417,21 +417,35 @@ class _ModuleFacts:
                 for a in node.names:
                     if a.name != "*":
                         self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-        # Local names bound to a pure chain of an alias (`d = np.sctypeDict`, `add = nl.add`), to a fixpoint.
+        # Local names bound to a pure chain of an alias (`d = np.sctypeDict`, `add = nl.add`), to a fixpoint;
+        # only names never bound any other way (`buf = nl.sbuf` here and `buf = nl.ndarray(...)` there is a
+        # tile name, not an alias).
+        chains = [
+            node
+            for node in ast.walk(self.tree)
+            if isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and _chain(node.value) is not None
+        ]
+        chain_ids = {id(node.targets[0]) for node in chains}
+        other: set[str] = set()
+        for n in ast.walk(self.tree):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and id(n) not in chain_ids:
+                other.add(n.id)
+            elif isinstance(n, ast.arg):
+                other.add(n.arg)
+            elif isinstance(n, (*_FUNCTIONS, ast.ClassDef)):
+                other.add(n.name)
         changed = True
         while changed:
             changed = False
-            for node in ast.walk(self.tree):
-                if (
-                    isinstance(node, ast.Assign)
-                    and len(node.targets) == 1
-                    and isinstance(node.targets[0], ast.Name)
-                ):
-                    path = self.canonical(node.value) if not isinstance(node.value, ast.Call) else None
-                    name = node.targets[0].id
-                    if path is not None and name not in self.aliases:
-                        self.aliases[name] = path
-                        changed = True
+            for node in chains:
+                name = node.targets[0].id
+                path = self.canonical(node.value)
+                if path is not None and name not in self.aliases and name not in other:
+                    self.aliases[name] = path
+                    changed = True
 
     def canonical(self, node: ast.AST) -> str | None:
         """Dotted path of an expression via import aliases (``nl.add``: neuronxcc.nki.language.add)."""
@@ -539,11 +553,7 @@ class _ModuleFacts:
         for fdef in roots:
             called = graph.setdefault(id(fdef), set())
             for node in ast.walk(fdef):
-                if (
-                    isinstance(node, ast.Call)
-                    and isinstance(node.func, ast.Name)
-                    and node.func.id in self.functions
-                ):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.functions:
                     called.add(node.func.id)
         return graph
 
@@ -748,20 +758,14 @@ class _Checker(ast.NodeVisitor):
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
         if node.level:
-            self.report(
-                "SANDBOX-IMPORT", node, f"relative import 'from {'.' * node.level}{module}' is not allowed"
-            )
+            self.report("SANDBOX-IMPORT", node, f"relative import 'from {'.' * node.level}{module}' is not allowed")
             return
         if module == "__future__":
             return
         names = [a.name for a in node.names]
         if module == "neuronxcc":
-            if names != ["nki"] or any(
-                a.asname and a.asname != "nki" and _is_dunder(a.asname) for a in node.names
-            ):
-                self.report(
-                    "SANDBOX-IMPORT", node, "only 'from neuronxcc import nki' is allowed from neuronxcc"
-                )
+            if names != ["nki"] or any(a.asname and a.asname != "nki" and _is_dunder(a.asname) for a in node.names):
+                self.report("SANDBOX-IMPORT", node, "only 'from neuronxcc import nki' is allowed from neuronxcc")
                 return
         elif not _allowed_import(module):
             self.report("SANDBOX-IMPORT", node, f"import from '{module}' is not allowed in kernel files")
@@ -825,9 +829,7 @@ class _Checker(ast.NodeVisitor):
     def _check_attribute_path(self, node: ast.Attribute) -> None:
         attr = node.attr
         receiver = self.facts.canonical(node.value)
-        nki_receiver = receiver is not None and (
-            receiver == _NKI_ROOT or receiver.startswith(_NKI_ROOT + ".")
-        )
+        nki_receiver = receiver is not None and (receiver == _NKI_ROOT or receiver.startswith(_NKI_ROOT + "."))
         if receiver is not None and receiver.split(".")[0] == "numpy":
             self._check_numpy_path([*receiver.split("."), attr], node)
             return
@@ -835,9 +837,7 @@ class _Checker(ast.NodeVisitor):
             self.report("SANDBOX-MODULE-ESCAPE", node, f"'neuronxcc.{attr}' is outside the NKI API")
             return
         if attr in _ESCAPE_ATTRS:
-            self.report(
-                "SANDBOX-MODULE-ESCAPE", node, f"reaching module '{attr}' through '.{attr}' is not allowed"
-            )
+            self.report("SANDBOX-MODULE-ESCAPE", node, f"reaching module '{attr}' through '.{attr}' is not allowed")
         elif not nki_receiver and attr in _IO_ATTRS:
             # Also on receivers that cannot be resolved: `(np,)[0].load(...)`, `arr.tofile(...)`.
             self.report("SANDBOX-NUMPY-IO", node, f"file I/O '.{attr}' is not allowed")
@@ -863,9 +863,7 @@ class _Checker(ast.NodeVisitor):
         caught = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
         names = {c.id for c in caught if isinstance(c, ast.Name)}
         if node.type is None or names & _CATCH_ALL:
-            shown = (
-                "bare 'except:'" if node.type is None else f"catching {', '.join(sorted(names & _CATCH_ALL))}"
-            )
+            shown = "bare 'except:'" if node.type is None else f"catching {', '.join(sorted(names & _CATCH_ALL))}"
             self.report("SANDBOX-CATCH-ALL", node, f"{shown} would swallow the grader's timeouts")
         self.generic_visit(node)
 
@@ -919,13 +917,9 @@ class _Checker(ast.NodeVisitor):
             return
         func = self.current_function()
         through_attribute = _has_attribute_hop(target.value)
-        param_tainted = (
-            root is not None and func is not None and (id(func), root.id) in self.facts.param_taint
-        )
+        param_tainted = root is not None and func is not None and (id(func), root.id) in self.facts.param_taint
         if through_attribute or param_tainted or (root is not None and root.id in self.facts.aliases):
-            self.report(
-                "SANDBOX-MONKEYPATCH", target, f"{verb} '{shown}' may change an imported module's state"
-            )
+            self.report("SANDBOX-MONKEYPATCH", target, f"{verb} '{shown}' may change an imported module's state")
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
@@ -1049,21 +1043,28 @@ def _unwrap_kernel(obj: Any) -> Any:
     return obj
 
 
+class _NotUtf8(ValueError):
+    """The file is not UTF-8 text (Python would refuse to import it too)."""
+
+
+def _decode(data: bytes, label: str) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise _NotUtf8(f"{label} is not UTF-8 text: {exc}") from None
+
+
 def _load(obj: Any, filename: str | None) -> tuple[str, str, tuple[int, int] | None, str | None]:
     """(source, filename, line span to keep or None, kernel name) for any accepted input."""
     # A str is source text, except a lone existing "*.py" path when no filename label is given (so source
     # that happens to look like a path, handed in with its file name as the grader does, stays source).
     if isinstance(obj, os.PathLike) or (
-        isinstance(obj, str)
-        and filename is None
-        and "\n" not in obj
-        and obj.endswith(".py")
-        and os.path.isfile(obj)
+        isinstance(obj, str) and filename is None and "\n" not in obj and obj.endswith(".py") and os.path.isfile(obj)
     ):
         path = Path(obj)
-        return path.read_text(encoding="utf-8", errors="replace"), filename or str(path), None, None
+        return _decode(path.read_bytes(), str(path)), filename or str(path), None, None
     if isinstance(obj, bytes):
-        return obj.decode("utf-8", errors="replace"), filename or "<string>", None, None
+        return _decode(obj, filename or "<bytes>"), filename or "<bytes>", None, None
     if isinstance(obj, str):
         return obj, filename or "<string>", None, None
     obj = _unwrap_kernel(obj)
@@ -1081,9 +1082,23 @@ def _load(obj: Any, filename: str | None) -> tuple[str, str, tuple[int, int] | N
             return Path(source_file).read_text(encoding="utf-8"), filename or source_file, span, func.__name__
         return textwrap.dedent("".join(lines)), filename or "<function>", (1, len(lines)), func.__name__
     raise TypeError(
-        f"check_kernel() takes source text, a path, a function, an nki.jit kernel or a module, "
-        f"not {type(obj).__name__}"
+        f"check_kernel() takes source text, a path, a function, an nki.jit kernel or a module, not {type(obj).__name__}"
     )
+
+
+def _encoding_violations(source: str) -> list[Violation]:
+    rule = RULES_BY_CODE["SANDBOX-ENCODING"]
+    for number, line in enumerate(source.splitlines()[:2], 1):
+        match = _CODING.match(line)
+        if match is not None:
+            name = match.group(1).lower().replace("_", "-")
+            if name not in _SAFE_ENCODINGS:
+                message = f"encoding declaration '{match.group(1)}': kernel files must be utf-8"
+                return [Violation(rule.severity, rule.kind, number, 1, message, None, rule.code)]
+            return []
+        if line.strip() and not line.lstrip().startswith("#"):
+            return []  # the declaration only counts before any code
+    return []
 
 
 def check_kernel(source_or_function_or_path: Any, *, filename: str | None = None) -> list[Violation]:
@@ -1095,7 +1110,10 @@ def check_kernel(source_or_function_or_path: Any, *, filename: str | None = None
     is parsed (so imports are known) and only findings inside the function are returned; the function counts
     as a kernel even without an NKI decorator.  ``filename`` only labels the input.
     """
-    source, _label, span, kernel_name = _load(source_or_function_or_path, filename)
+    try:
+        source, _label, span, kernel_name = _load(source_or_function_or_path, filename)
+    except _NotUtf8 as exc:
+        return [Violation(ERROR, SYNTAX, 1, 1, str(exc), None, "SYNTAX-ERROR")]
     try:
         tree = ast.parse(source, filename=_label)
     except SyntaxError as exc:
@@ -1115,7 +1133,7 @@ def check_kernel(source_or_function_or_path: Any, *, filename: str | None = None
     facts = _ModuleFacts(tree, extra_kernels=(kernel_name,) if kernel_name and span else ())
     checker = _Checker(facts, line_offset=0)
     checker.visit(tree)
-    found = checker.out
+    found = checker.out + _encoding_violations(source)
     if span is not None:
         first, last = span
         found = [v for v in found if first <= v.line <= last]

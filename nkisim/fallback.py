@@ -24,10 +24,10 @@ DEFAULT_TARGET = "trn2"
 TARGET_ENV = "NEURON_PLATFORM_TARGET_OVERRIDE"
 PRECISE_FP_ENV = "NKI_PRECISE_FP"
 # One .pth "import" line, run by site.py at every start.  Guarded so that a leftover .pth of an uninstalled
-# nkisim does not print an error at every interpreter start.
+# nkisim stays silent; written without importlib.util (~13 ms) to keep interpreter start-up fast.
 PTH_LINE = (
-    'import importlib.util as _u; _u.find_spec("nkisim") is not None and '
-    '__import__("nkisim._hook", fromlist=["install"]).install()\n'
+    'import sys; exec("try:\\n    import nkisim._hook\\nexcept ImportError:\\n    pass\\n'
+    'else:\\n    nkisim._hook.install()")\n'
 )
 
 
@@ -49,6 +49,17 @@ def current_target() -> str:
         except Exception as exc:  # a bad NEURON_PLATFORM_TARGET_OVERRIDE: show it, don't crash `info`
             return f"invalid ({exc})"
     return os.environ.get(TARGET_ENV, "").strip() or DEFAULT_TARGET
+
+
+def precise_fp_text() -> str:
+    """NKI_PRECISE_FP as the emulator reads it (nkisim.core.config.precise_fp when available)."""
+    raw = os.environ.get(PRECISE_FP_ENV)
+    try:
+        value = bool(importlib.import_module("nkisim.core.config").precise_fp())
+    except Exception:  # config missing or broken: show the raw variable
+        return raw if raw is not None else "unset"
+    meaning = "bf16/fp8 kept in their own precision" if value else "bf16/fp8 stored as float32"
+    return f"{int(value)} ({meaning}{', default' if raw is None else ''})"
 
 
 def _is_fallback_spec(spec: importlib.machinery.ModuleSpec) -> bool:
@@ -119,9 +130,7 @@ def backend_info() -> dict[str, Any]:
     if spec is not None:  # served by our finder
         finder = _hook.installed_finder()
         if finder is not None and finder.target_for(_hook.NKI) is None:
-            info["reason"] = (
-                f"fallback active but {finder.target_package}.nki is missing: nkisim is incomplete"
-            )
+            info["reason"] = f"fallback active but {finder.target_package}.nki is missing: nkisim is incomplete"
             return info
         info.update(backend="nkisim", version=NKISIM_VERSION, reason="fallback: neuronxcc not installed")
         return info
@@ -158,11 +167,10 @@ def describe(info: dict[str, Any] | None = None) -> str:
         numpy_version = numpy.__version__
     except ImportError:
         numpy_version = "not installed"
-    precise = os.environ.get(PRECISE_FP_ENV)
     lines = [
         f"backend:        {backend}",
         f"target:         {info['target']}",
-        f"{PRECISE_FP_ENV}:  {precise if precise is not None else 'unset'}",
+        f"{PRECISE_FP_ENV}:  {precise_fp_text()}",
         f"fallback hook:  {'active' if info['hook_installed'] else 'not active'}"
         + (f" (disabled by {_hook.DISABLE_ENV})" if _hook.disabled() else ""),
         f"fallback .pth:  {info['pth_file'] or 'not installed (run `make setup`)'}",

@@ -77,36 +77,31 @@ def check_correctness(kernel_fn, kernel: str, args: tuple[np.ndarray, ...]) -> b
     return out.shape == expected.shape and bool(np.allclose(out, expected))
 
 
-def benchmark_p99(kernel_fn, args: tuple[np.ndarray, ...], profile_name: str | None) -> float:
-    """p99 latency in microseconds from ``nki.benchmark`` (hardware run, or nkisim's model)."""
+def benchmark(kernel_fn, args: tuple[np.ndarray, ...], profile_name: str | None):
+    """Runs ``nki.benchmark`` (hardware run, or nkisim's model) and returns its result object."""
     if profile_name:
+        # The course saves file.neff and renames it afterwards; nkisim can write the final name directly.
+        neff = f"{profile_name}.neff" if on_nkisim() else "file.neff"
         bench = nki.benchmark(
             kernel_fn,
             warmup=WARMUP,
             iters=ITERS,
-            save_neff_name="file.neff",
+            save_neff_name=neff,
             save_trace_name=f"{profile_name}.ntff",
             additional_compile_opt="--disable-dge",
         )
     else:
         bench = nki.benchmark(kernel_fn, warmup=WARMUP, iters=ITERS)
     bench(*args)
-    return float(bench.benchmark_result.nc_latency.get_latency_percentile(99))
+    return bench.benchmark_result
 
 
-def collect_profile(profile_name: str) -> list[str]:
+def collect_profile(profile_name: str, result) -> list[str]:
     """Renames the NEFF like the course does and lists the profile files that exist."""
     if os.path.exists("file.neff"):
         os.replace("file.neff", f"{profile_name}.neff")
-    candidates = [
-        f"{profile_name}.neff",
-        f"{profile_name}.ntff",
-        f"{profile_name}.json",
-        f"{profile_name}.trace.json",
-        f"{profile_name}.summary.txt",
-        f"{profile_name}.summary.json",
-    ]
-    return [os.path.abspath(p) for p in candidates if os.path.exists(p)]
+    files = list(getattr(result, "files", {}).values()) or [f"{profile_name}.neff", f"{profile_name}.ntff"]
+    return [os.path.abspath(p) for p in files if os.path.exists(p)]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -142,14 +137,17 @@ def main(argv: list[str] | None = None) -> int:
     if not passed:
         return 1
 
-    p99 = benchmark_p99(kernel_fn, inputs, args.profile_name)
+    result = benchmark(kernel_fn, inputs, args.profile_name)
+    p99 = float(result.nc_latency.get_latency_percentile(99))
     print(f"Execution Time: {p99:.2f} \u03bcs (p99 of {ITERS} iterations, {backend_label()})")
     if args.profile_name:
-        files = collect_profile(args.profile_name)
-        where = ", ".join(files) if files else "(no profile files were produced)"
-        print(f"Profile written: {where}")
-        if not on_nkisim():
-            print(f"View it with: neuron-profile view -n {args.profile_name}.neff -s {args.profile_name}.ntff")
+        files = collect_profile(args.profile_name, result)
+        print(f"Profile written: {', '.join(files) if files else '(no profile files were produced)'}")
+        if on_nkisim():
+            print("Open the .ntff (Perfetto JSON) in https://ui.perfetto.dev; the .summary.txt has the numbers.")
+        else:
+            name = args.profile_name
+            print(f"View it with: neuron-profile view -n {name}.neff -s {name}.ntff")
     return 0
 
 

@@ -30,6 +30,8 @@ import neuronxcc.nki.language as nl
 
 
 def _case(body: str) -> str:
+    if body.startswith("#!raw\n"):  # no import header (e.g. a coding declaration must come first)
+        return body.removeprefix("#!raw\n")
     return HEADER + textwrap.dedent(body)
 
 
@@ -197,6 +199,7 @@ CASES: list[tuple[str, str, str]] = [
         "@nki.jit\ndef k(a):\n    return h(a)\n",
         "NKI-TRY",
     ),
+    ("utf7-cookie", "#!raw\n# -*- coding: utf-7 -*-  # <-\nx = 1\n", "SANDBOX-ENCODING"),
     # --- syntax
     ("syntax", "def k(a:  # <-\n", "SYNTAX-ERROR"),
 ]
@@ -302,6 +305,14 @@ def test_module_level_rebinding_of_a_builtin_does_not_hide_it() -> None:
     assert [v.code for v in found] == ["SANDBOX-BUILTIN"]
 
 
+def test_undecodable_file_is_a_syntax_finding(tmp_path: Path) -> None:
+    target = tmp_path / "kernels.py"
+    target.write_bytes(b"x = '\xff\xfe'\n")
+    (v,) = check_kernel(target)
+    assert v.code == "SYNTAX-ERROR" and "not UTF-8" in v.message
+    assert check_kernel(b"import os\n")[0].code == "SANDBOX-IMPORT"
+
+
 def test_syntax_error_reports_position() -> None:
     (v,) = check_kernel("x = 1\ny = (\n")
     assert v.code == "SYNTAX-ERROR" and v.kind == "syntax" and v.blocking
@@ -382,9 +393,7 @@ def test_exported_from_package() -> None:
 
 # --- properties ---------------------------------------------------------------------------------------------
 
-_identifier = st.from_regex(r"[A-Za-z][A-Za-z0-9_]{0,12}", fullmatch=True).filter(
-    lambda s: not keyword.iskeyword(s)
-)
+_identifier = st.from_regex(r"[A-Za-z][A-Za-z0-9_]{0,12}", fullmatch=True).filter(lambda s: not keyword.iskeyword(s))
 
 
 @settings(max_examples=60, deadline=None)
@@ -400,9 +409,7 @@ _SPECIAL = {"os", "sys", "lib", "np", "numpy", "io", "types", "mro", "load", "sa
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    name=_identifier.filter(lambda s: s.lower() not in _SPECIAL and not s.startswith(("f_", "gi_", "co_")))
-)
+@given(name=_identifier.filter(lambda s: s.lower() not in _SPECIAL and not s.startswith(("f_", "gi_", "co_"))))
 def test_plain_attribute_reads_on_tiles_are_not_blocked(name: str) -> None:
     from nkisim import check
 
@@ -431,9 +438,7 @@ def _run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_cli_prints_linter_lines_and_exits_1_on_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text(
-        _case("import os\n@nki.jit\ndef k(a):\n    for i in range(2):\n        pass\n    return a\n")
-    )
+    bad.write_text(_case("import os\n@nki.jit\ndef k(a):\n    for i in range(2):\n        pass\n    return a\n"))
     result = _run_cli(str(bad), str(LEGIT[0]), cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     lines = result.stdout.splitlines()
@@ -453,3 +458,22 @@ def test_cli_exit_0_for_clean_files_and_lists_rules(tmp_path: Path) -> None:
 def test_cli_missing_file_is_a_usage_error(tmp_path: Path) -> None:
     result = _run_cli(str(tmp_path / "nope.py"), cwd=tmp_path)
     assert result.returncode == 2 and "cannot read" in result.stderr
+
+
+def test_alias_names_rebound_as_tiles_are_tiles() -> None:
+    source = _case(
+        """
+        def setup():
+            buf = nl.sbuf
+            return buf
+
+        @nki.jit
+        def k(a):
+            buf = nl.ndarray((128, 4), dtype=a.dtype, buffer=nl.sbuf)
+            buf[...] = 0
+            return a
+        """
+    )
+    assert blocking(check_kernel(source)) == []
+    # ...while a name only ever bound to a module attribute stays an alias of it.
+    assert [v.code for v in check_kernel(_case("d = np.sctypeDict\nd['x'] = None\n"))] == ["SANDBOX-MONKEYPATCH"]

@@ -41,6 +41,7 @@ def test_fake_api_is_served_under_neuronxcc_names(tmp_path: Path) -> None:
         """
         import importlib, sys
         import nkisim._hook as h
+        h.uninstall()  # the .pth hook of `make setup` may have installed the real one already
         finder = h.install(target_package="fakeapi")
         assert sys.meta_path[-1] is finder
         assert "numpy" not in sys.modules  # the hook runs at every interpreter start: it must stay light
@@ -80,6 +81,7 @@ def test_unknown_submodules_are_module_not_found(tmp_path: Path, name: str) -> N
         f"""
         import importlib
         import nkisim._hook as h
+        h.uninstall()  # the .pth hook of `make setup` may have installed the real one already
         h.install(target_package="fakeapi")
         try:
             importlib.import_module({name!r})
@@ -99,6 +101,7 @@ def test_real_package_is_never_shadowed(tmp_path: Path) -> None:
         """
         import importlib, json
         import nkisim._hook as h
+        h.uninstall()  # the .pth hook of `make setup` may have installed the real one already
         h.install(target_package="fakeapi")
         import neuronxcc, neuronxcc.nki as nki, neuronxcc.nki.language as nl
         from nkisim.fallback import backend_info
@@ -128,6 +131,7 @@ def test_placeholder_package_is_reported_with_the_fix(tmp_path: Path) -> None:
         """
         import json
         import nkisim._hook as h
+        h.uninstall()  # the .pth hook of `make setup` may have installed the real one already
         h.install(target_package="fakeapi")
         from nkisim.fallback import backend_info
         try:
@@ -151,6 +155,7 @@ def test_install_is_idempotent_and_uninstall_removes_it(tmp_path: Path) -> None:
         """
         import importlib, sys
         import nkisim._hook as h
+        h.uninstall()
         first = h.install()
         assert h.install() is first
         importlib.reload(h)  # a reloaded module has a new class: the marker still finds the old finder
@@ -187,7 +192,7 @@ def test_disable_env_var_turns_the_hook_off(tmp_path: Path) -> None:
 @pytest.mark.parametrize("value", ["", "0", "false"])
 def test_disable_env_var_false_values_keep_the_hook(tmp_path: Path, value: str) -> None:
     run_python(
-        "import nkisim._hook as h\nassert h.install() is not None\n",
+        "import nkisim._hook as h\nh.uninstall()\nassert h.install() is not None\n",
         tmp_path,
         env={"NKISIM_DISABLE_FALLBACK": value},
     )
@@ -198,6 +203,7 @@ def test_backend_info_with_the_fallback_active(tmp_path: Path) -> None:
         """
         import json
         import nkisim._hook as h
+        h.uninstall()  # the .pth hook of `make setup` may have installed the real one already
         h.install(target_package="fakeapi")
         from nkisim.fallback import backend_info
         print(json.dumps(backend_info()))
@@ -222,11 +228,7 @@ def test_backend_info_without_the_hook(tmp_path: Path) -> None:
 
 def test_nkisim_api_modules_are_the_aliases(tmp_path: Path) -> None:
     """With the real nkisim.api (the lead's modules): identity of every alias the course code uses."""
-    missing = [
-        m
-        for m in ("nki", "language", "isa", "compiler")
-        if not (REPO / "nkisim" / "api" / f"{m}.py").exists()
-    ]
+    missing = [m for m in ("nki", "language", "isa", "compiler") if not (REPO / "nkisim" / "api" / f"{m}.py").exists()]
     if missing:
         pytest.skip(f"nkisim/api/{missing[0]}.py does not exist yet")
     run_python(
@@ -256,9 +258,7 @@ def test_install_fallback_cli_writes_and_removes_the_pth(tmp_path: Path) -> None
     pth = site_dir / fallback.PTH_NAME
     assert str(pth) in out
     text = pth.read_text()
-    assert text.count("\n") == 1 and text.startswith(
-        "import "
-    )  # site.py executes lines starting with "import"
+    assert text.count("\n") == 1 and text.startswith("import ")  # site.py executes lines starting with "import"
     run_python("", tmp_path, args=("-m", "nkisim", "install-fallback", "--site-dir", str(site_dir)))
     assert pth.read_text() == text and sorted(p.name for p in site_dir.iterdir()) == [fallback.PTH_NAME]
 
@@ -285,14 +285,18 @@ def test_install_fallback_cli_writes_and_removes_the_pth(tmp_path: Path) -> None
 
 def test_info_cli(tmp_path: Path) -> None:
     text = run_python(
-        "import nkisim._hook as h\nh.install(target_package='fakeapi')\n"
+        "import nkisim._hook as h\nh.uninstall()\nh.install(target_package='fakeapi')\n"
         "from nkisim.__main__ import main\nmain(['info'])\n",
         tmp_path,
         FAKE_API,
         env={"NKI_PRECISE_FP": "1"},
     )
     assert "backend:        nkisim 0." in text and "(fallback: neuronxcc not installed)" in text
-    assert "target:         trn2" in text and "NKI_PRECISE_FP:  1" in text
+    assert (
+        "target:         trn2" in text
+        and "NKI_PRECISE_FP:  1" in text
+        and "default" not in text.split("NKI_PRECISE_FP")[1].splitlines()[0]
+    )
     assert "numpy:" in text and "python:" in text
     as_json = json.loads(run_python("", tmp_path, args=("-m", "nkisim", "info", "--json")))
     assert set(as_json) >= {"backend", "reason", "version", "target", "hook_installed"}
@@ -307,9 +311,8 @@ def test_installed_pth_hook(tmp_path: Path) -> None:
     """After `make setup`: a plain interpreter of this environment has the hook active."""
     if not fallback.pth_path().is_file():
         pytest.skip("nkisim_fallback.pth is not installed in this environment (run `make setup`)")
-    env = {k: v for k, v in os.environ.items() if k not in (_hook.DISABLE_ENV, "PYTHONPATH")}
-    code = "import nkisim._hook as h\nprint(h.installed_finder() is not None)"
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
+    env = {k: v for k, v in os.environ.items() if k != _hook.DISABLE_ENV}
+    env["PYTHONPATH"] = str(REPO)  # as an editable install would
+    code = "import sys\nprint(any(getattr(f, 'nkisim_fallback', False) for f in sys.meta_path))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert result.stdout.strip() == "True", result

@@ -7,13 +7,13 @@ References are written with plain NumPy on fp32/fp64 copies of the inputs and ro
 from __future__ import annotations
 
 import ml_dtypes
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import neuronxcc.nki.isa as nisa
-import neuronxcc.nki.language as nl
 from nkisim.core.runtime import run_kernel
 
 BF16 = ml_dtypes.bfloat16
@@ -403,7 +403,8 @@ def test_nisa_activation_bias_scale(dt):
 def test_activation_vector_scale_and_ops():
     b = _rand((64, 16), F32, -1, 1, seed=23)
     s = _rand((64, 1), F32, 0.5, 2, seed=24)
-    for op, ref in ((nl.exp, np.exp), (np.tanh, np.tanh), (nl.copy, lambda x: x), (nl.relu, lambda x: np.maximum(x, 0))):
+    for op, ref in ((nl.exp, np.exp), (np.tanh, np.tanh), (nl.copy, lambda x: x),
+                    (nl.relu, lambda x: np.maximum(x, 0))):
         out = run(lambda x, y, op=op: _store(nisa.activation(op, nl.load(x), scale=nl.load(y))), b, s)
         np.testing.assert_allclose(out, ref(b * s), rtol=1e-6, atol=1e-7)
 
@@ -413,7 +414,8 @@ def test_activation_reduce_res():
 
     def k(x):
         acc = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
-        r = nisa.activation(nl.exp, nl.load(x), reduce_op=nl.add, reduce_res=acc, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        r = nisa.activation(nl.exp, nl.load(x), reduce_op=nl.add, reduce_res=acc,
+                            reduce_cmd=nisa.reduce_cmd.reset_reduce)
         return _store(r), _store(acc)
 
     r, acc = run(k, b)

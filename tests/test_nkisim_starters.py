@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import neuronxcc.nki as nki
 import numpy as np
 import pytest
 from nkisim_util import load_kernels, raises_rule
 
-import neuronxcc.nki as nki
 from nkisim.core.runtime import run_kernel
 
 K24 = load_kernels("vector_add_2024")

@@ -50,6 +50,13 @@ class Buf(IntEnum):
     PSUM = 2
 
 
+# Module-level aliases: enum attribute lookup (Buf.HBM) costs ~0.25 us in CPython 3.11, and these sit on the
+# per-instruction path.
+B_HBM, B_SBUF, B_PSUM = Buf.HBM, Buf.SBUF, Buf.PSUM
+E_UNKNOWN, E_TENSOR, E_SCALAR, E_GPSIMD = Engine.UNKNOWN, Engine.TENSOR, Engine.SCALAR, Engine.GPSIMD
+E_VECTOR, E_SYNC, E_DMA = Engine.VECTOR, Engine.SYNC, Engine.DMA
+
+
 class Region(NamedTuple):
     """A rectangle of one physical buffer: partitions [p_lo, p_hi) x bytes [b_lo, b_hi) of each partition.
 

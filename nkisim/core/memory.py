@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from nkisim.core import dtypes
-from nkisim.core.instr import Buf
+from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf
 from nkisim.core.rules import fail
 
-BUF_NAMES = {Buf.HBM: "hbm", Buf.SBUF: "sbuf", Buf.PSUM: "psum"}
+BUF_NAMES = {B_HBM: "hbm", B_SBUF: "sbuf", B_PSUM: "psum"}
 
 
 class Allocation:
@@ -31,7 +31,7 @@ class Allocation:
         self.buf = buf
         self.base = base
         self.addr = 0  # base address; only needed (and set) where views are created from raw offsets
-        self.row_bytes = base.strides[0] * base.shape[0] if buf == Buf.HBM else bytes_pp
+        self.row_bytes = base.strides[0] * base.shape[0] if buf == B_HBM else bytes_pp
         self.phys = phys
         self.site = site
         self.name = name
@@ -57,8 +57,8 @@ class MemoryTracker:
     def __init__(self, limits, target: str) -> None:
         self.limits = limits
         self.target = target
-        self.live = {Buf.SBUF: 0, Buf.PSUM: 0}
-        self.peak = {Buf.SBUF: 0, Buf.PSUM: 0}
+        self.live = {B_SBUF: 0, B_PSUM: 0}
+        self.peak = {B_SBUF: 0, B_PSUM: 0}
         self.live_allocs: dict[int, tuple] = {}  # id -> (buf, name, dtype, bytes, site); no strong refs
         self._free_phys: dict[object, list[int]] = {}
         self._next_phys = 1
@@ -80,19 +80,19 @@ class MemoryTracker:
 
     # -- capacity -----------------------------------------------------------------------------------------
     def charge(self, alloc: Allocation) -> None:
-        if alloc.charged or alloc.buf == Buf.HBM or self.closed:
+        if alloc.charged or alloc.buf == B_HBM or self.closed:
             return
         alloc.charged = True
         buf = alloc.buf
         cost = alloc.bytes_pp
-        if buf == Buf.PSUM:
+        if buf == B_PSUM:
             bank = self.limits.psum_bank_bytes
             cost = -(-cost // bank) * bank  # PSUM tiles occupy whole 2 KiB banks
         self.live[buf] += cost
         self.live_allocs[id(alloc)] = (buf, alloc.name, alloc.base.dtype, alloc.bytes_pp, alloc.site)
         if self.live[buf] > self.peak[buf]:
             self.peak[buf] = self.live[buf]
-        capacity = self.limits.sbuf_usable_bytes if buf == Buf.SBUF else self.limits.psum_bytes_per_partition
+        capacity = self.limits.sbuf_usable_bytes if buf == B_SBUF else self.limits.psum_bytes_per_partition
         if self.live[buf] > capacity:
             peak = self.live[buf]
             tiles = self.largest(buf)
@@ -100,7 +100,7 @@ class MemoryTracker:
             self.live[buf] -= cost
             alloc.charged = False
             self.live_allocs.pop(id(alloc), None)
-            if buf == Buf.SBUF:
+            if buf == B_SBUF:
                 fail("nkisim_sbuf_capacity", target=self.target, peak=peak, capacity=capacity, tiles=tiles)
             fail("nkisim_psum_capacity", target=self.target, peak=peak, banks=peak // self.limits.psum_bank_bytes,
                  capacity=capacity, tiles=tiles)
@@ -116,7 +116,7 @@ class MemoryTracker:
         if alloc.charged:
             alloc.charged = False
             cost = alloc.bytes_pp
-            if alloc.buf == Buf.PSUM:
+            if alloc.buf == B_PSUM:
                 bank = self.limits.psum_bank_bytes
                 cost = -(-cost // bank) * bank
             self.live[alloc.buf] -= cost

@@ -16,14 +16,26 @@ import numpy as np
 from nkisim.core import dtypes, execute
 from nkisim.core.dtypes import F32
 from nkisim.core.indexing import Mask
-from nkisim.core.instr import Buf, Engine
+from nkisim.core.instr import (
+    B_HBM,
+    B_PSUM,
+    B_SBUF,
+    E_DMA,
+    E_GPSIMD,
+    E_SCALAR,
+    E_TENSOR,
+    E_UNKNOWN,
+    E_VECTOR,
+    Buf,
+    Engine,
+)
 from nkisim.core.memory import BUF_NAMES
 from nkisim.core.rules import fail
 from nkisim.core.runtime import HBM_SPEC, PSUM_SPEC, SBUF_SPEC, KernelContext, allocate, current
 from nkisim.core.tensor import Tensor, read, write
 
-ENGINE_LABEL = {Engine.TENSOR: "Tensor", Engine.VECTOR: "Vector", Engine.SCALAR: "Scalar",
-                Engine.GPSIMD: "GpSimd", Engine.DMA: "DMA"}
+ENGINE_LABEL = {E_TENSOR: "Tensor", E_VECTOR: "Vector", E_SCALAR: "Scalar",
+                E_GPSIMD: "GpSimd", E_DMA: "DMA"}
 
 # ------------------------------------------------------------------------------------------------------------
 # operand helpers
@@ -39,10 +51,10 @@ def need_tensor(x, op: str, name: str) -> Tensor:
     return x
 
 
-def need_on_chip(t: Tensor, op: str, name: str, allowed: tuple[Buf, ...] = (Buf.SBUF, Buf.PSUM)) -> None:
+def need_on_chip(t: Tensor, op: str, name: str, allowed: tuple[Buf, ...] = (B_SBUF, B_PSUM)) -> None:
     if t._a.buf not in allowed:
         fail("err_unsupported_memory", operand=name, op=op,
-             expected="|".join(BUF_NAMES[b] for b in allowed), got=BUF_NAMES[t._a.buf])
+             expected="|".join(sorted(BUF_NAMES[b] for b in allowed)), got=BUF_NAMES[t._a.buf])  # 'psum|sbuf'
 
 
 def check_partitions(t: Tensor, limit: int) -> int:
@@ -105,8 +117,8 @@ def check_writable(t: Tensor) -> None:
         fail("err_cannot_update_immutable_parameter", name=t._a.name)
 
 
-def new_result(ctx: KernelContext, shape, dtype, buf: Buf = Buf.SBUF) -> Tensor:
-    spec = SBUF_SPEC if buf == Buf.SBUF else PSUM_SPEC
+def new_result(ctx: KernelContext, shape, dtype, buf: Buf = B_SBUF) -> Tensor:
+    spec = SBUF_SPEC if buf == B_SBUF else PSUM_SPEC
     return allocate(shape, dtype, spec, provisional=True, ctx=ctx, name="result")
 
 
@@ -116,6 +128,7 @@ def finish(ctx: KernelContext, ins, out: Tensor, values, mask=None) -> Tensor:
         v = execute.cast(np.asarray(values), out.dtype)
         write(out, np.broadcast_to(_fit(v, out.shape), out.shape) if v.shape != out.shape else v, mask)
     ctx.remember(ins, out, values)
+    ctx.last_mask = mask  # a retargeted masked result must leave the destination's masked-off elements alone
     return out
 
 
@@ -135,13 +148,13 @@ def _retarget(ctx: KernelContext, dst: Tensor, accumulate: bool) -> None:
     op = ins.op
     engine = ins.engine
     check_writable(dst)
-    if engine == Engine.DMA:
-        need_on_chip(dst, "dma_copy", "dst", (Buf.HBM, Buf.SBUF))
-    elif op == "nc_matmul" or (op == "nc_transpose" and engine == Engine.TENSOR):
-        need_on_chip(dst, op, "dst", (Buf.PSUM,))
-    elif engine == Engine.GPSIMD and dst._a.buf == Buf.PSUM:
+    if engine == E_DMA:
+        need_on_chip(dst, "dma_copy", "dst", (B_HBM, B_SBUF))
+    elif op == "nc_matmul" or (op == "nc_transpose" and engine == E_TENSOR):
+        need_on_chip(dst, op, "dst", (B_PSUM,))
+    elif engine == E_GPSIMD and dst._a.buf == B_PSUM:
         fail("nkisim_gpsimd_psum", op=op, operand="dst")
-    elif dst._a.buf == Buf.HBM:
+    elif dst._a.buf == B_HBM:
         fail("err_unsupported_memory", operand="dst", op=op, expected="psum|sbuf", got="hbm")
     n_dst = math.prod(dst.shape)
     n_src = math.prod(src_tile.shape)
@@ -150,7 +163,7 @@ def _retarget(ctx: KernelContext, dst: Tensor, accumulate: bool) -> None:
             fail("err_store_dst_shape_smaller_than_other_shape", dst=list(dst.shape), src=list(src_tile.shape))
         fail("nkisim_shape_mismatch", op=f"assignment from {op}", shapes=[list(dst.shape), list(src_tile.shape)],
              detail="")
-    if op == "nc_matmul" or (op == "nc_transpose" and engine == Engine.TENSOR):
+    if op == "nc_matmul" or (op == "nc_transpose" and engine == E_TENSOR):
         _check_psum_bank(ctx, dst, op)
     ins.dsts = (dst.operand(),)
     if accumulate and op == "nc_matmul":
@@ -167,8 +180,11 @@ def _retarget(ctx: KernelContext, dst: Tensor, accumulate: bool) -> None:
     if op == "nc_matmul":
         _psum_write(dst, vals, accumulate)
     else:
-        write(dst, execute.cast(vals, dst.dtype))
-        if dst._a.buf == Buf.PSUM and op == "nc_transpose":
+        mask = ctx.last_mask
+        if mask is not None:
+            mask = np.broadcast_to(mask, src_tile.shape).reshape(dst.shape)
+        write(dst, execute.cast(vals, dst.dtype), mask)
+        if dst._a.buf == B_PSUM and op == "nc_transpose":
             _acc_view(dst)[...] = True
 
 
@@ -217,10 +233,10 @@ def assign(dst: Tensor, value) -> None:
         if value._a is dst._a and value._off == dst._off and value._ix is None and dst._ix is None \
                 and value._v.shape == dst._v.shape and value._v.strides == dst._v.strides:
             return  # ``t[idx] += x`` stores the in-place result back into the same view: nothing to copy
-        if dst._a.buf == Buf.HBM or value._a.buf == Buf.HBM:
+        if dst._a.buf == B_HBM or value._a.buf == B_HBM:
             dma_copy(value, dst, via="assign", ctx=ctx)
             return
-        tensor_copy(value, dtype=dst.dtype, engine=Engine.VECTOR, dst=dst, op_name="tensor_copy")
+        tensor_copy(value, dtype=dst.dtype, engine=E_VECTOR, dst=dst, op_name="tensor_copy")
         return
     if isinstance(value, (int, float, np.number, bool)):
         ctx.settle()
@@ -254,26 +270,26 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
     if not isinstance(dst, Tensor):
         need_tensor(dst, "dma_copy", "dst")
     sa, da = src._a, dst._a
-    if sa.buf == Buf.PSUM:
-        need_on_chip(src, "dma_copy", "src", (Buf.HBM, Buf.SBUF))
-    if da.buf == Buf.PSUM:
-        need_on_chip(dst, "dma_copy", "dst", (Buf.HBM, Buf.SBUF))
+    if sa.buf == B_PSUM:
+        need_on_chip(src, "dma_copy", "src", (B_HBM, B_SBUF))
+    if da.buf == B_PSUM:
+        need_on_chip(dst, "dma_copy", "dst", (B_HBM, B_SBUF))
     if da.immutable:
         check_writable(dst)
     n_dst = math.prod(dst.shape)
     if math.prod(src.shape) != n_dst:
         fail("nkisim_dma_element_mismatch", src=list(src.shape), dst=list(dst.shape))
     pmax = ctx.limits.pmax
-    if sa.buf == Buf.SBUF and src.shape and src.shape[src._pd] > pmax:
+    if sa.buf == B_SBUF and src.shape and src.shape[src._pd] > pmax:
         check_partitions(src, pmax)
-    if da.buf == Buf.SBUF and dst.shape and dst.shape[dst._pd] > pmax:
+    if da.buf == B_SBUF and dst.shape and dst.shape[dst._pd] > pmax:
         check_partitions(dst, pmax)
     m = mask_values(mask, dst.shape) if mask is not None else None
     if src._oob:
         check_oob(src, mask_values(mask, src.shape))
     if dst._oob:
         check_oob(dst, m)
-    ins = ctx.emit("dma_copy", Engine.DMA, (src,), (dst,),
+    ins = ctx.emit("dma_copy", E_DMA, (src,), (dst,),
                    {"bytes": n_dst * dst.dtype.itemsize, "via": via, "cast": src.dtype != dst.dtype})
     if dst_rmw_op is not None:
         ins.attrs["rmw"] = dst_rmw_op
@@ -292,7 +308,7 @@ def load(src: Tensor, *, mask=None, dtype=None, transpose: bool = False) -> Tens
     ctx = current("load")
     ctx.settle()
     src = need_tensor(src, "load", "src")
-    if src._a.buf != Buf.HBM:
+    if src._a.buf != B_HBM:
         fail("err_unsupported_memory", operand="src", op="load", expected="hbm", got=BUF_NAMES[src._a.buf])
     shape = src.shape
     if transpose:
@@ -308,7 +324,7 @@ def load(src: Tensor, *, mask=None, dtype=None, transpose: bool = False) -> Tens
     out = new_result(ctx, shape, dt)
     m = mask_values(mask, out.shape)
     check_oob(src, mask_values(mask, src.shape) if src._oob else None)
-    ins = ctx.emit("dma_copy", Engine.DMA, (src,), (out,),
+    ins = ctx.emit("dma_copy", E_DMA, (src,), (out,),
                    {"bytes": math.prod(shape) * dt.itemsize, "via": "load_transpose2d" if transpose else "load",
                     "cast": dt != src.dtype})
     values = None
@@ -325,10 +341,10 @@ def store(dst: Tensor, value, *, mask=None) -> None:
     ctx = current("store")
     ctx.settle()
     dst = need_tensor(dst, "store", "dst")
-    if dst._a.buf != Buf.HBM:
+    if dst._a.buf != B_HBM:
         fail("err_unsupported_memory", operand="dst", op="store", expected="hbm", got=BUF_NAMES[dst._a.buf])
     value = need_tensor(value, "store", "value")
-    if value._a.buf == Buf.PSUM:
+    if value._a.buf == B_PSUM:
         # nl.store of a PSUM tile inserts a copy to SBUF first (nki.language.store docstring)
         value = tensor_copy(value)
         ctx.settle()
@@ -348,8 +364,8 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
     ctx.settle()
     stationary = need_tensor(stationary, op_name, "stationary")
     moving = need_tensor(moving, op_name, "moving")
-    need_on_chip(stationary, op_name, "stationary", (Buf.SBUF,))
-    need_on_chip(moving, op_name, "moving", (Buf.SBUF,))
+    need_on_chip(stationary, op_name, "stationary", (B_SBUF,))
+    need_on_chip(moving, op_name, "moving", (B_SBUF,))
     if stationary._pd or moving._pd:
         fail("err_failed_to_infer_tile_from_local_tensor",
              name=(stationary if stationary._pd else moving)._a.name or "stationary/moving")
@@ -372,9 +388,9 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
     if (d1 == "float32") != (d2 == "float32"):
         fail("nkisim_matmul_dtype", detail=f"fp32/tf32 operands must pair with fp32/tf32, got {d1} and {d2}")
     out_shape = (m,) + tuple(moving.shape[1:]) if moving.ndim > 1 else (m, 1)
-    out = new_result(ctx, out_shape, F32, Buf.PSUM)
+    out = new_result(ctx, out_shape, F32, B_PSUM)
     _check_psum_bank(ctx, out, op_name)
-    ins = ctx.emit("nc_matmul", Engine.TENSOR, (stationary, moving), (out,),
+    ins = ctx.emit("nc_matmul", E_TENSOR, (stationary, moving), (out,),
                    {"K": k1, "M": m, "N": n, "accumulate": False, "is_transpose": bool(is_transpose)})
     values = None
     if ctx.full:
@@ -387,7 +403,7 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
     return out
 
 
-def nc_transpose(data: Tensor, *, engine: Engine = Engine.UNKNOWN, dtype=None, mask=None,
+def nc_transpose(data: Tensor, *, engine: Engine = E_UNKNOWN, dtype=None, mask=None,
                  op_name: str = "nc_transpose") -> Tensor:
     ctx = current(op_name)
     ctx.settle()
@@ -395,27 +411,27 @@ def nc_transpose(data: Tensor, *, engine: Engine = Engine.UNKNOWN, dtype=None, m
     p = parts_of(data)
     f = free_of(data)
     lim = ctx.limits
-    if engine == Engine.UNKNOWN:
-        engine = Engine.TENSOR if (p > lim.vector_transpose_max or f > lim.vector_transpose_max
-                                   or data._a.buf == Buf.SBUF) else Engine.VECTOR
-    limit = lim.pmax if engine == Engine.TENSOR else lim.vector_transpose_max
+    if engine == E_UNKNOWN:
+        engine = E_TENSOR if (p > lim.vector_transpose_max or f > lim.vector_transpose_max
+                                   or data._a.buf == B_SBUF) else E_VECTOR
+    limit = lim.pmax if engine == E_TENSOR else lim.vector_transpose_max
     if p > limit or f > limit:
         fail("nkisim_transpose_limit", engine=ENGINE_LABEL.get(engine, str(engine)), shape=list(data.shape),
              limit=limit)
-    if engine == Engine.TENSOR:
-        need_on_chip(data, op_name, "data", (Buf.SBUF,))
+    if engine == E_TENSOR:
+        need_on_chip(data, op_name, "data", (B_SBUF,))
         if ctx.direct_alloc:
             fail("err_transpose_on_tensor_engine_not_allowed_in_allocated_kernel", op=op_name)
-        out_buf = Buf.PSUM
+        out_buf = B_PSUM
     else:
         need_on_chip(data, op_name, "data")
-        out_buf = Buf.SBUF
+        out_buf = B_SBUF
     dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
     out = new_result(ctx, (f, p), dt, out_buf)
     ins = ctx.emit("nc_transpose", engine, (data,), (out,), {"P": p, "F": f})
     values = execute.to_f32(read(data)).reshape(p, f).T if ctx.full else None
     out = finish(ctx, ins, out, values)
-    if ctx.full and out_buf == Buf.PSUM:
+    if ctx.full and out_buf == B_PSUM:
         _acc_view(out)[...] = True
     return out
 
@@ -428,10 +444,10 @@ def _engine_checks(op: str, engine: Engine, tiles, ctx: KernelContext) -> None:
     lim = ctx.limits
     for t, name in tiles:
         need_on_chip(t, op, name)
-        if engine == Engine.GPSIMD and t._a.buf == Buf.PSUM:
+        if engine == E_GPSIMD and t._a.buf == B_PSUM:
             fail("nkisim_gpsimd_psum", op=op, operand=name)
         n = free_of(t)
-        cap = lim.vector_psum_fmax if t._a.buf == Buf.PSUM else lim.vector_sbuf_fmax
+        cap = lim.vector_psum_fmax if t._a.buf == B_PSUM else lim.vector_sbuf_fmax
         if n > cap:
             fail("nkisim_free_size_limit", op=op, n=n, buffer=BUF_NAMES[t._a.buf], limit=cap)
         if t._pd:
@@ -471,16 +487,16 @@ def _vals(t, shape=None):
     return v
 
 
-def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = Engine.UNKNOWN, mask=None,
+def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None,
                   dst: Tensor | None = None, nl_style: bool = False, op_name: str = "tensor_tensor") -> Tensor:
     ctx = current(op_name)
     ctx.settle()
     a = need_tensor(data1, op_name, "data1")
     b = need_tensor(data2, op_name, "data2")
-    if engine == Engine.UNKNOWN:
-        engine = Engine.GPSIMD if op == "power" else Engine.VECTOR
+    if engine == E_UNKNOWN:
+        engine = E_GPSIMD if op == "power" else E_VECTOR
     _engine_checks(op_name, engine, [(a, "data1"), (b, "data2")], ctx)
-    if a._a.buf == Buf.PSUM and b._a.buf == Buf.PSUM:
+    if a._a.buf == B_PSUM and b._a.buf == B_PSUM:
         fail("nkisim_two_inputs_in_psum", op=op_name)
     if execute.ALU.get(op, (None, False))[1]:
         _need_int(op_name, op, (a, "data1"), (b, "data2"))
@@ -552,20 +568,20 @@ def _scalar_operand(ctx, op: str, data: Tensor, x, name: str):
 
 
 def tensor_scalar(data, op0: str, operand0, reverse0: bool = False, op1: str | None = None, operand1=None,
-                  reverse1: bool = False, *, dtype=None, engine: Engine = Engine.UNKNOWN, mask=None,
+                  reverse1: bool = False, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None,
                   op_name: str = "tensor_scalar") -> Tensor:
     ctx = current(op_name)
     ctx.settle()
     data = need_tensor(data, op_name, "data")
-    if engine == Engine.UNKNOWN:
-        engine = Engine.VECTOR
+    if engine == E_UNKNOWN:
+        engine = E_VECTOR
     _engine_checks(op_name, engine, [(data, "data")], ctx)
     if (op1 is None) != (operand1 is None):
         fail("nkisim_bad_argument", op=op_name, detail="op1 and operand1 must be given together")
     for opx in (op0, op1):
         if opx is not None and execute.ALU.get(opx, (None, False))[1]:
             _need_int(op_name, opx, (data, "data"))
-    if engine == Engine.SCALAR:
+    if engine == E_SCALAR:
         _scalar_engine_alu(ctx, op_name, op0, op1)
     o0, t0 = _scalar_operand(ctx, op_name, data, operand0, "operand0")
     o1, t1 = _scalar_operand(ctx, op_name, data, operand1, "operand1")
@@ -590,14 +606,14 @@ def tensor_scalar(data, op0: str, operand0, reverse0: bool = False, op1: str | N
     return finish(ctx, ins, out, values, m)
 
 
-def tensor_copy(src, *, dtype=None, engine: Engine = Engine.UNKNOWN, mask=None, dst: Tensor | None = None,
+def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: Tensor | None = None,
                 op_name: str = "tensor_copy", shape=None) -> Tensor:
     ctx = current(op_name)
     ctx.settle()
     src = need_tensor(src, op_name, "src")
-    if engine == Engine.UNKNOWN:
-        engine = Engine.VECTOR
-    elif engine == Engine.SCALAR and ctx.target == "trn1":
+    if engine == E_UNKNOWN:
+        engine = E_VECTOR
+    elif engine == E_SCALAR and ctx.target == "trn1":
         fail("nkisim_engine_op_unsupported", op=op_name, engine="Scalar Engine", target=ctx.target,
              detail="NeuronCore-v2 ScalarE cannot run tensor_copy; use nisa.activation(op=nl.copy)")
     _engine_checks(op_name, engine, [(src, "src")], ctx)
@@ -608,7 +624,7 @@ def tensor_copy(src, *, dtype=None, engine: Engine = Engine.UNKNOWN, mask=None, 
     else:
         out = dst
         check_writable(out)
-        if dst._a.buf == Buf.PSUM and engine == Engine.GPSIMD:
+        if dst._a.buf == B_PSUM and engine == E_GPSIMD:
             fail("nkisim_gpsimd_psum", op=op_name, operand="dst")
         if math.prod(out.shape) < math.prod(src.shape):
             fail("err_store_dst_shape_smaller_than_other_shape", dst=list(out.shape), src=list(src.shape))
@@ -640,7 +656,7 @@ def tensor_reduce(op: str, data, axis, *, negate: bool = False, keepdims: bool =
     ctx = current(op_name)
     ctx.settle()
     data = need_tensor(data, op_name, "data")
-    _engine_checks(op_name, Engine.VECTOR, [(data, "data")], ctx)
+    _engine_checks(op_name, E_VECTOR, [(data, "data")], ctx)
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     nd = data.ndim
     norm = []
@@ -659,7 +675,7 @@ def tensor_reduce(op: str, data, axis, *, negate: bool = False, keepdims: bool =
         out_shape = out_shape  # (P,) result of a full free-axis reduction
     out_dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
     out = new_result(ctx, out_shape, out_dt)
-    ins = ctx.emit("tensor_reduce", Engine.VECTOR, (data,), (out,), {"alu": op, "axes": tuple(norm)})
+    ins = ctx.emit("tensor_reduce", E_VECTOR, (data,), (out,), {"alu": op, "axes": tuple(norm)})
     values = None
     if ctx.full:
         v = _vals(data)
@@ -675,7 +691,7 @@ def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, 
     ctx = current(op_name)
     ctx.settle()
     data = need_tensor(data, op_name, "data")
-    _engine_checks(op_name, Engine.SCALAR, [(data, "data")], ctx)
+    _engine_checks(op_name, E_SCALAR, [(data, "data")], ctx)
     if func not in execute.ACTIVATION:
         fail("nkisim_bad_argument", op=op_name, detail=f"'{func}' is not an activation function")
     p = parts_of(data)
@@ -694,7 +710,7 @@ def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, 
     srcs = [data] + [t for t in (ts, tb) if t is not None]
     out_dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
     out = new_result(ctx, data.shape, out_dt)
-    ins = ctx.emit("activation", Engine.SCALAR, srcs, (out,), {"func": func,
+    ins = ctx.emit("activation", E_SCALAR, srcs, (out,), {"func": func,
                                                                 "reduce": reduce_res is not None})
     values = None
     if ctx.full:
@@ -718,12 +734,12 @@ def select(condition, x, y, *, dtype=None, mask=None) -> Tensor:
     tiles = [t for t in (condition, x, y) if isinstance(t, Tensor)]
     if not tiles:
         raise TypeError("nl.where needs at least one tile operand")
-    _engine_checks("where", Engine.VECTOR, [(t, "operand") for t in tiles], ctx)
+    _engine_checks("where", E_VECTOR, [(t, "operand") for t in tiles], ctx)
     ref = max(tiles, key=lambda t: math.prod(t.shape))
     dts = [t.dtype for t in (x, y) if isinstance(t, Tensor)] or [F32]
     out_dt = dtypes.to_dtype(dtype) if dtype is not None else (dts[0] if len(dts) == 1 else dtypes.promote(*dts))
     out = new_result(ctx, ref.shape, out_dt)
-    ins = ctx.emit("tensor_tensor", Engine.VECTOR, tiles, (out,), {"alu": "select"})
+    ins = ctx.emit("tensor_tensor", E_VECTOR, tiles, (out,), {"alu": "select"})
     values = None
     if ctx.full:
         def val(v):
@@ -736,9 +752,9 @@ def dropout(x, rate: float, *, dtype=None, mask=None) -> Tensor:
     ctx = current("dropout")
     ctx.settle()
     x = need_tensor(x, "dropout", "x")
-    _engine_checks("dropout", Engine.VECTOR, [(x, "x")], ctx)
+    _engine_checks("dropout", E_VECTOR, [(x, "x")], ctx)
     out = new_result(ctx, x.shape, dtypes.to_dtype(dtype) if dtype is not None else x.dtype)
-    ins = ctx.emit("tensor_scalar", Engine.VECTOR, (x,), (out,), {"alu0": "dropout"})
+    ins = ctx.emit("tensor_scalar", E_VECTOR, (x,), (out,), {"alu0": "dropout"})
     values = None
     if ctx.full:
         keep = np.random.default_rng(len(ctx.trace.instrs)).random(x.shape) >= rate
@@ -751,7 +767,7 @@ def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None) -> Tensor:
     ctx = current("dma_transpose")
     ctx.settle()
     src = need_tensor(src, "dma_transpose", "src")
-    need_on_chip(src, "dma_transpose", "src", (Buf.HBM, Buf.SBUF))
+    need_on_chip(src, "dma_transpose", "src", (B_HBM, B_SBUF))
     allowed = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
     if src.ndim not in allowed:
         fail("err_exceed_max_supported_dimension", param=shape_str(src, "src"), op="dma_transpose", limit=4)
@@ -767,13 +783,13 @@ def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None) -> Tensor:
         fail("err_num_partition_exceed_arch_limit", n=shape[0], limit=ctx.limits.pmax)
     dt = dtypes.to_dtype(dtype) if dtype is not None else src.dtype
     out = new_result(ctx, shape, dt)
-    ins = ctx.emit("dma_copy", Engine.DMA, (src,), (out,), {"bytes": math.prod(shape) * dt.itemsize,
+    ins = ctx.emit("dma_copy", E_DMA, (src,), (out,), {"bytes": math.prod(shape) * dt.itemsize,
                                                              "via": "dma_transpose", "cast": dt != src.dtype})
     values = np.transpose(read(src), axes) if ctx.full else None
     return finish(ctx, ins, out, values, mask_values(mask, shape))
 
 
-def memset_into(ctx: KernelContext, dst: Tensor, value, engine: Engine = Engine.VECTOR) -> Tensor:
+def memset_into(ctx: KernelContext, dst: Tensor, value, engine: Engine = E_VECTOR) -> Tensor:
     need_on_chip(dst, "memset", "dst")
     ins = ctx.emit("memset", engine, (), (dst,), {"value": float(value)})
     if ctx.full:
@@ -783,14 +799,14 @@ def memset_into(ctx: KernelContext, dst: Tensor, value, engine: Engine = Engine.
     return dst
 
 
-def memset(shape, value, dtype, *, engine: Engine = Engine.UNKNOWN, mask=None) -> Tensor:
+def memset(shape, value, dtype, *, engine: Engine = E_UNKNOWN, mask=None) -> Tensor:
     ctx = current("memset")
     ctx.settle()
     from nkisim.core.tensor import parse_shape
 
     dims, _ = parse_shape(shape)  # memset ignores par_dim: the first dimension is the partition dimension
-    if engine == Engine.UNKNOWN:
-        engine = Engine.VECTOR
+    if engine == E_UNKNOWN:
+        engine = E_VECTOR
     out = new_result(ctx, dims, dtypes.to_dtype(dtype))
     check_partitions(out, ctx.limits.pmax)
     ins = ctx.emit("memset", engine, (), (out,), {"value": float(value)})
@@ -813,7 +829,7 @@ def iota(expr, dtype, *, mask=None) -> Tensor:
         fail("err_1d_arange_not_supported", name="iota")
     out = new_result(ctx, vals.shape, dtypes.to_dtype(dtype))
     check_partitions(out, ctx.limits.pmax)
-    ins = ctx.emit("iota", Engine.GPSIMD, (), (out,), {})
+    ins = ctx.emit("iota", E_GPSIMD, (), (out,), {})
     values = vals.astype(np.int32).astype(F32) if ctx.full and dtypes.is_float(out.dtype) else (
         vals.astype(np.int64) if ctx.full else None)
     return finish(ctx, ins, out, values, mask_values(mask, out.shape))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nkisim.core import config, dtypes
-from nkisim.core.instr import Buf, Engine, Instr, Trace
+from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf, Engine, Instr, Trace
 from nkisim.core.memory import Allocation, MemoryTracker, make_storage
 from nkisim.core.rules import fail
 from nkisim.core.tensor import Tensor, parse_shape
@@ -39,6 +39,7 @@ class KernelContext:
         self.last_instr: Instr | None = None
         self.last_result: weakref.ref | None = None
         self.last_values: np.ndarray | None = None
+        self.last_mask: np.ndarray | None = None  # mask= of the last retargetable result (set by ops.finish)
         self.direct_alloc: bool | None = None
         self.sbuf_arena = None
         self._where: dict = {}
@@ -129,14 +130,14 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
     kind = buffer.kind
     if site is None:
         site = ctx.site
-    if kind == Buf.HBM:
+    if kind == B_HBM:
         if fill is not None and not provisional:
             fail("err_hbm_tensor_with_init_value_not_supported")
         if buffer.name == "shared_hbm" and site is not None and ctx.kernel_code is not None \
                 and site[0] is not ctx.kernel_code:
             fail("err_shared_hbm_must_in_kernel_level")
         base, view = make_storage(dims, 0, dt, fill, not ctx.full)
-        alloc = Allocation(Buf.HBM, base, ctx.mem.new_phys(), None, name or "hbm", 0, None)
+        alloc = Allocation(B_HBM, base, ctx.mem.new_phys(), None, name or "hbm", 0, None)
         return Tensor(alloc, view, 0, off=0)
     if not dims:
         raise ValueError("on-chip tensors need at least one dimension (the partition dimension)")
@@ -149,7 +150,7 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
             bytes_pp *= d
     if buffer.direct is not None:
         return buffer.direct.place(ctx, dims, pdim, dt, name, bytes_pp)
-    if kind == Buf.SBUF and not provisional:
+    if kind == B_SBUF and not provisional:
         if ctx.direct_alloc is True:
             fail("nkisim_direct_alloc", detail="automatic (nl.sbuf) and direct (ncc.sbuf.mod_alloc) allocation "
                  "cannot be mixed in one kernel")
@@ -159,14 +160,14 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
     alloc = Allocation(kind, base, mem.phys_for(site), site, name, bytes_pp, mem)
     if not provisional:
         mem.charge(alloc)
-    if kind == Buf.PSUM and ctx.full:
+    if kind == B_PSUM and ctx.full:
         alloc.acc = np.zeros(base.shape, dtype=bool)
     return Tensor(alloc, view, pdim, off=0)
 
 
-SBUF_SPEC = BufferSpec(Buf.SBUF, "sbuf")
-PSUM_SPEC = BufferSpec(Buf.PSUM, "psum")
-HBM_SPEC = BufferSpec(Buf.HBM, "hbm")
+SBUF_SPEC = BufferSpec(B_SBUF, "sbuf")
+PSUM_SPEC = BufferSpec(B_PSUM, "psum")
+HBM_SPEC = BufferSpec(B_HBM, "hbm")
 
 
 @dataclass
@@ -195,7 +196,7 @@ def _wrap_arg(ctx: KernelContext, value, name: str):
         arr = np.asarray(value)
         dt = dtypes.to_dtype(arr.dtype)
         base = np.array(arr, dtype=dt, copy=True, order="C") if ctx.full else np.empty(arr.shape, dtype=dt)
-        alloc = Allocation(Buf.HBM, base, ctx.mem.new_phys(), None, name, 0, None)
+        alloc = Allocation(B_HBM, base, ctx.mem.new_phys(), None, name, 0, None)
         alloc.immutable = True
         return Tensor(alloc, base, 0, off=0)
     return value
@@ -203,7 +204,7 @@ def _wrap_arg(ctx: KernelContext, value, name: str):
 
 def _to_numpy(value):
     if isinstance(value, Tensor):
-        if value._a.buf != Buf.HBM:
+        if value._a.buf != B_HBM:
             raise TypeError(f"kernel returned on-chip tensor '{value._a.name}' ({value.buffer}); top-level kernel "
                             "outputs must be HBM tensors created with nl.ndarray(..., buffer=nl.hbm) or "
                             "nl.shared_hbm")
@@ -236,16 +237,16 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         np.seterr(**old_err)
         _STACK.pop()
         ctx.mem.closed = True
-    return KernelRun(outputs, ctx.trace, ctx.target, ctx.mem.peak[Buf.SBUF], ctx.mem.peak[Buf.PSUM])
+    return KernelRun(outputs, ctx.trace, ctx.target, ctx.mem.peak[B_SBUF], ctx.mem.peak[B_PSUM])
 
 
 def _check_outputs_written(ctx: KernelContext, ret) -> None:
     """err_tensor_output_not_written_to: a returned HBM tensor the kernel created but no instruction wrote."""
     outs = [t for t in (ret if isinstance(ret, (tuple, list)) else (ret,))
-            if isinstance(t, Tensor) and t._a.buf == Buf.HBM and not t._a.immutable]
+            if isinstance(t, Tensor) and t._a.buf == B_HBM and not t._a.immutable]
     if not outs:
         return
-    written = {d.region.phys for ins in ctx.trace.instrs for d in ins.dsts if d.region.buf == Buf.HBM}
+    written = {d.region.phys for ins in ctx.trace.instrs for d in ins.dsts if d.region.buf == B_HBM}
     for t in outs:
         if t._a.phys not in written:
             fail("err_tensor_output_not_written_to", name=t._a.name)

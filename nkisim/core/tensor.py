@@ -15,7 +15,7 @@ import numpy as np
 
 from nkisim.core.dtypes import name as dtype_name
 from nkisim.core.indexing import IndexExpr, Mask
-from nkisim.core.instr import Buf, Operand, Region
+from nkisim.core.instr import B_HBM, Operand, Region
 from nkisim.core.memory import BUF_NAMES, Allocation
 from nkisim.core.rules import fail
 
@@ -133,7 +133,7 @@ class Tensor:
 
     # ---- opacity ----------------------------------------------------------------------------------------
     def _opaque(self, action: str):
-        if self._a.buf == Buf.HBM:
+        if self._a.buf == B_HBM:
             fail("nkisim_hbm_opaque", name=self._a.name, action=action)
         fail("err_dynamic_control_flow_not_supported")
 
@@ -144,7 +144,7 @@ class Tensor:
         self._opaque("iteration")
 
     def __bool__(self) -> bool:
-        if self._a.buf == Buf.HBM:
+        if self._a.buf == B_HBM:
             self._opaque("truth value")
         fail("err_ambiguous_tensor_truth_value")
         return False
@@ -318,7 +318,7 @@ class Tensor:
         return self
 
     def _binop(self, other, name: str, reverse: bool = False):
-        if self._a.buf == Buf.HBM:
+        if self._a.buf == B_HBM:
             self._opaque("Python arithmetic operator")
         from nkisim.api import language as nl
 
@@ -386,7 +386,7 @@ class Tensor:
             fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=new,
                  detail="the number of elements differs")
         v = self._v
-        if self._a.buf != Buf.HBM and self._pd == 0 and pdim == 0 and new and new[0] != self.shape[0]:
+        if self._a.buf != B_HBM and self._pd == 0 and pdim == 0 and new and new[0] != self.shape[0]:
             fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=new,
                  detail="a tile reshape must keep the partition dimension size")
         try:
@@ -457,6 +457,9 @@ def write(t: Tensor, values: np.ndarray, mask: np.ndarray | None = None) -> None
     t._v[tuple(ix)] = vals
 
 
+_new_region = tuple.__new__
+
+
 def _make_operand(t: Tensor) -> Operand:
     """Describe a view for the cost model (called once per view, cached; hot path: keep it lean)."""
     if t._ix is not None:
@@ -470,8 +473,8 @@ def _make_operand(t: Tensor) -> Operand:
     size = 1
     span = 0
     fspan = 0
-    for k in range(len(shape)):
-        n = shape[k]
+    k = 0
+    for n in shape:
         size *= n
         if n > 1:
             st = strides[k]
@@ -479,8 +482,11 @@ def _make_operand(t: Tensor) -> Operand:
             span += d
             if k != pd:
                 fspan += d
+        k += 1
     contig = isz
-    for k in range(len(shape) - 1, -1, -1):
+    k = len(shape)
+    while k:
+        k -= 1
         n = shape[k]
         if n == 1:
             continue
@@ -491,15 +497,15 @@ def _make_operand(t: Tensor) -> Operand:
     if inner < 0:
         inner = -inner
     lo = t._off
-    if a.buf == Buf.HBM:
+    if a.buf == B_HBM:
         parts = shape[0] if shape else 1
-        region = Region(Buf.HBM, a.phys, 0, 1, lo, lo + span + isz)
+        region = _new_region(Region, (B_HBM, a.phys, 0, 1, lo, lo + span + isz))
     else:
         rb = a.row_bytes
         parts = shape[pd] if shape else 1
         p_lo = lo // rb
         b_lo = lo - p_lo * rb
-        region = Region(a.buf, a.phys, p_lo, p_lo + (parts or 1), b_lo, b_lo + fspan + isz)
+        region = _new_region(Region, (a.buf, a.phys, p_lo, p_lo + (parts or 1), b_lo, b_lo + fspan + isz))
     if not parts:
         parts = 1
     return Operand(region, shape, dtype_name(v.dtype), isz, parts, size // parts, inner, contig)
@@ -519,9 +525,9 @@ def _gather_operand(t: Tensor) -> Operand:
     lo, hi = t._off + lo_off, t._off + hi_off + isz
     shape = t.shape
     size = math.prod(shape)
-    if a.buf == Buf.HBM:
+    if a.buf == B_HBM:
         parts = shape[0] if shape else 1
-        region = Region(Buf.HBM, a.phys, 0, 1, lo, hi)
+        region = Region(B_HBM, a.phys, 0, 1, lo, hi)
     else:
         rb = a.row_bytes
         parts = shape[t._pd] if shape else 1

@@ -53,13 +53,15 @@ def vector_add_stream(a_vec, b_vec, free_dim=2):
     return out.reshape((M,))
 
 
-def _direct_allocation(a_vec, b_vec, spacing):
+FREE_DIM_ALLOC = 1000
+
+
+def _direct_allocation(a_vec, b_vec, out, spacing):
     """Shared body of the good (spacing = tile bytes) and bad (spacing = 0, all tiles alias) versions."""
-    free_dim = 1000
+    free_dim = FREE_DIM_ALLOC
     n_tiles = 4
     M = a_vec.shape[0]
     tile_m = 128 * free_dim
-    out = nl.ndarray((M // tile_m, 128, free_dim), dtype=a_vec.dtype, buffer=nl.shared_hbm)
     a_re = a_vec.reshape((M // tile_m, 128, free_dim))
     b_re = b_vec.reshape((M // tile_m, 128, free_dim))
     tile_bytes = n_tiles * free_dim * 4
@@ -79,9 +81,14 @@ def _direct_allocation(a_vec, b_vec, spacing):
 
 @nki.jit
 def vector_add_direct_allocation(a_vec, b_vec):
-    return _direct_allocation(a_vec, b_vec, spacing=1)
+    # shared_hbm tensors must be created at the kernel's top level (err_shared_hbm_must_in_kernel_level)
+    out = nl.ndarray((a_vec.shape[0] // (128 * FREE_DIM_ALLOC), 128, FREE_DIM_ALLOC), dtype=a_vec.dtype,
+                     buffer=nl.shared_hbm)
+    return _direct_allocation(a_vec, b_vec, out, spacing=1)
 
 
 @nki.jit
 def vector_add_direct_allocation_bad(a_vec, b_vec):
-    return _direct_allocation(a_vec, b_vec, spacing=0)
+    out = nl.ndarray((a_vec.shape[0] // (128 * FREE_DIM_ALLOC), 128, FREE_DIM_ALLOC), dtype=a_vec.dtype,
+                     buffer=nl.shared_hbm)
+    return _direct_allocation(a_vec, b_vec, out, spacing=0)

@@ -107,20 +107,23 @@ def vector_add_stream(a_vec, b_vec):
 def matrix_transpose(a_tensor):
     """Returns the transpose of the (M, N) matrix ``a_tensor`` as a new (N, M) HBM tensor (M, N multiples of 128).
 
-    Only ``nisa.nc_transpose`` computes.  Rows are processed in bands of ``band`` 128-row blocks and columns in
-    chunks of up to COL_CHUNK; every band chunk arrives with one DMA per row block (long contiguous rows).  For
-    each 128-column block, the ``band`` transposed 128x128 blocks land side by side in one PSUM bank, get copied
-    to SBUF (alternating VectorE and ScalarE) and leave with a single DMA whose per-partition runs are
-    ``band * 128`` elements long (2 KiB for fp32 with band = 4).
+    Only ``nisa.nc_transpose`` computes.  Rows are processed in bands of up to 8 blocks of 128 rows, columns in
+    chunks of COL_CHUNK; each band chunk arrives with one DMA per row block.  For every 128-column block, the
+    transposed 128x128 blocks of the band are gathered side by side in PSUM (4 per 2 KiB bank), copied to one
+    SBUF tile (alternating VectorE and ScalarE) and leave with a single DMA whose per-partition runs are
+    ``band * 128`` elements long (4 KiB for fp32 with band = 8), the size at which DMAs reach full bandwidth.
     """
     P = nl.tile_size.pmax
-    COL_CHUNK = 2048
+    COL_CHUNK = 1024
+    BLOCKS_PER_BANK = 4  # 4 x 128 fp32 = 512 values per partition = one 2 KiB PSUM bank
     M, N = a_tensor.shape
     assert M % P == 0 and N % P == 0, f"matrix_transpose needs multiples of {P}, got {a_tensor.shape}"
     out = nl.ndarray(shape=(N, M), dtype=a_tensor.dtype, buffer=nl.hbm)
 
     row_blocks = M // P
-    band = 4 if row_blocks % 4 == 0 else (2 if row_blocks % 2 == 0 else 1)
+    band = next(b for b in (8, 4, 2, 1) if row_blocks % b == 0)
+    banks = max(1, band // BLOCKS_PER_BANK)
+    per_bank = band // banks
     cols = min(N, COL_CHUNK)
     while N % cols:
         cols -= P
@@ -135,11 +138,15 @@ def matrix_transpose(a_tensor):
                 nisa.dma_copy(src=a_tensor[row0 + r * P : row0 + (r + 1) * P, col0 : col0 + cols],
                               dst=in_tile[:, r, :])
             for cb in nl.affine_range(col_blocks):
-                t_psum = nl.ndarray((P, band * P), dtype=a_tensor.dtype, buffer=nl.psum)
-                for r in nl.affine_range(band):
-                    t_psum[:, r * P : (r + 1) * P] = nisa.nc_transpose(in_tile[:, r, cb * P : (cb + 1) * P])
-                engine = nisa.vector_engine if cb % 2 == 0 else nisa.scalar_engine
-                t_sbuf = nisa.tensor_copy(t_psum, engine=engine)
+                t_sbuf = nl.ndarray((P, band * P), dtype=a_tensor.dtype, buffer=nl.sbuf)
+                for bank in nl.affine_range(banks):
+                    t_psum = nl.ndarray((P, per_bank * P), dtype=a_tensor.dtype, buffer=nl.psum)
+                    for r in nl.affine_range(per_bank):
+                        block = in_tile[:, bank * per_bank + r, cb * P : (cb + 1) * P]
+                        t_psum[:, r * P : (r + 1) * P] = nisa.nc_transpose(block)
+                    engine = nisa.vector_engine if (cb * banks + bank) % 2 == 0 else nisa.scalar_engine
+                    lo = bank * per_bank * P
+                    t_sbuf[:, lo : lo + per_bank * P] = nisa.tensor_copy(t_psum, engine=engine)
                 out_row0 = col0 + cb * P
                 nisa.dma_copy(src=t_sbuf, dst=out[out_row0 : out_row0 + P, row0 : row0 + band * P])
     return out

@@ -32,7 +32,8 @@ def _load_weights(W, w_t, in_tiles, out_tiles, taps):
         for ci in nl.affine_range(in_tiles):
             for tap in nl.affine_range(taps):
                 w_psum = nisa.nc_transpose(w_nat[:, ci * P : (ci + 1) * P, tap])
-                w_t[:, ci, tap, co * P : (co + 1) * P] = nisa.tensor_copy(w_psum)
+                engine = nisa.vector_engine if tap % 2 == 0 else nisa.scalar_engine
+                w_t[:, ci, tap, co * P : (co + 1) * P] = nisa.tensor_copy(w_psum, engine=engine)
 
 
 def _load_bias(bias, bias_sb, out_tiles):
@@ -84,16 +85,16 @@ def _accumulate(acc, x_band, w_t, co, row0, rows, in_tiles, filter_size, out_wid
                 )
 
 
-def _conv_band(X, X_out, w_t, bias_sb, b, conv_row0, band_rows, pool_size, rows_per_mm, in_tiles, out_tiles,
-               filter_size):
+def _conv_band(X, X_out, w_t, bias_sb, x_band, b, conv_row0, band_rows, pool_size, rows_per_mm, in_tiles,
+               out_tiles, filter_size):
     """Computes conv rows [conv_row0, conv_row0 + band_rows) of image b for all output channels, fused with
-    bias and pooling, and stores the resulting rows of X_out."""
+    bias and pooling, and stores the resulting rows of X_out.  x_band is allocated by the caller's loop body,
+    so consecutive bands get alternating buffers and the next band's input DMA overlaps this band's matmuls."""
     P = nl.tile_size.pmax
     _, _, _, input_width = X.shape
     out_width = input_width - filter_size + 1
     in_rows = band_rows + filter_size - 1
 
-    x_band = nl.ndarray((P, in_tiles, in_rows, input_width), dtype=X.dtype, buffer=nl.sbuf)
     for ci in nl.affine_range(in_tiles):
         nisa.dma_copy(
             src=X[b, ci * P : (ci + 1) * P, conv_row0 : conv_row0 + in_rows, :], dst=x_band[:, ci, :, :]
@@ -109,7 +110,7 @@ def _conv_band(X, X_out, w_t, bias_sb, b, conv_row0, band_rows, pool_size, rows_
         out_band = nl.ndarray((P, out_band_rows, pooled_w), dtype=X.dtype, buffer=nl.sbuf)
         if pool_size == 1 or fused_pool:
             for g in nl.affine_range(groups):
-                acc = nl.zeros((P, rows_per_mm, out_width), dtype=nl.float32, buffer=nl.psum)
+                acc = nl.ndarray((P, rows_per_mm, out_width), dtype=nl.float32, buffer=nl.psum)
                 _accumulate(acc, x_band, w_t, co, g * rows_per_mm, rows_per_mm, in_tiles, filter_size, out_width)
                 if pool_size == 1:
                     _evacuate_rows(acc, bias_col, out_band[:, g * rows_per_mm : (g + 1) * rows_per_mm, :],
@@ -119,7 +120,7 @@ def _conv_band(X, X_out, w_t, bias_sb, b, conv_row0, band_rows, pool_size, rows_
                     _evacuate_pooled(acc, bias_col, out_band[:, g * half : (g + 1) * half, :], rows_per_mm,
                                      out_width)
             if tail:
-                acc = nl.zeros((P, tail, out_width), dtype=nl.float32, buffer=nl.psum)
+                acc = nl.ndarray((P, tail, out_width), dtype=nl.float32, buffer=nl.psum)
                 _accumulate(acc, x_band, w_t, co, groups * rows_per_mm, tail, in_tiles, filter_size, out_width)
                 if pool_size == 1:
                     _evacuate_rows(acc, bias_col, out_band[:, groups * rows_per_mm : band_rows, :], False)
@@ -131,7 +132,7 @@ def _conv_band(X, X_out, w_t, bias_sb, b, conv_row0, band_rows, pool_size, rows_
             for pair in nl.affine_range(band_rows // 2):
                 accs = []
                 for r in nl.affine_range(2):
-                    acc = nl.zeros((P, 1, out_width), dtype=nl.float32, buffer=nl.psum)
+                    acc = nl.ndarray((P, 1, out_width), dtype=nl.float32, buffer=nl.psum)
                     _accumulate(acc, x_band, w_t, co, pair * 2 + r, 1, in_tiles, filter_size, out_width)
                     accs.append((acc, 1))
                 _evacuate_pooled_generic(accs, bias_col, out_band[:, pair : pair + 1, :], 2, out_width)
@@ -176,9 +177,13 @@ def fused_conv2d_maxpool(X, W, bias, pool_size=1):
 
     for b in nl.affine_range(batch_size):
         for band in nl.affine_range(full_bands):
-            _conv_band(X, X_out, w_t, bias_sb, b, band * band_rows, band_rows, pool_size, rows_per_mm,
+            x_band = nl.ndarray((P, in_tiles, band_rows + filter_height - 1, input_width), dtype=X.dtype,
+                                buffer=nl.sbuf)
+            _conv_band(X, X_out, w_t, bias_sb, x_band, b, band * band_rows, band_rows, pool_size, rows_per_mm,
                        in_tiles, out_tiles, filter_height)
         if tail_rows:
-            _conv_band(X, X_out, w_t, bias_sb, b, full_bands * band_rows, tail_rows, pool_size, rows_per_mm,
-                       in_tiles, out_tiles, filter_height)
+            x_tail = nl.ndarray((P, in_tiles, tail_rows + filter_height - 1, input_width), dtype=X.dtype,
+                                buffer=nl.sbuf)
+            _conv_band(X, X_out, w_t, bias_sb, x_tail, b, full_bands * band_rows, tail_rows, pool_size,
+                       rows_per_mm, in_tiles, out_tiles, filter_height)
     return X_out

@@ -38,21 +38,21 @@ def fused_conv2d_maxpool(X, W, bias, pool_size=1):
                 w_psum = nisa.nc_transpose(w_nat[:, ci * P : (ci + 1) * P, tap])
                 w_t[:, ci, tap, co * P : (co + 1) * P] = nisa.tensor_copy(w_psum)
 
+    conv = nl.ndarray((P, out_tiles, pool_size, out_width), dtype=nl.float32, buffer=nl.sbuf)
     bias_sb = nl.ndarray((P, out_tiles), dtype=nl.float32, buffer=nl.sbuf)
     bias_rows = bias.reshape((out_tiles, P))
     for co in nl.affine_range(out_tiles):
         nisa.dma_copy(src=bias_rows[co], dst=bias_sb[:, co : co + 1])
 
     for b in nl.affine_range(batch_size):
-        for co in nl.affine_range(out_tiles):
-            for out_row in nl.affine_range(pooled_h):
-                # conv rows feeding this output row, biased, in float32
-                conv = nl.ndarray((P, pool_size, out_width), dtype=nl.float32, buffer=nl.sbuf)
-                for r in nl.affine_range(pool_size):
-                    y = out_row * pool_size + r
-                    rows = nl.ndarray((P, in_tiles, filter_size, input_width), dtype=X.dtype, buffer=nl.sbuf)
-                    for ci in nl.affine_range(in_tiles):
-                        nisa.dma_copy(src=X[b, ci * P : (ci + 1) * P, y : y + filter_size, :], dst=rows[:, ci])
+        for out_row in nl.affine_range(pooled_h):
+            for r in nl.affine_range(pool_size):
+                # the filter_size input rows feeding conv row y, for every input tile
+                y = out_row * pool_size + r
+                rows = nl.ndarray((P, in_tiles, filter_size, input_width), dtype=X.dtype, buffer=nl.sbuf)
+                for ci in nl.affine_range(in_tiles):
+                    nisa.dma_copy(src=X[b, ci * P : (ci + 1) * P, y : y + filter_size, :], dst=rows[:, ci])
+                for co in nl.affine_range(out_tiles):
                     acc = nl.zeros((P, out_width), dtype=nl.float32, buffer=nl.psum)
                     for ci in nl.affine_range(in_tiles):
                         for p in nl.affine_range(filter_size):
@@ -61,11 +61,13 @@ def fused_conv2d_maxpool(X, W, bias, pool_size=1):
                                     w_t[:, ci, p * filter_size + q, co * P : (co + 1) * P],
                                     rows[:, ci, p, q : q + out_width],
                                 )
-                    conv[:, r, :] = nisa.tensor_scalar(acc, nl.add, bias_sb[:, co : co + 1])
+                    # biased conv row in float32, kept per output tile until the pooled row is complete
+                    conv[:, co, r, :] = nisa.tensor_scalar(acc, nl.add, bias_sb[:, co : co + 1])
+            for co in nl.affine_range(out_tiles):
                 if pool_size == 1:
-                    result = nisa.tensor_copy(conv[:, 0, :], dtype=X.dtype)
+                    result = nisa.tensor_copy(conv[:, co, 0, :], dtype=X.dtype)
                 else:
-                    used = conv[:, :, 0 : pooled_w * 2]
+                    used = conv[:, co, :, 0 : pooled_w * 2]
                     row_max = nisa.tensor_reduce(nl.max, used, axis=(1,), dtype=nl.float32)
                     pairs = row_max.reshape((P, pooled_w, 2))
                     result = nisa.tensor_reduce(nl.max, pairs, axis=(2,), dtype=X.dtype)

@@ -1,0 +1,304 @@
+"""Trace files: ``dump(trace, path)`` / ``load(path) -> Trace``.
+
+The grader runs student kernels in a sandboxed child process and costs the trace it ships back, so a trace file
+is untrusted input: the format is NumPy ``.npz`` of plain integer columns plus one JSON document of strings (no
+pickle, ``allow_pickle=False``), and ``load`` validates every column, index and string before building the
+Trace; anything malformed raises ``ValueError`` naming the problem.  Writes are atomic (tmp file + os.replace).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import tempfile
+import zipfile
+
+import numpy as np
+
+from nkisim.core.instr import Buf, Engine, Instr, Operand, Region, Trace
+
+FORMAT = "nkisim-trace"
+VERSION = 1
+MAX_INSTRS = 20_000_000
+MAX_UNCOMPRESSED = 4 << 30  # refuse archives that expand beyond 4 GiB
+MAX_STRING = 4096
+MAX_ATTR_JSON = 1 << 16
+
+_I_COLS = ("seq", "op", "engine", "where", "attrs")
+_O_COLS = (
+    "instr", "role", "buf", "phys", "p_lo", "p_hi", "b_lo", "b_hi", "itemsize", "partitions", "free_elems",
+    "inner_stride", "contiguous", "dtype", "shape",
+)
+_ENGINES = {int(e) for e in Engine}
+_BUFS = {int(b) for b in Buf}
+
+
+def _jsonable(v):
+    if isinstance(v, (bool, str)) or v is None:
+        return v
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        return f if math.isfinite(f) else str(f)
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return str(v)
+
+
+class _Interner:
+    def __init__(self) -> None:
+        self.index: dict = {}
+        self.items: list = []
+
+    def __call__(self, key, item=None) -> int:
+        i = self.index.get(key)
+        if i is None:
+            i = self.index[key] = len(self.items)
+            self.items.append(key if item is None else item)
+        return i
+
+
+def _columns(trace: Trace) -> tuple[dict[str, np.ndarray], dict]:
+    ops, wheres, dts, shapes, attrs = _Interner(), _Interner(), _Interner(), _Interner(), _Interner()
+    icol = {k: [] for k in _I_COLS}
+    ocol = {k: [] for k in _O_COLS}
+    for idx, ins in enumerate(trace.instrs):
+        icol["seq"].append(int(ins.seq))
+        icol["op"].append(ops(str(ins.op)))
+        icol["engine"].append(int(ins.engine))
+        icol["where"].append(wheres(str(ins.where)))
+        a = json.dumps(_jsonable(ins.attrs), sort_keys=True, separators=(",", ":"))
+        icol["attrs"].append(attrs(a))
+        for role, group in ((0, ins.srcs), (1, ins.dsts)):
+            for o in group:
+                r = o.region
+                ocol["instr"].append(idx)
+                ocol["role"].append(role)
+                ocol["buf"].append(int(r.buf))
+                ocol["phys"].append(int(r.phys))
+                ocol["p_lo"].append(int(r.p_lo))
+                ocol["p_hi"].append(int(r.p_hi))
+                ocol["b_lo"].append(int(r.b_lo))
+                ocol["b_hi"].append(int(r.b_hi))
+                ocol["itemsize"].append(int(o.itemsize))
+                ocol["partitions"].append(int(o.partitions))
+                ocol["free_elems"].append(int(o.free_elems))
+                ocol["inner_stride"].append(int(o.inner_stride_bytes))
+                ocol["contiguous"].append(int(o.contiguous_bytes))
+                ocol["dtype"].append(dts(str(o.dtype)))
+                shp = tuple(int(x) for x in o.shape)
+                ocol["shape"].append(shapes(shp, list(shp)))
+    arrays = {f"i_{k}": np.asarray(v, dtype=np.int64) for k, v in icol.items()}
+    arrays.update({f"o_{k}": np.asarray(v, dtype=np.int64) for k, v in ocol.items()})
+    strings = {
+        "format": FORMAT,
+        "version": VERSION,
+        "target": str(trace.target),
+        "kernel_name": str(trace.kernel_name),
+        "meta": _jsonable(getattr(trace, "meta", {}) or {}),
+        "ops": ops.items,
+        "wheres": wheres.items,
+        "dtypes": dts.items,
+        "shapes": shapes.items,
+        "attrs": attrs.items,
+    }
+    return arrays, strings
+
+
+def dumps(trace: Trace) -> bytes:
+    arrays, strings = _columns(trace)
+    arrays["strings"] = np.frombuffer(json.dumps(strings).encode("utf-8"), dtype=np.uint8)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    return buf.getvalue()
+
+
+def dump(trace: Trace, path: str | os.PathLike) -> None:
+    """Write ``trace`` to ``path`` atomically."""
+    data = dumps(trace)
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".trace-", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# ---- loading -----------------------------------------------------------------------------------------------
+def _bad(msg: str):
+    raise ValueError(f"invalid nkisim trace file: {msg}")
+
+
+def _str_list(strings: dict, key: str, limit: int = MAX_STRING) -> list[str]:
+    v = strings.get(key)
+    if not isinstance(v, list) or not all(isinstance(x, str) and len(x) <= limit for x in v):
+        _bad(f"'{key}' must be a list of strings of at most {limit} characters")
+    return v
+
+
+def _scalar_ok(v, depth: int = 0) -> bool:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return not isinstance(v, str) or len(v) <= MAX_STRING
+    if isinstance(v, list) and depth < 3:
+        return len(v) <= 64 and all(_scalar_ok(x, depth + 1) for x in v)
+    return False
+
+
+def loads(data: bytes) -> Trace:
+    """Parse and validate a trace file's bytes."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        _bad("expected bytes")
+    bio = io.BytesIO(bytes(data))
+    try:
+        with zipfile.ZipFile(bio) as zf:
+            infos = zf.infolist()
+            if sum(i.file_size for i in infos) > MAX_UNCOMPRESSED:
+                _bad("archive expands beyond the size limit")
+            names = {i.filename for i in infos}
+    except zipfile.BadZipFile as e:
+        raise ValueError(f"invalid nkisim trace file: not an npz archive ({e})") from None
+    expected = {f"i_{k}.npy" for k in _I_COLS} | {f"o_{k}.npy" for k in _O_COLS} | {"strings.npy"}
+    if names != expected:
+        _bad(f"unexpected members {sorted(names ^ expected)}")
+    bio.seek(0)
+    try:
+        npz = np.load(bio, allow_pickle=False)
+        cols = {k: npz[k] for k in npz.files}
+    except (ValueError, OSError) as e:
+        raise ValueError(f"invalid nkisim trace file: {e}") from None
+    raw = cols.pop("strings")
+    if raw.dtype != np.uint8 or raw.ndim != 1:
+        _bad("'strings' must be a uint8 vector")
+    try:
+        strings = json.loads(raw.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"invalid nkisim trace file: strings are not JSON ({e})") from None
+    if not isinstance(strings, dict) or strings.get("format") != FORMAT:
+        _bad("missing format tag")
+    if strings.get("version") != VERSION:
+        _bad(f"unsupported version {strings.get('version')!r}")
+    for k, a in cols.items():
+        if a.ndim != 1 or a.dtype.kind not in "iu":
+            _bad(f"column {k} must be a 1-D integer array")
+    n = len(cols["i_seq"])
+    if n > MAX_INSTRS:
+        _bad(f"too many instructions ({n})")
+    if any(len(cols[f"i_{k}"]) != n for k in _I_COLS):
+        _bad("instruction columns differ in length")
+    m = len(cols["o_instr"])
+    if any(len(cols[f"o_{k}"]) != m for k in _O_COLS):
+        _bad("operand columns differ in length")
+    ops = _str_list(strings, "ops", 64)
+    wheres = _str_list(strings, "wheres")
+    dts = _str_list(strings, "dtypes", 32)
+    attr_json = _str_list(strings, "attrs", MAX_ATTR_JSON)
+    shapes = strings.get("shapes")
+    if not isinstance(shapes, list) or not all(
+        isinstance(s, list) and len(s) <= 8 and all(isinstance(x, int) and 0 <= x < 2**40 for x in s) for s in shapes
+    ):
+        _bad("'shapes' must be a list of integer lists")
+    target = strings.get("target")
+    kname = strings.get("kernel_name")
+    meta = strings.get("meta")
+    if not isinstance(target, str) or target not in ("trn1", "trn2"):
+        _bad(f"unknown target {target!r}")
+    if not isinstance(kname, str) or len(kname) > MAX_STRING:
+        _bad("kernel_name must be a string")
+    if not isinstance(meta, dict) or len(json.dumps(meta)) > MAX_ATTR_JSON:
+        _bad("meta must be a small JSON object")
+    attrs = []
+    for s in attr_json:
+        try:
+            a = json.loads(s)
+        except json.JSONDecodeError:
+            _bad("attrs entry is not JSON")
+        if not isinstance(a, dict) or not all(isinstance(k, str) and _scalar_ok(v) for k, v in a.items()):
+            _bad("attrs entries must be objects of scalars or short lists")
+        attrs.append(a)
+
+    def check_index(col: str, limit: int):
+        a = cols[col]
+        if len(a) and (a.min() < 0 or a.max() >= limit):
+            _bad(f"column {col} indexes outside its table")
+
+    check_index("i_op", len(ops))
+    check_index("i_where", len(wheres))
+    check_index("i_attrs", len(attrs))
+    check_index("o_instr", n)
+    check_index("o_dtype", len(dts))
+    check_index("o_shape", len(shapes))
+    if n and not set(np.unique(cols["i_engine"]).tolist()) <= _ENGINES:
+        _bad("unknown engine id")
+    if m:
+        if not set(np.unique(cols["o_buf"]).tolist()) <= _BUFS:
+            _bad("unknown buffer kind")
+        if not set(np.unique(cols["o_role"]).tolist()) <= {0, 1}:
+            _bad("operand role must be 0 (src) or 1 (dst)")
+        if np.any(np.diff(cols["o_instr"]) < 0):
+            _bad("operands must be grouped by instruction in order")
+        for k in ("phys", "p_lo", "b_lo", "partitions", "free_elems", "inner_stride", "contiguous"):
+            if cols[f"o_{k}"].min() < 0:
+                _bad(f"negative {k}")
+        if np.any(cols["o_p_hi"] < cols["o_p_lo"]) or np.any(cols["o_b_hi"] < cols["o_b_lo"]):
+            _bad("region bounds out of order")
+        if cols["o_p_hi"].max() > 1 << 16 or cols["o_b_hi"].max() > 1 << 50:
+            _bad("region bounds too large")
+        if not set(np.unique(cols["o_itemsize"]).tolist()) <= {1, 2, 4, 8}:
+            _bad("itemsize must be 1, 2, 4 or 8")
+        if cols["o_partitions"].max() > 1 << 40 or cols["o_free_elems"].max() > 1 << 44:
+            _bad("operand sizes too large")
+
+    # ---- build ----------------------------------------------------------------------------------------------
+    trace = Trace(target, kname)
+    trace.meta = meta
+    engines = {int(e): e for e in Engine}
+    bufs = {int(b): b for b in Buf}
+    shape_t = [tuple(s) for s in shapes]
+    o = {k: cols[f"o_{k}"].tolist() for k in _O_COLS}
+    i_cols = {k: cols[f"i_{k}"].tolist() for k in _I_COLS}
+    srcs_of: list[list] = [[] for _ in range(n)]
+    dsts_of: list[list] = [[] for _ in range(n)]
+    for j in range(m):
+        op_ = Operand(
+            region=Region(bufs[o["buf"][j]], o["phys"][j], o["p_lo"][j], o["p_hi"][j], o["b_lo"][j], o["b_hi"][j]),
+            shape=shape_t[o["shape"][j]],
+            dtype=dts[o["dtype"][j]],
+            itemsize=o["itemsize"][j],
+            partitions=o["partitions"][j],
+            free_elems=o["free_elems"][j],
+            inner_stride_bytes=o["inner_stride"][j],
+            contiguous_bytes=o["contiguous"][j],
+        )
+        (srcs_of if o["role"][j] == 0 else dsts_of)[o["instr"][j]].append(op_)
+    for i in range(n):
+        trace.instrs.append(
+            Instr(
+                seq=i_cols["seq"][i],
+                op=ops[i_cols["op"][i]],
+                engine=engines[i_cols["engine"][i]],
+                srcs=tuple(srcs_of[i]),
+                dsts=tuple(dsts_of[i]),
+                attrs=dict(attrs[i_cols["attrs"][i]]),
+                where=wheres[i_cols["where"][i]],
+            )
+        )
+    return trace
+
+
+def load(path: str | os.PathLike, max_bytes: int = 1 << 31) -> Trace:
+    """Read and validate a trace file written by :func:`dump`."""
+    size = os.path.getsize(path)
+    if size > max_bytes:
+        _bad(f"file is {size} bytes, more than the {max_bytes} byte limit")
+    with open(path, "rb") as f:
+        return loads(f.read())

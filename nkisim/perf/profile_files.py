@@ -1,0 +1,99 @@
+"""Offline profile files standing in for NEFF/NTFF: what nki.benchmark(save_neff_name=, save_trace_name=) writes.
+
+* ``NAME.neff`` -- a JSON document labelled "nkisim profile, not a real NEFF": the modelled report and the
+  serialized instruction trace (base64 of the ``nkisim.core.traceio`` format), so it can be re-costed later.
+* ``NAME.ntff`` -- Chrome/Perfetto trace JSON (one track per engine and DMA queue), summary embedded.
+* ``NAME.summary.txt`` -- the neuron-profile-style text summary.
+
+``python -m nkisim.profile summary FILE`` accepts any of them (and raw trace files).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+from nkisim.core import traceio
+from nkisim.core.instr import Trace
+from nkisim.perf.perfetto import _atomic_write_text, perfetto_json
+from nkisim.perf.report import PerfReport
+from nkisim.perf.summary import format_summary
+
+NEFF_FORMAT = "nkisim-profile"
+NEFF_NOTE = "nkisim profile, not a real NEFF: modelled report + serialized instruction trace"
+MAX_CRITICAL_PATH = 2000
+
+
+def _stem(path: str) -> str:
+    for ext in (".neff", ".ntff", ".json", ".txt"):
+        if path.endswith(ext):
+            return path[: -len(ext)]
+    return path
+
+
+def neff_document(trace: Trace, report: PerfReport) -> dict:
+    rep = report.to_dict()
+    cp = rep.get("critical_path", [])
+    if len(cp) > MAX_CRITICAL_PATH:
+        rep["critical_path"] = cp[-MAX_CRITICAL_PATH:]
+        rep["critical_path_truncated"] = len(cp)
+    return {
+        "format": NEFF_FORMAT,
+        "note": NEFF_NOTE,
+        "report": rep,
+        "summary_text": format_summary(report),
+        "trace_npz_base64": base64.b64encode(traceio.dumps(trace)).decode("ascii"),
+    }
+
+
+def write_profile(
+    trace: Trace,
+    report: PerfReport,
+    base_name: str | None = None,
+    *,
+    neff_path: str | None = None,
+    ntff_path: str | None = None,
+    summary_path: str | None = None,
+) -> dict[str, str]:
+    """Write the .neff stand-in, the .ntff Perfetto JSON and the .summary.txt; returns {kind: path}.
+
+    ``base_name`` gives all three names (``base.neff``, ``base.ntff``, ``base.summary.txt``); explicit paths
+    override single files.  At least one of them must be given.
+    """
+    if base_name is None and neff_path is None and ntff_path is None and summary_path is None:
+        raise ValueError("write_profile needs base_name or an explicit file path")
+    if base_name is not None:
+        base = _stem(os.fspath(base_name))
+        neff_path = neff_path or base + ".neff"
+        ntff_path = ntff_path or base + ".ntff"
+        summary_path = summary_path or base + ".summary.txt"
+    elif summary_path is None:
+        summary_path = _stem(os.fspath(neff_path or ntff_path)) + ".summary.txt"
+    out: dict[str, str] = {}
+    text = format_summary(report)
+    if neff_path:
+        _atomic_write_text(neff_path, json.dumps(neff_document(trace, report), separators=(",", ":")))
+        out["neff"] = os.fspath(neff_path)
+    if ntff_path:
+        doc = perfetto_json(list(trace.instrs), report)
+        doc["otherData"]["summary_text"] = text
+        _atomic_write_text(ntff_path, json.dumps(doc, separators=(",", ":")))
+        out["ntff"] = os.fspath(ntff_path)
+    if summary_path:
+        _atomic_write_text(summary_path, text)
+        out["summary"] = os.fspath(summary_path)
+    return out
+
+
+def read_profile_trace(path: str) -> Trace:
+    """The instruction trace stored in a .neff stand-in."""
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    if not isinstance(doc, dict) or doc.get("format") != NEFF_FORMAT:
+        raise ValueError(f"{path}: not an nkisim profile (.neff stand-in)")
+    try:
+        raw = base64.b64decode(doc["trace_npz_base64"], validate=True)
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"{path}: missing or corrupt embedded trace ({e})") from None
+    return traceio.loads(raw)

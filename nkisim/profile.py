@@ -1,0 +1,84 @@
+"""Offline profile viewer: ``python -m nkisim.profile summary FILE`` / ``python -m nkisim.profile trace FILE``.
+
+FILE may be a ``.neff`` stand-in or ``.ntff`` Perfetto JSON written by nkisim's nki.benchmark/profile support,
+a ``.summary.txt``, or a raw trace file from ``nkisim.core.traceio`` (re-costed with ``--target``).
+``summary`` mirrors ``neuron-profile view --output-format summary-text``; ``trace`` writes Perfetto JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _load_any(path: str, target: str | None):
+    """(summary_text, trace_or_None) of any supported profile file."""
+    from nkisim.core import traceio
+    from nkisim.perf.profile_files import NEFF_FORMAT, read_profile_trace
+
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head.startswith(b"PK"):  # raw trace (.npz)
+        return None, traceio.load(path)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
+        if isinstance(doc, dict) and doc.get("format") == NEFF_FORMAT:
+            tr = read_profile_trace(path)
+            return (None if target else doc.get("summary_text")), tr
+        if isinstance(doc, dict) and "traceEvents" in doc:
+            s = (doc.get("otherData") or {}).get("summary_text")
+            if not s:
+                raise ValueError(f"{path}: Perfetto trace without an embedded nkisim summary")
+            return s, None
+        raise ValueError(f"{path}: unrecognised JSON profile")
+    from nkisim.perf.summary import HEADER
+
+    if stripped.startswith(HEADER):
+        return text, None
+    raise ValueError(f"{path}: not an nkisim profile, summary or trace file")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m nkisim.profile", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("summary", help="print the text summary (neuron-profile summary-text style)")
+    s.add_argument("file")
+    s.add_argument("--target", choices=("trn1", "trn2"), default=None, help="re-cost the trace for this target")
+    t = sub.add_parser("trace", help="write the Perfetto/Chrome trace JSON of a profile or trace file")
+    t.add_argument("file")
+    t.add_argument("-o", "--output", required=True)
+    t.add_argument("--target", choices=("trn1", "trn2"), default=None)
+    args = ap.parse_args(argv)
+    try:
+        text, trace = _load_any(args.file, args.target)
+        if args.cmd == "summary":
+            if text is None:
+                from nkisim.perf import estimate
+                from nkisim.perf.summary import format_summary
+
+                text = format_summary(estimate(trace, args.target))
+            sys.stdout.write(text)
+            return 0
+        if trace is None:
+            raise ValueError(f"{args.file}: holds no instruction trace (use the .neff stand-in or a trace file)")
+        from nkisim.perf import estimate
+        from nkisim.perf.perfetto import write_perfetto
+
+        rep = estimate(trace, args.target)
+        write_perfetto(list(trace.instrs), rep, args.output)
+        print(f"wrote {args.output}")
+        return 0
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

