@@ -260,7 +260,7 @@ def register_executor(name: str, factory: Callable[[int], Executor]) -> None:
     EXECUTORS[name] = factory
 
 
-def get_executor(name: str, jobs: int) -> Executor:
+def get_executor(name: str, jobs: int, **options: Any) -> Executor:
     if name not in EXECUTORS:
         try:
             importlib.import_module(f"grader.{name}_executor")
@@ -268,7 +268,7 @@ def get_executor(name: str, jobs: int) -> Executor:
             raise ValueError(f"unknown executor {name!r} (available: {sorted(EXECUTORS)}): {exc}") from exc
     if name not in EXECUTORS:
         raise ValueError(f"grader.{name}_executor did not register an executor named {name!r}")
-    return EXECUTORS[name](jobs)
+    return EXECUTORS[name](jobs, **options)  # options: e.g. address= for ray, retries=
 
 
 # ----------------------------------------------------------------------------------------- discovery ----
@@ -428,6 +428,7 @@ def run_batch(
     force: bool = False,
     progress: bool = True,
     on_result: Callable[[JobResult], None] | None = None,
+    executor_options: dict[str, Any] | None = None,
 ) -> list[JobResult]:
     """Grade everything in ``source`` into ``out_root``; returns one JobResult per submission."""
     out = Path(out_root)
@@ -438,8 +439,10 @@ def run_batch(
 
     test_ids = [t.id for t in load_rubric(config.rubric_path).select(list(config.only) or None).tests]
     _prefetch_thresholds(config)
-    ex = get_executor(executor, jobs)
+    ex = get_executor(executor, jobs, **(executor_options or {}))
     bar = Progress(len(job_list), enabled=progress)
+    if hasattr(ex, "on_retry"):  # executors that retry infrastructure failures report each retry live
+        ex.on_retry = lambda job, why: bar.note("retried", f"{job.student}: {why}")
     results: list[JobResult] = []
     t0 = time.perf_counter()
     log = out / "batch.jsonl"

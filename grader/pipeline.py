@@ -196,12 +196,6 @@ class _Grading:
             if run.verdict != "ok":
                 self._failed_run(res, run, i, n)
                 return
-            problem = _work_problem(run, inv)
-            if problem:
-                rec.verdict, rec.message = "failed", problem
-                res.status = "failed"
-                res.message = (f"case {i + 1}/{n}: " if n > 1 else "") + problem
-                return
             expected = self.memo.reference(test.problem, inv, key)
             verdict = judge_output(run.outputs, expected, inv.out_dtype, self.rubric.tolerances)
             rec.verdict = "passed" if verdict.passed else "failed"
@@ -209,6 +203,12 @@ class _Grading:
             if not verdict.passed:
                 res.status = "failed"
                 res.message = (f"case {i + 1}/{n} {_describe_case(case)}: " if n > 1 else "") + verdict.message
+                return
+            problem = _work_problem(run, inv)
+            if problem:
+                rec.verdict, rec.message = "failed", problem
+                res.status = "failed"
+                res.message = (f"case {i + 1}/{n}: " if n > 1 else "") + problem
                 return
         res.status, res.score = "passed", test.points
         res.message = f"all {n} case(s) match the NumPy reference" if n > 1 else res.cases[0].message

@@ -70,9 +70,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m nkisim", description="nkisim: NumPy emulator of the NKI API."
-    )
+    parser = argparse.ArgumentParser(prog="python -m nkisim", description="nkisim: NumPy emulator of the NKI API.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     info = sub.add_parser("info", help="show which NKI backend is active (real neuronx-cc or nkisim) and why")
@@ -87,9 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "uninstalling.",
     )
     inst.add_argument("--uninstall", action="store_true", help="remove the .pth file instead")
-    inst.add_argument(
-        "--site-dir", default=None, help="directory to write to (default: this environment's purelib)"
-    )
+    inst.add_argument("--site-dir", default=None, help="directory to write to (default: this environment's purelib)")
     inst.set_defaults(func=_cmd_install_fallback)
 
     chk = sub.add_parser(

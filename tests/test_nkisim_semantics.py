@@ -837,7 +837,104 @@ def test_masked_results_leave_masked_off_elements_alone():
         return _store(d1), _store(d2), _store(fresh)
 
     d1, d2, fresh = run(k, a)
-    np.testing.assert_array_equal(d1, np.where(np.arange(8)[None, :] < 4, 2.0, 0.0))
-    np.testing.assert_array_equal(d2, np.where(np.arange(8)[:, None] >= 2, 1.0, 0.0))
+    cols, rows = np.mgrid[0:8, 0:8][::-1]
+    np.testing.assert_array_equal(d1, np.where(cols < 4, 2.0, 0.0))
+    np.testing.assert_array_equal(d2, np.where(rows >= 2, 1.0, 0.0))
     np.testing.assert_array_equal(fresh[:, :4], 2.0)
     assert np.isnan(fresh[:, 4:]).all()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the trace: timing mode, physical buffer reuse, result tiles and capacity
+
+
+def _trace_key(trace):
+    return [(i.op, i.engine, tuple(o.region for o in i.srcs), tuple(o.region for o in i.dsts),
+             tuple(o.shape for o in i.dsts), i.attrs.get("accumulate")) for i in trace]
+
+
+@pytest.mark.parametrize("which", ["stream2025", "tiled2024", "matmul"])
+def test_timing_mode_trace_equals_full_mode_trace(which):
+    from nkisim_util import load_kernels
+
+    rng = np.random.default_rng(0)
+    if which == "matmul":
+        kernel = load_kernels("matmul_tutorial").matmul_tiled_nisa
+        args = (rng.random((256, 128), dtype=np.float32), rng.random((256, 1024), dtype=np.float32))
+        kwargs = {}
+    elif which == "stream2025":
+        kernel = load_kernels("vector_add_2025").vector_add_stream
+        args, kwargs = (rng.random(25600, dtype=np.float32),) * 2, {"free_dim": 20}
+    else:
+        kernel = load_kernels("vector_add_2024").vector_add_tiled
+        args, kwargs = (rng.random(2560, dtype=np.float32),) * 2, {}
+    full = run_kernel(kernel, args, kwargs)
+    timing = run_kernel(kernel, args, kwargs, mode="timing")
+    assert timing.outputs is None and full.outputs is not None
+    assert _trace_key(full.trace) == _trace_key(timing.trace)
+    assert (full.peak_sbuf_bytes, full.peak_psum_bytes) == (timing.peak_sbuf_bytes, timing.peak_psum_bytes)
+
+
+def test_loop_tiles_reuse_physical_buffers():
+    """A tile allocated at the same site after the previous one died reuses its buffer (double buffering)."""
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.hbm)
+        for i in nl.affine_range(10):
+            t = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(src=a[i], dst=t)
+            nisa.dma_copy(src=t, dst=out[i])
+        return out
+
+    x = np.arange(10 * 128 * 64, dtype=np.float32).reshape(10, 128, 64)
+    run_ = run_kernel(k, (x,))
+    np.testing.assert_array_equal(run_.outputs, x)
+    loads = [i for i in run_.trace if i.dsts[0].region.buf == Buf.SBUF]
+    assert len(loads) == 10
+    assert len({i.dsts[0].region.phys for i in loads}) == 2  # two buffers alternate
+    assert run_.peak_sbuf_bytes == 2 * 64 * 4
+
+
+def test_kept_results_count_against_capacity():
+    def k(a):
+        keep = [nl.exp(nl.load(a)) for _ in range(3)]  # 3 x 100 KiB per partition of fp32 results
+        assert len(keep) == 3
+
+    with raises_rule("nkisim_sbuf_capacity"):
+        run_kernel(k, (np.zeros((128, 25600), np.float32),), mode="timing")
+
+    def k2(a):
+        for _ in range(3):
+            nl.exp(nl.load(a))  # dropped results free their space
+
+    run_kernel(k2, (np.zeros((128, 25600), np.float32),), mode="timing")
+
+
+def test_loop_iterators():
+    def k(a):
+        out = nl.ndarray((8, 64), dtype=a.dtype, buffer=nl.hbm)
+        rows = []
+        for i in nl.sequential_range(0, 8, 2):
+            rows.append(i)
+            nl.store(out[i], nl.load(a[i]))
+        for i in nl.static_range(1, 8, 2):
+            rows.append(i)
+            nl.store(out[i], nl.load(a[i]))
+        for i in nl.affine_range(3):
+            assert isinstance(i, int) and (i % 2 == 0 or i == 1)
+        assert rows == [0, 2, 4, 6, 1, 3, 5, 7]
+        return out
+
+    np.testing.assert_array_equal(run(k, A), A[:8])
+
+
+def test_nl_partition_broadcast_and_1d_vectors():
+    row = np.arange(8, dtype=np.float32).reshape(1, 8)
+    col = np.arange(128, dtype=np.float32)
+
+    def k(r, c, a):
+        t = nl.load(a[:, 0:8])
+        return _store(nl.add(nl.load(r), t)), _store(nl.multiply(t, nl.load(c)))
+
+    o1, o2 = run(k, row, col, A)
+    np.testing.assert_array_equal(o1, row + A[:, 0:8])
+    np.testing.assert_array_equal(o2, A[:, 0:8] * col[:, None])

@@ -1,0 +1,231 @@
+"""``--executor ray``: grade a batch on a Ray cluster, one Ray task per submission.
+
+Every task calls the same ``grade_one`` as the local process pool, so the guarantees carry over unchanged: each
+kernel call runs in its own sandboxed child, results land in ``out/<student>/<hash>/`` by one atomic rename made
+by the process that graded, and finished work is skipped on the next run.  The results directory and the
+submissions must therefore be on a file system every node sees at the same path (NFS/EFS/FSx); paths are made
+absolute on the driver.
+
+Resources: an nkisim task asks for one CPU per kernel run it may have in flight.  A hardware task asks for one
+``neuron_cores`` (Ray's own NeuronCore accelerator resource, detected with ``neuron-ls`` on Trainium nodes), so
+Ray runs at most one measurement per NeuronCore at a time; the task pins that core with
+``NEURON_RT_VISIBLE_CORES`` (Ray sets it too; we set it again from the assigned ids and fail loudly when none
+were assigned) and grades its kernels one after another.
+
+Retries are made by the driver, not by Ray's ``max_retries``: grade_one turns everything the submission can do
+into a verdict, so anything that escapes it (a worker or node lost, a task killed or cancelled, Ray's OOM
+killer, a failure of the grader itself) is infrastructure.  Resubmitting from the driver lets the progress line
+count retries as they happen and, once the bounded retries are used up, report the job as a grader error (not a
+score) that the next run grades again.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from grader.batch import GradeJob, JobResult, register_executor
+
+NEURON_RESOURCE = "neuron_cores"  # ray._private.accelerators.neuron.NeuronAcceleratorManager.get_resource_name()
+VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"  # Neuron runtime: which NeuronCores this process may use
+INSTALL_HINT = 'the ray executor needs Ray, an optional extra: pip install ".[ray]" (or pip install "ray>=2.9,<3")'
+DEFAULT_RETRIES = 2
+# On Linux, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes a new local cluster advertise and bind 127.0.0.1 only
+# (ray._private.services.get_node_ip_address); the private cluster of one run needs no network.
+_LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
+class RayUnavailableError(ValueError):
+    """Ray is not installed (or is too old); the message says how to install it."""
+
+
+@dataclass(frozen=True)
+class TaskResources:
+    """What one grading task asks Ray for."""
+
+    num_cpus: float
+    neuron_cores: int = 0
+
+    def ray_options(self) -> dict[str, Any]:
+        opts: dict[str, Any] = {"num_cpus": self.num_cpus}
+        if self.neuron_cores:
+            opts["resources"] = {NEURON_RESOURCE: self.neuron_cores}
+        return opts
+
+
+def task_resources(backend: str, workers: int) -> TaskResources:
+    """nkisim: a CPU per concurrent kernel run.  neuron: one NeuronCore, held exclusively, plus the grading CPU."""
+    if backend == "nkisim":
+        return TaskResources(num_cpus=max(1, int(workers)))
+    if backend == "neuron":
+        return TaskResources(num_cpus=1, neuron_cores=1)
+    raise ValueError(f"backend must be nkisim or neuron here, got {backend!r}")
+
+
+def choose_backend(requested: str, cluster_neuron_cores: float) -> str:
+    """The backend every task of the batch uses; 'auto' follows the cluster (NeuronCores present -> neuron)."""
+    if requested == "nkisim":
+        return "nkisim"
+    if requested == "neuron":
+        if cluster_neuron_cores < 1:
+            raise ValueError(
+                f"--backend neuron: no node of the Ray cluster offers the {NEURON_RESOURCE!r} resource; start the "
+                f"Trainium nodes with `ray start ... --resources='{{\"{NEURON_RESOURCE}\": N}}'` (see docs/ray.md)"
+            )
+        return "neuron"
+    if requested == "auto":
+        return "neuron" if cluster_neuron_cores >= 1 else "nkisim"
+    raise ValueError(f"--backend must be auto, nkisim or neuron, got {requested!r}")
+
+
+def pinned_env(core_ids: Sequence[Any]) -> dict[str, str]:
+    """The environment that restricts the Neuron runtime to the NeuronCore(s) Ray assigned to this task."""
+    ids = [str(c).strip() for c in core_ids]
+    if not ids or not all(i.isdigit() for i in ids):
+        raise RuntimeError(f"Ray assigned no usable NeuronCore ids to this task: {list(core_ids)!r}")
+    return {VISIBLE_CORES_ENV: ",".join(ids)}
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line naming what went wrong in Ray (WorkerCrashedError, NodeDiedError, RayTaskError(...), ...)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
+
+
+def _absolute(job: GradeJob, backend: str) -> GradeJob:
+    """Paths that mean the same on every node; the resolved backend (hardware grades one kernel at a time)."""
+    config = job.config
+    config = replace(
+        config,
+        backend=backend,
+        workers=1 if backend == "neuron" else config.workers,
+        rubric_path=os.path.abspath(config.rubric_path) if config.rubric_path else None,
+    )
+    return replace(job, submission=os.path.abspath(job.submission), out_root=os.path.abspath(job.out_root),
+                   config=config)
+
+
+def run_on_worker(fn: Callable[[GradeJob], JobResult], job: GradeJob, pin_core: bool) -> JobResult:
+    """Body of one Ray task: pin the assigned NeuronCore (hardware only), then grade exactly as locally."""
+    if pin_core:
+        import ray
+
+        ids = ray.get_runtime_context().get_accelerator_ids().get(NEURON_RESOURCE, [])
+        os.environ.update(pinned_env(ids))
+    return fn(job)
+
+
+def _import_ray(start_local: bool) -> Any:
+    if start_local:
+        for key, value in _LOOPBACK_ENV.items():
+            os.environ.setdefault(key, value)  # read when ray is first imported
+    try:
+        ray = importlib.import_module("ray")
+    except ImportError as exc:
+        raise RayUnavailableError(f"{INSTALL_HINT} ({exc})") from exc
+    if not hasattr(ray, "wait") or not hasattr(ray, "get_runtime_context"):
+        raise RayUnavailableError(f"{INSTALL_HINT} (found an unusable ray module at {getattr(ray, '__file__', '?')})")
+    return ray
+
+
+class RayExecutor:
+    """Grades each job as one Ray task; yields results as tasks finish; retries infrastructure failures."""
+
+    name = "ray"
+
+    def __init__(self, jobs: int = 2, *, address: str | None = None, retries: int = DEFAULT_RETRIES):
+        if retries < 0:
+            raise ValueError(f"--retries must be >= 0, got {retries}")
+        self.jobs = max(1, int(jobs))  # CPUs of the local cluster started when there is no address
+        self.address = address or os.environ.get("RAY_ADDRESS") or None
+        self.retries = int(retries)
+        self.retried = 0
+        self.on_retry: Callable[[GradeJob, str], None] | None = None
+        self.ray = _import_ray(start_local=self.address is None)
+
+    # ----------------------------------------------------------------------------------------- cluster ----
+    def _connect(self) -> bool:
+        """Join the cluster at ``address`` or start a private loopback one; True if we must shut it down."""
+        ray = self.ray
+        if ray.is_initialized():
+            return False
+        quiet = {"log_to_driver": False, "logging_level": "WARNING", "configure_logging": True}
+        if self.address:
+            ray.init(address=self.address, **quiet)
+        else:
+            ray.init(num_cpus=self.jobs, include_dashboard=False, **quiet)
+        return True
+
+    def _cluster_neuron_cores(self) -> float:
+        return float(self.ray.cluster_resources().get(NEURON_RESOURCE, 0.0))
+
+    def _check_feasible(self, res: TaskResources) -> None:
+        """A task no node can ever run would wait forever: refuse up front with the reason."""
+        nodes = [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
+        if not any(n.get("CPU", 0) >= res.num_cpus and n.get(NEURON_RESOURCE, 0) >= res.neuron_cores for n in nodes):
+            need = f"{res.num_cpus:g} CPU" + (f" and {res.neuron_cores} {NEURON_RESOURCE}" if res.neuron_cores else "")
+            raise ValueError(f"no live node of the Ray cluster has {need} for one grading task")
+
+    # ------------------------------------------------------------------------------------------- batch ----
+    def map_unordered(self, fn: Callable[[GradeJob], JobResult], jobs: list[GradeJob]) -> Iterator[JobResult]:
+        if not jobs:
+            return
+        ray = self.ray
+        started = self._connect()
+        pending: dict[Any, tuple[GradeJob, GradeJob, int]] = {}  # ref -> (job as given, job as sent, attempt)
+        try:
+            cores = self._cluster_neuron_cores()
+            backends = {job.config.backend: choose_backend(job.config.backend, cores) for job in jobs}
+            remote = ray.remote(run_on_worker)
+            options: dict[str, dict[str, Any]] = {}
+            for job in jobs:
+                key = backends[job.config.backend]
+                if key not in options:
+                    res = task_resources(key, job.config.workers if key == "nkisim" else 1)
+                    self._check_feasible(res)
+                    # max_retries=0: the driver retries (see the module docstring) so it can count and report.
+                    options[key] = {**res.ray_options(), "max_retries": 0, "retry_exceptions": False}
+
+            def submit(original: GradeJob, sent: GradeJob, attempt: int) -> None:
+                backend = sent.config.backend
+                ref = remote.options(name=f"grade:{sent.student}", **options[backend]).remote(
+                    fn, sent, backend == "neuron")
+                pending[ref] = (original, sent, attempt)
+
+            for job in jobs:
+                submit(job, _absolute(job, backends[job.config.backend]), 0)
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    original, sent, attempt = pending.pop(ref)
+                    try:
+                        result = ray.get(ref)
+                    except Exception as exc:  # noqa: BLE001 - everything Ray raises here is infrastructure
+                        why = describe_failure(exc)
+                        if attempt < self.retries:
+                            self.retried += 1
+                            if self.on_retry:
+                                self.on_retry(original, why)
+                            submit(original, sent, attempt + 1)
+                            continue
+                        yield JobResult(
+                            original.student, original.submission, "error",
+                            error=f"infrastructure failure, not the submission's fault, after {attempt + 1} "
+                                  f"attempt(s) on Ray: {why}",
+                        )
+                        continue
+                    yield result
+        finally:
+            for ref in pending:  # interrupted (Ctrl-C, consumer stopped): leave nothing running
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - best effort; the task may have finished meanwhile
+                    pass
+            if started:
+                ray.shutdown()
+
+
+register_executor("ray", RayExecutor)
