@@ -146,6 +146,95 @@ def _student_builtins() -> dict:
     return safe
 
 
+# --------------------------------------------------------------------------------------- OS-level jail ----
+# Used when the parent started us as (namespace) root in a private mount namespace: every mount becomes
+# read-only except the work and output directories, then all capabilities are dropped (so nothing can be
+# remounted) or the process switches to an unprivileged uid.  Linux ABI constants from <sys/mount.h>,
+# <linux/prctl.h> and <linux/capability.h>.
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+_CAP_V3 = 0x20080522
+_MOUNT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
+                "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME}
+
+
+def _unescape(path: str) -> str:
+    return path.encode().decode("unicode_escape").encode("latin-1").decode("utf-8", "replace")
+
+
+def _mounts() -> list[tuple[str, int]]:
+    out = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            fields = line.split()
+            point, opts = _unescape(fields[4]), fields[5].split(",")
+            flags = 0
+            for o in opts:
+                flags |= _MOUNT_FLAGS.get(o, 0)
+            out.append((point, flags))
+    return out
+
+
+def _jail(writable: list[str]) -> list[str]:
+    """Make the file system read-only except ``writable``; returns the features that took effect."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    features = []
+    if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return features
+    for w in writable:
+        libc.mount(w.encode(), w.encode(), None, MS_BIND | MS_REC, None)
+    keep = set(writable)
+    failed = 0
+    for point, flags in sorted(_mounts(), key=lambda m: -len(m[0])):
+        if point in keep:
+            continue
+        if libc.mount(None, point.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None) != 0:
+            failed += 1
+    probe = os.path.join(os.path.dirname(writable[0]), ".jail-probe")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError:
+        features.append("read-only-fs")
+    return features
+
+
+def _drop_privileges(uid: int | None, gid: int | None) -> list[str]:
+    """Switch to ``uid`` if given, else drop every capability (stay uid 0 of the namespace, powerless)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    features = []
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(gid if gid is not None else uid)
+        os.setuid(uid)
+        features.append(f"uid:{uid}")
+    else:
+        for cap in range(64):
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+
+        class Header(ctypes.Structure):
+            _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+        class Data(ctypes.Structure):
+            _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                        ("inheritable", ctypes.c_uint32)]
+
+        data = (Data * 2)()
+        if libc.capset(ctypes.byref(Header(_CAP_V3, 0)), data) == 0:
+            features.append("no-capabilities")
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
+        features.append("no-new-privs")
+    return features
+
+
 def _atomic_write_bytes(path: str, data: bytes) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as fh:
@@ -221,6 +310,9 @@ def main() -> int:
                 import nkisim.core.traceio as traceio
         args = [np.load(p, allow_pickle=False) for p in job["inputs"]]
         kwargs = dict(job["kwargs"])
+        if job.get("jail"):
+            status["jail"] = _jail([job["work_dir"], out_dir])
+            status["jail"] += _drop_privileges(job.get("uid"), job.get("gid"))
         os.chdir(job["work_dir"])
 
         status["stage"] = "import"

@@ -105,6 +105,16 @@ def cmd_annotate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _executor_options(args: argparse.Namespace) -> dict:
+    """--address / --retries for the executor (ray: grader/ray_executor.py); refuse ones it does not take."""
+    if args.address and args.executor != "ray":
+        raise ValueError("--address only applies to --executor ray")
+    if args.retries is not None and args.executor == "serial":
+        raise ValueError("--retries applies to --executor local or ray")
+    options = {"address": args.address} if args.address else {}
+    return options | ({"retries": args.retries} if args.retries is not None else {})
+
+
 def cmd_batch(args: argparse.Namespace) -> int:
     from grader.batch import run_batch, summarize
     from grader.submission import SubmissionError
@@ -119,6 +129,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
             executor=args.executor,
             force=args.force,
             progress=not args.quiet,
+            executor_options=_executor_options(args),
         )
     except (SubmissionError, ValueError) as exc:
         print(f"grader: {exc}", file=sys.stderr)
@@ -208,6 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", required=True)
     b.add_argument("--jobs", type=int, default=2, help="submissions graded in parallel")
     b.add_argument("--executor", default="local", help="local (process pool), serial, or ray")
+    b.add_argument("--address", default=None,
+                   help="ray: address of a running cluster (default: $RAY_ADDRESS, else a local one for this run)")
+    b.add_argument("--retries", type=int, default=None,
+                   help="times a job is retried after an infrastructure failure (local default 1, ray 2)")
     b.add_argument("--force", action="store_true", help="regrade even when an identical result exists")
     b.add_argument("--quiet", action="store_true")
     _common(b)

@@ -89,6 +89,7 @@ class _Grading:
         self.seed = seed
         self.memo = _ReferenceMemo()
         self.blocking: dict[str, list[Any]] = {}
+        self.features: set[str] = set()
         # Traces come back from every nkisim run: the parent checks from them that the kernel itself moved the
         # data (a host-computed array returned by the kernel never touches HBM).
         self.want_trace = backend == "nkisim" and _traceio_available()
@@ -164,7 +165,7 @@ class _Grading:
         return problems.make_invocation(test.problem, case, seed), key
 
     def _run(self, test: TestSpec, inv: problems.Invocation, *, mode: str, want_trace: bool) -> CaseRun:
-        return run_case(
+        run = run_case(
             self.sub.files[test.file],
             test.file,
             test.function,
@@ -177,6 +178,8 @@ class _Grading:
             timeout_s=test.timeout_s * self.config.timeout_scale,
             tmp_root=self.config.tmp_root,
         )
+        self.features.update(run.features)
+        return run
 
     @staticmethod
     def _failed_run(res: TestResult, run: CaseRun, index: int, n: int) -> None:
@@ -375,7 +378,7 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
         tests=results,
         started_at=started_at,
         seconds=time.perf_counter() - t0,
-        isolation=list(detect_isolation().features),
+        isolation=sorted(grading.features or detect_isolation().features),
         python=platform.python_version(),
         config=config.to_dict(),
         error="; ".join(f"{r.id}: {r.message.splitlines()[0]}" for r in failed) or None,

@@ -38,6 +38,12 @@ class Progress:
             self.stream.write(self._line(last) + "\n")
         self.stream.flush()
 
+    def note(self, event: str, label: str = "") -> None:
+        """Count an event that does not finish a job (e.g. 'retried') and show it on the progress line."""
+        self.counts[event] = self.counts.get(event, 0) + 1
+        if self.enabled:
+            self._draw(f"{label}: {event}" if label else event)
+
     def update(self, status: str, label: str = "") -> None:
         self.done += 1
         self.counts[status] = self.counts.get(status, 0) + 1

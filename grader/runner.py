@@ -153,6 +153,11 @@ def run_case(
             "work_dir": str(work),
             "out_dir": str(out_dir),
             "sys_path": [str(root / "lib")],
+            # In its own mount namespace the child makes the file system read-only (except work/ and out/)
+            # and then drops to the unprivileged uid, or drops every capability when there is none.
+            "jail": bool(iso.unshare_argv),
+            "uid": iso.uid,
+            "gid": iso.gid,
         }
         env = {"NEURON_PLATFORM_TARGET_OVERRIDE": target, "NKISIM_TARGET": target}
         proc: ProcessResult = run_sandboxed(
@@ -163,6 +168,7 @@ def run_case(
             timeout_s=timeout_s,
             env_extra=env,
             isolation=iso,
+            child_drops_privileges=True,
         )
         return _collect(proc, out_dir, inv, module_file.name, limits, timeout_s, want_trace)
     finally:
@@ -208,6 +214,9 @@ def _collect(
         if where:
             msg += "\n" + where
         return CaseRun("error", msg, **base)
+    jail = status.get("jail")
+    if isinstance(jail, list):
+        base["features"] = tuple(proc.features) + tuple(str(x) for x in jail)
     run = CaseRun("ok", **base)
     run.kernel_seconds = status.get("kernel_seconds") if isinstance(status.get("kernel_seconds"), float) else None
     if isinstance(status.get("hardware_p99_us"), float):

@@ -80,7 +80,7 @@ def detect_isolation() -> Isolation:
         unshare_argv = ()
         exe = shutil.which("unshare")
         if exe:
-            base = [exe, "--net", "--pid", "--fork", "--kill-child"]
+            base = [exe, "--mount", "--net", "--pid", "--fork", "--kill-child"]
             if os.geteuid() != 0:
                 base.insert(1, "--map-root-user")
             if _probe([*base, "true"]):
@@ -100,7 +100,7 @@ def detect_isolation() -> Isolation:
     if sys.platform.startswith("linux"):
         features.append("pdeathsig")
     if unshare_argv:
-        features += ["network-namespace", "pid-namespace"]
+        features += ["mount-namespace", "network-namespace", "pid-namespace"]
     probe_group = cgroups.PidsCgroup.create(8)
     if probe_group is not None:
         probe_group.destroy()
@@ -207,17 +207,18 @@ def run_sandboxed(
     timeout_s: float,
     env_extra: dict[str, str] | None = None,
     isolation: Isolation | None = None,
+    child_drops_privileges: bool = False,
 ) -> ProcessResult:
     """Run ``python_argv`` (a Python command line) under every available layer; never raises for child misbehaviour."""
     iso = isolation or detect_isolation()
     cpu_seconds = int(timeout_s) + limits.cpu_seconds_slack
     setuid = None
-    if iso.uid is not None and iso.unshare_argv:
+    if iso.uid is not None and iso.unshare_argv and not child_drops_privileges:
         # unshare needs root to create the namespaces; it switches to the unprivileged uid inside them.
         argv = [*iso.unshare_argv, "--setuid", str(iso.uid), "--setgid", str(iso.gid), *python_argv]
     else:
         argv = [*iso.unshare_argv, *python_argv]
-        if iso.uid is not None:
+        if iso.uid is not None and not (iso.unshare_argv and child_drops_privileges):
             setuid = (iso.uid, iso.gid)
     run_uid = iso.uid if iso.uid is not None else os.geteuid()
     nproc = limits.processes

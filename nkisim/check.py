@@ -317,6 +317,16 @@ def _root_name(node: ast.AST) -> ast.Name | None:
     return node if isinstance(node, ast.Name) else None
 
 
+def _is_super_call(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "super"
+        and not node.args
+        and not node.keywords
+    )
+
+
 def _has_attribute_hop(node: ast.AST) -> bool:
     """True if an attribute/subscript chain goes through an attribute or starts at a call (``a.b[0]``)."""
     while isinstance(node, (ast.Attribute, ast.Subscript)):
@@ -384,18 +394,19 @@ class _ModuleFacts:
 
     def __init__(self, tree: ast.Module, extra_kernels: Iterable[str] = ()) -> None:
         self.tree = tree
+        self.nodes: list[ast.AST] = list(ast.walk(tree))  # every pass below reuses this one walk
         self.aliases: dict[str, str] = {}  # local name -> canonical dotted path ("nl" -> "neuronxcc.nki.language")
         self._collect_imports()
         self.tainted: set[str] = set(self.aliases)  # names that may hold a module or a module attribute
         self.param_taint: set[tuple[int, str]] = set()  # (id(function node), parameter) receiving module objects
-        self.classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        self.classes = {n.name for n in self.nodes if isinstance(n, ast.ClassDef)}
         self.functions: dict[str, list[ast.AST]] = {}  # module-level def name -> defs
         for node in tree.body:
             if isinstance(node, _FUNCTIONS):
                 self.functions.setdefault(node.name, []).append(node)
         self._propagate_taint()
         self.kernels: set[int] = set()
-        for node in ast.walk(tree):
+        for node in self.nodes:
             if isinstance(node, _FUNCTIONS) and (
                 node.name in extra_kernels or any(self.is_kernel_decorator(d) for d in node.decorator_list)
             ):
@@ -405,7 +416,7 @@ class _ModuleFacts:
 
     # imports and aliases -----------------------------------------------------------------------------------
     def _collect_imports(self) -> None:
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.asname:
@@ -422,7 +433,7 @@ class _ModuleFacts:
         # tile name, not an alias).
         chains = [
             node
-            for node in ast.walk(self.tree)
+            for node in self.nodes
             if isinstance(node, ast.Assign)
             and len(node.targets) == 1
             and isinstance(node.targets[0], ast.Name)
@@ -430,7 +441,7 @@ class _ModuleFacts:
         ]
         chain_ids = {id(node.targets[0]) for node in chains}
         other: set[str] = set()
-        for n in ast.walk(self.tree):
+        for n in self.nodes:
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and id(n) not in chain_ids:
                 other.add(n.id)
             elif isinstance(n, ast.arg):
@@ -490,10 +501,14 @@ class _ModuleFacts:
 
     def _propagate_taint(self) -> None:
         owner = _owner_functions(self.tree)
+        kinds = (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension, ast.withitem)
+        relevant = [
+            n for n in self.nodes if isinstance(n, kinds) or (isinstance(n, ast.Call) and isinstance(n.func, ast.Name))
+        ]
         changed = True
         while changed:
             changed = False
-            for node in ast.walk(self.tree):
+            for node in relevant:
                 func = owner.get(id(node))
                 targets: list[ast.AST] = []
                 if isinstance(node, ast.Assign) and self.expr_tainted(node.value, func):
@@ -549,7 +564,7 @@ class _ModuleFacts:
     def _call_graph(self) -> dict[int, set[str]]:
         """id(def) -> names of the module-level functions it calls (calls in nested defs included)."""
         graph: dict[int, set[str]] = {}
-        roots = [n for n in ast.walk(self.tree) if isinstance(n, _FUNCTIONS)]
+        roots = [n for n in self.nodes if isinstance(n, _FUNCTIONS)]
         for fdef in roots:
             called = graph.setdefault(id(fdef), set())
             for node in ast.walk(fdef):
@@ -612,9 +627,8 @@ class _Scope:
 
 
 class _Checker(ast.NodeVisitor):
-    def __init__(self, facts: _ModuleFacts, line_offset: int) -> None:
+    def __init__(self, facts: _ModuleFacts) -> None:
         self.facts = facts
-        self.line_offset = line_offset
         self.out: list[Violation] = []
         self.scopes: list[_Scope] = [_Scope(facts.tree, "module", None, set())]
         self.kernel_stack: list[tuple[ast.AST, str]] = []  # (outermost kernel/helper def, role)
@@ -628,7 +642,7 @@ class _Checker(ast.NodeVisitor):
             Violation(
                 severity=rule.severity,
                 kind=rule.kind,
-                line=getattr(node, "lineno", 1) + self.line_offset,
+                line=getattr(node, "lineno", 1),
                 col=getattr(node, "col_offset", 0) + 1,
                 message=message,
                 function=".".join(names) if names else None,
@@ -640,7 +654,7 @@ class _Checker(ast.NodeVisitor):
         """Report an NKI-subset finding, only inside kernels and the helpers they call."""
         if self.kernel_stack:
             kernel, role = self.kernel_stack[0]
-            suffix = f" (helper '{kernel.name}' is called from a kernel)" if role != "kernel" else ""  # type: ignore
+            suffix = f" (in '{kernel.name}', a helper that a kernel calls)" if role != "kernel" else ""  # type: ignore
             self.report(code, node, message + suffix)
 
     # scope helpers -----------------------------------------------------------------------------------------
@@ -714,7 +728,7 @@ class _Checker(ast.NodeVisitor):
         for deco in node.decorator_list:
             self._check_decorator(deco)
         self._check_class_bases(node)
-        self.report_kernel("NKI-CLASS", node, f"class '{node.name}' defined inside a kernel")
+        self.report_kernel("NKI-CLASS", node, f"class '{node.name}' defined in kernel code")
         self._visit_scope(node, "class", node.name)
 
     def _check_class_bases(self, node: ast.ClassDef) -> None:
@@ -730,7 +744,7 @@ class _Checker(ast.NodeVisitor):
             self.report("SANDBOX-CLASS-BASE", base, f"class '{node.name}' derives from '{ast.unparse(base)}'")
 
     def _visit_comprehension(self, node: ast.AST) -> None:
-        self.report_kernel("NKI-COMPREHENSION", node, f"{type(node).__name__} inside a kernel")
+        self.report_kernel("NKI-COMPREHENSION", node, f"{type(node).__name__} in kernel code: unrolled at trace time")
         self._visit_scope(node, "comprehension", None)
 
     visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _visit_comprehension
@@ -802,7 +816,7 @@ class _Checker(ast.NodeVisitor):
         cache = self._all_bound
         if cache is None:
             cache = set()
-            for n in ast.walk(self.facts.tree):
+            for n in self.facts.nodes:
                 if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
                     cache.add(n.id)
                 elif isinstance(n, (*_FUNCTIONS, ast.ClassDef)):
@@ -818,7 +832,9 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
-        if attr.startswith("_"):
+        if attr == "__init__" and _is_super_call(node.value):
+            pass  # super().__init__(...) in a helper class's own __init__
+        elif attr.startswith("_"):
             self.report("SANDBOX-PRIVATE", node, f"access to private attribute '.{attr}' is not allowed")
         elif attr in _INTROSPECTION_ATTRS:
             self.report("SANDBOX-INTROSPECTION", node, f"introspection attribute '.{attr}' is not allowed")
@@ -954,7 +970,7 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def _visit_try(self, node: ast.AST) -> None:
-        self.report_kernel("NKI-TRY", node, "try/except inside a kernel")
+        self.report_kernel("NKI-TRY", node, "try/except/finally: the NKI compiler may reject it")
         for stmt in _finally_exits(getattr(node, "finalbody", [])):
             kind = type(stmt).__name__.lower()
             self.report("SANDBOX-CATCH-ALL", stmt, f"'{kind}' in a finally block swallows any exception")
@@ -964,7 +980,7 @@ class _Checker(ast.NodeVisitor):
     visit_TryStar = _visit_try
 
     def visit_With(self, node: ast.With) -> None:
-        self.report_kernel("NKI-WITH", node, "with-statement inside a kernel")
+        self.report_kernel("NKI-WITH", node, "with-statement: the NKI compiler may reject it")
         self.generic_visit(node)
 
     def visit_AsyncWith(self, node: ast.AsyncWith) -> None:
@@ -972,11 +988,11 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Yield(self, node: ast.Yield) -> None:
-        self.report_kernel("NKI-GENERATOR", node, "yield makes the kernel a generator")
+        self.report_kernel("NKI-GENERATOR", node, "yield: kernel code cannot be a generator")
         self.generic_visit(node)
 
     def visit_YieldFrom(self, node: ast.YieldFrom) -> None:
-        self.report_kernel("NKI-GENERATOR", node, "yield from makes the kernel a generator")
+        self.report_kernel("NKI-GENERATOR", node, "yield from: kernel code cannot be a generator")
         self.generic_visit(node)
 
     def visit_Await(self, node: ast.Await) -> None:
@@ -1108,7 +1124,8 @@ def check_kernel(source_or_function_or_path: Any, *, filename: str | None = None
     ``filename`` is given), a module, a function, or an
     ``nki.jit``-style wrapper (unwrapped through ``func`` / ``__wrapped__``).  For a function, the whole file
     is parsed (so imports are known) and only findings inside the function are returned; the function counts
-    as a kernel even without an NKI decorator.  ``filename`` only labels the input.
+    as a kernel even without an NKI decorator (if its file is gone, lines count from the function's first
+    line).  ``filename`` only labels the input.
     """
     try:
         source, _label, span, kernel_name = _load(source_or_function_or_path, filename)
@@ -1117,22 +1134,18 @@ def check_kernel(source_or_function_or_path: Any, *, filename: str | None = None
     try:
         tree = ast.parse(source, filename=_label)
     except SyntaxError as exc:
-        return [
-            Violation(
-                ERROR,
-                SYNTAX,
-                exc.lineno or 1,
-                exc.offset or 1,
-                f"syntax error: {exc.msg}",
-                None,
-                "SYNTAX-ERROR",
-            )
-        ]
+        message = f"syntax error: {exc.msg}"
+        return [Violation(ERROR, SYNTAX, exc.lineno or 1, exc.offset or 1, message, None, "SYNTAX-ERROR")]
     except ValueError as exc:  # e.g. null bytes
         return [Violation(ERROR, SYNTAX, 1, 1, f"cannot parse: {exc}", None, "SYNTAX-ERROR")]
-    facts = _ModuleFacts(tree, extra_kernels=(kernel_name,) if kernel_name and span else ())
-    checker = _Checker(facts, line_offset=0)
-    checker.visit(tree)
+    except RecursionError:
+        return [Violation(ERROR, SYNTAX, 1, 1, "too deeply nested to parse", None, "SYNTAX-ERROR")]
+    try:
+        facts = _ModuleFacts(tree, extra_kernels=(kernel_name,) if kernel_name and span else ())
+        checker = _Checker(facts)
+        checker.visit(tree)
+    except RecursionError:  # absurdly nested expressions: refuse rather than let them through unscreened
+        return [Violation(ERROR, SYNTAX, 1, 1, "too deeply nested to screen", None, "SYNTAX-ERROR")]
     found = checker.out + _encoding_violations(source)
     if span is not None:
         first, last = span

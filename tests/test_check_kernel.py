@@ -242,6 +242,23 @@ def test_course_style_kernels_are_clean(path: Path) -> None:
     assert [v for v in found if v.severity == "warning"] == [], found
 
 
+COURSE_KERNEL_FILES = [
+    "part1/kernels.py",
+    "part2/conv2d.py",
+    "grader/reference/part1/kernels.py",
+    "grader/reference/part2/conv2d.py",
+]
+
+
+@pytest.mark.parametrize("relpath", COURSE_KERNEL_FILES)
+def test_starter_and_reference_kernels_pass_the_screen(relpath: str) -> None:
+    """The grader screens submissions with check_kernel: the starters and staff solutions must pass it."""
+    path = REPO / relpath
+    if not path.exists():
+        pytest.skip(f"{relpath} does not exist yet")
+    assert blocking(check_kernel(path)) == []
+
+
 def test_non_kernel_functions_are_not_held_to_the_nki_subset() -> None:
     source = _case(
         """
@@ -279,6 +296,10 @@ LEGIT_SNIPPETS = {
         "class Derived(Base, object):\n    pass\n"
     ),
     "loop-in-finally": "try:\n    pass\nfinally:\n    for i in range(2):\n        break\n",
+    "super-init": (
+        "class Base:\n    def __init__(self, n):\n        self.n = n\n"
+        "class Tiles(Base):\n    def __init__(self, n):\n        super().__init__(n)\n"
+    ),
     "except-exception": "try:\n    x = 1\nexcept (ValueError, Exception):\n    x = 0\n",
     "local-containers": "d = {}\nd['a'] = 1\nd.update(b=2)\ns = set()\ns.add(1)\nts = []\nts.append(d)\n",
     "numpy-random-data": "x = np.random.rand(4).astype(np.float32)\ny = np.testing.assert_allclose\n",
@@ -311,6 +332,13 @@ def test_undecodable_file_is_a_syntax_finding(tmp_path: Path) -> None:
     (v,) = check_kernel(target)
     assert v.code == "SYNTAX-ERROR" and "not UTF-8" in v.message
     assert check_kernel(b"import os\n")[0].code == "SANDBOX-IMPORT"
+
+
+@pytest.mark.parametrize("depth", [2000, 50000])
+def test_absurd_nesting_is_refused_not_crashed(depth: int) -> None:
+    (v,) = check_kernel("x = " + "1 + " * depth + "1\n")
+    assert v.code == "SYNTAX-ERROR" and v.blocking and "nested" in v.message
+    assert check_kernel("x = " + "1 + " * 200 + "1\n") == []
 
 
 def test_syntax_error_reports_position() -> None:

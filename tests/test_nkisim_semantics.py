@@ -269,11 +269,13 @@ def test_psum_iadd_matmul_is_one_instruction():
 
     run_ = run_kernel(k, (X, Y))
     (mm,) = _instrs(run_.trace, "nc_matmul")
-    (memset,) = _instrs(run_.trace, "memset")
     (tc,) = _instrs(run_.trace, "tensor_copy")
-    assert mm.dsts[0].region == memset.dsts[0].region == tc.srcs[0].region
+    assert mm.dsts[0].region == tc.srcs[0].region and mm.dsts[0].region.buf == Buf.PSUM
     assert mm.attrs["accumulate"] is True
-    assert [i.op for i in run_.trace] == ["memset", "dma_copy", "dma_copy", "nc_matmul", "tensor_copy", "dma_copy"]
+    # a zeroed PSUM accumulator may or may not cost a memset; nothing else is emitted
+    assert [i.op for i in run_.trace if i.op != "memset"] == ["dma_copy", "dma_copy", "nc_matmul", "tensor_copy",
+                                                              "dma_copy"]
+    np.testing.assert_allclose(run_.outputs, XY, rtol=1e-6)
 
 
 @pytest.mark.parametrize("make", [lambda t: nl.add(t, t), lambda t: nl.exp(t), lambda t: nl.load_transpose2d(t),
@@ -938,3 +940,71 @@ def test_nl_partition_broadcast_and_1d_vectors():
     o1, o2 = run(k, row, col, A)
     np.testing.assert_array_equal(o1, row + A[:, 0:8])
     np.testing.assert_array_equal(o2, A[:, 0:8] * col[:, None])
+
+
+def test_scalar_assignment_and_load_cast():
+    def k(a):
+        t = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+        t[...] = 1.5
+        t[:, 2:4] = 5
+        h = nl.load(a[:, 0:8], dtype=nl.float16)
+        return _store(t), _store(h)
+
+    t, h = run(k, A)
+    ref = np.full((128, 8), 1.5, np.float32)
+    ref[:, 2:4] = 5
+    np.testing.assert_array_equal(t, ref)
+    assert h.dtype == np.float16
+    np.testing.assert_array_equal(h, A[:, 0:8].astype(np.float16))
+
+
+def test_kernel_arguments_by_keyword_and_names():
+    names = []
+
+    def k(first, second, scale=1):
+        names.extend([first.name, second.name])
+        out = nl.ndarray(first.shape, dtype=first.dtype, buffer=nl.hbm)
+        nl.store(out, nl.multiply(nl.add(nl.load(first), nl.load(second)), scale))
+        return out
+
+    out = run(k, second=A, first=A, scale=2)
+    np.testing.assert_array_equal(out, 4 * A)
+    assert names == ["first", "second"]
+
+
+def test_direct_allocation_blocks_wrap_modulo_num_free_tiles():
+    """Six 1000-column tiles rotate through four physical slots; the good kernel stays correct."""
+    from nkisim_util import load_kernels
+
+    k24 = load_kernels("vector_add_2024")
+    rng = np.random.default_rng(5)
+    a, b = rng.random(768000, dtype=np.float32), rng.random(768000, dtype=np.float32)
+    out = nki.baremetal(k24.vector_add_direct_allocation)(a, b)
+    np.testing.assert_allclose(out.reshape(-1), a + b, rtol=1e-6)
+    run_ = run_kernel(k24.vector_add_direct_allocation, (a, b))
+    loads = [i for i in run_.trace if i.op == "dma_copy" and i.dsts[0].region.buf == Buf.SBUF]
+    slots = {(i.dsts[0].region.b_lo, i.dsts[0].region.b_hi) for i in loads}
+    assert len(loads) == 12 and len(slots) == 8  # a and b tiles: 4 slots each, reused by tiles 4 and 5
+
+
+def test_psum_accumulation_groups_in_block_and_3d_psum_tiles():
+    rng = np.random.default_rng(6)
+    x, y = rng.random((128, 128), dtype=np.float32), rng.random((128, 512), dtype=np.float32)
+
+    def k(xh, yh):
+        ps = nl.ndarray((2, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+        ps2 = nl.ndarray((128, 2, 512), dtype=nl.float32, buffer=nl.psum)
+        xt, yt = nl.load(xh), nl.load(yh)
+        out = nl.ndarray((4, 128, 512), dtype=nl.float32, buffer=nl.hbm)
+        for i in nl.affine_range(2):
+            for _ in nl.affine_range(i + 1):
+                ps[i] += nisa.nc_matmul(xt, yt)
+                ps2[:, i, :] += nisa.nc_matmul(xt, yt)
+            nl.store(out[i], nl.copy(ps[i]))
+            nl.store(out[2 + i], nl.copy(ps2[:, i, :]))
+        return out
+
+    out = run(k, x, y)
+    ref = x.T.astype(np.float64) @ y
+    for i, factor in enumerate((1, 2, 1, 2)):
+        np.testing.assert_allclose(out[i], factor * ref, rtol=1e-6)

@@ -213,7 +213,11 @@ def _to_numpy(value):
         return np.array(read(value), copy=True)
     if isinstance(value, (tuple, list)):
         return type(value)(_to_numpy(v) for v in value)
-    return value
+    if value is None:
+        return None
+    # Only device tensors leave a kernel: a host value (e.g. a NumPy array built in kernel code) is not an output.
+    raise TypeError(f"kernel returned a {type(value).__name__}; a kernel must return the HBM tensor(s) it wrote "
+                    "(nl.ndarray(..., buffer=nl.hbm)), a tuple of them, or None")
 
 
 def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str | None = None) -> KernelRun:

@@ -1,0 +1,92 @@
+"""Interpreter and performance-model speed: ``python -m nkisim.bench``.
+
+Prints, for each workload and mode (full = NumPy values, timing = trace only): wall seconds of the kernel run,
+instruction count, microseconds per instruction, and the time ``nkisim.perf.estimate`` takes (scheduler us per
+instruction).  Workloads: vector_add_tiled ROW_CHUNK=1 on n=25600 (102,400 instructions) and the course's
+224x224 conv (grader/reference/part2/conv2d.py, when that reference exists).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import os
+import sys
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONV = os.path.join(REPO, "grader", "reference", "part2", "conv2d.py")
+
+
+def _conv_kernel():
+    from nkisim import _hook
+
+    _hook.install()
+    spec = importlib.util.spec_from_file_location("nkisim_bench_conv", CONV)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.fused_conv2d_maxpool
+
+
+def measure(kernel, args, kwargs, mode: str, target: str = "trn2") -> dict:
+    from nkisim.core.runtime import run_kernel
+    from nkisim.perf import estimate
+
+    gc.collect()
+    t0 = time.perf_counter()
+    run = run_kernel(kernel, args, kwargs, mode=mode, target=target)
+    t1 = time.perf_counter()
+    rep = estimate(run.trace)
+    t2 = time.perf_counter()
+    n = len(run.trace)
+    return {
+        "mode": mode,
+        "instrs": n,
+        "run_s": t1 - t0,
+        "run_us_per_instr": (t1 - t0) / max(1, n) * 1e6,
+        "estimate_s": t2 - t1,
+        "estimate_us_per_instr": (t2 - t1) / max(1, n) * 1e6,
+        "latency_us": rep.nc_latency_us,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m nkisim.bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--skip-conv-full", action="store_true", help="skip the (slow) full-mode conv run")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "float16"))
+    args = ap.parse_args(argv)
+    from tabulate import tabulate
+
+    from nkisim.calibration import load_kernels
+
+    rows = []
+    K = load_kernels()
+    a = np.random.rand(25600).astype(np.float32)
+    b = np.random.rand(25600).astype(np.float32)
+    for mode in ("full", "timing"):
+        m = measure(K.vector_add_tiled_2025, (a, b), {"ROW_CHUNK": 1}, mode)
+        rows.append(["vector_add_tiled ROW_CHUNK=1 n=25600", *m.values()])
+        print(f"done: vector_add_tiled {mode}", file=sys.stderr, flush=True)
+    if os.path.exists(CONV):
+        conv = _conv_kernel()
+        rng = np.random.default_rng(0)
+        dt = np.dtype(args.dtype)
+        x = rng.random((1, 256, 224, 224)).astype(dt)
+        w = rng.random((256, 256, 3, 3)).astype(dt)
+        bias = rng.random((256,)).astype(dt)
+        for mode in ("timing",) if args.skip_conv_full else ("timing", "full"):
+            m = measure(conv, (x, w, bias), {"pool_size": 1}, mode)
+            rows.append([f"conv2d 224x224 {args.dtype} (reference)", *m.values()])
+            print(f"done: conv {mode}", file=sys.stderr, flush=True)
+    else:
+        print(f"(no {CONV}: conv workload skipped)", file=sys.stderr)
+    print(tabulate(rows, headers=["workload", "mode", "instrs", "run s", "run us/instr", "estimate s",
+                                  "estimate us/instr", "modelled us"], floatfmt=".2f"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

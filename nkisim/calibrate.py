@@ -1,0 +1,233 @@
+"""Predicted vs measured latency for every hardware measurement: ``python -m nkisim.calibrate``.
+
+Runs each row of nkisim/calibration/measurements.tsv (kernels in nkisim/calibration/kernels.py, course reference
+solutions from grader/reference when present) in timing mode, costs it with the row's metric (p99 nc_latency or
+profiler total_time) and prints a table plus the training statistics: median absolute % error, worst ratio,
+rows within 2x and whether every pair of rows of the same kernel keeps its measured order.  Reference-threshold
+rows (course thresholds) are comparisons, not training data.  ``--fit`` refits the undocumented constants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import importlib.util
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+from nkisim.calibration.rows import CalRow, load_rows
+
+ORDER_TIE = 0.05  # measured values within 5% of each other impose no order
+
+
+@dataclass
+class Result:
+    row: CalRow
+    predicted_us: float | None
+    seconds: float
+    instrs: int
+    error: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.predicted_us is None:
+            return None
+        return self.predicted_us / self.row.measured_us
+
+
+_REF_CACHE: dict[str, object] = {}
+
+
+def _kernel(row: CalRow):
+    if row.kernel.startswith("ref:"):
+        _, path, func = row.kernel.split(":", 2)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} not found (reference solution not written yet)")
+        mod = _REF_CACHE.get(path)
+        if mod is None:
+            from nkisim import _hook
+
+            _hook.install()
+            spec = importlib.util.spec_from_file_location(f"nkisim_ref_{len(_REF_CACHE)}", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            _REF_CACHE[path] = mod
+        return getattr(mod, func)
+    from nkisim.calibration import load_kernels
+
+    return getattr(load_kernels(), row.kernel)
+
+
+def trace_of(row: CalRow):
+    """Timing-mode trace of a row's kernel, with the row's compile options recorded."""
+    from nkisim.core.runtime import run_kernel
+
+    run = run_kernel(_kernel(row), row.make_inputs(), dict(row.kwargs), mode="timing", target=row.target)
+    if row.dge is not None:
+        run.trace.meta["dge"] = row.dge
+    return run.trace
+
+
+def predict(row: CalRow, trace, costs=None) -> float:
+    from nkisim.perf import estimate
+
+    rep = estimate(trace, row.target, costs=costs)
+    return rep.nc_latency_us if row.metric == "nc_latency" else rep.total_us
+
+
+def order_violations(results: list[Result]) -> tuple[int, list[tuple[str, str]]]:
+    """(pairs checked, violating pairs) over training rows of the same kernel."""
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        if r.row.role == "training" and r.predicted_us is not None:
+            groups.setdefault(r.row.group, []).append(r)
+    checked, bad = 0, []
+    for rs in groups.values():
+        for i, a in enumerate(rs):
+            for b in rs[i + 1 :]:
+                ma, mb = a.row.measured_us, b.row.measured_us
+                if abs(ma - mb) <= ORDER_TIE * max(ma, mb):
+                    continue
+                checked += 1
+                if (ma < mb) != (a.predicted_us < b.predicted_us):
+                    bad.append((a.row.id, b.row.id))
+    return checked, bad
+
+
+def statistics_of(results: list[Result]) -> dict:
+    tr = [r for r in results if r.row.role == "training" and r.ratio is not None]
+    if not tr:
+        return {}
+    errs = [abs(r.ratio - 1.0) * 100.0 for r in tr]
+    worst = max(tr, key=lambda r: max(r.ratio, 1.0 / r.ratio))
+    checked, bad = order_violations(results)
+    return {
+        "training_rows": len(tr),
+        "median_abs_pct_error": statistics.median(errs),
+        "mean_abs_pct_error": statistics.fmean(errs),
+        "worst_ratio": worst.ratio,
+        "worst_row": worst.row.id,
+        "within_2x": sum(1 for r in tr if 0.5 <= r.ratio <= 2.0),
+        "pairs_checked": checked,
+        "order_violations": bad,
+    }
+
+
+def _select(rows: list[CalRow], patterns: list[str] | None, target: str | None, reference: bool) -> list[CalRow]:
+    out = []
+    for r in rows:
+        if target and r.target != target:
+            continue
+        if not reference and r.role != "training":
+            continue
+        if patterns and not any(fnmatch.fnmatch(r.id, p) for p in patterns):
+            continue
+        out.append(r)
+    return out
+
+
+def run_rows(rows: list[CalRow], log=None) -> tuple[list[Result], dict[str, object]]:
+    results, traces = [], {}
+    for row in rows:
+        t0 = time.time()
+        try:
+            tr = trace_of(row)
+            traces[row.id] = tr
+            pred = predict(row, tr)
+            results.append(Result(row, pred, time.time() - t0, len(tr)))
+        except Exception as e:  # a missing reference solution or a front-end gap: report, keep going
+            results.append(Result(row, None, time.time() - t0, 0, f"{type(e).__name__}: {e}"))
+        if log is not None:
+            r = results[-1]
+            log(f"  {row.id}: {'%.1f us' % r.predicted_us if r.predicted_us is not None else r.error} "
+                f"({r.seconds:.1f}s)")
+    return results, traces
+
+
+def format_table(results: list[Result]) -> str:
+    from tabulate import tabulate
+
+    body = []
+    for r in results:
+        row = r.row
+        body.append([
+            row.id, row.target, row.kernel.split(":")[-1], row.knobs, row.metric + ("" if row.dge is None else
+                                                                                   " (no DGE)"),
+            row.measured_us, "-" if r.predicted_us is None else round(r.predicted_us, 2),
+            "-" if r.ratio is None else f"{r.ratio:.2f}", row.role, r.instrs or (r.error[:60] if r.error else ""),
+        ])
+    return tabulate(body, headers=["id", "target", "kernel", "knobs", "metric", "measured us", "predicted us",
+                                   "ratio", "role", "instrs / error"], floatfmt=".2f")
+
+
+def format_stats(st: dict) -> str:
+    if not st:
+        return "no training rows ran"
+    viol = st["order_violations"]
+    lines = [
+        f"training rows: {st['training_rows']}",
+        f"median absolute error: {st['median_abs_pct_error']:.1f}%   (mean {st['mean_abs_pct_error']:.1f}%)",
+        f"worst ratio: {st['worst_ratio']:.2f} ({st['worst_row']})",
+        f"rows within 2x: {st['within_2x']}/{st['training_rows']}",
+        f"same-kernel order: {st['pairs_checked'] - len(viol)}/{st['pairs_checked']} pairs in order"
+        + ("" if not viol else "  violations: " + ", ".join(f"{a} vs {b}" for a, b in viol)),
+    ]
+    return "\n".join(lines)
+
+
+def _fit(results: list[Result], traces: dict, log) -> None:
+    from nkisim.calibration.fit import FitRow, fit
+    from nkisim.perf.costs import costs_for
+
+    for target, params in (
+        ("trn2", ["launch_overhead_us", "dma_issue_dge_ns", "dma_issue_dge_per_desc_ns", "dma_pre_latency_ns",
+                  "dma_post_latency_ns", "instr_latency_scale"]),
+        ("trn1", ["launch_overhead_us", "dma_issue_static_ns", "dma_pre_latency_ns", "dma_post_latency_ns",
+                  "instr_latency_scale"]),
+    ):
+        rows = [FitRow(r.row.id, traces[r.row.id], r.row.measured_us, r.row.metric, r.row.dge)
+                for r in results if r.row.role == "training" and r.row.target == target and r.row.id in traces]
+        if not rows:
+            continue
+        log(f"fitting {target} on {len(rows)} rows: {', '.join(params)}")
+        tc, loss = fit(rows, costs_for(target), params, rounds=4, log=lambda s: log("  " + s))
+        log(f"{target} fitted (loss {loss:.5f}): " + ", ".join(f"{p}={getattr(tc, p):.4g}" for p in params))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m nkisim.calibrate", description=__doc__.splitlines()[0])
+    ap.add_argument("--target", choices=("trn1", "trn2"), default=None, help="only rows of this generation")
+    ap.add_argument("--rows", default=None, help="comma-separated row ids or glob patterns (e.g. 't2-*')")
+    ap.add_argument("--no-reference", action="store_true", help="skip the course reference-threshold rows")
+    ap.add_argument("--fit", action="store_true", help="refit the undocumented constants on the training rows")
+    ap.add_argument("-q", "--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    patterns = [p.strip() for p in args.rows.split(",")] if args.rows else None
+    rows = _select(load_rows(), patterns, args.target, not args.no_reference)
+    if not rows:
+        print("no rows selected", file=sys.stderr)
+        return 2
+    log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    log(f"running {len(rows)} rows in timing mode")
+    results, traces = run_rows(rows, log)
+    print(format_table(results))
+    print()
+    print(format_stats(statistics_of(results)))
+    ref = [r for r in results if r.row.role != "training" and r.ratio is not None]
+    if ref:
+        print("reference thresholds (comparison only): " + ", ".join(f"{r.row.id} {r.ratio:.2f}x" for r in ref))
+    if args.fit:
+        _fit(results, traces, log)
+    failed = [r for r in results if r.row.role == "training" and r.predicted_us is None]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["main", "run_rows", "statistics_of", "order_violations", "format_table", "format_stats", "math"]

@@ -1,0 +1,130 @@
+"""Measurement rows (measurements.tsv) turned into runnable kernel invocations."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MEASUREMENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "measurements.tsv")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@dataclass
+class CalRow:
+    id: str
+    target: str
+    kernel: str  # name in the kernels registry, or 'ref:<file>:<function>'
+    kwargs: dict
+    make_inputs: Callable[[], tuple]
+    measured_us: float
+    metric: str  # 'nc_latency' | 'total_time'
+    dge: bool | None
+    role: str  # 'training' | 'reference threshold'
+    group: str  # rows of the same group must keep their measured order
+    knobs: str = ""
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def _vectors(n: int, dtype=np.float32) -> Callable[[], tuple]:
+    return lambda: (np.empty(n, dtype=dtype), np.empty(n, dtype=dtype))
+
+
+def _bf16():
+    import ml_dtypes
+
+    return ml_dtypes.bfloat16
+
+
+def _matmul_inputs(k: int, m: int, n: int, dtype) -> Callable[[], tuple]:
+    def make():
+        dt = _bf16() if dtype == "bfloat16" else np.dtype(dtype)
+        return (np.empty((k, m), dtype=dt), np.empty((k, n), dtype=dt))
+
+    return make
+
+
+def _conv_inputs(h: int, w: int, dtype) -> Callable[[], tuple]:
+    def make():
+        dt = np.dtype(dtype)
+        rng = np.random.default_rng(0)
+        return (
+            rng.random((1, 256, h, w)).astype(dt),
+            rng.random((256, 256, 3, 3)).astype(dt),
+            rng.random((256,)).astype(dt),
+        )
+
+    return make
+
+
+_KNOB = re.compile(r"([A-Z_]+)=(\d+)")
+_N = re.compile(r"n=(\d+)")
+
+
+def _vector_row(r: dict) -> CalRow | None:
+    gen = r["generation"].strip()
+    kern = r["kernel"].strip()
+    style = "2025" if gen == "trn2" else "2024"
+    name = f"{kern}_{style}"
+    knobs = {k: int(v) for k, v in _KNOB.findall(r["knobs"])}
+    m = _N.search(r["inputs"])
+    if m is None:
+        return None
+    n = int(m.group(1))
+    metric_text = r["metric"]
+    metric = "total_time" if "total_time" in metric_text else "nc_latency"
+    dge = False if "--disable-dge" in metric_text else None
+    return CalRow(
+        id=r["id"], target=gen, kernel=name, kwargs=knobs, make_inputs=_vectors(n),
+        measured_us=float(r["measured_us"]), metric=metric, dge=dge, role="training",
+        group=f"{gen}:{kern}", knobs=" ".join(f"{k}={v}" for k, v in knobs.items()) + f" n={n}",
+        note=r.get("notes", ""),
+    )
+
+
+def load_rows(path: str = MEASUREMENTS) -> list[CalRow]:
+    with open(path, encoding="utf-8") as f:
+        raw = list(csv.DictReader(f, delimiter="\t"))
+    rows: list[CalRow] = []
+    conv = os.path.join(REPO_ROOT, "grader", "reference", "part2", "conv2d.py")
+    part1 = os.path.join(REPO_ROOT, "grader", "reference", "part1", "kernels.py")
+    for r in raw:
+        rid = r["id"].strip()
+        if rid.startswith(("t1-", "t2-")):
+            row = _vector_row(r)
+            if row is not None:
+                rows.append(row)
+        elif rid == "doc-mm-bf16-trn1":
+            rows.append(CalRow(rid, "trn1", "matmul_fully_optimized", {}, _matmul_inputs(8192, 4096, 8192, "bfloat16"),
+                               float(r["measured_us"]), "total_time", None, "training", "trn1:matmul_bf16",
+                               "lhsT[8192,4096] rhs[8192,8192] bf16", r.get("notes", "")))
+        elif rid == "doc-mm-fp32-trn2":
+            rows.append(CalRow(rid, "trn2", "matmul_blocked_fp32", {}, _matmul_inputs(8192, 4096, 8192, "float32"),
+                               float(r["measured_us"]), "total_time", None, "training", "trn2:matmul_fp32",
+                               "lhsT[8192,4096] rhs[8192,8192] fp32", r.get("notes", "")))
+        elif rid.startswith("ref-conv-224") and rid != "ref-conv-224-trn1":
+            dt = "float16" if rid.endswith("fp16") else "float32"
+            rows.append(CalRow(rid, "trn2", f"ref:{conv}:fused_conv2d_maxpool", {"pool_size": 1},
+                               _conv_inputs(224, 224, dt), float(r["measured_us"]), "nc_latency", None,
+                               "reference threshold", f"trn2:conv224:{dt}", f"224x224 {dt} pool=1"))
+        elif rid.startswith("ref-conv-32x16"):
+            dt = "float16" if rid.endswith("fp16") else "float32"
+            rows.append(CalRow(rid, "trn2", f"ref:{conv}:fused_conv2d_maxpool", {"pool_size": 1},
+                               _conv_inputs(32, 16, dt), float(r["measured_us"]), "nc_latency", None,
+                               "reference threshold", f"trn2:conv32:{dt}", f"32x16 {dt} pool=1"))
+        elif rid == "ref-conv-224-trn1":
+            for dt, val in (("float32", 4300.0), ("float16", 1300.0)):
+                rows.append(CalRow(f"{rid}-{'fp32' if dt == 'float32' else 'fp16'}", "trn1",
+                                   f"ref:{conv}:fused_conv2d_maxpool", {"pool_size": 1}, _conv_inputs(224, 224, dt),
+                                   val, "nc_latency", None, "reference threshold", f"trn1:conv224:{dt}",
+                                   f"224x224 {dt} pool=1 (2024 pass threshold)"))
+        elif rid == "ref-transpose-4096":
+            rows.append(CalRow(rid, "trn2", f"ref:{part1}:matrix_transpose", {},
+                               lambda: (np.empty((4096, 4096), dtype=np.float32),), float(r["measured_us"]),
+                               "nc_latency", None, "reference threshold", "trn2:transpose", "4096x4096 fp32"))
+    return rows
