@@ -35,6 +35,16 @@ submission:
 	tar -czf asst4.tar.gz.tmp $(SUBMISSION_FILES) && mv asst4.tar.gz.tmp asst4.tar.gz
 	@echo "Wrote asst4.tar.gz:"; tar -tzf asst4.tar.gz
 
+# Grades your own work exactly as Gradescope does (sandboxed, nkisim, trn2): a table of tests and points,
+# reports in grader-results/.  Extra options: make grade GRADE_ARGS="--only 'part1.*'".
+GRADE_ARGS ?=
+grade: setup
+	$(PY) -m grader grade . --out grader-results $(GRADE_ARGS)
+
+# autograder.zip for Gradescope (setup.sh + run_autograder + the project with nkisim and the grader).
+gradescope: setup
+	$(PY) -m grader gradescope --out autograder.zip
+
 # The student repository (release/asst4-trainium/ and release/asst4-trainium.tar.gz) without staff files.
 release:
 	$(PYTHON) tools/release.py --out release

@@ -133,8 +133,11 @@ def _publish(staging: Path, final: Path) -> None:
         os.replace(staging, final)
 
 
-def grade_one(job: GradeJob) -> JobResult:
-    """Grade (or reuse) one submission; safe to run in any process or on any machine sharing the paths."""
+def grade_one(job: GradeJob, grade: Callable[[Submission, GradeConfig], GradeRecord] | None = None) -> JobResult:
+    """Grade (or reuse) one submission; safe to run in any process or on any machine sharing the paths.
+
+    ``grade`` replaces the in-process grading step (ray_executor ships the files to a remote task with it).
+    """
     from grader.pipeline import error_record, grade_loaded
 
     t0 = time.perf_counter()
@@ -165,7 +168,7 @@ def grade_one(job: GradeJob) -> JobResult:
     ):
         return JobResult.from_record(stored, "skipped", str(final), time.perf_counter() - t0)
     try:
-        record: GradeRecord = grade_loaded(sub, job.config)
+        record: GradeRecord = (grade or grade_loaded)(sub, job.config)
     except Exception as exc:  # noqa: BLE001
         record = error_record(
             job.submission,
@@ -442,7 +445,7 @@ def run_batch(
     ex = get_executor(executor, jobs, **(executor_options or {}))
     bar = Progress(len(job_list), enabled=progress)
     if hasattr(ex, "on_retry"):  # executors that retry infrastructure failures report each retry live
-        ex.on_retry = lambda job, why: bar.note("retried", f"{job.student}: {why}")
+        ex.on_retry = lambda job, why: bar.note("retried", f"{job.student} ({why[:100]})")
     results: list[JobResult] = []
     t0 = time.perf_counter()
     log = out / "batch.jsonl"
@@ -468,8 +471,8 @@ def _prefetch_thresholds(config: GradeConfig) -> None:
     from grader.rubric import load_rubric
 
     rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
-    if not any(t.kind == "performance" for t in rubric.tests):
-        return
+    if not any(t.kind == "performance" and t.thresholds.get("source") != "fixed" for t in rubric.tests):
+        return  # fixed targets need no reference timings
     backend = resolve_backend(config.backend)
     if backend == "nkisim":
         thresholds.reference_timings(backend, config.target)

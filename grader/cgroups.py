@@ -83,7 +83,7 @@ class PidsCgroup:
                 time.sleep(0.02)
 
 
-def join(procs_file: str) -> None:
-    """Called in the forked child (preexec): move this process into the cgroup before exec."""
+def join_pid(procs_file: str, pid: int) -> None:
+    """Move process ``pid`` into the cgroup (its later children are born inside it)."""
     with open(procs_file, "w") as fh:
-        fh.write(str(os.getpid()))
+        fh.write(str(pid))

@@ -156,8 +156,14 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
 _CAP_V3 = 0x20080522
-_MOUNT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
-                "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME}
+_MOUNT_FLAGS = {
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": MS_NOATIME,
+    "nodiratime": MS_NODIRATIME,
+    "relatime": MS_RELATIME,
+}
 
 
 def _unescape(path: str) -> str:
@@ -224,8 +230,11 @@ def _drop_privileges(uid: int | None, gid: int | None) -> list[str]:
             _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
         class Data(ctypes.Structure):
-            _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                        ("inheritable", ctypes.c_uint32)]
+            _fields_ = [
+                ("effective", ctypes.c_uint32),
+                ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32),
+            ]
 
         data = (Data * 2)()
         if libc.capset(ctypes.byref(Header(_CAP_V3, 0)), data) == 0:
@@ -233,6 +242,28 @@ def _drop_privileges(uid: int | None, gid: int | None) -> list[str]:
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
         features.append("no-new-privs")
     return features
+
+
+def _confine(job: dict) -> None:
+    """Join the run's pids cgroup and apply its rlimits to this process (before any student code exists)."""
+    import resource
+
+    if job.get("cgroup"):
+        try:
+            with open(job["cgroup"], "w") as fh:
+                fh.write(str(os.getpid()))
+        except OSError:
+            pass
+    for name, (soft, hard) in (job.get("rlimits") or {}).items():
+        which = getattr(resource, name, None)
+        if which is None:
+            continue
+        try:
+            cur_soft, cur_hard = resource.getrlimit(which)
+            hard = min(hard, cur_hard) if cur_hard != resource.RLIM_INFINITY else hard
+            resource.setrlimit(which, (min(soft, hard), hard))
+        except (ValueError, OSError):
+            pass
 
 
 def _atomic_write_bytes(path: str, data: bytes) -> None:
@@ -278,13 +309,16 @@ def _run_nkisim(kernel, args, kwargs, mode: str, target: str):
     return run.outputs, run.trace
 
 
-def _run_neuron(kernel, args, kwargs, mode: str):
-    """Real hardware: outputs from nki.baremetal, latency from nki.benchmark (neuron-bench, out of process)."""
+def _run_neuron(kernel, args, kwargs, mode: str, want_latency: bool):
+    """Real hardware: outputs from nki.baremetal, latency from nki.benchmark (neuron-bench, out of process).
+
+    Untested here (no Trainium): follows the course harness (warmup 5, iters 20, p99 in microseconds).
+    """
     import neuronxcc.nki as nki
 
     outputs = nki.baremetal(kernel)(*args, **kwargs) if mode == "full" else None
     latency = None
-    if mode in ("timing", "full+timing"):
+    if want_latency:
         bench = nki.benchmark(warmup=5, iters=20)(kernel)
         bench(*args, **kwargs)
         latency = float(bench.benchmark_result.nc_latency.get_latency_percentile(99))
@@ -294,6 +328,7 @@ def _run_neuron(kernel, args, kwargs, mode: str):
 def main() -> int:
     job = json.loads(sys.stdin.buffer.read(1 << 20).decode("utf-8"))
     sys.stdin.close()
+    _confine(job)
     sys.path[:0] = [p for p in job.get("sys_path", []) if isinstance(p, str)]
     out_dir = job["out_dir"]
     status: dict = {"ok": False, "stage": "setup"}
@@ -329,7 +364,7 @@ def main() -> int:
             outputs, trace = _run_nkisim(kernel, args, kwargs, job["mode"], job["target"])
             latency = None
         else:
-            outputs, latency = _run_neuron(kernel, args, kwargs, job["mode"])
+            outputs, latency = _run_neuron(kernel, args, kwargs, job["mode"], bool(job.get("want_trace")))
             trace = None
         status["kernel_seconds"] = time.perf_counter() - t0
 

@@ -111,7 +111,10 @@ def _executor_options(args: argparse.Namespace) -> dict:
         raise ValueError("--address only applies to --executor ray")
     if args.retries is not None and args.executor == "serial":
         raise ValueError("--retries applies to --executor local or ray")
+    if args.ship_files and args.executor != "ray":
+        raise ValueError("--ship-files only applies to --executor ray")
     options = {"address": args.address} if args.address else {}
+    options |= {"ship_files": True} if args.ship_files else {}
     return options | ({"retries": args.retries} if args.retries is not None else {})
 
 
@@ -154,6 +157,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     targets = ("trn2", "trn1") if args.target == "all" else (args.target,)
     cache = thresholds.user_cache_file() if args.user_cache else thresholds.PACKAGE_CACHE
     for target in targets:
+        if args.if_missing and thresholds.cached_timings(args.backend, target) is not None:
+            print(f"reference timings for {thresholds.cache_key(args.backend, target)} already cached")
+            continue
         print(f"calibrating {args.backend}/{target} ({thresholds.tool_version()}) -> {cache}")
         t0 = time.perf_counter()
         calibrate(backend=args.backend, target=target, cache_file=cache, verbose=True)
@@ -162,7 +168,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_gradescope(args: argparse.Namespace) -> int:
-    from grader.gradescope import build_autograder_zip
+    from grader.gradescope_build import build_autograder_zip
 
     path = build_autograder_zip(Path(args.out), Path(args.root))
     print(f"wrote {path}")
@@ -219,10 +225,22 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", required=True)
     b.add_argument("--jobs", type=int, default=2, help="submissions graded in parallel")
     b.add_argument("--executor", default="local", help="local (process pool), serial, or ray")
-    b.add_argument("--address", default=None,
-                   help="ray: address of a running cluster (default: $RAY_ADDRESS, else a local one for this run)")
-    b.add_argument("--retries", type=int, default=None,
-                   help="times a job is retried after an infrastructure failure (local default 1, ray 2)")
+    b.add_argument(
+        "--address",
+        default=None,
+        help="ray: address of a running cluster (default: $RAY_ADDRESS, else a local one for this run)",
+    )
+    b.add_argument(
+        "--retries",
+        type=int,
+        default=None,
+        help="times a job is retried after an infrastructure failure (local default 1, ray 2)",
+    )
+    b.add_argument(
+        "--ship-files",
+        action="store_true",
+        help="ray: send submissions to the workers and write results here (nodes without a shared file system)",
+    )
     b.add_argument("--force", action="store_true", help="regrade even when an identical result exists")
     b.add_argument("--quiet", action="store_true")
     _common(b)
@@ -234,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--user-cache", action="store_true", help="write the per-user cache instead of grader/reference_timings.json"
     )
+    c.add_argument("--if-missing", action="store_true", help="only when no cached timings exist for this version")
     c.set_defaults(func=cmd_calibrate)
 
     a = sub.add_parser("annotate", help="GitHub annotations + job summary from a result directory")

@@ -243,14 +243,14 @@ class _Grading:
         res.relaxed_us, res.optimized_us = relaxed, optimized
         verify = self.rubric.verify_performance_outputs
         mode = "full" if verify else "timing"
-        run = self._run(test, inv, mode=mode, want_trace=self.backend == "nkisim")
+        run = self._run(test, inv, mode=mode, want_trace=True)  # nkisim: the trace; neuron: nki.benchmark
         if run.verdict == "ok" and self.backend == "nkisim" and run.trace is None:
             raise GraderError("no instruction trace came back from a timed run (is nkisim.core.traceio installed?)")
         res.cases.append(CaseRecord(0, run.verdict, run.message, run.wall_seconds, run.kernel_seconds))
         if run.verdict != "ok":
             self._failed_run(res, run, 0, 1)
             return
-        if verify and self.backend == "nkisim":
+        if verify:
             expected = self.memo.reference(test.problem, inv, key)
             verdict = judge_output(run.outputs, expected, inv.out_dtype, self.rubric.tolerances)
             if not verdict.passed:

@@ -21,21 +21,36 @@ score) that the next run grades again.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import functools
 import importlib
 import os
+import re
+import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from grader.batch import GradeJob, JobResult, register_executor
+from grader.batch import GradeJob, JobResult, grade_one, register_executor
+
+if TYPE_CHECKING:
+    from grader.records import GradeConfig, GradeRecord
+    from grader.submission import Submission
 
 NEURON_RESOURCE = "neuron_cores"  # ray._private.accelerators.neuron.NeuronAcceleratorManager.get_resource_name()
 VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"  # Neuron runtime: which NeuronCores this process may use
 INSTALL_HINT = 'the ray executor needs Ray, an optional extra: pip install ".[ray]" (or pip install "ray>=2.9,<3")'
 DEFAULT_RETRIES = 2
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # On Linux, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes a new local cluster advertise and bind 127.0.0.1 only
 # (ray._private.services.get_node_ip_address); the private cluster of one run needs no network.
 _LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
+class InfrastructureError(RuntimeError):
+    """Ray could not run a grading task within the allowed retries (never the submission's fault)."""
 
 
 class RayUnavailableError(ValueError):
@@ -91,7 +106,9 @@ def pinned_env(core_ids: Sequence[Any]) -> dict[str, str]:
 
 def describe_failure(exc: BaseException) -> str:
     """One line naming what went wrong in Ray (WorkerCrashedError, NodeDiedError, RayTaskError(...), ...)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    cause = getattr(exc, "cause", None)  # RayTaskError: the exception raised inside the task
+    text = str(cause if isinstance(cause, BaseException) else exc)
+    lines = [line.strip() for line in _ANSI.sub("", text).splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
 
 
@@ -104,18 +121,40 @@ def _absolute(job: GradeJob, backend: str) -> GradeJob:
         workers=1 if backend == "neuron" else config.workers,
         rubric_path=os.path.abspath(config.rubric_path) if config.rubric_path else None,
     )
-    return replace(job, submission=os.path.abspath(job.submission), out_root=os.path.abspath(job.out_root),
-                   config=config)
+    return replace(
+        job, submission=os.path.abspath(job.submission), out_root=os.path.abspath(job.out_root), config=config
+    )
+
+
+def _pin_assigned_core() -> None:
+    import ray
+
+    ids = ray.get_runtime_context().get_accelerator_ids().get(NEURON_RESOURCE, [])
+    os.environ.update(pinned_env(ids))
 
 
 def run_on_worker(fn: Callable[[GradeJob], JobResult], job: GradeJob, pin_core: bool) -> JobResult:
     """Body of one Ray task: pin the assigned NeuronCore (hardware only), then grade exactly as locally."""
     if pin_core:
-        import ray
-
-        ids = ray.get_runtime_context().get_accelerator_ids().get(NEURON_RESOURCE, [])
-        os.environ.update(pinned_env(ids))
+        _pin_assigned_core()
     return fn(job)
+
+
+def grade_on_worker(sub: Submission, config: GradeConfig, rubric: bytes, pin_core: bool) -> GradeRecord:
+    """Body of a ``ship_files`` task: the files and the rubric arrive with the task, the record goes back.
+
+    Nothing is read from or written to a path the driver chose, so the nodes need no shared file system.
+    """
+    from grader.pipeline import grade_loaded
+
+    if pin_core:
+        _pin_assigned_core()
+    with tempfile.TemporaryDirectory(prefix="grader-rubric-") as tmp:
+        rubric_file = Path(tmp) / "rubric.toml"
+        rubric_file.write_bytes(rubric)
+        record = grade_loaded(sub, replace(config, rubric_path=str(rubric_file)))
+    record.config["rubric_path"] = config.rubric_path
+    return record
 
 
 def _import_ray(start_local: bool) -> Any:
@@ -132,17 +171,26 @@ def _import_ray(start_local: bool) -> Any:
 
 
 class RayExecutor:
-    """Grades each job as one Ray task; yields results as tasks finish; retries infrastructure failures."""
+    """Grades each job as one Ray task; yields results as tasks finish; retries infrastructure failures.
+
+    ``ship_files``: for clusters without a shared file system, the driver reads each submission (and the
+    rubric), sends the bytes with the task, and writes the returned record itself; resume checks happen on the
+    driver too.  Otherwise the task calls ``grade_one`` on paths every node sees.
+    """
 
     name = "ray"
 
-    def __init__(self, jobs: int = 2, *, address: str | None = None, retries: int = DEFAULT_RETRIES):
+    def __init__(
+        self, jobs: int = 2, *, address: str | None = None, retries: int = DEFAULT_RETRIES, ship_files: bool = False
+    ):
         if retries < 0:
             raise ValueError(f"--retries must be >= 0, got {retries}")
         self.jobs = max(1, int(jobs))  # CPUs of the local cluster started when there is no address
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.retries = int(retries)
+        self.ship_files = bool(ship_files)
         self.retried = 0
+        self._retry_lock = threading.Lock()
         self.on_retry: Callable[[GradeJob, str], None] | None = None
         self.ray = _import_ray(start_local=self.address is None)
 
@@ -159,42 +207,80 @@ class RayExecutor:
             ray.init(num_cpus=self.jobs, include_dashboard=False, **quiet)
         return True
 
-    def _cluster_neuron_cores(self) -> float:
-        return float(self.ray.cluster_resources().get(NEURON_RESOURCE, 0.0))
+    def _live_nodes(self) -> list[dict[str, float]]:
+        return [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
 
     def _check_feasible(self, res: TaskResources) -> None:
         """A task no node can ever run would wait forever: refuse up front with the reason."""
-        nodes = [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
-        if not any(n.get("CPU", 0) >= res.num_cpus and n.get(NEURON_RESOURCE, 0) >= res.neuron_cores for n in nodes):
+        if not any(
+            n.get("CPU", 0) >= res.num_cpus and n.get(NEURON_RESOURCE, 0) >= res.neuron_cores
+            for n in self._live_nodes()
+        ):
             need = f"{res.num_cpus:g} CPU" + (f" and {res.neuron_cores} {NEURON_RESOURCE}" if res.neuron_cores else "")
             raise ValueError(f"no live node of the Ray cluster has {need} for one grading task")
+
+    def _slots(self, res: TaskResources) -> int:
+        """How many such tasks the cluster runs at once."""
+        per_node = [
+            min(
+                n.get("CPU", 0) // res.num_cpus,
+                n.get(NEURON_RESOURCE, 0) // res.neuron_cores if res.neuron_cores else float("inf"),
+            )
+            for n in self._live_nodes()
+        ]
+        return max(1, int(sum(per_node)))
+
+    def _retry(self, job: GradeJob, why: str) -> None:
+        with self._retry_lock:  # ship_files retries from driver threads
+            self.retried += 1
+            if self.on_retry:
+                self.on_retry(job, why)
+
+    @staticmethod
+    def _gave_up(attempts: int, why: str) -> str:
+        return f"infrastructure failure, not the submission's fault, after {attempts} attempt(s) on Ray: {why}"
 
     # ------------------------------------------------------------------------------------------- batch ----
     def map_unordered(self, fn: Callable[[GradeJob], JobResult], jobs: list[GradeJob]) -> Iterator[JobResult]:
         if not jobs:
             return
-        ray = self.ray
         started = self._connect()
-        pending: dict[Any, tuple[GradeJob, GradeJob, int]] = {}  # ref -> (job as given, job as sent, attempt)
         try:
-            cores = self._cluster_neuron_cores()
+            cores = float(self.ray.cluster_resources().get(NEURON_RESOURCE, 0.0))
             backends = {job.config.backend: choose_backend(job.config.backend, cores) for job in jobs}
-            remote = ray.remote(run_on_worker)
-            options: dict[str, dict[str, Any]] = {}
+            resources: dict[str, TaskResources] = {}
             for job in jobs:
-                key = backends[job.config.backend]
-                if key not in options:
-                    res = task_resources(key, job.config.workers if key == "nkisim" else 1)
-                    self._check_feasible(res)
-                    # max_retries=0: the driver retries (see the module docstring) so it can count and report.
-                    options[key] = {**res.ray_options(), "max_retries": 0, "retry_exceptions": False}
+                backend = backends[job.config.backend]
+                if backend not in resources:
+                    resources[backend] = task_resources(backend, job.config.workers if backend == "nkisim" else 1)
+                    self._check_feasible(resources[backend])
+            # max_retries=0: the driver retries (see the module docstring) so that it can count and report.
+            options = {
+                b: {**r.ray_options(), "max_retries": 0, "retry_exceptions": False} for b, r in resources.items()
+            }
+            if self.ship_files:
+                if fn is not grade_one:
+                    raise ValueError("ship_files grades with grader.batch.grade_one only")
+                slots = sum(self._slots(r) for r in resources.values())
+                yield from self._run_shipped(jobs, backends, options, slots)
+            else:
+                yield from self._run_shared(fn, jobs, backends, options)
+        finally:
+            if started:
+                self.ray.shutdown()
 
-            def submit(original: GradeJob, sent: GradeJob, attempt: int) -> None:
-                backend = sent.config.backend
-                ref = remote.options(name=f"grade:{sent.student}", **options[backend]).remote(
-                    fn, sent, backend == "neuron")
-                pending[ref] = (original, sent, attempt)
+    def _run_shared(self, fn, jobs, backends, options) -> Iterator[JobResult]:
+        """One task per job running ``fn`` (grade_one) on the shared paths; the task publishes the result."""
+        ray = self.ray
+        remote = ray.remote(run_on_worker)
+        pending: dict[Any, tuple[GradeJob, GradeJob, int]] = {}  # ref -> (job as given, job as sent, attempt)
 
+        def submit(original: GradeJob, sent: GradeJob, attempt: int) -> None:
+            backend = sent.config.backend
+            ref = remote.options(name=f"grade:{sent.student}", **options[backend]).remote(fn, sent, backend == "neuron")
+            pending[ref] = (original, sent, attempt)
+
+        try:
             for job in jobs:
                 submit(job, _absolute(job, backends[job.config.backend]), 0)
             while pending:
@@ -206,26 +292,76 @@ class RayExecutor:
                     except Exception as exc:  # noqa: BLE001 - everything Ray raises here is infrastructure
                         why = describe_failure(exc)
                         if attempt < self.retries:
-                            self.retried += 1
-                            if self.on_retry:
-                                self.on_retry(original, why)
+                            self._retry(original, why)
                             submit(original, sent, attempt + 1)
-                            continue
-                        yield JobResult(
-                            original.student, original.submission, "error",
-                            error=f"infrastructure failure, not the submission's fault, after {attempt + 1} "
-                                  f"attempt(s) on Ray: {why}",
-                        )
+                        else:
+                            yield JobResult(
+                                original.student, original.submission, "error", error=self._gave_up(attempt + 1, why)
+                            )
                         continue
                     yield result
         finally:
-            for ref in pending:  # interrupted (Ctrl-C, consumer stopped): leave nothing running
+            _cancel(ray, list(pending))  # interrupted (Ctrl-C, consumer stopped): leave nothing running
+
+    def _run_shipped(self, jobs, backends, options, slots: int) -> Iterator[JobResult]:
+        """grade_one on the driver (read, resume check, publish) with the grading step sent to a Ray task."""
+        from grader.rubric import DEFAULT_RUBRIC
+
+        ray = self.ray
+        remote = ray.remote(grade_on_worker)
+        closing = threading.Event()
+        lock = threading.Lock()
+        inflight: set[Any] = set()
+        rubric_bytes: dict[str | None, bytes] = {}
+
+        def grade_remotely(job: GradeJob, sub: Submission, config: GradeConfig) -> GradeRecord:
+            backend = config.backend
+            why = ""
+            for attempt in range(self.retries + 1):
+                if attempt:
+                    self._retry(job, why)
+                ref = remote.options(name=f"grade:{sub.student}", **options[backend]).remote(
+                    sub, config, rubric_bytes[config.rubric_path], backend == "neuron"
+                )
+                with lock:
+                    inflight.add(ref)
                 try:
-                    ray.cancel(ref, force=True)
-                except Exception:  # noqa: BLE001 - best effort; the task may have finished meanwhile
-                    pass
-            if started:
-                ray.shutdown()
+                    return ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - everything Ray raises here is infrastructure
+                    if closing.is_set():
+                        raise
+                    why = describe_failure(exc)
+                finally:
+                    with lock:
+                        inflight.discard(ref)
+            raise InfrastructureError(self._gave_up(self.retries + 1, why))
+
+        sent_jobs = []
+        for job in jobs:
+            backend = backends[job.config.backend]
+            config = replace(job.config, backend=backend, workers=1 if backend == "neuron" else job.config.workers)
+            if config.rubric_path not in rubric_bytes:
+                rubric_bytes[config.rubric_path] = Path(config.rubric_path or DEFAULT_RUBRIC).read_bytes()
+            sent_jobs.append(replace(job, config=config))
+        # Driver threads only read files, wait on Ray and write results: enough of them to keep every slot busy.
+        pool = cf.ThreadPoolExecutor(max_workers=min(len(jobs), 2 * slots + 2), thread_name_prefix="ray-ship")
+        try:
+            futures = {pool.submit(grade_one, job, functools.partial(grade_remotely, job)): job for job in sent_jobs}
+            for fut in cf.as_completed(futures):
+                yield fut.result()
+        finally:
+            closing.set()
+            with lock:
+                _cancel(ray, list(inflight))
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _cancel(ray: Any, refs: list[Any]) -> None:
+    for ref in refs:
+        try:
+            ray.cancel(ref, force=True)
+        except Exception:  # noqa: BLE001 - best effort; the task may have finished meanwhile
+            pass
 
 
 register_executor("ray", RayExecutor)

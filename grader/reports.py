@@ -216,8 +216,8 @@ TABLE_HEADERS = ["test", "status", "points", "latency us", "target us (full / 90
 def text_table(record: GradeRecord) -> str:
     body = tabulate(table_rows(record), headers=TABLE_HEADERS, tablefmt="simple")
     total = (
-        f"Total: {_fmt_points(record.score)} / {_fmt_points(record.base_points)} points "
-        f"(+{_fmt_points(record.max_score - record.base_points)} extra credit possible)   "
+        f"Total: {_fmt_points(record.score)} points (out of {_fmt_points(record.base_points)}, plus up to "
+        f"{_fmt_points(record.max_score - record.base_points)} extra credit)   "
         f"backend {record.backend}, target {record.target}, seed {record.seed}, {record.seconds:.1f} s"
     )
     lines = [body, "", total]

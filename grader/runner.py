@@ -160,9 +160,11 @@ def run_case(
             "gid": iso.gid,
         }
         env = {"NEURON_PLATFORM_TARGET_OVERRIDE": target, "NKISIM_TARGET": target}
+        if os.environ.get("NEURON_RT_VISIBLE_CORES"):  # the NeuronCore a Ray task was given (ray_executor.py)
+            env["NEURON_RT_VISIBLE_CORES"] = os.environ["NEURON_RT_VISIBLE_CORES"]
         proc: ProcessResult = run_sandboxed(
             [sys.executable, "-I", "-B", CHILD_SCRIPT],
-            stdin_bytes=json.dumps(job).encode(),
+            stdin_bytes=lambda context: json.dumps({**job, **context}).encode(),
             cwd=str(work),
             limits=limits,
             timeout_s=timeout_s,
@@ -170,7 +172,7 @@ def run_case(
             isolation=iso,
             child_drops_privileges=True,
         )
-        return _collect(proc, out_dir, inv, module_file.name, limits, timeout_s, want_trace)
+        return _collect(proc, out_dir, inv, module_file.name, limits, timeout_s, want_trace and backend == "nkisim")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -195,6 +197,9 @@ def _collect(
         return CaseRun(
             "crashed", f"the kernel process {how} before reporting a result (os._exit, crash or kill?)", **base
         )
+    jail = status.get("jail")
+    if isinstance(jail, list):
+        base["features"] = tuple(proc.features) + tuple(str(x) for x in jail[:10])
     if not status.get("ok"):
         etype = str(status.get("error_type", "Error"))
         err = str(status.get("error", ""))[:4000]
@@ -214,9 +219,6 @@ def _collect(
         if where:
             msg += "\n" + where
         return CaseRun("error", msg, **base)
-    jail = status.get("jail")
-    if isinstance(jail, list):
-        base["features"] = tuple(proc.features) + tuple(str(x) for x in jail)
     run = CaseRun("ok", **base)
     run.kernel_seconds = status.get("kernel_seconds") if isinstance(status.get("kernel_seconds"), float) else None
     if isinstance(status.get("hardware_p99_us"), float):

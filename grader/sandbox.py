@@ -14,11 +14,9 @@ Output is drained through a pipe and only the tail is kept, so a printing loop c
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import pwd
-import resource
 import shutil
 import signal
 import subprocess
@@ -26,13 +24,14 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from grader import cgroups
 from grader.rubric import Limits
 
 OUTPUT_TAIL_BYTES = 64 * 1024
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,7 @@ def detect_isolation() -> Isolation:
         if uid is not None and not _probe(_as_user(unshare_argv, uid, gid, [sys.executable, "-c", "pass"])):
             uid = gid = None
     features = ["process-group", "rlimits", "scrubbed-env"]
-    if sys.platform.startswith("linux"):
+    if shutil.which("setpriv") and sys.platform.startswith("linux"):
         features.append("pdeathsig")
     if unshare_argv:
         features += ["mount-namespace", "network-namespace", "pid-namespace"]
@@ -124,35 +123,45 @@ def _processes_of(uid: int) -> int:
     return count
 
 
-def _preexec(
-    limits: Limits, cpu_seconds: int, nproc: int, setuid: tuple[int, int] | None, cgroup_procs: str | None
-) -> None:
-    """Runs in the forked child before exec: set limits while still privileged enough to do so."""
-    if cgroup_procs:
-        cgroups.join(cgroup_procs)
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except Exception:  # noqa: BLE001 - best effort, the timeout still applies
-            pass
+def limit_args(limits: Limits, cpu_seconds: int, nproc: int) -> list[str]:
+    """``prlimit`` options for the run (util-linux), applied before anything else is exec'd.
+
+    No preexec_fn: running Python between fork and exec in a multi-threaded grader (BLAS threads, the
+    per-submission thread pool) can deadlock on locks held by other threads at fork time.
+    """
     mib = 1024 * 1024
-    settings = [
-        (resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5)),
-        (resource.RLIMIT_AS, (limits.address_space_mib * mib, limits.address_space_mib * mib)),
-        (resource.RLIMIT_FSIZE, (limits.file_size_mib * mib, limits.file_size_mib * mib)),
-        (resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files)),
-        (resource.RLIMIT_CORE, (0, 0)),
-        (resource.RLIMIT_NPROC, (nproc, nproc)),
+    return [
+        f"--cpu={cpu_seconds}:{cpu_seconds + 5}",
+        f"--as={limits.address_space_mib * mib}",
+        f"--fsize={limits.file_size_mib * mib}",
+        f"--nofile={limits.open_files}",
+        "--core=0",
+        f"--nproc={nproc}",
     ]
-    for which, value in settings:
-        try:
-            resource.setrlimit(which, value)
-        except (ValueError, OSError):
-            pass
-    if setuid is not None:
-        os.setgroups([])
-        os.setgid(setuid[1])
-        os.setuid(setuid[0])
+
+
+def rlimit_table(limits: Limits, cpu_seconds: int, nproc: int) -> dict[str, list[int]]:
+    """The same limits for grader/child.py to set on itself (when prlimit is missing, and to be sure)."""
+    mib = 1024 * 1024
+    return {
+        "RLIMIT_CPU": [cpu_seconds, cpu_seconds + 5],
+        "RLIMIT_AS": [limits.address_space_mib * mib] * 2,
+        "RLIMIT_FSIZE": [limits.file_size_mib * mib] * 2,
+        "RLIMIT_NOFILE": [limits.open_files] * 2,
+        "RLIMIT_CORE": [0, 0],
+        "RLIMIT_NPROC": [nproc, nproc],
+    }
+
+
+def _wrappers(cpu_seconds: int, limits: Limits, nproc: int) -> list[str]:
+    argv: list[str] = []
+    setpriv = shutil.which("setpriv")
+    if setpriv and sys.platform.startswith("linux"):
+        argv += [setpriv, "--pdeathsig", "KILL", "--"]
+    prlimit = shutil.which("prlimit")
+    if prlimit:
+        argv += [prlimit, *limit_args(limits, cpu_seconds, nproc), "--"]
+    return argv
 
 
 def scrubbed_env(home: str, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -201,7 +210,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def run_sandboxed(
     python_argv: list[str],
     *,
-    stdin_bytes: bytes,
+    stdin_bytes: bytes | Callable[[dict[str, Any]], bytes],
     cwd: str,
     limits: Limits,
     timeout_s: float,
@@ -212,19 +221,20 @@ def run_sandboxed(
     """Run ``python_argv`` (a Python command line) under every available layer; never raises for child misbehaviour."""
     iso = isolation or detect_isolation()
     cpu_seconds = int(timeout_s) + limits.cpu_seconds_slack
-    setuid = None
-    if iso.uid is not None and iso.unshare_argv and not child_drops_privileges:
-        # unshare needs root to create the namespaces; it switches to the unprivileged uid inside them.
-        argv = [*iso.unshare_argv, "--setuid", str(iso.uid), "--setgid", str(iso.gid), *python_argv]
-    else:
-        argv = [*iso.unshare_argv, *python_argv]
-        if iso.uid is not None and not (iso.unshare_argv and child_drops_privileges):
-            setuid = (iso.uid, iso.gid)
     run_uid = iso.uid if iso.uid is not None else os.geteuid()
     nproc = limits.processes
     if iso.uid is None:
         # Not a dedicated uid: the user's other processes count against the same limit.
         nproc += _processes_of(run_uid)
+    popen_user: dict[str, Any] = {}
+    if iso.uid is not None and iso.unshare_argv and not child_drops_privileges:
+        # unshare needs root to create the namespaces; it switches to the unprivileged uid inside them.
+        inner = [*iso.unshare_argv, "--setuid", str(iso.uid), "--setgid", str(iso.gid), *python_argv]
+    else:
+        inner = [*iso.unshare_argv, *python_argv]
+        if iso.uid is not None and not (iso.unshare_argv and child_drops_privileges):
+            popen_user = {"user": iso.uid, "group": iso.gid, "extra_groups": []}
+    argv = [*_wrappers(cpu_seconds, limits, nproc), *inner]
     group = cgroups.PidsCgroup.create(limits.processes) if "pids-cgroup" in iso.features else None
     started = time.perf_counter()
     proc = subprocess.Popen(
@@ -235,12 +245,27 @@ def run_sandboxed(
         cwd=cwd,
         env=scrubbed_env(cwd, env_extra),
         start_new_session=True,
-        preexec_fn=functools.partial(_preexec, limits, cpu_seconds, nproc, setuid, group.procs_file if group else None),
         close_fds=True,
+        **popen_user,
     )
+    if group is not None:
+        # The wrappers exec in place, so this catches the run before anything forks; grader/child.py joins
+        # again itself (job["cgroup"]) before it reads its job, which closes the remaining window.
+        try:
+            cgroups.join_pid(group.procs_file, proc.pid)
+        except OSError:
+            pass
     tail: deque[bytes] = deque()
     reader = threading.Thread(target=_drain, args=(proc.stdout, tail, [0]), daemon=True)
     reader.start()
+    if callable(stdin_bytes):
+        # The child also applies the run's limits and cgroup to itself before touching its job.
+        stdin_bytes = stdin_bytes(
+            {
+                "cgroup": group.procs_file if group is not None else None,
+                "rlimits": rlimit_table(limits, cpu_seconds, nproc),
+            }
+        )
     try:
         proc.stdin.write(stdin_bytes)
         proc.stdin.close()

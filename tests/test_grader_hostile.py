@@ -8,13 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
+from grader_helpers import FAST_RUBRIC, HOSTILE, check_reports
 
 from grader.pipeline import grade_submission
 from grader.records import GradeConfig
 from grader.rubric import load_rubric
 from grader.sandbox import detect_isolation
-
-from grader_helpers import FAST_RUBRIC, HOSTILE, check_reports
 
 # name -> (allowed statuses of part1.transpose, expected total score)
 SCREEN_ON: dict[str, tuple[set[str], float]] = {
@@ -24,7 +23,7 @@ SCREEN_ON: dict[str, tuple[set[str], float]] = {
     "wrong_dtype": ({"failed"}, 0),
     "nan_output": ({"failed"}, 0),
     "infinite_loop": ({"timeout"}, 0),
-    "memory_bomb": ({"error"}, 0),
+    "memory_bomb": ({"error"}, 0),  # MemoryError under RLIMIT_AS: "ran out of memory"
     "fork_bomb": ({"rejected"}, 0),
     "fork_bomb_escape": ({"rejected"}, 0),
     "sys_exit": ({"error"}, 0),
@@ -68,7 +67,7 @@ SCREEN_OFF: dict[str, set[str]] = {
     "frame_walk": {"error"},
 }
 
-TIMEOUT_SCALE = 0.3  # 6 s per case instead of 20: the infinite loops end sooner
+TIMEOUT_SCALE = 0.5  # 10 s per case instead of 20: the infinite loops end sooner
 
 
 def _grade(name: str, tmp_path: Path, screen: bool):
@@ -126,8 +125,10 @@ def test_writes_outside_the_work_dir_never_land(tmp_path):
     assert not os.path.exists(target) and not os.path.exists(target + ".npy")
 
 
-@pytest.mark.skipif("read-only-fs" not in os.environ.get("GRADER_EXPECT", "read-only-fs")
-                    or not detect_isolation().unshare_argv, reason="needs mount namespaces")
+@pytest.mark.skipif(
+    "read-only-fs" not in os.environ.get("GRADER_EXPECT", "read-only-fs") or not detect_isolation().unshare_argv,
+    reason="needs mount namespaces",
+)
 def test_os_level_write_outside_is_blocked(tmp_path):
     target = "/tmp/asst4-hostile-write_outside_escape"
     if os.path.exists(target):

@@ -131,12 +131,12 @@ def test_unsupported_memory():
     with raises_rule("err_unsupported_memory", "operand 'dst' of 'store'"):
         run(store_to_sbuf, _z((4, 4)))
 
-    def matmul_into_sbuf(a, b):
-        res = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
-        res[...] = nisa.nc_matmul(nl.load(a), nl.load(b))
+    def matmul_into_hbm(a, b):
+        res = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.hbm)
+        res[...] = nisa.nc_matmul(nl.load(a), nl.load(b))  # would need a DMA out of PSUM
 
-    with raises_rule("err_unsupported_memory", "operand 'dst' of 'nc_matmul'", "'psum'"):
-        run(matmul_into_sbuf, _z((128, 128)), _z((128, 64)))
+    with raises_rule("err_unsupported_memory", "operand 'dst' of 'nc_matmul'", "'psum|sbuf'", "'hbm'"):
+        run(matmul_into_hbm, _z((128, 128)), _z((128, 64)))
 
 
 def test_gpsimd_cannot_touch_psum():
@@ -288,6 +288,10 @@ def test_activation_bias_and_scale_types():
     with raises_rule("err_activation_scale_invalid_type", "scale must be a float32 scalar", "got float16[128, 1]"):
         run(lambda a, b: nisa.activation(nl.exp, nl.load(a), scale=nl.load(b)), _z((128, 8)),
             _z((128, 1), np.float16))
+    run(lambda a: nisa.activation(nl.exp, nl.load(a), bias=0.5), _z((128, 8)))  # immediate bias: trn2 only
+    with raises_rule("err_activation_bias_invalid_type", "immediates need NeuronCore-v3"):
+        run_kernel(lambda a: nisa.activation(nl.exp, nl.load(a), bias=0.5) and None, (_z((128, 8)),),
+                   target="trn1")
 
 
 def test_engine_op_support(monkeypatch):

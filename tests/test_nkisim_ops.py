@@ -20,6 +20,7 @@ BF16 = ml_dtypes.bfloat16
 F16, F32 = np.float16, np.float32
 FLOATS = [F32, F16, BF16]
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True)
+PER_OP = settings(max_examples=8, deadline=None, derandomize=True)  # parametrized per op: every op is exercised
 
 
 def run(kernel, *args, **kwargs):
@@ -79,9 +80,9 @@ PROMOTE = {
 }
 
 
-@SETTINGS
-@given(op=st.sampled_from(sorted(BINARY)), p=st.integers(1, 128), f=st.integers(1, 48),
-       da=st.sampled_from(FLOATS), db=st.sampled_from(FLOATS))
+@pytest.mark.parametrize("op", sorted(BINARY))
+@PER_OP
+@given(p=st.integers(1, 128), f=st.integers(1, 48), da=st.sampled_from(FLOATS), db=st.sampled_from(FLOATS))
 def test_nl_binary_tile_tile(op, p, f, da, db):
     nki_fn, np_fn = BINARY[op]
     a, b = _rand((p, f), da, seed=1), _rand((p, f), db, seed=2)
@@ -91,9 +92,10 @@ def test_nl_binary_tile_tile(op, p, f, da, db):
     np.testing.assert_array_equal(out, np_fn(_f32(a), _f32(b)).astype(want_dt))
 
 
-@SETTINGS
-@given(op=st.sampled_from(sorted(BINARY)), p=st.integers(1, 128), f=st.integers(1, 48),
-       dt=st.sampled_from(FLOATS), scalar=st.floats(0.25, 4.0, width=32), left=st.booleans())
+@pytest.mark.parametrize("op", sorted(BINARY))
+@PER_OP
+@given(p=st.integers(1, 128), f=st.integers(1, 48), dt=st.sampled_from(FLOATS),
+       scalar=st.floats(0.25, 4.0, width=32), left=st.booleans())
 def test_nl_binary_tile_python_float(op, p, f, dt, scalar, left):
     """A Python float is weakly typed as fp32: fp16/bf16 tile (op) float -> fp32 (NKI, unlike NumPy 2)."""
     nki_fn, np_fn = BINARY[op]
@@ -149,6 +151,15 @@ def test_integer_promotion():
     a32 = np.arange(6, dtype=np.int32).reshape(2, 3)
     out = run(_binary_kernel, a32, a32.astype(np.uint32), fn=nl.add)
     assert out.dtype == np.float32
+
+
+def test_fp8_promotion():
+    """(float8_e4m3, float8_e5m2) -> bfloat16 (NKI Type Promotion), computed in fp32 and rounded once."""
+    a = np.array([[1.5, 2.0, -0.75]], dtype=nl.float8_e4m3)
+    b = np.array([[0.25, 3.0, 0.125]], dtype=nl.float8_e5m2)
+    out = run(_binary_kernel, a, b, fn=nl.add)
+    assert out.dtype == BF16
+    np.testing.assert_array_equal(out, (_f32(a) + _f32(b)).astype(BF16))
 
 
 def test_float_int_promotion_and_typed_scalar():
@@ -216,11 +227,19 @@ UNARY = {
     "floor": (nl.floor, np.floor, (-3, 3)),
     "ceil": (nl.ceil, np.ceil, (-3, 3)),
     "trunc": (nl.trunc, np.trunc, (-3, 3)),
+    "identity": (nl.identity, lambda x: x, (-3, 3)),
+    "gelu_apprx_sigmoid": (nl.gelu_apprx_sigmoid, lambda x: x / (1 + np.exp(-1.702 * x)), (-3, 3)),
+    # derivatives: d/dx erf = 2/sqrt(pi) exp(-x^2); d/dx gelu = Phi(x) + x phi(x); d/dx silu = s (1 + x (1 - s))
+    "erf_dx": (nl.erf_dx, lambda x: 2 / np.sqrt(np.pi) * np.exp(-x * x), (-2, 2)),
+    "gelu_dx": (nl.gelu_dx, lambda x: 0.5 * (1 + np.vectorize(__import__("math").erf)(x / np.sqrt(2)))
+                + x * np.exp(-x * x / 2) / np.sqrt(2 * np.pi), (-3, 3)),
+    "silu_dx": (nl.silu_dx, lambda x: (1 / (1 + np.exp(-x))) * (1 + x * (1 - 1 / (1 + np.exp(-x)))), (-3, 3)),
 }
 
 
-@SETTINGS
-@given(op=st.sampled_from(sorted(UNARY)), p=st.integers(1, 128), f=st.integers(1, 32), dt=st.sampled_from(FLOATS))
+@pytest.mark.parametrize("op", sorted(UNARY))
+@PER_OP
+@given(p=st.integers(1, 128), f=st.integers(1, 32), dt=st.sampled_from(FLOATS))
 def test_nl_unary(op, p, f, dt):
     nki_fn, ref_fn, (lo, hi) = UNARY[op]
     a = _rand((p, f), dt, lo, hi, seed=7)
@@ -242,9 +261,10 @@ REDUCE = {"max": (nl.max, np.max), "min": (nl.min, np.min), "sum": (nl.sum, np.s
           "mean": (nl.mean, np.mean)}
 
 
-@SETTINGS
-@given(op=st.sampled_from(sorted(REDUCE)), p=st.integers(1, 128), shape=st.lists(st.integers(1, 6), min_size=1,
-       max_size=3), data=st.data(), keepdims=st.booleans())
+@pytest.mark.parametrize("op", sorted(REDUCE))
+@PER_OP
+@given(p=st.integers(1, 128), shape=st.lists(st.integers(1, 6), min_size=1, max_size=3), data=st.data(),
+       keepdims=st.booleans())
 def test_nl_reductions(op, p, shape, data, keepdims):
     nki_fn, np_fn = REDUCE[op]
     full = (p, *shape)
@@ -301,9 +321,9 @@ def test_tensor_reduce_psum_input_and_dtype():
 # tensor_tensor / tensor_scalar / tensor_copy / activation
 
 
-@SETTINGS
-@given(p=st.integers(1, 128), f=st.integers(1, 64), da=st.sampled_from(FLOATS), db=st.sampled_from(FLOATS),
-       op=st.sampled_from([nl.add, nl.subtract, nl.multiply, nl.maximum, np.add, np.multiply, np.subtract]))
+@pytest.mark.parametrize("op", [nl.add, nl.subtract, nl.multiply, nl.maximum, np.add, np.multiply, np.subtract])
+@PER_OP
+@given(p=st.integers(1, 128), f=st.integers(1, 64), da=st.sampled_from(FLOATS), db=st.sampled_from(FLOATS))
 def test_nisa_tensor_tensor(p, f, da, db, op):
     a, b = _rand((p, f), da, seed=12), _rand((p, f), db, seed=13)
     out = run(lambda x, y: _store(nisa.tensor_tensor(nl.load(x), nl.load(y), op=op)), a, b)
@@ -575,3 +595,57 @@ def test_broadcast_to(form):
         return _store(r)
 
     np.testing.assert_array_equal(run(k, b), np.broadcast_to(b, (128, 50)))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# composite nl ops
+
+
+def test_nl_where():
+    c = (np.arange(64 * 8).reshape(64, 8) % 3 == 0).astype(np.uint8)
+    x, y = _rand((64, 8), F32, seed=40), _rand((64, 8), F32, seed=41)
+    out = run(lambda cc, xx, yy: _store(nl.where(nl.load(cc), nl.load(xx), nl.load(yy))), c, x, y)
+    np.testing.assert_array_equal(out, np.where(c.astype(bool), x, y))
+
+
+@pytest.mark.parametrize("dt", [F32, F16])
+def test_nl_softmax(dt):
+    x = _rand((64, 100), dt, -4, 4, seed=42)
+    out = run(lambda a: _store(nl.softmax(nl.load(a), axis=1)), x)
+    xf = x.astype(np.float64)
+    e = np.exp(xf - xf.max(axis=1, keepdims=True))
+    ref = e / e.sum(axis=1, keepdims=True)
+    assert out.dtype == dt
+    np.testing.assert_allclose(_f32(out), ref, rtol=2e-6 if dt == F32 else 2 ** -10, atol=1e-7)
+
+
+def test_nl_rms_norm():
+    x = _rand((32, 48), F32, -2, 2, seed=43)
+    w = _rand((1, 48), F32, 0.5, 1.5, seed=44)
+    out = run(lambda a, ww: _store(nl.rms_norm(nl.load(a), nl.load(ww), axis=1, n=48)), x, w)
+    xf = x.astype(np.float64)
+    ref = xf * w / np.sqrt((xf ** 2).mean(axis=1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(out, ref, rtol=1e-5)
+
+
+def test_nl_dropout_statistics():
+    x = _rand((128, 512), F32, 1, 2, seed=45)
+    out = run(lambda a: _store(nl.dropout(nl.load(a), 0.25)), x)
+    dropped = out == 0
+    assert 0.22 < dropped.mean() < 0.28
+    np.testing.assert_allclose(out[~dropped], x[~dropped] / 0.75, rtol=1e-6)
+
+
+def test_empty_like_and_expand_dims():
+    x = _rand((16, 8), F16, seed=46)
+
+    def k(a):
+        t = nl.load(a)
+        e = nl.empty_like(t)
+        e[...] = t
+        return _store(nl.expand_dims(e, 1)), _store(t.expand_dims(2))
+
+    o1, o2 = run(k, x)
+    assert o1.shape == (16, 1, 8) and o2.shape == (16, 8, 1) and o1.dtype == F16
+    np.testing.assert_array_equal(o1[:, 0], x)
+    np.testing.assert_array_equal(o2[..., 0], x)

@@ -330,6 +330,15 @@ def test_sbuf_exactly_full_passes_one_more_byte_fails(monkeypatch, target, usabl
         run_kernel(_sbuf_tile_kernel(usable + 1), ())
 
 
+def test_target_argument_overrides_environment(monkeypatch):
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+    run_kernel(_sbuf_tile_kernel(180224), (), target="trn1")
+    with raises_rule("nkisim_sbuf_capacity", "on trn1", "capacity 180224"):
+        run_kernel(_sbuf_tile_kernel(180225), (), target="gen2")  # AWS's alias for NeuronCore-v2
+    with pytest.raises(ValueError, match="unknown Neuron target"):
+        run_kernel(_sbuf_tile_kernel(8), (), target="trn9")
+
+
 def test_sbuf_capacity_names_largest_tiles():
     def k():
         a = nl.ndarray((128, 60 * 1024), dtype=nl.float16, buffer=nl.sbuf, name="a_big")
@@ -1008,3 +1017,138 @@ def test_psum_accumulation_groups_in_block_and_3d_psum_tiles():
     ref = x.T.astype(np.float64) @ y
     for i, factor in enumerate((1, 2, 1, 2)):
         np.testing.assert_allclose(out[i], factor * ref, rtol=1e-6)
+
+
+def test_kernel_must_return_device_tensors():
+    with pytest.raises(TypeError, match="kernel returned a ndarray"):
+        run(lambda a: np.zeros((4, 4), np.float32), A)
+    with pytest.raises(TypeError, match="on-chip tensor"):
+        run(lambda a: nl.load(a), A)
+
+
+def test_indexed_sbuf_accumulate_is_one_vector_add():
+    def k(a):
+        acc = nl.zeros((128, 64), nl.float32)
+        x = nl.load(a)
+        acc[:, 0:32] += x[:, 0:32]
+        acc += x
+        return _store(acc)
+
+    run_ = run_kernel(k, (A,))
+    ref = A.copy()
+    ref[:, :32] *= 2
+    np.testing.assert_array_equal(run_.outputs, ref)
+    assert [i.op for i in run_.trace if i.engine.name != "DMA"] == ["memset", "tensor_tensor", "tensor_tensor"]
+
+
+def test_tensor_engine_result_assigned_into_sbuf_is_an_implicit_copy():
+    """``w_sbuf[i] = nisa.nc_transpose(x)`` (kernels that passed on hardware do this): TensorE writes PSUM, then
+    a copy moves the result into the SBUF slot; ``sbuf += nc_matmul`` is a PSUM result added on VectorE."""
+    a = (np.arange(128 * 128, dtype=np.float32).reshape(128, 128) % 17) / 17
+
+    def k(x):
+        w = nl.ndarray((2, nl.par_dim(128), 128), dtype=nl.float16, buffer=nl.sbuf)
+        t = nl.load(x)
+        w[1] = nisa.nc_transpose(t)
+        acc = nl.zeros((128, 128), nl.float32)
+        acc[...] = nisa.nc_matmul(t, t)
+        acc += nisa.nc_matmul(t, t)
+        return _store(w[1]), _store(acc)
+
+    run_ = run_kernel(k, (a,))
+    wt, acc = run_.outputs
+    np.testing.assert_array_equal(wt, a.T.astype(np.float16))
+    np.testing.assert_allclose(acc, 2 * (a.T.astype(np.float64) @ a), rtol=1e-6)
+    ops = [(i.op, i.dsts[0].region.buf.name) for i in run_.trace if i.engine.name != "DMA"]
+    assert ops == [("nc_transpose", "PSUM"), ("tensor_copy", "SBUF"), ("memset", "SBUF"), ("nc_matmul", "PSUM"),
+                   ("tensor_copy", "SBUF"), ("nc_matmul", "PSUM"), ("tensor_tensor", "SBUF")]
+
+
+def test_assigning_a_result_into_hbm_stores_it():
+    """``out[...] = r`` behaves the same whether or not another instruction ran after ``r`` was computed."""
+    def k(a):
+        t = nl.load(a)
+        out1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.hbm)
+        out2 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.hbm)
+        r = nl.exp(t)
+        out1[...] = r  # r is the last result
+        r2 = nl.exp(t)
+        nl.exp(t)
+        out2[...] = r2  # r2 is not
+        return out1, out2
+
+    run_ = run_kernel(k, (A,))
+    for o in run_.outputs:
+        np.testing.assert_allclose(o, np.exp(A), rtol=1e-6)
+    assert [i.op for i in run_.trace] == ["dma_copy", "activation", "dma_copy", "activation", "activation",
+                                          "dma_copy"]
+
+
+def test_hbm_cannot_be_pickled_or_copied():
+    import copy
+    import pickle
+
+    for action in (pickle.dumps, copy.copy, copy.deepcopy, lambda a: a.__getstate__()):
+        def k(a, action=action):
+            action(a)
+
+        with raises_rule("nkisim_hbm_opaque", "pickling or copying"):
+            run(k, A)
+
+
+def test_matmul_accumulates_onto_psum_written_by_other_instructions():
+    """Only never-written PSUM is overwritten by the first matmul; data put there by a memset, a copy or a
+    transpose is accumulated onto."""
+    x, y = np.ones((128, 128), np.float32), np.ones((128, 64), np.float32)
+
+    def k(xh, yh):
+        xt, yt = nl.load(xh), nl.load(yh)
+        p1 = nl.full((128, 64), 1.0, nl.float32, buffer=nl.psum)
+        p1 += nisa.nc_matmul(xt, yt)
+        p2 = nl.ndarray((128, 64), nl.float32, buffer=nl.psum)
+        p2[...] = nl.copy(yt)
+        p2 += nisa.nc_matmul(xt, yt)
+        p3 = nl.ndarray((128, 64), nl.float32, buffer=nl.psum)
+        p3[...] = 2.0
+        p3 += nisa.nc_matmul(xt, yt)
+        p4 = nl.ndarray((128, 128), nl.float32, buffer=nl.psum)
+        p4[...] = nisa.nc_transpose(xt)
+        p4 += nisa.nc_matmul(xt, xt)
+        return tuple(_store(nl.copy(p)) for p in (p1, p2, p3, p4))
+
+    outs = run(k, x, y)
+    for o, want in zip(outs, (129.0, 129.0, 130.0, 129.0)):
+        assert (o == want).all(), (o[0, 0], want)
+
+
+def test_instructions_record_the_kernel_statement():
+    import inspect
+
+    def k(a):
+        t = nl.load(a)
+        r = nl.exp(t)
+        return _store(r)
+
+    first = inspect.getsourcelines(k)[1]
+    run_ = run_kernel(k, (A,))
+    here = "test_nkisim_semantics.py"
+    assert [i.where for i in run_.trace][:2] == [f"{here}:{first + 1}", f"{here}:{first + 2}"]
+    assert run_.trace.instrs[-1].where.startswith(here)  # the store inside the _store helper
+
+
+def test_masked_3d_mgrid_gather_with_scalar_indices():
+    """2024 conv pattern: X[b, k*128 + i_par, h0 + i_row, i_col] with a mask for the ragged last row block."""
+    x = np.random.default_rng(7).random((2, 256, 10, 6), dtype=np.float32)
+
+    def k(xh):
+        out = nl.ndarray(xh.shape, dtype=xh.dtype, buffer=nl.hbm)
+        i_par, i_row, i_col = nl.mgrid[0:128, 0:4, 0:6]
+        for b in nl.affine_range(2):
+            for kk in nl.affine_range(2):
+                for h0 in nl.affine_range(3):
+                    m = (h0 * 4 + i_row < 10)
+                    t = nl.load(xh[b, kk * 128 + i_par, h0 * 4 + i_row, i_col], mask=m)
+                    nl.store(out[b, kk * 128 + i_par, h0 * 4 + i_row, i_col], value=t, mask=m)
+        return out
+
+    np.testing.assert_array_equal(run(k, x), x)

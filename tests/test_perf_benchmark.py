@@ -46,14 +46,15 @@ def test_matmul_kernels_are_correct_and_timing_equal(K):
     import ml_dtypes
 
     rng = np.random.default_rng(2)
-    lhsT = rng.random((1024, 2048), dtype=np.float32)
-    rhs = rng.random((1024, 1024), dtype=np.float32)
-    run = run_kernel(K.matmul_blocked_fp32, (lhsT, rhs), {}, mode="full", target="trn2")
+    blocks = {"TILES_IN_BLOCK_M": 2, "TILES_IN_BLOCK_N": 1, "TILES_IN_BLOCK_K": 2}
+    lhsT = rng.random((512, 512), dtype=np.float32)  # K=512 (2 K blocks), M=512 (2 M blocks)
+    rhs = rng.random((512, 1024), dtype=np.float32)  # N=1024 (2 N blocks)
+    run = run_kernel(K.matmul_blocked_fp32, (lhsT, rhs), blocks, mode="full", target="trn2")
     assert np.allclose(run.outputs, lhsT.T @ rhs, rtol=1e-4)
-    t = run_kernel(K.matmul_blocked_fp32, (lhsT, rhs), {}, mode="timing", target="trn2")
+    t = run_kernel(K.matmul_blocked_fp32, (lhsT, rhs), blocks, mode="timing", target="trn2")
     assert estimate(t.trace).total_us == estimate(run.trace).total_us
     lb, rb = lhsT.astype(ml_dtypes.bfloat16), rhs.astype(ml_dtypes.bfloat16)
-    run = run_kernel(K.matmul_fully_optimized, (lb, rb), {"TILES_IN_BLOCK_M": 8}, mode="full", target="trn1")
+    run = run_kernel(K.matmul_fully_optimized, (lb, rb), blocks, mode="full", target="trn1")
     ref = lb.astype(np.float32).T @ rb.astype(np.float32)
     assert np.allclose(np.asarray(run.outputs, dtype=np.float32), ref, rtol=3e-2)
     rep = estimate(run.trace)

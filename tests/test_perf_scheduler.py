@@ -180,3 +180,48 @@ def test_critical_path_ends_at_last_instruction():
     ops = [c[1] for c in rep.critical_path]
     assert ops == ["dma_copy", "tensor_tensor", "dma_copy"]
     assert rep.dma_count == 2 and rep.dma_bytes == 2 * 128 * 512 * 4
+
+
+from hypothesis import Phase, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from nkisim.core.instr import Buf  # noqa: E402
+
+_OPS = ["dma_copy", "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_scalar", "tensor_copy", "tensor_reduce",
+        "activation", "memset", "iota", "mystery_op"]
+
+
+@st.composite
+def _random_trace(draw):
+    tb = TraceBuilder(draw(st.sampled_from(["trn1", "trn2"])))
+    n = draw(st.integers(1, 40))
+    for _ in range(n):
+        op = draw(st.sampled_from(_OPS))
+        eng = Engine.DMA if op == "dma_copy" else draw(st.sampled_from(
+            [Engine.TENSOR, Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD, Engine.SYNC, Engine.UNKNOWN]))
+
+        def opnd():
+            buf = draw(st.sampled_from([Buf.HBM, Buf.SBUF, Buf.PSUM]))
+            parts = draw(st.integers(1, 128))
+            return tb.operand(buf, draw(st.integers(1, 4)), parts, draw(st.integers(1, 4096)),
+                              draw(st.sampled_from(["float32", "bfloat16", "float16", "int32"])),
+                              p_lo=0 if buf == Buf.HBM else draw(st.integers(0, 128 - parts)),
+                              b_lo=draw(st.integers(0, 4096)), stride_elems=draw(st.integers(1, 4)))
+
+        srcs = [opnd() for _ in range(draw(st.integers(0, 2)))]
+        dsts = [opnd() for _ in range(draw(st.integers(0, 1)))]
+        attrs = draw(st.sampled_from([{}, {"K": "x"}, {"bytes": -5}, {"accumulate": True, "N": 3.5},
+                                      {"func": "exp"}, {"alu": "add"}]))
+        tb.emit(op, eng, srcs, dsts, **attrs)
+    return tb.trace
+
+
+@settings(max_examples=60, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+@given(_random_trace())
+def test_estimate_total_on_arbitrary_traces(trace):
+    rep = estimate(trace)
+    assert rep.total_us >= rep.makespan_us >= 0
+    for ins in trace.instrs:
+        assert 0 <= ins.start_ns <= ins.end_ns <= rep.makespan_us * 1000 + 1e-6
+    assert all(0 <= u for u in rep.engine_util.values())
+    assert rep.critical_path and rep.critical_path[-1][0] == max(trace.instrs, key=lambda i: i.end_ns).seq

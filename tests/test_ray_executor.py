@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -23,7 +24,6 @@ from hypothesis import strategies as st
 
 from grader import cli
 from grader.batch import GradeJob, JobResult, grade_one, run_batch
-from grader.records import GradeConfig
 from grader.ray_executor import (
     INSTALL_HINT,
     NEURON_RESOURCE,
@@ -33,9 +33,12 @@ from grader.ray_executor import (
     TaskResources,
     choose_backend,
     describe_failure,
+    grade_on_worker,
     pinned_env,
     task_resources,
 )
+from grader.records import GradeConfig
+from grader.submission import load_submission
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_PART1 = REPO / "grader" / "reference" / "part1" / "kernels.py"
@@ -166,6 +169,12 @@ def test_failure_description_is_one_line() -> None:
     assert describe_failure(exc) == "RuntimeError: worker died"
     assert describe_failure(KeyError()) == "KeyError"
 
+    class FakeRayTaskError(Exception):  # like ray.exceptions.RayTaskError: colored header, the cause attached
+        cause = OSError("disk full")
+
+    assert describe_failure(FakeRayTaskError("\x1b[36mray::grade:x()\x1b[39m (pid=1)\nTraceback")) == (
+        "FakeRayTaskError: disk full")
+
 
 def test_missing_ray_gives_the_install_command(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` raise ImportError
@@ -179,10 +188,26 @@ def test_missing_ray_gives_the_install_command(tmp_path: Path, monkeypatch, caps
     assert INSTALL_HINT in capsys.readouterr().err
 
 
+def test_shipped_task_needs_no_path_of_the_driver(tmp_path: Path) -> None:
+    """--ship-files: the task grades from the bytes it was sent, even when the driver's paths do not exist."""
+    _good(tmp_path / "subs", "alice")
+    config = _config(tmp_path)
+    sub = load_submission(str(tmp_path / "subs" / "alice"), "alice")
+    rubric = Path(config.rubric_path).read_bytes()
+    shutil.rmtree(tmp_path / "subs")
+    Path(config.rubric_path).unlink()
+    record = grade_on_worker(sub, config, rubric, False)
+    assert (record.status, record.score, record.student) == ("graded", 12, "alice")
+    assert record.config["rubric_path"] == config.rubric_path and record.submission == sub.path
+
+
 def test_address_is_refused_for_the_local_executor(tmp_path: Path, capsys) -> None:
     code = cli.main(["batch", str(tmp_path), "--out", str(tmp_path / "out"), "--address", "10.0.0.1:6379"])
     assert code == cli.EXIT_USAGE
     assert "--address only applies to --executor ray" in capsys.readouterr().err
+    code = cli.main(["batch", str(tmp_path), "--out", str(tmp_path / "out"), "--ship-files"])
+    assert code == cli.EXIT_USAGE
+    assert "--ship-files only applies to --executor ray" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------- with a cluster ----
@@ -254,6 +279,11 @@ def test_ray_batch_matches_the_local_executor(ray_cluster, stub_batch: Path, tmp
     assert [overview[i] for i in same] == [local_overview[i] for i in same]
     assert not (ray_out / ".staging").exists()
 
+    # --ship-files: the driver reads the submissions and writes the results; same grades.
+    shipped_out = tmp_path / "shipped"
+    assert cli.main([*args[:3], str(shipped_out), *args[4:], "--ship-files", "--quiet"]) == cli.EXIT_OK
+    assert _gradebook(shipped_out / "gradebook.csv") == book
+
     # Resume: a second run reuses every result instead of grading again.
     again = run_batch(stub_batch, ray_out, config, executor="ray", progress=False)
     assert sorted(r.status for r in again) == ["skipped"] * 5
@@ -277,7 +307,9 @@ def _kill_task_when_it_starts(title: str, killed: list[int], stop: threading.Eve
 
 @pytest.mark.ray
 @pytest.mark.xdist_group("ray")
-def test_task_killed_mid_run_is_retried_and_published_once(ray_cluster, tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("ship_files", [False, True], ids=["shared-fs", "ship-files"])
+def test_task_killed_mid_run_is_retried_and_published_once(ray_cluster, tmp_path: Path, capsys,
+                                                           ship_files: bool) -> None:
     subs, out = tmp_path / "subs", tmp_path / "out"
     for name in ("alice", "bob"):
         _good(subs, name)
@@ -286,13 +318,14 @@ def test_task_killed_mid_run_is_retried_and_published_once(ray_cluster, tmp_path
     killer = threading.Thread(target=_kill_task_when_it_starts, args=("grade:alice", killed, stop), daemon=True)
     killer.start()
     try:
-        results = run_batch(subs, out, _config(tmp_path), executor="ray", progress=True)
+        results = run_batch(subs, out, _config(tmp_path), executor="ray", progress=True,
+                            executor_options={"ship_files": ship_files})
     finally:
         stop.set()
         killer.join(5)
     err = capsys.readouterr().err
     assert len(killed) == 1, "the test never saw alice's grading task running"
-    assert "retried=1" in err and "alice: retried" in err and "WorkerCrashedError" in err
+    assert "retried=1" in err and "alice (WorkerCrashedError" in err
     by_student = {r.student: r for r in results}
     assert {s: (r.status, r.score) for s, r in by_student.items()} == {"alice": ("graded", 12), "bob": ("graded", 12)}
     (result_dir,) = (out / "alice").iterdir()  # exactly one content-addressed directory, complete

@@ -59,7 +59,7 @@ def candidate_files(repo: Path) -> list[str]:
         files = [f for f in out.split("\0") if f]
     except (OSError, ValueError, subprocess.CalledProcessError):
         files = [str(p.relative_to(repo)) for p in repo.rglob("*") if p.is_file()]
-    return sorted(f for f in files if (repo / f).is_file())
+    return sorted(f for f in files if (repo / f).is_file() or (repo / f).is_symlink())
 
 
 def exclude_patterns(repo: Path) -> list[str]:
@@ -83,8 +83,11 @@ def release_files(repo: Path) -> list[str]:
 
 
 def check_no_staff_content(root: Path, files: list[str]) -> None:
+    """Symlinks are released as links (never dereferenced), so only regular files are read."""
     leaked = []
     for rel in files:
+        if (root / rel).is_symlink():
+            continue
         try:
             if STAFF_MARKER in (root / rel).read_text(errors="ignore"):
                 leaked.append(rel)
@@ -104,7 +107,7 @@ def build(out_dir: Path, repo: Path = REPO) -> tuple[Path, Path]:
     for rel in files:
         dst = staging / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(repo / rel, dst)
+        shutil.copy2(repo / rel, dst, follow_symlinks=False)
     shutil.rmtree(tree, ignore_errors=True)
     os.replace(staging, tree)
 
@@ -126,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     except ReleaseError as exc:
         print(f"release: {exc}", file=sys.stderr)
         return 1
-    count = sum(1 for p in tree.rglob("*") if p.is_file())
+    count = sum(1 for p in tree.rglob("*") if p.is_file() or p.is_symlink())
     print(f"Student repository: {tree} ({count} files)")
     print(f"Tarball: {tarball}")
     return 0

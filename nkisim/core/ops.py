@@ -151,11 +151,24 @@ def _retarget(ctx: KernelContext, dst: Tensor, accumulate: bool) -> None:
     if engine == E_DMA:
         need_on_chip(dst, "dma_copy", "dst", (B_HBM, B_SBUF))
     elif op == "nc_matmul" or (op == "nc_transpose" and engine == E_TENSOR):
-        need_on_chip(dst, op, "dst", (B_PSUM,))
+        need_on_chip(dst, op, "dst", (B_PSUM, B_SBUF))
+        if dst._a.buf == B_SBUF:
+            # TensorE only writes PSUM: assigning its result into SBUF (``w_sbuf[i] = nisa.nc_transpose(x)``,
+            # done by kernels that passed on hardware, shared/nki-api.md 2.4) is an implicit PSUM -> SBUF copy.
+            ctx.settle()
+            if accumulate:
+                tensor_tensor(dst, src_tile, "add", dst=dst, nl_style=True)
+            else:
+                tensor_copy(src_tile, dtype=dst.dtype, dst=dst)
+            return
     elif engine == E_GPSIMD and dst._a.buf == B_PSUM:
         fail("nkisim_gpsimd_psum", op=op, operand="dst")
     elif dst._a.buf == B_HBM:
-        fail("err_unsupported_memory", operand="dst", op=op, expected="psum|sbuf", got="hbm")
+        # compute engines cannot write HBM: the result stays in its SBUF tile and a DMA stores it, exactly as
+        # when the same tile is assigned after another instruction (assign() -> dma_copy)
+        ctx.settle()
+        dma_copy(src_tile, dst, via="assign", ctx=ctx)
+        return
     n_dst = math.prod(dst.shape)
     n_src = math.prod(src_tile.shape)
     if n_dst != n_src:
@@ -184,8 +197,14 @@ def _retarget(ctx: KernelContext, dst: Tensor, accumulate: bool) -> None:
         if mask is not None:
             mask = np.broadcast_to(mask, src_tile.shape).reshape(dst.shape)
         write(dst, execute.cast(vals, dst.dtype), mask)
-        if dst._a.buf == B_PSUM and op == "nc_transpose":
-            _acc_view(dst)[...] = True
+        _mark_written(dst)
+
+
+def _mark_written(t: Tensor) -> None:
+    """A PSUM region written by a non-matmul instruction holds data: a later ``+=`` matmul accumulates onto it
+    instead of starting a fresh accumulation group (only never-written PSUM is overwritten by the first matmul)."""
+    if t._a.acc is not None and t._ix is None:
+        _acc_view(t)[...] = True
 
 
 def _acc_view(t: Tensor) -> np.ndarray:
@@ -533,6 +552,7 @@ def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = E_UNKNO
     if dst is not None:
         if values is not None:
             write(out, execute.cast(np.asarray(values), out.dtype), m)
+            _mark_written(out)
         return out
     return finish(ctx, ins, out, values, m)
 
@@ -647,6 +667,7 @@ def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: 
     if dst is not None:
         if values is not None:
             write(out, execute.cast(np.asarray(values), out.dtype), m)
+            _mark_written(out)
         return out
     return finish(ctx, ins, out, values, m)
 
@@ -795,6 +816,7 @@ def memset_into(ctx: KernelContext, dst: Tensor, value, engine: Engine = E_VECTO
     if ctx.full:
         write(dst, execute.cast(np.asarray(value, dtype=F32 if dtypes.is_float(dst.dtype) else np.int64),
                                 dst.dtype))
+        _mark_written(dst)
     del ins
     return dst
 

@@ -7,6 +7,7 @@ the caller only when ``ctx.full`` is true, so timing-only runs produce the same 
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import weakref
@@ -20,7 +21,10 @@ from nkisim.core.memory import Allocation, MemoryTracker, make_storage
 from nkisim.core.rules import fail
 from nkisim.core.tensor import Tensor, parse_shape
 
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NKISIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Frames in these directories are the emulator itself; the first frame outside them is the kernel statement.
+# (Only core/ and api/: kernels that live elsewhere in the package, e.g. calibration kernels, are user code.)
+_FRONT_END_DIRS = (os.path.join(_NKISIM_DIR, "core") + os.sep, os.path.join(_NKISIM_DIR, "api") + os.sep)
 _STACK: list[KernelContext] = []
 
 
@@ -61,7 +65,7 @@ class KernelContext:
         self.last_result = None
         self.last_values = None
         f = sys._getframe(1)
-        pkg = _PKG_DIR
+        pkg = _FRONT_END_DIRS
         while f is not None and f.f_code.co_filename.startswith(pkg):
             f = f.f_back
         if f is None:
@@ -150,6 +154,13 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
             bytes_pp *= d
     if buffer.direct is not None:
         return buffer.direct.place(ctx, dims, pdim, dt, name, bytes_pp)
+    if kind == B_PSUM:
+        per_tile = bytes_pp
+        for d in dims[:pdim]:
+            per_tile //= max(d, 1)
+        if per_tile > ctx.limits.psum_bank_bytes:
+            fail("nkisim_psum_tile_bank", name=name or "tile", shape=list(dims), nbytes=per_tile,
+                 bank=ctx.limits.psum_bank_bytes)
     if kind == B_SBUF and not provisional:
         if ctx.direct_alloc is True:
             fail("nkisim_direct_alloc", detail="automatic (nl.sbuf) and direct (ncc.sbuf.mod_alloc) allocation "
@@ -229,6 +240,10 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
     kwargs = dict(kwargs or {})
     _STACK.append(ctx)
     old_err = np.seterr(all="ignore")  # NaN poison and fp16 overflow are data, not warnings
+    # The trace holds ~10^5 small objects; cyclic GC passes over them would dominate the run time. Tiles die by
+    # reference counting (capacity tracking relies on that), so the cycle collector is not needed meanwhile.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
     try:
         names = _arg_names(fn, len(args))
         hbm_args = [_wrap_arg(ctx, a, n) for a, n in zip(args, names)]
@@ -238,6 +253,8 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         _check_outputs_written(ctx, ret)
         outputs = _to_numpy(ret) if ctx.full else None
     finally:
+        if gc_was_enabled:
+            gc.enable()
         np.seterr(**old_err)
         _STACK.pop()
         ctx.mem.closed = True

@@ -162,6 +162,12 @@ class Tensor:
     def tolist(self):
         self._opaque("tolist")
 
+    def __reduce_ex__(self, protocol):  # pickle/copy would hand out the backing array
+        self._opaque("pickling or copying")
+
+    def __getstate__(self):
+        self._opaque("pickling or copying")
+
     # ---- indexing ---------------------------------------------------------------------------------------
     def __getitem__(self, idx) -> Tensor:
         if self._ix is not None:
@@ -402,6 +408,22 @@ class Tensor:
 
         return nl.broadcast_to(self, shape=shape)
 
+    def astype(self, dtype) -> Tensor:
+        """Copy into a new tile of ``dtype`` (one VectorE copy instruction)."""
+        from nkisim.core import ops
+
+        return ops.tensor_copy(self, dtype=dtype, op_name="astype")
+
+    def view(self, dtype) -> Tensor:
+        """Reinterpret the bits as ``dtype`` of the same size (no copy)."""
+        from nkisim.core.dtypes import to_dtype
+
+        dt = to_dtype(dtype)
+        if dt.itemsize != self.dtype.itemsize or self._ix is not None:
+            fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=self.shape,
+                 detail=f"view({dt}) needs a basic view and a dtype of the same size as {self.dtype}")
+        return Tensor(self._a, self._v.view(dt), self._pd, off=self._off)
+
     def expand_dims(self, axis: int) -> Tensor:
         shape = list(self.shape)
         shape.insert(axis, 1)
@@ -483,14 +505,15 @@ def _make_operand(t: Tensor) -> Operand:
             if k != pd:
                 fspan += d
         k += 1
-    contig = isz
+    contig = isz  # longest contiguous byte run within one partition (DMA descriptor size)
+    on_chip = a.buf != B_HBM
     k = len(shape)
     while k:
         k -= 1
         n = shape[k]
         if n == 1:
             continue
-        if strides[k] != contig:
+        if strides[k] != contig or (on_chip and k == pd):
             break
         contig *= n
     inner = strides[-1] if shape else isz

@@ -76,6 +76,14 @@ RESOURCE_OF = {
 }
 
 
+def int_attr(attrs: dict, key: str, default: int) -> int:
+    """attrs[key] as a non-negative int, or ``default`` when absent or malformed (traces are untrusted)."""
+    v = attrs.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0 or v > 1 << 50:
+        return int(default)
+    return int(v)
+
+
 def operand_bytes(op: Operand) -> int:
     return int(op.partitions) * int(op.free_elems) * int(op.itemsize)
 
@@ -94,7 +102,7 @@ class CostModel:
     # ---------------------------------------------------------------------------------------------------------
     def compute_cost(self, ins: Instr) -> ComputeCost:
         op = ins.op
-        if op in ("nc_matmul",) or (op == "nc_transpose" and ins.engine == Engine.TENSOR):
+        if ins.srcs and (op == "nc_matmul" or (op == "nc_transpose" and ins.engine == Engine.TENSOR)):
             return self._tensor_cost(ins)
         key = self._key(ins)
         hit = self._memo.get(key)
@@ -126,15 +134,15 @@ class CostModel:
             data = ins.srcs[0]
             # data [P, F] is the stationary, an identity [P, P] the moving: II = max(P, min(64, F)), with the
             # MM_INIT_LATENCY floor of A2 (fact sheet §9 "MM floor")
-            n_moving = int(a.get("P", data.partitions))
-            m_stationary = int(a.get("F", data.free_elems))
+            n_moving = int_attr(a, "P", data.partitions)
+            m_stationary = int_attr(a, "F", data.free_elems)
             dtypes = (data.dtype,)
             transpose = True
         else:
             st = ins.srcs[0]
             mv = ins.srcs[1] if len(ins.srcs) > 1 else ins.srcs[0]
-            n_moving = int(a.get("N", mv.free_elems))
-            m_stationary = int(a.get("M", st.free_elems))
+            n_moving = int_attr(a, "N", mv.free_elems)
+            m_stationary = int_attr(a, "M", st.free_elems)
             dtypes = (st.dtype, mv.dtype)
             transpose = bool(a.get("is_transpose", False))
         cycles = float(max(tc.mm_init_cycles, n_moving))
@@ -158,8 +166,11 @@ class CostModel:
         a = ins.attrs
         srcs, dsts = ins.srcs, ins.dsts
         first = srcs[0] if srcs else (dsts[0] if dsts else None)
-        n = float(first.free_elems) if first is not None else 1.0
         ops = srcs + dsts
+        if first is None:  # no operands (a barrier-like instruction): MIN_II
+            ghz = tc.scalar_ghz if eng == Engine.SCALAR else tc.vector_ghz
+            return ComputeCost(RESOURCE_OF.get(eng, "VectorE"), tc.min_ii_cycles / ghz, 0.0)
+        n = float(first.free_elems)
         any_psum = any(o.region.buf == Buf.PSUM for o in ops)
         all_2b = bool(ops) and all(o.dtype in _TWO_BYTE_FLOATS for o in ops)
         contiguous = all(o.inner_stride_bytes <= o.itemsize for o in ops)
@@ -253,11 +264,8 @@ class CostModel:
                 side = o
                 break
         a = ins.attrs
-        nbytes = a.get("bytes")
-        if nbytes is None:
-            ref = dst if dst is not None else src
-            nbytes = operand_bytes(ref) if ref is not None else 0
-        nbytes = int(nbytes)
+        ref = dst if dst is not None else src
+        nbytes = int_attr(a, "bytes", operand_bytes(ref) if ref is not None else 0)
         # engines: one per group of 8 SBUF partitions (DMA: [4,4096] -> 1 engine, [128,128] -> 16 engines)
         ppe = tc.dma_partitions_per_engine
         if side is not None:

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from nkisim.core.instr import ENGINE_NAMES, Buf, Engine, Instr
 from nkisim.perf.costs import TargetCosts
+from nkisim.perf.model import int_attr
 from nkisim.perf.scheduler import Schedule
 
 COMPUTE_ENGINES = ("TensorE", "VectorE", "ScalarE", "GpSimdE")
@@ -86,13 +87,15 @@ def build_report(
         name = ENGINE_NAMES.get(ins.engine, "Unknown")
         by_engine[name] = by_engine.get(name, 0) + 1
         op = ins.op
-        if op == "nc_matmul":
+        if not ins.srcs:
+            pass
+        elif op == "nc_matmul":
             a = ins.attrs
             st = ins.srcs[0]
             mv = ins.srcs[1] if len(ins.srcs) > 1 else st
-            k = int(a.get("K", st.partitions))
-            m = int(a.get("M", st.free_elems))
-            nn = int(a.get("N", mv.free_elems))
+            k = int_attr(a, "K", st.partitions)
+            m = int_attr(a, "M", st.free_elems)
+            nn = int_attr(a, "N", mv.free_elems)
             f = 2.0 * k * m * nn  # SCH: 2 x active_rows x active_cols x elements
             mm_count += 1
             if a.get("is_transpose"):
@@ -101,12 +104,12 @@ def build_report(
                 mm_flops += f
         elif op == "nc_transpose" and ins.engine == Engine.TENSOR:
             d = ins.srcs[0]
-            p = int(ins.attrs.get("P", d.partitions))
-            fr = int(ins.attrs.get("F", d.free_elems))
+            p = int_attr(ins.attrs, "P", d.partitions)
+            fr = int_attr(ins.attrs, "F", d.free_elems)
             tr_flops += 2.0 * p * fr * p
             mm_count += 1
         elif op == "dma_copy":
-            nb = int(ins.attrs.get("bytes", 0) or 0)
+            nb = int_attr(ins.attrs, "bytes", 0)
             if ins.srcs and ins.srcs[0].region.buf == Buf.HBM:
                 hbm_r += nb
             if ins.dsts and ins.dsts[0].region.buf == Buf.HBM:

@@ -9,4 +9,4 @@ import neuronxcc.nki.language as nl
 def matrix_transpose(a_tensor):
     hog = []
     while True:
-        hog.append(bytearray(256 * 1024 * 1024))
+        hog.append(bytearray(1024 * 1024 * 1024))

@@ -1,0 +1,95 @@
+"""End to end: the staff solution earns its points and the starter files earn none, through the CLI as
+Gradescope and CI call it; the autograder.zip has Gradescope's layout."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from grader_helpers import ROOT, check_reports
+
+from grader.rubric import load_rubric
+
+REFERENCE = ROOT / "grader" / "reference"
+needs_reference = pytest.mark.skipif(
+    not (REFERENCE / "part2" / "conv2d.py").exists(), reason="staff reference not shipped here"
+)
+
+
+def _grade(sub: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "grader", "grade", str(sub), "--out", str(out), *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+
+
+@needs_reference
+@pytest.mark.slow
+def test_reference_small_tests_pass_through_the_cli(tmp_path):
+    only = "part1.transpose,part2.small,part2.ec_fp32,part2.ec_fp16_pool"
+    proc = _grade(REFERENCE, tmp_path, "--only", only)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = check_reports(tmp_path, load_rubric().select(only.split(",")).total_points)
+    assert all(t["status"] == "passed" for t in results["tests"]), results["tests"]
+    assert {e["name"] for e in results["leaderboard"]} >= {
+        "Part 2 extra credit: performance, float32, small images (32x16) (us)"
+    }
+    record = json.loads((tmp_path / "result.json").read_text())
+    assert record["backend"] == "nkisim" and record["target"] == "trn2"
+    assert record["tests"][-1]["latency_us"] > 0 and record["tests"][-1]["mfu"] is not None
+
+
+@needs_reference
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("GRADER_FULL_E2E") != "1",
+    reason="about 3 minutes on 2 cores; set GRADER_FULL_E2E=1 (figures: python -m grader.bench)",
+)
+def test_reference_solution_earns_every_point(tmp_path):
+    proc = _grade(REFERENCE, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = check_reports(tmp_path, load_rubric().total_points)
+    assert results["score"] == load_rubric().total_points, [(t["name"], t["output"]) for t in results["tests"]]
+
+
+def test_starter_files_earn_nothing_and_nothing_crashes(tmp_path):
+    sub = tmp_path / "starter"
+    for rel in ("part1/kernels.py", "part2/conv2d.py"):
+        (sub / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, sub / rel)
+    proc = _grade(sub, tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = check_reports(tmp_path / "out", load_rubric().total_points)
+    assert results["score"] == 0
+    statuses = {t["number"]: t["extra_data"]["status"] for t in results["tests"]}
+    assert statuses["part1.transpose"] == "error" and statuses["part2.small"] == "error"
+    assert statuses["part2.perf_fp32"] == "skipped"
+
+
+def test_gradescope_zip_layout(tmp_path):
+    out = tmp_path / "autograder.zip"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run(
+        [sys.executable, "-m", "grader", "gradescope", "--out", str(out)], env=env, check=True, capture_output=True
+    )
+    with zipfile.ZipFile(out) as zf:
+        names = set(zf.namelist())
+        for script in ("setup.sh", "run_autograder"):
+            info = zf.getinfo(script)
+            assert (info.external_attr >> 16) & stat.S_IXUSR, f"{script} must be executable"
+        run = zf.read("run_autograder").decode()
+    assert {"pyproject.toml", "nkisim/__init__.py", "grader/rubric.toml", "grader/child.py"} <= names
+    assert not any("__pycache__" in n for n in names)
+    assert "/autograder/submission" in run and "--out /autograder/results" in run
+    assert "GRADER_SANDBOX_USER" in run

@@ -1,0 +1,393 @@
+"""Unit tests of the grader's parts: rubric, submission reading, judging, thresholds, reports, CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import xml.etree.ElementTree as ET
+import zipfile
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+from grader_helpers import FAST_RUBRIC, GOOD, HOSTILE, ROOT, SCHEMA, check_reports
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grader import cli, problems, reports, thresholds
+from grader.judge import judge_output
+from grader.pipeline import grade_submission
+from grader import records
+from grader.records import GradeConfig, GradeRecord
+from grader.rubric import RubricError, load_rubric
+from grader.submission import SubmissionError, load_submission, write_tar
+
+# ------------------------------------------------------------------------------------------------ rubric ----
+
+
+def test_course_rubric_matches_the_handout():
+    r = load_rubric()
+    points = {t.id: t.points for t in r.tests}
+    assert points["part1.transpose"] == 10 and points["part1.transpose_ec"] == 1
+    assert sum(points[t] for t in ("part2.small", "part2.large", "part2.bias", "part2.maxpool")) == 10
+    perf = [t for t in r.tests if t.kind == "performance" and t.part == 2 and not t.extra_credit]
+    assert sorted(t.points for t in perf) == [7.5, 7.5, 17.5, 17.5]
+    ec = [t for t in r.tests if t.part == 2 and t.extra_credit]
+    assert len(ec) == 4 and sum(t.points for t in ec) == 5
+    assert r.base_points == 70 and r.total_points == 76
+    assert r.partial_credit == 0.9 and r.threshold_factor == 1.2
+    # every performance test requires the correctness tests of its configuration
+    for t in perf + ec:
+        assert {"part2.small", "part2.large", "part2.bias"} <= set(t.requires)
+        if t.cases[0]["pool"] == 2:
+            assert "part2.maxpool" in t.requires
+
+
+@pytest.mark.parametrize(
+    ("mutation", "needle"),
+    [
+        (lambda s: s.replace('kind = "correctness"', 'kind = "speed"', 1), "kind must be"),
+        (lambda s: s.replace('requires = ["part1.transpose"]', 'requires = ["nope"]'), "unknown test"),
+        (lambda s: s.replace("points = 10", "points = -1"), "points must be"),
+        (lambda s: s + "\n[[test]]\nid = 'part1.transpose'\n", "missing field"),
+        (lambda s: s.replace('source = "fixed", ', 'source = "magic", '), "thresholds.source"),
+        (lambda s: s.replace("[[test]]", "[[test]]\nbogus = 1", 1), "unknown field"),
+        (lambda s: s.replace("[rubric]", "[rubric"), "not valid TOML"),
+    ],
+)
+def test_rubric_errors_name_the_problem(tmp_path, mutation, needle):
+    bad = tmp_path / "rubric.toml"
+    bad.write_text(mutation(Path(FAST_RUBRIC).read_text()))
+    with pytest.raises(RubricError, match=needle):
+        load_rubric(bad)
+
+
+def test_only_selection_keeps_selected_requirements():
+    r = load_rubric().select(["part2.perf_*"])
+    assert {t.id for t in r.tests} == {
+        "part2.perf_fp32",
+        "part2.perf_fp16",
+        "part2.perf_fp32_pool",
+        "part2.perf_fp16_pool",
+    }
+    assert all(t.requires == () for t in r.tests)
+    assert r.sha256 != load_rubric().sha256
+    with pytest.raises(RubricError, match="matches no test"):
+        load_rubric().select(["nothing*"])
+
+
+# ------------------------------------------------------------------------------------------- submission ----
+
+
+def _files(sub):
+    return {k: v for k, v in sub.files.items()}
+
+
+def test_submission_forms_agree(tmp_path):
+    direct = load_submission(GOOD)
+    arch = tmp_path / "asst4.tar.gz"
+    write_tar(GOOD, arch)
+    from_tar = load_submission(arch)
+    # files at the archive root
+    flat = tmp_path / "flat.tar.gz"
+    with tarfile.open(flat, "w:gz") as tar:
+        for name, data in direct.files.items():
+            info = tarfile.TarInfo(Path(name).name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    # nested one folder deep, as a zip
+    z = tmp_path / "sub.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        for name, data in direct.files.items():
+            zf.writestr(f"asst4-main/{name}", data)
+    for other in (from_tar, load_submission(flat), load_submission(z)):
+        assert _files(other) == _files(direct)
+        assert other.content_hash == direct.content_hash
+    assert not direct.problems
+
+
+def test_submission_problems_are_verdicts_not_crashes(tmp_path):
+    (tmp_path / "part1").mkdir()
+    (tmp_path / "part1" / "kernels.py").write_text("x = 1\n")
+    sub = load_submission(tmp_path)
+    assert "part2/conv2d.py" in sub.problems and "part1/kernels.py" in sub.files
+    broken = tmp_path / "broken.tar.gz"
+    broken.write_bytes(b"not a tar file")
+    sub = load_submission(broken)
+    assert not sub.files and "not a readable tar" in sub.problems["part1/kernels.py"]
+    with pytest.raises(SubmissionError):
+        load_submission(tmp_path / "does-not-exist")
+
+
+def test_archive_members_escaping_or_linking_are_ignored(tmp_path):
+    arch = tmp_path / "evil.tar.gz"
+    with tarfile.open(arch, "w:gz") as tar:
+        info = tarfile.TarInfo("part1/kernels.py")
+        info.type = tarfile.SYMTYPE
+        info.linkname = "/work/main/grader/reference/part1/kernels.py"
+        tar.addfile(info)
+        data = b"print('escape')\n"
+        info = tarfile.TarInfo("../../part2/conv2d.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    sub = load_submission(arch)
+    assert sub.files == {}
+    assert not (tmp_path.parent / "part2").exists()
+
+
+def test_symlinked_file_is_not_read(tmp_path):
+    sub = load_submission(HOSTILE / "symlink_reference")
+    assert "part1/kernels.py" not in sub.files
+
+
+def test_gradescope_metadata_names_the_student(tmp_path):
+    sub_dir = tmp_path / "submission"
+    sub_dir.mkdir()
+    for name, data in load_submission(GOOD).files.items():
+        (sub_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (sub_dir / name).write_bytes(data)
+    (tmp_path / "submission_metadata.json").write_text(json.dumps({"users": [{"email": "ada@uni.edu", "name": "A"}]}))
+    assert load_submission(sub_dir).student == "ada@uni.edu"
+
+
+# ------------------------------------------------------------------------------------------------ judge ----
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(-1e6, 1e6, allow_nan=False, width=32), min_size=1, max_size=40),
+    st.floats(0, 1e-2),
+    st.sampled_from([0.0, 1e-7, 1e-5, 1e-3]),
+)
+def test_judge_agrees_with_numpy_allclose(values, noise, rel):
+    expected = np.array(values, dtype=np.float64)
+    got = (expected * (1 + rel) + noise).astype(np.float32)
+    verdict = judge_output([got], expected, np.dtype(np.float32), {"float32": (1e-5, 1e-8)})
+    assert verdict.passed == bool(np.allclose(got.astype(np.float64), expected, rtol=1e-5, atol=1e-8))
+
+
+def test_judge_messages():
+    exp = np.ones((4, 4))
+    f32 = np.dtype(np.float32)
+    assert "shape" in judge_output([np.ones((4, 5), np.float32)], exp, f32, {}).message
+    assert "dtype" in judge_output([np.ones((4, 4), np.float16)], exp, f32, {}).message
+    nan = np.ones((4, 4), np.float32)
+    nan[1, 2] = np.nan
+    assert "NaN" in judge_output([nan], exp, f32, {}).message
+    off = np.ones((4, 4), np.float32)
+    off[3, 1] = 2
+    v = judge_output([off], exp, f32, {})
+    assert not v.passed and "(3, 1)" in v.message and v.mismatches == 1
+    assert "no output" in judge_output([], exp, f32, {}).message
+
+
+def test_conv_reference_matches_a_direct_loop():
+    case = dict(
+        batch=2, in_channels=5, out_channels=3, height=9, width=8, kernel=3, pool=2, bias="random", dtype="float32"
+    )
+    inv = problems.make_invocation("conv2d", case, 3)
+    x, w, b = (a.astype(np.float64) for a in inv.args)
+    direct = np.zeros((2, 3, 7, 6))
+    for n in range(2):
+        for o in range(3):
+            for i in range(7):
+                for j in range(6):
+                    direct[n, o, i, j] = (x[n, :, i : i + 3, j : j + 3] * w[o]).sum() + b[o]
+    pooled = direct[:, :, :6, :6].reshape(2, 3, 3, 2, 3, 2).max(axis=(3, 5))
+    got = problems.reference_output("conv2d", inv)
+    assert got.shape == inv.out_shape == (2, 3, 3, 3)
+    np.testing.assert_allclose(got, pooled, rtol=1e-12)
+    np.testing.assert_allclose(
+        problems.conv2d_float64(inv.args[0], inv.args[1], chunk_rows=2),
+        problems.conv2d_float64(inv.args[0], inv.args[1]),
+        rtol=1e-13,
+    )
+
+
+def test_seeds_are_reproducible_and_content_dependent():
+    a = problems.submission_seed(42, "ab" * 32)
+    assert a == problems.submission_seed(42, "ab" * 32) and a != problems.submission_seed(42, "cd" * 32)
+    case = {"shape": [128, 256], "dtype": "float32"}
+    np.testing.assert_array_equal(
+        problems.make_invocation("transpose", case, 5).args[0], problems.make_invocation("transpose", case, 5).args[0]
+    )
+
+
+# ------------------------------------------------------------------------------------------- thresholds ----
+
+
+def test_neuron_backend_uses_the_published_targets():
+    assert thresholds.conv_thresholds("float32", 224, 1, "neuron") == (4964.0, 4596.0)
+    assert thresholds.conv_thresholds("float16", 224, 2, "neuron") == (1365.0, 1002.0)
+    assert thresholds.conv_thresholds("float32", 32, 1, "neuron") == (110.0, 110.0)
+    assert thresholds.conv_thresholds("float16", 32, 2, "neuron") == (84.0, 84.0)
+    with pytest.raises(ValueError, match="dtype"):
+        thresholds.conv_thresholds("bfloat16", 224, 1, "neuron")
+    with pytest.raises(ValueError, match="image_h"):
+        thresholds.conv_thresholds("float32", 100, 1, "neuron")
+
+
+def test_nkisim_targets_are_ratios_of_cached_reference_timings(monkeypatch, tmp_path):
+    timings = {
+        thresholds.conv_key("float32", 224, 224, 1, "optimized"): 1000.0,
+        thresholds.conv_key("float32", 224, 224, 1, "relaxed"): 1500.0,
+        thresholds.conv_key("float16", 32, 16, 2, "optimized"): 50.0,
+        thresholds.conv_key("float16", 32, 16, 2, "relaxed"): 80.0,
+    }
+    cache = tmp_path / "timings.json"
+    thresholds.write_cache_entry(cache, thresholds.cache_key("nkisim", "trn1"), thresholds.describe_entry(timings))
+    monkeypatch.setattr(thresholds, "PACKAGE_CACHE", cache)
+    thresholds.reference_timings.cache_clear()
+    try:
+        assert thresholds.conv_thresholds("float32", 224, 1, "nkisim", "trn1") == pytest.approx((1800.0, 1200.0))
+        # extra credit: one target, like the course (relaxed == optimized)
+        assert thresholds.conv_thresholds("float16", 32, 2, "nkisim", "trn1") == pytest.approx((60.0, 60.0))
+    finally:
+        thresholds.reference_timings.cache_clear()
+
+
+def test_committed_cache_covers_both_targets_for_this_tool_version():
+    assert thresholds.PACKAGE_CACHE.exists(), "run: python -m grader calibrate"
+    entries = json.loads(thresholds.PACKAGE_CACHE.read_text())["entries"]
+    for target in ("trn2", "trn1"):
+        key = thresholds.cache_key("nkisim", target)
+        if key not in entries:
+            pytest.skip(f"reference timings for {key} not calibrated yet (python -m grader calibrate)")
+        timings = entries[key]["timings_us"]
+        for t in load_rubric().tests:
+            if t.kind == "performance" and t.problem == "conv2d":
+                c = t.cases[0]
+                assert thresholds.conv_key(c["dtype"], c["height"], c["width"], c["pool"], "optimized") in timings
+
+
+# ---------------------------------------------------------------------------------------------- reports ----
+
+
+def _record(tests: list[records.TestResult], status: str = "graded") -> GradeRecord:
+    return GradeRecord(
+        student="s",
+        submission="x",
+        content_hash="0" * 64,
+        rubric_sha256="1" * 64,
+        rubric_title="t",
+        tool_version="v",
+        grader_version="g",
+        backend="nkisim",
+        target="trn2",
+        seed=1,
+        status=status,
+        score=sum(t.score for t in tests),
+        max_score=sum(t.max_score for t in tests),
+        base_points=sum(t.max_score for t in tests if not t.extra_credit),
+        tests=tests,
+        started_at="now",
+        seconds=1.0,
+        isolation=[],
+        python="3",
+        config={},
+    )
+
+
+def _test(i: int, status: str, score: float, max_score: float = 5.0, **kw) -> records.TestResult:
+    return records.TestResult(
+        f"part1.t{i}",
+        f"test {i}",
+        1,
+        "correctness",
+        max_score,
+        False,
+        "visible",
+        ["part1"],
+        score=score,
+        status=status,
+        message=f"message {i}\nsecond line",
+        **kw,
+    )
+
+
+def test_reports_validate_and_stay_small(tmp_path):
+    tests = [
+        _test(i, s, 5 if s == "passed" else 0)
+        for i, s in enumerate(
+            ["passed", "failed", "error", "timeout", "rejected", "missing", "skipped", "grader-error"] * 3
+        )
+    ]
+    tests.append(_test(99, "partial", 4.5, latency_us=12.5, optimized_us=10.0, relaxed_us=15.0))
+    tests[-1].kind = "performance"
+    tests[0].message = "x" * 3_000_000  # a huge message must not blow the summary limit
+    rec = _record(tests)
+    reports.write_all(rec, tmp_path)
+    results = check_reports(tmp_path, rec.max_score)
+    assert results["leaderboard"] == [{"name": "test 99 (us)", "value": 12.5, "order": "asc"}]
+    notes = reports.github_annotations(rec)
+    assert len(notes) <= 10 and notes[-1].startswith("::notice title=Autograder::Points ")
+    assert all("\n" not in n for n in notes)
+    suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
+    assert int(suite.get("failures")) + int(suite.get("errors")) + int(suite.get("skipped")) == len(tests) - 3
+
+
+def test_error_record_is_reported_as_autograder_error(tmp_path):
+    rec = _record([], status="error")
+    rec.error = "boom"
+    reports.write_all(rec, tmp_path)
+    results = json.loads((tmp_path / "results.json").read_text())
+    jsonschema.validate(results, SCHEMA)
+    assert results["output"].startswith("AUTOGRADER ERROR")
+    assert ET.parse(tmp_path / "junit.xml").getroot().find(".//error") is not None
+
+
+# -------------------------------------------------------------------------------------------------- CLI ----
+
+
+def test_cli_exit_codes(tmp_path, capsys):
+    assert cli.main(["grade", str(tmp_path / "missing"), "--rubric", FAST_RUBRIC]) == cli.EXIT_USAGE
+    # a broken rubric is the grader's failure: exit 3, and the reports still say so
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[rubric]\n")
+    code = cli.main(["grade", str(GOOD), "--rubric", str(bad), "--out", str(tmp_path / "o"), "--quiet"])
+    assert code == cli.EXIT_GRADER_ERROR
+    assert json.loads((tmp_path / "o" / "results.json").read_text())["output"].startswith("AUTOGRADER ERROR")
+
+
+def test_cli_grade_good_submission_prints_table_and_github_outputs(tmp_path, capsys, monkeypatch):
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    code = cli.main(
+        [
+            "grade",
+            str(GOOD),
+            "--rubric",
+            FAST_RUBRIC,
+            "--only",
+            "part1.transpose",
+            "--out",
+            str(tmp_path / "o"),
+            "--github",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "part1.transpose" in out and "PASS" in out
+    assert "::notice title=Autograder::Points 10/10" in out
+    assert "Autograder results: 10 / 10" in summary.read_text()
+    check_reports(tmp_path / "o", 10)
+
+
+def test_student_code_never_runs_in_the_grader_process(tmp_path, monkeypatch):
+    """A module-level side effect of the submission must not happen in this process."""
+    sub = tmp_path / "sub"
+    (sub / "part1").mkdir(parents=True)
+    src = (GOOD / "part1" / "kernels.py").read_text() + "\nMARKER = 1\nnp_marker = print('IMPORTED-IN-CHILD')\n"
+    (sub / "part1" / "kernels.py").write_text(src)
+    before = set(os.sys.modules)
+    rec = grade_submission(sub, None, GradeConfig(rubric_path=FAST_RUBRIC, only=("part1.transpose",)))
+    assert rec.score == 10
+    assert not [m for m in set(os.sys.modules) - before if m in ("kernels", "conv2d")]
+
+
+def test_package_data_includes_rubric_and_templates():
+    assert (ROOT / "grader" / "rubric.toml").exists()
+    assert (ROOT / "grader" / "templates" / "github-workflow.yml").exists()

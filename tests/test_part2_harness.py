@@ -1,0 +1,140 @@
+"""part2: the NumPy references, the harness's test definitions and scoring, and the stub's clean failure."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "part2"))
+
+import conv2d_numpy  # noqa: E402
+import test_harness as harness  # noqa: E402
+
+SCORE_LINE = re.compile(r"^(Correctness|Performance|Extra credit|Total) score: ([0-9.]+) / ([0-9.]+)$", re.M)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    batch=st.integers(1, 2), cin=st.integers(1, 4), cout=st.integers(1, 3), k=st.integers(1, 3),
+    extra_h=st.integers(0, 4), extra_w=st.integers(0, 4), pool=st.sampled_from([1, 2]),
+    dtype=st.sampled_from(["float32", "float16"]), seed=st.integers(0, 2**16),
+)
+def test_fast_reference_matches_the_definition(batch, cin, cout, k, extra_h, extra_w, pool, dtype, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.random((batch, cin, k + extra_h, k + extra_w), dtype=np.float32).astype(dtype)
+    W = rng.random((cout, cin, k, k), dtype=np.float32).astype(dtype)
+    bias = rng.random(cout, dtype=np.float32).astype(dtype)
+    slow = conv2d_numpy.maxpool2d_naive(conv2d_numpy.conv2d_naive(X, W, bias), pool)
+    fast = conv2d_numpy.fused_conv2d_maxpool_reference(X, W, bias, pool)
+    assert fast.dtype == np.dtype(dtype) and fast.shape == slow.shape
+    tol = {"rtol": 1e-3, "atol": 1e-3} if dtype == "float16" else {"rtol": 1e-5, "atol": 1e-6}
+    np.testing.assert_allclose(fast.astype(np.float64), slow, **tol)
+
+
+def test_reference_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="input channels"):
+        conv2d_numpy.conv2d(np.zeros((1, 2, 5, 5)), np.zeros((1, 3, 3, 3)))
+    with pytest.raises(ValueError, match="larger than the image"):
+        conv2d_numpy.conv2d(np.zeros((1, 2, 2, 5)), np.zeros((1, 2, 3, 3)))
+    with pytest.raises(ValueError, match="pool_size"):
+        conv2d_numpy.fused_conv2d_maxpool_reference(np.zeros((1, 1, 4, 4)), np.zeros((1, 1, 3, 3)), np.zeros(1), 3)
+
+
+def test_points_follow_the_course():
+    corr = harness.correctness_tests()
+    perf = harness.performance_tests()
+    assert [t.points for t in corr] == [2.5] * 4
+    assert sum(t.points for t in corr if not t.needs_maxpool) == 7.5
+    assert sum(t.points for t in perf if not t.extra_credit) == 50
+    assert sum(t.points for t in perf if not t.extra_credit and not t.needs_maxpool) == 35
+    assert sum(t.points for t in perf if t.extra_credit) == 5
+    for t in perf:
+        c = t.case
+        assert (c.batch, c.in_channels, c.out_channels, c.filter_size) == (1, 256, 256, 3)
+        assert (c.height, c.width) == ((32, 16) if t.extra_credit else (224, 224))
+    small = corr[0].cases
+    assert {(c.in_channels, c.out_channels) for c in small} == {(128, 128), (128, 256), (256, 128), (256, 256)}
+    assert all(c.batch == 4 for t in corr for c in t.cases)
+    assert {c.dtype for t in corr for c in t.cases} == {"float32", "float16"}
+    assert any(c.pool_size == 2 for c in corr[3].cases) and not any(c.pool_size == 2 for c in corr[2].cases)
+
+
+def test_performance_tiers():
+    assert harness.performance_credit(100.0, 200.0, 120.0, 10.0) == 10.0
+    assert harness.performance_credit(120.0, 200.0, 120.0, 10.0) == 10.0
+    assert harness.performance_credit(150.0, 200.0, 120.0, 10.0) == pytest.approx(9.0)
+    assert harness.performance_credit(200.0, 200.0, 120.0, 10.0) == pytest.approx(9.0)
+    assert harness.performance_credit(200.1, 200.0, 120.0, 10.0) == 0.0
+
+
+def test_thresholds_come_from_the_grader_on_nkisim():
+    from grader.thresholds import conv_thresholds
+
+    for dtype, h, pool in [("float32", 224, 1), ("float16", 224, 2), ("float16", 32, 1)]:
+        relaxed, optimized, source = harness.conv_thresholds(dtype, h, pool)
+        assert (relaxed, optimized) == pytest.approx(conv_thresholds(dtype, h, pool, "nkisim", "trn2"))
+        assert relaxed >= optimized > 0
+        assert "nkisim" in source
+
+
+def test_input_bank_is_deterministic_and_shares_the_expensive_convolution():
+    bank = harness.InputBank(seed=7)
+    a = harness.ConvCase(2, 128, 128, 8, 6, random_bias=False)
+    b = harness.ConvCase(2, 128, 128, 8, 6, random_bias=True, pool_size=2)
+    Xa, Wa, ba = bank.inputs(a)
+    Xb, Wb, bb = bank.inputs(b)
+    assert Xa is Xb and Wa is Wb and not ba.any() and bb.any()
+    np.testing.assert_array_equal(harness.InputBank(seed=7).inputs(b)[2], bb)
+    assert not np.array_equal(harness.InputBank(seed=8).inputs(a)[0], Xa)
+    np.testing.assert_allclose(bank.reference(b), conv2d_numpy.fused_conv2d_maxpool_reference(Xb, Wb, bb, 2),
+                               rtol=1e-6)
+    assert len(bank._conv) == 1
+
+
+def test_fp16_comparison_tolerates_rounding_but_not_errors():
+    ref = np.full((2, 2), 600.0, dtype=np.float16)
+    assert harness.outputs_match(ref + np.float16(0.5), ref, "float16")
+    assert not harness.outputs_match(ref + np.float16(16), ref, "float16")
+    assert not harness.outputs_match(ref[:1], ref, "float16")
+    assert not harness.outputs_match(np.full((2, 2), 600.01, np.float32), ref.astype(np.float32), "float32")
+
+
+def test_stub_scores_zero_without_crashing():
+    kernel = harness.load_kernel(REPO / "part2" / "conv2d.py")
+    lines: list[str] = []
+    report = harness.run_harness(kernel, test_maxpool=True, log=lines.append)
+    assert all(not r.passed for r in report.correctness)
+    assert all("NotImplementedError: fused_conv2d_maxpool is not implemented yet" in r.detail
+               for r in report.correctness)
+    assert report.skipped_performance
+    assert "Correctness failed, skipping performance tests." in lines
+    assert report.score("correctness") == (0.0, 10.0)
+    assert report.score("performance") == (0.0, 50.0)
+    assert report.score("extra credit") == (0.0, 5.0)
+
+
+def test_command_line_prints_verdicts_and_score_lines():
+    proc = subprocess.run([sys.executable, str(REPO / "part2" / "test_harness.py")], cwd=REPO / "part2",
+                          capture_output=True, text=True, timeout=300, encoding="utf-8")
+    assert proc.returncode == 0, proc.stderr
+    scores = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in SCORE_LINE.finditer(proc.stdout)}
+    assert scores == {"Correctness": (0.0, 7.5), "Performance": (0.0, 35.0), "Extra credit": (0.0, 2.5),
+                      "Total": (0.0, 42.5)}
+    assert "Backend: nkisim estimate, trn2" in proc.stdout
+    assert proc.stdout.count("FAILED") == 3
+
+
+def test_load_kernel_errors_are_clear(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        harness.load_kernel(tmp_path / "missing.py")
+    (tmp_path / "conv2d.py").write_text("x = 1\n")
+    with pytest.raises(AttributeError, match="does not define fused_conv2d_maxpool"):
+        harness.load_kernel(tmp_path)

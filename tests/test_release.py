@@ -1,0 +1,93 @@
+"""make release / make submission: the student repository has no staff content, keeps what students need,
+and its own part1/part2 tests pass; the submission tarball holds exactly the two kernel files."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+STAFF_REPO = (REPO / "grader" / "reference").is_dir()
+sys.path.insert(0, str(REPO / "tools"))
+import release  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    if not STAFF_REPO:
+        pytest.skip("already a student release (no grader/reference to strip)")
+    out = tmp_path_factory.mktemp("release")
+    tree, tarball = release.build(out)
+    return tree, tarball
+
+
+def test_release_strips_reference_solutions_and_keeps_student_files(built):
+    tree, tarball = built
+    files = {str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file() or p.is_symlink()}
+    assert not any(f.startswith("grader/reference/") for f in files)
+    assert not any(f.startswith("tests/test_reference") for f in files)
+    for needed in ("README.md", "Makefile", "pyproject.toml", "part1/kernels.py", "part1/run_benchmark.py",
+                   "part2/conv2d.py", "part2/conv2d_numpy.py", "part2/test_harness.py", "handouts/handout.md",
+                   "nkisim/__init__.py", "grader/thresholds.py"):
+        assert needed in files, needed
+    for f in files:
+        if not (tree / f).is_symlink():
+            assert release.STAFF_MARKER not in (tree / f).read_text(errors="ignore"), f
+    assert "NotImplementedError" in (tree / "part2" / "conv2d.py").read_text()
+    with tarfile.open(tarball) as tar:
+        names = {n.removeprefix(f"{release.NAME}/") for n in tar.getnames()}
+    assert names == files
+
+
+def test_release_refuses_to_leak_marked_files(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "part2").mkdir(parents=True)
+    (repo / "part2" / "conv2d.py").write_text(f"# {release.STAFF_MARKER}\n")
+    with pytest.raises(release.ReleaseError, match="part2/conv2d.py"):
+        release.build(tmp_path / "out", repo=repo)
+
+
+def test_release_never_dereferences_symlinks(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "grader" / "reference").mkdir(parents=True)
+    (repo / "grader" / "reference" / "sol.py").write_text(f"# {release.STAFF_MARKER}\n")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "link.py").symlink_to("../grader/reference/sol.py")
+    tree, _ = release.build(tmp_path / "out", repo=repo)
+    assert (tree / "tests" / "link.py").is_symlink() and not (tree / "tests" / "link.py").exists()
+
+
+def test_release_exclude_file_is_honoured(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "notes").mkdir(parents=True)
+    (repo / "notes" / "answers.md").write_text("secret\n")
+    (repo / "keep.txt").write_text("ok\n")
+    (repo / ".release-exclude").write_text("# staff notes\nnotes/\n")
+    tree, _ = release.build(tmp_path / "out", repo=repo)
+    assert (tree / "keep.txt").is_file() and not (tree / "notes").exists()
+
+
+def test_release_runs_its_own_part1_and_part2_tests(built):
+    tree, _ = built
+    tests = sorted(str(p.relative_to(tree)) for p in (tree / "tests").glob("test_part[12]*.py"))
+    assert tests
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], cwd=tree,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+@pytest.mark.skipif(shutil.which("make") is None or shutil.which("tar") is None, reason="needs make and tar")
+def test_make_submission_packs_exactly_the_two_files(tmp_path):
+    for rel in ("Makefile", "part1/kernels.py", "part2/conv2d.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, tmp_path / rel)
+    proc = subprocess.run(["make", "-s", "submission"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    with tarfile.open(tmp_path / "asst4.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["part1/kernels.py", "part2/conv2d.py"]
+        assert tar.extractfile("part2/conv2d.py").read() == (REPO / "part2" / "conv2d.py").read_bytes()
