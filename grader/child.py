@@ -26,23 +26,8 @@ import time
 import traceback
 import types
 
-# Modules student code may import (top-level names).  Everything a course kernel needs; nothing that reaches
-# the file system, the process, the interpreter's internals or the grader.
-ALLOWED_IMPORTS = frozenset(
-    {
-        "neuronxcc",
-        "numpy",
-        "math",
-        "functools",
-        "itertools",
-        "operator",
-        "typing",
-        "dataclasses",
-        "enum",
-        "collections",
-        "__future__",
-    }
-)
+# Student code may import numpy, math, typing and the neuronxcc.nki modules (the static screen's list too),
+# and gets them as views without module attributes that lead elsewhere: see _module_allowed and _view.
 # Builtins withheld from student code (I/O, dynamic code, introspection, interpreter control).
 WITHHELD_BUILTINS = frozenset(
     {
@@ -102,42 +87,55 @@ NUMPY_WITHHELD = frozenset(
 )
 NUMPY_SUBMODULES = frozenset({"linalg", "fft", "polynomial", "emath", "dtypes", "exceptions", "random", "typing"})
 MAX_MESSAGE = 20_000
-_numpy_view: types.ModuleType | None = None
+_views: dict[str, types.ModuleType] = {}
 
 
-def _numpy_for_students() -> types.ModuleType:
-    """A module object carrying NumPy's public names except the withheld ones (dtypes, math and constants)."""
-    global _numpy_view
-    if _numpy_view is None:
-        import numpy
+def _module_allowed(name: str) -> bool:
+    """Modules student code may reach, by import or as an attribute of another allowed module."""
+    parts = name.split(".")
+    if parts[0] in ("neuronxcc", "math", "typing", "__future__"):
+        return True
+    if name.startswith("nkisim.api"):  # what neuronxcc.nki resolves to under the fallback
+        return True
+    return parts[0] == "numpy" and (len(parts) == 1 or (len(parts) == 2 and parts[1] in NUMPY_SUBMODULES))
 
-        view = types.ModuleType("numpy", "NumPy as seen by graded kernels (no file I/O, no raw memory)")
-        for name, value in vars(numpy).items():
-            if name.startswith("_") and name != "__version__" or name in NUMPY_WITHHELD:
-                continue
-            setattr(view, name, value)
-        _numpy_view = view
-    return _numpy_view
+
+def _view(real: types.ModuleType) -> types.ModuleType:
+    """A stand-in module that forwards public attributes of ``real`` but hides private names, withheld NumPy
+    functions and every module attribute that is not itself allowed (``nl.os``, ``typing.sys``, ``np.lib``)."""
+    cached = _views.get(real.__name__)
+    if cached is not None:
+        return cached
+    view = types.ModuleType(real.__name__, getattr(real, "__doc__", None))
+    is_numpy = real.__name__ == "numpy"
+
+    def __getattr__(name: str):
+        if name.startswith("_") or (is_numpy and name in NUMPY_WITHHELD):
+            raise AttributeError(f"module {real.__name__!r} has no attribute {name!r} in graded kernels")
+        value = getattr(real, name)
+        if isinstance(value, types.ModuleType):
+            if not _module_allowed(value.__name__):
+                raise AttributeError(f"module {real.__name__!r} has no attribute {name!r} in graded kernels")
+            return _view(value)
+        return value
+
+    view.__getattr__ = __getattr__  # PEP 562: consulted for every name not in the view's own dict
+    if hasattr(real, "__path__"):
+        view.__path__ = []
+    _views[real.__name__] = view
+    return view
 
 
 def _restricted_import(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A002 - builtins API
+    """__import__ for student code: only allowed modules, and only as views (see :func:`_view`)."""
     if level != 0:
         raise ImportError("relative imports are not allowed in graded kernels")
-    top = name.partition(".")[0]
-    if top not in ALLOWED_IMPORTS:
+    if not _module_allowed(name):
         raise ImportError(
-            f"import of {name!r} is not allowed in graded kernels (allowed: {', '.join(sorted(ALLOWED_IMPORTS))})"
+            f"import of {name!r} is not allowed in graded kernels (allowed: numpy, math, typing, neuronxcc.nki)"
         )
-    if top == "numpy":
-        view = _numpy_for_students()
-        if name == "numpy":
-            return view
-        sub = name.split(".")
-        if len(sub) != 2 or sub[1] not in NUMPY_SUBMODULES:
-            raise ImportError(f"import of {name!r} is not allowed in graded kernels")
-        module = builtins.__import__(name, globals, locals, fromlist, level)
-        return module if fromlist else view
-    return builtins.__import__(name, globals, locals, fromlist, level)
+    module = builtins.__import__(name, globals, locals, fromlist, level)
+    return _view(module)
 
 
 def _student_builtins() -> dict:

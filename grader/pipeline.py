@@ -384,8 +384,26 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
         error="; ".join(f"{r.id}: {r.message.splitlines()[0]}" for r in failed) or None,
         violations=grading.violations,
         timings={"screen_s": screen_s, **{f"test:{r.id}": r.seconds for r in results}},
+        versions=tool_versions(backend),
     )
     return record
+
+
+def tool_versions(backend: str) -> dict[str, str]:
+    import nkisim
+
+    versions = {
+        "grader": GRADER_VERSION,
+        "nkisim": nkisim.__version__,
+        "perf_model": thresholds.perf_fingerprint(),
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+    if backend == "neuron":
+        from nkisim.fallback import backend_info
+
+        versions["neuronx-cc"] = str(backend_info().get("version"))
+    return versions
 
 
 def error_record(

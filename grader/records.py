@@ -87,6 +87,7 @@ class GradeRecord:
     error: str | None = None
     violations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

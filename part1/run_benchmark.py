@@ -20,9 +20,8 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-import neuronxcc.nki as nki  # noqa: E402
-
 import kernels  # noqa: E402
+import neuronxcc.nki as nki  # noqa: E402
 
 KERNELS = {
     "naive": "vector_add_naive",

@@ -45,9 +45,7 @@ def fused_conv2d_maxpool(X, W, bias, pool_size=1):
     out_pool_height = out_height // pool_size
     out_pool_width = out_width // pool_size
 
-    X_out = nl.ndarray(
-        shape=(batch_size, out_channels, out_pool_height, out_pool_width), dtype=X.dtype, buffer=nl.hbm
-    )
+    X_out = nl.ndarray(shape=(batch_size, out_channels, out_pool_height, out_pool_width), dtype=X.dtype, buffer=nl.hbm)
 
     # YOUR CODE HERE.  A plan that works (see the handout, part 2):
     #   1. load W once, transpose it on the Tensor Engine so in_channels is the partition axis, keep it in SBUF;

@@ -75,9 +75,7 @@ def maxpool2d(X: np.ndarray, pool_size: int) -> np.ndarray:
     return trimmed.reshape(batch, ch, out_h, pool_size, out_w, pool_size).max(axis=(3, 5))
 
 
-def fused_conv2d_maxpool_reference(
-    X: np.ndarray, W: np.ndarray, bias: np.ndarray, pool_size: int = 1
-) -> np.ndarray:
+def fused_conv2d_maxpool_reference(X: np.ndarray, W: np.ndarray, bias: np.ndarray, pool_size: int = 1) -> np.ndarray:
     """maxpool(conv2d(X, W) + bias), computed in float32 and returned in X.dtype (what kernels must produce)."""
     if pool_size not in (1, 2):
         raise ValueError(f"pool_size must be 1 or 2, got {pool_size}")

@@ -30,7 +30,6 @@ for _path in (HERE, REPO_ROOT):
         sys.path.insert(0, str(_path))
 
 import neuronxcc.nki as nki  # noqa: E402
-
 from conv2d_numpy import conv2d, maxpool2d  # noqa: E402
 
 # Performance scoring (course README): full credit at or below the optimized threshold (120% of the staff
@@ -93,9 +92,9 @@ class PerformanceTest:
 
 def correctness_tests() -> list[CorrectnessTest]:
     """The course's four correctness groups (2.5 points each), plus fp16 cases folded into them."""
-    small = tuple(
-        ConvCase(4, cin, cout, 32, 16, random_bias=False) for cin in (128, 256) for cout in (128, 256)
-    ) + (ConvCase(4, 256, 256, 32, 16, dtype="float16", random_bias=False),)
+    small = tuple(ConvCase(4, cin, cout, 32, 16, random_bias=False) for cin in (128, 256) for cout in (128, 256)) + (
+        ConvCase(4, 256, 256, 32, 16, dtype="float16", random_bias=False),
+    )
     return [
         CorrectnessTest("smaller images", small, 2.5),
         CorrectnessTest("larger images", (ConvCase(4, 256, 256, 224, 224, random_bias=False),), 2.5),
@@ -124,7 +123,7 @@ def performance_tests() -> list[PerformanceTest]:
         for pool in (1, 2):
             for dtype in ("float32", "float16"):
                 case = ConvCase(1, 256, 256, height, width, dtype=dtype, pool_size=pool)
-                points = (1.25 if extra_credit else (17.5 if pool == 1 else 7.5))
+                points = 1.25 if extra_credit else (17.5 if pool == 1 else 7.5)
                 label = f"{height}x{width} {dtype}" + (" + maxpool" if pool == 2 else "")
                 tests.append(PerformanceTest(label, case, points, extra_credit, needs_maxpool=(pool == 2)))
     return tests
@@ -144,8 +143,7 @@ class InputBank:
 
     @staticmethod
     def _shape_key(case: ConvCase) -> tuple:
-        return (case.batch, case.in_channels, case.out_channels, case.height, case.width, case.filter_size,
-                case.dtype)
+        return (case.batch, case.in_channels, case.out_channels, case.height, case.width, case.filter_size, case.dtype)
 
     def _rng(self, case: ConvCase, stream: int) -> np.random.Generator:
         dims = self._shape_key(case)[:-1]
@@ -157,8 +155,7 @@ class InputBank:
             rng = self._rng(case, 0)
             dtype = np.dtype(case.dtype)
             X = rng.random((case.batch, case.in_channels, case.height, case.width), dtype=np.float32)
-            W = rng.random((case.out_channels, case.in_channels, case.filter_size, case.filter_size),
-                           dtype=np.float32)
+            W = rng.random((case.out_channels, case.in_channels, case.filter_size, case.filter_size), dtype=np.float32)
             self._xw[key] = (X.astype(dtype), W.astype(dtype))
         X, W = self._xw[key]
         if case.random_bias:
@@ -281,8 +278,14 @@ def _short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-def run_correctness(kernel: Callable, tests: list[CorrectnessTest], bank: InputBank, simulate: bool = False,
-                    log: Callable[[str], None] = print, verbose_errors: bool = True) -> list[TestResult]:
+def run_correctness(
+    kernel: Callable,
+    tests: list[CorrectnessTest],
+    bank: InputBank,
+    simulate: bool = False,
+    log: Callable[[str], None] = print,
+    verbose_errors: bool = True,
+) -> list[TestResult]:
     results = []
     for test in tests:
         log(f"Running correctness test: {test.name} ...")
@@ -342,48 +345,76 @@ def capture_hardware_profile(stem: str, log: Callable[[str], None]) -> None:
         log(f"  neuron-profile not found; saved {stem}.neff only")
         return
     subprocess.run(["neuron-profile", "capture", "-n", f"{stem}.neff", "-s", f"{stem}.ntff"], check=True)
-    log(f"  profile: {os.path.abspath(stem + '.neff')} + {stem}.ntff "
-        f"(neuron-profile view -n {stem}.neff -s {stem}.ntff)")
+    log(
+        f"  profile: {os.path.abspath(stem + '.neff')} + {stem}.ntff "
+        f"(neuron-profile view -n {stem}.neff -s {stem}.ntff)"
+    )
 
 
-def run_performance(kernel: Callable, tests: list[PerformanceTest], bank: InputBank, profile: str | None = None,
-                    log: Callable[[str], None] = print,
-                    thresholds: Callable[[str, int, int], tuple[float, float, str]] = conv_thresholds,
-                    ) -> list[TestResult]:
+def run_performance(
+    kernel: Callable,
+    tests: list[PerformanceTest],
+    bank: InputBank,
+    profile: str | None = None,
+    log: Callable[[str], None] = print,
+    thresholds: Callable[[str, int, int], tuple[float, float, str]] = conv_thresholds,
+) -> list[TestResult]:
     results = []
     for test in tests:
         case = test.case
         kind = "extra-credit performance" if test.extra_credit else "performance"
-        log(f"Running {kind} test: {test.name} (batch {case.batch}, {case.in_channels}->{case.out_channels} "
-            f"channels) ...")
+        log(
+            f"Running {kind} test: {test.name} (batch {case.batch}, {case.in_channels}->{case.out_channels} "
+            f"channels) ..."
+        )
         relaxed, optimized, source = thresholds(case.dtype, case.height, case.pool_size)
         stem = profile_base_name(profile, case, test.extra_credit) if profile else None
         try:
             latency = measure_latency(kernel, case, bank, stem)
         except Exception as exc:  # noqa: BLE001
             log(f"  FAILED: kernel raised {_short_error(exc)}")
-            results.append(TestResult(test.name, False, 0.0, test.points, test.extra_credit, _short_error(exc),
-                                      None, (relaxed, optimized)))
+            results.append(
+                TestResult(
+                    test.name, False, 0.0, test.points, test.extra_credit, _short_error(exc), None, (relaxed, optimized)
+                )
+            )
             continue
         points = performance_credit(latency, relaxed, optimized, test.points)
-        verdict = ("Passed" if points == test.points else
-                   f"Partial credit ({PARTIAL_CREDIT:.0%})" if points > 0 else "FAILED (too slow)")
-        log(f"  p99 latency {latency:.1f} \u03bcs; thresholds: full credit <= {optimized:.0f} \u03bcs, "
-            f"{PARTIAL_CREDIT:.0%} credit <= {relaxed:.0f} \u03bcs ({source}) -> {verdict}")
+        verdict = (
+            "Passed"
+            if points == test.points
+            else f"Partial credit ({PARTIAL_CREDIT:.0%})"
+            if points > 0
+            else "FAILED (too slow)"
+        )
+        log(
+            f"  p99 latency {latency:.1f} \u03bcs; thresholds: full credit <= {optimized:.0f} \u03bcs, "
+            f"{PARTIAL_CREDIT:.0%} credit <= {relaxed:.0f} \u03bcs ({source}) -> {verdict}"
+        )
         if stem and not on_nkisim():
             capture_hardware_profile(stem, log)
         elif stem:
-            saved = [p for p in (f"{stem}.neff", f"{stem}.ntff", f"{stem}.json", f"{stem}.summary.txt")
-                     if os.path.exists(p)]
+            saved = [
+                p for p in (f"{stem}.neff", f"{stem}.ntff", f"{stem}.json", f"{stem}.summary.txt") if os.path.exists(p)
+            ]
             log(f"  profile: {', '.join(os.path.abspath(p) for p in saved) or '(nothing written)'}")
-        results.append(TestResult(test.name, points > 0, points, test.points, test.extra_credit, verdict, latency,
-                                  (relaxed, optimized)))
+        results.append(
+            TestResult(
+                test.name, points > 0, points, test.points, test.extra_credit, verdict, latency, (relaxed, optimized)
+            )
+        )
     return results
 
 
-def run_harness(kernel: Callable, test_maxpool: bool = False, simulate: bool = False, seed: int = 42,
-                profile: str | None = None, log: Callable[[str], None] = print,
-                performance: bool = True) -> HarnessReport:
+def run_harness(
+    kernel: Callable,
+    test_maxpool: bool = False,
+    simulate: bool = False,
+    seed: int = 42,
+    profile: str | None = None,
+    log: Callable[[str], None] = print,
+    performance: bool = True,
+) -> HarnessReport:
     """Everything the command line does, returning the per-test results and scores."""
     report = HarnessReport(backend_label())
     bank = InputBank(seed)
@@ -420,8 +451,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", default=None, metavar="NAME", help="save profiles as NAME[_pool]_<dtype>*")
     parser.add_argument("--simulate", action="store_true", help="run correctness tests with nki.simulate_kernel")
     parser.add_argument("--seed", type=int, default=42, help="random seed for the inputs (default 42)")
-    parser.add_argument("--submission", default=None, metavar="DIR",
-                        help="test DIR/part2/conv2d.py instead of the conv2d.py next to this script")
+    parser.add_argument(
+        "--submission",
+        default=None,
+        metavar="DIR",
+        help="test DIR/part2/conv2d.py instead of the conv2d.py next to this script",
+    )
     return parser.parse_args(argv)
 
 

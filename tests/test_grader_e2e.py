@@ -93,3 +93,15 @@ def test_gradescope_zip_layout(tmp_path):
     assert not any("__pycache__" in n for n in names)
     assert "/autograder/submission" in run and "--out /autograder/results" in run
     assert "GRADER_SANDBOX_USER" in run
+
+
+def test_github_workflow_template_runs_the_grader_and_posts_results():
+    yaml = pytest.importorskip("yaml")
+    wf = yaml.safe_load((ROOT / "grader" / "templates" / "github-workflow.yml").read_text())
+    steps = wf["jobs"]["grade"]["steps"]
+    runs = "\n".join(s.get("run", "") for s in steps)
+    assert "make setup" in runs and "-m grader grade . --out grader-results --github" in runs
+    assert any("junit.xml" in str(s.get("with", {})) for s in steps)
+    assert any(s.get("uses", "").startswith("actions/upload-artifact") for s in steps)
+    triggers = wf.get("on", wf.get(True))  # YAML 1.1 reads the key `on` as True
+    assert "push" in triggers

@@ -17,10 +17,9 @@ from grader_helpers import FAST_RUBRIC, GOOD, HOSTILE, ROOT, SCHEMA, check_repor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grader import cli, problems, reports, thresholds
+from grader import cli, problems, records, reports, thresholds
 from grader.judge import judge_output
 from grader.pipeline import grade_submission
-from grader import records
 from grader.records import GradeConfig, GradeRecord
 from grader.rubric import RubricError, load_rubric
 from grader.submission import SubmissionError, load_submission, write_tar
@@ -256,11 +255,14 @@ def test_committed_cache_covers_both_targets_for_this_tool_version():
         key = thresholds.cache_key("nkisim", target)
         if key not in entries:
             pytest.skip(f"reference timings for {key} not calibrated yet (python -m grader calibrate)")
-        timings = entries[key]["timings_us"]
+        timings, failures = entries[key]["timings_us"], entries[key].get("failures", {})
         for t in load_rubric().tests:
             if t.kind == "performance" and t.problem == "conv2d":
                 c = t.cases[0]
-                assert thresholds.conv_key(c["dtype"], c["height"], c["width"], c["pool"], "optimized") in timings
+                k = thresholds.conv_key(c["dtype"], c["height"], c["width"], c["pool"], "optimized")
+                # trn2 is the course's target: every reference latency must be there
+                assert k in timings or (target != "trn2" and k in failures), (target, k)
+                assert timings.get(k, 1.0) > 0
 
 
 # ---------------------------------------------------------------------------------------------- reports ----

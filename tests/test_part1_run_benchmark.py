@@ -18,8 +18,9 @@ BACKEND = re.compile(r"^Backend: (Trainium \(neuronx-cc\)|nkisim estimate, trn[1
 
 
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, encoding="utf-8")
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=cwd, capture_output=True, text=True, timeout=300, encoding="utf-8"
+    )
 
 
 @pytest.mark.parametrize("cwd", [REPO, REPO / "part1"], ids=["repo-root", "part1"])
@@ -68,8 +69,14 @@ def test_transpose_stub_fails_with_the_intended_message():
     assert "NotImplementedError: matrix_transpose is not implemented yet" in proc.stdout
 
 
-@pytest.mark.parametrize("args", [["--kernel", "bogus", "-n", "4"], ["--kernel", "stream", "-n", "0"],
-                                  ["--kernel", "stream", "-n", "256", "-m", "4"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--kernel", "bogus", "-n", "4"],
+        ["--kernel", "stream", "-n", "0"],
+        ["--kernel", "stream", "-n", "256", "-m", "4"],
+    ],
+)
 def test_bad_command_lines_are_rejected(args):
     proc = run(args, REPO)
     assert proc.returncode == 2

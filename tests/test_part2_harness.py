@@ -23,9 +23,15 @@ SCORE_LINE = re.compile(r"^(Correctness|Performance|Extra credit|Total) score: (
 
 @settings(max_examples=20, deadline=None)
 @given(
-    batch=st.integers(1, 2), cin=st.integers(1, 4), cout=st.integers(1, 3), k=st.integers(1, 3),
-    extra_h=st.integers(0, 4), extra_w=st.integers(0, 4), pool=st.sampled_from([1, 2]),
-    dtype=st.sampled_from(["float32", "float16"]), seed=st.integers(0, 2**16),
+    batch=st.integers(1, 2),
+    cin=st.integers(1, 4),
+    cout=st.integers(1, 3),
+    k=st.integers(1, 3),
+    extra_h=st.integers(0, 4),
+    extra_w=st.integers(0, 4),
+    pool=st.sampled_from([1, 2]),
+    dtype=st.sampled_from(["float32", "float16"]),
+    seed=st.integers(0, 2**16),
 )
 def test_fast_reference_matches_the_definition(batch, cin, cout, k, extra_h, extra_w, pool, dtype, seed):
     rng = np.random.default_rng(seed)
@@ -94,8 +100,7 @@ def test_input_bank_is_deterministic_and_shares_the_expensive_convolution():
     assert Xa is Xb and Wa is Wb and not ba.any() and bb.any()
     np.testing.assert_array_equal(harness.InputBank(seed=7).inputs(b)[2], bb)
     assert not np.array_equal(harness.InputBank(seed=8).inputs(a)[0], Xa)
-    np.testing.assert_allclose(bank.reference(b), conv2d_numpy.fused_conv2d_maxpool_reference(Xb, Wb, bb, 2),
-                               rtol=1e-6)
+    np.testing.assert_allclose(bank.reference(b), conv2d_numpy.fused_conv2d_maxpool_reference(Xb, Wb, bb, 2), rtol=1e-6)
     assert len(bank._conv) == 1
 
 
@@ -112,8 +117,9 @@ def test_stub_scores_zero_without_crashing():
     lines: list[str] = []
     report = harness.run_harness(kernel, test_maxpool=True, log=lines.append)
     assert all(not r.passed for r in report.correctness)
-    assert all("NotImplementedError: fused_conv2d_maxpool is not implemented yet" in r.detail
-               for r in report.correctness)
+    assert all(
+        "NotImplementedError: fused_conv2d_maxpool is not implemented yet" in r.detail for r in report.correctness
+    )
     assert report.skipped_performance
     assert "Correctness failed, skipping performance tests." in lines
     assert report.score("correctness") == (0.0, 10.0)
@@ -122,12 +128,22 @@ def test_stub_scores_zero_without_crashing():
 
 
 def test_command_line_prints_verdicts_and_score_lines():
-    proc = subprocess.run([sys.executable, str(REPO / "part2" / "test_harness.py")], cwd=REPO / "part2",
-                          capture_output=True, text=True, timeout=300, encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "part2" / "test_harness.py")],
+        cwd=REPO / "part2",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        encoding="utf-8",
+    )
     assert proc.returncode == 0, proc.stderr
     scores = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in SCORE_LINE.finditer(proc.stdout)}
-    assert scores == {"Correctness": (0.0, 7.5), "Performance": (0.0, 35.0), "Extra credit": (0.0, 2.5),
-                      "Total": (0.0, 42.5)}
+    assert scores == {
+        "Correctness": (0.0, 7.5),
+        "Performance": (0.0, 35.0),
+        "Extra credit": (0.0, 2.5),
+        "Total": (0.0, 42.5),
+    }
     assert "Backend: nkisim estimate, trn2" in proc.stdout
     assert proc.stdout.count("FAILED") == 3
 

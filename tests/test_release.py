@@ -31,9 +31,19 @@ def test_release_strips_reference_solutions_and_keeps_student_files(built):
     files = {str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file() or p.is_symlink()}
     assert not any(f.startswith("grader/reference/") for f in files)
     assert not any(f.startswith("tests/test_reference") for f in files)
-    for needed in ("README.md", "Makefile", "pyproject.toml", "part1/kernels.py", "part1/run_benchmark.py",
-                   "part2/conv2d.py", "part2/conv2d_numpy.py", "part2/test_harness.py", "handouts/handout.md",
-                   "nkisim/__init__.py", "grader/thresholds.py"):
+    for needed in (
+        "README.md",
+        "Makefile",
+        "pyproject.toml",
+        "part1/kernels.py",
+        "part1/run_benchmark.py",
+        "part2/conv2d.py",
+        "part2/conv2d_numpy.py",
+        "part2/test_harness.py",
+        "handouts/handout.md",
+        "nkisim/__init__.py",
+        "grader/thresholds.py",
+    ):
         assert needed in files, needed
     for f in files:
         if not (tree / f).is_symlink():
@@ -76,8 +86,13 @@ def test_release_runs_its_own_part1_and_part2_tests(built):
     tree, _ = built
     tests = sorted(str(p.relative_to(tree)) for p in (tree / "tests").glob("test_part[12]*.py"))
     assert tests
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], cwd=tree,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
 
 

@@ -78,8 +78,9 @@ def main() -> None:
         startup_s = time.perf_counter() - t0
         try:
             ray_s, ray_ok = timed_batch(source, root / "out-ray", config, "ray", args.jobs)
-            noop_jobs = [GradeJob(str(root / f"n{i}"), f"n{i}", str(root / "out-noop"), config)
-                         for i in range(args.noop)]
+            noop_jobs = [
+                GradeJob(str(root / f"n{i}"), f"n{i}", str(root / "out-noop"), config) for i in range(args.noop)
+            ]
             ray_task_s = dispatch_overhead(RayExecutor(args.jobs), noop_jobs)
         finally:
             ray.shutdown()
@@ -87,14 +88,17 @@ def main() -> None:
 
     per_min = 60.0  # seconds -> minutes
     print(f"batch: {args.n} submissions, --only {args.only}, {args.jobs} parallel gradings, {os.cpu_count()} CPUs")
-    print(f"  local executor: {local_s:6.1f} s  {args.n / local_s * per_min:6.1f} submissions/min "
-          f"({local_ok} graded)")
-    print(f"  ray executor  : {ray_s:6.1f} s  {args.n / ray_s * per_min:6.1f} submissions/min ({ray_ok} graded), "
-          f"plus {startup_s:.1f} s to start the local cluster "
-          f"({args.n / (ray_s + startup_s) * per_min:.1f}/min including it)")
+    print(f"  local executor: {local_s:6.1f} s  {args.n / local_s * per_min:6.1f} submissions/min ({local_ok} graded)")
+    print(
+        f"  ray executor  : {ray_s:6.1f} s  {args.n / ray_s * per_min:6.1f} submissions/min ({ray_ok} graded), "
+        f"plus {startup_s:.1f} s to start the local cluster "
+        f"({args.n / (ray_s + startup_s) * per_min:.1f}/min including it)"
+    )
     print(f"  ray minus local per submission: {(ray_s - local_s) / args.n * 1000:+.0f} ms")
-    print(f"dispatch overhead ({args.noop} no-op jobs, {args.jobs} slots): ray {ray_task_s * 1000:.1f} ms/task, "
-          f"local pool {local_task_s * 1000:.1f} ms/task (includes starting its {args.jobs} processes)")
+    print(
+        f"dispatch overhead ({args.noop} no-op jobs, {args.jobs} slots): ray {ray_task_s * 1000:.1f} ms/task, "
+        f"local pool {local_task_s * 1000:.1f} ms/task (includes starting its {args.jobs} processes)"
+    )
 
 
 if __name__ == "__main__":

@@ -54,7 +54,9 @@ def candidate_files(repo: Path) -> list[str]:
             raise ValueError("not the top of a git checkout")
         out = subprocess.run(
             ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-            cwd=repo, check=True, capture_output=True,
+            cwd=repo,
+            check=True,
+            capture_output=True,
         ).stdout.decode()
         files = [f for f in out.split("\0") if f]
     except (OSError, ValueError, subprocess.CalledProcessError):

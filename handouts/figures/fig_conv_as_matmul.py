@@ -22,15 +22,28 @@ def draw(path: Path) -> None:
     x0, y0 = 0.5, 2.0
     for r in range(H):
         for c in range(W):
-            ax.add_patch(Rectangle((x0 + c, y0 + (H - 1 - r)), 1, 1, facecolor=COLORS["sbuf"], edgecolor="#777",
-                                   lw=0.5))
+            ax.add_patch(
+                Rectangle((x0 + c, y0 + (H - 1 - r)), 1, 1, facecolor=COLORS["sbuf"], edgecolor="#777", lw=0.5)
+            )
     p, q, rows, out_w = 1, 2, 2, W - 2
-    ax.add_patch(Rectangle((x0 + q, y0 + (H - 1 - (p + rows - 1))), out_w, rows, fill=False, edgecolor="#b03a2e",
-                           lw=2.5))
-    ax.text(x0 + W / 2, y0 + H + 0.5, "input band in SBUF: x_band[ci, row, col]\n(128 input channels on partitions)",
-            ha="center", fontsize=9)
-    ax.text(x0 + q + out_w / 2, y0 - 0.8, "moving = x_band[:, ci, r0+p : r0+p+R, q : q+out_w]\n(tap p=1, q=2; R=2 rows)",
-            ha="center", fontsize=8, color="#b03a2e")
+    ax.add_patch(
+        Rectangle((x0 + q, y0 + (H - 1 - (p + rows - 1))), out_w, rows, fill=False, edgecolor="#b03a2e", lw=2.5)
+    )
+    ax.text(
+        x0 + W / 2,
+        y0 + H + 0.5,
+        "input band in SBUF: x_band[ci, row, col]\n(128 input channels on partitions)",
+        ha="center",
+        fontsize=9,
+    )
+    ax.text(
+        x0 + q + out_w / 2,
+        y0 - 0.8,
+        "moving = x_band[:, ci, r0+p : r0+p+R, q : q+out_w]\n(tap p=1, q=2; R=2 rows)",
+        ha="center",
+        fontsize=8,
+        color="#b03a2e",
+    )
 
     # weights
     box(ax, 11.0, 6.2, 3.2, 2.2, "stationary\nw_t[:, ci, p*K+q, co]\n[128 c_in x 128 c_out]", COLORS["tensor"], 8)
@@ -43,13 +56,25 @@ def draw(path: Path) -> None:
     # psum
     for r in range(rows):
         for c in range(out_w):
-            ax.add_patch(Rectangle((15.5 + c * 0.8, 3.0 + (rows - 1 - r) * 0.8), 0.8, 0.8, facecolor=COLORS["psum"],
-                                   edgecolor="#777", lw=0.5))
+            ax.add_patch(
+                Rectangle(
+                    (15.5 + c * 0.8, 3.0 + (rows - 1 - r) * 0.8),
+                    0.8,
+                    0.8,
+                    facecolor=COLORS["psum"],
+                    edgecolor="#777",
+                    lw=0.5,
+                )
+            )
     ax.annotate("", xy=(15.5, 3.8), xytext=(14.5, 3.7), arrowprops={"arrowstyle": "-|>"})
     ax.text(15.5 + out_w * 0.4, 5.0, "PSUM tile [128 c_out, R, out_w]  +=", ha="center", fontsize=9)
-    ax.text(15.5 + out_w * 0.4, 1.6,
-            "accumulates K x K x (C_in / 128) matmuls\n(9 taps x 2 input tiles = 18 for the course shape),\n"
-            "then bias + max-pool + cast on the way to SBUF",
-            ha="center", fontsize=8)
+    ax.text(
+        15.5 + out_w * 0.4,
+        1.6,
+        "accumulates K x K x (C_in / 128) matmuls\n(9 taps x 2 input tiles = 18 for the course shape),\n"
+        "then bias + max-pool + cast on the way to SBUF",
+        ha="center",
+        fontsize=8,
+    )
     save(fig, path)
     plt.close(fig)

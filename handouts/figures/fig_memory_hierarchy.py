@@ -15,19 +15,35 @@ def draw(path: Path) -> None:
     ax.set_ylim(-0.5, 7)
     ax.axis("off")
 
-    box(ax, 0.3, 0.3, 9.4, 1.1, "HBM (device memory)\ntrn2: 96 GiB per chip, ~2.9 TB/s shared by 8 cores",
-        COLORS["hbm"], 10, "bold")
+    box(
+        ax,
+        0.3,
+        0.3,
+        9.4,
+        1.1,
+        "HBM (device memory)\ntrn2: 96 GiB per chip, ~2.9 TB/s shared by 8 cores",
+        COLORS["hbm"],
+        10,
+        "bold",
+    )
     box(ax, 0.3, 2.0, 2.2, 1.0, "DMA engines (16)\n~23 B/ns each", COLORS["dma"], 9)
     arrow(ax, 1.4, 1.4, 1.4, 2.0, both=True)
 
     ax.add_patch(plt.Rectangle((2.9, 1.75), 6.8, 5.0, fill=False, linestyle="--", edgecolor="#777777"))
     ax.text(9.6, 6.6, "one NeuronCore (trn2: NeuronCore-v3)", ha="right", va="top", fontsize=9, color="#555555")
 
-    box(ax, 3.2, 2.0, 4.0, 1.5,
+    box(
+        ax,
+        3.2,
+        2.0,
+        4.0,
+        1.5,
         "SBUF (state buffer)\n128 partitions x 224 KiB = 28 MiB\ntiles: [partition <= 128, free ...]",
-        COLORS["sbuf"], 9, "bold")
-    box(ax, 7.5, 2.0, 2.0, 1.5, "PSUM\n128 x 16 KiB\n8 banks x 2 KiB\n(fp32 accumulate)", COLORS["psum"], 9,
-        "bold")
+        COLORS["sbuf"],
+        9,
+        "bold",
+    )
+    box(ax, 7.5, 2.0, 2.0, 1.5, "PSUM\n128 x 16 KiB\n8 banks x 2 KiB\n(fp32 accumulate)", COLORS["psum"], 9, "bold")
     arrow(ax, 2.5, 2.5, 3.2, 2.5, both=True)
     ax.text(2.85, 3.15, "dma_copy", ha="center", fontsize=8)
 
@@ -42,8 +58,14 @@ def draw(path: Path) -> None:
         arrow(ax, x - 0.15, 3.5, x - 0.15, 4.6, both=True, color="#5b4a8b")
         arrow(ax, x + 0.2, 4.6, 8.3, 3.5, both=True, color="#5b4a8b")
     arrow(ax, 8.9, 4.6, 6.9, 3.5, both=True, color="#555555")
-    ax.text(5.0, -0.2, "engines run independent instruction streams in parallel; the compiler inserts the "
-            "semaphores between them", ha="center", fontsize=8, color="#333333")
+    ax.text(
+        5.0,
+        -0.2,
+        "engines run independent instruction streams in parallel; the compiler inserts the semaphores between them",
+        ha="center",
+        fontsize=8,
+        color="#333333",
+    )
     ax.text(8.6, 1.9, "no DMA to/from PSUM", ha="center", va="top", fontsize=7, color="#8a2b1f")
     save(fig, path)
     plt.close(fig)

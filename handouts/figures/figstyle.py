@@ -20,18 +20,39 @@ COLORS = {
 def box(ax, x, y, w, h, text, color, fontsize=10, weight="normal"):
     from matplotlib.patches import FancyBboxPatch
 
-    ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02,rounding_size=0.08", linewidth=1.2,
-                                edgecolor="#333333", facecolor=color))
+    ax.add_patch(
+        FancyBboxPatch(
+            (x, y),
+            w,
+            h,
+            boxstyle="round,pad=0.02,rounding_size=0.08",
+            linewidth=1.2,
+            edgecolor="#333333",
+            facecolor=color,
+        )
+    )
     ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fontsize, weight=weight, wrap=True)
 
 
 def arrow(ax, x0, y0, x1, y1, text="", both=False, color="#333333", fontsize=8, offset=(0.0, 0.0)):
     style = "<|-|>" if both else "-|>"
-    ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
-                arrowprops={"arrowstyle": style, "color": color, "lw": 1.4, "shrinkA": 2, "shrinkB": 2})
+    ax.annotate(
+        "",
+        xy=(x1, y1),
+        xytext=(x0, y0),
+        arrowprops={"arrowstyle": style, "color": color, "lw": 1.4, "shrinkA": 2, "shrinkB": 2},
+    )
     if text:
-        ax.text((x0 + x1) / 2 + offset[0], (y0 + y1) / 2 + offset[1], text, ha="center", va="center",
-                fontsize=fontsize, color=color, bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+        ax.text(
+            (x0 + x1) / 2 + offset[0],
+            (y0 + y1) / 2 + offset[1],
+            text,
+            ha="center",
+            va="center",
+            fontsize=fontsize,
+            color=color,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
+        )
 
 
 def save(fig, path: Path) -> None:

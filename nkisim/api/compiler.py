@@ -150,3 +150,6 @@ class psum:  # noqa: N801 - NKI namespace nki.compiler.psum
 
 def __getattr__(name: str):
     raise AttributeError(f"module 'neuronxcc.nki.compiler' has no attribute '{name}'")
+
+
+del annotations  # the __future__ import must not leak as an NKI name

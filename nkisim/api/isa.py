@@ -176,3 +176,6 @@ def iota(expr, dtype, *, mask=None, **kwargs):
 
 def __getattr__(name: str):
     raise AttributeError(f"module 'neuronxcc.nki.isa' has no attribute '{name}'")
+
+
+del annotations  # the __future__ import must not leak as an NKI name

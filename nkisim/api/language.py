@@ -372,3 +372,6 @@ def num_programs(axes=None) -> int:
 
 def __getattr__(name: str):
     raise AttributeError(f"module 'neuronxcc.nki.language' has no attribute '{name}'")
+
+
+del annotations  # the __future__ import must not leak as an NKI name

@@ -134,3 +134,6 @@ def profile(func=None, **kwargs):
 
 def __getattr__(name: str):
     raise AttributeError(f"module 'neuronxcc.nki' has no attribute '{name}'")
+
+
+del annotations  # the __future__ import must not leak as an NKI name

@@ -57,7 +57,8 @@ def fit(rows: list[FitRow], tc: TargetCosts, params: list[str], rounds: int = 3,
             lo, hi = FIT_BOUNDS[p]
             cur = getattr(tc, p)
             span = (hi - lo) / (2.0 ** (rnd + 1))
-            for cand in sorted({min(hi, max(lo, cur + k * span / 2)) for k in (-2, -1, 1, 2)}):
+            steps = (-1.0, -0.5, -0.25, -0.125, -1 / 16, 1 / 16, 0.125, 0.25, 0.5, 1.0)
+            for cand in sorted({min(hi, max(lo, cur + k * span)) for k in steps}):
                 trial = replace(tc, **{p: cand})
                 val = loss(rows, trial)
                 if val < best - 1e-12:

@@ -174,7 +174,7 @@ def matmul_blocked_fp32(lhsT, rhs, TILES_IN_BLOCK_M=8, TILES_IN_BLOCK_N=2, TILES
     result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.hbm)
     for n in nl.affine_range(NBN):
         acc = []
-        for m in range(NBM):
+        for _m in range(NBM):
             acc.append([[nisa.memset((TM, TN), 0.0, lhsT.dtype) for _bn in range(TILES_IN_BLOCK_N)]
                         for _bm in range(TILES_IN_BLOCK_M)])
         for k in nl.sequential_range(NBK):

@@ -27,8 +27,9 @@ _LOW_PRECISION = {np.dtype(bfloat16), np.dtype(float8_e4m3), np.dtype(float8_e5m
 SUPPORTED = {
     np.dtype(t)
     for t in (float32, float16, bfloat16, float8_e4m3, float8_e5m2, int8, int16, int32, uint8, uint16, uint32,
-              bool_)
+              bool_, ml_dtypes.float8_e4m3fn)
 }
+_LOW_PRECISION.add(np.dtype(ml_dtypes.float8_e4m3fn))
 F32 = np.dtype(np.float32)
 _FLOAT_WIDENING = {
     frozenset({np.dtype(float16), np.dtype(bfloat16)}): F32,

@@ -251,6 +251,9 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         ret = fn(*hbm_args, **hbm_kwargs)
         ctx.settle()
         _check_outputs_written(ctx, ret)
+        ctx.trace.meta["outputs"] = [
+            {"phys": t._a.phys, "shape": list(t.shape), "dtype": t.dtype.name, "bytes": t._a.base.nbytes}
+            for t in (ret if isinstance(ret, (tuple, list)) else (ret,)) if isinstance(t, Tensor)]
         outputs = _to_numpy(ret) if ctx.full else None
     finally:
         if gc_was_enabled:

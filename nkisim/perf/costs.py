@@ -111,8 +111,16 @@ TRN2 = TargetCosts(
     throttle_rearm_gap_ns=1500.0,  # [INFERRED] a 1.5 us idle gap already puts a 3 us window below 50%
     vector_perf_mode=True,  # A3 performance modes
     dma_bw_bytes_per_ns=23.0,  # DBW/DMA table: TRN2 23 B/ns per engine (368 GB/s per core)
-    dma_issue_dge_ns=600.0,  # A3/DGE: each DGE-based DMA instruction takes ~600 ns to issue on NC-v3
+    # A3/DGE: each DGE-based DMA instruction takes ~600 ns to issue on NC-v3.  [FIT] 431 ns + 0.625 ns per
+    # descriptor (= 511 ns for a 128-row DMA), within the documented figure.
+    dma_issue_dge_ns=431.0,
+    dma_issue_dge_per_desc_ns=0.625,
     dge_default_on=True,  # course kernels are compiled with DGE unless --disable-dge is passed
+    # [FIT] DMA fixed latency: with the DGE issue, trigger -> first byte = 0.93 us (DMA figures: 0.74-1.0 us)
+    dma_pre_latency_ns=500.0,
+    dma_post_latency_ns=350.0,
+    instr_latency_scale=1.44,  # [FIT] VectorE dependent-instruction latency 547 cycles (PGf10: ~380 on v2)
+    launch_overhead_us=12.0,  # [FIT] profiler total_time of the 1-3 DMA kernels minus their modelled makespan
     hbm_stack_bw_bytes_per_ns=725.0,  # 2.9 TB/s per chip / 4 stacks (TRN2, A3-226)
 )
 

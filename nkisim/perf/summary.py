@@ -49,7 +49,7 @@ def summary_metrics(rep: PerfReport) -> list[tuple[str, object, str]]:
 
 def format_summary(rep: PerfReport, *, critical_top: int = 8) -> str:
     rows = summary_metrics(rep)
-    for i, (k, v, u) in enumerate(rows):
+    for i, (k, _v, u) in enumerate(rows):
         if k == "neuroncore_cycle_count":
             base = {"trn1": 1.4, "trn2": 1.2}.get(rep.target, 1.2)
             rows[i] = (k, int(rep.total_us * 1000 * base), u)  # SCH: duration x base clock

@@ -69,7 +69,8 @@ class TraceBuilder:
 
     def dma(self, src: Operand, dst: Operand, where: str = "", via: str = "dma_copy") -> Instr:
         nbytes = dst.partitions * dst.free_elems * dst.itemsize
-        return self.emit("dma_copy", Engine.DMA, [src], [dst], where, bytes=nbytes, via=via, cast=src.dtype != dst.dtype)
+        cast = src.dtype != dst.dtype
+        return self.emit("dma_copy", Engine.DMA, [src], [dst], where, bytes=nbytes, via=via, cast=cast)
 
     def matmul(self, stationary: Operand, moving: Operand, psum: Operand, accumulate: bool = False,
                where: str = "", is_transpose: bool = False) -> Instr:

@@ -135,8 +135,7 @@ def matrix_transpose(a_tensor):
             col0 = chunk * cols
             in_tile = nl.ndarray((P, band, cols), dtype=a_tensor.dtype, buffer=nl.sbuf)
             for r in nl.affine_range(band):
-                nisa.dma_copy(src=a_tensor[row0 + r * P : row0 + (r + 1) * P, col0 : col0 + cols],
-                              dst=in_tile[:, r, :])
+                nisa.dma_copy(src=a_tensor[row0 + r * P : row0 + (r + 1) * P, col0 : col0 + cols], dst=in_tile[:, r, :])
             for cb in nl.affine_range(col_blocks):
                 t_sbuf = nl.ndarray((P, band * P), dtype=a_tensor.dtype, buffer=nl.sbuf)
                 for bank in nl.affine_range(banks):

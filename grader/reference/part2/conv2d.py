@@ -85,8 +85,9 @@ def _accumulate(acc, x_band, w_t, co, row0, rows, in_tiles, filter_size, out_wid
                 )
 
 
-def _conv_band(X, X_out, w_t, bias_sb, x_band, b, conv_row0, band_rows, pool_size, rows_per_mm, in_tiles,
-               out_tiles, filter_size):
+def _conv_band(
+    X, X_out, w_t, bias_sb, x_band, b, conv_row0, band_rows, pool_size, rows_per_mm, in_tiles, out_tiles, filter_size
+):
     """Computes conv rows [conv_row0, conv_row0 + band_rows) of image b for all output channels, fused with
     bias and pooling, and stores the resulting rows of X_out.  x_band is allocated by the caller's loop body,
     so consecutive bands get alternating buffers and the next band's input DMA overlaps this band's matmuls."""
@@ -96,9 +97,7 @@ def _conv_band(X, X_out, w_t, bias_sb, x_band, b, conv_row0, band_rows, pool_siz
     in_rows = band_rows + filter_size - 1
 
     for ci in nl.affine_range(in_tiles):
-        nisa.dma_copy(
-            src=X[b, ci * P : (ci + 1) * P, conv_row0 : conv_row0 + in_rows, :], dst=x_band[:, ci, :, :]
-        )
+        nisa.dma_copy(src=X[b, ci * P : (ci + 1) * P, conv_row0 : conv_row0 + in_rows, :], dst=x_band[:, ci, :, :])
 
     pooled_w = out_width // pool_size
     out_band_rows = band_rows // pool_size
@@ -113,12 +112,12 @@ def _conv_band(X, X_out, w_t, bias_sb, x_band, b, conv_row0, band_rows, pool_siz
                 acc = nl.ndarray((P, rows_per_mm, out_width), dtype=nl.float32, buffer=nl.psum)
                 _accumulate(acc, x_band, w_t, co, g * rows_per_mm, rows_per_mm, in_tiles, filter_size, out_width)
                 if pool_size == 1:
-                    _evacuate_rows(acc, bias_col, out_band[:, g * rows_per_mm : (g + 1) * rows_per_mm, :],
-                                   use_scalar=(g % 2 == 0))
+                    _evacuate_rows(
+                        acc, bias_col, out_band[:, g * rows_per_mm : (g + 1) * rows_per_mm, :], use_scalar=(g % 2 == 0)
+                    )
                 else:
                     half = rows_per_mm // 2
-                    _evacuate_pooled(acc, bias_col, out_band[:, g * half : (g + 1) * half, :], rows_per_mm,
-                                     out_width)
+                    _evacuate_pooled(acc, bias_col, out_band[:, g * half : (g + 1) * half, :], rows_per_mm, out_width)
             if tail:
                 acc = nl.ndarray((P, tail, out_width), dtype=nl.float32, buffer=nl.psum)
                 _accumulate(acc, x_band, w_t, co, groups * rows_per_mm, tail, in_tiles, filter_size, out_width)
@@ -177,13 +176,41 @@ def fused_conv2d_maxpool(X, W, bias, pool_size=1):
 
     for b in nl.affine_range(batch_size):
         for band in nl.affine_range(full_bands):
-            x_band = nl.ndarray((P, in_tiles, band_rows + filter_height - 1, input_width), dtype=X.dtype,
-                                buffer=nl.sbuf)
-            _conv_band(X, X_out, w_t, bias_sb, x_band, b, band * band_rows, band_rows, pool_size, rows_per_mm,
-                       in_tiles, out_tiles, filter_height)
+            x_band = nl.ndarray(
+                (P, in_tiles, band_rows + filter_height - 1, input_width), dtype=X.dtype, buffer=nl.sbuf
+            )
+            _conv_band(
+                X,
+                X_out,
+                w_t,
+                bias_sb,
+                x_band,
+                b,
+                band * band_rows,
+                band_rows,
+                pool_size,
+                rows_per_mm,
+                in_tiles,
+                out_tiles,
+                filter_height,
+            )
         if tail_rows:
-            x_tail = nl.ndarray((P, in_tiles, tail_rows + filter_height - 1, input_width), dtype=X.dtype,
-                                buffer=nl.sbuf)
-            _conv_band(X, X_out, w_t, bias_sb, x_tail, b, full_bands * band_rows, tail_rows, pool_size,
-                       rows_per_mm, in_tiles, out_tiles, filter_height)
+            x_tail = nl.ndarray(
+                (P, in_tiles, tail_rows + filter_height - 1, input_width), dtype=X.dtype, buffer=nl.sbuf
+            )
+            _conv_band(
+                X,
+                X_out,
+                w_t,
+                bias_sb,
+                x_tail,
+                b,
+                full_bands * band_rows,
+                tail_rows,
+                pool_size,
+                rows_per_mm,
+                in_tiles,
+                out_tiles,
+                filter_height,
+            )
     return X_out

@@ -69,7 +69,8 @@ def fused_conv2d_maxpool(X, W, bias, pool_size=1):
                     result[...] = nisa.tensor_copy(conv[:, 0, :], dtype=X.dtype)
                 else:
                     row_max = nisa.tensor_reduce(nl.max, conv[:, :, 0 : pooled_w * 2], axis=(1,), dtype=nl.float32)
-                    result[...] = nisa.tensor_reduce(nl.max, row_max.reshape((P, pooled_w, 2)), axis=(2,),
-                                                     dtype=X.dtype)
+                    result[...] = nisa.tensor_reduce(
+                        nl.max, row_max.reshape((P, pooled_w, 2)), axis=(2,), dtype=X.dtype
+                    )
                 nisa.dma_copy(src=result, dst=X_out[b, co * P : (co + 1) * P, out_row, :])
     return X_out
