@@ -358,7 +358,7 @@ def write_gradebook(results: list[JobResult], test_ids: list[str], path: Path) -
             [
                 r.student,
                 r.status,
-                f"{r.score:g}",
+                "" if r.status == "error" else f"{r.score:g}",  # a grader/infrastructure error is not a zero
                 f"{r.base_points:g}",
                 *[f"{r.tests[t]:g}" if t in r.tests else "" for t in test_ids],
                 f"{r.seconds:.1f}",

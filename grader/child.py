@@ -1,18 +1,21 @@
 """The sandboxed child: imports ONE student file and runs ONE kernel call, nothing else.
 
 Started by grader/sandbox.py as ``python -I -B grader/child.py`` (isolated mode: no PYTHONPATH, no user site,
-no script directory on sys.path), inside fresh namespaces and rlimits, usually as an unprivileged user.  It is
-deliberately standalone: it imports the standard library, NumPy and nkisim only -- never the grader package,
-the rubric or the staff reference.
+no script directory on sys.path) behind prlimit/setpriv/unshare.  It is deliberately standalone: it imports the
+standard library, NumPy and nkisim only -- never the grader package, the rubric or the staff reference (its
+sys.path gets a directory holding nothing but a link to nkisim).
 
 Protocol (the parent is the only one that knows where results go):
-1. The parent writes one JSON job to stdin; it is read and stdin closed before any student code is imported.
-   The job names the input .npy files and a randomly named output directory; both live only in local
-   variables of :func:`main` (student code cannot reach them: the static screen forbids sys/inspect/gc/frames,
-   and the student module gets a restricted ``__builtins__``).
-2. Student code is executed as a module with restricted builtins and an import allow-list.
-3. The kernel runs through nkisim's runtime (or the real NKI launchers with ``backend = neuron``).
-4. Outputs are written as .npy, the trace with nkisim.core.traceio, then a small status.json -- each file via
+1. The parent writes one JSON job to stdin; it is read and stdin closed before any student code exists.  The
+   job names the input .npy files and a randomly named output directory; both live only in local variables
+   of :func:`main`.  The child joins the run's pids cgroup and applies its rlimits to itself.
+2. Inputs are loaded, then (in a private mount namespace) the file system is made read-only except the work
+   and output directories, and the process drops to the unprivileged uid or loses every capability.
+3. Student code is executed as a module whose ``__builtins__`` lack I/O, dynamic code and introspection, and
+   whose imports are limited to views of numpy, math, typing and neuronxcc.nki (no module attribute that
+   leads to os/sys, no NumPy file I/O).  The static screen (nkisim.check_kernel) ran before all this.
+4. The kernel runs through nkisim's runtime (or the real NKI launchers with ``backend = neuron``).
+5. Outputs are written as .npy, the trace with nkisim.core.traceio, then a small status.json -- each file via
    tmp + os.replace.  Nothing printed counts; the parent judges the arrays itself and costs the trace itself.
 """
 

@@ -110,7 +110,14 @@ class _Grading:
                     {"line": 1, "code": "SYNTAX-ERROR", "kind": "syntax", "message": f"not UTF-8 text: {exc}"}
                 ]
                 continue
-            found = check_kernel(text, filename=name)
+            try:
+                found = check_kernel(text, filename=name)
+            except (RecursionError, MemoryError, ValueError) as exc:  # the file, not the grader, is the problem
+                self.blocking[name] = []
+                self.violations[name] = [
+                    {"line": 1, "code": "SYNTAX-ERROR", "kind": "syntax", "message": f"cannot be screened: {exc}"}
+                ]
+                continue
             self.violations[name] = [v.as_dict() for v in found]
             block = [v for v in found if v.blocking]
             if block:

@@ -3,14 +3,17 @@
 Every task calls the same ``grade_one`` as the local process pool, so the guarantees carry over unchanged: each
 kernel call runs in its own sandboxed child, results land in ``out/<student>/<hash>/`` by one atomic rename made
 by the process that graded, and finished work is skipped on the next run.  The results directory and the
-submissions must therefore be on a file system every node sees at the same path (NFS/EFS/FSx); paths are made
-absolute on the driver.
+submissions must then be on a file system every node sees at the same path (NFS/EFS/FSx); paths are made
+absolute on the driver.  Without one, ``ship_files`` keeps grade_one on the driver (reading, resume check,
+atomic publish) and sends only the grading step, with the files and the rubric as bytes, to the task.
 
 Resources: an nkisim task asks for one CPU per kernel run it may have in flight.  A hardware task asks for one
 ``neuron_cores`` (Ray's own NeuronCore accelerator resource, detected with ``neuron-ls`` on Trainium nodes), so
 Ray runs at most one measurement per NeuronCore at a time; the task pins that core with
 ``NEURON_RT_VISIBLE_CORES`` (Ray sets it too; we set it again from the assigned ids and fail loudly when none
-were assigned) and grades its kernels one after another.
+were assigned; runner.py passes it into the sandboxed kernel process) and grades its kernels one after
+another.  Unpinned, the Neuron runtime reserves every core of the instance for the first process that starts
+(https://awsdocs-neuron.readthedocs-hosted.com/en/latest/neuron-runtime/guides/configuration-guide.html).
 
 Retries are made by the driver, not by Ray's ``max_retries``: grade_one turns everything the submission can do
 into a verdict, so anything that escapes it (a worker or node lost, a task killed or cancelled, Ray's OOM
@@ -202,7 +205,10 @@ class RayExecutor:
             return False
         quiet = {"log_to_driver": False, "logging_level": "WARNING", "configure_logging": True}
         if self.address:
-            ray.init(address=self.address, **quiet)
+            try:
+                ray.init(address=self.address, **quiet)
+            except Exception as exc:  # noqa: BLE001 - ConnectionError, version mismatch, auth: a usage problem
+                raise ValueError(f"cannot join the Ray cluster at {self.address!r}: {describe_failure(exc)}") from exc
         else:
             ray.init(num_cpus=self.jobs, include_dashboard=False, **quiet)
         return True

@@ -33,6 +33,9 @@ from grader.sandbox import Isolation, ProcessResult, detect_isolation, run_sandb
 
 CHILD_SCRIPT = str(Path(__file__).with_name("child.py"))
 MAX_STATUS_BYTES = 1 << 20
+# Bounds on what the parent parses and costs (the staff kernels issue ~4e4 instructions on the largest test).
+MAX_TRACE_BYTES = 256 << 20
+MAX_TRACE_INSTRS = 2_000_000
 
 
 @dataclass
@@ -235,7 +238,14 @@ def _collect(
         try:
             from nkisim.core import traceio
 
-            run.trace = traceio.load(str(trace_file))
+            run.trace = traceio.load(str(trace_file), max_bytes=MAX_TRACE_BYTES)
         except Exception as exc:  # noqa: BLE001 - a malformed trace is the submission's problem
             return CaseRun("bad-output", f"the instruction trace could not be read: {exc}", **base)
+        if len(run.trace.instrs) > MAX_TRACE_INSTRS:
+            return CaseRun(
+                "bad-output",
+                f"the kernel issued {len(run.trace.instrs)} instructions (limit {MAX_TRACE_INSTRS}); "
+                "no course kernel needs that many",
+                **base,
+            )
     return run

@@ -1,15 +1,20 @@
 """Run untrusted code in a fresh, limited, killable process.
 
 Layers (each one alone would not be enough; the grader uses whatever the OS allows and records which):
-* a new session/process group, killed as a whole on timeout, and PR_SET_PDEATHSIG so nothing outlives the
-  grader process that started it;
-* rlimits: CPU seconds, address space, file size, open files, no core dumps, process count (enforced for
-  non-root users only, hence the unprivileged uid below);
-* ``unshare``: a network namespace (no network) and a PID namespace whose processes all die with its init
-  (``--kill-child``), so fork bombs and daemonised grandchildren are reaped too;
-* an unprivileged uid (``nobody``) when the grader runs as root, so file permissions apply to student code;
+* a new session/process group, killed as a whole when the run ends or times out, and ``setpriv --pdeathsig``
+  so nothing outlives the grader process that started it;
+* rlimits via ``prlimit`` (and again by grader/child.py itself): CPU seconds, address space, file size, open
+  files, no core dumps, process count (RLIMIT_NPROC binds non-root users only, hence the next two layers);
+* a per-run pids cgroup when the grader may create one (root in a container, Gradescope): a process limit
+  that holds for root too, and a handle to kill every process of the run;
+* ``unshare``: network namespace (no network), PID namespace whose processes all die with its init
+  (``--kill-child``), mount namespace in which grader/child.py makes the file system read-only except its own
+  work and output directories before dropping privileges;
+* an unprivileged uid (``GRADER_SANDBOX_USER``, default ``nobody``) when the grader runs as root and that user
+  can run the interpreter; otherwise uid 0 of the namespace without any capability;
 * a scrubbed environment: minimal PATH, HOME/TMPDIR in the work dir, one BLAS thread, nkisim settings fixed.
-Output is drained through a pipe and only the tail is kept, so a printing loop cannot fill the disk.
+No Python runs between fork and exec (a preexec_fn can deadlock a multi-threaded parent).  Output is drained
+through a pipe and only its tail is kept, so a printing loop cannot fill the disk or the grader's memory.
 """
 
 from __future__ import annotations
@@ -93,7 +98,7 @@ def detect_isolation() -> Isolation:
         except KeyError:
             uid = gid = None
         # The unprivileged user must be able to run this interpreter (not so when it lives under /root).
-        if uid is not None and not _probe(_as_user(unshare_argv, uid, gid, [sys.executable, "-c", "pass"])):
+        if uid is not None and not _probe(_as_user(unshare_argv, uid, gid, [sys.executable, "-c", "import numpy"])):
             uid = gid = None
     features = ["process-group", "rlimits", "scrubbed-env"]
     if shutil.which("setpriv") and sys.platform.startswith("linux"):

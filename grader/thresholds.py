@@ -188,6 +188,15 @@ def conv_thresholds(
     width = IMAGE_WIDTH[image_h]
     opt = timings.get(conv_key(dtype, image_h, width, pool, "optimized"))
     rel = timings.get(conv_key(dtype, image_h, width, pool, "relaxed"))
+    if opt is None and rel is not None:
+        # The optimized staff kernel cannot run on this target (e.g. trn1 lacks an instruction it uses): the
+        # relaxed kernel's latency is the only same-backend measure left; one tier.
+        warnings.warn(
+            f"no modelled latency of the optimized reference for conv2d {dtype} {image_h}x{width} pool {pool} on "
+            f"{target}; using the relaxed reference's",
+            stacklevel=2,
+        )
+        return factor * rel, factor * rel
     if opt is None:
         warnings.warn(
             f"no modelled reference latency for conv2d {dtype} {image_h}x{width} pool {pool} on {target}; "

@@ -78,11 +78,11 @@ def predict(row: CalRow, trace, costs=None) -> float:
     return rep.nc_latency_us if row.metric == "nc_latency" else rep.total_us
 
 
-def order_violations(results: list[Result]) -> tuple[int, list[tuple[str, str]]]:
-    """(pairs checked, violating pairs) over training rows of the same kernel."""
+def order_violations(results: list[Result], roles=("training",)) -> tuple[int, list[tuple[str, str]]]:
+    """(pairs checked, violating pairs) over rows of the same kernel group with one of ``roles``."""
     groups: dict[str, list[Result]] = {}
     for r in results:
-        if r.row.role == "training" and r.predicted_us is not None:
+        if r.row.role in roles and r.predicted_us is not None:
             groups.setdefault(r.row.group, []).append(r)
     checked, bad = 0, []
     for rs in groups.values():
@@ -216,7 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(results))
     print()
     print(format_stats(statistics_of(results)))
-    ref = [r for r in results if r.row.role != "training" and r.ratio is not None]
+    val = [r for r in results if r.row.role == "validation" and r.ratio is not None]
+    if val:
+        checked, bad = order_violations(results, ("training", "validation"))
+        print("validation rows (not fitted): " + ", ".join(f"{r.row.id} {r.ratio:.2f}x" for r in val)
+              + f"; order incl. validation: {checked - len(bad)}/{checked} pairs")
+    ref = [r for r in results if r.row.role == "reference threshold" and r.ratio is not None]
     if ref:
         print("reference thresholds (comparison only): " + ", ".join(f"{r.row.id} {r.ratio:.2f}x" for r in ref))
     if args.fit:

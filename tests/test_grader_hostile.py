@@ -41,6 +41,7 @@ SCREEN_ON: dict[str, tuple[set[str], float]] = {
     "sleep_dodge_escape": ({"rejected"}, 0),
     "network": ({"rejected"}, 0),
     "frame_walk": ({"rejected"}, 0),
+    "module_attr_escape": ({"rejected"}, 0),
     "symlink_reference": ({"missing"}, 0),
     "recursion_bomb": ({"error"}, 0),
     # Correct on the correctness shapes, skips the work on the larger timed shape: correctness only.
@@ -65,6 +66,7 @@ SCREEN_OFF: dict[str, set[str]] = {
     "sleep_dodge_escape": {"timeout"},
     "network": {"error"},
     "frame_walk": {"error"},
+    "module_attr_escape": {"error"},
 }
 
 TIMEOUT_SCALE = 0.5  # 10 s per case instead of 20: the infinite loops end sooner

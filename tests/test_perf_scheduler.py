@@ -156,16 +156,18 @@ def test_launch_overhead_and_nc_latency():
     assert rep.nc_latency_us == pytest.approx(rep.total_us + 2.0)
 
 
-def test_dge_issue_serializes_small_dmas():
-    def run(dge: bool) -> float:
+def test_dma_issue_cost_serializes_small_dmas():
+    def run(dge: bool, **over) -> float:
         tb = TraceBuilder()
         for _ in range(50):
             tb.dma(tb.hbm(128, 2), tb.sbuf(128, 2))
-        return estimate(tb.trace, costs=costs_for("trn2"), dge=dge).makespan_us
+        return estimate(tb.trace, costs=costs_for("trn2", **over), dge=dge).makespan_us
 
     tc = costs_for("trn2")
-    assert run(True) >= 50 * tc.dma_issue_dge_ns / 1000.0
-    assert run(False) < run(True) / 3
+    per_dge = (tc.dma_issue_dge_ns + 128 * tc.dma_issue_dge_per_desc_ns) / 1000.0
+    assert run(True) >= 50 * per_dge
+    assert run(False) >= 50 * tc.dma_issue_static_ns / 1000.0
+    assert run(False, dma_issue_static_ns=10.0) < run(False) / 5  # the issue cost, not latency, bounds it
 
 
 def test_critical_path_ends_at_last_instruction():

@@ -1,8 +1,9 @@
 """``--executor ray``: same grades as the local pool, infrastructure failures retried, NeuronCores pinned.
 
 The Ray tests share one local cluster (2 CPUs, 2 fake ``neuron_cores``, loopback only, no dashboard) started
-by a module fixture and kept in one xdist group, so the ~10 s Ray start-up is paid once.  They grade tiny
-submissions against a small rubric written here (small shapes, 3 s time limit per case).
+by a module fixture; the xdist group asks for one worker so the ~10 s Ray start-up is paid once, and the tests
+stay correct when xdist splits them anyway (each worker then has its own cluster; the task a test kills has a
+name unique to that test).  They grade tiny submissions against a small rubric written here.
 """
 
 from __future__ import annotations
@@ -294,6 +295,8 @@ def _kill_task_when_it_starts(title: str, killed: list[int], stop: threading.Eve
     wanted = f"ray::{title}".encode()
     while not stop.is_set():
         for pid in filter(str.isdigit, os.listdir("/proc")):
+            if stop.is_set():
+                return
             try:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
@@ -305,35 +308,60 @@ def _kill_task_when_it_starts(title: str, killed: list[int], stop: threading.Eve
         time.sleep(0.02)
 
 
+def _batch_with_a_kill(tmp_path: Path, victim: str, **options) -> tuple[list[JobResult], list[int], Path]:
+    """Grade the victim and bob on Ray while a thread SIGKILLs the victim's worker once, mid-grading."""
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    for name in (victim, "bob"):
+        _good(subs, name)
+    killed: list[int] = []
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_task_when_it_starts, args=(f"grade:{victim}", killed, stop), daemon=True)
+    killer.start()
+    try:
+        results = run_batch(subs, out, _config(tmp_path), executor="ray", progress=True, executor_options=options)
+    finally:
+        stop.set()
+        killer.join(5)
+    assert len(killed) == 1, "the test never saw the victim's grading task running"
+    return results, killed, out
+
+
 @pytest.mark.ray
 @pytest.mark.xdist_group("ray")
 @pytest.mark.parametrize("ship_files", [False, True], ids=["shared-fs", "ship-files"])
 def test_task_killed_mid_run_is_retried_and_published_once(ray_cluster, tmp_path: Path, capsys,
                                                            ship_files: bool) -> None:
-    subs, out = tmp_path / "subs", tmp_path / "out"
-    for name in ("alice", "bob"):
-        _good(subs, name)
-    killed: list[int] = []
-    stop = threading.Event()
-    killer = threading.Thread(target=_kill_task_when_it_starts, args=("grade:alice", killed, stop), daemon=True)
-    killer.start()
-    try:
-        results = run_batch(subs, out, _config(tmp_path), executor="ray", progress=True,
-                            executor_options={"ship_files": ship_files})
-    finally:
-        stop.set()
-        killer.join(5)
+    victim = f"victim{os.getpid()}{'ship' if ship_files else 'shared'}"  # unique: other clusters may be running
+    results, _, out = _batch_with_a_kill(tmp_path, victim, ship_files=ship_files)
     err = capsys.readouterr().err
-    assert len(killed) == 1, "the test never saw alice's grading task running"
-    assert "retried=1" in err and "alice (WorkerCrashedError" in err
+    assert "retried=1" in err and f"{victim} (WorkerCrashedError" in err
     by_student = {r.student: r for r in results}
-    assert {s: (r.status, r.score) for s, r in by_student.items()} == {"alice": ("graded", 12), "bob": ("graded", 12)}
-    (result_dir,) = (out / "alice").iterdir()  # exactly one content-addressed directory, complete
+    assert {s: (r.status, r.score) for s, r in by_student.items()} == {victim: ("graded", 12), "bob": ("graded", 12)}
+    (result_dir,) = (out / victim).iterdir()  # exactly one content-addressed directory, complete
     assert sorted(p.name for p in result_dir.iterdir()) == ["junit.xml", "result.json", "results.json", "summary.md"]
     assert json.loads((result_dir / "result.json").read_text())["score"] == 12
     assert not (out / ".staging").exists()
     log = [json.loads(line) for line in (out / "batch.jsonl").read_text().splitlines()]
-    assert sorted(e["student"] for e in log) == ["alice", "bob"]  # one result per job, retry included
+    assert sorted(e["student"] for e in log) == sorted([victim, "bob"])  # one result per job, retry included
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_infrastructure_failure_is_a_grader_error_not_a_zero(ray_cluster, tmp_path: Path) -> None:
+    victim = f"victim{os.getpid()}noretry"
+    results, _, out = _batch_with_a_kill(tmp_path, victim, retries=0)
+    by_student = {r.student: r for r in results}
+    assert by_student["bob"].status == "graded"
+    failed = by_student[victim]
+    assert failed.status == "error" and "infrastructure failure" in failed.error
+    assert "WorkerCrashedError" in failed.error
+    row = _gradebook(out / "gradebook.csv")[victim]
+    assert (row["status"], row["total"], row["part1.transpose"]) == ("error", "", "")
+    assert victim in (out / "overview.md").read_text().split("Grader errors")[1]
+    assert not (out / victim).exists()  # nothing published for the failed attempt
+    again = {r.student: r.status for r in run_batch(tmp_path / "subs", out, _config(tmp_path), executor="ray",
+                                                    progress=False)}
+    assert again == {victim: "graded", "bob": "skipped"}  # the next run grades only what failed
 
 
 @pytest.mark.ray

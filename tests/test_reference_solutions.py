@@ -115,3 +115,23 @@ def test_conv_references_earn_full_performance_credit(conv_ref, conv_relaxed):
             assert slow.latency_us > 0.99 * fast.latency_us, test.name
         else:
             assert slow.latency_us > 1.2 * fast.latency_us, test.name
+
+
+def test_simulate_flag_runs_the_kernel_through_simulate_kernel(conv_ref, monkeypatch):
+    calls = []
+    real = harness.nki.simulate_kernel
+
+    def spy(kernel, *args, **kwargs):
+        calls.append(kwargs)
+        return real(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(harness.nki, "simulate_kernel", spy)
+    case = harness.ConvCase(1, 128, 128, 32, 16, pool_size=2)
+    results = harness.run_correctness(
+        conv_ref,
+        [harness.CorrectnessTest("simulated", (case,), 1.0)],
+        harness.InputBank(seed=3),
+        simulate=True,
+        log=lambda _: None,
+    )
+    assert results[0].passed and calls == [{"pool_size": 2}]

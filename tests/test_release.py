@@ -106,3 +106,19 @@ def test_make_submission_packs_exactly_the_two_files(tmp_path):
     with tarfile.open(tmp_path / "asst4.tar.gz") as tar:
         assert sorted(tar.getnames()) == ["part1/kernels.py", "part2/conv2d.py"]
         assert tar.extractfile("part2/conv2d.py").read() == (REPO / "part2" / "conv2d.py").read_bytes()
+
+
+def test_handout_figures_regenerate(tmp_path):
+    """make handouts: every figure draws from scratch and the handout links it."""
+    names = ["memory_hierarchy", "vector_add_tiling", "conv_as_matmul", "profile_timeline"]
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "handouts" / "figures" / "make_figures.py"), *names, "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for name in names:
+        png = tmp_path / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"figures/{name}.png" in (REPO / "handouts" / "handout.md").read_text()

@@ -74,19 +74,33 @@ def draw(path: Path) -> None:
     rows, report = timeline()
     order = [r for r in ("TensorE", "VectorE", "ScalarE", "GpsimdE") if r in rows]
     order += sorted((r for r in rows if r.startswith("DMA")), key=lambda r: int(r.split()[1]))
-    color = {"TensorE": COLORS["tensor"], "VectorE": COLORS["vector"], "ScalarE": COLORS["scalar"],
-             "GpsimdE": COLORS["gpsimd"]}
+    color = {
+        "TensorE": COLORS["tensor"],
+        "VectorE": COLORS["vector"],
+        "ScalarE": COLORS["scalar"],
+        "GpsimdE": COLORS["gpsimd"],
+    }
     fig, ax = plt.subplots(figsize=(11, 0.45 * len(order) + 1.6))
     for y, name in enumerate(order):
         spans = rows[name]
-        ax.broken_barh([(s, max(e - s, 0.01)) for s, e, _ in spans], (y - 0.38, 0.76),
-                       facecolors=color.get(name, COLORS["dma"]), edgecolors="#555555", linewidth=0.3)
+        ax.broken_barh(
+            [(s, max(e - s, 0.01)) for s, e, _ in spans],
+            (y - 0.38, 0.76),
+            facecolors=color.get(name, COLORS["dma"]),
+            edgecolors="#555555",
+            linewidth=0.3,
+        )
     ax.set_yticks(range(len(order)), order)
     ax.invert_yaxis()
-    ax.set_xlabel("time since the first instruction (\u03bcs, nkisim model of trn2, launch overhead excluded); "
-                  "DMA rows: transfers in flight, trigger to completion")
-    ax.set_title(f"Profile of a 256x512 @ 512x2048 fp16 tiled matmul: {report.total_us:.1f} \u03bcs modelled, "
-                 f"{report.matmul_count} matmuls, {report.dma_count} DMAs", fontsize=10)
+    ax.set_xlabel(
+        "time since the first instruction (\u03bcs, nkisim model of trn2, launch overhead excluded); "
+        "DMA rows: transfers in flight, trigger to completion"
+    )
+    ax.set_title(
+        f"Profile of a 256x512 @ 512x2048 fp16 tiled matmul: {report.total_us:.1f} \u03bcs modelled, "
+        f"{report.matmul_count} matmuls, {report.dma_count} DMAs",
+        fontsize=10,
+    )
     ax.grid(axis="x", alpha=0.3)
     save(fig, path)
     plt.close(fig)

@@ -103,6 +103,13 @@ def load_rows(path: str = MEASUREMENTS) -> list[CalRow]:
             rows.append(CalRow(rid, "trn1", "matmul_fully_optimized", {}, _matmul_inputs(8192, 4096, 8192, "bfloat16"),
                                float(r["measured_us"]), "total_time", None, "training", "trn1:matmul_bf16",
                                "lhsT[8192,4096] rhs[8192,8192] bf16", r.get("notes", "")))
+            # earlier versions of the same tutorial, quoted in the row's notes: validation rows (not fitted)
+            for vid, kern, us in (("doc-mm-bf16-trn1-v1-tiled", "matmul_tiled", 51800.0),
+                                  ("doc-mm-bf16-trn1-v2-hoist", "matmul_hoist_load", 42960.0),
+                                  ("doc-mm-bf16-trn1-v3-block", "matmul_block_free", 22070.0)):
+                rows.append(CalRow(vid, "trn1", kern, {}, _matmul_inputs(8192, 4096, 8192, "bfloat16"), us,
+                                   "total_time", None, "validation", "trn1:matmul_bf16",
+                                   "lhsT[8192,4096] rhs[8192,8192] bf16", "from doc-mm-bf16-trn1 notes"))
         elif rid == "doc-mm-fp32-trn2":
             rows.append(CalRow(rid, "trn2", "matmul_blocked_fp32", {}, _matmul_inputs(8192, 4096, 8192, "float32"),
                                float(r["measured_us"]), "total_time", None, "training", "trn2:matmul_fp32",

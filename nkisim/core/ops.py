@@ -126,6 +126,8 @@ def finish(ctx: KernelContext, ins, out: Tensor, values, mask=None) -> Tensor:
     """Write computed values (full mode) into the fresh result tile and make it retargetable."""
     if values is not None:
         v = execute.cast(np.asarray(values), out.dtype)
+        if mask is not None:  # fresh results skip the poison fill; masked-off elements must still read as unwritten
+            write(out, np.asarray(dtypes.poison_value(out.dtype), dtype=out.dtype))
         write(out, np.broadcast_to(_fit(v, out.shape), out.shape) if v.shape != out.shape else v, mask)
     ctx.remember(ins, out, values)
     ctx.last_mask = mask  # a retargeted masked result must leave the destination's masked-off elements alone
@@ -210,6 +212,8 @@ def _mark_written(t: Tensor) -> None:
 def _acc_view(t: Tensor) -> np.ndarray:
     """The accumulation-group flags seen through the same view as ``t``."""
     a = t._a
+    if a.acc is None:  # a provisional result: written in full by the instruction that produced it
+        a.acc = np.ones(a.base.shape, dtype=bool)
     isz = t._v.itemsize
     off = t._off // isz
     flat = a.acc.reshape(-1)
@@ -219,13 +223,23 @@ def _acc_view(t: Tensor) -> np.ndarray:
 
 def _psum_write(dst: Tensor, vals: np.ndarray, accumulate: bool) -> None:
     """Matmul accumulation group semantics: the first write to a region overwrites, later ones add (fp32)."""
-    if dst._ix is not None or dst._a.acc is None:
+    if dst._ix is not None:
         write(dst, execute.cast(vals, dst.dtype))
         return
+    if dst._a.acc is None:  # provisional PSUM result: every element already belongs to an accumulation group
+        if accumulate and dst._v.dtype == F32:
+            dst._v += vals
+        elif accumulate:
+            dst._v[...] = execute.cast(dst._v.astype(F32) + vals, dst.dtype)
+        else:
+            dst._v[...] = execute.cast(vals, dst.dtype)
+        return
     flags = _acc_view(dst)
+    if accumulate and dst._v.dtype == F32 and flags.all():
+        dst._v += vals  # the common case: accumulate in place in fp32
+        return
     if accumulate:
-        old = dst._v.astype(F32)
-        new = np.where(flags, old + vals, vals)
+        new = np.where(flags, dst._v.astype(F32) + vals, vals)
     else:
         new = vals
     dst._v[...] = execute.cast(np.asarray(new, dtype=F32), dst.dtype)
@@ -450,8 +464,6 @@ def nc_transpose(data: Tensor, *, engine: Engine = E_UNKNOWN, dtype=None, mask=N
     ins = ctx.emit("nc_transpose", engine, (data,), (out,), {"P": p, "F": f})
     values = execute.to_f32(read(data)).reshape(p, f).T if ctx.full else None
     out = finish(ctx, ins, out, values)
-    if ctx.full and out_buf == B_PSUM:
-        _acc_view(out)[...] = True
     return out
 
 

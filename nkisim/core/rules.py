@@ -115,10 +115,6 @@ _RULE_LIST = [
        "{op}: output {shape} ({nbytes} bytes per partition at offset {offset}) must lie within one {bank} "
        "byte PSUM bank",
        "trainium arch guide: one MultiplyMoving writes exactly one 2 KiB PSUM bank"),
-    _r("nkisim_psum_tile_bank",
-       "PSUM tile '{name}' {shape} needs {nbytes} bytes per partition per tile; a PSUM tile must fit one {bank}-byte "
-       "bank (tile_size.psum_fmax = 512 fp32 elements): split it into several tiles or add a block dimension",
-       "programming model TC#2; trainium arch guide: a physical PSUM tile cannot span banks"),
     _r("nkisim_matmul_dtype",
        "nc_matmul: {detail}",
        "nki.isa.nc_matmul: fp8/bf16/fp16/tf32/fp32 inputs; fp32/tf32 must pair with fp32/tf32"),

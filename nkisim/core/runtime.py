@@ -154,24 +154,21 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
             bytes_pp *= d
     if buffer.direct is not None:
         return buffer.direct.place(ctx, dims, pdim, dt, name, bytes_pp)
-    if kind == B_PSUM:
-        per_tile = bytes_pp
-        for d in dims[:pdim]:
-            per_tile //= max(d, 1)
-        if per_tile > ctx.limits.psum_bank_bytes:
-            fail("nkisim_psum_tile_bank", name=name or "tile", shape=list(dims), nbytes=per_tile,
-                 bank=ctx.limits.psum_bank_bytes)
     if kind == B_SBUF and not provisional:
         if ctx.direct_alloc is True:
             fail("nkisim_direct_alloc", detail="automatic (nl.sbuf) and direct (ncc.sbuf.mod_alloc) allocation "
                  "cannot be mixed in one kernel")
         ctx.direct_alloc = False
-    base, view = make_storage(dims, pdim, dt, fill, not ctx.full)
+    # A provisional result is written in full right after allocation (ops.finish poisons it first when a mask
+    # leaves elements unwritten), so it skips the poison fill.
+    base, view = make_storage(dims, pdim, dt, fill, not ctx.full or provisional)
     mem = ctx.mem
     alloc = Allocation(kind, base, mem.phys_for(site), site, name, bytes_pp, mem)
     if not provisional:
         mem.charge(alloc)
-    if kind == B_PSUM and ctx.full:
+    if kind == B_PSUM and ctx.full and not provisional:
+        # per-element "written" flags of the matmul accumulation groups; provisional PSUM results (acc None) were
+        # written by the instruction that produced them, i.e. all flags set
         alloc.acc = np.zeros(base.shape, dtype=bool)
     return Tensor(alloc, view, pdim, off=0)
 
@@ -239,6 +236,7 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
     ctx.kernel_code = getattr(fn, "__code__", None)
     kwargs = dict(kwargs or {})
     _STACK.append(ctx)
+    blas = _single_thread_blas()
     old_err = np.seterr(all="ignore")  # NaN poison and fp16 overflow are data, not warnings
     # The trace holds ~10^5 small objects; cyclic GC passes over them would dominate the run time. Tiles die by
     # reference counting (capacity tracking relies on that), so the cycle collector is not needed meanwhile.
@@ -256,6 +254,8 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
             for t in (ret if isinstance(ret, (tuple, list)) else (ret,)) if isinstance(t, Tensor)]
         outputs = _to_numpy(ret) if ctx.full else None
     finally:
+        if blas is not None:
+            blas.restore_original_limits()
         if gc_was_enabled:
             gc.enable()
         np.seterr(**old_err)
@@ -274,6 +274,15 @@ def _check_outputs_written(ctx: KernelContext, ret) -> None:
     for t in outs:
         if t._a.phys not in written:
             fail("err_tensor_output_not_written_to", name=t._a.name)
+
+
+def _single_thread_blas():
+    """Kernels issue many small GEMMs (<= 128x128x512): BLAS threads only add contention, so use one."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # optional: without it NumPy keeps its default threading
+        return None
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def _arg_names(fn, n: int) -> list[str]:

@@ -55,12 +55,17 @@ def write_profile(
     neff_path: str | None = None,
     ntff_path: str | None = None,
     summary_path: str | None = None,
+    neff_name: str | None = None,
+    trace_name: str | None = None,
 ) -> dict[str, str]:
     """Write the .neff stand-in, the .ntff Perfetto JSON and the .summary.txt; returns {kind: path}.
 
     ``base_name`` gives all three names (``base.neff``, ``base.ntff``, ``base.summary.txt``); explicit paths
-    override single files.  At least one of them must be given.
+    override single files (``neff_name``/``trace_name`` are aliases of ``neff_path``/``ntff_path``, as
+    nki.benchmark's save_neff_name/save_trace_name).  At least one of them must be given.
     """
+    neff_path = neff_path or neff_name
+    ntff_path = ntff_path or trace_name
     if base_name is None and neff_path is None and ntff_path is None and summary_path is None:
         raise ValueError("write_profile needs base_name or an explicit file path")
     if base_name is not None:

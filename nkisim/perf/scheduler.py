@@ -196,7 +196,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedul
     port_free = {"sbuf_vg": 0.0, "psum_vs": 0.0}
     # per physical buffer: [writes, reads]; write = [p_lo, p_hi, b_lo, b_hi, t_done, t_pipe, idx, is_mm]
     # read = [p_lo, p_hi, b_lo, b_hi, t_read_done, idx]
-    access: dict[tuple[int, int], list[list]] = {}
+    access: dict[int, list[list]] = {}  # key: phys * 4 + buf kind
     dma_eng = DmaEngines(tc.dma_engines)
     issue_q = [GapResource() for _ in range(max(1, tc.dma_issue_queues))]
     last_stationary = None
@@ -220,7 +220,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedul
         # ---- dependencies -------------------------------------------------------------------------------
         for o in ins.srcs:
             r = o.region
-            ent = access.get((r.buf, r.phys))
+            ent = access.get(r.phys * 4 + r.buf)
             if ent is None:
                 continue
             p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
@@ -230,7 +230,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedul
                     dep_pred = w[6]
         for o in ins.dsts:
             r = o.region
-            ent = access.get((r.buf, r.phys))
+            ent = access.get(r.phys * 4 + r.buf)
             if ent is None:
                 continue
             p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
@@ -362,7 +362,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedul
         # ---- record accesses --------------------------------------------------------------------------
         for o in ins.srcs:
             r = o.region
-            key = (r.buf, r.phys)
+            key = r.phys * 4 + r.buf
             ent = access.get(key)
             if ent is None:
                 ent = access[key] = [[], [], 32]
@@ -382,7 +382,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedul
                 ent[2] = max(32, 2 * len(reads))
         for o in ins.dsts:
             r = o.region
-            key = (r.buf, r.phys)
+            key = r.phys * 4 + r.buf
             ent = access.get(key)
             if ent is None:
                 ent = access[key] = [[], [], 32]

@@ -110,7 +110,7 @@ def matrix_transpose(a_tensor):
     Only ``nisa.nc_transpose`` computes.  Rows are processed in bands of up to 8 blocks of 128 rows, columns in
     chunks of COL_CHUNK; each band chunk arrives with one DMA per row block.  For every 128-column block, the
     transposed 128x128 blocks of the band are gathered side by side in PSUM (4 per 2 KiB bank), copied to one
-    SBUF tile (alternating VectorE and ScalarE) and leave with a single DMA whose per-partition runs are
+    SBUF tile (VectorE and ScalarE take one bank each) and leave with a single DMA whose per-partition runs are
     ``band * 128`` elements long (4 KiB for fp32 with band = 8), the size at which DMAs reach full bandwidth.
     """
     P = nl.tile_size.pmax
@@ -138,12 +138,12 @@ def matrix_transpose(a_tensor):
                 nisa.dma_copy(src=a_tensor[row0 + r * P : row0 + (r + 1) * P, col0 : col0 + cols], dst=in_tile[:, r, :])
             for cb in nl.affine_range(col_blocks):
                 t_sbuf = nl.ndarray((P, band * P), dtype=a_tensor.dtype, buffer=nl.sbuf)
-                for bank in nl.affine_range(banks):
+                for bank in nl.static_range(banks):  # trace-time int: picks the copy engine
                     t_psum = nl.ndarray((P, per_bank * P), dtype=a_tensor.dtype, buffer=nl.psum)
                     for r in nl.affine_range(per_bank):
                         block = in_tile[:, bank * per_bank + r, cb * P : (cb + 1) * P]
                         t_psum[:, r * P : (r + 1) * P] = nisa.nc_transpose(block)
-                    engine = nisa.vector_engine if (cb * banks + bank) % 2 == 0 else nisa.scalar_engine
+                    engine = nisa.vector_engine if bank % 2 == 0 else nisa.scalar_engine
                     lo = bank * per_bank * P
                     t_sbuf[:, lo : lo + per_bank * P] = nisa.tensor_copy(t_psum, engine=engine)
                 out_row0 = col0 + cb * P

@@ -29,8 +29,9 @@ def _load_weights(W, w_t, in_tiles, out_tiles, taps):
     for co in nl.affine_range(out_tiles):
         w_nat = nl.ndarray((P, in_channels, taps), dtype=W.dtype, buffer=nl.sbuf)
         nisa.dma_copy(src=w_rows[co * P : (co + 1) * P, :], dst=w_nat.reshape((P, in_channels * taps)))
-        for ci in nl.affine_range(in_tiles):
-            for tap in nl.affine_range(taps):
+        # static_range: trace-time ints, so the engine choice below is plain Python on the real compiler too
+        for ci in nl.static_range(in_tiles):
+            for tap in nl.static_range(taps):
                 w_psum = nisa.nc_transpose(w_nat[:, ci * P : (ci + 1) * P, tap])
                 engine = nisa.vector_engine if tap % 2 == 0 else nisa.scalar_engine
                 w_t[:, ci, tap, co * P : (co + 1) * P] = nisa.tensor_copy(w_psum, engine=engine)
@@ -59,18 +60,16 @@ def _evacuate_pooled(acc, bias_col, out_rows, rows, width):
     out_rows[...] = nisa.tensor_scalar(pooled, nl.add, bias_col, dtype=out_rows.dtype)
 
 
-def _evacuate_pooled_generic(acc_list, bias_col, out_rows, rows, width):
-    """Pooling when the 2x2 windows do not tile the PSUM tiles (odd width, or one row per matmul):
-    stage the biased rows in SBUF (float32), then reduce there."""
+def _evacuate_pooled_generic(acc_top, acc_bottom, bias_col, out_row, width):
+    """Pooling when the 2x2 windows do not tile a PSUM tile (odd width, or one row per matmul): stage the two
+    biased conv rows in SBUF (float32), then reduce there into one pooled row."""
     P = nl.tile_size.pmax
     used_w = (width // 2) * 2
-    staged = nl.ndarray((P, rows, used_w), dtype=nl.float32, buffer=nl.sbuf)
-    row = 0
-    for acc, acc_rows in acc_list:
-        staged[:, row : row + acc_rows, :] = nisa.tensor_scalar(acc[:, :, 0:used_w], nl.add, bias_col)
-        row += acc_rows
-    windows = staged.reshape((P, rows // 2, 2, used_w // 2, 2))
-    out_rows[...] = nisa.tensor_reduce(nl.max, windows, axis=(2, 4), dtype=out_rows.dtype)
+    staged = nl.ndarray((P, 2, used_w), dtype=nl.float32, buffer=nl.sbuf)
+    staged[:, 0:1, :] = nisa.tensor_scalar(acc_top[:, :, 0:used_w], nl.add, bias_col)
+    staged[:, 1:2, :] = nisa.tensor_scalar(acc_bottom[:, :, 0:used_w], nl.add, bias_col)
+    windows = staged.reshape((P, 1, 2, used_w // 2, 2))
+    out_row[...] = nisa.tensor_reduce(nl.max, windows, axis=(2, 4), dtype=out_row.dtype)
 
 
 def _accumulate(acc, x_band, w_t, co, row0, rows, in_tiles, filter_size, out_width):
@@ -107,36 +106,66 @@ def _conv_band(
     for co in nl.affine_range(out_tiles):
         bias_col = bias_sb[:, co : co + 1]
         out_band = nl.ndarray((P, out_band_rows, pooled_w), dtype=X.dtype, buffer=nl.sbuf)
-        if pool_size == 1 or fused_pool:
+        if pool_size == 1:
+            # pairs of groups: the first evacuates on ScalarE, the second on VectorE (no control flow on the
+            # loop variable); both PSUM tiles are allocated here so consecutive pairs use different banks
+            for g2 in nl.affine_range(groups // 2):
+                r0 = 2 * g2 * rows_per_mm
+                acc_a = nl.ndarray((P, rows_per_mm, out_width), dtype=nl.float32, buffer=nl.psum)
+                acc_b = nl.ndarray((P, rows_per_mm, out_width), dtype=nl.float32, buffer=nl.psum)
+                _accumulate(acc_a, x_band, w_t, co, r0, rows_per_mm, in_tiles, filter_size, out_width)
+                _evacuate_rows(acc_a, bias_col, out_band[:, r0 : r0 + rows_per_mm, :], use_scalar=True)
+                r1 = r0 + rows_per_mm
+                _accumulate(acc_b, x_band, w_t, co, r1, rows_per_mm, in_tiles, filter_size, out_width)
+                _evacuate_rows(acc_b, bias_col, out_band[:, r1 : r1 + rows_per_mm, :], use_scalar=False)
+            done = (groups // 2) * 2 * rows_per_mm
+            if groups % 2:
+                acc = nl.ndarray((P, rows_per_mm, out_width), dtype=nl.float32, buffer=nl.psum)
+                _accumulate(acc, x_band, w_t, co, done, rows_per_mm, in_tiles, filter_size, out_width)
+                _evacuate_rows(acc, bias_col, out_band[:, done : done + rows_per_mm, :], use_scalar=True)
+                done += rows_per_mm
+            if tail:
+                acc_t = nl.ndarray((P, tail, out_width), dtype=nl.float32, buffer=nl.psum)
+                _accumulate(acc_t, x_band, w_t, co, done, tail, in_tiles, filter_size, out_width)
+                _evacuate_rows(acc_t, bias_col, out_band[:, done:band_rows, :], use_scalar=False)
+        elif fused_pool:
+            half = rows_per_mm // 2
             for g in nl.affine_range(groups):
                 acc = nl.ndarray((P, rows_per_mm, out_width), dtype=nl.float32, buffer=nl.psum)
                 _accumulate(acc, x_band, w_t, co, g * rows_per_mm, rows_per_mm, in_tiles, filter_size, out_width)
-                if pool_size == 1:
-                    _evacuate_rows(
-                        acc, bias_col, out_band[:, g * rows_per_mm : (g + 1) * rows_per_mm, :], use_scalar=(g % 2 == 0)
-                    )
-                else:
-                    half = rows_per_mm // 2
-                    _evacuate_pooled(acc, bias_col, out_band[:, g * half : (g + 1) * half, :], rows_per_mm, out_width)
+                _evacuate_pooled(acc, bias_col, out_band[:, g * half : (g + 1) * half, :], rows_per_mm, out_width)
             if tail:
-                acc = nl.ndarray((P, tail, out_width), dtype=nl.float32, buffer=nl.psum)
-                _accumulate(acc, x_band, w_t, co, groups * rows_per_mm, tail, in_tiles, filter_size, out_width)
-                if pool_size == 1:
-                    _evacuate_rows(acc, bias_col, out_band[:, groups * rows_per_mm : band_rows, :], False)
-                else:
-                    half = groups * rows_per_mm // 2
-                    _evacuate_pooled(acc, bias_col, out_band[:, half:out_band_rows, :], tail, out_width)
+                acc_t = nl.ndarray((P, tail, out_width), dtype=nl.float32, buffer=nl.psum)
+                _accumulate(acc_t, x_band, w_t, co, groups * rows_per_mm, tail, in_tiles, filter_size, out_width)
+                _evacuate_pooled(acc_t, bias_col, out_band[:, groups * half : out_band_rows, :], tail, out_width)
         else:
             # generic pooling: pairs of conv rows, each pair staged through SBUF
             for pair in nl.affine_range(band_rows // 2):
-                accs = []
-                for r in nl.affine_range(2):
-                    acc = nl.ndarray((P, 1, out_width), dtype=nl.float32, buffer=nl.psum)
-                    _accumulate(acc, x_band, w_t, co, pair * 2 + r, 1, in_tiles, filter_size, out_width)
-                    accs.append((acc, 1))
-                _evacuate_pooled_generic(accs, bias_col, out_band[:, pair : pair + 1, :], 2, out_width)
+                acc_top = nl.ndarray((P, 1, out_width), dtype=nl.float32, buffer=nl.psum)
+                acc_bottom = nl.ndarray((P, 1, out_width), dtype=nl.float32, buffer=nl.psum)
+                _accumulate(acc_top, x_band, w_t, co, pair * 2, 1, in_tiles, filter_size, out_width)
+                _accumulate(acc_bottom, x_band, w_t, co, pair * 2 + 1, 1, in_tiles, filter_size, out_width)
+                _evacuate_pooled_generic(acc_top, acc_bottom, bias_col, out_band[:, pair : pair + 1, :], out_width)
         out_row0 = conv_row0 // pool_size
         nisa.dma_copy(src=out_band, dst=X_out[b, co * P : (co + 1) * P, out_row0 : out_row0 + out_band_rows, :])
+
+
+def _band_plan(conv_rows, rows_per_mm, pool_size):
+    """Splits conv_rows into (head, band_rows, full_bands, (tail, last)): full bands of about BAND_ROWS rows,
+    framed by short bands of one matmul group at the start and the end when the image is tall enough.
+    Every size is a multiple of pool_size; head/tail/last may be 0."""
+    group = rows_per_mm + (rows_per_mm % pool_size)
+    band_rows = max(rows_per_mm, (BAND_ROWS // rows_per_mm) * rows_per_mm)
+    band_rows = min(band_rows, conv_rows)
+    band_rows -= band_rows % pool_size
+    head = group if conv_rows >= band_rows + 3 * group else 0
+    full_bands = (conv_rows - head) // band_rows
+    rest = conv_rows - head - full_bands * band_rows
+    if head and rest < group:  # no room for a short last band: give the head's rows back
+        full_bands = conv_rows // band_rows
+        head, rest = 0, conv_rows - full_bands * band_rows
+    tail, last = (rest - group, group) if rest > group else (rest, 0)
+    return head, band_rows, full_bands, (tail, last)
 
 
 @nki.compiler.skip_middle_end_transformations
@@ -168,49 +197,22 @@ def fused_conv2d_maxpool(X, W, bias, pool_size=1):
     rows_per_mm = max(1, min(conv_rows, nl.tile_size.gemm_moving_fmax // out_width))
     if pool_size == 2 and rows_per_mm > 1:
         rows_per_mm -= rows_per_mm % 2
-    band_rows = max(rows_per_mm, (BAND_ROWS // rows_per_mm) * rows_per_mm)
-    band_rows = min(band_rows, conv_rows)
-    band_rows -= band_rows % pool_size
-    full_bands = conv_rows // band_rows
-    tail_rows = conv_rows - full_bands * band_rows
+    head, band_rows, full_bands, tails = _band_plan(conv_rows, rows_per_mm, pool_size)
+    geometry = (pool_size, rows_per_mm, in_tiles, out_tiles, filter_height)
+    halo = filter_height - 1
 
     for b in nl.affine_range(batch_size):
+        if head:  # a short first band: the Tensor Engine starts after a small input DMA
+            x_head = nl.ndarray((P, in_tiles, head + halo, input_width), dtype=X.dtype, buffer=nl.sbuf)
+            _conv_band(X, X_out, w_t, bias_sb, x_head, b, 0, head, *geometry)
         for band in nl.affine_range(full_bands):
-            x_band = nl.ndarray(
-                (P, in_tiles, band_rows + filter_height - 1, input_width), dtype=X.dtype, buffer=nl.sbuf
-            )
-            _conv_band(
-                X,
-                X_out,
-                w_t,
-                bias_sb,
-                x_band,
-                b,
-                band * band_rows,
-                band_rows,
-                pool_size,
-                rows_per_mm,
-                in_tiles,
-                out_tiles,
-                filter_height,
-            )
-        if tail_rows:
-            x_tail = nl.ndarray(
-                (P, in_tiles, tail_rows + filter_height - 1, input_width), dtype=X.dtype, buffer=nl.sbuf
-            )
-            _conv_band(
-                X,
-                X_out,
-                w_t,
-                bias_sb,
-                x_tail,
-                b,
-                full_bands * band_rows,
-                tail_rows,
-                pool_size,
-                rows_per_mm,
-                in_tiles,
-                out_tiles,
-                filter_height,
-            )
+            x_band = nl.ndarray((P, in_tiles, band_rows + halo, input_width), dtype=X.dtype, buffer=nl.sbuf)
+            _conv_band(X, X_out, w_t, bias_sb, x_band, b, head + band * band_rows, band_rows, *geometry)
+        row0 = head + full_bands * band_rows
+        if tails[0]:
+            x_tail = nl.ndarray((P, in_tiles, tails[0] + halo, input_width), dtype=X.dtype, buffer=nl.sbuf)
+            _conv_band(X, X_out, w_t, bias_sb, x_tail, b, row0, tails[0], *geometry)
+        if tails[1]:  # a short last band: only a small output DMA is left after the last matmul
+            x_last = nl.ndarray((P, in_tiles, tails[1] + halo, input_width), dtype=X.dtype, buffer=nl.sbuf)
+            _conv_band(X, X_out, w_t, bias_sb, x_last, b, row0 + tails[0], tails[1], *geometry)
     return X_out

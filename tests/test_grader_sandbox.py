@@ -1,0 +1,89 @@
+"""grader/sandbox.py on plain Python payloads: limits, time-outs, reaping, no network, bounded output."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+from grader.rubric import Limits
+from grader.sandbox import OUTPUT_TAIL_BYTES, detect_isolation, run_sandboxed
+
+LIMITS = Limits(address_space_mib=1024, file_size_mib=16, processes=16, open_files=64, cpu_seconds_slack=2)
+
+
+def _run(code: str, tmp_path, timeout: float = 10.0):
+    os.chmod(tmp_path, 0o777)
+    return run_sandboxed(
+        [sys.executable, "-I", "-c", code], stdin_bytes=b"", cwd=str(tmp_path), limits=LIMITS, timeout_s=timeout
+    )
+
+
+def test_memory_limit(tmp_path):
+    r = _run("x = bytearray(2 * 1024 ** 3)", tmp_path)
+    assert r.returncode != 0 and "MemoryError" in r.output_tail
+
+
+def test_wall_clock_limit_kills_a_sleeper(tmp_path):
+    t0 = time.perf_counter()
+    r = _run("import time; time.sleep(60)", tmp_path, timeout=2)
+    assert r.timed_out and time.perf_counter() - t0 < 10
+
+
+def test_cpu_limit_or_timeout_stops_a_spinner(tmp_path):
+    r = _run("while True: pass", tmp_path, timeout=3)
+    assert r.timed_out or r.signal_name in ("SIGXCPU", "SIGKILL")
+
+
+@pytest.mark.skipif(
+    not {"pid-namespace", "pids-cgroup"} & set(detect_isolation().features),
+    reason="a setsid() grandchild can only be reaped with a PID namespace or a pids cgroup",
+)
+def test_daemonised_grandchild_is_reaped(tmp_path):
+    beat = tmp_path / "heartbeat"
+    code = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    for i in range(600):\n"
+        f"        open({str(beat)!r}, 'w').write(str(i))\n"
+        "        time.sleep(0.05)\n"
+        "else:\n"
+        "    time.sleep(0.5)\n"
+    )
+    r = _run(code, tmp_path)
+    assert r.returncode == 0
+    time.sleep(0.3)
+    seen = beat.read_text()
+    time.sleep(1.0)
+    assert beat.read_text() == seen, "a daemonised grandchild outlived its run"
+
+
+def test_fork_bomb_is_contained(tmp_path):
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    t0 = time.perf_counter()
+    r = _run(code, tmp_path, timeout=3)
+    assert r.timed_out and time.perf_counter() - t0 < 20
+    if "pids-cgroup" in detect_isolation().features:
+        leftovers = [d for d in os.listdir("/sys/fs/cgroup/pids") if d.startswith(f"asst4-grader-{os.getpid()}-")]
+        assert not leftovers
+
+
+@pytest.mark.skipif("network-namespace" not in detect_isolation().features, reason="no network namespace here")
+def test_no_network(tmp_path):
+    r = _run("import socket; socket.create_connection(('1.1.1.1', 53), timeout=3); print('CONNECTED')", tmp_path)
+    assert "CONNECTED" not in r.output_tail and r.returncode != 0
+
+
+def test_output_flood_keeps_only_a_tail(tmp_path):
+    r = _run("import sys\nfor _ in range(20000): sys.stdout.write('y' * 1000 + '\\n')\nprint('END')", tmp_path)
+    assert r.returncode == 0 and r.output_tail.rstrip().endswith("END")
+    assert len(r.output_tail.encode()) <= OUTPUT_TAIL_BYTES
+
+
+def test_environment_is_scrubbed(tmp_path, monkeypatch):
+    monkeypatch.setenv("SECRET_TOKEN", "hunter2")
+    r = _run("import os; print(sorted(os.environ))", tmp_path)
+    assert "SECRET_TOKEN" not in r.output_tail and "HOME" in r.output_tail
