@@ -287,6 +287,7 @@ def run_correctness(
     verbose_errors: bool = True,
 ) -> list[TestResult]:
     results = []
+    traceback_shown = False
     for test in tests:
         log(f"Running correctness test: {test.name} ...")
         passed, detail = True, ""
@@ -295,8 +296,9 @@ def run_correctness(
             try:
                 out = launch(kernel, (X, W, bias), {"pool_size": case.pool_size}, simulate)
             except Exception as exc:  # noqa: BLE001 - a broken kernel fails its test, not the harness
-                if verbose_errors:
+                if verbose_errors and not traceback_shown:  # the first traceback is enough to debug
                     log(traceback.format_exc().rstrip())
+                    traceback_shown = True
                 passed, detail = False, f"{case.describe()}: kernel raised {_short_error(exc)}"
                 break
             ref = bank.reference(case)

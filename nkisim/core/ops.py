@@ -10,6 +10,7 @@ instead of costing an extra copy.
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -124,12 +125,10 @@ def new_result(ctx: KernelContext, shape, dtype, buf: Buf = B_SBUF) -> Tensor:
 
 def finish(ctx: KernelContext, ins, out: Tensor, values, mask=None) -> Tensor:
     """Write computed values (full mode) into the fresh result tile and make it retargetable."""
-    if values is not None:
-        v = execute.cast(np.asarray(values), out.dtype)
-        if mask is not None:  # fresh results skip the poison fill; masked-off elements must still read as unwritten
-            write(out, np.asarray(dtypes.poison_value(out.dtype), dtype=out.dtype))
-        write(out, np.broadcast_to(_fit(v, out.shape), out.shape) if v.shape != out.shape else v, mask)
     ctx.remember(ins, out, values)
+    if values is not None:
+        # written at the next API call (KernelContext.settle) unless `dst[...] = result` retargets it first
+        ctx.unwritten = (weakref.ref(out._a), out._v, values, mask)
     ctx.last_mask = mask  # a retargeted masked result must leave the destination's masked-off elements alone
     return out
 
@@ -430,10 +429,7 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
         s = execute.to_f32(read(stationary)).reshape(k1, m)
         mv = execute.to_f32(read(moving)).reshape(k1, n)
         values = (s.T @ mv).reshape(out_shape)
-    if values is not None:
-        _psum_write(out, values, False)
-    ctx.remember(ins, out, values)
-    return out
+    return finish(ctx, ins, out, values)
 
 
 def nc_transpose(data: Tensor, *, engine: Engine = E_UNKNOWN, dtype=None, mask=None,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nkisim.core import config, dtypes
+from nkisim.core import config, dtypes, execute
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf, Engine, Instr, Trace
 from nkisim.core.memory import Allocation, MemoryTracker, make_storage
 from nkisim.core.rules import fail
@@ -43,6 +43,7 @@ class KernelContext:
         self.last_instr: Instr | None = None
         self.last_result: weakref.ref | None = None
         self.last_values: np.ndarray | None = None
+        self.unwritten = None  # (weakref to the last result tile, its values, mask): written lazily by settle
         self.last_mask: np.ndarray | None = None  # mask= of the last retargetable result (set by ops.finish)
         self.direct_alloc: bool | None = None
         self.sbuf_arena = None
@@ -55,6 +56,8 @@ class KernelContext:
     def settle(self) -> None:
         """Start of every API call: charge the previous call's result tile if the kernel kept it, and locate
         the kernel statement making this call (for traces, allocation sites and error messages)."""
+        if self.unwritten is not None:
+            self._flush()
         ref = self.pending
         if ref is not None:
             self.pending = None
@@ -86,6 +89,25 @@ class KernelContext:
                     attrs, self.loc)
         instrs.append(ins)
         return ins
+
+    def _flush(self) -> None:
+        """Write the last result's values into its tile if the tile is still alive (it was not retargeted), through
+        any view: the weak reference is to the allocation, the write goes to the result's own full view."""
+        ref, view, values, mask = self.unwritten
+        self.unwritten = None
+        if ref() is None:
+            return
+        v = execute.cast(np.asarray(values), view.dtype)
+        if v.shape != view.shape:
+            v = v.reshape(view.shape) if v.size == view.size else np.broadcast_to(
+                v.reshape(v.shape + (1,) * (view.ndim - v.ndim)), view.shape)
+        if mask is None:
+            view[...] = v
+            return
+        # fresh results skip the poison fill; masked-off elements must read as unwritten
+        view[...] = np.asarray(dtypes.poison_value(view.dtype), dtype=view.dtype)
+        m = np.broadcast_to(mask, view.shape)
+        view[m] = np.broadcast_to(v, view.shape)[m]
 
     def remember(self, ins: Instr, result: Tensor, values) -> None:
         """Make ``result`` retargetable: ``dst[...] = result`` rewrites the instruction's destination."""

@@ -129,15 +129,27 @@ def _conv_band(
                 _accumulate(acc_t, x_band, w_t, co, done, tail, in_tiles, filter_size, out_width)
                 _evacuate_rows(acc_t, bias_col, out_band[:, done:band_rows, :], use_scalar=False)
         elif fused_pool:
+            # pairs of groups too, so a band's first PSUM tiles never wait for the previous band's last ones
             half = rows_per_mm // 2
-            for g in nl.affine_range(groups):
+            for g2 in nl.affine_range(groups // 2):
+                r0 = 2 * g2 * rows_per_mm
+                acc_a = nl.ndarray((P, rows_per_mm, out_width), dtype=nl.float32, buffer=nl.psum)
+                acc_b = nl.ndarray((P, rows_per_mm, out_width), dtype=nl.float32, buffer=nl.psum)
+                _accumulate(acc_a, x_band, w_t, co, r0, rows_per_mm, in_tiles, filter_size, out_width)
+                _evacuate_pooled(acc_a, bias_col, out_band[:, r0 // 2 : r0 // 2 + half, :], rows_per_mm, out_width)
+                r1 = r0 + rows_per_mm
+                _accumulate(acc_b, x_band, w_t, co, r1, rows_per_mm, in_tiles, filter_size, out_width)
+                _evacuate_pooled(acc_b, bias_col, out_band[:, r1 // 2 : r1 // 2 + half, :], rows_per_mm, out_width)
+            done = (groups // 2) * 2 * rows_per_mm
+            if groups % 2:
                 acc = nl.ndarray((P, rows_per_mm, out_width), dtype=nl.float32, buffer=nl.psum)
-                _accumulate(acc, x_band, w_t, co, g * rows_per_mm, rows_per_mm, in_tiles, filter_size, out_width)
-                _evacuate_pooled(acc, bias_col, out_band[:, g * half : (g + 1) * half, :], rows_per_mm, out_width)
+                _accumulate(acc, x_band, w_t, co, done, rows_per_mm, in_tiles, filter_size, out_width)
+                _evacuate_pooled(acc, bias_col, out_band[:, done // 2 : done // 2 + half, :], rows_per_mm, out_width)
+                done += rows_per_mm
             if tail:
                 acc_t = nl.ndarray((P, tail, out_width), dtype=nl.float32, buffer=nl.psum)
-                _accumulate(acc_t, x_band, w_t, co, groups * rows_per_mm, tail, in_tiles, filter_size, out_width)
-                _evacuate_pooled(acc_t, bias_col, out_band[:, groups * half : out_band_rows, :], tail, out_width)
+                _accumulate(acc_t, x_band, w_t, co, done, tail, in_tiles, filter_size, out_width)
+                _evacuate_pooled(acc_t, bias_col, out_band[:, done // 2 : out_band_rows, :], tail, out_width)
         else:
             # generic pooling: pairs of conv rows, each pair staged through SBUF
             for pair in nl.affine_range(band_rows // 2):
