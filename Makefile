@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: setup
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2
 
 lint: setup
 	$(VENV)/bin/ruff check nkisim grader part1 part2 tests handouts tools

@@ -402,7 +402,7 @@ def tool_versions(backend: str) -> dict[str, str]:
     versions = {
         "grader": GRADER_VERSION,
         "nkisim": nkisim.__version__,
-        "perf_model": thresholds.perf_fingerprint(),
+        "nkisim_sources": thresholds.perf_fingerprint(),
         "numpy": np.__version__,
         "python": platform.python_version(),
     }

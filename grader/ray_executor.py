@@ -29,6 +29,7 @@ import functools
 import importlib
 import os
 import re
+import socket
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -160,6 +161,20 @@ def grade_on_worker(sub: Submission, config: GradeConfig, rubric: bytes, pin_cor
     return record
 
 
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds on a wrong HOST:PORT (ray.init would retry the GCS connection for minutes)."""
+    match = re.fullmatch(r"\[?([\w.:\-]+?)\]?:(\d+)", address)
+    if not match:
+        return  # "auto", "ray://...", ...: left to Ray
+    try:
+        socket.create_connection((match.group(1), int(match.group(2))), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ValueError(
+            f"cannot reach the Ray cluster at {address}: {exc} (is `ray start --head` running there and the port "
+            "open to this machine?)"
+        ) from exc
+
+
 def _import_ray(start_local: bool) -> Any:
     if start_local:
         for key, value in _LOOPBACK_ENV.items():
@@ -205,6 +220,7 @@ class RayExecutor:
             return False
         quiet = {"log_to_driver": False, "logging_level": "WARNING", "configure_logging": True}
         if self.address:
+            _check_reachable(self.address)
             try:
                 ray.init(address=self.address, **quiet)
             except Exception as exc:  # noqa: BLE001 - ConnectionError, version mismatch, auth: a usage problem

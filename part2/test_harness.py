@@ -21,7 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
+# The emulator issues tens of thousands of small matrix products (one per nc_matmul); multi-threaded BLAS only
+# adds contention there (measured: the --test_maxpool run with the staff kernels takes 29 s with one BLAS
+# thread, 63 s with two, on a 2-core machine).  Must be set before NumPy loads its BLAS; an explicit setting wins.
+# Only NumPy's OpenBLAS is concerned (OMP settings would also reach neuronx-cc on Trainium).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent

@@ -227,3 +227,35 @@ def test_estimate_total_on_arbitrary_traces(trace):
         assert 0 <= ins.start_ns <= ins.end_ns <= rep.makespan_us * 1000 + 1e-6
     assert all(0 <= u for u in rep.engine_util.values())
     assert rep.critical_path and rep.critical_path[-1][0] == max(trace.instrs, key=lambda i: i.end_ns).seq
+
+
+def test_static_dma_size_efficiency_matches_documented_curve():
+    """DMA doc figure (trn2, 128 partitions): throughput vs bytes per partition, relative to 32 KiB."""
+    figure = {32: 1.4, 128: 5.3, 512: 21, 1024: 43, 2048: 81, 4096: 97, 32768: 100}
+
+    def throughput(bpp: int) -> float:
+        tb = TraceBuilder()
+        for _ in range(40):
+            tb.dma(tb.hbm(128, bpp // 4), tb.sbuf(128, bpp // 4))
+        return 40 * 128 * bpp / estimate(tb.trace, costs=costs_for("trn2"), dge=False).makespan_us
+
+    ref = throughput(32768)
+    for bpp, pct in figure.items():
+        assert 100 * throughput(bpp) / ref == pytest.approx(pct, rel=0.15, abs=1.0), bpp
+
+
+@pytest.mark.parametrize("target, overlap", [("trn2", True), ("trn1", False)])
+def test_vector_gpsimd_sbuf_sharing_only_on_trn1(target, overlap):
+    tb = TraceBuilder(target)
+    v = tb.tensor_copy(tb.sbuf(128, 2048), tb.sbuf(128, 2048), engine=Engine.VECTOR)
+    g = tb.tensor_copy(tb.sbuf(128, 2048), tb.sbuf(128, 2048), engine=Engine.GPSIMD)
+    _est(tb, target)
+    assert (g.start_ns < v.start_ns + v.cost_ns) == overlap
+
+
+def test_activation_table_switches_cost_a_table_load():
+    tb = TraceBuilder()
+    for func in ("exp", "exp", "tanh", "copy", "tanh", "exp"):
+        tb.activation(tb.sbuf(128, 64), tb.sbuf(128, 64), func=func)
+    rep = _est(tb)
+    assert rep.act_table_loads == 3  # exp, tanh, exp again (copy needs no table)

@@ -32,6 +32,7 @@ from grader.ray_executor import (
     RayExecutor,
     RayUnavailableError,
     TaskResources,
+    _check_reachable,
     choose_backend,
     describe_failure,
     grade_on_worker,
@@ -175,6 +176,19 @@ def test_failure_description_is_one_line() -> None:
 
     assert describe_failure(FakeRayTaskError("\x1b[36mray::grade:x()\x1b[39m (pid=1)\nTraceback")) == (
         "FakeRayTaskError: disk full")
+
+
+def test_a_wrong_address_fails_fast_with_the_reason() -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on once the socket is closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=rf"cannot reach the Ray cluster at 127.0.0.1:{port}.*ray start --head"):
+        _check_reachable(f"127.0.0.1:{port}")
+    assert time.perf_counter() - t0 < 5
+    _check_reachable("auto")  # not HOST:PORT: left to Ray
 
 
 def test_missing_ray_gives_the_install_command(tmp_path: Path, monkeypatch, capsys) -> None:

@@ -103,7 +103,16 @@ class CostModel:
     def compute_cost(self, ins: Instr) -> ComputeCost:
         op = ins.op
         if ins.srcs and (op == "nc_matmul" or (op == "nc_transpose" and ins.engine == Engine.TENSOR)):
-            return self._tensor_cost(ins)
+            a = ins.attrs
+            s0 = ins.srcs[0]
+            s1 = ins.srcs[-1]
+            key = (op, s0.dtype, s0.free_elems, s0.partitions, s1.dtype, s1.free_elems, a.get("N"), a.get("M"),
+                   a.get("P"), a.get("F"), a.get("is_transpose"), a.get("is_stationary_onezero"),
+                   a.get("is_moving_onezero"))
+            hit = self._memo.get(key)
+            if hit is None:
+                hit = self._memo[key] = self._tensor_cost(ins)
+            return hit
         key = self._key(ins)
         hit = self._memo.get(key)
         if hit is not None:
@@ -278,10 +287,13 @@ class CostModel:
         else:  # HBM -> HBM: split by rows of the leading axis like an SBUF transfer [INFERRED]
             rows = max(1, int(src.partitions if src is not None else 1))
             engines = tuple(range(min(tc.dma_engines, -(-rows // ppe))))
+        via = a.get("via", "dma_copy")
+        transpose = via in ("dma_transpose", "load_transpose2d") or bool(a.get("transpose"))
         # descriptors: one per contiguous chunk of both sides (A2: a buffer per partition row, more if the
-        # per-partition data is not contiguous)
+        # per-partition data is not contiguous).  A DMA transpose is done by the DMA hardware in blocks, so only
+        # the on-chip side's rows count (A3: all 16 engines write a [128, 16] block at a time).
         chunk = nbytes
-        for o in (src, dst):
+        for o in ((side,) if transpose and side is not None else (src, dst)):
             if o is not None and o.contiguous_bytes > 0:
                 chunk = min(chunk, int(o.contiguous_bytes))
         per_row = max(1, nbytes // rows)
@@ -293,9 +305,12 @@ class CostModel:
         # a descriptor smaller than one HBM burst still moves a whole burst [INFERRED]
         eff_bytes_e = desc_e * tc.dma_min_burst_bytes if chunk < tc.dma_min_burst_bytes else bytes_e
         per_engine = eff_bytes_e / tc.dma_bw_bytes_per_ns + desc_e * tc.dma_desc_ns
-        via = a.get("via", "dma_copy")
-        if via == "load_transpose2d" or a.get("transpose"):
-            per_engine *= 2.0  # v2 "much lower DMA bandwidth" (PG); v3 DMA transpose up to 90% (A3) [INFERRED]
+        if transpose:
+            if tc.dma_issue_dge_ns > 0:  # v3: HBM->SBUF transpose up to 90% of copy throughput, SBUF->SBUF 50% (A3)
+                from_hbm = src is not None and src.region.buf == Buf.HBM
+                per_engine /= 0.9 if from_hbm else 0.5
+            else:  # v2 load_transpose2d: "much lower DMA bandwidth" (PG), no number: taken as half [INFERRED]
+                per_engine *= 2.0
         dge = a.get("dge")
         use_dge = self.dge if dge is None else (bool(dge) and tc.dma_issue_dge_ns > 0)
         if use_dge:

@@ -218,21 +218,29 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedul
         dep = 0.0
         dep_pred = -1
         # ---- dependencies -------------------------------------------------------------------------------
+        src_ents = []
         for o in ins.srcs:
             r = o.region
-            ent = access.get(r.phys * 4 + r.buf)
+            key = r.phys * 4 + r.buf
+            ent = access.get(key)
             if ent is None:
+                ent = access[key] = [[], [], 32]
+            src_ents.append((ent, r))
+            if not ent[0]:
                 continue
             p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
             for w in ent[0]:
                 if w[4] > dep and w[0] < p_hi and p_lo < w[1] and w[2] < b_hi and b_lo < w[3]:
                     dep = w[4]
                     dep_pred = w[6]
+        dst_ents = []
         for o in ins.dsts:
             r = o.region
-            ent = access.get(r.phys * 4 + r.buf)
+            key = r.phys * 4 + r.buf
+            ent = access.get(key)
             if ent is None:
-                continue
+                ent = access[key] = [[], [], 32]
+            dst_ents.append((ent, r))
             p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
             if r.buf != HBM:
                 for w in ent[0]:
@@ -360,12 +368,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedul
             makespan = done
 
         # ---- record accesses --------------------------------------------------------------------------
-        for o in ins.srcs:
-            r = o.region
-            key = r.phys * 4 + r.buf
-            ent = access.get(key)
-            if ent is None:
-                ent = access[key] = [[], [], 32]
+        for ent, r in src_ents:
             reads = ent[1]
             p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
             # an earlier read this one covers and outlasts is redundant: a later writer overlapping it waits
@@ -380,12 +383,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedul
             if len(reads) > ent[2]:
                 reads[:] = _prune(reads, 4)
                 ent[2] = max(32, 2 * len(reads))
-        for o in ins.dsts:
-            r = o.region
-            key = r.phys * 4 + r.buf
-            ent = access.get(key)
-            if ent is None:
-                ent = access[key] = [[], [], 32]
+        for ent, r in dst_ents:
             p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
             writes, reads = ent[0], ent[1]
             while writes:

@@ -19,6 +19,8 @@ import neuronxcc.nki.language as nl
 
 # Output rows per band: input DMAs of (BAND_ROWS + 2) full rows per partition (>= 2 KiB for the course shapes).
 BAND_ROWS = 16
+# 128x128 weight blocks transposed into one PSUM bank (4 x 128 fp32 = 2 KiB) before one copy to SBUF.
+TRANSPOSES_PER_BANK = 4
 
 
 def _load_weights(W, w_t, in_tiles, out_tiles, taps):
@@ -29,12 +31,17 @@ def _load_weights(W, w_t, in_tiles, out_tiles, taps):
     for co in nl.affine_range(out_tiles):
         w_nat = nl.ndarray((P, in_channels, taps), dtype=W.dtype, buffer=nl.sbuf)
         nisa.dma_copy(src=w_rows[co * P : (co + 1) * P, :], dst=w_nat.reshape((P, in_channels * taps)))
-        # static_range: trace-time ints, so the engine choice below is plain Python on the real compiler too
+        # Four transposed 128x128 blocks share one PSUM bank and leave it with one copy (fewer, larger copies
+        # keep the Tensor Engine from waiting on PSUM buffers).  static_range gives trace-time ints, so the
+        # grouping and the engine choice are plain Python on the real compiler too.
         for ci in nl.static_range(in_tiles):
-            for tap in nl.static_range(taps):
-                w_psum = nisa.nc_transpose(w_nat[:, ci * P : (ci + 1) * P, tap])
-                engine = nisa.vector_engine if tap % 2 == 0 else nisa.scalar_engine
-                w_t[:, ci, tap, co * P : (co + 1) * P] = nisa.tensor_copy(w_psum, engine=engine)
+            for t0 in nl.static_range(0, taps, TRANSPOSES_PER_BANK):
+                n = min(TRANSPOSES_PER_BANK, taps - t0)
+                w_psum = nl.ndarray((P, n, P), dtype=W.dtype, buffer=nl.psum)
+                for j in nl.static_range(n):
+                    w_psum[:, j, :] = nisa.nc_transpose(w_nat[:, ci * P : (ci + 1) * P, t0 + j])
+                engine = nisa.vector_engine if (t0 // TRANSPOSES_PER_BANK) % 2 == 0 else nisa.scalar_engine
+                w_t[:, ci, t0 : t0 + n, co * P : (co + 1) * P] = nisa.tensor_copy(w_psum, engine=engine)
 
 
 def _load_bias(bias, bias_sb, out_tiles):
