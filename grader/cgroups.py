@@ -73,7 +73,7 @@ class PidsCgroup:
                 except (ProcessLookupError, PermissionError):
                     pass
             time.sleep(0.02)
-        for _ in range(50):
+        for _ in range(250):  # exiting processes leave the cgroup a little after SIGKILL
             try:
                 self.path.rmdir()
                 return
@@ -81,6 +81,35 @@ class PidsCgroup:
                 return
             except OSError:
                 time.sleep(0.02)
+
+
+def reap_stale() -> int:
+    """Remove empty run cgroups left by grader processes that died (kill -9) before cleaning up."""
+    root = _pids_root()
+    if root is None:
+        return 0
+    removed = 0
+    for d in root.glob("asst4-grader-*-*"):
+        owner = d.name.split("-")[2]
+        if not owner.isdigit() or _alive(int(owner)):
+            continue
+        try:
+            if not (d / "cgroup.procs").read_text().split():
+                d.rmdir()
+                removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def join_pid(procs_file: str, pid: int) -> None:

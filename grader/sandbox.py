@@ -105,6 +105,7 @@ def detect_isolation() -> Isolation:
         features.append("pdeathsig")
     if unshare_argv:
         features += ["mount-namespace", "network-namespace", "pid-namespace"]
+    cgroups.reap_stale()
     probe_group = cgroups.PidsCgroup.create(8)
     if probe_group is not None:
         probe_group.destroy()
