@@ -61,6 +61,13 @@ class PidsCgroup:
         except OSError:
             return []
 
+    def peak(self) -> int | None:
+        """Most processes the run had at once (pids.peak where the kernel provides it)."""
+        try:
+            return int((self.path / "pids.peak").read_text())
+        except (OSError, ValueError):
+            return None
+
     def destroy(self) -> None:
         """Kill every process still in the cgroup, then remove it."""
         for _ in range(50):

@@ -184,8 +184,9 @@ def _mounts() -> list[tuple[str, int]]:
     return out
 
 
-def _jail(writable: list[str]) -> list[str]:
-    """Make the file system read-only except ``writable``; returns the features that took effect."""
+def _jail(writable: list[str], masked: list[str]) -> list[str]:
+    """Make the file system read-only except ``writable`` and hide ``masked`` directories (the grader package,
+    the rubric, the staff reference) under empty read-only tmpfs mounts; returns the features in effect."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -195,6 +196,13 @@ def _jail(writable: list[str]) -> list[str]:
         return features
     for w in writable:
         libc.mount(w.encode(), w.encode(), None, MS_BIND | MS_REC, None)
+    hidden = 0
+    for m in masked:
+        if os.path.isdir(m):
+            flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+            hidden += libc.mount(b"tmpfs", m.encode(), b"tmpfs", flags, b"size=4k,mode=0555") == 0
+    if masked and hidden == len([m for m in masked if os.path.isdir(m)]):
+        features.append("grader-files-hidden")
     keep = set(writable)
     failed = 0
     for point, flags in sorted(_mounts(), key=lambda m: -len(m[0])):
@@ -347,7 +355,7 @@ def main() -> int:
         args = [np.load(p, allow_pickle=False) for p in job["inputs"]]
         kwargs = dict(job["kwargs"])
         if job.get("jail"):
-            status["jail"] = _jail([job["work_dir"], out_dir])
+            status["jail"] = _jail([job["work_dir"], out_dir], [m for m in job.get("mask", []) if isinstance(m, str)])
             status["jail"] += _drop_privileges(job.get("uid"), job.get("gid"))
         os.chdir(job["work_dir"])
 

@@ -201,7 +201,9 @@ class _Grading:
         for i, case in enumerate(test.cases):
             inv, key = self._invocation(test, case)
             run = self._run(test, inv, mode="full", want_trace=self.want_trace)
-            rec = CaseRecord(i, run.verdict, run.message, run.wall_seconds, run.kernel_seconds)
+            rec = CaseRecord(
+                i, run.verdict, run.message, run.wall_seconds, run.kernel_seconds, output_tail=run.output_tail[-2000:]
+            )
             res.cases.append(rec)
             if run.verdict != "ok":
                 self._failed_run(res, run, i, n)
@@ -253,7 +255,11 @@ class _Grading:
         run = self._run(test, inv, mode=mode, want_trace=True)  # nkisim: the trace; neuron: nki.benchmark
         if run.verdict == "ok" and self.backend == "nkisim" and run.trace is None:
             raise GraderError("no instruction trace came back from a timed run (is nkisim.core.traceio installed?)")
-        res.cases.append(CaseRecord(0, run.verdict, run.message, run.wall_seconds, run.kernel_seconds))
+        res.cases.append(
+            CaseRecord(
+                0, run.verdict, run.message, run.wall_seconds, run.kernel_seconds, output_tail=run.output_tail[-2000:]
+            )
+        )
         if run.verdict != "ok":
             self._failed_run(res, run, 0, 1)
             return

@@ -32,6 +32,7 @@ class CaseRecord:
     seconds: float
     kernel_seconds: float | None = None
     max_abs_error: float | None = None
+    output_tail: str = ""  # the end of what the kernel printed (for TAs; never shown as a result)
 
 
 @dataclass

@@ -87,6 +87,15 @@ def _load_output(path: Path, inv: Invocation) -> np.ndarray:
     return np.array(arr)
 
 
+def _masked_dirs() -> list[str]:
+    """Directories the child hides from student code once it is jailed: the grader package (rubric, reference
+    timings, this code) and the staff reference wherever it lives."""
+    from grader.calibrate import reference_dir
+
+    dirs = {str(Path(__file__).resolve().parent), str(reference_dir().resolve())}
+    return sorted(d for d in dirs if os.path.isdir(d))
+
+
 def _nkisim_dir() -> Path:
     import nkisim
 
@@ -159,6 +168,7 @@ def run_case(
             # In its own mount namespace the child makes the file system read-only (except work/ and out/)
             # and then drops to the unprivileged uid, or drops every capability when there is none.
             "jail": bool(iso.unshare_argv),
+            "mask": _masked_dirs(),
             "uid": iso.uid,
             "gid": iso.gid,
         }

@@ -57,6 +57,7 @@ class ProcessResult:
     output_tail: str
     signal_name: str | None = None
     features: tuple[str, ...] = field(default_factory=tuple)
+    peak_processes: int | None = None
 
 
 def _probe(argv: list[str]) -> bool:
@@ -242,6 +243,12 @@ def run_sandboxed(
             popen_user = {"user": iso.uid, "group": iso.gid, "extra_groups": []}
     argv = [*_wrappers(cpu_seconds, limits, nproc), *inner]
     group = cgroups.PidsCgroup.create(limits.processes) if "pids-cgroup" in iso.features else None
+    joined_by_shell = False
+    if group is not None and not popen_user and os.path.exists("/bin/sh"):
+        # The first process of the run moves itself into the cgroup and only then execs the wrappers, so
+        # every later process (unshare's child, a fork bomb) is born inside it.
+        argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', group.procs_file, *argv]
+        joined_by_shell = True
     started = time.perf_counter()
     proc = subprocess.Popen(
         argv,
@@ -254,9 +261,9 @@ def run_sandboxed(
         close_fds=True,
         **popen_user,
     )
-    if group is not None:
-        # The wrappers exec in place, so this catches the run before anything forks; grader/child.py joins
-        # again itself (job["cgroup"]) before it reads its job, which closes the remaining window.
+    if group is not None and not joined_by_shell:
+        # The wrappers exec in place, so this usually catches the run before anything forks; grader/child.py
+        # joins again itself (job["cgroup"]) before it reads its job, which closes the window for student code.
         try:
             cgroups.join_pid(group.procs_file, proc.pid)
         except OSError:
@@ -285,7 +292,9 @@ def run_sandboxed(
     # Whatever happened, nothing of this run may survive it (daemonised grandchildren included).
     _kill_group(proc)
     proc.wait()
+    peak = None
     if group is not None:
+        peak = group.peak()
         group.destroy()
     reader.join(timeout=5)
     wall = time.perf_counter() - started
@@ -303,4 +312,4 @@ def run_sandboxed(
             sig = signal.Signals(rc - 128).name
         except ValueError:
             sig = None
-    return ProcessResult(rc, timed_out, wall, output, sig, iso.features)
+    return ProcessResult(rc, timed_out, wall, output, sig, iso.features, peak)

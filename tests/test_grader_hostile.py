@@ -32,6 +32,7 @@ SCREEN_ON: dict[str, tuple[set[str], float]] = {
     "write_outside": ({"rejected"}, 0),
     "write_outside_escape": ({"rejected"}, 0),
     "read_reference": ({"rejected"}, 0),
+    "read_reference_escape": ({"rejected"}, 0),
     "patch_grader": ({"rejected"}, 0),
     "patch_numpy": ({"rejected"}, 0),
     "host_compute": ({"error", "rejected"}, 0),
@@ -59,6 +60,7 @@ SCREEN_OFF: dict[str, set[str]] = {
     "os_exit": {"error"},
     "write_outside": {"error"},
     "read_reference": {"error"},
+    "read_reference_escape": {"error"},
     "patch_grader": {"error"},
     "patch_numpy": {"error", "failed"},
     "patch_builtins": {"error"},
@@ -139,3 +141,11 @@ def test_os_level_write_outside_is_blocked(tmp_path):
     assert not os.path.exists(target)
     assert "read-only-fs" in record.isolation
     assert record.tests[0].status == "error" and "Read-only file system" in record.tests[0].message
+
+
+@pytest.mark.skipif(not detect_isolation().unshare_argv, reason="needs mount namespaces")
+def test_grader_files_are_hidden_even_from_a_full_escape(tmp_path):
+    record, _ = _grade("read_reference_escape", tmp_path, screen=False)
+    assert "grader-files-hidden" in record.isolation
+    transpose = record.tests[0]
+    assert transpose.status == "error" and "FileNotFoundError" in transpose.message, transpose.message

@@ -67,6 +67,7 @@ def test_fork_bomb_is_contained(tmp_path):
     r = _run(code, tmp_path, timeout=3)
     assert r.timed_out and time.perf_counter() - t0 < 20
     if "pids-cgroup" in detect_isolation().features:
+        assert r.peak_processes is None or r.peak_processes <= LIMITS.processes, r.peak_processes
         leftovers = [d for d in os.listdir("/sys/fs/cgroup/pids") if d.startswith(f"asst4-grader-{os.getpid()}-")]
         assert not leftovers
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import neuronxcc.nki as nki
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nkisim.core.runtime import run_kernel
 from nkisim.perf import estimate
@@ -62,6 +64,13 @@ def test_transpose_reference_is_exact(part1_ref, shape):
     a = np.random.default_rng(0).random(shape, dtype=np.float32)
     out = nki.baremetal(part1_ref.matrix_transpose)(a)
     np.testing.assert_array_equal(out, a.T)
+
+
+@settings(max_examples=8, deadline=None)
+@given(rows=st.integers(1, 12), cols=st.integers(1, 20), seed=st.integers(0, 2**16))
+def test_transpose_reference_is_exact_for_any_multiple_of_128(part1_ref, rows, cols, seed):
+    a = np.random.default_rng(seed).random((rows * 128, cols * 128), dtype=np.float32)
+    np.testing.assert_array_equal(nki.baremetal(part1_ref.matrix_transpose)(a), a.T)
 
 
 def test_transpose_reference_only_computes_with_nc_transpose(part1_ref):

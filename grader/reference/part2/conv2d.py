@@ -91,12 +91,11 @@ def _accumulate(acc, x_band, w_t, co, row0, rows, in_tiles, filter_size, out_wid
                 )
 
 
-def _conv_band(
-    X, X_out, w_t, bias_sb, x_band, b, conv_row0, band_rows, pool_size, rows_per_mm, in_tiles, out_tiles, filter_size
-):
+def _conv_band(X, X_out, w_t, bias_sb, x_band, b, rows, pool_size, rows_per_mm, in_tiles, out_tiles, filter_size):
     """Computes conv rows [conv_row0, conv_row0 + band_rows) of image b for all output channels, fused with
     bias and pooling, and stores the resulting rows of X_out.  x_band is allocated by the caller's loop body,
     so consecutive bands get alternating buffers and the next band's input DMA overlaps this band's matmuls."""
+    conv_row0, band_rows, out_row0 = rows  # out_row0 = conv_row0 / pool_size, passed in (no division of loop indices)
     P = nl.tile_size.pmax
     _, _, _, input_width = X.shape
     out_width = input_width - filter_size + 1
@@ -143,10 +142,18 @@ def _conv_band(
                 acc_a = nl.ndarray((P, rows_per_mm, out_width), dtype=nl.float32, buffer=nl.psum)
                 acc_b = nl.ndarray((P, rows_per_mm, out_width), dtype=nl.float32, buffer=nl.psum)
                 _accumulate(acc_a, x_band, w_t, co, r0, rows_per_mm, in_tiles, filter_size, out_width)
-                _evacuate_pooled(acc_a, bias_col, out_band[:, r0 // 2 : r0 // 2 + half, :], rows_per_mm, out_width)
+                _evacuate_pooled(
+                    acc_a, bias_col, out_band[:, g2 * rows_per_mm : g2 * rows_per_mm + half, :], rows_per_mm, out_width
+                )
                 r1 = r0 + rows_per_mm
                 _accumulate(acc_b, x_band, w_t, co, r1, rows_per_mm, in_tiles, filter_size, out_width)
-                _evacuate_pooled(acc_b, bias_col, out_band[:, r1 // 2 : r1 // 2 + half, :], rows_per_mm, out_width)
+                _evacuate_pooled(
+                    acc_b,
+                    bias_col,
+                    out_band[:, g2 * rows_per_mm + half : (g2 + 1) * rows_per_mm, :],
+                    rows_per_mm,
+                    out_width,
+                )
             done = (groups // 2) * 2 * rows_per_mm
             if groups % 2:
                 acc = nl.ndarray((P, rows_per_mm, out_width), dtype=nl.float32, buffer=nl.psum)
@@ -165,7 +172,6 @@ def _conv_band(
                 _accumulate(acc_top, x_band, w_t, co, pair * 2, 1, in_tiles, filter_size, out_width)
                 _accumulate(acc_bottom, x_band, w_t, co, pair * 2 + 1, 1, in_tiles, filter_size, out_width)
                 _evacuate_pooled_generic(acc_top, acc_bottom, bias_col, out_band[:, pair : pair + 1, :], out_width)
-        out_row0 = conv_row0 // pool_size
         nisa.dma_copy(src=out_band, dst=X_out[b, co * P : (co + 1) * P, out_row0 : out_row0 + out_band_rows, :])
 
 
@@ -223,15 +229,17 @@ def fused_conv2d_maxpool(X, W, bias, pool_size=1):
     for b in nl.affine_range(batch_size):
         if head:  # a short first band: the Tensor Engine starts after a small input DMA
             x_head = nl.ndarray((P, in_tiles, head + halo, input_width), dtype=X.dtype, buffer=nl.sbuf)
-            _conv_band(X, X_out, w_t, bias_sb, x_head, b, 0, head, *geometry)
+            _conv_band(X, X_out, w_t, bias_sb, x_head, b, (0, head, 0), *geometry)
         for band in nl.affine_range(full_bands):
             x_band = nl.ndarray((P, in_tiles, band_rows + halo, input_width), dtype=X.dtype, buffer=nl.sbuf)
-            _conv_band(X, X_out, w_t, bias_sb, x_band, b, head + band * band_rows, band_rows, *geometry)
+            rows = (head + band * band_rows, band_rows, head // pool_size + band * (band_rows // pool_size))
+            _conv_band(X, X_out, w_t, bias_sb, x_band, b, rows, *geometry)
         row0 = head + full_bands * band_rows
         if tails[0]:
             x_tail = nl.ndarray((P, in_tiles, tails[0] + halo, input_width), dtype=X.dtype, buffer=nl.sbuf)
-            _conv_band(X, X_out, w_t, bias_sb, x_tail, b, row0, tails[0], *geometry)
+            _conv_band(X, X_out, w_t, bias_sb, x_tail, b, (row0, tails[0], row0 // pool_size), *geometry)
         if tails[1]:  # a short last band: only a small output DMA is left after the last matmul
             x_last = nl.ndarray((P, in_tiles, tails[1] + halo, input_width), dtype=X.dtype, buffer=nl.sbuf)
-            _conv_band(X, X_out, w_t, bias_sb, x_last, b, row0 + tails[0], tails[1], *geometry)
+            last0 = row0 + tails[0]
+            _conv_band(X, X_out, w_t, bias_sb, x_last, b, (last0, tails[1], last0 // pool_size), *geometry)
     return X_out

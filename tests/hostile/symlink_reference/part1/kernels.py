@@ -1,1 +1,1 @@
-../../../../grader/reference/part1/kernels.py
+../../../grader_fixtures/good/part1/kernels.py
