@@ -102,6 +102,8 @@ STUB_BODIES = {
 
 
 def _good(root: Path, name: str) -> None:
+    if not REFERENCE_PART1.exists():  # the student release ships no staff solution to grade as "good"
+        pytest.skip("staff reference not shipped here")
     (root / name / "part1").mkdir(parents=True)
     (root / name / "part1" / "kernels.py").write_text(REFERENCE_PART1.read_text() + f"\n# {name}\n")
 
