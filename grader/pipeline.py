@@ -23,7 +23,7 @@ import numpy as np
 from grader import problems, thresholds
 from grader.judge import judge_output
 from grader.records import CaseRecord, GradeConfig, GradeRecord, TestResult
-from grader.rubric import Rubric, TestSpec, load_rubric
+from grader.rubric import Rubric, RubricError, TestSpec, load_rubric
 from grader.runner import CaseRun, run_case
 from grader.sandbox import detect_isolation
 from grader.submission import Submission, load_submission
@@ -478,7 +478,9 @@ def grade_submission(
     try:
         record = grade_loaded(sub, config)
     except Exception as exc:  # noqa: BLE001 - reported as an autograder error, never as a score
-        message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
+        message = f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, (GraderError, RubricError)):  # configuration errors explain themselves
+            message += "\n" + traceback.format_exc(limit=8)
         record = error_record(
             str(submission_path), config, message, sub.student, sub.content_hash, started_at, time.perf_counter() - t0
         )

@@ -396,3 +396,17 @@ def test_student_code_never_runs_in_the_grader_process(tmp_path, monkeypatch):
 def test_package_data_includes_rubric_and_templates():
     assert (ROOT / "grader" / "rubric.toml").exists()
     assert (ROOT / "grader" / "templates" / "github-workflow.yml").exists()
+
+
+def test_annotate_replays_a_result_directory(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "o"
+    assert cli.main(["grade", str(HOSTILE / "wrong_shape"), "--rubric", FAST_RUBRIC, "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    assert cli.main(["annotate", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("::error file=part1/kernels.py,title=part1.transpose FAIL (0/10)::")
+    assert "wrong output shape" in lines[0]
+    assert lines[-1] == "::notice title=Autograder::Points 0/10"
+    assert "Autograder results: 0 / 10" in summary.read_text()

@@ -67,7 +67,7 @@ class KernelContext:
         self.last_instr = None
         self.last_result = None
         self.last_values = None
-        f = sys._getframe(1)
+        f = sys._getframe(2)  # skip settle and its caller (always an ops or api function)
         pkg = _FRONT_END_DIRS
         while f is not None and f.f_code.co_filename.startswith(pkg):
             f = f.f_back
@@ -85,8 +85,12 @@ class KernelContext:
 
     def emit(self, op: str, engine: Engine, srcs, dsts, attrs: dict) -> Instr:
         instrs = self.trace.instrs
-        ins = Instr(len(instrs), op, engine, tuple([t.operand() for t in srcs]), tuple([t.operand() for t in dsts]),
-                    attrs, self.loc)
+        if len(srcs) == 1:
+            so = (srcs[0].operand(),)
+        else:
+            so = tuple([t.operand() for t in srcs])
+        do = (dsts[0].operand(),) if len(dsts) == 1 else tuple([t.operand() for t in dsts])
+        ins = Instr(len(instrs), op, engine, so, do, attrs, self.loc)
         instrs.append(ins)
         return ins
 

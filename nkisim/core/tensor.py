@@ -174,6 +174,13 @@ class Tensor:
             raise NotImplementedError(
                 f"nkisim: indexing an advanced-indexed view of '{self._a.name}' again is not supported; "
                 "index the tensor once with all index expressions")
+        if type(idx) is slice and idx.step is None and not self._a.block_mod:
+            # fast path for the most common index in kernels: one unit-step slice of the leading axis
+            n = self.shape[0]
+            start = 0 if idx.start is None else _as_index(idx.start)
+            stop = n if idx.stop is None else _as_index(idx.stop)
+            if 0 <= start and stop <= n and start <= stop:
+                return Tensor(self._a, self._v[start:stop], self._pd, off=self._off + start * self._v.strides[0])
         if not isinstance(idx, tuple):
             idx = (idx,)
         shape = self.shape
