@@ -143,9 +143,13 @@ def matrix_transpose(a_tensor):
                     for r in nl.affine_range(per_bank):
                         block = in_tile[:, bank * per_bank + r, cb * P : (cb + 1) * P]
                         t_psum[:, r * P : (r + 1) * P] = nisa.nc_transpose(block)
-                    engine = nisa.vector_engine if bank % 2 == 0 else nisa.scalar_engine
                     lo = bank * per_bank * P
-                    t_sbuf[:, lo : lo + per_bank * P] = nisa.tensor_copy(t_psum, engine=engine)
+                    # alternate the PSUM evictions between VectorE and ScalarE (activation(copy) runs on
+                    # ScalarE on trn1 too, where ScalarE has no tensor_copy)
+                    if bank % 2 == 0:
+                        t_sbuf[:, lo : lo + per_bank * P] = nisa.tensor_copy(t_psum, engine=nisa.vector_engine)
+                    else:
+                        t_sbuf[:, lo : lo + per_bank * P] = nisa.activation(op=nl.copy, data=t_psum)
                 out_row0 = col0 + cb * P
                 nisa.dma_copy(src=t_sbuf, dst=out[out_row0 : out_row0 + P, row0 : row0 + band * P])
     return out

@@ -40,8 +40,11 @@ def _load_weights(W, w_t, in_tiles, out_tiles, taps):
                 w_psum = nl.ndarray((P, n, P), dtype=W.dtype, buffer=nl.psum)
                 for j in nl.static_range(n):
                     w_psum[:, j, :] = nisa.nc_transpose(w_nat[:, ci * P : (ci + 1) * P, t0 + j])
-                engine = nisa.vector_engine if (t0 // TRANSPOSES_PER_BANK) % 2 == 0 else nisa.scalar_engine
-                w_t[:, ci, t0 : t0 + n, co * P : (co + 1) * P] = nisa.tensor_copy(w_psum, engine=engine)
+                # alternate the PSUM evictions between VectorE and ScalarE (activation(copy): ScalarE on trn1 too)
+                if (t0 // TRANSPOSES_PER_BANK) % 2 == 0:
+                    w_t[:, ci, t0 : t0 + n, co * P : (co + 1) * P] = nisa.tensor_copy(w_psum, engine=nisa.vector_engine)
+                else:
+                    w_t[:, ci, t0 : t0 + n, co * P : (co + 1) * P] = nisa.activation(op=nl.copy, data=w_psum)
 
 
 def _load_bias(bias, bias_sb, out_tiles):
