@@ -44,6 +44,10 @@ class ReleaseError(RuntimeError):
     pass
 
 
+WORKFLOW_TEMPLATE = "grader/templates/github-workflow.yml"
+WORKFLOW_DEST = ".github/workflows/autograder.yml"
+
+
 def candidate_files(repo: Path) -> list[str]:
     """Files git would ship (tracked + untracked but not ignored); a plain walk outside a git checkout."""
     try:
@@ -110,6 +114,12 @@ def build(out_dir: Path, repo: Path = REPO) -> tuple[Path, Path]:
         dst = staging / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(repo / rel, dst, follow_symlinks=False)
+    # Student repositories get the autograder workflow active (runs the grader on every push, posts the score).
+    workflow = repo / WORKFLOW_TEMPLATE
+    if workflow.exists():
+        (staging / WORKFLOW_DEST).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(workflow, staging / WORKFLOW_DEST)
+        files = [*files, WORKFLOW_DEST]
     shutil.rmtree(tree, ignore_errors=True)
     os.replace(staging, tree)
 
