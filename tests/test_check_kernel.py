@@ -19,7 +19,8 @@ from nkisim.check import RULES, RULES_BY_CODE, Violation, blocking, check_kernel
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "check"
-LEGIT = sorted(FIXTURES.glob("legit_*.py"))
+# realistic course-style kernels that must pass the screen cleanly (the 2025 vector adds are the emulator tests' own)
+LEGIT = sorted(FIXTURES.glob("legit_*.py")) + [Path(__file__).resolve().parent / "kernels" / "vector_add_2025.py"]
 
 HEADER = """\
 import numpy as np
