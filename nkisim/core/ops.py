@@ -32,7 +32,7 @@ from nkisim.core.instr import (
 )
 from nkisim.core.memory import BUF_NAMES
 from nkisim.core.rules import fail
-from nkisim.core.runtime import HBM_SPEC, PSUM_SPEC, SBUF_SPEC, KernelContext, allocate, current
+from nkisim.core.runtime import PSUM_SPEC, SBUF_SPEC, KernelContext, allocate, current
 from nkisim.core.tensor import Tensor, read, write
 
 ENGINE_LABEL = {E_TENSOR: "Tensor", E_VECTOR: "Vector", E_SCALAR: "Scalar",
@@ -863,7 +863,3 @@ def iota(expr, dtype, *, mask=None) -> Tensor:
     values = vals.astype(np.int32).astype(F32) if ctx.full and dtypes.is_float(out.dtype) else (
         vals.astype(np.int64) if ctx.full else None)
     return finish(ctx, ins, out, values, mask_values(mask, out.shape))
-
-
-def hbm_tensor(shape, dtype, kind=HBM_SPEC, name: str = "") -> Tensor:
-    return allocate(shape, dtype, kind, name=name)

@@ -80,9 +80,6 @@ class KernelContext:
             w = self._where[key] = f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}"
         self.loc, self.site = w, key
 
-    def where(self) -> tuple[str, object]:
-        return self.loc, self.site
-
     def emit(self, op: str, engine: Engine, srcs, dsts, attrs: dict) -> Instr:
         instrs = self.trace.instrs
         if len(srcs) == 1:
