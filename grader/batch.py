@@ -466,7 +466,7 @@ def run_batch(
 
 def _prefetch_thresholds(config: GradeConfig) -> None:
     """Compute missing reference timings once, before the workers would each try to."""
-    from grader import thresholds
+    from grader.calibrate import ensure_reference_timings
     from grader.pipeline import resolve_backend
     from grader.rubric import load_rubric
 
@@ -475,7 +475,7 @@ def _prefetch_thresholds(config: GradeConfig) -> None:
         return  # fixed targets need no reference timings
     backend = resolve_backend(config.backend)
     if backend == "nkisim":
-        thresholds.reference_timings(backend, config.target)
+        ensure_reference_timings(backend, config.target)
 
 
 def summarize(results: Iterable[JobResult]) -> dict[str, int]:

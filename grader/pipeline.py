@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from grader import problems, thresholds
+from grader.calibrate import ensure_reference_timings
 from grader.judge import judge_output
 from grader.records import CaseRecord, GradeConfig, GradeRecord, TestResult
 from grader.rubric import Rubric, RubricError, TestSpec, load_rubric
@@ -239,11 +240,22 @@ class _Grading:
                 self.backend,
                 self.config.target,
                 factor=factor,
+                timings=self._reference_timings(),
             )
         single = thresholds.transpose_threshold(
-            spec["key"], self.backend, self.config.target, float(spec.get("hardware_us", 0)), factor=factor
+            spec["key"],
+            self.backend,
+            self.config.target,
+            float(spec.get("hardware_us", 0)),
+            factor=factor,
+            timings=self._reference_timings(),
         )
         return single, single
+
+    def _reference_timings(self) -> dict[str, float]:
+        if self.backend != "nkisim":
+            return {}  # hardware: the published targets; no modelled latencies
+        return ensure_reference_timings(self.backend, self.config.target)
 
     def _performance(self, test: TestSpec, res: TestResult) -> None:
         case = test.cases[0]

@@ -30,6 +30,7 @@ import numpy as np
 from grader.problems import Invocation
 from grader.rubric import Limits
 from grader.sandbox import Isolation, ProcessResult, detect_isolation, run_sandboxed
+from grader.staff import reference_dir
 
 CHILD_SCRIPT = str(Path(__file__).with_name("child.py"))
 MAX_STATUS_BYTES = 1 << 20
@@ -90,8 +91,6 @@ def _load_output(path: Path, inv: Invocation) -> np.ndarray:
 def _masked_dirs() -> list[str]:
     """Directories the child hides from student code once it is jailed: the grader package (rubric, reference
     timings, this code) and the staff reference wherever it lives."""
-    from grader.calibrate import reference_dir
-
     dirs = {str(Path(__file__).resolve().parent), str(reference_dir().resolve())}
     return sorted(d for d in dirs if os.path.isdir(d))
 
