@@ -14,6 +14,7 @@ Protocol (the parent is the only one that knows where results go):
 3. Student code is executed as a module whose ``__builtins__`` lack I/O, dynamic code and introspection, and
    whose imports are limited to views of numpy, math, typing and neuronxcc.nki (no module attribute that
    leads to os/sys, no NumPy file I/O).  The static screen (nkisim.check_kernel) ran before all this.
+   With ``mode = "import"`` (the import check) the child stops here and reports which functions are missing.
 4. The kernel runs through nkisim's runtime (or the real NKI launchers with ``backend = neuron``).
 5. Outputs are written as .npy, the trace with nkisim.core.traceio, then a small status.json -- each file via
    tmp + os.replace.  Nothing printed counts; the parent judges the arrays itself and costs the trace itself.
@@ -334,6 +335,10 @@ def _run_neuron(kernel, args, kwargs, mode: str, want_latency: bool):
     return outputs, latency
 
 
+class _Done(Exception):  # noqa: N818 - control flow, never an error
+    """Raised to leave the job early once its work is done (the import check)."""
+
+
 def main() -> int:
     job = json.loads(sys.stdin.buffer.read(1 << 20).decode("utf-8"))
     sys.stdin.close()
@@ -360,7 +365,16 @@ def main() -> int:
         os.chdir(job["work_dir"])
 
         status["stage"] = "import"
+        # The parent starts the import clock when this file appears (interpreter start-up is not the student's).
+        _atomic_write_bytes(os.path.join(out_dir, "import.started"), b"")
         module = _load_student_module(job["module_path"], job["module_name"])
+        if job["mode"] == "import":
+            # The import check: which of the rubric's functions the module lacks; no kernel runs.
+            wanted = [f for f in job.get("functions", []) if isinstance(f, str)]
+            status["missing"] = [f for f in wanted if not callable(module.__dict__.get(f))]
+            status["ok"] = True
+            status["stage"] = "done"
+            raise _Done
         kernel = module.__dict__.get(job["function"])
         if kernel is None:
             raise LookupError(f"{os.path.basename(job['module_path'])} defines no function {job['function']!r}")
@@ -396,6 +410,8 @@ def main() -> int:
             status["hardware_p99_us"] = latency
         status["ok"] = True
         status["stage"] = "done"
+    except _Done:
+        pass
     except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from student code are verdicts too
         status["error_type"] = type(exc).__name__
         status["error"] = str(exc)[:MAX_MESSAGE]

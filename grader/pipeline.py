@@ -1,8 +1,11 @@
 """grade_submission(): the one grading function every front end (CLI, batch, Gradescope, CI, Ray) calls.
 
-Order of work: read the two files -> static screen (nkisim.check_kernel) -> correctness tests -> performance
-tests (each only if its required correctness tests passed).  Every kernel call runs in its own sandboxed child
-(grader/runner.py); the parent generates inputs, computes references, judges outputs and costs traces.
+Order of work: read the two files -> static screen (nkisim.check_kernel) -> import check (each file imported
+once in the sandbox with a short limit; a file that fails it fails every test needing it at once) -> correctness
+tests -> performance tests (each only if its required correctness tests passed).  A kernel call that times out or
+runs out of memory marks its function: later calls of it on inputs at least as large are not made.  Every kernel
+call runs in its own sandboxed child (grader/runner.py); the parent generates inputs, computes references, judges
+outputs and costs traces.
 Failures of the submission are verdicts (score 0 for that test); failures of the grader make the record's
 status 'error' (Gradescope shows "autograder error", the CLI exits non-zero).
 """
@@ -25,7 +28,7 @@ from grader.calibrate import ensure_reference_timings
 from grader.judge import judge_output
 from grader.records import CaseRecord, GradeConfig, GradeRecord, TestResult
 from grader.rubric import Rubric, RubricError, TestSpec, load_rubric
-from grader.runner import CaseRun, run_case
+from grader.runner import CaseRun, ImportCheck, check_import, run_case
 from grader.sandbox import detect_isolation
 from grader.submission import Submission, load_submission
 
@@ -95,6 +98,10 @@ class _Grading:
         # data (a host-computed array returned by the kernel never touches HBM).
         self.want_trace = backend == "nkisim" and _traceio_available()
         self.violations: dict[str, list[dict[str, Any]]] = {}
+        self.imports: dict[str, ImportCheck] = {}
+        # (file, function) -> (input elements, why, test id) of the smallest call that hit a resource limit
+        self.exhausted: dict[tuple[str, str], tuple[int, str, str]] = {}
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------------ screen ----
     def screen(self) -> None:
@@ -135,6 +142,68 @@ class _Grading:
             lines.append(f"  ... and {len(items) - 20} more")
         return "\n".join(lines)
 
+    # ----------------------------------------------------------------------------------------- imports ----
+    def check_imports(self, tests: tuple[TestSpec, ...]) -> dict[str, float]:
+        """Import every file the tests need once, in the sandbox, with the rubric's short limit; returns the
+        seconds each check took.  Files the static screen rejected are not imported at all."""
+        wanted: dict[str, list[str]] = {}
+        for t in tests:
+            if t.file in self.sub.files and t.file not in self.blocking:
+                names = wanted.setdefault(t.file, [])
+                if t.function not in names:
+                    names.append(t.function)
+
+        def check(item: tuple[str, list[str]]) -> tuple[str, ImportCheck]:
+            name, functions = item
+            return name, check_import(
+                self.sub.files[name],
+                name,
+                functions,
+                backend=self.backend,
+                target=self.config.target,
+                limits=self.rubric.limits,
+                timeout_s=self.rubric.limits.import_timeout_s,
+                tmp_root=self.config.tmp_root,
+            )
+
+        items = sorted(wanted.items())
+        if self.config.workers > 1 and len(items) > 1:
+            with ThreadPoolExecutor(max_workers=min(self.config.workers, len(items))) as pool:
+                done = list(pool.map(check, items))
+        else:
+            done = [check(item) for item in items]
+        self.imports = dict(done)
+        return {name: c.wall_seconds for name, c in done}
+
+    def _import_problem(self, test: TestSpec) -> tuple[str, str] | None:
+        """(status, message) when the one-time import check already decided this test."""
+        check = self.imports.get(test.file)
+        if check is None or check.verdict == "grader-error":
+            return None  # not checked, or the check could not run: the test's own runs decide
+        if check.verdict == "failed":
+            return check.status, check.message
+        if test.function in check.missing:
+            return "error", f"{test.file} defines no function {test.function!r}"
+        return None
+
+    # ------------------------------------------------------------------------------ resource-limit marks ----
+    def _not_run(self, test: TestSpec, case: dict[str, Any]) -> str | None:
+        """Why this call is not made: the same function already hit a resource limit on inputs no larger."""
+        with self._lock:
+            mark = self.exhausted.get((test.file, test.function))
+        if mark is None or problems.input_elements(test.problem, case) < mark[0]:
+            return None
+        return f"not run: {test.function} {mark[1]} in {mark[2]}"
+
+    def _mark(self, test: TestSpec, case: dict[str, Any], run: CaseRun) -> None:
+        if not run.exhausted:
+            return
+        size = problems.input_elements(test.problem, case)
+        key = (test.file, test.function)
+        with self._lock:
+            if key not in self.exhausted or size < self.exhausted[key][0]:
+                self.exhausted[key] = (size, run.exhausted, test.id)
+
     # ------------------------------------------------------------------------------------------- tests ----
     def new_result(self, test: TestSpec) -> TestResult:
         return TestResult(
@@ -149,6 +218,8 @@ class _Grading:
                 res.status, res.message = "missing", self.sub.problems.get(test.file, f"{test.file} is missing")
             elif test.file in self.blocking:
                 res.status, res.message = "rejected", self._screen_message(test.file)
+            elif (failed := self._import_problem(test)) is not None:
+                res.status, res.message = failed
             else:
                 unmet = [r for r in test.requires if not (r in done and done[r].passed)]
                 if unmet:
@@ -200,8 +271,11 @@ class _Grading:
     def _correctness(self, test: TestSpec, res: TestResult) -> None:
         n = len(test.cases)
         for i, case in enumerate(test.cases):
+            if self._skip_case(test, case, res, i, n):
+                return
             inv, key = self._invocation(test, case)
             run = self._run(test, inv, mode="full", want_trace=self.want_trace)
+            self._mark(test, case, run)
             rec = CaseRecord(
                 i, run.verdict, run.message, run.wall_seconds, run.kernel_seconds, output_tail=run.output_tail[-2000:]
             )
@@ -257,14 +331,25 @@ class _Grading:
             return {}  # hardware: the published targets; no modelled latencies
         return ensure_reference_timings(self.backend, self.config.target)
 
+    def _skip_case(self, test: TestSpec, case: dict[str, Any], res: TestResult, index: int, n: int) -> bool:
+        why = self._not_run(test, case)
+        if why is None:
+            return False
+        res.cases.append(CaseRecord(index, "not-run", why, 0.0))
+        res.status, res.message = "skipped", (f"case {index + 1}/{n}: " if n > 1 else "") + why
+        return True
+
     def _performance(self, test: TestSpec, res: TestResult) -> None:
         case = test.cases[0]
+        if self._skip_case(test, case, res, 0, 1):
+            return
         inv, key = self._invocation(test, case)
         relaxed, optimized = self._targets(test, case)
         res.relaxed_us, res.optimized_us = relaxed, optimized
         verify = self.rubric.verify_performance_outputs
         mode = "full" if verify else "timing"
         run = self._run(test, inv, mode=mode, want_trace=True)  # nkisim: the trace; neuron: nki.benchmark
+        self._mark(test, case, run)
         if run.verdict == "ok" and self.backend == "nkisim" and run.trace is None:
             raise GraderError("no instruction trace came back from a timed run (is nkisim.core.traceio installed?)")
         res.cases.append(
@@ -383,6 +468,7 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
     t_screen = time.perf_counter()
     grading.screen()
     screen_s = time.perf_counter() - t_screen
+    import_s = grading.check_imports(rubric.tests)
     results = _run_phases(grading, rubric.tests, max(1, config.workers))
     failed = [r for r in results if r.status == "grader-error"]
     record = GradeRecord(
@@ -408,7 +494,11 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
         config=config.to_dict(),
         error="; ".join(f"{r.id}: {r.message.splitlines()[0]}" for r in failed) or None,
         violations=grading.violations,
-        timings={"screen_s": screen_s, **{f"test:{r.id}": r.seconds for r in results}},
+        timings={
+            "screen_s": screen_s,
+            **{f"import:{name}": sec for name, sec in import_s.items()},
+            **{f"test:{r.id}": r.seconds for r in results},
+        },
         versions=tool_versions(backend),
     )
     return record

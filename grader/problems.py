@@ -133,6 +133,18 @@ INVOCATIONS = {"transpose": transpose_invocation, "conv2d": conv2d_invocation}
 REFERENCES = {"transpose": transpose_reference, "conv2d": conv2d_reference}
 
 
+def input_elements(problem: str, case: dict[str, Any]) -> int:
+    """How large a case's inputs are (elements of every input array), known without generating them: the
+    measure by which a call that hit a time or memory limit stops larger calls of the same kernel.  Elements, not
+    bytes: the emulator's time follows the work, which a float16 copy of a float32 case does not halve."""
+    if problem == "conv2d":
+        x, w, _ = conv2d_shapes(case)
+        return int(np.prod(x)) + int(np.prod(w)) + w[0]
+    if problem == "transpose":
+        return int(np.prod([int(v) for v in case["shape"]]))
+    raise ValueError(f"unknown problem {problem!r}")
+
+
 def make_invocation(problem: str, case: dict[str, Any], seed: int) -> Invocation:
     return INVOCATIONS[problem](case, np.random.default_rng(seed))
 

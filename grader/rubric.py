@@ -35,6 +35,9 @@ class Limits:
     processes: int = 64
     open_files: int = 256
     cpu_seconds_slack: int = 10
+    # Each student file is imported once, in the sandbox, before any test: this many seconds of import time
+    # (interpreter start-up excluded).  A file that fails or hangs fails every test that needs it at once.
+    import_timeout_s: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,19 @@ def _test_from_table(table: dict[str, Any], index: int) -> TestSpec:
     )
 
 
+def _limits(table: dict[str, Any], path: Path) -> Limits:
+    fields = Limits.__dataclass_fields__
+    unknown = set(table) - set(fields)
+    if unknown:
+        raise RubricError(f"{path}: [limits] has unknown field(s) {sorted(unknown)}")
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            raise RubricError(f"{path}: [limits] {key} must be a positive number, got {value!r}")
+        values[key] = float(value) if key == "import_timeout_s" else int(value)
+    return Limits(**values)
+
+
 def load_rubric(path: str | Path | None = None) -> Rubric:
     """Parse and validate a rubric file (default: the course rubric shipped with the grader)."""
     path = Path(path) if path else DEFAULT_RUBRIC
@@ -203,7 +219,7 @@ def load_rubric(path: str | Path | None = None) -> Rubric:
             if req == t.id:
                 raise RubricError(f"{path}: test {t.id} requires itself")
     tolerances = {dtype: (float(v["rtol"]), float(v["atol"])) for dtype, v in data.get("tolerances", {}).items()}
-    limits = Limits(**{k: int(v) for k, v in data.get("limits", {}).items()})
+    limits = _limits(data.get("limits", {}), path)
     return Rubric(
         title=str(head.get("title", "autograder")),
         version=int(head.get("version", 1)),

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,14 +54,20 @@ class CaseRun:
     kernel_seconds: float | None = None
     output_tail: str = ""
     features: tuple[str, ...] = ()
+    # Set when the call hit a resource limit ("timed out", "ran out of memory", ...): the grader then does not
+    # call the same function again on inputs at least as large (grader/pipeline.py).
+    exhausted: str | None = None
 
 
-def _student_frames(tb: str, module_file: str) -> str:
-    """The traceback lines that point into the student's file, plus the final error line."""
+def _student_frames(tb: str, module_file: str, shown_as: str | None = None) -> str:
+    """The traceback lines that point into the student's file, plus the final error line.  ``shown_as``: the
+    name to print instead of the file's path in the private run directory (e.g. part2/conv2d.py)."""
     lines = tb.rstrip().splitlines()
     keep: list[str] = []
     for i, line in enumerate(lines):
         if module_file in line and line.lstrip().startswith("File"):
+            if shown_as:
+                line = re.sub(r'File "[^"]*' + re.escape(module_file) + '"', f'File "{shown_as}"', line)
             keep.append(line.strip())
             if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith("File"):
                 keep.append("    " + lines[i + 1].strip())
@@ -123,6 +131,72 @@ def _prepare_dirs(root: Path, iso: Isolation) -> tuple[Path, Path, Path]:
     return work, inputs, outputs
 
 
+def _launch(
+    source: bytes,
+    rel_file: str,
+    inv: Invocation | None,
+    job_fields: dict[str, Any],
+    *,
+    backend: str,
+    target: str,
+    limits: Limits,
+    timeout_s: float,
+    tmp_root: str | None,
+    import_clock: bool,
+    collect: Callable[[ProcessResult, Path, str], Any],
+) -> Any:
+    """Lay out a private run directory, start grader/child.py on it in the sandbox and hand the result to
+    ``collect(process result, output dir, module file name)`` before the directory is removed."""
+    iso = detect_isolation()
+    root = Path(tempfile.mkdtemp(prefix="asst4-case-", dir=tmp_root))
+    try:
+        work, in_dir, out_dir = _prepare_dirs(root, iso)
+        module_file = work / Path(rel_file).name
+        module_file.write_bytes(source)
+        os.chmod(module_file, 0o644)
+        input_paths = []
+        for i, arr in enumerate(inv.args if inv is not None else ()):
+            p = in_dir / f"arg{i}.npy"
+            np.save(p, arr, allow_pickle=False)
+            os.chmod(p, 0o644)
+            input_paths.append(str(p))
+        job = {
+            "backend": backend,
+            "target": target,
+            "inputs": input_paths,
+            "kwargs": inv.kwargs if inv is not None else {},
+            "module_path": str(module_file),
+            "module_name": module_file.stem,
+            "work_dir": str(work),
+            "out_dir": str(out_dir),
+            "sys_path": [str(root / "lib")],
+            # In its own mount namespace the child makes the file system read-only (except work/ and out/)
+            # and then drops to the unprivileged uid, or drops every capability when there is none.
+            "jail": bool(iso.unshare_argv),
+            "mask": _masked_dirs(),
+            "uid": iso.uid,
+            "gid": iso.gid,
+            **job_fields,
+        }
+        env = {"NEURON_PLATFORM_TARGET_OVERRIDE": target, "NKISIM_TARGET": target}
+        if os.environ.get("NEURON_RT_VISIBLE_CORES"):  # the NeuronCore a Ray task was given (ray_executor.py)
+            env["NEURON_RT_VISIBLE_CORES"] = os.environ["NEURON_RT_VISIBLE_CORES"]
+        proc: ProcessResult = run_sandboxed(
+            [sys.executable, "-I", "-B", CHILD_SCRIPT],
+            stdin_bytes=lambda context: json.dumps({**job, **context}).encode(),
+            cwd=str(work),
+            limits=limits,
+            timeout_s=timeout_s,
+            env_extra=env,
+            isolation=iso,
+            child_drops_privileges=True,
+            clock_file=str(out_dir / "import.started") if import_clock else None,
+        )
+        return collect(proc, out_dir, module_file.name)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def run_case(
     source: bytes,
     rel_file: str,
@@ -138,55 +212,103 @@ def run_case(
     tmp_root: str | None = None,
 ) -> CaseRun:
     """Run ``function`` from the student's ``rel_file`` on ``inv`` in a fresh sandboxed process."""
-    iso = detect_isolation()
-    root = Path(tempfile.mkdtemp(prefix="asst4-case-", dir=tmp_root))
-    try:
-        work, in_dir, out_dir = _prepare_dirs(root, iso)
-        module_file = work / Path(rel_file).name
-        module_file.write_bytes(source)
-        os.chmod(module_file, 0o644)
-        input_paths = []
-        for i, arr in enumerate(inv.args):
-            p = in_dir / f"arg{i}.npy"
-            np.save(p, arr, allow_pickle=False)
-            os.chmod(p, 0o644)
-            input_paths.append(str(p))
-        job = {
-            "backend": backend,
-            "target": target,
-            "mode": mode,
-            "want_trace": want_trace,
-            "inputs": input_paths,
-            "kwargs": inv.kwargs,
-            "module_path": str(module_file),
-            "module_name": module_file.stem,
-            "function": function,
-            "work_dir": str(work),
-            "out_dir": str(out_dir),
-            "sys_path": [str(root / "lib")],
-            # In its own mount namespace the child makes the file system read-only (except work/ and out/)
-            # and then drops to the unprivileged uid, or drops every capability when there is none.
-            "jail": bool(iso.unshare_argv),
-            "mask": _masked_dirs(),
-            "uid": iso.uid,
-            "gid": iso.gid,
-        }
-        env = {"NEURON_PLATFORM_TARGET_OVERRIDE": target, "NKISIM_TARGET": target}
-        if os.environ.get("NEURON_RT_VISIBLE_CORES"):  # the NeuronCore a Ray task was given (ray_executor.py)
-            env["NEURON_RT_VISIBLE_CORES"] = os.environ["NEURON_RT_VISIBLE_CORES"]
-        proc: ProcessResult = run_sandboxed(
-            [sys.executable, "-I", "-B", CHILD_SCRIPT],
-            stdin_bytes=lambda context: json.dumps({**job, **context}).encode(),
-            cwd=str(work),
-            limits=limits,
-            timeout_s=timeout_s,
-            env_extra=env,
-            isolation=iso,
-            child_drops_privileges=True,
-        )
-        return _collect(proc, out_dir, inv, module_file.name, limits, timeout_s, want_trace and backend == "nkisim")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    return _launch(
+        source,
+        rel_file,
+        inv,
+        {"mode": mode, "want_trace": want_trace, "function": function},
+        backend=backend,
+        target=target,
+        limits=limits,
+        timeout_s=timeout_s,
+        tmp_root=tmp_root,
+        import_clock=False,
+        collect=lambda proc, out_dir, name: _collect(
+            proc, out_dir, inv, name, limits, timeout_s, want_trace and backend == "nkisim"
+        ),
+    )
+
+
+@dataclass
+class ImportCheck:
+    """Outcome of importing one student file once, before any test: ``status`` is what the tests that need the
+    file get when the import failed ('error' or 'timeout'); ``grader-error`` means the check itself could not
+    run (the tests then run as usual)."""
+
+    verdict: str  # ok | failed | grader-error
+    message: str = ""
+    status: str = "error"
+    missing: tuple[str, ...] = ()
+    wall_seconds: float = 0.0
+    output_tail: str = ""
+
+
+def check_import(
+    source: bytes,
+    rel_file: str,
+    functions: list[str],
+    *,
+    backend: str,
+    target: str,
+    limits: Limits,
+    timeout_s: float,
+    tmp_root: str | None = None,
+) -> ImportCheck:
+    """Import the student's ``rel_file`` once in the sandbox (no kernel call) within ``timeout_s`` seconds of
+    import time, and report which of ``functions`` it lacks."""
+    return _launch(
+        source,
+        rel_file,
+        None,
+        {"mode": "import", "want_trace": False, "function": "", "functions": list(functions)},
+        backend=backend,
+        target=target,
+        limits=limits,
+        timeout_s=timeout_s,
+        tmp_root=tmp_root,
+        import_clock=True,
+        collect=lambda proc, out_dir, name: _collect_import(proc, out_dir, rel_file, name, limits, timeout_s),
+    )
+
+
+def _collect_import(
+    proc: ProcessResult, out_dir: Path, rel_file: str, module_name: str, limits: Limits, timeout_s: float
+) -> ImportCheck:
+    base = {"wall_seconds": proc.wall_seconds, "output_tail": proc.output_tail}
+    hang = f"{rel_file} did not finish importing within {timeout_s:g} s"
+    if proc.timed_out and not proc.clock_started:
+        return ImportCheck("grader-error", "the import check did not start in time (machine overloaded?)", **base)
+    if proc.timed_out:
+        return ImportCheck("failed", hang, "timeout", **base)
+    status = _read_status(out_dir / "status.json")
+    if status is None:
+        if proc.signal_name == "SIGXCPU":
+            return ImportCheck("failed", hang + " (CPU time limit)", "timeout", **base)
+        if proc.signal_name == "SIGKILL":
+            msg = f"{rel_file}: the process importing it was killed by SIGKILL (out of memory?)"
+            return ImportCheck("failed", msg, **base)
+        how = f"was killed by {proc.signal_name}" if proc.signal_name else f"exited with code {proc.returncode}"
+        msg = f"importing {rel_file} ended the process before it finished: it {how} (os._exit, crash or kill?)"
+        return ImportCheck("failed", msg, **base)
+    if status.get("ok"):
+        missing = status.get("missing")
+        names = tuple(str(m) for m in missing[:20]) if isinstance(missing, list) else ()
+        return ImportCheck("ok", missing=names, **base)
+    etype = str(status.get("error_type", "Error"))
+    err = str(status.get("error", ""))[:4000]
+    if status.get("stage") != "import":
+        msg = f"the grader could not start the import check: {etype}: {err}"
+        return ImportCheck("grader-error", msg, **base)
+    if etype == "MemoryError":
+        msg = f"{rel_file} ran out of memory while importing (limit {limits.address_space_mib} MiB of address space)"
+    elif etype == "SystemExit":
+        msg = f"{rel_file} called exit({err or 0}) while importing"
+    else:
+        msg = f"importing {rel_file} failed: {etype}: {err}"
+    where = _student_frames(str(status.get("traceback", "")), module_name, rel_file)
+    if where:
+        msg += "\n" + where
+    return ImportCheck("failed", msg, **base)
 
 
 def _collect(
@@ -200,14 +322,21 @@ def _collect(
 ) -> CaseRun:
     base = {"wall_seconds": proc.wall_seconds, "output_tail": proc.output_tail, "features": proc.features}
     if proc.timed_out:
-        return CaseRun("timeout", f"timed out: the kernel ran longer than the {timeout_s:g} s limit", **base)
+        msg = f"timed out: the kernel ran longer than the {timeout_s:g} s limit"
+        return CaseRun("timeout", msg, exhausted="timed out", **base)
     status = _read_status(out_dir / "status.json")
     if status is None:
         if proc.signal_name in ("SIGXCPU", "SIGKILL") and proc.wall_seconds >= timeout_s * 0.5:
-            return CaseRun("timeout", f"CPU time limit exceeded ({proc.signal_name})", **base)
+            msg = f"CPU time limit exceeded ({proc.signal_name})"
+            return CaseRun("timeout", msg, exhausted="timed out", **base)
         how = f"was killed by {proc.signal_name}" if proc.signal_name else f"exited with code {proc.returncode}"
+        # SIGKILL out of the blue is the kernel's OOM killer (or the cgroup's): a memory limit, like MemoryError.
+        killed = "was killed by SIGKILL (out of memory?)" if proc.signal_name == "SIGKILL" else None
         return CaseRun(
-            "crashed", f"the kernel process {how} before reporting a result (os._exit, crash or kill?)", **base
+            "crashed",
+            f"the kernel process {how} before reporting a result (os._exit, crash or kill?)",
+            exhausted=killed,
+            **base,
         )
     jail = status.get("jail")
     if isinstance(jail, list):
@@ -219,6 +348,7 @@ def _collect(
         where = _student_frames(str(status.get("traceback", "")), module_name)
         if etype == "MemoryError":
             msg = f"ran out of memory (limit {limits.address_space_mib} MiB of address space)"
+            base["exhausted"] = "ran out of memory"
         elif etype == "SystemExit":
             msg = f"the kernel called exit ({err or 0}) instead of returning an output"
         elif stage == "import":

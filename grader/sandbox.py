@@ -58,6 +58,7 @@ class ProcessResult:
     signal_name: str | None = None
     features: tuple[str, ...] = field(default_factory=tuple)
     peak_processes: int | None = None
+    clock_started: bool = True  # False: the run timed out before it signalled the start of its timed part
 
 
 def _probe(argv: list[str]) -> bool:
@@ -224,8 +225,14 @@ def run_sandboxed(
     env_extra: dict[str, str] | None = None,
     isolation: Isolation | None = None,
     child_drops_privileges: bool = False,
+    clock_file: str | None = None,
+    startup_limit_s: float = 120.0,
 ) -> ProcessResult:
-    """Run ``python_argv`` (a Python command line) under every available layer; never raises for child misbehaviour."""
+    """Run ``python_argv`` (a Python command line) under every available layer; never raises for child misbehaviour.
+
+    ``clock_file``: the ``timeout_s`` clock starts when the child creates this file (so a short limit measures
+    the student's code, not interpreter start-up on a loaded machine); before that, ``startup_limit_s`` applies.
+    """
     iso = isolation or detect_isolation()
     cpu_seconds = int(timeout_s) + limits.cpu_seconds_slack
     run_uid = iso.uid if iso.uid is not None else os.geteuid()
@@ -284,11 +291,7 @@ def run_sandboxed(
         proc.stdin.close()
     except (BrokenPipeError, OSError):
         pass
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
+    timed_out, clock_started = _wait(proc, started, timeout_s, clock_file, startup_limit_s)
     # Whatever happened, nothing of this run may survive it (daemonised grandchildren included).
     _kill_group(proc)
     proc.wait()
@@ -312,4 +315,28 @@ def run_sandboxed(
             sig = signal.Signals(rc - 128).name
         except ValueError:
             sig = None
-    return ProcessResult(rc, timed_out, wall, output, sig, iso.features, peak)
+    return ProcessResult(rc, timed_out, wall, output, sig, iso.features, peak, clock_started)
+
+
+def _wait(
+    proc: subprocess.Popen, started: float, timeout_s: float, clock_file: str | None, startup_limit_s: float
+) -> tuple[bool, bool]:
+    """Wait for the child within its limit: (timed out, clock started)."""
+    if clock_file is None:
+        try:
+            proc.wait(timeout=timeout_s)
+            return False, True
+        except subprocess.TimeoutExpired:
+            return True, True
+    deadline, clock_started = started + startup_limit_s, False
+    while True:
+        now = time.perf_counter()
+        if not clock_started and os.path.exists(clock_file):
+            clock_started, deadline = True, now + timeout_s
+        if now >= deadline:
+            return True, clock_started
+        try:
+            proc.wait(timeout=(deadline - now) if clock_started else min(deadline - now, 0.05))
+            return False, clock_started
+        except subprocess.TimeoutExpired:
+            continue
