@@ -337,6 +337,6 @@ def _wait(
             return True, clock_started
         try:
             proc.wait(timeout=(deadline - now) if clock_started else min(deadline - now, 0.05))
-            return False, clock_started
+            return False, clock_started or os.path.exists(clock_file)
         except subprocess.TimeoutExpired:
             continue

@@ -88,3 +88,32 @@ def test_environment_is_scrubbed(tmp_path, monkeypatch):
     monkeypatch.setenv("SECRET_TOKEN", "hunter2")
     r = _run("import os; print(sorted(os.environ))", tmp_path)
     assert "SECRET_TOKEN" not in r.output_tail and "HOME" in r.output_tail
+
+
+def _clocked(code: str, tmp_path, timeout: float, startup: float = 60.0):
+    os.chmod(tmp_path, 0o777)
+    return run_sandboxed(
+        [sys.executable, "-I", "-c", code],
+        stdin_bytes=b"",
+        cwd=str(tmp_path),
+        limits=LIMITS,
+        timeout_s=timeout,
+        clock_file=str(tmp_path / "started"),
+        startup_limit_s=startup,
+    )
+
+
+def test_clock_file_excludes_start_up_from_the_limit(tmp_path):
+    # 3 s before the clock starts, then a quick exit: within a 1 s limit, because start-up does not count.
+    r = _clocked("import time; time.sleep(3); open('started', 'w').close()", tmp_path, timeout=1)
+    assert not r.timed_out and r.clock_started and r.returncode == 0
+
+
+def test_clock_file_limit_applies_once_started(tmp_path):
+    r = _clocked("import time; open('started', 'w').close(); time.sleep(60)", tmp_path, timeout=1)
+    assert r.timed_out and r.clock_started and r.wall_seconds < 30
+
+
+def test_clock_file_never_written_hits_the_start_up_limit(tmp_path):
+    r = _clocked("import time; time.sleep(60)", tmp_path, timeout=1, startup=2)
+    assert r.timed_out and not r.clock_started and r.wall_seconds < 30
