@@ -37,7 +37,11 @@ def _grade(tmp_path: Path, source: str, rubric: str = FAST_RUBRIC):
 
 
 FAILED_IMPORTS = {
-    "hang": ("\nwhile True:\n    pass\n", "timeout", f"part1/kernels.py did not finish importing within {IMPORT_LIMIT:g} s"),
+    "hang": (
+        "\nwhile True:\n    pass\n",
+        "timeout",
+        f"part1/kernels.py did not finish importing within {IMPORT_LIMIT:g} s",
+    ),
     "exception": (
         "\nraise ValueError('bad configuration')\n",
         "error",
