@@ -73,8 +73,10 @@ class JobResult:
     tests: dict[str, float] = field(default_factory=dict)
     test_status: dict[str, str] = field(default_factory=dict)
     latencies: dict[str, float] = field(default_factory=dict)
-    seconds: float = 0.0
+    seconds: float = 0.0  # this run's time for the job (a reused result costs only the check)
     error: str | None = None
+    graded_seconds: float = 0.0  # how long the grading itself took, in whichever run made it
+    timings: dict[str, float] = field(default_factory=dict)  # where that time went (screen, imports, tests)
 
     @classmethod
     def from_record(cls, record: dict[str, Any], status: str, out_dir: str | None, seconds: float) -> JobResult:
@@ -93,6 +95,8 @@ class JobResult:
             latencies={t["id"]: float(t["latency_us"]) for t in tests if t.get("latency_us") is not None},
             seconds=seconds,
             error=record.get("error"),
+            graded_seconds=float(record.get("seconds", 0.0) or 0.0),
+            timings={str(k): float(v) for k, v in (record.get("timings") or {}).items() if isinstance(v, int | float)},
         )
 
 
@@ -376,8 +380,8 @@ def overview_markdown(results: list[JobResult], test_ids: list[str], wall_second
     lines = [f"# Batch overview: {len(results)} submissions", ""]
     counts = {s: sum(1 for r in results if r.status == s) for s in ("graded", "skipped", "error")}
     lines.append(
-        f"Graded now: {counts['graded']}, reused: {counts['skipped']}, grader errors: {counts['error']}; "
-        f"wall time {wall_seconds:.1f} s with {jobs} job(s)."
+        f"**Batch wall time {wall_seconds:.1f} s** with {jobs} job(s). Graded now: {counts['graded']}, "
+        f"reused: {counts['skipped']}, grader errors: {counts['error']}."
     )
     lines += ["", "## Score histogram", ""]
     if graded:
@@ -408,11 +412,82 @@ def overview_markdown(results: list[JobResult], test_ids: list[str], wall_second
             fast = ", ".join(f"{s} {v:.0f} us" for v, s in ranked[:3])
             slow = ", ".join(f"{s} {v:.0f} us" for v, s in ranked[-3:][::-1])
             lines.append(f"- **{t}**: fastest {fast}; slowest {slow}")
+    lines += _time_sections(results)
     errors = [r for r in results if r.status == "error"]
     if errors:
         lines += ["", "## Grader errors (regraded on the next run)", ""]
         lines += [f"- {r.student}: {(r.error or '').splitlines()[0][:200]}" for r in errors]
     return "\n".join(lines) + "\n"
+
+
+TIME_BUCKETS = (5, 10, 20, 30, 60, 90, 120, 180, 300, 600, 1200)  # upper edges in seconds
+
+
+def time_histogram(seconds: list[float]) -> list[str]:
+    """Text histogram of grading times, one line per bucket up to the slowest one."""
+    edges = list(TIME_BUCKETS)
+    counts = [0] * (len(edges) + 1)
+    for s in seconds:
+        counts[next((i for i, e in enumerate(edges) if s < e), len(edges))] += 1
+    last = max(i for i, n in enumerate(counts) if n) if any(counts) else 0
+    width = max(counts) or 1
+    out = []
+    for i in range(last + 1):
+        lo = 0 if i == 0 else edges[i - 1]
+        label = f"{lo:>4d}-{edges[i]:<4d} s" if i < len(edges) else f"{lo:>4d}+     s"
+        out.append(f"{label} | {'#' * round(30 * counts[i] / width)} {counts[i]}")
+    return out
+
+
+def where_time_went(r: JobResult, top: int = 4) -> str:
+    """The largest parts of one grading: tests (with their status), import checks, the static screen."""
+    parts = []
+    for key, sec in r.timings.items():
+        if key.startswith("test:"):
+            tid = key[5:]
+            parts.append((sec, f"{tid} {sec:.1f} s ({r.test_status.get(tid, '?')})"))
+        elif key.startswith("import:"):
+            parts.append((sec, f"import {key[7:]} {sec:.1f} s"))
+        elif key == "screen_s":
+            parts.append((sec, f"screen {sec:.1f} s"))
+    parts.sort(key=lambda p: -p[0])
+    shown = [text for sec, text in parts[:top] if sec >= 0.05]
+    rest = sum(sec for sec, _ in parts[top:])
+    if rest >= 0.05:
+        shown.append(f"{len(parts) - top} more {rest:.1f} s")
+    if not shown:
+        return (r.error or "no timings recorded").splitlines()[0][:120]
+    return "; ".join(shown)
+
+
+def _time_sections(results: list[JobResult]) -> list[str]:
+    """Time per submission (histogram) and the ten slowest submissions with where their time went."""
+    now = [r for r in results if r.status != "skipped"]
+    lines = ["", "## Time per submission", ""]
+    if now:
+        pool, key, what = now, (lambda r: r.seconds), "graded in this run"
+    else:
+        pool, key, what = results, (lambda r: r.graded_seconds), "all reused; times of the runs that graded them"
+    if not pool:
+        return lines + ["No submissions."]
+    secs = [key(r) for r in pool]
+    lines.append(
+        f"{len(pool)} submission(s) {what}: total {sum(secs):.1f} s, mean {sum(secs) / len(secs):.1f} s, "
+        f"median {sorted(secs)[len(secs) // 2]:.1f} s, max {max(secs):.1f} s."
+    )
+    lines += ["", "```text", *time_histogram(secs), "```"]
+    lines += [
+        "",
+        "## Ten slowest submissions",
+        "",
+        "| student | seconds | status | score | where the time went |",
+        "|---|---|---|---|---|",
+    ]
+    for r in sorted(pool, key=key, reverse=True)[:10]:
+        score = "" if r.status == "error" else f"{r.score:g}/{r.base_points:g}"
+        where = where_time_went(r).replace("|", "/")
+        lines.append(f"| {r.student} | {key(r):.1f} | {r.status} | {score} | {where} |")
+    return lines
 
 
 def _clean_staging(out_root: Path) -> None:

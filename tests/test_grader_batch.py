@@ -68,6 +68,12 @@ def test_batch_grades_everyone_and_skips_on_rerun(tmp_path):
         assert Path(r.out_dir).parent.name == r.student and Path(r.out_dir).name == r.content_hash[:16]
     overview = (out / "overview.md").read_text()
     assert "Score histogram" in overview and "part1.transpose" in overview
+    assert "Batch wall time" in overview and "## Time per submission" in overview
+    slowest = overview.split("## Ten slowest submissions")[1].split("\n## ")[0]
+    rows = [line for line in slowest.splitlines() if line.startswith("| ") and not line.startswith("| student |")]
+    assert len(rows) == 6
+    # the looper waited out its time limit: it is the slowest, and its row says where the time went
+    assert rows[0].startswith("| looper |") and "part1.transpose" in rows[0] and "(timeout)" in rows[0], rows[0]
     assert not (out / ".staging").exists()
 
     first_versions = {json.loads((Path(r.out_dir) / "result.json").read_text())["tool_version"] for r in results}
