@@ -1,89 +1,241 @@
-"""Grader throughput figures: ``python -m grader.bench [--jobs 2] [--copies 2] [--skip-batch]``.
+"""Batch-grading throughput on a synthetic class (a benchmark that prints figures, not a test).
 
-Prints seconds per submission for the staff reference solution and for the untouched starter files (the
-"stub" submission), and the batch throughput with ``--jobs`` parallel gradings over ``--copies`` distinct
-copies of each.  Numbers depend on the machine and its load; the load average is printed with them.
+    python -m grader.bench --class 100 --bad-fraction 0.05 [--jobs 2] [--executors local,ray] [--compare]
+    python -m grader.bench --mix staff=4,stub=4,crash=2,syntax=1,import-hang=1 --kill-after 25
+    python -m grader.bench --class 20 --bad-fraction 0.25 --write DIR        (only write the class)
+
+The class is built from the staff solution (grader/reference), the untouched starter files (the "stub") and
+hostile variants of the staff solution: a part2/conv2d.py that never finishes importing (import-hang), a kernel
+that never returns (kernel-hang), kernels that raise (crash), a kernel that allocates until it runs out of memory
+(memory-bomb) and a part2/conv2d.py with a syntax error (syntax).  Staff and stub submissions are the "good"
+ones, the hostile variants the "bad" ones; every submission has distinct content (nothing is reused).
+
+For each executor it prints the batch wall time, submissions per minute, and for the good and the bad ones the
+mean seconds per submission and the submissions per minute ``--jobs`` workers would grade of that kind alone.
+``--compare`` also grades the same class without its bad submissions and prints the ratio of the wall times.
+``--kill-after S`` instead runs ``python -m grader batch`` on the class, SIGKILLs it (process group) after S s,
+runs it again (the resumed run, timed) and a third time (which must redo nothing).
+
+The machine is shared and timings depend on its load: the load average is printed with every figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import json
 import os
-import resource
+import random
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from grader import thresholds
-from grader.batch import run_batch, summarize
-from grader.calibrate import reference_dir
-from grader.pipeline import grade_submission
+from grader.batch import JobResult, run_batch, summarize
+from grader.calibrate import ensure_reference_timings
 from grader.records import GradeConfig
+from grader.staff import reference_dir
 
 ROOT = Path(__file__).resolve().parent.parent
+FILES = ("part1/kernels.py", "part2/conv2d.py")
+CONV = "part2/conv2d.py"
+GOOD_KINDS = ("staff", "stub")
+BAD_KINDS = ("import-hang", "kernel-hang", "crash", "memory-bomb", "syntax")
 
 
-def _cpu_seconds() -> float:
-    """CPU time of this process and its waited-for descendants (the sandboxed children): load-independent."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+def _prepend_to_function(source: str, function: str, lines: list[str]) -> str:
+    """``source`` with ``lines`` inserted as the first statements of ``function``'s body."""
+    tree = ast.parse(source)
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
+    first = fn.body[0]
+    indent = " " * first.col_offset
+    text = source.splitlines(keepends=True)
+    at = first.lineno - 1
+    return "".join(text[:at] + [indent + line + "\n" for line in lines] + text[at:])
 
 
-def _stub_dir(tmp: Path) -> Path:
-    d = tmp / "stub"
-    for rel in ("part1/kernels.py", "part2/conv2d.py"):
-        (d / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / rel, d / rel)
-    return d
+def _variant_sources(kind: str, staff: dict[str, str], stub: dict[str, str]) -> dict[str, str]:
+    """The two files of one submission of ``kind``."""
+    if kind == "stub":
+        return dict(stub)
+    files = dict(staff)
+    conv = files[CONV]
+    if kind == "import-hang":  # the issue's case: a module-level loop in part2/conv2d.py
+        files[CONV] = conv + "\nwhile True:\n    pass\n"
+    elif kind == "kernel-hang":
+        files[CONV] = _prepend_to_function(conv, "fused_conv2d_maxpool", ["while True:", "    pass"])
+    elif kind == "crash":
+        boom = ['raise RuntimeError("index bookkeeping went wrong")']
+        files[CONV] = _prepend_to_function(conv, "fused_conv2d_maxpool", boom)
+        files["part1/kernels.py"] = _prepend_to_function(files["part1/kernels.py"], "matrix_transpose", boom)
+    elif kind == "memory-bomb":
+        hog = ["hog = []", "while True:", "    hog.append(bytearray(1024 * 1024 * 1024))"]
+        files[CONV] = _prepend_to_function(conv, "fused_conv2d_maxpool", hog)
+    elif kind == "syntax":
+        files[CONV] = conv + "\n\ndef helper(x:\n    return x\n"
+    elif kind != "staff":
+        raise ValueError(f"unknown submission kind {kind!r}; kinds: {GOOD_KINDS + BAD_KINDS}")
+    return files
 
 
-def _variant(src: Path, dst: Path, tag: str) -> Path:
-    """A copy with distinct content (so batch grading cannot reuse an earlier result)."""
-    for rel in ("part1/kernels.py", "part2/conv2d.py"):
-        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-        (dst / rel).write_text((src / rel).read_text() + f"\n# bench copy {tag}\n")
-    return dst
+def class_kinds(n: int, bad_fraction: float, seed: int = 0) -> list[str]:
+    """``n`` submission kinds: round(n * bad_fraction) bad ones cycling through BAD_KINDS, the rest alternately
+    staff and stub, in a fixed shuffled order (so the bad ones are spread over the batch)."""
+    if n < 1 or not 0 <= bad_fraction <= 1:
+        raise ValueError("--class must be >= 1 and --bad-fraction in [0, 1]")
+    n_bad = round(n * bad_fraction)
+    kinds = [BAD_KINDS[i % len(BAD_KINDS)] for i in range(n_bad)]
+    kinds += [GOOD_KINDS[i % len(GOOD_KINDS)] for i in range(n - n_bad)]
+    random.Random(seed).shuffle(kinds)
+    return kinds
+
+
+def parse_mix(text: str) -> list[str]:
+    """``staff=4,stub=4,crash=2`` -> the kinds in that order."""
+    kinds: list[str] = []
+    for item in text.split(","):
+        name, _, count = item.partition("=")
+        name = name.strip()
+        if name not in GOOD_KINDS + BAD_KINDS:
+            raise ValueError(f"--mix: unknown kind {name!r}; kinds: {', '.join(GOOD_KINDS + BAD_KINDS)}")
+        kinds += [name] * int(count or 1)
+    return kinds
+
+
+def write_class(dest: Path, kinds: list[str]) -> dict[str, str]:
+    """One directory per submission under ``dest``; returns student -> kind (also written to dest/../class.json)."""
+    ref = reference_dir()
+    staff = {f: (ref / f).read_text() for f in FILES}
+    stub = {f: (ROOT / f).read_text() for f in FILES}
+    roster: dict[str, str] = {}
+    for i, kind in enumerate(kinds):
+        student = f"s{i:03d}-{kind}"
+        for rel, text in _variant_sources(kind, staff, stub).items():
+            path = dest / student / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text + f"\n# bench submission {i}\n")  # distinct content: no result is reused
+        roster[student] = kind
+    (dest.parent / f"{dest.name}.json").write_text(json.dumps(roster, indent=1) + "\n")
+    return roster
+
+
+def _load() -> str:
+    return f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+
+
+def _group_line(label: str, results: list[JobResult], jobs: int) -> str:
+    if not results:
+        return f"  {label:5s}:   0 submissions"
+    mean = sum(r.seconds for r in results) / len(results)
+    rate = 60.0 * jobs / mean if mean > 0 else float("inf")
+    return f"  {label:5s}: {len(results):3d} submissions, {mean:7.1f} s/submission, {rate:6.2f} submissions/min"
+
+
+def _timed_batch(source: Path, out: Path, executor: str, jobs: int, config: GradeConfig) -> tuple[float, list]:
+    t0 = time.perf_counter()
+    results = run_batch(source, out, config, jobs=jobs, executor=executor, progress=False)
+    return time.perf_counter() - t0, results
+
+
+def bench_class(args: argparse.Namespace, kinds: list[str], tmp: Path) -> None:
+    source = tmp / "class"
+    roster = write_class(source, kinds)
+    bad_students = {s for s, k in roster.items() if k in BAD_KINDS}
+    good_only = tmp / "class-good"
+    for s in roster:
+        if s not in bad_students:
+            shutil.copytree(source / s, good_only / s)
+    counts = {k: kinds.count(k) for k in GOOD_KINDS + BAD_KINDS if k in kinds}
+    print(f"class: {len(kinds)} submissions {counts}; --jobs {args.jobs}; {_load()}")
+    config = GradeConfig(timeout_scale=args.timeout_scale)
+    for executor in args.executors:
+        wall, results = _timed_batch(source, tmp / f"out-{executor}", executor, args.jobs, config)
+        good = [r for r in results if r.student not in bad_students]
+        bad = [r for r in results if r.student in bad_students]
+        print(
+            f"[{executor}] {len(results)} submissions in {wall:.1f} s wall = {60 * len(results) / wall:.2f} "
+            f"submissions/min, {wall / len(results):.1f} s/submission; {summarize(results)}; {_load()}"
+        )
+        print(_group_line("good", good, args.jobs))
+        print(_group_line("bad", bad, args.jobs))
+        for kind in BAD_KINDS:
+            mine = [r for r in bad if roster[r.student] == kind]
+            if mine:
+                print(f"    {kind:12s} {sum(r.seconds for r in mine) / len(mine):7.1f} s/submission")
+        if args.compare and bad_students:
+            base_wall, base = _timed_batch(good_only, tmp / f"out-{executor}-good", executor, args.jobs, config)
+            print(
+                f"[{executor}] the same class without its {len(bad_students)} bad submissions: {len(base)} in "
+                f"{base_wall:.1f} s wall; with them / without = {wall / base_wall:.2f}x; {_load()}"
+            )
+
+
+def bench_kill_resume(args: argparse.Namespace, kinds: list[str], tmp: Path) -> None:
+    source = tmp / "class"
+    write_class(source, kinds)
+    out = tmp / "out"
+    cmd = [sys.executable, "-m", "grader", "batch", str(source), "--out", str(out), "--jobs", str(args.jobs)]
+    cmd += ["--quiet", "--executor", args.executors[0], "--timeout-scale", str(args.timeout_scale)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    counts = {k: kinds.count(k) for k in GOOD_KINDS + BAD_KINDS if k in kinds}
+    print(f"class: {len(kinds)} submissions {counts}; {_load()}")
+    print("$ " + " ".join(cmd))
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(args.kill_after)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(1.0)  # pool workers and sandboxes die with their parent (PR_SET_PDEATHSIG)
+    done = len(list(out.glob("*/*/result.json")))
+    print(f"first run SIGKILLed after {args.kill_after:g} s: {done} finished result(s) on disk")
+    for label in ("resumed run", "third run"):
+        t0 = time.perf_counter()
+        run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        summary = run.stdout.strip().splitlines()[0] if run.stdout.strip() else run.stderr.strip()[-300:]
+        print(f"{label}: {wall:.1f} s wall (exit {run.returncode}): {summary}; {_load()}")
+    results = [json.loads(p.read_text()) for p in out.glob("*/*/result.json")]
+    per_student = {}
+    for r in results:
+        per_student[r["student"]] = per_student.get(r["student"], 0) + 1
+    print(
+        f"result directories: {len(results)} for {len(kinds)} submissions "
+        f"(one each: {sorted(per_student.values()) == [1] * len(kinds)}); "
+        f"staging left: {(out / '.staging').exists()}"
+    )
+    if args.show_overview:
+        print((out / "overview.md").read_text())
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--copies", type=int, default=2, help="copies of each submission in the batch run")
-    ap.add_argument("--workers", type=int, default=2, help="kernel runs in parallel for the single gradings")
-    ap.add_argument("--skip-batch", action="store_true")
+    ap.add_argument("--class", dest="size", type=int, default=20, help="submissions in the synthetic class")
+    ap.add_argument("--bad-fraction", type=float, default=0.05, help="share of hostile submissions")
+    ap.add_argument("--mix", default=None, help="explicit class instead: e.g. staff=4,stub=4,crash=2,syntax=1")
+    ap.add_argument("--jobs", type=int, default=2, help="submissions graded in parallel")
+    ap.add_argument("--executors", default="local,ray", help="comma-separated: local, ray, serial")
+    ap.add_argument("--compare", action="store_true", help="also grade the class without its bad submissions")
+    ap.add_argument("--kill-after", type=float, default=None, help="SIGKILL the batch after S s, then resume it")
+    ap.add_argument("--show-overview", action="store_true", help="--kill-after: print the final overview.md")
+    ap.add_argument("--timeout-scale", type=float, default=1.0, help="as for python -m grader batch")
+    ap.add_argument("--write", default=None, metavar="DIR", help="only write the class into DIR")
     args = ap.parse_args(argv)
-    ref = reference_dir()
+    args.executors = [e.strip() for e in args.executors.split(",") if e.strip()]
+    kinds = parse_mix(args.mix) if args.mix else class_kinds(args.size, args.bad_fraction)
+    if args.write:
+        roster = write_class(Path(args.write), kinds)
+        print(f"wrote {len(roster)} submissions to {args.write} (roster: {Path(args.write)}.json)")
+        return 0
+    t0 = time.perf_counter()
+    ensure_reference_timings("nkisim", "trn2")  # a missing cache entry is computed here, not timed below
+    print(f"reference timings ready in {time.perf_counter() - t0:.1f} s")
     with tempfile.TemporaryDirectory(prefix="grader-bench-") as tmp_s:
-        tmp = Path(tmp_s)
-        stub = _stub_dir(tmp)
-        print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-        t0 = time.perf_counter()
-        thresholds.reference_timings("nkisim", "trn2")  # a missing cache entry is computed here, not timed below
-        print(f"reference timings ready in {time.perf_counter() - t0:.1f} s ({thresholds.tool_version()})")
-        for label, sub in (("reference", ref), ("stub (starter files)", stub)):
-            t0, cpu0 = time.perf_counter(), _cpu_seconds()
-            rec = grade_submission(sub, None, GradeConfig(workers=args.workers))
-            wall, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
-            print(
-                f"{label:22s} {wall:7.1f} s wall, {cpu:7.1f} CPU s per submission  score {rec.score:g}/"
-                f"{rec.base_points:g}  status {rec.status}  (workers={args.workers})"
-            )
-        if args.skip_batch:
-            return 0
-        subs = tmp / "class"
-        for i in range(args.copies):
-            _variant(ref, subs / f"ref{i}", f"r{i}")
-            _variant(stub, subs / f"stub{i}", f"s{i}")
-        t0 = time.perf_counter()
-        results = run_batch(subs, tmp / "out", GradeConfig(workers=1), jobs=args.jobs, progress=False)
-        wall = time.perf_counter() - t0
-        n = len(results)
-        print(
-            f"batch --jobs {args.jobs}: {n} submissions ({args.copies} reference + {args.copies} stub copies) in "
-            f"{wall:.1f} s = {n / wall * 3600:.1f} submissions/hour; {summarize(results)}"
-        )
-        print(f"load average after: {os.getloadavg()[0]:.1f}")
+        run: Callable[[argparse.Namespace, list[str], Path], None]
+        run = bench_kill_resume if args.kill_after is not None else bench_class
+        run(args, kinds, Path(tmp_s))
     return 0
 
 
