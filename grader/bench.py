@@ -26,6 +26,7 @@ import ast
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import subprocess
@@ -123,6 +124,13 @@ def write_class(dest: Path, kinds: list[str]) -> dict[str, str]:
     return roster
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process and its waited-for descendants (pool workers, sandboxed children): unlike wall
+    time it hardly depends on what else the machine runs.  Ray's workers are not our children: not counted."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _load() -> str:
     return f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
 
@@ -135,10 +143,16 @@ def _group_line(label: str, results: list[JobResult], jobs: int) -> str:
     return f"  {label:5s}: {len(results):3d} submissions, {mean:7.1f} s/submission, {rate:6.2f} submissions/min"
 
 
-def _timed_batch(source: Path, out: Path, executor: str, jobs: int, config: GradeConfig) -> tuple[float, list]:
-    t0 = time.perf_counter()
+def _timed_batch(
+    source: Path, out: Path, executor: str, jobs: int, config: GradeConfig
+) -> tuple[float, float, list[JobResult]]:
+    t0, cpu0 = time.perf_counter(), _cpu_seconds()
     results = run_batch(source, out, config, jobs=jobs, executor=executor, progress=False)
-    return time.perf_counter() - t0, results
+    return time.perf_counter() - t0, _cpu_seconds() - cpu0, results
+
+
+def _cpu_note(executor: str, cpu: float) -> str:
+    return f"{cpu:.0f} CPU s" if executor != "ray" else "CPU n/a (Ray workers)"
 
 
 def bench_class(args: argparse.Namespace, kinds: list[str], tmp: Path) -> None:
@@ -153,12 +167,13 @@ def bench_class(args: argparse.Namespace, kinds: list[str], tmp: Path) -> None:
     print(f"class: {len(kinds)} submissions {counts}; --jobs {args.jobs}; {_load()}")
     config = GradeConfig(timeout_scale=args.timeout_scale)
     for executor in args.executors:
-        wall, results = _timed_batch(source, tmp / f"out-{executor}", executor, args.jobs, config)
+        wall, cpu, results = _timed_batch(source, tmp / f"out-{executor}", executor, args.jobs, config)
         good = [r for r in results if r.student not in bad_students]
         bad = [r for r in results if r.student in bad_students]
         print(
             f"[{executor}] {len(results)} submissions in {wall:.1f} s wall = {60 * len(results) / wall:.2f} "
-            f"submissions/min, {wall / len(results):.1f} s/submission; {summarize(results)}; {_load()}"
+            f"submissions/min, {wall / len(results):.1f} s/submission; {_cpu_note(executor, cpu)}; "
+            f"{summarize(results)}; {_load()}"
         )
         print(_group_line("good", good, args.jobs))
         print(_group_line("bad", bad, args.jobs))
@@ -167,10 +182,15 @@ def bench_class(args: argparse.Namespace, kinds: list[str], tmp: Path) -> None:
             if mine:
                 print(f"    {kind:12s} {sum(r.seconds for r in mine) / len(mine):7.1f} s/submission")
         if args.compare and bad_students:
-            base_wall, base = _timed_batch(good_only, tmp / f"out-{executor}-good", executor, args.jobs, config)
+            base_wall, base_cpu, base = _timed_batch(
+                good_only, tmp / f"out-{executor}-good", executor, args.jobs, config
+            )
+            ratio = f"with them / without = {wall / base_wall:.2f}x wall"
+            if executor != "ray":
+                ratio += f", {cpu / base_cpu:.2f}x CPU"
             print(
                 f"[{executor}] the same class without its {len(bad_students)} bad submissions: {len(base)} in "
-                f"{base_wall:.1f} s wall; with them / without = {wall / base_wall:.2f}x; {_load()}"
+                f"{base_wall:.1f} s wall, {_cpu_note(executor, base_cpu)}; {ratio}; {_load()}"
             )
 
 
@@ -192,11 +212,11 @@ def bench_kill_resume(args: argparse.Namespace, kinds: list[str], tmp: Path) -> 
     done = len(list(out.glob("*/*/result.json")))
     print(f"first run SIGKILLed after {args.kill_after:g} s: {done} finished result(s) on disk")
     for label in ("resumed run", "third run"):
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _cpu_seconds()
         run = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
         summary = run.stdout.strip().splitlines()[0] if run.stdout.strip() else run.stderr.strip()[-300:]
-        print(f"{label}: {wall:.1f} s wall (exit {run.returncode}): {summary}; {_load()}")
+        print(f"{label}: {wall:.1f} s wall, {cpu:.0f} CPU s (exit {run.returncode}): {summary}; {_load()}")
     results = [json.loads(p.read_text()) for p in out.glob("*/*/result.json")]
     per_student = {}
     for r in results:
