@@ -46,6 +46,7 @@ FILES = ("part1/kernels.py", "part2/conv2d.py")
 CONV = "part2/conv2d.py"
 GOOD_KINDS = ("staff", "stub")
 BAD_KINDS = ("import-hang", "kernel-hang", "crash", "memory-bomb", "syntax")
+PROJECT_CLASS, PROJECT_FRACTION = 100, 0.05  # the target class, projected from smaller measured ones
 
 
 def _prepend_to_function(source: str, function: str, lines: list[str]) -> str:
@@ -181,6 +182,16 @@ def bench_class(args: argparse.Namespace, kinds: list[str], tmp: Path) -> None:
             mine = [r for r in bad if roster[r.student] == kind]
             if mine:
                 print(f"    {kind:12s} {sum(r.seconds for r in mine) / len(mine):7.1f} s/submission")
+        if good and bad:
+            g = sum(r.seconds for r in good) / len(good)
+            b = sum(r.seconds for r in bad) / len(bad)
+            n_bad = round(PROJECT_CLASS * PROJECT_FRACTION)
+            n_good = PROJECT_CLASS - n_bad
+            print(
+                f"  projection from these means for a class of {PROJECT_CLASS} with {PROJECT_FRACTION:.0%} bad "
+                f"(bad kinds in this class's mix): with / without the bad = "
+                f"{(n_good * g + n_bad * b) / (n_good * g):.2f}x"
+            )
         if args.compare and bad_students:
             base_wall, base_cpu, base = _timed_batch(
                 good_only, tmp / f"out-{executor}-good", executor, args.jobs, config
