@@ -53,7 +53,7 @@ def test_reference_small_tests_pass_through_the_cli(tmp_path):
 @needs_reference
 @pytest.mark.slow
 def test_reference_solution_earns_every_point(tmp_path):
-    """The whole rubric on the staff solution: 40-90 s on 2 CPUs (python -m grader.bench prints the figure)."""
+    """The whole rubric on the staff solution: 40-90 s on 2 CPUs (figure: python -m grader.bench --mix staff=2)."""
     proc = _grade(REFERENCE, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = check_reports(tmp_path, load_rubric().total_points)
