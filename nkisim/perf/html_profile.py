@@ -209,7 +209,7 @@ def _figure(tl: Timeline, title: str, x_range, k: int):
         tools="xpan,xwheel_zoom,xbox_zoom,reset,save",
         active_drag="xpan",
         active_scroll="xwheel_zoom",
-        output_backend="webgl",
+        output_backend="canvas",  # see module docstring: merged blocks keep counts low; canvas beat WebGL here
         toolbar_location="above",
     )
     fig.xaxis.axis_label = "time (\u00b5s, modelled)"

@@ -118,13 +118,21 @@
     return out;
   }
 
-  function refreshNow() {
+  // Blocks are built for the visible window plus one window width on each side, so a pan only re-merges once
+  // the view leaves that margin (or the zoom changes), and dragging just moves already-built rectangles.
+  function refreshNow(force) {
     NK._pending = false;
     for (const p of NK.profiles) {
       const xr = p.fig.x_range;
       const w = p.fig.inner_width > 0 ? p.fig.inner_width : 1200;
+      const span = xr.end - xr.start;
+      const px = span / w;
+      const c = p._win;
+      if (!force && c && xr.start >= c.a && xr.end <= c.b && Math.abs(px / c.px - 1) < 0.2) continue;
       const t = performance.now();
-      p.vis.data = blocks(p, xr.start, xr.end, w);
+      const a = xr.start - span, b = xr.end + span;
+      p.vis.data = blocks(p, a, b, 3 * w);
+      p._win = { a, b, px };
       p.last_ms = performance.now() - t;
     }
     NK.refreshes++;
@@ -133,13 +141,13 @@
   NK.refresh = function () {
     if (NK._pending) return;
     NK._pending = true;
-    window.requestAnimationFrame(refreshNow);
+    window.requestAnimationFrame(() => refreshNow(false));
   };
 
   // Called once per profile from a DocumentReady callback with the Bokeh models and the string tables.
   NK.register = function (p) {
     NK.profiles.push(p);
-    refreshNow();
+    refreshNow(true);
   };
 
   // Click on a block: highlight its kernel line in the source pane and say what was clicked.
