@@ -158,8 +158,8 @@
     const info = document.getElementById("nk-selected");
     if (info) info.textContent = d.label[idx] + " on " + d.lane_name[idx] + " (" + p.title + ")  \u2192  " + where;
     for (const el of document.querySelectorAll(".nk-src .hl")) el.classList.remove("hl");
-    const line = document.getElementById("L:" + where);
-    const miss = document.getElementById("nk-src-missing");
+    const line = document.getElementById("L:" + p.k + ":" + where);
+    const miss = document.getElementById("nk-src-missing-" + p.k);
     if (line) {
       line.classList.add("hl");
       line.scrollIntoView({ block: "center" });
