@@ -187,7 +187,7 @@ def _op_colors(ops: list[str]) -> list[str]:
     return out
 
 
-def _figure(tl: Timeline, title: str, x_range, k: int):
+def _figure(tl: Timeline, title: str, x_range, k: int, row_px: int = ROW_PX):
     import numpy as np
     from bokeh.models import (
         ColumnDataSource,
@@ -204,7 +204,7 @@ def _figure(tl: Timeline, title: str, x_range, k: int):
         title=title,
         x_range=x_range,
         y_range=(-0.6, nl - 0.4),
-        height=ROW_PX * nl + 90,
+        height=row_px * nl + 90,
         sizing_mode="stretch_width",
         tools="xpan,xwheel_zoom,xbox_zoom,reset,save",
         active_drag="xpan",
@@ -275,7 +275,8 @@ def render_page(profiles: list[ProfileData]) -> str:
     x_range = Range1d(0.0, end + pad, bounds=(-pad, end + pad), min_interval=1e-4, name="x_range")
     figs, registers = [], []
     for k, (tl, title) in enumerate(zip(tls, titles)):
-        fig, reg = _figure(tl, f"{title}  [{profiles[k].report.target}]", x_range, k)
+        row_px = ROW_PX if len(profiles) == 1 else ROW_PX * 3 // 4  # two timelines fit one screen
+        fig, reg = _figure(tl, f"{title}  [{profiles[k].report.target}]", x_range, k, row_px)
         figs.append(fig)
         registers.append(reg)
     refresh = CustomJS(code="window.nkisim.refresh();")

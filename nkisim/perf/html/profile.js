@@ -162,7 +162,8 @@
     const miss = document.getElementById("nk-src-missing-" + p.k);
     if (line) {
       line.classList.add("hl");
-      line.scrollIntoView({ block: "center" });
+      const pre = line.parentElement; // scroll the source pane only, never the page away from the timeline
+      pre.scrollTop = Math.max(0, line.offsetTop - pre.clientHeight / 2);
       if (miss) miss.textContent = "";
     } else if (miss) {
       miss.textContent = "source of " + where + " is not in this page (the file was not found when it was made)";
