@@ -1,5 +1,7 @@
 """Figure: a screenshot of the offline HTML profile of the part-2 reference kernel (224x224 float16, trn2).
 
+The staff kernel's source is kept out of the page (the handout is public to students).
+
 The page is what ``part2/test_harness.py --profile NAME`` writes as ``NAME_float16.html`` on nkisim; the
 screenshot is taken by headless Chromium (the system package, driven by Playwright) after hovering and clicking
 a matmul, so the tooltip and the highlighted kernel line show.  Needs Chromium (``make browser``).
@@ -27,7 +29,12 @@ def conv_profile(dtype: str = "float16", title: str | None = None):
     case = harness.ConvCase(1, 256, 256, 224, 224, dtype=dtype)
     X, W, bias = harness.InputBank(42).inputs(case)
     # the harness benchmarks with --disable-dge, as the course does
-    return profile_run(kernel, (X, W, bias), {"pool_size": 1}, title=title or f"conv2d 224x224 {dtype}", dge=False)
+    prof = profile_run(kernel, (X, W, bias), {"pool_size": 1}, title=title or f"conv2d 224x224 {dtype}", dge=False)
+    # The handout goes to students: never show the staff kernel's code (the source pane shows your own kernel).
+    prof.sources = {}
+    prof.source_note = "(In the handout's figure the staff kernel's source is left out; your page shows your conv2d.py "
+    prof.source_note += "here, with the clicked line highlighted.)"
+    return prof
 
 
 def screenshot(page_path: Path, out: Path, *, hover_lane: str | None = "TensorE", height: int = 1000) -> None:

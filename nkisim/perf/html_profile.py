@@ -43,6 +43,7 @@ class ProfileData:
     title: str = ""
     sources: dict[str, str] = field(default_factory=dict)  # file basename -> text
     origin: str = ""  # where it came from (profile file path), shown in the banner
+    source_note: str = ""  # shown instead of the source pane when ``sources`` is empty on purpose
 
 
 def model_version() -> str:
@@ -160,11 +161,12 @@ def summary_html(reports: list[PerfReport], titles: list[str]) -> str:
     return "\n".join(out)
 
 
-def sources_html(k: int, title: str, sources: dict[str, str], issued: set[str]) -> str:
+def sources_html(k: int, title: str, sources: dict[str, str], issued: set[str], note: str = "") -> str:
     e = html.escape
     parts = [f'<div class="nk-src" id="nk-src-{k}"><h3>Kernel source: {e(title)}</h3>']
     if not sources:
-        parts.append('<p class="nk-missing">The kernel source file was not found when this page was made '
+        parts.append(f'<p class="nk-missing">{e(note)}</p>' if note else
+                     '<p class="nk-missing">The kernel source file was not found when this page was made '
                      '(pass --source FILE to python -m nkisim.profile html).</p>')
     for name, text in sorted(sources.items()):
         lines = []
@@ -297,7 +299,7 @@ def render_page(profiles: list[ProfileData]) -> str:
               f"{e(' and '.join(os.path.basename(p.origin) or 'a kernel run' for p in profiles))}. "
               "Times are the model's estimate of the NeuronCore timeline.")
     issued = [{w for w in tl.wheres if w} for tl in tls]
-    sources = "".join(sources_html(k, titles[k], p.sources, issued[k]) for k, p in enumerate(profiles))
+    sources = "".join(sources_html(k, titles[k], p.sources, issued[k], p.source_note) for k, p in enumerate(profiles))
     template = Template((ASSETS / "page.html.jinja").read_text(encoding="utf-8"))
     return file_html(
         doc,
