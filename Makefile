@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 
-.PHONY: setup test lint bench handouts submission release clean grade gradescope
+.PHONY: setup test browser lint bench handouts submission release clean grade gradescope
 
 setup: $(VENV)/.installed
 
@@ -15,8 +15,18 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m nkisim install-fallback
 	touch $@
 
+# Browser tests of the HTML profile need a Chromium (Debian: apt-get install chromium; `make browser` as root);
+# without one they are skipped with a loud reason in the summary.  loadgroup keeps them on one worker.
 test: setup
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --dist loadgroup
+
+# Installs Debian's Chromium for the browser tests when it is missing (needs root and apt-get).
+browser:
+	@if command -v chromium >/dev/null 2>&1; then echo "chromium: $$(command -v chromium)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+	  && echo "installed chromium: $$(command -v chromium)"; \
+	else echo "WARNING: no chromium and cannot install it (not root or no apt-get): browser tests will be skipped"; fi
 
 lint: setup
 	$(VENV)/bin/ruff check nkisim grader part1 part2 tests handouts tools
@@ -24,7 +34,8 @@ lint: setup
 bench: setup
 	$(PY) -m nkisim.bench
 
-# Regenerates the handout's figures (matplotlib; the profile timeline runs a kernel on nkisim).
+# Regenerates the handout's figures (matplotlib; the profile timeline runs a kernel on nkisim; the HTML-profile
+# screenshots need Chromium, see `make browser`).
 handouts: setup
 	$(PY) handouts/figures/make_figures.py
 

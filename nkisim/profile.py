@@ -1,14 +1,16 @@
-"""Offline profile viewer: ``python -m nkisim.profile summary FILE`` / ``python -m nkisim.profile trace FILE``.
+"""Offline profile viewer: ``python -m nkisim.profile summary|trace|html FILE``.
 
 FILE may be a ``.neff`` stand-in or ``.ntff`` Perfetto JSON written by nkisim's nki.benchmark/profile support,
 a ``.summary.txt``, or a raw trace file from ``nkisim.core.traceio`` (re-costed with ``--target``).
-``summary`` mirrors ``neuron-profile view --output-format summary-text``; ``trace`` writes Perfetto JSON.
+``summary`` mirrors ``neuron-profile view --output-format summary-text``; ``trace`` writes Perfetto JSON;
+``html`` writes a self-contained page (timeline, summary, kernel source; ``html A B`` compares two runs).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -55,7 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("file")
     t.add_argument("-o", "--output", required=True)
     t.add_argument("--target", choices=("trn1", "trn2"), default=None)
+    h = sub.add_parser("html", help="write a self-contained HTML profile (two files: a before/after comparison)")
+    h.add_argument("files", nargs="+", metavar="PROFILE", help="a .neff stand-in or raw trace file (one or two)")
+    h.add_argument("-o", "--output", default=None, help="output page (default: PROFILE with .html)")
+    h.add_argument("--target", choices=("trn1", "trn2"), default=None)
+    h.add_argument("--source", action="append", default=[], metavar="FILE",
+                   help="kernel source file to show (default: looked up by name beside the profile and here)")
     args = ap.parse_args(argv)
+    if args.cmd == "html":
+        return _html(ap, args)
     try:
         text, trace = _load_any(args.file, args.target)
         if args.cmd == "summary":
@@ -74,6 +84,41 @@ def main(argv: list[str] | None = None) -> int:
         rep = estimate(trace, args.target)
         write_perfetto(list(trace.instrs), rep, args.output)
         print(f"wrote {args.output}")
+        return 0
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _html(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if len(args.files) > 2:
+        ap.error("html takes one profile, or two to compare (before and after)")
+    if args.output is None:
+        if len(args.files) == 2:
+            ap.error("comparing two profiles needs -o OUT.html")
+        from nkisim.perf.profile_files import _stem
+
+        args.output = _stem(args.files[0]) + ".html"
+    try:
+        from nkisim.perf import estimate
+        from nkisim.perf.html_profile import ProfileData, find_sources, write_html
+
+        given: dict[str, str] = {}
+        for src in args.source:
+            with open(src, encoding="utf-8") as f:
+                given[os.path.basename(src)] = f.read()
+        profiles = []
+        for path in args.files:
+            _text, trace = _load_any(path, args.target)
+            if trace is None:
+                raise ValueError(f"{path}: holds no instruction trace (use the .neff stand-in or a trace file)")
+            rep = estimate(trace, args.target)
+            wheres = sorted({ins.where for ins in trace.instrs if ins.where})
+            sources = find_sources(wheres, [os.path.dirname(os.path.abspath(path)), os.getcwd()])
+            sources.update({k: v for k, v in given.items() if any(w.startswith(k + ":") for w in wheres)})
+            profiles.append(ProfileData(trace, rep, title=os.path.basename(path), sources=sources, origin=path))
+        write_html(profiles, args.output)
+        print(f"wrote {args.output} (open it in a browser: file://{os.path.abspath(args.output)})")
         return 0
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

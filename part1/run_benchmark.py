@@ -95,6 +95,14 @@ def benchmark(kernel_fn, args: tuple[np.ndarray, ...], profile_name: str | None)
     return bench.benchmark_result
 
 
+def write_profile_html(result, path: str, kernel_fn) -> None:
+    """nkisim only: the offline HTML profile (timeline, summary, kernel source) beside the other profile files."""
+    from nkisim.perf.html_profile import write_run_html
+
+    write_run_html(result.trace, result.report, path, kernel=kernel_fn)
+    result.files["html"] = path
+
+
 def collect_profile(profile_name: str, result) -> list[str]:
     """Renames the NEFF like the course does and lists the profile files that exist."""
     if os.path.exists("file.neff"):
@@ -140,10 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     p99 = float(result.nc_latency.get_latency_percentile(99))
     print(f"Execution Time: {p99:.2f} \u03bcs (p99 of {ITERS} iterations, {backend_label()})")
     if args.profile_name:
+        if on_nkisim():
+            write_profile_html(result, f"{args.profile_name}.html", kernel_fn)
         files = collect_profile(args.profile_name, result)
         print(f"Profile written: {', '.join(files) if files else '(no profile files were produced)'}")
         if on_nkisim():
-            print("Open the .ntff (Perfetto JSON) in https://ui.perfetto.dev; the .summary.txt has the numbers.")
+            print(f"Open {args.profile_name}.html in a browser (works offline); the .ntff is Perfetto JSON for "
+                  "https://ui.perfetto.dev; the .summary.txt has the numbers.")
         else:
             name = args.profile_name
             print(f"View it with: neuron-profile view -n {name}.neff -s {name}.ntff")

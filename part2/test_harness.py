@@ -345,7 +345,17 @@ def measure_latency(kernel: Callable, case: ConvCase, bank: InputBank, profile_s
     bench = nki.benchmark(warmup=BENCH_WARMUP, iters=BENCH_ITERS, **bench_kwargs)(kernel)
     X, W, bias = bank.inputs(case)
     bench(X, W, bias, pool_size=case.pool_size)
-    return float(bench.benchmark_result.nc_latency.get_latency_percentile(99))
+    result = bench.benchmark_result
+    if profile_stem and on_nkisim():
+        write_profile_html(result, f"{profile_stem}.html", kernel)
+    return float(result.nc_latency.get_latency_percentile(99))
+
+
+def write_profile_html(result, path: str, kernel: Callable) -> None:
+    """nkisim only: the offline HTML profile (timeline, summary, kernel source) beside the other profile files."""
+    from nkisim.perf.html_profile import write_run_html
+
+    write_run_html(result.trace, result.report, path, kernel=kernel)
 
 
 def capture_hardware_profile(stem: str, log: Callable[[str], None]) -> None:
@@ -403,7 +413,8 @@ def run_performance(
             capture_hardware_profile(stem, log)
         elif stem:
             saved = [
-                p for p in (f"{stem}.neff", f"{stem}.ntff", f"{stem}.json", f"{stem}.summary.txt") if os.path.exists(p)
+                p for p in (f"{stem}.neff", f"{stem}.ntff", f"{stem}.json", f"{stem}.summary.txt", f"{stem}.html")
+                if os.path.exists(p)
             ]
             log(f"  profile: {', '.join(os.path.abspath(p) for p in saved) or '(nothing written)'}")
         results.append(

@@ -17,3 +17,12 @@ if importlib.util.find_spec("nkisim") is None:
 from nkisim import _hook  # noqa: E402
 
 _hook.install()
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Say loudly, at the end of the run, when the HTML profile's browser tests could not run."""
+    from nkisim.perf.browser import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        terminalreporter.write_sep("!", reason, yellow=True, bold=True)

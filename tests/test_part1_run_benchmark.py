@@ -48,7 +48,7 @@ def test_profile_name_writes_the_files_and_says_where(tmp_path):
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("Profile written: "))
     written = [Path(p.strip()) for p in line.removeprefix("Profile written: ").split(",")]
-    assert {p.name for p in written} >= {"stream_small.neff", "stream_small.ntff"}
+    assert {p.name for p in written} >= {"stream_small.neff", "stream_small.ntff", "stream_small.html"}
     assert all(p.is_file() and p.parent == tmp_path for p in written)
     assert not (tmp_path / "file.neff").exists()
 

@@ -18,6 +18,8 @@ FIGURES = {
     "vector_add_tiling": "fig_vector_add_tiling",
     "conv_as_matmul": "fig_conv_as_matmul",
     "profile_timeline": "fig_profile_timeline",
+    "profile_html": "fig_profile_html",  # screenshots by headless Chromium (make browser)
+    "profile_html_compare": "fig_profile_html_compare",
 }
 
 

@@ -1,0 +1,166 @@
+"""The HTML profile's content without a browser: lanes, summary fields, source pane, banner, command line.
+
+What the page does in a browser (drawing, hover, zoom, no network) is in test_html_profile_browser.py.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nkisim.perf.html_profile import ProfileData, model_version, profile_run, render_page, write_html
+from nkisim.perf.perfetto import trace_events
+from nkisim.perf.summary import format_summary
+from nkisim.perf.timeline import CRITICAL_LANE, build_timeline
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "kernels"))
+
+import matmul_tutorial  # noqa: E402
+import vector_add_2025  # noqa: E402
+
+MATMUL_FILE = REPO / "tests" / "kernels" / "matmul_tutorial.py"
+
+
+@pytest.fixture(scope="module")
+def matmul() -> ProfileData:
+    rng = np.random.default_rng(0)
+    a = rng.random((256, 128), dtype=np.float32).astype(np.float16)
+    b = rng.random((256, 1024), dtype=np.float32).astype(np.float16)
+    return profile_run(matmul_tutorial.matmul_tiled_nisa, (a, b), title="matmul")
+
+
+@pytest.fixture(scope="module")
+def vadd() -> ProfileData:
+    a = np.ones(512, dtype=np.float32)
+    return profile_run(vector_add_2025.vector_add_tiled, (a, a), {"row_chunk": 128}, title="vadd")
+
+
+def test_timeline_has_the_perfetto_intervals_and_the_critical_path(matmul):
+    instrs = list(matmul.trace.instrs)
+    tl = build_timeline(instrs, matmul.report)
+    x_events = [e for e in trace_events(instrs, matmul.report) if e.get("ph") == "X"]
+    crit = tl.lanes.index(CRITICAL_LANE)
+    assert len(tl) - int(np.sum(tl.lane == crit)) == len(x_events)
+    assert int(np.sum(tl.lane == crit)) == len(matmul.report.critical_path) > 0
+    for lane in ("TensorE", "VectorE", "ScalarE", "GpSimdE", "qDMA0", "qDMA15"):
+        assert lane in tl.lanes
+    # sorted by (lane, start) as the page's binary search needs; every interval inside [0, end]
+    key = tl.lane.astype(np.float64) * 1e12 + tl.start
+    assert np.all(np.diff(key) >= 0)
+    assert np.all(tl.end >= tl.start) and tl.end.max() <= tl.end_us
+    mm = [i for i in instrs if i.op == "nc_matmul"]
+    te = tl.lanes.index("TensorE")
+    on_te = tl.seq[tl.lane == te]
+    assert {i.seq for i in mm} <= set(on_te.tolist())
+    i0 = int(np.flatnonzero(tl.seq == mm[0].seq)[0])
+    assert tl.wheres[tl.where[i0]] == mm[0].where
+    assert "in: sbuf float16[128,128]" in tl.operand_texts[tl.operands[i0]]
+
+
+def test_summary_panel_shows_every_field_of_the_text_summary(matmul):
+    page = render_page([matmul])
+    text = format_summary(matmul.report)
+    lines = [ln for ln in text.splitlines()[2:] if ln and not ln.startswith(" ") and not ln.endswith(":")]
+    assert len(lines) > 20
+    for ln in lines:
+        key, value = ln.split(None, 1)
+        assert f"<td>{key}</td>" in page, key
+        assert f">{html.escape(value)}</td>" in page, (key, value)
+    for ln in text.splitlines():
+        if ln.startswith("  "):
+            where, op, count, _ = ln.split(None, 3)
+            assert f"<td>{where}</td><td>{op}</td><td>{count}</td>" in page
+
+
+def test_banner_says_it_is_a_model_estimate(matmul):
+    page = render_page([matmul])
+    banner = page[page.index('id="nk-banner"'):]
+    banner = banner[: banner.index("</div>")]
+    assert "Model estimate, not a hardware measurement" in banner
+    assert "target trn2" in banner and html.escape(model_version()) in banner and "nkisim performance model" in banner
+
+
+def test_page_references_nothing_outside_itself(matmul):
+    page = render_page([matmul])
+    assert not re.search(r"<script[^>]*\bsrc=", page)
+    assert not re.search(r"<link\b", page)
+    assert not re.search(r"@import|url\(\s*['\"]?(https?:)?//", page)
+    assert "BokehJS" in page or "Bokeh" in page  # the library is inlined, not fetched
+
+
+def test_source_pane_holds_the_kernel_and_marks_issuing_lines(matmul):
+    page = render_page([matmul])
+    src = MATMUL_FILE.read_text().splitlines()
+    mm = next(i for i in matmul.trace.instrs if i.op == "nc_matmul")
+    name, line = mm.where.rsplit(":", 1)
+    assert name == "matmul_tutorial.py" and "nc_matmul" in src[int(line) - 1]
+    m = re.search(rf'<span class="ln issued" id="L:0:{re.escape(mm.where)}"><span class="no">{line}</span>([^<]*)',
+                  page)
+    assert m is not None and "nc_matmul" in html.unescape(m.group(1))
+
+
+def test_compare_page_has_both_runs_and_a_ratio_column(matmul, vadd):
+    page = render_page([matmul, vadd])
+    assert "A (before): matmul" in page and "B (after): vadd" in page and "<th>B / A</th>" in page
+    ta, tb = matmul.report.total_us, vadd.report.total_us
+    assert f"{tb / ta:.3g}x" in page
+    with pytest.raises(ValueError, match="two to compare"):
+        render_page([matmul, vadd, matmul])
+
+
+def test_write_html_is_atomic_and_complete(tmp_path, vadd):
+    out = tmp_path / "p.html"
+    write_html([vadd], out)
+    text = out.read_text(encoding="utf-8")
+    assert text.rstrip().endswith("</html>")
+    assert [p.name for p in tmp_path.iterdir()] == ["p.html"]
+
+
+def _run_cli(args, cwd):
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "nkisim.profile", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_html_from_profile_files_single_and_compare(tmp_path):
+    import shutil
+
+    import nkisim.api.nki as nki
+
+    shutil.copy(MATMUL_FILE, tmp_path / "matmul_tutorial.py")
+    rng = np.random.default_rng(1)
+    a = rng.random((256, 128), dtype=np.float32).astype(np.float16)
+    b = rng.random((256, 512), dtype=np.float32).astype(np.float16)
+    for name in ("one", "two"):
+        bench = nki.benchmark(warmup=1, iters=1, save_neff_name=str(tmp_path / f"{name}.neff"))(
+            matmul_tutorial.matmul_tiled_nisa)
+        bench(a, b)
+    proc = _run_cli(["html", "one.neff"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "one.html").read_text(encoding="utf-8")
+    assert 'class="ln issued"' in page and "one.neff" in page
+    proc = _run_cli(["html", "one.neff", "two.neff", "-o", "diff.html"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "B (after): two.neff" in (tmp_path / "diff.html").read_text(encoding="utf-8")
+    proc = _run_cli(["html", "one.neff", "two.neff"], tmp_path)
+    assert proc.returncode == 2 and "needs -o" in proc.stderr
+    proc = _run_cli(["html", "one.neff", "two.neff", "one.neff", "-o", "x.html"], tmp_path)
+    assert proc.returncode == 2 and "one profile, or two" in proc.stderr
+    (tmp_path / "one.summary.txt").write_text(format_summary_of(tmp_path / "one.neff"))
+    proc = _run_cli(["html", "one.summary.txt"], tmp_path)
+    assert proc.returncode == 2 and "holds no instruction trace" in proc.stderr
+    proc = _run_cli(["html", "missing.neff"], tmp_path)
+    assert proc.returncode == 2 and "missing.neff" in proc.stderr
+
+
+def format_summary_of(neff: Path) -> str:
+    import json
+
+    return json.loads(neff.read_text())["summary_text"]
