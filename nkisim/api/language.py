@@ -362,12 +362,129 @@ def device_print(prefix, x=None, *, mask=None, **kwargs) -> None:
     print(prefix, _np.array(read(x)))
 
 
+# ---- SPMD launch grid ([nl] program_id / num_programs / program_ndim / nc / spmd_dim) ----------------------------
 def program_id(axis: int = 0) -> int:
-    return 0
+    """Index of the running program along ``axis`` of the launch grid (0 without a grid)."""
+    ctx = _rt.current("program_id")
+    axis = _grid_axis(ctx, axis, "program_id")
+    return ctx.program_ids[axis] if ctx.grid else 0
 
 
 def num_programs(axes=None) -> int:
-    return 1
+    """Number of programs along ``axes`` (an axis or a tuple of axes); all programs when axes is None."""
+    ctx = _rt.current("num_programs")
+    if axes is None:
+        axes = tuple(range(len(ctx.grid)))
+    elif not isinstance(axes, (tuple, list)):
+        axes = (axes,)
+    n = 1
+    for a in axes:
+        a = _grid_axis(ctx, a, "num_programs")
+        n *= ctx.grid[a] if ctx.grid else 1
+    return n
+
+
+def program_ndim() -> int:
+    """Number of axes of the launch grid (0 for a kernel launched without one)."""
+    return len(_rt.current("program_ndim").grid)
+
+
+def _grid_axis(ctx, axis, api: str) -> int:
+    a = int(axis)
+    nd = len(ctx.grid)
+    if nd == 0:
+        if a == 0:
+            return 0
+        raise IndexError(f"nl.{api}({axis}): the kernel was launched without an SPMD grid (launch it as "
+                         "kernel[n0, n1, ...](...))")
+    if not -nd <= a < nd:
+        raise IndexError(f"nl.{api}({axis}): axis out of range for a launch grid with {nd} dimension(s)")
+    return a % nd
+
+
+class _SpmdDim:
+    """A launch-grid dimension: ``nl.nc(n)`` (n physical NeuronCores) or ``nl.spmd_dim(*parts)``."""
+
+    def __init__(self, parts: tuple, cores_at: int | None) -> None:
+        self.parts = parts  # sizes, outermost first
+        self.cores_at = cores_at  # which part is spread over NeuronCores (None: one core)
+        size = 1
+        for p in parts:
+            size *= p
+        self.size = size
+
+    def __repr__(self) -> str:
+        return f"spmd_dim{self.parts}" if self.cores_at is None or len(self.parts) > 1 else f"nc({self.size})"
+
+    def core_of(self, i: int) -> int:
+        """NeuronCore of index ``i`` along this dimension (the nc part's digit of i in the parts' mixed radix)."""
+        if self.cores_at is None:
+            return 0
+        inner = 1
+        for p in self.parts[self.cores_at + 1:]:
+            inner *= p
+        return (i // inner) % self.parts[self.cores_at]
+
+
+def nc(n: int) -> _SpmdDim:
+    """A launch-grid dimension whose programs are distributed over ``n`` physical NeuronCores.
+
+    ``kernel[nl.nc(2), 2]``: NC 0 runs kernel[0, 0], kernel[0, 1]; NC 1 runs kernel[1, 0], kernel[1, 1]
+    (nki.language.nc docs).
+    """
+    n = int(n)
+    if n < 1:
+        raise ValueError(f"nl.nc({n}): the number of NeuronCores must be at least 1")
+    return _SpmdDim((n,), 0)
+
+
+def spmd_dim(*parts) -> _SpmdDim:
+    """A launch-grid dimension tiled into sub-dimensions, e.g. ``nl.spmd_dim(nl.nc(2), 2)``: 4 programs, NC 0 runs
+    indices 0-1 and NC 1 indices 2-3 (nki.language.spmd_dim docs)."""
+    sizes: list[int] = []
+    cores_at = None
+    for p in parts:
+        if isinstance(p, _SpmdDim):
+            if p.cores_at is not None:
+                if cores_at is not None:
+                    raise ValueError("nl.spmd_dim: at most one nl.nc(...) part per dimension")
+                cores_at = len(sizes) + p.cores_at
+            sizes.extend(p.parts)
+        else:
+            sizes.append(int(p))
+    if not sizes or any(s < 1 for s in sizes):
+        raise ValueError(f"nl.spmd_dim{tuple(parts)}: every part must be a positive size")
+    return _SpmdDim(tuple(sizes), cores_at)
+
+
+def _parse_grid(grid) -> tuple[tuple[int, ...], list[int] | None]:
+    """Launch grid sizes and the NeuronCore of each program (row-major), None when all run on one core."""
+    dims = grid if isinstance(grid, tuple) else (grid,)
+    if not dims:
+        raise ValueError("an SPMD launch grid needs at least one dimension")
+    sizes = []
+    for d in dims:
+        if isinstance(d, _SpmdDim):
+            sizes.append(d.size)
+        elif isinstance(d, (int, _np.integer)) and not isinstance(d, bool) and int(d) >= 1:
+            sizes.append(int(d))
+        else:
+            raise ValueError(f"SPMD launch grid {dims!r}: each dimension must be a positive int, nl.nc(n) or "
+                             "nl.spmd_dim(...)")
+    spread = [d for d in dims if isinstance(d, _SpmdDim) and d.cores_at is not None]
+    if not spread:
+        return tuple(sizes), None
+    import itertools
+
+    cores = []
+    for ids in itertools.product(*(range(n) for n in sizes)):
+        core, radix = 0, 1
+        for d, i in zip(reversed(dims), reversed(ids)):
+            if isinstance(d, _SpmdDim) and d.cores_at is not None:
+                core += d.core_of(i) * radix
+                radix *= d.parts[d.cores_at]
+        cores.append(core)
+    return tuple(sizes), cores
 
 
 def __getattr__(name: str):
