@@ -175,7 +175,9 @@ def iota(expr, dtype, *, mask=None, **kwargs):
 
 
 def __getattr__(name: str):
-    raise AttributeError(f"module 'neuronxcc.nki.isa' has no attribute '{name}'")
+    from nkisim.api import _unsupported
+
+    return _unsupported.missing("neuronxcc.nki.isa", "nisa", name)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

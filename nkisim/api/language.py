@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as _np
 
+from nkisim.api._unsupported import Unsupported as _Unsupported
 from nkisim.core import config as _config
 from nkisim.core import dtypes as _dt
 from nkisim.core import ops as _ops
@@ -341,8 +342,7 @@ def dropout(x, rate, *, dtype=None, mask=None, **kwargs) -> _Tensor:
     return _ops.dropout(x, float(rate), dtype=dtype, mask=mask)
 
 
-def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
-    raise NotImplementedError("nkisim: nl.loop_reduce is not supported; accumulate with nl.add / nisa.tensor_tensor")
+loop_reduce = _Unsupported("nl.loop_reduce")  # accumulate with nl.add / nisa.tensor_tensor meanwhile
 
 
 def expand_dims(data, axis):
@@ -487,8 +487,100 @@ def _parse_grid(grid) -> tuple[tuple[int, ...], list[int] | None]:
     return tuple(sizes), cores
 
 
+# ---- more legacy names (issue 13): slices, constants, host helpers, creation, bitwise/logical, statistics -------
+def ds(start, size) -> slice:
+    """Dynamic slice ``[start, start + size)`` of one axis: ``t[:, nl.ds(i * 512, 512)]``."""
+    return slice(start, start + size)
+
+
+class _FloatConsts:
+    """nl.fp32 / nl.bfp16: the most negative finite value of the type (``.min``, stub docs: bit pattern 0xff7fffff
+    for fp32, 0xff80 for bf16), used as "-inf" fill values."""
+
+    def __init__(self, name: str, dtype) -> None:
+        self._name = name
+        self.min = float(_ml_finfo(dtype).min)
+
+    def __repr__(self) -> str:
+        return f"nl.{self._name}"
+
+
+def _ml_finfo(dtype):
+    import ml_dtypes
+
+    try:
+        return ml_dtypes.finfo(dtype)
+    except (TypeError, ValueError):
+        return _np.finfo(dtype)
+
+
+fp32 = _FloatConsts("fp32", float32)
+bfp16 = _FloatConsts("bfp16", bfloat16)
+
+
+def finfo(dtype):
+    """Machine limits of a float dtype, including bfloat16 and fp8 (``nl.finfo(nl.bfloat16).max``)."""
+    return _ml_finfo(_np.dtype(dtype))
+
+
+def static_cast(data, dtype):
+    """Host-side helper: a NumPy array converted to an NKI dtype (e.g. bf16/fp8 test inputs), like ndarray.astype."""
+    if isinstance(data, _Tensor):
+        raise TypeError("nl.static_cast converts host NumPy arrays; inside a kernel use nl.copy(x, dtype=...)")
+    dt = _np.dtype(dtype)
+    _dt.to_dtype(dt)  # rejects dtypes NKI does not have
+    return _np.asarray(data).astype(dt)
+
+
+def shared_constant(constant, dtype=None, **kwargs) -> _Tensor:
+    """An HBM tensor holding a compile-time constant array (read-only, visible to every SPMD program)."""
+    ctx = _rt.current("shared_constant")
+    ctx.settle()
+    arr = _np.asarray(constant)
+    if dtype is not None:
+        arr = static_cast(arr, dtype)
+    return _rt.host_tensor(ctx, arr, "shared_constant")
+
+
+def shared_identity_matrix(n, dtype=uint8, **kwargs) -> _Tensor:
+    """``shared_constant(np.identity(n), dtype)``: an n x n identity matrix in HBM."""
+    return shared_constant(_np.identity(int(n)), dtype=dtype)
+
+
+def invert(x, *, dtype=None, mask=None, **kwargs) -> _Tensor:
+    """Bitwise NOT of an integer tile (one VectorE instruction: x XOR all-ones)."""
+    if x.dtype == _np.bool_:
+        return logical_not(x, dtype=dtype, mask=mask)
+    if x.dtype.kind not in "iu":
+        _fail("nkisim_bad_argument", op="invert", detail=f"bitwise operations need an integer tile, got {x.dtype}")
+    ones = -1 if x.dtype.kind == "i" else int(_np.iinfo(x.dtype).max)
+    return _ops.tensor_scalar(x, "bitwise_xor", ones, dtype=dtype, mask=mask, op_name="invert")
+
+
+def logical_not(x, *, dtype=bool_, mask=None, **kwargs) -> _Tensor:
+    """NOT x element-wise (x == 0), one VectorE instruction; bool result by default."""
+    return _ops.tensor_scalar(x, "equal", 0, dtype=dtype, mask=mask, op_name="logical_not")
+
+
+def var(x, axis, *, dtype=None, mask=None, **kwargs) -> _Tensor:
+    """Population variance along free axis/axes ``axis``: mean((x - mean(x))^2), composed like nl.softmax."""
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    count = 1
+    for ax in axes:
+        count *= x.shape[ax]
+    s = _ops.tensor_reduce("add", x, axes, dtype=float32, mask=mask, keepdims=True, op_name="var")
+    m = _ops.tensor_scalar(s, "multiply", 1.0 / count, dtype=float32, op_name="var")
+    d = _ops.tensor_tensor(x, m, "subtract", dtype=float32, nl_style=True, op_name="var")
+    sq = _ops.activation("square", d, dtype=float32, op_name="var")
+    ss = _ops.tensor_reduce("add", sq, axes, dtype=float32, mask=mask, op_name="var")
+    return _ops.tensor_scalar(ss, "multiply", 1.0 / count, dtype=dtype if dtype is not None else x.dtype,
+                              op_name="var")
+
+
 def __getattr__(name: str):
-    raise AttributeError(f"module 'neuronxcc.nki.language' has no attribute '{name}'")
+    from nkisim.api import _unsupported
+
+    return _unsupported.missing("neuronxcc.nki.language", "nl", name)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools as _functools
 import logging as _logging
 
-from nkisim.api import compiler, isa, language  # noqa: F401  (nki.language / nki.isa / nki.compiler)
+from nkisim.api import compiler, isa, language, typing  # noqa: F401  (nki.language / .isa / .compiler / .typing)
 from nkisim.core import runtime as _rt
+from nkisim.core.tensor import Tensor as tensor  # noqa: F401  (nki.tensor: the type of kernel tensors)
 
 # The real package defines logging.OFF on import and the 2024 starter calls logging.disable(logging.OFF).
 if not hasattr(_logging, "OFF"):
@@ -170,7 +171,9 @@ def profile(func=None, **kwargs):
 
 
 def __getattr__(name: str):
-    raise AttributeError(f"module 'neuronxcc.nki' has no attribute '{name}'")
+    from nkisim.api import _unsupported
+
+    return _unsupported.missing("neuronxcc.nki", "nki", name)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

@@ -249,6 +249,14 @@ def unwrap(kernel):
 
 
 def _wrap_arg(ctx: KernelContext, value, name: str):
+    if getattr(value, "__nkisim_placeholder__", False):  # nt.tensor[[shape], dtype]: shape only (nki.benchmark)
+        if ctx.full:
+            raise TypeError(f"argument '{name}' is {value!r}, a shape-only placeholder: it has no values, so it can "
+                            "only be passed to nki.benchmark (timing); pass a NumPy array to run the kernel")
+        dt = dtypes.to_dtype(value.dtype)
+        alloc = Allocation(B_HBM, np.empty(value.shape, dtype=dt), ctx.mem.new_phys(), None, name, 0, None)
+        alloc.immutable = True
+        return Tensor(alloc, alloc.base, 0, off=0)
     if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and hasattr(value, "dtype")
                                         and not isinstance(value, (Tensor, np.generic))):
         arr = np.asarray(value)
@@ -258,6 +266,11 @@ def _wrap_arg(ctx: KernelContext, value, name: str):
         alloc.immutable = True
         return Tensor(alloc, base, 0, off=0)
     return value
+
+
+def host_tensor(ctx: KernelContext, value, name: str) -> Tensor:
+    """A read-only HBM tensor holding host data (kernel arguments, nl.shared_constant)."""
+    return _wrap_arg(ctx, value, name)
 
 
 def _to_numpy(value):
@@ -314,6 +327,7 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         names = _arg_names(fn, len(args))
         hbm_args = [_wrap_arg(ctx, a, n) for a, n in zip(args, names)]
         hbm_kwargs = {k: _wrap_arg(ctx, v, k) for k, v in kwargs.items()}
+        _apply_annotations(fn, names, hbm_args, hbm_kwargs)
         if grid:
             ret = _run_grid(ctx, fn, grid, cores, hbm_args, hbm_kwargs)
         else:
@@ -354,6 +368,29 @@ def _run_grid(ctx: KernelContext, fn, grid, cores, args, kwargs):
     ctx.trace.meta["spmd"] = {"grid": list(grid), "program_start": starts,
                               "program_core": list(cores) if cores else [0] * len(starts)}
     return ret
+
+
+def _apply_annotations(fn, names, args, kwargs) -> None:
+    """Kernel parameters annotated ``nt.tensor[shape]`` must match (err_annotation_shape_mismatch); parameters
+    annotated ``nt.mutable_tensor`` / ``nt.tensor[nt.mutable]`` may be written in place."""
+    notes = getattr(fn, "__annotations__", None)
+    if not notes:
+        return
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    for pname, note in notes.items():
+        t = bound.get(pname)
+        if not isinstance(t, Tensor):
+            continue
+        if isinstance(note, str):  # postponed annotation (from __future__ import annotations): the mutable mark
+            if "mutable" in note:
+                t._a.immutable = False
+            continue
+        shape = getattr(note, "nki_shape", None)
+        if shape is not None and tuple(shape) != tuple(t.shape):
+            fail("err_annotation_shape_mismatch", name=pname, got=list(t.shape), expected=list(shape))
+        if getattr(note, "nki_mutable", False):
+            t._a.immutable = False
 
 
 def _check_outputs_written(ctx: KernelContext, ret) -> None:
