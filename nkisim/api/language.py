@@ -577,6 +577,20 @@ def var(x, axis, *, dtype=None, mask=None, **kwargs) -> _Tensor:
                               op_name="var")
 
 
+def rand(shape, dtype=float32, **kwargs) -> _Tensor:
+    """A tile of uniform random values in [0, 1) (values differ from hardware's generator)."""
+    from nkisim.core import ops_isa
+
+    return ops_isa.rand(shape, dtype, mask=kwargs.get("mask"))
+
+
+def random_seed(seed, *, mask=None, **kwargs) -> None:
+    """Seed the random number generator used by nl.rand / nisa.dropout (a scalar or a [1, 1] tile)."""
+    from nkisim.core import ops_isa
+
+    ops_isa.random_seed(seed)
+
+
 def __getattr__(name: str):
     from nkisim.api import _unsupported
 

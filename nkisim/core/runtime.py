@@ -382,10 +382,13 @@ def _apply_annotations(fn, names, args, kwargs) -> None:
         t = bound.get(pname)
         if not isinstance(t, Tensor):
             continue
-        if isinstance(note, str):  # postponed annotation (from __future__ import annotations): the mutable mark
-            if "mutable" in note:
-                t._a.immutable = False
-            continue
+        if isinstance(note, str):  # postponed (from __future__ import annotations): evaluate it as Python would
+            try:
+                note = eval(note, getattr(fn, "__globals__", {}))  # noqa: S307 - the kernel's own code
+            except Exception:
+                if "mutable" in note:
+                    t._a.immutable = False
+                continue
         shape = getattr(note, "nki_shape", None)
         if shape is not None and tuple(shape) != tuple(t.shape):
             fail("err_annotation_shape_mismatch", name=pname, got=list(t.shape), expected=list(shape))
