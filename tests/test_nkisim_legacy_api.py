@@ -474,3 +474,128 @@ def test_apicoverage_cli(capsys):
     assert apicoverage.main([]) == 0
     out = capsys.readouterr().out
     assert "legacy NKI API" in out and "implemented (" in out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# more sample-style kernels of our own (the features AWS's legacy samples use), each against NumPy
+
+
+@nki.jit
+def _window_argmax(x):
+    """First argmax of each 3x3 / stride 2 / pad 1 window (select-and-scatter's selection step)."""
+    c, h, w = x.shape
+    sh = (h + 2 - 3) // 2 + 1
+    pad = nl.full((nl.par_dim(c), h + 2, w + 2), fill_value=nl.finfo(x.dtype).min, dtype=x.dtype, buffer=nl.sbuf)
+    pad[0:c, 1:h + 1, 1:w + 1] = nl.load(x[0:c, 0:h, 0:w])
+    out = nl.ndarray((c, sh, sh), dtype=x.dtype, buffer=nl.shared_hbm)
+    res = nl.ndarray((nl.par_dim(c), sh, sh), dtype=nl.float32)
+    for ik in nl.affine_range(sh):
+        win = nl.mgrid[0:c, 0:sh, 0:3, 0:3]
+        sw: nt.tensor[c, sh, 3, 3] = nl.copy(pad[win.p, 2 * ik + win.y, 2 * win.x + win.z])
+        mx = nl.max(sw, axis=[2, 3], keepdims=True)
+        hit = nl.equal(mx, sw, dtype=nl.int8)
+        lin = nisa.iota(3 * win.y + win.z, dtype=nl.uint32)
+        first = nl.min(nl.where(hit, lin, 9, dtype=nl.uint32), axis=[2, 3], dtype=nl.uint32)
+        res[0:c, ik, 0:sh] = nl.copy(first, dtype=nl.float32)
+    scratch = nl.ndarray((2, nl.par_dim(c), sh, sh), dtype=nl.float32, buffer=nl.private_hbm)
+    nl.store(scratch[1, 0:c, 0:sh, 0:sh], value=res)
+    nl.store(out, value=nl.load(scratch[1, 0:c, 0:sh, 0:sh]))
+    return out
+
+
+def test_sample_style_window_argmax():
+    x = RNG.random((128, 8, 8), dtype=np.float32)
+    got = _window_argmax(x)
+    p = np.pad(x, ((0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    ref = np.stack([np.stack([p[:, 2 * i:2 * i + 3, 2 * j:2 * j + 3].reshape(128, 9).argmax(axis=1)
+                              for j in range(got.shape[2])], axis=1) for i in range(got.shape[1])], axis=1)
+    np.testing.assert_array_equal(got, ref)
+
+
+@nki.jit
+def _resize_nearest(d, out_shape):
+    b, h, w, c = d.shape
+    ob, oh, ow, oc = out_shape
+    out = nl.ndarray(out_shape, dtype=d.dtype, buffer=nl.shared_hbm)
+    rows = np.floor(np.arange(oh) * (h / oh)).astype(np.int32)
+    cols = np.floor(np.arange(ow) * (w / ow)).astype(np.int32)
+    src = d.reshape(shape=(b, h * w, c))
+    dst = out.reshape(shape=(ob, oh * ow, oc))
+    bi, ci = nl.mgrid[0:b, 0:c]
+    for i in nl.static_range(oh * ow):
+        nl.store(dst[bi, i, ci], value=nl.load(src[bi, int(rows[i // ow] * w + cols[i % ow]), ci]))
+    return out
+
+
+def test_sample_style_resize_nearest():
+    d = RNG.random((2, 5, 4, 16), dtype=np.float32)
+    got = _resize_nearest(d, (2, 9, 7, 16))
+    hi = np.floor(np.arange(9) * (5 / 9)).astype(int)
+    wi = np.floor(np.arange(7) * (4 / 7)).astype(int)
+    np.testing.assert_array_equal(got, d[:, hi][:, :, wi])
+
+
+def _allocated_rmsnorm_matmul(x, w):
+    """RMSNorm(x) @ w with direct allocation (ncc.sbuf/psum.mod_alloc), a shared_constant identity and
+    is_transpose matmuls, in the style of AWS's allocated fused RMSNorm + QKV."""
+    import neuronxcc.nki.compiler as ncc
+
+    s, d = x.shape
+    n = w.shape[1]
+    out = nl.ndarray((s, n), dtype=x.dtype, buffer=nl.shared_hbm)
+    ident = nl.ndarray((nl.par_dim(128), 128), dtype=x.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=0))
+    ident[...] = nl.load(nl.shared_constant(np.identity(128, dtype=np.int8), dtype=x.dtype))
+    zero = nl.ndarray((nl.par_dim(128), 1), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=256))
+    zero[...] = 0
+    xt = nl.ndarray((nl.par_dim(128), d), dtype=x.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=512))
+    xt[...] = nl.load(x)
+    sq = nl.ndarray((nl.par_dim(128), d), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=1024))
+    ss = nl.ndarray((nl.par_dim(128), 1), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=2048))
+    sq[...] = nisa.activation_reduce(op=nl.square, data=xt, reduce_op=np.add, reduce_res=ss[...], bias=zero)
+    ss[...] = nisa.tensor_scalar(ss, np.multiply, 1.0 / d, op1=np.add, operand1=1e-6)
+    ss[...] = nisa.activation(op=nl.rsqrt, data=ss, bias=zero)
+    xn = nl.ndarray((nl.par_dim(128), d), dtype=x.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=2052))
+    xn[...] = nl.multiply(xt, ss, dtype=x.dtype)
+    pdt = x.dtype if nisa.get_nc_version() == nisa.nc_version.gen3 else nl.float32
+    tp = nl.ndarray((nl.par_dim(128), d), dtype=pdt, buffer=ncc.psum.mod_alloc(base_bank=0, num_bank_tiles=(1,)))
+    for j in nl.affine_range(d // 128):
+        tp[:, nl.ds(j * 128, 128)] = nisa.nc_matmul(xn[:, nl.ds(j * 128, 128)], ident, is_transpose=True)
+    xtr = nl.ndarray((nl.par_dim(128), d), dtype=x.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=2600))
+    xtr[...] = nl.copy(tp, dtype=x.dtype)
+    wb = nl.ndarray((d // 128, nl.par_dim(128), n), dtype=w.dtype,
+                    buffer=ncc.sbuf.mod_alloc(base_addr=3200, num_free_tiles=(d // 128,)))
+    for m in nl.affine_range(d // 128):
+        wb[m] = nl.load(w[nl.ds(m * 128, 128), :])
+    acc = nl.ndarray((1, nl.par_dim(128), n), dtype=nl.float32,
+                     buffer=ncc.psum.mod_alloc(base_bank=7, num_bank_tiles=(1,)))
+    for m in nl.affine_range(d // 128):
+        acc[0] += nisa.nc_matmul(xtr[:, nl.ds(m * 128, 128)], wb[m])
+    o = nl.ndarray((nl.par_dim(128), n), dtype=x.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=4000))
+    o[...] = nl.copy(acc[0], dtype=x.dtype)
+    nl.store(out, value=o)
+    return out
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2"])
+def test_sample_style_allocated_rmsnorm_matmul(target):
+    x = nl.static_cast(RNG.normal(size=(128, 256)), nl.bfloat16)
+    w = nl.static_cast(RNG.normal(size=(256, 128)) * 0.1, nl.bfloat16)
+    got = run_kernel(nki.jit(_allocated_rmsnorm_matmul), (x, w), target=target).outputs.astype(np.float32)
+    xf = x.astype(np.float32)
+    ref = (xf / np.sqrt((xf ** 2).mean(axis=1, keepdims=True) + 1e-6)) @ w.astype(np.float32)
+    np.testing.assert_allclose(got, ref, atol=0.1, rtol=0.05)
+
+
+def test_sample_style_tile_operators_and_transposed_store():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((64, 128), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        s = nisa.tensor_reduce(np.add, data=t, axis=(1,))
+        u = t * (1.0 / s).broadcast_to((128, 64))
+        ip, jf = nl.mgrid[0:128, 0:64]
+        nl.store(out[jf, ip], value=u)
+        return out
+
+    a = RNG.random((128, 64), dtype=np.float32) + 0.1
+    np.testing.assert_allclose(k(a), (a / a.sum(axis=1, keepdims=True)).T, rtol=1e-5)
