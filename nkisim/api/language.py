@@ -338,8 +338,12 @@ def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mas
 
 
 def dropout(x, rate, *, dtype=None, mask=None, **kwargs) -> _Tensor:
-    """Zero elements with probability ``rate`` and scale the rest by 1/(1-rate) (deterministic seed)."""
-    return _ops.dropout(x, float(rate), dtype=dtype, mask=mask)
+    """Zero elements with probability ``rate`` (a scalar or a [P, 1] tile); the rest are NOT rescaled: the docs say
+    "randomly zeroes some of the elements" and AWS's flash attention multiplies by 1/(1-p) itself afterwards
+    (nki-samples reference/attention.py, "TODO: Remove this once the dropout supports scale prob")."""
+    from nkisim.core import ops_isa
+
+    return ops_isa.dropout(x, rate, dtype=dtype, mask=mask)
 
 
 loop_reduce = _Unsupported("nl.loop_reduce")  # accumulate with nl.add / nisa.tensor_tensor meanwhile
