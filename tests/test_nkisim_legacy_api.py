@@ -599,3 +599,14 @@ def test_sample_style_tile_operators_and_transposed_store():
 
     a = RNG.random((128, 64), dtype=np.float32) + 0.1
     np.testing.assert_allclose(k(a), (a / a.sum(axis=1, keepdims=True)).T, rtol=1e-5)
+
+
+def test_gather_flattened_doc_example_and_random():
+    data = np.array([[[1., 2.], [3., 4.]], [[5., 6.], [7., 8.]]], np.float32)
+    idx = np.array([[[0, 1], [1, 3]], [[3, 3], [1, 0]]], np.uint32)
+    got = _run1(lambda d, i: nl.gather_flattened(d, i), data, idx)
+    np.testing.assert_array_equal(got, [[[1., 2.], [2., 4.]], [[8., 8.], [6., 5.]]])  # the docs' example
+    d = RNG.random((128, 4, 16), dtype=np.float32)
+    i = RNG.integers(0, 64, size=(128, 32)).astype(np.uint32)
+    got = _run1(lambda a, b: nl.gather_flattened(a, b), d, i)
+    np.testing.assert_array_equal(got, np.take_along_axis(d.reshape(128, -1), i.astype(np.int64), axis=1))

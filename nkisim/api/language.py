@@ -595,6 +595,14 @@ def random_seed(seed, *, mask=None, **kwargs) -> None:
     ops_isa.random_seed(seed)
 
 
+def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs) -> _Tensor:
+    """Per partition, the elements of data's flattened free dimensions at ``indices`` (uint32); output shaped like
+    indices (nki.language.gather_flattened docs)."""
+    from nkisim.core import ops_isa
+
+    return ops_isa.gather_flattened(data, indices, dtype=dtype, mask=mask)
+
+
 def __getattr__(name: str):
     from nkisim.api import _unsupported
 

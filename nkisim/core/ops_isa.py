@@ -385,3 +385,27 @@ def dropout(data, prob, *, dtype=None, mask=None) -> Tensor:
         drop = _rng(ctx).random(d.shape, dtype=np.float32) < _pval(pr, d)
         values = np.where(drop, np.float32(0.0), _vals(d))
     return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def gather_flattened(data, indices, *, dtype=None, mask=None) -> Tensor:
+    """nl.gather_flattened: out[p, ...] = data[p].flatten()[indices[p, ...]] (indices uint32, shape of the output;
+    out-of-bounds indices give garbage on hardware, NaN/poison here) (GpSimdE)."""
+    ctx, (d, ix) = _start("gather_flattened", E_GPSIMD, [(data, "data"), (indices, "indices")])
+    if not 2 <= d.ndim <= 4 or not 2 <= ix.ndim <= 4:
+        fail("nkisim_bad_argument", op="gather_flattened", detail="data and indices must be 2-, 3- or 4-dimensional")
+    if parts_of(d) != parts_of(ix):
+        fail("err_num_partition_mismatch", params=f"data{list(d.shape)}, indices{list(ix.shape)}",
+             op="gather_flattened")
+    if ix.dtype != np.uint32:
+        fail("nkisim_dtype_not_supported", op="gather_flattened", dtype=ix.dtype.name, operand="indices",
+             detail=" (indices must be uint32)")
+    out = new_result(ctx, ix.shape, _out_dtype(dtype, d))
+    ins = ctx.emit("gather_flattened", E_GPSIMD, (d, ix), (out,), {})
+    values = None
+    if ctx.full:
+        v = _rows(_vals(d))
+        k = _rows(np.asarray(read(ix))).astype(np.int64)
+        ok = k < v.shape[1]
+        got = np.take_along_axis(v, np.where(ok, k, 0), axis=1)
+        values = np.where(ok, got, np.float32(np.nan)).reshape(ix.shape)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
