@@ -65,6 +65,14 @@ def test_spmd_grid_launchers(launch):
     np.testing.assert_allclose(out, _grid_expected(a), rtol=1e-6)
 
 
+def test_spmd_grid_through_compiler_directive():
+    import neuronxcc.nki.compiler as ncc
+
+    k = ncc.skip_middle_end_transformations(_grid_add)
+    a = RNG.random((2, 2, 128, 16), dtype=np.float32)
+    np.testing.assert_allclose(k[2, 2](a), _grid_expected(a), rtol=1e-6)
+
+
 def test_spmd_nc_and_spmd_dim_values_and_core_map():
     a = RNG.random((4, 2, 128, 32), dtype=np.float32)
     np.testing.assert_allclose(_grid_add[nl.nc(4), 2](a), _grid_expected(a), rtol=1e-6)

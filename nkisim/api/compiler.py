@@ -32,6 +32,11 @@ class _Directive:
     def __call__(self, *args, **kwargs):
         return self.func(*args, **kwargs)
 
+    def __getitem__(self, grid):
+        from nkisim.api.nki import _Launch  # nki imports this module: resolve at launch time
+
+        return _Launch(self, grid)
+
 
 def _directive(name: str):
     def deco(func=None, **kwargs):
