@@ -618,3 +618,16 @@ def test_gather_flattened_doc_example_and_random():
     i = RNG.integers(0, 64, size=(128, 32)).astype(np.uint32)
     got = _run1(lambda a, b: nl.gather_flattened(a, b), d, i)
     np.testing.assert_array_equal(got, np.take_along_axis(d.reshape(128, -1), i.astype(np.int64), axis=1))
+
+
+def test_spmd_trace_file_round_trip_keeps_the_timing(tmp_path):
+    from nkisim.core import traceio
+
+    a = RNG.random((4, 1, 128, 256), dtype=np.float32)
+    run = run_kernel(_grid_add[nl.spmd_dim(nl.nc(2), 2), 1], (a,), mode="timing")
+    before = estimate(run.trace)
+    path = tmp_path / "grid.trace"
+    traceio.dump(run.trace, path)
+    after = estimate(traceio.load(path))
+    assert after.nc_latency_us == pytest.approx(before.nc_latency_us)
+    assert after.core_latency_us == pytest.approx(before.core_latency_us)
