@@ -12,6 +12,7 @@ import functools as _functools
 
 import numpy as _np
 
+from nkisim.api import _unsupported
 from nkisim.core import runtime as _rt
 from nkisim.core.instr import Buf as _Buf
 from nkisim.core.memory import Allocation as _Allocation
@@ -30,6 +31,11 @@ class _Directive:
 
     def __call__(self, *args, **kwargs):
         return self.func(*args, **kwargs)
+
+    def __getitem__(self, grid):
+        from nkisim.api.nki import _Launch  # nki imports this module: resolve at launch time
+
+        return _Launch(self, grid)
 
 
 def _directive(name: str):
@@ -129,9 +135,7 @@ class sbuf:  # noqa: N801 - NKI namespace nki.compiler.sbuf
     def auto_alloc():
         return _rt.SBUF_SPEC
 
-    @staticmethod
-    def alloc(func):
-        raise NotImplementedError("nkisim: ncc.sbuf.alloc(callback) is not supported; use ncc.sbuf.mod_alloc")
+    alloc = _unsupported.Unsupported("ncc.sbuf.alloc")  # use ncc.sbuf.mod_alloc
 
 
 class psum:  # noqa: N801 - NKI namespace nki.compiler.psum
@@ -143,13 +147,11 @@ class psum:  # noqa: N801 - NKI namespace nki.compiler.psum
     def mod_alloc(*, base_bank, base_addr=0, num_bank_tiles=(), **kwargs):
         return _rt.PSUM_SPEC
 
-    @staticmethod
-    def alloc(func):
-        raise NotImplementedError("nkisim: ncc.psum.alloc(callback) is not supported")
+    alloc = _unsupported.Unsupported("ncc.psum.alloc")
 
 
 def __getattr__(name: str):
-    raise AttributeError(f"module 'neuronxcc.nki.compiler' has no attribute '{name}'")
+    return _unsupported.missing("neuronxcc.nki.compiler", "ncc", name)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

@@ -9,7 +9,10 @@ from enum import IntEnum as _IntEnum
 
 import numpy as _np
 
+from nkisim.core import config as _config
 from nkisim.core import ops as _ops
+from nkisim.core import ops_isa as _ox
+from nkisim.core import runtime as _rt
 from nkisim.core.instr import Engine as _Engine
 from nkisim.core.rules import fail as _fail
 
@@ -23,6 +26,7 @@ class engine(_IntEnum):  # noqa: N801 - NKI name
     sync = 6
 
 
+dma_engine = engine.sync  # DMA queues are triggered from the sync engine: nkisim's engine for DMA-side choices
 unknown_engine = engine.unknown
 tensor_engine = engine.tensor
 scalar_engine = engine.scalar
@@ -174,8 +178,103 @@ def iota(expr, dtype, *, mask=None, **kwargs):
     return _ops.iota(expr, dtype, mask=mask)
 
 
+def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, **kwargs):
+    """nisa.activation plus a reduction of each partition's results into reduce_res (ScalarE, one instruction)."""
+    return _ops.activation(_act(op), data, bias=bias, scale=scale, dtype=dtype, mask=mask,
+                           reduce_op=_alu(reduce_op, "activation_reduce"), reduce_res=reduce_res)
+
+
+def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, **kwargs):
+    return _ox.affine_select(pred, on_true_tile, on_false_value, dtype=dtype, mask=mask)
+
+
+def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.idle, reduce_res=None,
+                 reduce_op=_np.amax, range_start=0, on_false_value=-3.4028235e38, mask=None, dtype=None, **kwargs):
+    return _ox.range_select(on_true_tile, _alu(comp_op0, "range_select"), _alu(comp_op1, "range_select"), bound0,
+                            bound1, reduce_res=reduce_res, reduce_op=_alu(reduce_op, "range_select"),
+                            reduce_cmd=int(reduce_cmd), range_start=range_start, on_false_value=on_false_value,
+                            dtype=dtype, mask=mask)
+
+
+def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, dtype=None,
+                         mask=None, engine=engine.unknown, **kwargs):
+    return _ox.scalar_tensor_tensor(data, _alu(op0, "scalar_tensor_tensor"), operand0,
+                                    _alu(op1, "scalar_tensor_tensor"), operand1, reverse0=reverse0,
+                                    reverse1=reverse1, dtype=dtype, engine=_engine(engine), mask=mask)
+
+
+def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, dtype=None, mask=None,
+                         **kwargs):
+    return _ox.tensor_scalar_reduce(data, _alu(op0, "tensor_scalar_reduce"), operand0,
+                                    _alu(reduce_op, "tensor_scalar_reduce"), reduce_res, reverse0=reverse0,
+                                    dtype=dtype, mask=mask)
+
+
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs):
+    return _ox.tensor_partition_reduce(_alu(op, "tensor_partition_reduce"), data, dtype=dtype, mask=mask)
+
+
+def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, dtype=None, mask=None,
+                       **kwargs):
+    return _ox.tensor_tensor_scan(data0, data1, initial, _alu(op0, "tensor_tensor_scan"),
+                                  _alu(op1, "tensor_tensor_scan"), reverse0=reverse0, reverse1=reverse1,
+                                  dtype=dtype, mask=mask)
+
+
+def tensor_copy_predicated(*, src, dst, predicate, mask=None, dtype=None, reverse_pred=False, **kwargs):
+    return _ox.tensor_copy_predicated(src, dst, predicate, reverse_pred=reverse_pred, dtype=dtype, mask=mask)
+
+
+def reciprocal(data, *, dtype=None, mask=None, **kwargs):
+    return _ox.reciprocal(data, dtype=dtype, mask=mask)
+
+
+def dropout(data, prob, *, mask=None, dtype=None, **kwargs):
+    return _ox.dropout(data, prob, dtype=dtype, mask=mask)
+
+
+def bn_stats(data, *, mask=None, dtype=None, **kwargs):
+    return _ox.bn_stats(data, dtype=dtype, mask=mask)
+
+
+def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
+    return _ox.bn_aggr(data, dtype=dtype, mask=mask)
+
+
+def max8(*, src, mask=None, dtype=None, **kwargs):
+    return _ox.max8(src, dtype=dtype, mask=mask)
+
+
+def nc_find_index8(*, data, vals, mask=None, dtype=_np.uint32, **kwargs):
+    return _ox.nc_find_index8(data, vals, dtype=dtype, mask=mask)
+
+
+def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, **kwargs):
+    return _ox.nc_match_replace8(data, vals, imm, dst_idx=dst_idx, dtype=dtype, mask=mask)
+
+
+def nc_stream_shuffle(*, src, dst, shuffle_mask, dtype=None, mask=None, **kwargs):
+    return _ox.nc_stream_shuffle(src, dst, shuffle_mask, dtype=dtype, mask=mask)
+
+
+class nc_version(_IntEnum):  # noqa: N801 - NKI name
+    """NeuronCore generation: gen2 = NeuronCore-v2 (trn1/inf2), gen3 = NeuronCore-v3 (trn2)."""
+
+    gen2 = 2
+    gen3 = 3
+
+
+def get_nc_version() -> nc_version:
+    """Generation of the target NeuronCore (NEURON_PLATFORM_TARGET_OVERRIDE, default trn2)."""
+    ctx = _rt.active()
+    target = ctx.target if ctx is not None else _config.current_target()
+    return nc_version.gen2 if target == "trn1" else nc_version.gen3
+
+
 def __getattr__(name: str):
-    raise AttributeError(f"module 'neuronxcc.nki.isa' has no attribute '{name}'")
+    from nkisim.api import _unsupported
+
+    return _unsupported.missing("neuronxcc.nki.isa", "nisa", name)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as _np
 
+from nkisim.api._unsupported import Unsupported as _Unsupported
 from nkisim.core import config as _config
 from nkisim.core import dtypes as _dt
 from nkisim.core import ops as _ops
@@ -337,12 +338,15 @@ def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mas
 
 
 def dropout(x, rate, *, dtype=None, mask=None, **kwargs) -> _Tensor:
-    """Zero elements with probability ``rate`` and scale the rest by 1/(1-rate) (deterministic seed)."""
-    return _ops.dropout(x, float(rate), dtype=dtype, mask=mask)
+    """Zero elements with probability ``rate`` (a scalar or a [P, 1] tile); the rest are NOT rescaled: the docs say
+    "randomly zeroes some of the elements" and AWS's flash attention multiplies by 1/(1-p) itself afterwards
+    (nki-samples reference/attention.py, "TODO: Remove this once the dropout supports scale prob")."""
+    from nkisim.core import ops_isa
+
+    return ops_isa.dropout(x, rate, dtype=dtype, mask=mask)
 
 
-def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
-    raise NotImplementedError("nkisim: nl.loop_reduce is not supported; accumulate with nl.add / nisa.tensor_tensor")
+loop_reduce = _Unsupported("nl.loop_reduce")  # accumulate with nl.add / nisa.tensor_tensor meanwhile
 
 
 def expand_dims(data, axis):
@@ -362,16 +366,247 @@ def device_print(prefix, x=None, *, mask=None, **kwargs) -> None:
     print(prefix, _np.array(read(x)))
 
 
+# ---- SPMD launch grid ([nl] program_id / num_programs / program_ndim / nc / spmd_dim) ----------------------------
 def program_id(axis: int = 0) -> int:
-    return 0
+    """Index of the running program along ``axis`` of the launch grid (0 without a grid)."""
+    ctx = _rt.current("program_id")
+    axis = _grid_axis(ctx, axis, "program_id")
+    return ctx.program_ids[axis] if ctx.grid else 0
 
 
 def num_programs(axes=None) -> int:
-    return 1
+    """Number of programs along ``axes`` (an axis or a tuple of axes); all programs when axes is None."""
+    ctx = _rt.current("num_programs")
+    if axes is None:
+        axes = tuple(range(len(ctx.grid)))
+    elif not isinstance(axes, (tuple, list)):
+        axes = (axes,)
+    n = 1
+    for a in axes:
+        a = _grid_axis(ctx, a, "num_programs")
+        n *= ctx.grid[a] if ctx.grid else 1
+    return n
+
+
+def program_ndim() -> int:
+    """Number of axes of the launch grid (0 for a kernel launched without one)."""
+    return len(_rt.current("program_ndim").grid)
+
+
+def _grid_axis(ctx, axis, api: str) -> int:
+    a = int(axis)
+    nd = len(ctx.grid)
+    if nd == 0:
+        if a == 0:
+            return 0
+        raise IndexError(f"nl.{api}({axis}): the kernel was launched without an SPMD grid (launch it as "
+                         "kernel[n0, n1, ...](...))")
+    if not -nd <= a < nd:
+        raise IndexError(f"nl.{api}({axis}): axis out of range for a launch grid with {nd} dimension(s)")
+    return a % nd
+
+
+class _SpmdDim:
+    """A launch-grid dimension: ``nl.nc(n)`` (n physical NeuronCores) or ``nl.spmd_dim(*parts)``."""
+
+    def __init__(self, parts: tuple, cores_at: int | None) -> None:
+        self.parts = parts  # sizes, outermost first
+        self.cores_at = cores_at  # which part is spread over NeuronCores (None: one core)
+        size = 1
+        for p in parts:
+            size *= p
+        self.size = size
+
+    def __repr__(self) -> str:
+        return f"spmd_dim{self.parts}" if self.cores_at is None or len(self.parts) > 1 else f"nc({self.size})"
+
+    def core_of(self, i: int) -> int:
+        """NeuronCore of index ``i`` along this dimension (the nc part's digit of i in the parts' mixed radix)."""
+        if self.cores_at is None:
+            return 0
+        inner = 1
+        for p in self.parts[self.cores_at + 1:]:
+            inner *= p
+        return (i // inner) % self.parts[self.cores_at]
+
+
+def nc(n: int) -> _SpmdDim:
+    """A launch-grid dimension whose programs are distributed over ``n`` physical NeuronCores.
+
+    ``kernel[nl.nc(2), 2]``: NC 0 runs kernel[0, 0], kernel[0, 1]; NC 1 runs kernel[1, 0], kernel[1, 1]
+    (nki.language.nc docs).
+    """
+    n = int(n)
+    if n < 1:
+        raise ValueError(f"nl.nc({n}): the number of NeuronCores must be at least 1")
+    return _SpmdDim((n,), 0)
+
+
+def spmd_dim(*parts) -> _SpmdDim:
+    """A launch-grid dimension tiled into sub-dimensions, e.g. ``nl.spmd_dim(nl.nc(2), 2)``: 4 programs, NC 0 runs
+    indices 0-1 and NC 1 indices 2-3 (nki.language.spmd_dim docs)."""
+    sizes: list[int] = []
+    cores_at = None
+    for p in parts:
+        if isinstance(p, _SpmdDim):
+            if p.cores_at is not None:
+                if cores_at is not None:
+                    raise ValueError("nl.spmd_dim: at most one nl.nc(...) part per dimension")
+                cores_at = len(sizes) + p.cores_at
+            sizes.extend(p.parts)
+        else:
+            sizes.append(int(p))
+    if not sizes or any(s < 1 for s in sizes):
+        raise ValueError(f"nl.spmd_dim{tuple(parts)}: every part must be a positive size")
+    return _SpmdDim(tuple(sizes), cores_at)
+
+
+def _parse_grid(grid) -> tuple[tuple[int, ...], list[int] | None]:
+    """Launch grid sizes and the NeuronCore of each program (row-major), None when all run on one core."""
+    dims = grid if isinstance(grid, tuple) else (grid,)
+    if not dims:
+        raise ValueError("an SPMD launch grid needs at least one dimension")
+    sizes = []
+    for d in dims:
+        if isinstance(d, _SpmdDim):
+            sizes.append(d.size)
+        elif isinstance(d, (int, _np.integer)) and not isinstance(d, bool) and int(d) >= 1:
+            sizes.append(int(d))
+        else:
+            raise ValueError(f"SPMD launch grid {dims!r}: each dimension must be a positive int, nl.nc(n) or "
+                             "nl.spmd_dim(...)")
+    spread = [d for d in dims if isinstance(d, _SpmdDim) and d.cores_at is not None]
+    if not spread:
+        return tuple(sizes), None
+    import itertools
+
+    cores = []
+    for ids in itertools.product(*(range(n) for n in sizes)):
+        core, radix = 0, 1
+        for d, i in zip(reversed(dims), reversed(ids)):
+            if isinstance(d, _SpmdDim) and d.cores_at is not None:
+                core += d.core_of(i) * radix
+                radix *= d.parts[d.cores_at]
+        cores.append(core)
+    return tuple(sizes), cores
+
+
+# ---- more legacy names (issue 13): slices, constants, host helpers, creation, bitwise/logical, statistics -------
+def ds(start, size) -> slice:
+    """Dynamic slice ``[start, start + size)`` of one axis: ``t[:, nl.ds(i * 512, 512)]``."""
+    return slice(start, start + size)
+
+
+class _FloatConsts:
+    """nl.fp32 / nl.bfp16: the most negative finite value of the type (``.min``, stub docs: bit pattern 0xff7fffff
+    for fp32, 0xff80 for bf16), used as "-inf" fill values."""
+
+    def __init__(self, name: str, dtype) -> None:
+        self._name = name
+        self.min = float(_ml_finfo(dtype).min)
+
+    def __repr__(self) -> str:
+        return f"nl.{self._name}"
+
+
+def _ml_finfo(dtype):
+    import ml_dtypes
+
+    try:
+        return ml_dtypes.finfo(dtype)
+    except (TypeError, ValueError):
+        return _np.finfo(dtype)
+
+
+fp32 = _FloatConsts("fp32", float32)
+bfp16 = _FloatConsts("bfp16", bfloat16)
+
+
+def finfo(dtype):
+    """Machine limits of a float dtype, including bfloat16 and fp8 (``nl.finfo(nl.bfloat16).max``)."""
+    return _ml_finfo(_np.dtype(dtype))
+
+
+def static_cast(data, dtype):
+    """Host-side helper: a NumPy array converted to an NKI dtype (e.g. bf16/fp8 test inputs), like ndarray.astype."""
+    if isinstance(data, _Tensor):
+        raise TypeError("nl.static_cast converts host NumPy arrays; inside a kernel use nl.copy(x, dtype=...)")
+    dt = _np.dtype(dtype)
+    _dt.to_dtype(dt)  # rejects dtypes NKI does not have
+    return _np.asarray(data).astype(dt)
+
+
+def shared_constant(constant, dtype=None, **kwargs) -> _Tensor:
+    """An HBM tensor holding a compile-time constant array (read-only, visible to every SPMD program)."""
+    ctx = _rt.current("shared_constant")
+    ctx.settle()
+    arr = _np.asarray(constant)
+    if dtype is not None:
+        arr = static_cast(arr, dtype)
+    return _rt.host_tensor(ctx, arr, "shared_constant")
+
+
+def shared_identity_matrix(n, dtype=uint8, **kwargs) -> _Tensor:
+    """``shared_constant(np.identity(n), dtype)``: an n x n identity matrix in HBM."""
+    return shared_constant(_np.identity(int(n)), dtype=dtype)
+
+
+def invert(x, *, dtype=None, mask=None, **kwargs) -> _Tensor:
+    """Bitwise NOT of an integer tile (one VectorE instruction: x XOR all-ones)."""
+    if x.dtype == _np.bool_:
+        return logical_not(x, dtype=dtype, mask=mask)
+    if x.dtype.kind not in "iu":
+        _fail("nkisim_bad_argument", op="invert", detail=f"bitwise operations need an integer tile, got {x.dtype}")
+    ones = -1 if x.dtype.kind == "i" else int(_np.iinfo(x.dtype).max)
+    return _ops.tensor_scalar(x, "bitwise_xor", ones, dtype=dtype, mask=mask, op_name="invert")
+
+
+def logical_not(x, *, dtype=bool_, mask=None, **kwargs) -> _Tensor:
+    """NOT x element-wise (x == 0), one VectorE instruction; bool result by default."""
+    return _ops.tensor_scalar(x, "equal", 0, dtype=dtype, mask=mask, op_name="logical_not")
+
+
+def var(x, axis, *, dtype=None, mask=None, **kwargs) -> _Tensor:
+    """Population variance along free axis/axes ``axis``: mean((x - mean(x))^2), composed like nl.softmax."""
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    count = 1
+    for ax in axes:
+        count *= x.shape[ax]
+    s = _ops.tensor_reduce("add", x, axes, dtype=float32, mask=mask, keepdims=True, op_name="var")
+    m = _ops.tensor_scalar(s, "multiply", 1.0 / count, dtype=float32, op_name="var")
+    d = _ops.tensor_tensor(x, m, "subtract", dtype=float32, nl_style=True, op_name="var")
+    sq = _ops.activation("square", d, dtype=float32, op_name="var")
+    ss = _ops.tensor_reduce("add", sq, axes, dtype=float32, mask=mask, op_name="var")
+    return _ops.tensor_scalar(ss, "multiply", 1.0 / count, dtype=dtype if dtype is not None else x.dtype,
+                              op_name="var")
+
+
+def rand(shape, dtype=float32, **kwargs) -> _Tensor:
+    """A tile of uniform random values in [0, 1) (values differ from hardware's generator)."""
+    from nkisim.core import ops_isa
+
+    return ops_isa.rand(shape, dtype, mask=kwargs.get("mask"))
+
+
+def random_seed(seed, *, mask=None, **kwargs) -> None:
+    """Seed the random number generator used by nl.rand / nisa.dropout (a scalar or a [1, 1] tile)."""
+    from nkisim.core import ops_isa
+
+    ops_isa.random_seed(seed)
+
+
+def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs) -> _Tensor:
+    """Per partition, the elements of data's flattened free dimensions at ``indices`` (uint32); output shaped like
+    indices (nki.language.gather_flattened docs)."""
+    from nkisim.core import ops_isa
+
+    return ops_isa.gather_flattened(data, indices, dtype=dtype, mask=mask)
 
 
 def __getattr__(name: str):
-    raise AttributeError(f"module 'neuronxcc.nki.language' has no attribute '{name}'")
+    from nkisim.api import _unsupported
+
+    return _unsupported.missing("neuronxcc.nki.language", "nl", name)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

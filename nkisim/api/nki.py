@@ -10,15 +10,48 @@ from __future__ import annotations
 import functools as _functools
 import logging as _logging
 
-from nkisim.api import compiler, isa, language  # noqa: F401  (nki.language / nki.isa / nki.compiler)
+from nkisim.api import compiler, isa, language, typing  # noqa: F401  (nki.language / .isa / .compiler / .typing)
 from nkisim.core import runtime as _rt
+from nkisim.core.tensor import Tensor as tensor  # noqa: F401  (nki.tensor: the type of kernel tensors)
 
 # The real package defines logging.OFF on import and the 2024 starter calls logging.disable(logging.OFF).
 if not hasattr(_logging, "OFF"):
     _logging.OFF = _logging.CRITICAL + 10
 
 
-class _Kernel:
+class _Grid:
+    """``kernel[grid]``: subscripting any launcher fixes its SPMD launch grid (``kernel[b, h](...)``).
+
+    Every program of the grid runs on the same inputs with its own ``nl.program_id``; see nkisim.core.runtime.
+    """
+
+    def __getitem__(self, grid):
+        return _Launch(self, grid)
+
+
+class _Launch:
+    """A launcher bound to an SPMD grid; callable like the launcher it wraps."""
+
+    def __init__(self, launcher, grid) -> None:
+        self.func = launcher
+        self.nki_grid, self.nki_cores = language._parse_grid(grid)
+        _functools.update_wrapper(self, _rt.unwrap(launcher), updated=())
+
+    def __call__(self, *args, **kwargs):
+        if _rt.active() is not None:
+            raise TypeError("an SPMD launch (kernel[grid](...)) cannot be called from inside a running kernel")
+        launcher = self.func
+        if isinstance(launcher, _Benchmark):
+            launcher.run(self, args, kwargs)
+            self.benchmark_result = launcher.benchmark_result
+            return None
+        run = _rt.run_kernel(self, args, kwargs, mode="full")
+        if isinstance(launcher, _Baremetal):
+            _write_profile(run, launcher.options)
+        return run.outputs
+
+
+class _Kernel(_Grid):
     """The object nki.jit returns."""
 
     def __init__(self, func, mode: str = "auto", **options) -> None:
@@ -53,7 +86,7 @@ def _write_profile(run, options: dict) -> None:
                   trace_name=options.get("save_trace_name"))
 
 
-class _Baremetal:
+class _Baremetal(_Grid):
     def __init__(self, kernel, options: dict) -> None:
         self.func = kernel
         self.options = options
@@ -90,8 +123,10 @@ def simulate(kernel):
     return _functools.partial(simulate_kernel, kernel)
 
 
-class _Benchmark:
-    """Result of nki.benchmark(...): call it with the kernel's inputs, then read .benchmark_result."""
+class _Benchmark(_Grid):
+    """Result of nki.benchmark(...): call it with the kernel's inputs, then read .benchmark_result.
+
+    ``bench[b, h]`` is a launch of its own: its ``benchmark_result`` is set when it is called."""
 
     def __init__(self, kernel, options: dict) -> None:
         self.func = kernel
@@ -100,10 +135,13 @@ class _Benchmark:
         _functools.update_wrapper(self, _rt.unwrap(kernel), updated=())
 
     def __call__(self, *args, **kwargs):
+        self.run(self.func, args, kwargs)
+        return None
+
+    def run(self, kernel, args, kwargs) -> None:
         from nkisim.perf.benchmark import run_benchmark
 
-        self.benchmark_result = run_benchmark(self.func, args, kwargs, **self.options)
-        return None
+        self.benchmark_result = run_benchmark(kernel, args, kwargs, **self.options)
 
 
 def benchmark(kernel=None, **kwargs):
@@ -133,7 +171,9 @@ def profile(func=None, **kwargs):
 
 
 def __getattr__(name: str):
-    raise AttributeError(f"module 'neuronxcc.nki' has no attribute '{name}'")
+    from nkisim.api import _unsupported
+
+    return _unsupported.missing("neuronxcc.nki", "nki", name)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

@@ -777,20 +777,6 @@ def select(condition, x, y, *, dtype=None, mask=None) -> Tensor:
     return finish(ctx, ins, out, values, mask_values(mask, out.shape))
 
 
-def dropout(x, rate: float, *, dtype=None, mask=None) -> Tensor:
-    ctx = current("dropout")
-    ctx.settle()
-    x = need_tensor(x, "dropout", "x")
-    _engine_checks("dropout", E_VECTOR, [(x, "x")], ctx)
-    out = new_result(ctx, x.shape, dtypes.to_dtype(dtype) if dtype is not None else x.dtype)
-    ins = ctx.emit("tensor_scalar", E_VECTOR, (x,), (out,), {"alu0": "dropout"})
-    values = None
-    if ctx.full:
-        keep = np.random.default_rng(len(ctx.trace.instrs)).random(x.shape) >= rate
-        values = np.where(keep, _vals(x) / np.float32(1.0 - rate), np.float32(0.0))
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
-
-
 def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None) -> Tensor:
     """DMA-engine transpose into a new SBUF tile (2-byte dtypes; 2-D (1,0), 3-D (2,1,0), 4-D (3,1,2,0))."""
     ctx = current("dma_transpose")

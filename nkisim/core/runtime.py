@@ -51,6 +51,13 @@ class KernelContext:
         self.loc: str = "?"
         self.site = None
         self.kernel_code = None  # code object of the top-level kernel function (shared_hbm scope rule)
+        # SPMD launch grid: sizes per axis (() without a grid), this program's ids, and the shared_hbm tensors of
+        # the first program, which later programs receive again (shared_hbm is one tensor for the whole grid)
+        self.grid: tuple[int, ...] = ()
+        self.program_ids: tuple[int, ...] = ()
+        self.shared_hbm: list[Tensor] | None = None
+        self.shared_first: list[Tensor] = []
+        self.shared_pos = 0
 
     # ---- bookkeeping shared by every front-end call -----------------------------------------------------
     def settle(self) -> None:
@@ -163,9 +170,14 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
         if buffer.name == "shared_hbm" and site is not None and ctx.kernel_code is not None \
                 and site[0] is not ctx.kernel_code:
             fail("err_shared_hbm_must_in_kernel_level")
+        if buffer.name == "shared_hbm" and ctx.shared_hbm is not None:
+            return _shared_again(ctx, dims, dt, name)
         base, view = make_storage(dims, 0, dt, fill, not ctx.full)
         alloc = Allocation(B_HBM, base, ctx.mem.new_phys(), None, name or "hbm", 0, None)
-        return Tensor(alloc, view, 0, off=0)
+        t = Tensor(alloc, view, 0, off=0)
+        if buffer.name == "shared_hbm" and ctx.grid:
+            ctx.shared_first.append(t)
+        return t
     if not dims:
         raise ValueError("on-chip tensors need at least one dimension (the partition dimension)")
     parts = dims[pdim]
@@ -196,6 +208,21 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
     return Tensor(alloc, view, pdim, off=0)
 
 
+def _shared_again(ctx: KernelContext, dims, dt, name: str) -> Tensor:
+    """The n-th shared_hbm tensor of a later SPMD program is the n-th of the first program (visible to all)."""
+    i = ctx.shared_pos
+    ctx.shared_pos += 1
+    if i >= len(ctx.shared_hbm):
+        raise ValueError(f"SPMD program {ctx.program_ids} creates more shared_hbm tensors than program "
+                         f"{(0,) * len(ctx.grid)}: every program of a launch grid must create the same ones")
+    t = ctx.shared_hbm[i]
+    if tuple(t.shape) != tuple(dims) or t.dtype != dt:
+        raise ValueError(f"SPMD program {ctx.program_ids} creates shared_hbm tensor '{name or t._a.name}' "
+                         f"{list(dims)} {dt.name}, but program {(0,) * len(ctx.grid)} created it as "
+                         f"{list(t.shape)} {t.dtype.name}")
+    return t
+
+
 SBUF_SPEC = BufferSpec(B_SBUF, "sbuf")
 PSUM_SPEC = BufferSpec(B_PSUM, "psum")
 HBM_SPEC = BufferSpec(B_HBM, "hbm")
@@ -222,6 +249,14 @@ def unwrap(kernel):
 
 
 def _wrap_arg(ctx: KernelContext, value, name: str):
+    if getattr(value, "__nkisim_placeholder__", False):  # nt.tensor[[shape], dtype]: shape only (nki.benchmark)
+        if ctx.full:
+            raise TypeError(f"argument '{name}' is {value!r}, a shape-only placeholder: it has no values, so it can "
+                            "only be passed to nki.benchmark (timing); pass a NumPy array to run the kernel")
+        dt = dtypes.to_dtype(value.dtype)
+        alloc = Allocation(B_HBM, np.empty(value.shape, dtype=dt), ctx.mem.new_phys(), None, name, 0, None)
+        alloc.immutable = True
+        return Tensor(alloc, alloc.base, 0, off=0)
     if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and hasattr(value, "dtype")
                                         and not isinstance(value, (Tensor, np.generic))):
         arr = np.asarray(value)
@@ -231,6 +266,11 @@ def _wrap_arg(ctx: KernelContext, value, name: str):
         alloc.immutable = True
         return Tensor(alloc, base, 0, off=0)
     return value
+
+
+def host_tensor(ctx: KernelContext, value, name: str) -> Tensor:
+    """A read-only HBM tensor holding host data (kernel arguments, nl.shared_constant)."""
+    return _wrap_arg(ctx, value, name)
 
 
 def _to_numpy(value):
@@ -251,9 +291,27 @@ def _to_numpy(value):
                     "(nl.ndarray(..., buffer=nl.hbm)), a tuple of them, or None")
 
 
+def launch_grid(kernel) -> tuple[tuple[int, ...], list[int] | None]:
+    """SPMD grid of a launcher (``kernel[2, 3]`` sets ``nki_grid`` on the wrapper): sizes and, when the grid maps
+    programs to several NeuronCores (``nl.nc``), the core of each program in row-major order."""
+    seen = 0
+    while kernel is not None and seen < 8:
+        grid = getattr(kernel, "nki_grid", None)
+        if grid is not None:
+            return tuple(grid), getattr(kernel, "nki_cores", None)
+        kernel = getattr(kernel, "func", None)
+        seen += 1
+    return (), None
+
+
 def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str | None = None) -> KernelRun:
-    """Run a kernel on NumPy inputs; returns its outputs and instruction trace."""
+    """Run a kernel on NumPy inputs; returns its outputs and instruction trace.
+
+    A kernel launched on an SPMD grid (``kernel[b, h]``) runs once per program, in row-major order, on the same
+    inputs; ``trace.meta['spmd']`` records where each program's instructions start and which core runs it.
+    """
     fn = unwrap(kernel)
+    grid, cores = launch_grid(kernel)
     name = getattr(fn, "__name__", "kernel")
     ctx = KernelContext(target, mode, name)
     ctx.kernel_code = getattr(fn, "__code__", None)
@@ -269,7 +327,11 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         names = _arg_names(fn, len(args))
         hbm_args = [_wrap_arg(ctx, a, n) for a, n in zip(args, names)]
         hbm_kwargs = {k: _wrap_arg(ctx, v, k) for k, v in kwargs.items()}
-        ret = fn(*hbm_args, **hbm_kwargs)
+        _apply_annotations(fn, names, hbm_args, hbm_kwargs)
+        if grid:
+            ret = _run_grid(ctx, fn, grid, cores, hbm_args, hbm_kwargs)
+        else:
+            ret = fn(*hbm_args, **hbm_kwargs)
         ctx.settle()
         _check_outputs_written(ctx, ret)
         ctx.trace.meta["outputs"] = [
@@ -285,6 +347,53 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         _STACK.pop()
         ctx.mem.closed = True
     return KernelRun(outputs, ctx.trace, ctx.target, ctx.mem.peak[B_SBUF], ctx.mem.peak[B_PSUM])
+
+
+def _run_grid(ctx: KernelContext, fn, grid, cores, args, kwargs):
+    """Run every program of the launch grid in row-major order; returns the last program's return value."""
+    import itertools
+
+    ctx.grid = grid
+    ctx.shared_first = []
+    starts: list[int] = []
+    ret = None
+    for k, ids in enumerate(itertools.product(*(range(n) for n in grid))):
+        ctx.settle()
+        ctx.program_ids = ids
+        if k == 1:
+            ctx.shared_hbm = ctx.shared_first
+        ctx.shared_pos = 0
+        starts.append(len(ctx.trace.instrs))
+        ret = fn(*args, **kwargs)
+    ctx.trace.meta["spmd"] = {"grid": list(grid), "program_start": starts,
+                              "program_core": list(cores) if cores else [0] * len(starts)}
+    return ret
+
+
+def _apply_annotations(fn, names, args, kwargs) -> None:
+    """Kernel parameters annotated ``nt.tensor[shape]`` must match (err_annotation_shape_mismatch); parameters
+    annotated ``nt.mutable_tensor`` / ``nt.tensor[nt.mutable]`` may be written in place."""
+    notes = getattr(fn, "__annotations__", None)
+    if not notes:
+        return
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    for pname, note in notes.items():
+        t = bound.get(pname)
+        if not isinstance(t, Tensor):
+            continue
+        if isinstance(note, str):  # postponed (from __future__ import annotations): evaluate it as Python would
+            try:
+                note = eval(note, getattr(fn, "__globals__", {}))  # noqa: S307 - the kernel's own code
+            except Exception:
+                if "mutable" in note:
+                    t._a.immutable = False
+                continue
+        shape = getattr(note, "nki_shape", None)
+        if shape is not None and tuple(shape) != tuple(t.shape):
+            fail("err_annotation_shape_mismatch", name=pname, got=list(t.shape), expected=list(shape))
+        if getattr(note, "nki_mutable", False):
+            t._a.immutable = False
 
 
 def _check_outputs_written(ctx: KernelContext, ret) -> None:

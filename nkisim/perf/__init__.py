@@ -44,13 +44,46 @@ def estimate(
     tc = costs if costs is not None else costs_for(target or getattr(trace, "target", None) or DEFAULT_TARGET)
     if dge is None:
         dge = dge_from_meta(getattr(trace, "meta", {}) or {})
-    model = CostModel(tc, dge=dge)
-    instrs = list(trace.instrs)
+    name = getattr(trace, "kernel_name", "")
+    cores = spmd_cores(getattr(trace, "meta", None) or {}, trace.instrs)
     enabled = gc.isenabled()
     gc.disable()  # see scheduler.schedule: cyclic GC over a large trace dominates otherwise
     try:
-        sch = schedule(instrs, tc, model)
-        return build_report(instrs, sch, tc, kernel_name=getattr(trace, "kernel_name", ""), dge=model.dge)
+        if not cores:
+            model = CostModel(tc, dge=dge)
+            instrs = list(trace.instrs)
+            return build_report(instrs, schedule(instrs, tc, model), tc, kernel_name=name, dge=model.dge)
+        # SPMD grid: each NeuronCore runs its programs one after another (a barrier between programs); cores run
+        # in parallel with their own engines, so the kernel's latency is the slowest core's (MODEL.md "SPMD").
+        reports = []
+        for instrs, barriers in cores:
+            model = CostModel(tc, dge=dge)
+            reports.append(build_report(instrs, schedule(instrs, tc, model, barriers), tc, kernel_name=name,
+                                        dge=model.dge))
+        slowest = max(reports, key=lambda r: r.total_us)
+        slowest.core_latency_us = [r.nc_latency_us for r in reports]
+        return slowest
     finally:
         if enabled:
             gc.enable()
+
+
+def spmd_cores(meta: dict, instrs) -> list[tuple[list, list[int]]] | None:
+    """Split an SPMD trace per NeuronCore: [(its instructions in program order, program start indices)], or None
+    for a kernel without a launch grid."""
+    spmd = meta.get("spmd") if isinstance(meta, dict) else None
+    if not isinstance(spmd, dict):
+        return None
+    starts = [int(s) for s in spmd.get("program_start", ())]
+    owner = [int(c) for c in spmd.get("program_core", ())]
+    if not starts or len(owner) != len(starts):
+        return None
+    if len(set(owner)) == 1:  # one core: the whole trace, a barrier at every program
+        return [(list(instrs), starts)]
+    ends = starts[1:] + [len(instrs)]
+    per: dict[int, tuple[list, list[int]]] = {}
+    for s, e, c in zip(starts, ends, owner):
+        sub, bars = per.setdefault(c, ([], []))
+        bars.append(len(sub))
+        sub.extend(instrs[s:e])
+    return [per[c] for c in sorted(per)]

@@ -43,6 +43,7 @@ class PerfReport:
     dge: bool
     critical_path: list[tuple[int, str, str, str, float]] = field(default_factory=list)
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
+    core_latency_us: list[float] = field(default_factory=list)  # SPMD over several cores: each core's latency
 
     def to_dict(self) -> dict:
         d = asdict(self)

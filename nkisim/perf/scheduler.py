@@ -175,20 +175,30 @@ def _prune_against(reads: list[list], writes: list[list]) -> list[list]:
     return _prune(out, 4)
 
 
-def schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedule:
-    """Schedule ``instrs`` (program order) and fill each Instr's cost_ns/start_ns/end_ns (ns)."""
+def schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=()) -> Schedule:
+    """Schedule ``instrs`` (program order) and fill each Instr's cost_ns/start_ns/end_ns (ns).
+
+    barriers: ascending instruction indices that start only after everything before them has completed (the
+    programs of an SPMD grid that one NeuronCore runs one after another).
+    """
     enabled = gc.isenabled()
     gc.disable()  # the loop allocates many small lists; cyclic GC passes over a big trace triple the run time
     try:
-        return _schedule(instrs, tc, model)
+        return _schedule(instrs, tc, model, barriers)
     finally:
         if enabled:
             gc.enable()
 
 
-def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedule:
+def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=()) -> Schedule:
     sch = Schedule()
     n = len(instrs)
+    fences = [b for b in barriers if 0 < b < n] + [n]
+    next_fence = fences[0]
+    fence_i = 0
+    floor = 0.0  # no instruction starts before the last barrier's predecessors completed
+    floor_pred = -1
+    last_done = -1
     pred = [-1] * n
     engine_free: dict[str, float] = {}
     engine_last: dict[str, int] = {}
@@ -213,10 +223,14 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedul
     DMA = Engine.DMA
 
     for i, ins in enumerate(instrs):
+        if i == next_fence:
+            floor, floor_pred = makespan, last_done
+            fence_i += 1
+            next_fence = fences[fence_i]
         is_dma = ins.engine == DMA or ins.op == "dma_copy"
         is_mm = ins.op == "nc_matmul"
-        dep = 0.0
-        dep_pred = -1
+        dep = floor
+        dep_pred = floor_pred
         # ---- dependencies -------------------------------------------------------------------------------
         src_ents = []
         for o in ins.srcs:
@@ -366,6 +380,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedul
         ins.end_ns = done
         if done > makespan:
             makespan = done
+            last_done = i
 
         # ---- record accesses --------------------------------------------------------------------------
         for ent, r in src_ents:

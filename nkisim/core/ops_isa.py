@@ -1,0 +1,411 @@
+"""Instruction builders for the less common nki.isa instructions (and nl.rand / nl.random_seed).
+
+Same contract as nkisim.core.ops (kept separate so that module stays small): validate, emit exactly one
+instruction into the trace, compute values only in full mode.  Op names are the ISA's; the cost model prices
+them with the ISA-226 formulas (nkisim/perf/model.py).  Semantics are from the 2.2x nki.isa docs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nkisim.core import dtypes, execute
+from nkisim.core.dtypes import F32
+from nkisim.core.instr import E_GPSIMD, E_UNKNOWN, E_VECTOR, Engine
+from nkisim.core.ops import (
+    _engine_checks,
+    _mark_written,
+    _scalar_operand,
+    _vals,
+    check_writable,
+    finish,
+    free_of,
+    mask_values,
+    need_on_chip,
+    need_tensor,
+    new_result,
+    parts_of,
+)
+from nkisim.core.rules import fail
+from nkisim.core.runtime import current
+from nkisim.core.tensor import Tensor, read, write
+
+
+def _start(op: str, engine: Engine, tiles):
+    ctx = current(op)
+    ctx.settle()
+    checked = []
+    for t, name in tiles:
+        t = need_tensor(t, op, name)
+        checked.append(t)
+    _engine_checks(op, engine, list(zip(checked, (n for _, n in tiles))), ctx)
+    return ctx, checked
+
+
+def _out_dtype(dtype, like: Tensor):
+    return dtypes.to_dtype(dtype) if dtype is not None else like.dtype
+
+
+def _rows(v: np.ndarray) -> np.ndarray:
+    """[P, free...] values as [P, F] (the engines see the free axes flattened)."""
+    return v.reshape(v.shape[0], -1)
+
+
+def _per_partition(ctx, op: str, data: Tensor, x, name: str):
+    """A scalar or a [P, 1] tile operand: (value for compute, tile to list as a source or None)."""
+    return _scalar_operand(ctx, op, data, x, name)
+
+
+def _pval(x, data: Tensor):
+    if isinstance(x, Tensor):
+        return _vals(x).reshape((parts_of(data),) + (1,) * (data.ndim - 1))
+    return np.float32(x)
+
+
+def _write_side(t: Tensor, values: np.ndarray) -> None:
+    check_writable(t)
+    write(t, execute.cast(np.asarray(values).reshape(t.shape), t.dtype))
+    _mark_written(t)
+
+
+# ---- selects ---------------------------------------------------------------------------------------------------
+def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None) -> Tensor:
+    """out = pred ? on_true_tile : on_false_value, the predicate an affine expression of the tile's indices."""
+    # AWS's flash_fwd (nki-samples reference/attention.py) selects straight from a PSUM tile and runs in AWS's
+    # simulator and on hardware, so the GpSimd-cannot-read-PSUM rule is not applied to on_true_tile here.
+    ctx, (src,) = _start("affine_select", E_VECTOR, [(on_true_tile, "on_true_tile")])
+    out = new_result(ctx, src.shape, _out_dtype(dtype, src))
+    m = mask_values(mask, out.shape)
+    p = mask_values(pred, out.shape)  # the same affine-predicate evaluation as mask=
+    if p is None:
+        raise TypeError("affine_select: pred must be an affine predicate of nl.arange / nl.mgrid indices")
+    ins = ctx.emit("affine_select", E_GPSIMD, (src,), (out,), {"value": float(on_false_value)})
+    values = np.where(p, _vals(src), np.float32(on_false_value)) if ctx.full else None
+    return finish(ctx, ins, out, values, m)
+
+
+def range_select(on_true_tile, comp_op0: str, comp_op1: str, bound0, bound1, *, reduce_res=None,
+                 reduce_op: str = "maximum", reduce_cmd: int = 0, range_start: int = 0,
+                 on_false_value=-3.4028235e38, dtype=None, mask=None) -> Tensor:
+    """out[p, j] = (comp_op0(j + range_start, bound0[p]) and comp_op1(j + range_start, bound1[p])) ? in : false
+    value; optionally reduce each row into reduce_res (reduce_cmd: 0 idle, 1 reset, 2 reduce, 3 reset_reduce)."""
+    ctx, (src,) = _start("range_select", E_VECTOR, [(on_true_tile, "on_true_tile")])
+    b0, t0 = _per_partition(ctx, "range_select", src, bound0, "bound0")
+    b1, t1 = _per_partition(ctx, "range_select", src, bound1, "bound1")
+    out = new_result(ctx, src.shape, _out_dtype(dtype, src))
+    dsts = (out,) if reduce_res is None else (out, reduce_res)
+    ins = ctx.emit("range_select", E_VECTOR, [src] + [t for t in (t0, t1) if t is not None], dsts,
+                   {"alu": comp_op0, "reduce": reduce_res is not None})
+    values = None
+    if ctx.full:
+        v = _rows(_vals(src))
+        j = np.arange(v.shape[1], dtype=F32)[None, :] + np.float32(range_start)
+        lo = _pval(b0, src).reshape(-1, 1)
+        hi = _pval(b1, src).reshape(-1, 1)
+        keep = execute.alu(comp_op0, j, lo).astype(bool) & execute.alu(comp_op1, j, hi).astype(bool)
+        values = np.where(keep, v, np.float32(on_false_value)).reshape(src.shape)
+        if reduce_res is not None and int(reduce_cmd) in (2, 3):
+            red = execute.REDUCE[reduce_op](_rows(values), axis=1, keepdims=True)
+            if int(reduce_cmd) == 2:
+                red = execute.alu(reduce_op, _vals(reduce_res).reshape(red.shape), red)
+            _write_side(reduce_res, red)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def tensor_copy_predicated(src, dst: Tensor, predicate, *, reverse_pred: bool = False, dtype=None,
+                           mask=None) -> Tensor:
+    """dst = predicate ? src : dst, in place (VectorE)."""
+    ctx, (s, d, p) = _start("tensor_copy_predicated", E_VECTOR, [(src, "src"), (dst, "dst"), (predicate, "predicate")])
+    check_writable(d)
+    ctx.emit("tensor_copy_predicated", E_VECTOR, (s, p, d), (d,), {})
+    if ctx.full:
+        cond = _vals(p, d.shape) != 0
+        if reverse_pred:
+            cond = ~cond
+        m = mask_values(mask, d.shape)
+        if m is not None:
+            cond = cond & m
+        new = np.where(np.broadcast_to(cond, d.shape), np.broadcast_to(_vals(s, d.shape), d.shape), _vals(d))
+        write(d, execute.cast(new, d.dtype))
+        _mark_written(d)
+    return d
+
+
+# ---- arithmetic ------------------------------------------------------------------------------------------------
+def scalar_tensor_tensor(data, op0: str, operand0, op1: str, operand1, *, reverse0: bool = False,
+                         reverse1: bool = False, dtype=None, engine: Engine = E_UNKNOWN, mask=None) -> Tensor:
+    """out = (data op0 operand0) op1 operand1: operand0 a scalar or [P, 1] tile, operand1 a tile like data."""
+    engine = E_VECTOR if engine == E_UNKNOWN else engine
+    ctx, (d, o1) = _start("scalar_tensor_tensor", engine, [(data, "data"), (operand1, "operand1")])
+    if tuple(o1.shape) != tuple(d.shape):
+        fail("nkisim_shape_mismatch", op="scalar_tensor_tensor", shapes=[list(d.shape), list(o1.shape)], detail="")
+    s0, t0 = _per_partition(ctx, "scalar_tensor_tensor", d, operand0, "operand0")
+    out = new_result(ctx, d.shape, _out_dtype(dtype, d) if dtype is not None else dtypes.promote(d.dtype, o1.dtype))
+    srcs = [d, o1] + ([t0] if t0 is not None else [])
+    ins = ctx.emit("scalar_tensor_tensor", engine, srcs, (out,), {"alu0": op0, "alu1": op1})
+    values = None
+    if ctx.full:
+        v, s = _vals(d), _pval(s0, d)
+        v = execute.alu(op0, s, v) if reverse0 else execute.alu(op0, v, s)
+        w = _vals(o1)
+        values = execute.alu(op1, w, v) if reverse1 else execute.alu(op1, v, w)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def tensor_scalar_reduce(data, op0: str, operand0, reduce_op: str, reduce_res: Tensor, *, reverse0: bool = False,
+                         dtype=None, mask=None) -> Tensor:
+    """out = data op0 operand0, and reduce_res[p] = reduce_op over the free axes of out (VectorE)."""
+    ctx, (d, r) = _start("tensor_scalar_reduce", E_VECTOR, [(data, "data"), (reduce_res, "reduce_res")])
+    if parts_of(r) != parts_of(d) or free_of(r) != 1:
+        fail("nkisim_scalar_operand_shape", op="tensor_scalar_reduce", operand="reduce_res", p=parts_of(d),
+             shape=list(r.shape))
+    s0, t0 = _per_partition(ctx, "tensor_scalar_reduce", d, operand0, "operand0")
+    out = new_result(ctx, d.shape, _out_dtype(dtype, d))
+    ins = ctx.emit("tensor_scalar", E_VECTOR, [d] + ([t0] if t0 is not None else []), (out, r),
+                   {"alu0": op0, "reduce": True})
+    values = None
+    if ctx.full:
+        v, s = _vals(d), _pval(s0, d)
+        values = execute.alu(op0, s, v) if reverse0 else execute.alu(op0, v, s)
+        _write_side(r, execute.REDUCE[reduce_op](_rows(np.asarray(values, dtype=F32)), axis=1, keepdims=True))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def tensor_partition_reduce(op: str, data, *, dtype=None, mask=None) -> Tensor:
+    """Reduce across the partitions: [P, free...] -> [1, free...] (GpSimdE)."""
+    ctx, (d,) = _start("tensor_partition_reduce", E_GPSIMD, [(data, "data")])
+    if op not in execute.REDUCE:
+        fail("nkisim_bad_argument", op="tensor_partition_reduce", detail=f"'{op}' is not a reduction operator")
+    out = new_result(ctx, (1,) + tuple(d.shape[1:]), _out_dtype(dtype, d))
+    ins = ctx.emit("tensor_partition_reduce", E_GPSIMD, (d,), (out,), {"alu": op})
+    values = execute.REDUCE[op](_vals(d), axis=0, keepdims=True) if ctx.full else None
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def tensor_tensor_scan(data0, data1, initial, op0: str, op1: str, *, reverse0: bool = False, reverse1: bool = False,
+                       dtype=None, mask=None) -> Tensor:
+    """Scan along the free axis: r[i] = (data0[i] op0 r[i-1]) op1 data1[i], r[-1] = initial (VectorE)."""
+    ctx, (a, b) = _start("tensor_tensor_scan", E_VECTOR, [(data0, "data0"), (data1, "data1")])
+    if tuple(a.shape) != tuple(b.shape):
+        fail("nkisim_shape_mismatch", op="tensor_tensor_scan", shapes=[list(a.shape), list(b.shape)], detail="")
+    init, ti = _per_partition(ctx, "tensor_tensor_scan", a, initial, "initial")
+    out = new_result(ctx, a.shape, _out_dtype(dtype, a))
+    ins = ctx.emit("tensor_tensor_scan", E_VECTOR, [a, b] + ([ti] if ti is not None else []), (out,),
+                   {"alu0": op0, "alu1": op1})
+    values = None
+    if ctx.full:
+        x, y = _rows(_vals(a)), _rows(_vals(b))
+        r = np.broadcast_to(_pval(init, a).reshape(-1, 1) if isinstance(init, Tensor) else np.float32(init),
+                            (x.shape[0], 1)).astype(F32)
+        res = np.empty_like(x)
+        for i in range(x.shape[1]):
+            xi = x[:, i:i + 1]
+            t = execute.alu(op0, r, xi) if reverse0 else execute.alu(op0, xi, r)
+            r = execute.alu(op1, y[:, i:i + 1], t) if reverse1 else execute.alu(op1, t, y[:, i:i + 1])
+            r = np.asarray(r, dtype=F32)
+            res[:, i:i + 1] = r
+        values = res.reshape(a.shape)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def reciprocal(data, *, dtype=None, mask=None) -> Tensor:
+    """1 / data element-wise on VectorE."""
+    ctx, (d,) = _start("reciprocal", E_VECTOR, [(data, "data")])
+    out = new_result(ctx, d.shape, _out_dtype(dtype, d))
+    ins = ctx.emit("reciprocal", E_VECTOR, (d,), (out,), {})
+    values = np.float32(1.0) / _vals(d) if ctx.full else None
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+# ---- statistics ------------------------------------------------------------------------------------------------
+def bn_stats(data, *, dtype=None, mask=None) -> Tensor:
+    """[P, F <= 512] -> [P, 6]: (count, mean, variance * count) of the even and of the odd elements (VectorE)."""
+    ctx, (d,) = _start("bn_stats", E_VECTOR, [(data, "data")])
+    f = free_of(d)
+    if f > 512:
+        fail("nkisim_bad_argument", op="bn_stats", detail=f"at most 512 elements per partition "
+             f"(nl.tile_size.bn_stats_fmax), got {f}")
+    out = new_result(ctx, (parts_of(d), 6), _out_dtype(dtype, d))
+    ins = ctx.emit("bn_stats", E_VECTOR, (d,), (out,), {})
+    values = None
+    if ctx.full:
+        v = _rows(_vals(d)).astype(np.float64)
+        cols = []
+        for half in (v[:, 0::2], v[:, 1::2]):
+            n = half.shape[1]
+            mean = half.mean(axis=1) if n else np.zeros(v.shape[0])
+            m2 = ((half - mean[:, None]) ** 2).sum(axis=1) if n else np.zeros(v.shape[0])
+            cols += [np.full(v.shape[0], float(n)), mean, m2]
+        values = np.stack(cols, axis=1).astype(F32)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def bn_aggr(data, *, dtype=None, mask=None) -> Tensor:
+    """[P, 3k] (count, mean, variance * count) tuples -> [P, 2]: (mean, variance) of all of them (VectorE)."""
+    ctx, (d,) = _start("bn_aggr", E_VECTOR, [(data, "data")])
+    f = free_of(d)
+    if f % 3:
+        fail("nkisim_bad_argument", op="bn_aggr", detail=f"the free size must be a multiple of 3, got {f}")
+    out = new_result(ctx, (parts_of(d), 2), _out_dtype(dtype, d))
+    ins = ctx.emit("bn_aggr", E_VECTOR, (d,), (out,), {})
+    values = None
+    if ctx.full:
+        t = _rows(_vals(d)).astype(np.float64).reshape(parts_of(d), -1, 3)
+        cnt, mean, m2 = t[..., 0], t[..., 1], t[..., 2]
+        total = cnt.sum(axis=1)
+        safe = np.where(total > 0, total, 1.0)
+        mu = (cnt * mean).sum(axis=1) / safe
+        var = (m2 + cnt * (mean - mu[:, None]) ** 2).sum(axis=1) / safe
+        values = np.stack([mu, var], axis=1).astype(F32)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+# ---- top-8 search ----------------------------------------------------------------------------------------------
+def max8(src, *, dtype=None, mask=None) -> Tensor:
+    """The 8 largest values of each partition, descending: [P, F >= 8] -> [P, 8] (VectorE)."""
+    ctx, (s,) = _start("max8", E_VECTOR, [(src, "src")])
+    f = free_of(s)
+    if not 8 <= f <= 16384:
+        fail("nkisim_bad_argument", op="max8", detail=f"the free size must be in [8, 16384], got {f}")
+    out = new_result(ctx, (parts_of(s), 8), _out_dtype(dtype, s))
+    ins = ctx.emit("max8", E_VECTOR, (s,), (out,), {})
+    values = -np.sort(-_rows(_vals(s)), axis=1)[:, :8] if ctx.full else None
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def _first_positions(v: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """Per partition, the position of the first element equal to each of vals (duplicates take later positions)."""
+    p, f = v.shape
+    idx = np.zeros(vals.shape, dtype=np.int64)
+    for r in range(p):
+        used: set[int] = set()
+        for k, x in enumerate(vals[r]):
+            hits = np.flatnonzero(v[r] == x)
+            pos = next((int(h) for h in hits if int(h) not in used), int(hits[0]) if hits.size else 0)
+            used.add(pos)
+            idx[r, k] = pos
+    return idx
+
+
+def nc_find_index8(data, vals, *, dtype=np.uint32, mask=None) -> Tensor:
+    """Per partition, the index in data of each of the 8 values in vals: -> [P, 8] (VectorE)."""
+    ctx, (d, v8) = _start("nc_find_index8", E_VECTOR, [(data, "data"), (vals, "vals")])
+    out = new_result(ctx, (parts_of(d), 8), dtypes.to_dtype(dtype))
+    ins = ctx.emit("nc_find_index8", E_VECTOR, (d, v8), (out,), {})
+    values = _first_positions(_rows(_vals(d)), _rows(_vals(v8))[:, :8]) if ctx.full else None
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def nc_match_replace8(data, vals, imm, *, dst_idx: Tensor | None = None, dtype=None, mask=None) -> Tensor:
+    """data with the first occurrence of each of the 8 values per partition replaced by imm; their positions go to
+    dst_idx when given (VectorE)."""
+    ctx, (d, v8) = _start("nc_match_replace8", E_VECTOR, [(data, "data"), (vals, "vals")])
+    out = new_result(ctx, d.shape, _out_dtype(dtype, d))
+    dsts = (out,) if dst_idx is None else (out, dst_idx)
+    ins = ctx.emit("nc_match_replace8", E_VECTOR, (d, v8), dsts, {})
+    values = None
+    if ctx.full:
+        v = _rows(_vals(d)).copy()
+        pos = _first_positions(v, _rows(_vals(v8))[:, :8])
+        np.put_along_axis(v, pos, np.float32(imm), axis=1)
+        values = v.reshape(d.shape)
+        if dst_idx is not None:
+            _write_side(dst_idx, pos)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+# ---- data movement within partitions ---------------------------------------------------------------------------
+def nc_stream_shuffle(src, dst: Tensor, shuffle_mask, *, dtype=None, mask=None) -> Tensor:
+    """Within each group of 32 partitions, dst partition i receives src partition shuffle_mask[i] (255: left
+    unchanged) (VectorE, in place)."""
+    ctx, (s, d) = _start("nc_stream_shuffle", E_VECTOR, [(src, "src"), (dst, "dst")])
+    need_on_chip(d, "nc_stream_shuffle", "dst")
+    check_writable(d)
+    sm = [int(x) for x in shuffle_mask]
+    if len(sm) != 32 or any(not (0 <= x < 32 or x == 255) for x in sm):
+        fail("nkisim_bad_argument", op="nc_stream_shuffle", detail="shuffle_mask must list 32 source partitions "
+             "(0-31, or 255 to leave a destination partition unchanged)")
+    if free_of(s) != free_of(d):
+        fail("nkisim_shape_mismatch", op="nc_stream_shuffle", shapes=[list(s.shape), list(d.shape)], detail="")
+    ctx.emit("nc_stream_shuffle", E_VECTOR, (s,), (d,), {})
+    if ctx.full:
+        sv, dv = _rows(_vals(s)), _rows(_vals(d)).copy()
+        for i in range(parts_of(d)):
+            k = sm[i % 32]
+            j = (i // 32) * 32 + k
+            if k != 255 and j < sv.shape[0]:
+                dv[i] = sv[j]
+        write(d, execute.cast(dv.reshape(d.shape), d.dtype))
+        _mark_written(d)
+    return d
+
+
+# ---- random numbers --------------------------------------------------------------------------------------------
+def _rng(ctx) -> np.random.Generator:
+    rng = getattr(ctx, "rng", None)
+    if rng is None:
+        rng = ctx.rng = np.random.default_rng(0)
+    return rng
+
+
+def random_seed(seed) -> None:
+    """Seed the engines' random number generator (nkisim: a NumPy generator; values differ from hardware)."""
+    ctx = current("random_seed")
+    ctx.settle()
+    if isinstance(seed, Tensor):
+        ctx.emit("random_seed", E_VECTOR, (seed,), (), {})
+        value = int(np.asarray(read(seed)).reshape(-1)[0]) if ctx.full else 0
+    else:
+        ctx.emit("random_seed", E_VECTOR, (), (), {})
+        value = int(seed)
+    ctx.rng = np.random.default_rng(value & 0xFFFFFFFF)
+
+
+def rand(shape, dtype=F32, *, mask=None) -> Tensor:
+    """A new tile of uniform random values in [0, 1) (GpSimdE)."""
+    ctx = current("rand")
+    ctx.settle()
+    from nkisim.core.tensor import parse_shape
+
+    dims, _ = parse_shape(shape)
+    out = new_result(ctx, dims, dtypes.to_dtype(dtype))
+    ins = ctx.emit("rand", E_GPSIMD, (), (out,), {})
+    values = _rng(ctx).random(dims, dtype=np.float32) if ctx.full else None
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def dropout(data, prob, *, dtype=None, mask=None) -> Tensor:
+    """Zero each element with probability prob (a scalar or a [P, 1] tile), no rescaling (VectorE)."""
+    ctx, (d,) = _start("dropout", E_VECTOR, [(data, "data")])
+    pr, tp = _per_partition(ctx, "dropout", d, prob, "prob")
+    out = new_result(ctx, d.shape, _out_dtype(dtype, d))
+    ins = ctx.emit("tensor_scalar", E_VECTOR, [d] + ([tp] if tp is not None else []), (out,), {"alu0": "dropout"})
+    values = None
+    if ctx.full:
+        drop = _rng(ctx).random(d.shape, dtype=np.float32) < _pval(pr, d)
+        values = np.where(drop, np.float32(0.0), _vals(d))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def gather_flattened(data, indices, *, dtype=None, mask=None) -> Tensor:
+    """nl.gather_flattened: out[p, ...] = data[p].flatten()[indices[p, ...]] (indices uint32, shape of the output;
+    out-of-bounds indices give garbage on hardware, NaN/poison here) (GpSimdE)."""
+    ctx, (d, ix) = _start("gather_flattened", E_GPSIMD, [(data, "data"), (indices, "indices")])
+    if not 2 <= d.ndim <= 4 or not 2 <= ix.ndim <= 4:
+        fail("nkisim_bad_argument", op="gather_flattened", detail="data and indices must be 2-, 3- or 4-dimensional")
+    if parts_of(d) != parts_of(ix):
+        fail("err_num_partition_mismatch", params=f"data{list(d.shape)}, indices{list(ix.shape)}",
+             op="gather_flattened")
+    if ix.dtype != np.uint32:
+        fail("nkisim_dtype_not_supported", op="gather_flattened", dtype=ix.dtype.name, operand="indices",
+             detail=" (indices must be uint32)")
+    out = new_result(ctx, ix.shape, _out_dtype(dtype, d))
+    ins = ctx.emit("gather_flattened", E_GPSIMD, (d, ix), (out,), {})
+    values = None
+    if ctx.full:
+        v = _rows(_vals(d))
+        k = _rows(np.asarray(read(ix))).astype(np.int64)
+        ok = k < v.shape[1]
+        got = np.take_along_axis(v, np.where(ok, k, 0), axis=1)
+        values = np.where(ok, got, np.float32(np.nan)).reshape(ix.shape)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
