@@ -323,8 +323,14 @@ def assign(dst: Tensor, value) -> None:
     ctx = current("tensor assignment")
     if isinstance(value, Tensor):
         if _retargetable(ctx, value):
-            _retarget(ctx, dst, accumulate=False)
-            return
+            pend = ctx.acc_spelling
+            if pend is None:
+                _retarget(ctx, dst, accumulate=False)
+                return
+            if pend[0]() is value and pend[1]._a is dst._a and _same_view(pend[1], dst):
+                ctx.acc_spelling = None
+                _retarget(ctx, dst, accumulate=True)  # acc[...] = acc + nl.matmul(...): accumulation (2024)
+                return
         ctx.settle()
         if value._a is dst._a and _same_view(value, dst):
             return  # ``t[idx] += x`` stores the in-place result back into the same view: nothing to copy
@@ -407,6 +413,13 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
         elif vals.dtype != dst.dtype:
             vals = execute.to_f32(vals)
         write(dst, execute.cast(vals, dst.dtype), m)
+
+
+def hbm_init(ctx: KernelContext, t: Tensor, value) -> Tensor:
+    """An HBM tensor created with an init value (2024 toolchain): the fill is one DMA write of the tensor."""
+    ctx.emit("dma_copy", E_DMA, (), (t,), {"bytes": math.prod(t.shape) * t.dtype.itemsize, "via": "hbm_init",
+                                           "cast": False, "value": float(value)})
+    return t
 
 
 def load(src: Tensor, *, mask=None, dtype=None, transpose: bool = False) -> Tensor:
@@ -590,16 +603,75 @@ def _vals(t, shape=None):
     return v
 
 
+_BOOL_RESULT = frozenset({"equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and",
+                          "logical_or", "logical_xor"})
+
+
+def binary(alu: str, x, y, *, dtype=None, mask=None):
+    """nl.<alu>(x, y) and the Python operators on tiles: tile (op) tile, tile (op) scalar, scalar (op) scalar."""
+    xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
+    if dtype is None and alu in _BOOL_RESULT:
+        dtype = np.bool_  # comparisons and logical ops default to dtype=bool (nki.language.less_equal docs)
+    if xt and yt:
+        return tensor_tensor(x, y, alu, dtype=dtype, mask=mask, nl_style=True, op_name=alu)
+    if xt or yt:
+        tile, scalar = (x, y) if xt else (y, x)
+        if isinstance(scalar, np.ndarray):
+            raise TypeError(f"nl.{alu}: host NumPy arrays cannot be kernel operands; load them as tiles")
+        out_dt = dtype if dtype is not None else dtypes.promote(tile.dtype, scalar)
+        return tensor_scalar(tile, alu, scalar, reverse0=not xt, dtype=out_dt, mask=mask, op_name=alu)
+    return np.float32(execute.alu(alu, np.float32(x), np.float32(y)))
+
+
+def broadcast_to(src: Tensor, shape) -> Tensor:
+    dims = tuple(int(d) for d in shape)
+    if tuple(src.shape) == dims:
+        return src
+    return tensor_copy(src, shape=dims, op_name="broadcast_to")
+
+
+def _acc_plus_matmul(ctx: KernelContext, a, b) -> Tensor | None:
+    """2024 toolchain: ``acc + <fresh matmul result>`` (both in PSUM) spells matmul accumulation into ``acc``.
+
+    The matmul result is returned unchanged and remembered: assigned straight back into ``acc``
+    (``acc[...] = acc + nl.matmul(..)``) the matmul joins acc's accumulation group, one instruction, exactly as
+    ``acc += nl.matmul(..)``; used any other way, the sum is materialized into it at the next API call."""
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a._a.buf == B_PSUM and b._a.buf == B_PSUM):
+        return None
+    if ctx.last_instr is None or ctx.last_instr.op != "nc_matmul":
+        return None
+    if _retargetable(ctx, b):
+        acc, mm = a, b
+    elif _retargetable(ctx, a):
+        acc, mm = b, a
+    else:
+        return None
+
+    def materialize() -> None:
+        fresh = ref()
+        if fresh is not None:
+            tensor_tensor(acc, fresh, "add", dst=fresh, nl_style=True, psum_pair=True, op_name="add")
+
+    ref = weakref.ref(mm)
+    ctx.acc_spelling = (ref, acc, materialize)
+    return mm
+
+
 def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None,
-                  dst: Tensor | None = None, nl_style: bool = False, op_name: str = "tensor_tensor") -> Tensor:
+                  dst: Tensor | None = None, nl_style: bool = False, op_name: str = "tensor_tensor",
+                  psum_pair: bool = False) -> Tensor:
     ctx = current(op_name)
+    if nl_style and op == "add" and dst is None and mask is None and dtype is None and ctx.era == "2024":
+        mm = _acc_plus_matmul(ctx, data1, data2)
+        if mm is not None:
+            return mm
     ctx.settle()
     a = need_tensor(data1, op_name, "data1")
     b = need_tensor(data2, op_name, "data2")
     if engine == E_UNKNOWN:
         engine = E_GPSIMD if op == "power" else E_VECTOR
     _engine_checks(op_name, engine, [(a, "data1"), (b, "data2")], ctx)
-    if a._a.buf == B_PSUM and b._a.buf == B_PSUM:
+    if a._a.buf == B_PSUM and b._a.buf == B_PSUM and not psum_pair:
         fail("nkisim_two_inputs_in_psum", op=op_name)
     if execute.ALU.get(op, (None, False))[1]:
         _need_int(op_name, op, (a, "data1"), (b, "data2"))

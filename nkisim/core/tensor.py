@@ -426,10 +426,9 @@ class Tensor:
     def _binop(self, other, name: str, reverse: bool = False):
         if self._a.buf == B_HBM:
             self._opaque("Python arithmetic operator")
-        from nkisim.api import language as nl
+        from nkisim.core import ops
 
-        fn = getattr(nl, name)
-        return fn(other, self) if reverse else fn(self, other)
+        return ops.binary(name, other, self) if reverse else ops.binary(name, self, other)
 
     def __add__(self, o):
         return self._binop(o, "add")
@@ -504,9 +503,9 @@ class Tensor:
         return Tensor(self._a, out, pdim, off=self._off)
 
     def broadcast_to(self, shape) -> Tensor:
-        from nkisim.api import language as nl
+        from nkisim.core import ops
 
-        return nl.broadcast_to(self, shape=shape)
+        return ops.broadcast_to(self, shape)
 
     def astype(self, dtype) -> Tensor:
         """Copy into a new tile of ``dtype`` (one VectorE copy instruction)."""
