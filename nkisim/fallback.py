@@ -93,6 +93,7 @@ def backend_info() -> dict[str, Any]:
         "reason": "",
         "version": None,
         "target": current_target(),
+        "toolchain_era": _era_text(),
         "hook_installed": hook_active,
         "location": None,
         "pth_file": str(pth) if pth.is_file() else None,
@@ -152,6 +153,19 @@ def backend_label(info: dict[str, Any] | None = None) -> str:
     return "no NKI backend"
 
 
+def _era_text() -> str:
+    """Which course toolchain's rules nkisim applies, and why (``python -m nkisim info``)."""
+    from nkisim.core import config
+
+    try:
+        era = config.toolchain_era()
+    except ValueError as exc:
+        return f"invalid ({exc})"
+    why = f"set by {config.ERA_ENV}" if os.environ.get(config.ERA_ENV, "").strip() else \
+        f"from the target; override with {config.ERA_ENV}=2024|2025"
+    return f"{era}: {config.ERAS[era]} ({why})"
+
+
 def describe(info: dict[str, Any] | None = None) -> str:
     """Multi-line report printed by ``python -m nkisim info``."""
     info = backend_info() if info is None else info
@@ -170,6 +184,7 @@ def describe(info: dict[str, Any] | None = None) -> str:
     lines = [
         f"backend:        {backend}",
         f"target:         {info['target']}",
+        f"toolchain era:  {info.get('toolchain_era', _era_text())}",
         f"{PRECISE_FP_ENV}:  {precise_fp_text()}",
         f"fallback hook:  {'active' if info['hook_installed'] else 'not active'}"
         + (f" (disabled by {_hook.DISABLE_ENV})" if _hook.disabled() else ""),

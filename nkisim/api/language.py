@@ -104,7 +104,8 @@ def _filled(shape, dtype, buffer, name, value) -> _Tensor:
     ctx = _rt.current("nl.zeros")
     ctx.settle()
     if buffer is not None and getattr(buffer, "kind", None) == _Buf.HBM:
-        _fail("err_hbm_tensor_with_init_value_not_supported")
+        # rejected by the 2025 toolchain; the 2024 one filled it (rules.py, era note)
+        return _ops.hbm_init(ctx, _rt.allocate(shape, dtype, buffer, name=name, ctx=ctx, fill=value), value)
     if buffer is not None and getattr(buffer, "direct", None) is not None:
         _fail("nkisim_direct_alloc", detail="tensors with an init value cannot be created with direct allocation "
               "(err_tensor_creation_on_scratchpad_with_init_value_not_supported)")
@@ -155,42 +156,18 @@ def copy(src, *, mask=None, dtype=None, **kwargs) -> _Tensor:
 
 
 def broadcast_to(src, *, shape, **kwargs) -> _Tensor:
-    dims = tuple(int(d) for d in shape)
-    if tuple(src.shape) == dims:
-        return src
-    return _ops.tensor_copy(src, shape=dims, op_name="broadcast_to")
+    return _ops.broadcast_to(src, shape)
 
 
 # ---- element-wise -----------------------------------------------------------------------------------------------
-_BOOL_RESULT = frozenset({"equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and",
-                          "logical_or", "logical_xor"})
-
-
 def _binary(alu: str):
     def fn(x, y, *, dtype=None, mask=None, **kwargs):
-        xt, yt = isinstance(x, _Tensor), isinstance(y, _Tensor)
-        if dtype is None and alu in _BOOL_RESULT:
-            dtype = bool_  # comparisons and logical ops default to dtype=bool (nki.language.less_equal docs)
-        if xt and yt:
-            return _ops.tensor_tensor(x, y, alu, dtype=dtype, mask=mask, nl_style=True, op_name=alu)
-        if xt or yt:
-            tile, scalar = (x, y) if xt else (y, x)
-            if isinstance(scalar, _np.ndarray):
-                raise TypeError(f"nl.{alu}: host NumPy arrays cannot be kernel operands; load them as tiles")
-            out_dt = dtype if dtype is not None else _dt.promote(tile.dtype, scalar)
-            return _ops.tensor_scalar(tile, alu, scalar, reverse0=not xt, dtype=out_dt, mask=mask, op_name=alu)
-        return _np.float32(_execute_alu(alu, x, y))
+        return _ops.binary(alu, x, y, dtype=dtype, mask=mask)
 
     fn.__name__ = alu
     fn.__qualname__ = alu
     fn.nki_alu = alu
     return fn
-
-
-def _execute_alu(alu, x, y):
-    from nkisim.core.execute import alu as run
-
-    return run(alu, _np.float32(x), _np.float32(y))
 
 
 add = _binary("add")
@@ -346,7 +323,23 @@ def dropout(x, rate, *, dtype=None, mask=None, **kwargs) -> _Tensor:
     return ops_isa.dropout(x, rate, dtype=dtype, mask=mask)
 
 
-loop_reduce = _Unsupported("nl.loop_reduce")  # accumulate with nl.add / nisa.tensor_tensor meanwhile
+def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
+    """Reduce ``x`` into the destination across loop iterations: ``b = nl.loop_reduce(a, op, [k])`` is
+    ``b = nisa.tensor_tensor(data1=b, data2=a, op=op)`` written in place into ``b`` (nki.language.loop_reduce
+    @2.21: "The destination tile is also the rhs input to op"); ``loop_indices`` only informs the compiler."""
+    import sys as _sys
+
+    from nkisim.api.isa import _alu
+    from nkisim.core.stmt import assignment_target
+
+    found = assignment_target(_sys._getframe(1), "loop_reduce")
+    if found is None or not isinstance(found[1], _Tensor):
+        what = f"'{found[0]}' holds no tile yet" if found else "its result is not assigned to a tile"
+        _fail("nkisim_bad_argument", op="loop_reduce", detail=f"the destination is the assignment target and "
+              f"also an input, but {what}: create it before the loop (b = nl.zeros(..., buffer=nl.sbuf))")
+    dst = found[1]
+    return _ops.tensor_tensor(dst, x, _alu(op, "loop_reduce"), dtype=dtype, mask=mask, dst=dst, nl_style=True,
+                              op_name="loop_reduce")
 
 
 def expand_dims(data, axis):

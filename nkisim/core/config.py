@@ -91,6 +91,35 @@ def current_target() -> str:
     return normalize_target(raw) if raw else DEFAULT_TARGET
 
 
+# Toolchain eras: the course ran on two compilers whose rules differ (shared/nki-api.md, "Toolchain versions
+# actually used"): Fall 2024 on trn1 with NeuronX Compiler 2.0.x of Neuron SDK ~2.20/2.21 (docs "2.21 beta"),
+# Fall 2025 on trn2 with Neuron SDK 2.26.  Rules that changed between them are tagged with their era in
+# nkisim.core.rules; the era follows the target unless NKISIM_TOOLCHAIN_ERA overrides it.
+ERA_ENV = "NKISIM_TOOLCHAIN_ERA"
+ERAS = {"2024": "Fall 2024 course toolchain (Neuron SDK 2.20/2.21, trn1)",
+        "2025": "Fall 2025 course toolchain (Neuron SDK 2.26, trn2)"}
+ERA_BY_TARGET = {"trn1": "2024", "trn2": "2025"}
+_ERA_ALIASES = {"2024": "2024", "2.20": "2024", "2.21": "2024", "fall2024": "2024",
+                "2025": "2025", "2.26": "2025", "fall2025": "2025"}
+
+
+def normalize_era(name: str) -> str:
+    key = _ERA_ALIASES.get(str(name).strip().lower())
+    if key is None:
+        raise ValueError(f"unknown toolchain era {name!r} (from {ERA_ENV}?): nkisim knows 2024 (Neuron SDK "
+                         "2.20/2.21, the trn1 course year) and 2025 (Neuron SDK 2.26, the trn2 course year)")
+    return key
+
+
+def toolchain_era(target: str | None = None) -> str:
+    """The era whose rules apply: NKISIM_TOOLCHAIN_ERA if set, else derived from the target (trn1 -> 2024,
+    trn2 -> 2025)."""
+    raw = os.environ.get(ERA_ENV, "").strip()
+    if raw:
+        return normalize_era(raw)
+    return ERA_BY_TARGET[normalize_target(target)]
+
+
 def limits(target: str | None = None) -> TargetLimits:
     return TARGETS[normalize_target(target)]
 

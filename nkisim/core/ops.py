@@ -77,20 +77,51 @@ def free_of(t: Tensor) -> int:
     return n // p if p else 0
 
 
-def mask_values(mask, shape) -> np.ndarray | None:
+def mask_values(mask, shape, *tiles) -> np.ndarray | None:
+    """The mask= predicate at every element of an access of ``shape``.
+
+    A mask is a predicate over the index variables of the access: when ``tiles`` (the instruction's operands)
+    were indexed with nl.arange/nl.mgrid expressions, it is evaluated per element through those variables, so
+    predicates built from differently laid out expressions (a partition arange with an mgrid over the free axes,
+    or over fewer axes than the operand) apply as NKI applies them.  Otherwise it broadcasts partition-first.
+    Operands that run out of bounds are checked here, against the positions the mask leaves enabled.
+    """
+    shape = tuple(shape)
+    m = None
     if mask is None:
-        return None
-    if isinstance(mask, Mask):
-        m = mask.values
+        pass
+    elif isinstance(mask, Mask):
+        if mask.named is not None:
+            layout = None
+            for t in tiles:
+                if t is not None and t._axv:
+                    layout = dict(t._axv) if layout is None else {**t._axv, **layout}
+            m = mask.over(shape, layout)
+        if m is None:
+            if mask.values is None:
+                fail("nkisim_shape_mismatch", op="mask", shapes=[list(mask.named[0].shape), list(shape)],
+                     detail=": the predicate's index variables do not all index this instruction's operands")
+            m = _broadcast_mask(mask.values, shape)
     elif isinstance(mask, (bool, np.bool_)):
-        m = np.asarray(bool(mask))
+        m = np.broadcast_to(np.asarray(bool(mask)), shape)
     else:
         raise TypeError("mask= must be a predicate built from nl.arange/nl.mgrid comparisons")
+    for t in tiles:
+        if t is not None and t._oob:
+            check_oob(t, m if m is not None and tuple(t.shape) == shape else None)
+    return m
+
+
+def _broadcast_mask(m: np.ndarray, shape: tuple) -> np.ndarray:
     try:
         return np.broadcast_to(_fit(m, shape), shape)
     except ValueError:
+        pass
+    try:
+        return np.broadcast_to(m, shape)  # a predicate over trailing free axes only
+    except ValueError:
         fail("nkisim_shape_mismatch", op="mask", shapes=[list(m.shape), list(shape)], detail="")
-    return None
+    return m
 
 
 def _fit(a: np.ndarray, shape) -> np.ndarray:
@@ -179,6 +210,11 @@ def _retarget(ctx: KernelContext, dst: Tensor, accumulate: bool) -> None:
              detail="")
     if op == "nc_matmul" or (op == "nc_transpose" and engine == E_TENSOR):
         _check_psum_bank(ctx, dst, op)
+    mask = ctx.last_mask
+    if mask is not None:
+        mask = np.broadcast_to(mask, src_tile.shape).reshape(dst.shape)
+    if dst._oob:
+        check_oob(dst, mask)
     ins.dsts = (dst.operand(),)
     if accumulate and op == "nc_matmul":
         ins.attrs["accumulate"] = True
@@ -192,20 +228,29 @@ def _retarget(ctx: KernelContext, dst: Tensor, accumulate: bool) -> None:
     if vals.shape != dst.shape:
         vals = vals.reshape(dst.shape)
     if op == "nc_matmul":
-        _psum_write(dst, vals, accumulate)
+        _psum_write(dst, vals, accumulate, mask)
     else:
-        mask = ctx.last_mask
-        if mask is not None:
-            mask = np.broadcast_to(mask, src_tile.shape).reshape(dst.shape)
         write(dst, execute.cast(vals, dst.dtype), mask)
-        _mark_written(dst)
+        _mark_written(dst, mask)
 
 
-def _mark_written(t: Tensor) -> None:
+def _mark_written(t: Tensor, mask: np.ndarray | None = None) -> None:
     """A PSUM region written by a non-matmul instruction holds data: a later ``+=`` matmul accumulates onto it
     instead of starting a fresh accumulation group (only never-written PSUM is overwritten by the first matmul)."""
-    if t._a.acc is not None and t._ix is None:
+    if t._a.acc is None:
+        return
+    if t._ix is None and mask is None:
         _acc_view(t)[...] = True
+        return
+    flags = _acc_view(t)
+    if t._ix is None:
+        flags[np.broadcast_to(mask, t.shape)] = True
+        return
+    ix = [np.broadcast_to(a, t.shape) for a in t._ix]
+    if mask is not None:
+        m = np.broadcast_to(mask, t.shape)
+        ix = [a[m] for a in ix]
+    flags[tuple(ix)] = True
 
 
 def _acc_view(t: Tensor) -> np.ndarray:
@@ -220,10 +265,29 @@ def _acc_view(t: Tensor) -> np.ndarray:
                                            strides=tuple(s // isz for s in t._v.strides))
 
 
-def _psum_write(dst: Tensor, vals: np.ndarray, accumulate: bool) -> None:
-    """Matmul accumulation group semantics: the first write to a region overwrites, later ones add (fp32)."""
-    if dst._ix is not None:
-        write(dst, execute.cast(vals, dst.dtype))
+def _psum_write(dst: Tensor, vals: np.ndarray, accumulate: bool, mask: np.ndarray | None = None) -> None:
+    """Matmul accumulation group semantics: the first write to a region overwrites, later ones add (fp32).
+
+    The same for every view: a destination indexed with index expressions (``acc[i_p, i_f] += nl.matmul(..)``)
+    reads its flags and values through the same index arrays it writes through."""
+    if dst._ix is not None or mask is not None:
+        flags = _acc_view(dst)
+        vals = np.broadcast_to(vals, dst.shape)
+        if dst._ix is not None:
+            pos = tuple(np.broadcast_to(a, dst.shape) for a in dst._ix)
+            if mask is not None:
+                m = np.broadcast_to(mask, dst.shape)
+                pos = tuple(a[m] for a in pos)
+                vals = vals[m]
+        else:
+            pos = np.broadcast_to(mask, dst.shape)
+            vals = vals[pos]
+        if accumulate:
+            new = np.where(flags[pos], dst._v[pos].astype(F32) + vals, vals)
+        else:
+            new = vals
+        dst._v[pos] = execute.cast(np.asarray(new, dtype=F32), dst.dtype)
+        flags[pos] = True
         return
     if dst._a.acc is None:  # provisional PSUM result: every element already belongs to an accumulation group
         if accumulate and dst._v.dtype == F32:
@@ -259,11 +323,16 @@ def assign(dst: Tensor, value) -> None:
     ctx = current("tensor assignment")
     if isinstance(value, Tensor):
         if _retargetable(ctx, value):
-            _retarget(ctx, dst, accumulate=False)
-            return
+            pend = ctx.acc_spelling
+            if pend is None:
+                _retarget(ctx, dst, accumulate=False)
+                return
+            if pend[0]() is value and pend[1]._a is dst._a and _same_view(pend[1], dst):
+                ctx.acc_spelling = None
+                _retarget(ctx, dst, accumulate=True)  # acc[...] = acc + nl.matmul(...): accumulation (2024)
+                return
         ctx.settle()
-        if value._a is dst._a and value._off == dst._off and value._ix is None and dst._ix is None \
-                and value._v.shape == dst._v.shape and value._v.strides == dst._v.strides:
+        if value._a is dst._a and _same_view(value, dst):
             return  # ``t[idx] += x`` stores the in-place result back into the same view: nothing to copy
         if dst._a.buf == B_HBM or value._a.buf == B_HBM:
             dma_copy(value, dst, via="assign", ctx=ctx)
@@ -276,6 +345,18 @@ def assign(dst: Tensor, value) -> None:
         memset_into(ctx, dst, value)
         return
     raise TypeError(f"cannot assign {type(value).__name__} to a tensor: use a tile, a scalar or an nki instruction")
+
+
+def _same_view(a: Tensor, b: Tensor) -> bool:
+    """Two views of one allocation that address the same elements in the same order."""
+    if a._off != b._off or a.shape != b.shape:
+        return False
+    if a._ix is None and b._ix is None:
+        return a._v.shape == b._v.shape and a._v.strides == b._v.strides
+    if a._ix is None or b._ix is None or a._v is not b._v:
+        return False
+    return all(x is y or np.array_equal(np.broadcast_to(x, a.shape), np.broadcast_to(y, a.shape))
+               for x, y in zip(a._ix, b._ix))
 
 
 def accumulate(dst: Tensor, other) -> None:
@@ -316,11 +397,9 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
         check_partitions(src, pmax)
     if da.buf == B_SBUF and dst.shape and dst.shape[dst._pd] > pmax:
         check_partitions(dst, pmax)
-    m = mask_values(mask, dst.shape) if mask is not None else None
+    m = mask_values(mask, dst.shape, dst) if mask is not None or dst._oob else None
     if src._oob:
-        check_oob(src, mask_values(mask, src.shape))
-    if dst._oob:
-        check_oob(dst, m)
+        mask_values(mask, src.shape, src)
     ins = ctx.emit("dma_copy", E_DMA, (src,), (dst,),
                    {"bytes": n_dst * dst.dtype.itemsize, "via": via, "cast": src.dtype != dst.dtype})
     if dst_rmw_op is not None:
@@ -334,6 +413,13 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
         elif vals.dtype != dst.dtype:
             vals = execute.to_f32(vals)
         write(dst, execute.cast(vals, dst.dtype), m)
+
+
+def hbm_init(ctx: KernelContext, t: Tensor, value) -> Tensor:
+    """An HBM tensor created with an init value (2024 toolchain): the fill is one DMA write of the tensor."""
+    ctx.emit("dma_copy", E_DMA, (), (t,), {"bytes": math.prod(t.shape) * t.dtype.itemsize, "via": "hbm_init",
+                                           "cast": False, "value": float(value)})
+    return t
 
 
 def load(src: Tensor, *, mask=None, dtype=None, transpose: bool = False) -> Tensor:
@@ -354,8 +440,11 @@ def load(src: Tensor, *, mask=None, dtype=None, transpose: bool = False) -> Tens
         fail("err_num_partition_exceed_arch_limit", n=shape[0], limit=ctx.limits.pmax)
     dt = dtypes.to_dtype(dtype) if dtype is not None else src.dtype
     out = new_result(ctx, shape, dt)
-    m = mask_values(mask, out.shape)
-    check_oob(src, mask_values(mask, src.shape) if src._oob else None)
+    if transpose:
+        m = mask_values(mask, out.shape)
+        mask_values(mask, src.shape, src)
+    else:
+        m = mask_values(mask, out.shape, src)
     ins = ctx.emit("dma_copy", E_DMA, (src,), (out,),
                    {"bytes": math.prod(shape) * dt.itemsize, "via": "load_transpose2d" if transpose else "load",
                     "cast": dt != src.dtype})
@@ -429,7 +518,7 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
         s = execute.to_f32(read(stationary)).reshape(k1, m)
         mv = execute.to_f32(read(moving)).reshape(k1, n)
         values = (s.T @ mv).reshape(out_shape)
-    return finish(ctx, ins, out, values)
+    return finish(ctx, ins, out, values, mask_values(mask, out_shape, stationary, moving))
 
 
 def nc_transpose(data: Tensor, *, engine: Engine = E_UNKNOWN, dtype=None, mask=None,
@@ -459,7 +548,7 @@ def nc_transpose(data: Tensor, *, engine: Engine = E_UNKNOWN, dtype=None, mask=N
     out = new_result(ctx, (f, p), dt, out_buf)
     ins = ctx.emit("nc_transpose", engine, (data,), (out,), {"P": p, "F": f})
     values = execute.to_f32(read(data)).reshape(p, f).T if ctx.full else None
-    out = finish(ctx, ins, out, values)
+    out = finish(ctx, ins, out, values, mask_values(mask, (f, p), data))
     return out
 
 
@@ -514,16 +603,75 @@ def _vals(t, shape=None):
     return v
 
 
+_BOOL_RESULT = frozenset({"equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and",
+                          "logical_or", "logical_xor"})
+
+
+def binary(alu: str, x, y, *, dtype=None, mask=None):
+    """nl.<alu>(x, y) and the Python operators on tiles: tile (op) tile, tile (op) scalar, scalar (op) scalar."""
+    xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
+    if dtype is None and alu in _BOOL_RESULT:
+        dtype = np.bool_  # comparisons and logical ops default to dtype=bool (nki.language.less_equal docs)
+    if xt and yt:
+        return tensor_tensor(x, y, alu, dtype=dtype, mask=mask, nl_style=True, op_name=alu)
+    if xt or yt:
+        tile, scalar = (x, y) if xt else (y, x)
+        if isinstance(scalar, np.ndarray):
+            raise TypeError(f"nl.{alu}: host NumPy arrays cannot be kernel operands; load them as tiles")
+        out_dt = dtype if dtype is not None else dtypes.promote(tile.dtype, scalar)
+        return tensor_scalar(tile, alu, scalar, reverse0=not xt, dtype=out_dt, mask=mask, op_name=alu)
+    return np.float32(execute.alu(alu, np.float32(x), np.float32(y)))
+
+
+def broadcast_to(src: Tensor, shape) -> Tensor:
+    dims = tuple(int(d) for d in shape)
+    if tuple(src.shape) == dims:
+        return src
+    return tensor_copy(src, shape=dims, op_name="broadcast_to")
+
+
+def _acc_plus_matmul(ctx: KernelContext, a, b) -> Tensor | None:
+    """2024 toolchain: ``acc + <fresh matmul result>`` (both in PSUM) spells matmul accumulation into ``acc``.
+
+    The matmul result is returned unchanged and remembered: assigned straight back into ``acc``
+    (``acc[...] = acc + nl.matmul(..)``) the matmul joins acc's accumulation group, one instruction, exactly as
+    ``acc += nl.matmul(..)``; used any other way, the sum is materialized into it at the next API call."""
+    if not (isinstance(a, Tensor) and isinstance(b, Tensor) and a._a.buf == B_PSUM and b._a.buf == B_PSUM):
+        return None
+    if ctx.last_instr is None or ctx.last_instr.op != "nc_matmul":
+        return None
+    if _retargetable(ctx, b):
+        acc, mm = a, b
+    elif _retargetable(ctx, a):
+        acc, mm = b, a
+    else:
+        return None
+
+    def materialize() -> None:
+        fresh = ref()
+        if fresh is not None:
+            tensor_tensor(acc, fresh, "add", dst=fresh, nl_style=True, psum_pair=True, op_name="add")
+
+    ref = weakref.ref(mm)
+    ctx.acc_spelling = (ref, acc, materialize)
+    return mm
+
+
 def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None,
-                  dst: Tensor | None = None, nl_style: bool = False, op_name: str = "tensor_tensor") -> Tensor:
+                  dst: Tensor | None = None, nl_style: bool = False, op_name: str = "tensor_tensor",
+                  psum_pair: bool = False) -> Tensor:
     ctx = current(op_name)
+    if nl_style and op == "add" and dst is None and mask is None and dtype is None and ctx.era == "2024":
+        mm = _acc_plus_matmul(ctx, data1, data2)
+        if mm is not None:
+            return mm
     ctx.settle()
     a = need_tensor(data1, op_name, "data1")
     b = need_tensor(data2, op_name, "data2")
     if engine == E_UNKNOWN:
         engine = E_GPSIMD if op == "power" else E_VECTOR
     _engine_checks(op_name, engine, [(a, "data1"), (b, "data2")], ctx)
-    if a._a.buf == B_PSUM and b._a.buf == B_PSUM:
+    if a._a.buf == B_PSUM and b._a.buf == B_PSUM and not psum_pair:
         fail("nkisim_two_inputs_in_psum", op=op_name)
     if execute.ALU.get(op, (None, False))[1]:
         _need_int(op_name, op, (a, "data1"), (b, "data2"))
@@ -541,7 +689,7 @@ def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = E_UNKNO
         check_writable(out)
         if math.prod(out.shape) < math.prod(out_shape):
             fail("err_store_dst_shape_smaller_than_other_shape", dst=list(out.shape), src=list(out_shape))
-    m = mask_values(mask, out.shape)
+    m = mask_values(mask, out.shape, a, b, out)
     ins = ctx.emit("tensor_tensor", engine, (a, b), (out,), {"alu": op})
     values = None
     if ctx.full:
@@ -560,7 +708,7 @@ def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = E_UNKNO
     if dst is not None:
         if values is not None:
             write(out, execute.cast(np.asarray(values), out.dtype), m)
-            _mark_written(out)
+            _mark_written(out, m)
         return out
     return finish(ctx, ins, out, values, m)
 
@@ -616,7 +764,7 @@ def tensor_scalar(data, op0: str, operand0, reverse0: bool = False, op1: str | N
     srcs = [data] + [t for t in (t0, t1) if t is not None]
     out_dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
     out = new_result(ctx, data.shape, out_dt)
-    m = mask_values(mask, out.shape)
+    m = mask_values(mask, out.shape, *srcs)
     attrs = {"alu0": op0}
     if op1 is not None:
         attrs["alu1"] = op1
@@ -656,7 +804,7 @@ def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: 
             fail("nkisim_gpsimd_psum", op=op_name, operand="dst")
         if math.prod(out.shape) < math.prod(src.shape):
             fail("err_store_dst_shape_smaller_than_other_shape", dst=list(out.shape), src=list(src.shape))
-    m = mask_values(mask, out.shape)
+    m = mask_values(mask, out.shape, src, out)
     ins = ctx.emit("tensor_copy", engine, (src,), (out,), {})
     values = None
     if ctx.full:
@@ -675,7 +823,7 @@ def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: 
     if dst is not None:
         if values is not None:
             write(out, execute.cast(np.asarray(values), out.dtype), m)
-            _mark_written(out)
+            _mark_written(out, m)
         return out
     return finish(ctx, ins, out, values, m)
 
@@ -712,7 +860,7 @@ def tensor_reduce(op: str, data, axis, *, negate: bool = False, keepdims: bool =
         values = np.asarray(values, dtype=v.dtype if v.dtype.kind in "iub" else F32)
         if negate:
             values = -values
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, data))
 
 
 def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, reduce_op=None,
@@ -748,7 +896,7 @@ def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, 
         s = _vals(sc).reshape(pshape) if isinstance(sc, Tensor) else np.float32(sc if sc is not None else 1.0)
         b = _vals(bi).reshape(pshape) if isinstance(bi, Tensor) else np.float32(bi or 0.0)
         values = execute.activation(func, v * s + b)
-    out = finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    out = finish(ctx, ins, out, values, mask_values(mask, out.shape, *srcs))
     if reduce_res is not None and ctx.full:
         red = execute.REDUCE[reduce_op or "add"](
             values.reshape(parts_of(data), -1), axis=1, keepdims=True)
@@ -774,7 +922,7 @@ def select(condition, x, y, *, dtype=None, mask=None) -> Tensor:
         def val(v):
             return _fit(execute.to_f32(read(v)), ref.shape) if isinstance(v, Tensor) else np.float32(v)
         values = np.where(val(condition) != 0, val(x), val(y))
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, *tiles))
 
 
 def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None) -> Tensor:
@@ -801,11 +949,13 @@ def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None) -> Tensor:
     ins = ctx.emit("dma_copy", E_DMA, (src,), (out,), {"bytes": math.prod(shape) * dt.itemsize,
                                                              "via": "dma_transpose", "cast": dt != src.dtype})
     values = np.transpose(read(src), axes) if ctx.full else None
-    return finish(ctx, ins, out, values, mask_values(mask, shape))
+    return finish(ctx, ins, out, values, mask_values(mask, shape, src))
 
 
 def memset_into(ctx: KernelContext, dst: Tensor, value, engine: Engine = E_VECTOR) -> Tensor:
     need_on_chip(dst, "memset", "dst")
+    if dst._oob:
+        check_oob(dst, None)
     ins = ctx.emit("memset", engine, (), (dst,), {"value": float(value)})
     if ctx.full:
         write(dst, execute.cast(np.asarray(value, dtype=F32 if dtypes.is_float(dst.dtype) else np.int64),

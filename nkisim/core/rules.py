@@ -18,6 +18,8 @@ class Rule:
     template: str
     source: str
     official: bool  # True when ``code`` and the wording are the Neuron compiler's
+    eras: tuple[str, ...] = ("2024", "2025")  # toolchain eras that enforce it (nkisim.core.config.ERAS)
+    era_note: str = ""  # what differs between the eras, and the evidence
 
 
 class NKIError(ValueError):
@@ -32,8 +34,13 @@ class NKICapacityError(NKIError, MemoryError):
     """SBUF or PSUM over-subscription (the compiler's allocator fails; GCA035 on hardware)."""
 
 
-def _r(code: str, template: str, source: str) -> Rule:
-    return Rule(code, template, source, official=code.startswith("err_"))
+def _r(code: str, template: str, source: str, eras: tuple[str, ...] = ("2024", "2025"), era_note: str = "") -> Rule:
+    return Rule(code, template, source, official=code.startswith("err_"), eras=eras, era_note=era_note)
+
+
+def applies(code: str, era: str) -> bool:
+    """Whether the toolchain era ``era`` ('2024' | '2025') enforces rule ``code``."""
+    return era in RULES[code].eras
 
 
 _RULE_LIST = [
@@ -94,7 +101,10 @@ _RULE_LIST = [
        "nki.errors"),
     _r("err_hbm_tensor_with_init_value_not_supported",
        "Creating HBM tensor with init value is not supported.",
-       "nki.errors @2.26"),
+       "nki.errors @2.26", eras=("2025",),
+       era_note="2024: accepted (kernels creating their output with nl.zeros(..., buffer=nl.hbm) passed on trn1 "
+                "hardware with the course's SDK 2.20/2.21 compiler, issue 10); the error is listed from the SDK 2.26 "
+                "nki.errors page on"),
     _r("err_shared_hbm_must_in_kernel_level",
        "shared_hbm buffer can only be created top level kernel scope",
        "nki.errors"),
@@ -118,6 +128,15 @@ _RULE_LIST = [
        "{op}: output {shape} ({nbytes} bytes per partition at offset {offset}) must lie within one {bank} "
        "byte PSUM bank",
        "trainium arch guide: one MultiplyMoving writes exactly one 2 KiB PSUM bank"),
+    _r("nkisim_psum_tile_fmax",
+       "PSUM tile '{name}' {shape} has {n} free elements of {nbytes} bytes per partition: a PSUM tile's free size "
+       "must not exceed nl.tile_size.psum_fmax ({limit} fp32 elements, one {bank}-byte bank)",
+       "nki.language.tile_size @2.21/@2.26: psum_fmax = 'Maximum free dimension of a tile on PSUM buffer'; "
+       "programming model 'Tile size considerations' (PSUM tile free size <= 2 KiB per partition)",
+       eras=("2024",),
+       era_note="2025: not enforced (NKI 0.4 docs deprecate psum_fmax as a tile limit, and the trn2 course "
+                "year's kernels agree with their hardware verdicts without it); no compiler wording found, the "
+                "text names the documented constant"),
     _r("nkisim_matmul_dtype",
        "nc_matmul: {detail}",
        "nki.isa.nc_matmul: fp8/bf16/fp16/tf32/fp32 inputs; fp32/tf32 must pair with fp32/tf32"),
@@ -129,7 +148,9 @@ _RULE_LIST = [
        "trainium arch guide; nki.isa tensor_copy/tensor_tensor"),
     _r("nkisim_two_inputs_in_psum",
        "{op}: the two input tensors cannot both be in PSUM",
-       "nki.isa.tensor_tensor"),
+       "nki.isa.tensor_tensor",
+       era_note="2024: `acc[...] = acc + nl.matmul(...)` is accepted as PSUM accumulation (same meaning as "
+                "`acc += nl.matmul(...)`; kernels spelling it so passed on trn1 hardware, issue 10)"),
     _r("nkisim_shape_mismatch",
        "{op}: operand shapes {shapes} are not compatible{detail}",
        "nki.isa elementwise ops: same partition size and elements per partition, or a (P, 1) operand"),
@@ -205,13 +226,21 @@ def markdown() -> str:
         f"descriptions: {ERRORS_URL}); `nkisim_` codes are hardware/API limits the docs state without an "
         "official error text. `{...}` fields are filled in with the offending values.",
         "",
-        "| code | official | message template | source |",
-        "|---|---|---|---|",
+        "The *eras* column says which course toolchain enforces a rule: `2024` is the Fall 2024 toolchain "
+        "(Neuron SDK 2.20/2.21 on trn1), `2025` the Fall 2025 one (Neuron SDK 2.26 on trn2). nkisim derives the era "
+        "from the target (trn1 -> 2024, trn2 -> 2025); `NKISIM_TOOLCHAIN_ERA=2024|2025` overrides it and "
+        "`python -m nkisim info` shows it.",
+        "",
+        "| code | official | eras | message template | source |",
+        "|---|---|---|---|---|",
     ]
     for rule in _RULE_LIST:
         template = rule.template.replace("|", "\\|")
         source = rule.source.replace("|", "\\|")
-        lines.append(f"| `{rule.code}` | {'yes' if rule.official else 'no'} | {template} | {source} |")
+        if rule.era_note:
+            source += "; **era**: " + rule.era_note.replace("|", "\\|")
+        eras = ", ".join(rule.eras)
+        lines.append(f"| `{rule.code}` | {'yes' if rule.official else 'no'} | {eras} | {template} | {source} |")
     return "\n".join(lines) + "\n"
 
 

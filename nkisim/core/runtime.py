@@ -18,7 +18,7 @@ import numpy as np
 from nkisim.core import config, dtypes, execute
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf, Engine, Instr, Trace
 from nkisim.core.memory import Allocation, MemoryTracker, make_storage
-from nkisim.core.rules import fail
+from nkisim.core.rules import applies, fail
 from nkisim.core.tensor import Tensor, parse_shape
 
 _NKISIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,6 +35,7 @@ class KernelContext:
         if mode not in ("full", "timing"):
             raise ValueError(f"mode must be 'full' or 'timing', not {mode!r}")
         self.target = config.normalize_target(target)
+        self.era = config.toolchain_era(self.target)  # selects era-dependent rules (core/rules.py)
         self.limits = config.limits(self.target)
         self.full = mode == "full"
         self.trace = Trace(self.target, name)
@@ -45,6 +46,7 @@ class KernelContext:
         self.last_values: np.ndarray | None = None
         self.unwritten = None  # (weakref to the last result tile, its values, mask): written lazily by settle
         self.last_mask: np.ndarray | None = None  # mask= of the last retargetable result (set by ops.finish)
+        self.acc_spelling = None  # (matmul result ref, acc view, materialize): 2024 `acc + nl.matmul(..)`
         self.direct_alloc: bool | None = None
         self.sbuf_arena = None
         self._where: dict = {}
@@ -63,6 +65,10 @@ class KernelContext:
     def settle(self) -> None:
         """Start of every API call: charge the previous call's result tile if the kernel kept it, and locate
         the kernel statement making this call (for traces, allocation sites and error messages)."""
+        if self.acc_spelling is not None:
+            materialize = self.acc_spelling[2]
+            self.acc_spelling = None
+            materialize()
         if self.unwritten is not None:
             self._flush()
         ref = self.pending
@@ -165,7 +171,8 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
     if site is None:
         site = ctx.site
     if kind == B_HBM:
-        if fill is not None and not provisional:
+        if fill is not None and not provisional and applies("err_hbm_tensor_with_init_value_not_supported",
+                                                            ctx.era):
             fail("err_hbm_tensor_with_init_value_not_supported")
         if buffer.name == "shared_hbm" and site is not None and ctx.kernel_code is not None \
                 and site[0] is not ctx.kernel_code:
@@ -187,6 +194,14 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
     for i, d in enumerate(dims):
         if i != pdim:
             bytes_pp *= d
+    if kind == B_PSUM and not provisional and ctx.era == "2024":
+        per_tile = bytes_pp
+        for d in dims[:pdim]:
+            per_tile //= max(d, 1)  # block dimensions hold separate tiles
+        bank = ctx.limits.psum_bank_bytes
+        if per_tile > bank and applies("nkisim_psum_tile_fmax", ctx.era):
+            fail("nkisim_psum_tile_fmax", name=name or "tile", shape=list(dims), n=per_tile // dt.itemsize,
+                 nbytes=per_tile, limit=bank // 4, bank=bank)
     if buffer.direct is not None:
         return buffer.direct.place(ctx, dims, pdim, dt, name, bytes_pp)
     if kind == B_SBUF and not provisional:

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from nkisim.core import views
 from nkisim.core.dtypes import name as dtype_name
 from nkisim.core.indexing import IndexExpr, Mask
 from nkisim.core.instr import B_HBM, Operand, Region
@@ -85,11 +86,13 @@ def _is_adv(x) -> bool:
 class Tensor:
     """A view of an HBM, SBUF or PSUM tensor as NKI kernel code sees it."""
 
-    __slots__ = ("_a", "_v", "_off", "_pd", "_ix", "_oob", "_opnd", "shape", "dtype", "__weakref__")
+    __slots__ = ("_a", "_v", "_off", "_pd", "_ix", "_oob", "_opnd", "_par", "_pix", "_map", "_axv", "shape", "dtype",
+                 "__weakref__")
     __array_ufunc__ = None  # numpy must not treat tensors as arrays
 
     def __init__(self, alloc: Allocation, view: np.ndarray, pdim: int = 0, ix=None, shape=None,
-                 oob: bool = False, off: int | None = None) -> None:
+                 oob: bool = False, off: int | None = None, par: Tensor | None = None, pix=None,
+                 vmap=None) -> None:
         self._a = alloc
         self._v = view
         # byte offset of the view's first element from the allocation's base (tracked, not queried: hot path)
@@ -98,6 +101,10 @@ class Tensor:
         self._ix = ix
         self._oob = oob
         self._opnd = None
+        self._par = par  # basic views: the view this one was indexed from, and the index (lazy view chain)
+        self._pix = pix
+        self._map = vmap  # (root tensor, views.Map) once computed; gather views built from a map keep it
+        self._axv = None  # gather views from index expressions: {index variable: axis} (mask evaluation)
         self.shape = view.shape if shape is None else shape
         self.dtype = view.dtype
 
@@ -171,16 +178,15 @@ class Tensor:
     # ---- indexing ---------------------------------------------------------------------------------------
     def __getitem__(self, idx) -> Tensor:
         if self._ix is not None:
-            raise NotImplementedError(
-                f"nkisim: indexing an advanced-indexed view of '{self._a.name}' again is not supported; "
-                "index the tensor once with all index expressions")
+            return self._index_gather(idx)
         if type(idx) is slice and idx.step is None and not self._a.block_mod:
             # fast path for the most common index in kernels: one unit-step slice of the leading axis
             n = self.shape[0]
             start = 0 if idx.start is None else _as_index(idx.start)
             stop = n if idx.stop is None else _as_index(idx.stop)
             if 0 <= start and stop <= n and start <= stop:
-                return Tensor(self._a, self._v[start:stop], self._pd, off=self._off + start * self._v.strides[0])
+                return Tensor(self._a, self._v[start:stop], self._pd, off=self._off + start * self._v.strides[0],
+                              par=self, pix=(idx,))
         if not isinstance(idx, tuple):
             idx = (idx,)
         shape = self.shape
@@ -219,7 +225,7 @@ class Tensor:
                 for _ in range(skip):
                     if dim == pd:
                         new_pd = out_axes
-                    norm.append(slice(None))
+                    norm.append(slice(0, shape[dim], 1))
                     dim += 1
                     out_axes += 1
                 continue
@@ -248,38 +254,67 @@ class Tensor:
                 out_axes += 1
             else:
                 i = _as_index(it)
-                if not 0 <= i < n:
+                if i < 0:
                     fail("err_tensor_access_out_of_bound", name=self._a.name, dim=dim, lo=i, hi=i, size=n)
-                if dim == 0 and self._a.block_mod:
+                if i >= n:
+                    overflow = True  # past this view, maybe still inside the tensor: decided on the composed access
+                elif dim == 0 and self._a.block_mod:
                     i %= self._a.block_mod
                 norm.append(i)
                 off += i * strides[dim]
             dim += 1
         if overflow:
-            return self._overflow_view(tuple(norm))
-        view = self._v[tuple(norm)]
-        return Tensor(self._a, view, new_pd if new_pd is not None else 0, off=off)
+            return self._compose(tuple(norm))
+        norm = tuple(norm)
+        view = self._v[norm]
+        return Tensor(self._a, view, new_pd if new_pd is not None else 0, off=off, par=self, pix=norm)
 
-    def _overflow_view(self, norm: tuple) -> Tensor:
-        """Slices running past the end: a gather view with the nominal length (only legal under a mask)."""
-        shape = self._v.shape
-        full = list(norm) + [slice(0, n, 1) for n in shape[len(norm):]]
-        rank = sum(1 for it in full if isinstance(it, slice))
-        arrays = []
-        k = 0
-        for it in full:
-            if isinstance(it, slice):
-                vals = np.arange(it.start, it.stop, it.step)
-                sh = [1] * rank
-                sh[k] = len(vals)
-                arrays.append(vals.reshape(sh))
-                k += 1
-            else:
-                arrays.append(np.asarray(it).reshape((1,) * rank))
-        return self._gather(arrays, pdim=0)
+    # ---- lazy view chains (nkisim.core.views) -----------------------------------------------------------
+    def _root_map(self) -> tuple[Tensor, views.Map]:
+        """(root tensor, affine map of this view onto it); roots are allocations, reshapes and dtype views."""
+        m = self._map
+        if m is not None:
+            return m
+        par = self._par
+        if par is None:
+            return self, views.identity(self.shape)  # not cached: a root must not reference itself (gc is off)
+        root, pm = par._root_map()
+        m = self._map = (root, views.compose(pm, tuple(views.norm_item(it, n)
+                                                       for it, n in zip(self._pix, par.shape))))
+        return m
+
+    def _from_map(self, root: Tensor, m: views.Map) -> Tensor:
+        """The view a composed map describes: a NumPy view when it lies inside the root, else a gather view whose
+        out-of-bound positions are an error unless the instruction masks them."""
+        a = root._a
+        if views.in_bounds(m, root.shape) and not a.block_mod:
+            nidx = views.basic_index(m)
+            rv = root._v
+            off = root._off + sum(c * st for c, st in zip(m[0], rv.strides))
+            pd = next((d for d, (k, _, _) in enumerate(m[1]) if k == root._pd), 0)
+            return Tensor(a, rv[nidx], pd, off=off, par=root, pix=nidx)
+        walked = {k for k, _, _ in m[1]}
+        for k, (c, n) in enumerate(zip(m[0], root.shape)):
+            if k not in walked and not 0 <= c < n:  # an integer index outside the tensor: no mask can save it
+                fail("err_tensor_access_out_of_bound", name=a.name, dim=k, lo=c, hi=c, size=n)
+        shape = tuple(n for _, _, n in m[1])
+        return self._gather_root(root, views.arrays(m), shape, vmap=(root, m))
+
+    def _compose(self, norm: tuple) -> Tensor:
+        root, m = self._root_map()
+        return self._from_map(root, views.compose(m, norm))
+
+    def _gather_root(self, root: Tensor, arrs: tuple, shape: tuple, vmap=None) -> Tensor:
+        oob = False
+        for a, n in zip(arrs, root._v.shape):
+            if a.size and (a.min() < 0 or a.max() >= n):
+                oob = True
+                break
+        return Tensor(root._a, root._v, 0, ix=arrs, shape=shape, oob=oob, off=root._off, vmap=vmap)
 
     def _advanced(self, idx: tuple) -> Tensor:
-        arrays = []
+        items = []
+        axv: dict = {}
         for it in idx:
             if it is Ellipsis:
                 raise IndexError("nkisim: Ellipsis cannot be combined with nl.arange/nl.mgrid indices")
@@ -291,25 +326,83 @@ class Tensor:
                 vals = np.asarray(_as_index(it))
             if vals.ndim == 1:
                 fail("err_1d_arange_not_supported", name=self._a.name)
-            arrays.append(vals)
-        if len(arrays) < self._v.ndim:
-            raise IndexError(f"nkisim: index all {self._v.ndim} dimensions of '{self._a.name}' when using "
+            items.append(vals)
+        if len(items) != len(self.shape):
+            if len(items) > len(self.shape):
+                raise IndexError(f"too many indices for tensor '{self._a.name}' of shape {self.shape}")
+            raise IndexError(f"nkisim: index all {len(self.shape)} dimensions of '{self._a.name}' when using "
                              "nl.arange/nl.mgrid indices")
-        return self._gather(arrays, pdim=0)
-
-    def _gather(self, arrays: list, pdim: int) -> Tensor:
         try:
-            bshape = np.broadcast_shapes(*(a.shape for a in arrays))
+            bshape = tuple(np.broadcast_shapes(*(a.shape for a in items)))
         except ValueError as exc:
             raise IndexError(f"index expressions for '{self._a.name}' do not broadcast: {exc}") from None
-        oob = False
-        fixed = []
-        for dim, a in enumerate(arrays):
-            n = self._v.shape[dim]
-            if a.size and (a.min() < 0 or a.max() >= n):
-                oob = True
-            fixed.append(a)
-        return Tensor(self._a, self._v, pdim, ix=tuple(fixed), shape=tuple(bshape), oob=oob, off=self._off)
+        for it in idx:
+            if isinstance(it, IndexExpr):
+                it.layout(len(bshape), axv)
+        if self._ix is not None and self._map is None:
+            cur = [np.broadcast_to(a, self.shape) for a in self._ix]
+            try:
+                arrs = tuple(a[tuple(items)] for a in cur)
+            except IndexError:
+                raise IndexError(f"nkisim: index expressions reach outside a view of '{self._a.name}' built from "
+                                 "index expressions; index the tensor once with the full expressions") from None
+            t = Tensor(self._a, self._v, 0, ix=arrs, shape=bshape, off=self._off)
+            t._oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
+        elif self._par is None and self._map is None and self._ix is None:
+            t = self._gather_root(self, tuple(items), bshape)
+        else:
+            root, m = self._root_map()
+            t = self._gather_root(root, views.advanced(m, items), bshape)
+        t._axv = axv or None
+        return t
+
+    def _index_gather(self, idx) -> Tensor:
+        """Index a gather view again: composes with the map it came from, or with its index arrays."""
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        if any(_is_adv(it) for it in idx):
+            if any(isinstance(it, slice) for it in idx):
+                fail("err_unsupported_mixing_basic_advanced_tensor_indexing")
+            return self._advanced(idx)
+        shape = self.shape
+        norm = []
+        dim = 0
+        for it in idx:
+            if it is Ellipsis:
+                for _ in range(len(shape) - sum(1 for x in idx if x is not Ellipsis)):
+                    norm.append(slice(0, shape[dim], 1))
+                    dim += 1
+                continue
+            if it is None or isinstance(it, Mask):
+                raise IndexError("nkisim: only ints, slices and nl.arange/nl.mgrid expressions index a tensor")
+            if dim >= len(shape):
+                raise IndexError(f"too many indices for a view of '{self._a.name}' of shape {shape}")
+            n = shape[dim]
+            if isinstance(it, slice):
+                start = 0 if it.start is None else _as_index(it.start)
+                stop = n if it.stop is None else _as_index(it.stop)
+                step = 1 if it.step is None else _as_index(it.step)
+                if step <= 0:
+                    raise IndexError(f"nkisim: slice step must be positive (got {step})")
+                if start < 0 or stop < 0:
+                    fail("err_tensor_access_out_of_bound", name=self._a.name, dim=dim, lo=start, hi=stop - 1,
+                         size=n)
+                norm.append(slice(start, stop, step))
+            else:
+                i = _as_index(it)
+                if i < 0:
+                    fail("err_tensor_access_out_of_bound", name=self._a.name, dim=dim, lo=i, hi=i, size=n)
+                norm.append(i)
+            dim += 1
+        norm = tuple(norm)
+        if self._map is not None:
+            root, m = self._map
+            return self._from_map(root, views.compose(m, norm))
+        arrs = views.take(self._ix, shape, norm, self._a.name)
+        out_shape = arrs[0].shape if arrs else ()
+        t = Tensor(self._a, self._v, 0, ix=arrs, shape=tuple(out_shape), off=self._off)
+        t._oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
+        return t
 
     def oob_message_fields(self) -> dict:
         for dim, a in enumerate(self._ix or ()):
@@ -333,10 +426,9 @@ class Tensor:
     def _binop(self, other, name: str, reverse: bool = False):
         if self._a.buf == B_HBM:
             self._opaque("Python arithmetic operator")
-        from nkisim.api import language as nl
+        from nkisim.core import ops
 
-        fn = getattr(nl, name)
-        return fn(other, self) if reverse else fn(self, other)
+        return ops.binary(name, other, self) if reverse else ops.binary(name, self, other)
 
     def __add__(self, o):
         return self._binop(o, "add")
@@ -411,9 +503,9 @@ class Tensor:
         return Tensor(self._a, out, pdim, off=self._off)
 
     def broadcast_to(self, shape) -> Tensor:
-        from nkisim.api import language as nl
+        from nkisim.core import ops
 
-        return nl.broadcast_to(self, shape=shape)
+        return ops.broadcast_to(self, shape)
 
     def astype(self, dtype) -> Tensor:
         """Copy into a new tile of ``dtype`` (one VectorE copy instruction)."""
