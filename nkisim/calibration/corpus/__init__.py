@@ -1,0 +1,163 @@
+# STAFF-ONLY: registry of complete part-1/part-2 solutions (calibration corpus); excluded from the student release.
+"""A corpus of student-style kernels written by the team, as calibration and validation targets for the model.
+
+Every kernel is written from a prose description (a seed write-up or a description of a common way students
+write the assignment), never from student code.  The registry is data only: what each kernel is, which
+configurations it runs, the hardware row it should match (ids of ``measurements.tsv``) and, for kernels
+without hardware numbers, hardware-plausible bounds on its modelled latency relative to the staff reference.
+The checks against the model live with the model (``nkisim/perf``, ``python -m nkisim.calibrate``);
+``python -m nkisim.calibration.corpus`` prints the current figures.
+
+Conv kernels have the course signature ``fused_conv2d_maxpool(X, W, bias, pool_size=1)``; transposes
+``matrix_transpose(a)``.  Modules are imported lazily (``CorpusKernel.load()``) so reading the registry needs
+neither NumPy nor the NKI front end.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+# ---- configurations ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class ConvConfig:
+    """One course performance case: X (1, 256, height, width), W (256, 256, 3, 3), bias (256,)."""
+
+    height: int
+    width: int
+    dtype: str  # 'float32' | 'float16'
+    pool: int  # 1 | 2
+
+    @property
+    def key(self) -> str:
+        return f"conv{self.height}x{self.width}-{'fp32' if self.dtype == 'float32' else 'fp16'}-pool{self.pool}"
+
+
+@dataclass(frozen=True, order=True)
+class TransposeConfig:
+    """matrix_transpose of a (rows, cols) float32 matrix."""
+
+    rows: int
+    cols: int
+    dtype: str = "float32"
+
+    @property
+    def key(self) -> str:
+        return f"transpose{self.rows}x{self.cols}-{'fp32' if self.dtype == 'float32' else self.dtype}"
+
+
+LARGE, SMALL = (224, 224), (32, 16)
+ALL_CONV = tuple(ConvConfig(h, w, dt, p) for (h, w) in (LARGE, SMALL) for dt in ("float32", "float16") for p in (1, 2))
+ALL_TRANSPOSE = (TransposeConfig(1024, 1024), TransposeConfig(4096, 4096))
+
+
+# ---- registry entries -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HardwareTarget:
+    """A hardware measurement the kernel in ``config`` should reproduce (row ``row_id`` of measurements.tsv).
+
+    ``us`` repeats the row's measured value so the corpus stays usable before the row is copied into
+    nkisim/calibration/measurements.tsv; where both exist the tsv wins (see ``__main__``)."""
+
+    row_id: str
+    config: ConvConfig | TransposeConfig
+    us: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A hardware-plausible bound: modelled latency / staff reference's modelled latency (same config, same
+    target) must lie in [min_ratio, max_ratio].  ``dtype`` / ``height`` restrict it to some configurations
+    (None: all).  ``statement`` says why the bound holds on hardware."""
+
+    statement: str
+    max_ratio: float | None = None
+    min_ratio: float | None = None
+    dtype: str | None = None
+    height: int | None = None
+
+    def applies(self, config: ConvConfig | TransposeConfig) -> bool:
+        if self.dtype is not None and config.dtype != self.dtype:
+            return False
+        if self.height is not None and getattr(config, "height", getattr(config, "rows", None)) != self.height:
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class CorpusKernel:
+    id: str
+    family: str  # 'conv' | 'transpose'
+    module: str  # module under nkisim.calibration.corpus
+    function: str  # attribute of that module
+    description: str  # the prose the kernel was written from
+    configs: tuple  # supported configurations
+    unsupported: dict = field(default_factory=dict)  # config key -> why this style cannot run it
+    hardware: tuple[HardwareTarget, ...] = ()
+    expectations: tuple[Expectation, ...] = ()
+    kwargs: dict = field(default_factory=dict)  # fixed compile-time knobs passed to the kernel
+
+    def load(self):
+        """The kernel object (an ``nki.jit`` function); installs the neuronxcc -> nkisim fallback first."""
+        from nkisim import _hook
+
+        _hook.install()  # `import neuronxcc.nki` -> nkisim when the real toolchain is absent
+        return getattr(importlib.import_module(f"{__name__}.{self.module}"), self.function)
+
+    def hardware_for(self, config) -> HardwareTarget | None:
+        for h in self.hardware:
+            if h.config == config:
+                return h
+        return None
+
+
+# ---- the corpus -------------------------------------------------------------------------------------------
+
+_SEED004_PROSE = (
+    "seeds/004 Part 2 (trn2, 2025): tile in and out channels by 128; load the whole weight tensor into SBUF and "
+    "transpose each 128x128 filter slice once, outside the main loop; build the output row by row, pool_size rows "
+    "at a time; per out-channel tile accumulate all 3x3 filter positions and both in-channel tiles in one PSUM "
+    "tile with nc_matmul (moving operand = the input row shifted by the filter column); PSUM->SBUF copy, max-pool "
+    "in SBUF, then bias add, then store; skip_middle_end_transformations; no explicit double buffering."
+)
+
+KERNELS: tuple[CorpusKernel, ...] = (
+    CorpusKernel(
+        id="seed004-conv",
+        family="conv",
+        module="seed004",
+        function="fused_conv2d_maxpool",
+        description=_SEED004_PROSE,
+        configs=ALL_CONV,
+        hardware=(
+            HardwareTarget("seed004-conv224-fp32", ConvConfig(224, 224, "float32", 1), 3832.0, "p99 nc_latency"),
+            HardwareTarget("seed004-conv224-fp32", ConvConfig(224, 224, "float32", 2), 3832.0,
+                           "write-up: same latency with max-pool"),
+            HardwareTarget("seed004-conv224-fp16", ConvConfig(224, 224, "float16", 1), 820.0,
+                           "derived from the printed MFU (90%)"),
+            HardwareTarget("seed004-conv224-fp16", ConvConfig(224, 224, "float16", 2), 820.0,
+                           "write-up: same MFU with max-pool"),
+        ),
+        expectations=(
+            Expectation("measured as fast as the staff reference on trn2 (3,832 vs 3,830 us fp32; ~820 vs 835 us "
+                        "fp16): within 15% of the reference's modelled latency", max_ratio=1.15, min_ratio=0.85,
+                        height=224),
+        ),
+    ),
+)
+
+
+def kernels(family: str | None = None) -> tuple[CorpusKernel, ...]:
+    return tuple(k for k in KERNELS if family is None or k.family == family)
+
+
+def get(kernel_id: str) -> CorpusKernel:
+    for k in KERNELS:
+        if k.id == kernel_id:
+            return k
+    raise KeyError(f"no corpus kernel {kernel_id!r}; known: {', '.join(k.id for k in KERNELS)}")
