@@ -42,6 +42,10 @@ _REF_CACHE: dict[str, object] = {}
 
 
 def _kernel(row: CalRow):
+    if row.kernel.startswith("corpus:"):
+        from nkisim.calibration import corpus
+
+        return corpus.get(row.kernel.split(":", 1)[1]).load()
     if row.kernel.startswith("ref:"):
         _, path, func = row.kernel.split(":", 2)
         if not os.path.exists(path):
