@@ -152,6 +152,59 @@ KERNELS: tuple[CorpusKernel, ...] = (
 )
 
 
+_SEED003_FINAL_PROSE = (
+    "seeds/003 final (after optimisations 1-3): out-channel tiles outermost (weights of the tile loaded once with "
+    "nl.load); blocks of output rows, as many as fit in one PSUM tile (2 at 224x224, all 30 at 32x16); per block "
+    "and filter position nc_transpose straight from the weight slice (assigned into SBUF, no explicit copies) and "
+    "nc_matmul on a slice of the loaded input block; 1-D bias tile added with tensor_tensor broadcast; nl.store."
+)
+_SEED003_COPIES_PROSE = (
+    "seeds/003 baseline before optimisation 1: one output row per PSUM tile; per filter position four ops: "
+    "tensor_copy of the shifted input window, tensor_copy of the weight slice, nc_transpose, tensor_copy of the "
+    "transposed weights back to SBUF, then nc_matmul; nl.load/nl.store."
+)
+_GEN_UNKNOWN = "generation not stated (the write-up says Trn1, the course year suggests trn2): low confidence"
+
+KERNELS += (
+    CorpusKernel(
+        id="seed003-final",
+        family="conv",
+        module="seed003",
+        function="fused_conv2d_maxpool",
+        description=_SEED003_FINAL_PROSE,
+        configs=ALL_CONV,
+        hardware=(
+            HardwareTarget("seed003-conv224-fp16", ConvConfig(224, 224, "float16", 1), 1203.0, _GEN_UNKNOWN),
+            HardwareTarget("seed003-conv224-fp32", ConvConfig(224, 224, "float32", 1), 3530.0, _GEN_UNKNOWN),
+            HardwareTarget("seed003-conv32x16-fp16", ConvConfig(32, 16, "float16", 1), 38.0, _GEN_UNKNOWN),
+            HardwareTarget("seed003-conv32x16-fp32", ConvConfig(32, 16, "float32", 1), 45.0,
+                           "the write-up's text says 45 us, its table 58 us; " + _GEN_UNKNOWN),
+        ),
+        expectations=(
+            Expectation("per-tile weight transposes add 128-column TensorE ops to 444-column matmuls: slower than "
+                        "the staff reference but not more than 2x (hardware: 1,203 vs 835 us fp16)",
+                        max_ratio=2.0, min_ratio=1.0, dtype="float16", height=224),
+        ),
+    ),
+    CorpusKernel(
+        id="seed003-copies",
+        family="conv",
+        module="seed003",
+        function="fused_conv2d_maxpool_copies",
+        description=_SEED003_COPIES_PROSE,
+        configs=ALL_CONV,
+        hardware=(
+            HardwareTarget("seed003-conv224-fp16-copies", ConvConfig(224, 224, "float16", 1), 1600.0, _GEN_UNKNOWN),
+        ),
+        expectations=(
+            Expectation("the copies cost VectorE/ScalarE time and 128-column TensorE transposes, but TensorE work is "
+                        "at most ~2x the reference's: hardware 1,600 vs 835 us fp16; slower than seed003-final",
+                        max_ratio=2.5, min_ratio=1.2, dtype="float16", height=224),
+        ),
+    ),
+)
+
+
 def kernels(family: str | None = None) -> tuple[CorpusKernel, ...]:
     return tuple(k for k in KERNELS if family is None or k.family == family)
 
