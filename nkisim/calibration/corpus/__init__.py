@@ -305,6 +305,74 @@ KERNELS += (
 )
 
 
+SMALL_ONLY = {c.key: "the 224x224 image does not fit in SBUF (392 KiB fp32 / 196 KiB fp16 per partition > 192 KiB): "
+              "this style needs the whole image resident" for c in ALL_CONV if c.height == 224}
+
+KERNELS += (
+    CorpusKernel(
+        id="tiles-outside-loops",
+        family="conv",
+        module="alloc",
+        function="fused_conv2d_maxpool_outside",
+        description=(
+            "2025 style, block rows as block-rows-nc-matmul, but every SBUF/PSUM tile of the main loop (input "
+            "block, PSUM accumulator, biased conv block, output block) allocated once before the loops and "
+            "overwritten in place each iteration; the accumulator cleared with nisa.memset."),
+        configs=ALL_CONV,
+        expectations=(
+            Expectation("same TensorE work as the reference; with one buffer per tile the next block's input DMA "
+                        "and the accumulator's reuse wait for the previous block (the compiler may rotate buffers "
+                        "for such tiles): at most 2x the reference, and not faster",
+                        max_ratio=2.0, min_ratio=0.95, height=224),
+        ),
+    ),
+    CorpusKernel(
+        id="double-buffer",
+        family="conv",
+        module="alloc",
+        function="fused_conv2d_maxpool_double_buffer",
+        description=(
+            "2025 style, block rows, with explicit double buffering of the input blocks: two slots allocated "
+            "before the loop, block i+1 loaded into the other slot before block i's matmuls (sequential_range, "
+            "slot = i % 2)."),
+        configs=ALL_CONV,
+        expectations=(
+            Expectation("TensorE work equals the reference's and input DMAs overlap the matmuls: within 10% of the "
+                        "block-rows kernel and at most 1.5x the reference", max_ratio=1.5, min_ratio=0.9,
+                        height=224),
+        ),
+    ),
+    CorpusKernel(
+        id="tensor-tensor-pool",
+        family="conv",
+        module="pooling",
+        function="fused_conv2d_maxpool_tt_pool",
+        description=(
+            "2025 style, block rows; evacuation with pooling: tensor_copy PSUM->SBUF, tensor_tensor(max) of even "
+            "and odd rows, tensor_tensor(max) of even and odd columns (strided views), bias added on ScalarE with "
+            "activation(copy, bias=...); without pooling one activation with the bias straight from PSUM."),
+        configs=ALL_CONV,
+        expectations=_SAME_TENSORE,
+    ),
+    CorpusKernel(
+        id="whole-image-sbuf",
+        family="conv",
+        module="pooling",
+        function="fused_conv2d_maxpool_whole_image",
+        description=(
+            "2025 style: the whole input image loaded into SBUF with one DMA per 128-channel tile before the main "
+            "loop, then blocks of output rows (rows x out_width <= 512) computed from it; weights transposed "
+            "once; bias tensor_scalar; pool tensor_reduce. Only for images that fit in SBUF (32x16)."),
+        configs=tuple(c for c in ALL_CONV if c.height == 32),
+        unsupported=SMALL_ONLY,
+        expectations=(
+            Expectation("32x16: one input DMA per channel tile and the same matmuls as the reference (all 30 rows in "
+                        "one PSUM tile): within 0.7-1.5x the reference", max_ratio=1.5, min_ratio=0.7, height=32),
+        ),
+    ),
+)
+
+
 def kernels(family: str | None = None) -> tuple[CorpusKernel, ...]:
     return tuple(k for k in KERNELS if family is None or k.family == family)
 
