@@ -20,7 +20,7 @@ from nkisim.core.runtime import run_kernel
 from nkisim.perf import estimate
 
 # 224x224 fp16 pool-1 full-mode runs (a few seconds each): one per kernel family of loop structure
-HEAVY_FULL = ("seed004-conv",)
+HEAVY_FULL = ("seed004-conv", "seed003-final", "block-rows-nc-matmul", "nl2024-row")
 
 
 @functools.lru_cache(maxsize=4)
