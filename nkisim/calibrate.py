@@ -3,8 +3,10 @@
 Runs each row of nkisim/calibration/measurements.tsv (kernels in nkisim/calibration/kernels.py, course reference
 solutions from grader/reference when present) in timing mode, costs it with the row's metric (p99 nc_latency or
 profiler total_time) and prints a table plus the training statistics: median absolute % error, worst ratio,
-rows within 2x and whether every pair of rows of the same kernel keeps its measured order.  Reference-threshold
-rows (course thresholds) are comparisons, not training data.  ``--fit`` refits the undocumented constants.
+rows within 1.5x / 2x, whether every pair of rows of the same kernel keeps its measured order and Kendall's tau;
+then the leave-one-out error: each training row predicted with the fitted constants refitted without it.
+Reference-threshold rows (course thresholds) are comparisons, not training data.  ``--fit`` refits the
+undocumented constants.
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ _REF_CACHE: dict[str, object] = {}
 
 
 def _kernel(row: CalRow):
+    if row.kernel.startswith("corpus:"):
+        from nkisim.calibration import corpus
+
+        return corpus.get(row.kernel.split(":", 1)[1]).load()
     if row.kernel.startswith("ref:"):
         _, path, func = row.kernel.split(":", 2)
         if not os.path.exists(path):
@@ -111,6 +117,7 @@ def statistics_of(results: list[Result]) -> dict:
         "worst_ratio": worst.ratio,
         "worst_row": worst.row.id,
         "within_2x": sum(1 for r in tr if 0.5 <= r.ratio <= 2.0),
+        "within_1_5x": sum(1 for r in tr if 1 / 1.5 <= r.ratio <= 1.5),
         "pairs_checked": checked,
         "order_violations": bad,
     }
@@ -171,25 +178,73 @@ def format_stats(st: dict) -> str:
         f"training rows: {st['training_rows']}",
         f"median absolute error: {st['median_abs_pct_error']:.1f}%   (mean {st['mean_abs_pct_error']:.1f}%)",
         f"worst ratio: {st['worst_ratio']:.2f} ({st['worst_row']})",
-        f"rows within 2x: {st['within_2x']}/{st['training_rows']}",
+        f"rows within 1.5x: {st['within_1_5x']}/{st['training_rows']}; within 2x: "
+        f"{st['within_2x']}/{st['training_rows']}",
         f"same-kernel order: {st['pairs_checked'] - len(viol)}/{st['pairs_checked']} pairs in order"
         + ("" if not viol else "  violations: " + ", ".join(f"{a} vs {b}" for a, b in viol)),
     ]
     return "\n".join(lines)
 
 
-def _fit(results: list[Result], traces: dict, log) -> None:
-    from nkisim.calibration.fit import FitRow, fit
+def _fit_rows(results: list[Result], traces: dict, target: str) -> list:
+    from nkisim.calibration.fit import FitRow
+
+    return [FitRow(r.row.id, traces[r.row.id], r.row.measured_us, r.row.metric, r.row.dge)
+            for r in results if r.row.role == "training" and r.row.target == target and r.row.id in traces]
+
+
+def leave_one_out(results: list[Result], traces: dict, log) -> dict[str, float]:
+    """Row id -> predicted/measured ratio with the fitted constants refitted without that row."""
+    from nkisim.calibration.fit import FIT_PARAMS, loo_ratios
     from nkisim.perf.costs import costs_for
 
-    for target, params in (
-        ("trn2", ["launch_overhead_us", "dma_issue_dge_ns", "dma_issue_dge_per_desc_ns", "dma_pre_latency_ns",
-                  "dma_post_latency_ns", "instr_latency_scale"]),
-        ("trn1", ["launch_overhead_us", "dma_issue_static_ns", "dma_pre_latency_ns", "dma_post_latency_ns",
-                  "instr_latency_scale"]),
-    ):
-        rows = [FitRow(r.row.id, traces[r.row.id], r.row.measured_us, r.row.metric, r.row.dge)
-                for r in results if r.row.role == "training" and r.row.target == target and r.row.id in traces]
+    out: dict[str, float] = {}
+    for target, params in FIT_PARAMS.items():
+        rows = _fit_rows(results, traces, target)
+        if len(rows) < 2:
+            continue
+        log(f"leave-one-out over {len(rows)} {target} rows ({len(params)} fitted constants)")
+        for row, ratio in zip(rows, loo_ratios(rows, costs_for(target), params)):
+            out[row.name] = ratio
+    return out
+
+
+def format_loo(results: list[Result], loo: dict[str, float]) -> str:
+    tr = [r for r in results if r.row.id in loo and r.ratio is not None]
+    if not tr:
+        return "leave-one-out: no rows"
+    errs = [abs(loo[r.row.id] - 1.0) * 100.0 for r in tr]
+    worst = max(tr, key=lambda r: max(loo[r.row.id], 1.0 / loo[r.row.id]))
+    w = loo[worst.row.id]
+    lines = [
+        "leave-one-out (each training row predicted with the fitted constants refitted without it):",
+        "  " + ", ".join(f"{r.row.id} {loo[r.row.id]:.2f}x" for r in tr),
+        f"  median absolute error: {statistics.median(errs):.1f}%   (mean {statistics.fmean(errs):.1f}%)",
+        f"  worst ratio: {w:.2f} ({worst.row.id}); within 1.5x: "
+        f"{sum(1 for r in tr if 1 / 1.5 <= loo[r.row.id] <= 1.5)}/{len(tr)}; within 2x: "
+        f"{sum(1 for r in tr if 0.5 <= loo[r.row.id] <= 2.0)}/{len(tr)}",
+    ]
+    return "\n".join(lines)
+
+
+def rank_agreement(results: list[Result]) -> str:
+    from nkisim.calibration.fit import kendall_tau
+
+    def tau(rs):
+        rs = [r for r in rs if r.predicted_us is not None]
+        return kendall_tau([r.row.measured_us for r in rs], [r.predicted_us for r in rs]), len(rs)
+
+    t_tr, n_tr = tau([r for r in results if r.row.role == "training"])
+    t_all, n_all = tau(results)
+    return f"Kendall tau (measured vs predicted): training rows {t_tr:.3f} (n={n_tr}); all rows {t_all:.3f} (n={n_all})"
+
+
+def _fit(results: list[Result], traces: dict, log) -> None:
+    from nkisim.calibration.fit import FIT_PARAMS, fit
+    from nkisim.perf.costs import costs_for
+
+    for target, params in FIT_PARAMS.items():
+        rows = _fit_rows(results, traces, target)
         if not rows:
             continue
         log(f"fitting {target} on {len(rows)} rows: {', '.join(params)}")
@@ -203,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default=None, help="comma-separated row ids or glob patterns (e.g. 't2-*')")
     ap.add_argument("--no-reference", action="store_true", help="skip the course reference-threshold rows")
     ap.add_argument("--fit", action="store_true", help="refit the undocumented constants on the training rows")
+    ap.add_argument("--no-loo", action="store_true", help="skip the leave-one-out validation")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
     patterns = [p.strip() for p in args.rows.split(",")] if args.rows else None
@@ -215,7 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     results, traces = run_rows(rows, log)
     print(format_table(results))
     print()
+    print("training error (constants as fitted on all training rows):")
     print(format_stats(statistics_of(results)))
+    print(rank_agreement(results))
+    if not args.no_loo:
+        print()
+        print(format_loo(results, leave_one_out(results, traces, log)))
     val = [r for r in results if r.row.role == "validation" and r.ratio is not None]
     if val:
         checked, bad = order_violations(results, ("training", "validation"))

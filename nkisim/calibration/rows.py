@@ -134,4 +134,45 @@ def load_rows(path: str = MEASUREMENTS) -> list[CalRow]:
             rows.append(CalRow(rid, "trn2", f"ref:{part1}:matrix_transpose", {},
                                lambda: (np.empty((4096, 4096), dtype=np.float32),), float(r["measured_us"]),
                                "nc_latency", None, "reference threshold", "trn2:transpose", "4096x4096 fp32"))
+    rows.extend(corpus_rows({r["id"].strip(): r for r in raw}))
     return rows
+
+
+def corpus_rows(measured: dict[str, dict]) -> list[CalRow]:
+    """Training rows for the corpus kernels that reproduce a hardware measurement (seed rows).
+
+    One row per measured (row id, configuration) pair of ``nkisim.calibration.corpus``; the value comes from
+    measurements.tsv when the row is there (it wins over the registry's copy).  A row measured "the same with
+    max-pool" is run once, with the pool size the measurement was taken with (the first listed)."""
+    try:
+        from nkisim.calibration import corpus
+    except ImportError:  # the corpus is staff-only; a student release has no seed kernels
+        return []
+    out: list[CalRow] = []
+    seen: set[str] = set()
+    for k in corpus.kernels():
+        for hw in k.hardware:
+            if hw.row_id in seen:
+                continue
+            seen.add(hw.row_id)
+            r = measured.get(hw.row_id)
+            us = hw.us
+            target = "trn2"
+            if r is not None:
+                m = re.match(r"\s*(?:about\s+)?([0-9][0-9,.]*)", r["measured_us"])
+                if m:
+                    us = float(m.group(1).replace(",", ""))
+                gen = r["generation"].strip()
+                target = gen if gen in ("trn1", "trn2") else "trn2"
+            cfg = hw.config
+            if isinstance(cfg, corpus.ConvConfig):
+                make, knobs, kwargs = _conv_inputs(cfg.height, cfg.width, cfg.dtype), cfg.key, {"pool_size": cfg.pool}
+                group = f"{target}:corpus-conv{cfg.height}:{cfg.dtype}"
+            else:
+                def make(cfg=cfg):
+                    return (np.empty((cfg.rows, cfg.cols), dtype=np.dtype(cfg.dtype)),)
+                knobs, kwargs, group = cfg.key, {}, f"{target}:corpus-transpose"
+            kwargs.update(k.kwargs)
+            out.append(CalRow(hw.row_id, target, f"corpus:{k.id}", kwargs, make, us, "nc_latency", None, "training",
+                              group, knobs, hw.note))
+    return out

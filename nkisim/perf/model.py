@@ -154,7 +154,7 @@ class CostModel:
             m_stationary = int_attr(a, "M", st.free_elems)
             dtypes = (st.dtype, mv.dtype)
             transpose = bool(a.get("is_transpose", False))
-        cycles = float(max(tc.mm_init_cycles, n_moving))
+        cycles = float(max(tc.mm_init_cycles, n_moving * (1.0 if transpose else tc.mm_cycles_per_column)))
         ls_cycles = m_stationary / tc.ls_speedup
         if any(d in _FP32_MM for d in dtypes):
             if transpose:

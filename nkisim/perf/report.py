@@ -35,8 +35,8 @@ class PerfReport:
     matmul_count: int
     matmul_flops: float
     transpose_flops: float
-    mfu: float  # (hardware_flops - transpose_flops) / (bf16 peak x total_time)  (SCH)
-    hfu: float  # hardware_flops / (bf16 peak x total_time)  (SCH)
+    mfu: float  # matmul hardware flops (fp32 x mfu_fp32_weight) / (bf16 peak x total_time): course neuron-profile
+    hfu: float  # (matmul + transpose) hardware flops / (bf16 peak x total_time)  (SCH)
     mbu: float  # HBM bytes / total_time / one stack's bandwidth (SCH)
     act_table_loads: int
     throttled_us: float
@@ -80,7 +80,8 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
 def build_report(
     instrs: list[Instr], sch: Schedule, tc: TargetCosts, *, kernel_name: str = "", dge: bool = False
 ) -> PerfReport:
-    mm_flops = tr_flops = 0.0
+    mm_flops = tr_flops = hw_mm = hw_tr = 0.0
+    w32 = tc.mfu_fp32_weight
     mm_count = 0
     by_engine: dict[str, int] = {}
     hbm_r = hbm_w = 0
@@ -98,16 +99,20 @@ def build_report(
             m = int_attr(a, "M", st.free_elems)
             nn = int_attr(a, "N", mv.free_elems)
             f = 2.0 * k * m * nn  # SCH: 2 x active_rows x active_cols x elements
+            hw = f * w32 if (st.dtype == "float32" or mv.dtype == "float32") else f
             mm_count += 1
             if a.get("is_transpose"):
                 tr_flops += f
+                hw_tr += hw
             else:
                 mm_flops += f
+                hw_mm += hw
         elif op == "nc_transpose" and ins.engine == Engine.TENSOR:
             d = ins.srcs[0]
             p = int_attr(ins.attrs, "P", d.partitions)
             fr = int_attr(ins.attrs, "F", d.free_elems)
             tr_flops += 2.0 * p * fr * p
+            hw_tr += 2.0 * p * fr * p
             mm_count += 1
         elif op == "dma_copy":
             nb = int_attr(ins.attrs, "bytes", 0)
@@ -125,8 +130,8 @@ def build_report(
     util = {k: (v / total_us if total_us > 0 else 0.0) for k, v in busy.items()}
     peak = tc.tensor_peak_flops
     denom = peak * total_us * 1e-6
-    mfu = mm_flops / denom if denom > 0 else 0.0
-    hfu = (mm_flops + tr_flops) / denom if denom > 0 else 0.0
+    mfu = hw_mm / denom if denom > 0 else 0.0
+    hfu = (hw_mm + hw_tr) / denom if denom > 0 else 0.0
     mbu_denom = tc.hbm_stack_bw_bytes_per_ns * total_us * 1000.0
     mbu = (hbm_r + hbm_w) / mbu_denom if mbu_denom > 0 else 0.0
     return PerfReport(

@@ -175,6 +175,18 @@ def _prune_against(reads: list[list], writes: list[list]) -> list[list]:
     return _prune(out, 4)
 
 
+def _ramp_extra(x0: float, work: float, win: float, r0: float) -> float:
+    """Extra time ``work`` ns of TensorE work takes when it starts ``x0`` ns into a dI/dt warm-up window of
+    ``win`` ns whose rate limit ramps linearly from ``r0`` to 1 (SUM/GLO: ~50% at start, full after ~3 us)."""
+    k = (1.0 - r0) / win  # rate(x) = r0 + k x for x < win
+    avail = r0 * (win - x0) + 0.5 * k * (win * win - x0 * x0)  # work doable before the ramp ends
+    if work >= avail:
+        return (win - x0) - avail
+    c = work + r0 * x0 + 0.5 * k * x0 * x0  # solve r0 (x - x0) + k/2 (x^2 - x0^2) = work for x
+    x = (-r0 + (r0 * r0 + 2.0 * k * c) ** 0.5) / k
+    return (x - x0) - work
+
+
 def schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=()) -> Schedule:
     """Schedule ``instrs`` (program order) and fill each Instr's cost_ns/start_ns/end_ns (ns).
 
@@ -204,7 +216,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
     engine_last: dict[str, int] = {}
     busy: dict[str, float] = {}
     port_free = {"sbuf_vg": 0.0, "psum_vs": 0.0}
-    # per physical buffer: [writes, reads]; write = [p_lo, p_hi, b_lo, b_hi, t_done, t_pipe, idx, is_mm]
+    # per physical buffer: [writes, reads]; write = [p_lo, p_hi, b_lo, b_hi, t_done, t_pipe, idx, kind]
     # read = [p_lo, p_hi, b_lo, b_hi, t_read_done, idx]
     access: dict[int, list[list]] = {}  # key: phys * 4 + buf kind
     dma_eng = DmaEngines(tc.dma_engines)
@@ -213,6 +225,8 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
     tensor_last_end = -1e30
     warm_begin = 0.0
     throttle = tc.throttle_window_ns > 0 and tc.throttle_factor > 1.0
+    win = tc.throttle_window_ns
+    r0 = 1.0 / tc.throttle_factor if throttle else 1.0
     act_table = None
     makespan = 0.0
     dma_count = dma_bytes = dma_desc = 0
@@ -229,12 +243,16 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
             next_fence = fences[fence_i]
         is_dma = ins.engine == DMA or ins.op == "dma_copy"
         is_mm = ins.op == "nc_matmul"
+        kind = 1 if is_mm else 0  # write kind: 0 plain, 1 matmul (PSUM accumulation), 2 elided PSUM zero-init
         dep = floor
         dep_pred = floor_pred
         # ---- dependencies -------------------------------------------------------------------------------
         src_ents = []
+        src_const = True  # every source byte holds an elided PSUM zero-init (or was never written)
         for o in ins.srcs:
             r = o.region
+            if r.buf != PSUM:
+                src_const = False
             key = r.phys * 4 + r.buf
             ent = access.get(key)
             if ent is None:
@@ -244,9 +262,12 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
                 continue
             p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
             for w in ent[0]:
-                if w[4] > dep and w[0] < p_hi and p_lo < w[1] and w[2] < b_hi and b_lo < w[3]:
-                    dep = w[4]
-                    dep_pred = w[6]
+                if w[0] < p_hi and p_lo < w[1] and w[2] < b_hi and b_lo < w[3]:
+                    if w[7] != 2:
+                        src_const = False
+                    if w[4] > dep:
+                        dep = w[4]
+                        dep_pred = w[6]
         dst_ents = []
         for o in ins.dsts:
             r = o.region
@@ -258,7 +279,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
             p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
             if r.buf != HBM:
                 for w in ent[0]:
-                    t = w[5] if (is_mm and w[7]) else w[4]
+                    t = w[5] if (is_mm and w[7] == 1) else w[4]
                     if t > dep and w[0] < p_hi and p_lo < w[1] and w[2] < b_hi and b_lo < w[3]:
                         dep = t
                         dep_pred = w[6]
@@ -313,6 +334,17 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
             pipe_done = done
             ins.cost_ns = done - (portions[0][1] if portions else t_data)
             pred[i] = p
+        elif (ins.dsts and ins.dsts[0].region.buf == PSUM and
+              ((ins.op == "memset" and ins.attrs.get("value", 0) in (0, 0.0))
+               or (ins.op == "tensor_copy" and src_const and ins.srcs))):
+            # Zero-initialising a PSUM accumulator (a memset, or a copy of an untouched zeroed PSUM tile) is not
+            # an instruction on hardware: accumulating into PSUM last written by memset/tensor_copy is undefined
+            # behaviour on NC-v2/v3 (ISA nc_matmul), so the compiler makes the group's first matmul overwrite.
+            # Elided: no engine time; it only orders after the region's earlier accesses (as the overwrite does).
+            kind = 2
+            start = done = read_done = pipe_done = dep
+            ins.cost_ns = 0.0
+            pred[i] = dep_pred
         else:
             c = model.compute_cost(ins)
             res = c.resource
@@ -347,14 +379,9 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
                 if throttle:
                     if start - tensor_last_end > tc.throttle_rearm_gap_ns:
                         warm_begin = start
-                    until = warm_begin + tc.throttle_window_ns
-                    if start < until:
-                        f = tc.throttle_factor
-                        slow = until - start
-                        if ii * f <= slow:
-                            extra = ii * (f - 1.0)
-                        else:
-                            extra = slow - slow / f
+                    x0 = start - warm_begin
+                    if x0 < win:
+                        extra = _ramp_extra(x0, ii, win, r0)
                         ii += extra
                         sch.throttled_ns += extra
             elif c.act_table is not None and c.act_table != act_table:
@@ -413,7 +440,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
                     reads.pop()
                 else:
                     break
-            writes.append([p_lo, p_hi, b_lo, b_hi, done, pipe_done, i, is_mm])
+            writes.append([p_lo, p_hi, b_lo, b_hi, done, pipe_done, i, kind])
             if len(writes) + len(reads) > ent[2]:
                 writes[:] = _prune(writes, 4)
                 reads[:] = _prune_against(reads, writes)

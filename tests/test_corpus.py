@@ -1,0 +1,135 @@
+# STAFF-ONLY: checks the calibration corpus (complete solutions); excluded from the student release.
+"""Every corpus kernel x configuration against an independent float64 NumPy reference.
+
+All kernels run every small-image (32x16) configuration in full mode; a few run the 224x224 fp16 pool-1 case
+(marked ``slow``: few, but still part of ``make test``); every 224x224 configuration runs in timing mode so a
+kernel that the model cannot trace fails here.  Transposes: 1024x1024 exact in full mode, 4096x4096 in timing
+mode.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from nkisim.calibration import corpus
+from nkisim.calibration.corpus import ConvConfig, TransposeConfig
+from nkisim.core.runtime import run_kernel
+from nkisim.perf import estimate
+
+# 224x224 fp16 pool-1 full-mode runs (a few seconds each): one per kernel family of loop structure
+HEAVY_FULL = ("seed004-conv", "seed003-final", "block-rows-nc-matmul", "nl2024-row")
+
+
+@functools.lru_cache(maxsize=4)
+def conv_inputs(height: int, width: int, dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Signed inputs (a kernel that drops a term or a sign cannot hide behind all-positive sums)."""
+    rng = np.random.default_rng([9, height, width, np.dtype(dtype).itemsize])
+    X = rng.uniform(-1, 1, (1, 256, height, width)).astype(dtype)
+    W = rng.uniform(-1, 1, (256, 256, 3, 3)).astype(dtype)
+    bias = rng.uniform(-1, 1, 256).astype(dtype)
+    return X, W, bias
+
+
+@functools.lru_cache(maxsize=4)
+def conv_float64(height: int, width: int, dtype: str) -> np.ndarray:
+    """conv2d(X, W) + bias in float64 from the (already rounded) inputs: one GEMM over an im2col matrix."""
+    X, W, bias = conv_inputs(height, width, dtype)
+    x = X[0].astype(np.float64)
+    c, h, w = x.shape
+    k = W.shape[2]
+    oh, ow = h - k + 1, w - k + 1
+    cols = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(1, 2))  # (c, oh, ow, k, k)
+    cols = cols.transpose(0, 3, 4, 1, 2).reshape(c * k * k, oh * ow)
+    out = W.astype(np.float64).reshape(W.shape[0], -1) @ cols
+    return out.reshape(W.shape[0], oh, ow) + bias.astype(np.float64)[:, None, None]
+
+
+def expected(config: ConvConfig) -> np.ndarray:
+    conv = conv_float64(config.height, config.width, config.dtype)
+    p = config.pool
+    oc, oh, ow = conv.shape
+    trimmed = conv[:, : oh // p * p, : ow // p * p]
+    return trimmed.reshape(oc, oh // p, p, ow // p, p).max(axis=(2, 4))[None]
+
+
+def assert_conv_close(out: np.ndarray, config: ConvConfig) -> None:
+    ref = expected(config)
+    assert out.shape == ref.shape and out.dtype == np.dtype(config.dtype)
+    scale = float(np.abs(ref).max())
+    # fp16: one rounding of the result (2^-11 relative) plus fp32 accumulation; fp32: accumulation order only
+    rtol = 2e-3 if config.dtype == "float16" else 2e-5
+    np.testing.assert_allclose(out.astype(np.float64), ref, rtol=rtol, atol=rtol * scale)
+
+
+def run_conv(kernel_entry, config: ConvConfig, mode: str):
+    X, W, bias = conv_inputs(config.height, config.width, config.dtype)
+    kwargs = {"pool_size": config.pool, **kernel_entry.kwargs}
+    return run_kernel(kernel_entry.load(), args=(X, W, bias), kwargs=kwargs, mode=mode)
+
+
+def _cases(family: str, pred) -> list:
+    return [
+        pytest.param(k, c, id=f"{k.id}-{c.key}")
+        for k in corpus.kernels(family)
+        for c in k.configs
+        if pred(k, c)
+    ]
+
+
+@pytest.mark.parametrize("entry, config", _cases("conv", lambda k, c: c.height == 32))
+def test_conv_small_image_matches_numpy(entry, config):
+    assert_conv_close(run_conv(entry, config, "full").outputs, config)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "entry, config",
+    _cases("conv", lambda k, c: k.id in HEAVY_FULL and c == ConvConfig(224, 224, "float16", 1)),
+)
+def test_conv_large_image_matches_numpy(entry, config):
+    assert_conv_close(run_conv(entry, config, "full").outputs, config)
+
+
+@pytest.mark.parametrize("entry, config", _cases("conv", lambda k, c: c.height == 224))
+def test_conv_large_image_runs_in_timing_mode(entry, config):
+    latency = estimate(run_conv(entry, config, "timing").trace).nc_latency_us
+    assert np.isfinite(latency) and latency > 0
+
+
+def test_heavy_list_names_corpus_kernels():
+    ids = {k.id for k in corpus.kernels("conv")}
+    assert set(HEAVY_FULL) <= ids, set(HEAVY_FULL) - ids
+
+
+@pytest.mark.parametrize("entry, config", _cases("transpose", lambda k, c: c.rows <= 1024))
+def test_transpose_is_exact(entry, config):
+    a = np.random.default_rng(config.rows).standard_normal((config.rows, config.cols)).astype(config.dtype)
+    out = run_kernel(entry.load(), args=(a,), kwargs=dict(entry.kwargs), mode="full").outputs
+    np.testing.assert_array_equal(out, a.T)
+
+
+@pytest.mark.parametrize("entry, config", _cases("transpose", lambda k, c: c.rows > 1024))
+def test_large_transpose_runs_in_timing_mode(entry, config):
+    a = np.empty((config.rows, config.cols), dtype=config.dtype)
+    run = run_kernel(entry.load(), args=(a,), kwargs=dict(entry.kwargs), mode="timing")
+    assert estimate(run.trace).nc_latency_us > 0
+
+
+def test_registry_is_consistent():
+    ids = [k.id for k in corpus.KERNELS]
+    assert len(ids) == len(set(ids)), "duplicate corpus ids"
+    for k in corpus.KERNELS:
+        assert k.description.strip() and k.configs, k.id
+        assert callable(k.load()), k.id
+        for h in k.hardware:
+            assert h.config in k.configs, (k.id, h.row_id)
+        assert set(k.unsupported).isdisjoint(c.key for c in k.configs), k.id
+        expected_configs = corpus.ALL_CONV if k.family == "conv" else corpus.ALL_TRANSPOSE
+        missing = {c.key for c in expected_configs} - {c.key for c in k.configs}
+        assert missing == set(k.unsupported), (k.id, "every course configuration is run or explained", missing)
+        if not k.hardware:
+            assert k.expectations, (k.id, "without a hardware row, state hardware-plausible properties")
+        assert isinstance(k.configs[0], ConvConfig if k.family == "conv" else TransposeConfig)
