@@ -373,6 +373,75 @@ KERNELS += (
 )
 
 
+_SAME_BYTES = "moves the same 2 x 4 bytes per element through HBM as the staff reference transpose"
+
+KERNELS += (
+    CorpusKernel(
+        id="transpose-seed004",
+        family="transpose",
+        module="transpose",
+        function="matrix_transpose_tiles",
+        description=(
+            "seeds/004 Part 1 step 3 (trn2): TensorE transposes of 128x128 tiles between DMA loads and stores; "
+            "per tile: dma_copy load, nc_transpose to PSUM, tensor_copy to SBUF, dma_copy store to the mirrored "
+            "position; tiles allocated inside the affine loops; skip decorator."),
+        configs=ALL_TRANSPOSE,
+        hardware=(HardwareTarget("seed004-transpose-1024", TransposeConfig(1024, 1024), 86.0, "p99 nc_latency"),),
+        expectations=(
+            Expectation(_SAME_BYTES + " with 64 KiB DMAs (512 B per partition): memory bound, 0.7-2x the reference",
+                        max_ratio=2.0, min_ratio=0.7),
+        ),
+    ),
+    CorpusKernel(
+        id="transpose-naive",
+        family="transpose",
+        module="transpose",
+        function="matrix_transpose_naive",
+        description=(
+            "2024 style per-tile load/transpose/copy/store (nl.load, nisa.nc_transpose, nl.copy, nl.store) with "
+            "the SBUF/PSUM tiles allocated once outside sequential_range loops and overwritten in place."),
+        configs=ALL_TRANSPOSE,
+        expectations=(
+            Expectation(_SAME_BYTES + "; single buffers serialise load, transpose, copy and store of each tile "
+                        "(unless the compiler rotates buffers): not faster than the reference, at most 10x slower",
+                        max_ratio=10.0, min_ratio=1.0),
+        ),
+    ),
+    CorpusKernel(
+        id="transpose-blocked",
+        family="transpose",
+        module="transpose",
+        function="matrix_transpose_blocked",
+        description=(
+            "several tiles per DMA: column strip j (M x 128) loaded with one nl.load through an index grid "
+            "(a[i*128 + p, j*128 + c] -> (128, M/128, 128) tile, 512 B contiguous runs), its tiles transposed four "
+            "per PSUM bank and copied into a (128, M) SBUF strip, stored with one contiguous DMA as row strip j "
+            "of the result."),
+        configs=ALL_TRANSPOSE,
+        expectations=(
+            Expectation(_SAME_BYTES + " in few large DMAs (one 512 KiB (1024) / 2 MiB (4096) load per strip): "
+                        "0.5-2x the reference",
+                        max_ratio=2.0, min_ratio=0.5),
+        ),
+    ),
+    CorpusKernel(
+        id="transpose-identity-matmul",
+        family="transpose",
+        module="transpose",
+        function="matrix_transpose_identity",
+        description=(
+            "transposes as nc_matmul(tile, identity) = tile.T @ I with the identity built on chip (iota of p - f, "
+            "compared with 0 by tensor_scalar); row strips (128 x N) loaded with one DMA each, one store per "
+            "transposed tile."),
+        configs=ALL_TRANSPOSE,
+        expectations=(
+            Expectation(_SAME_BYTES + "; a 128-column fp32 matmul costs the TensorE what an fp32 nc_transpose "
+                        "does (both are identity matmuls): 0.7-2x the reference", max_ratio=2.0, min_ratio=0.7),
+        ),
+    ),
+)
+
+
 def kernels(family: str | None = None) -> tuple[CorpusKernel, ...]:
     return tuple(k for k in KERNELS if family is None or k.family == family)
 
