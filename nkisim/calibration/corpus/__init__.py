@@ -218,7 +218,8 @@ _PER_ITER_TRANSPOSE = (
     Expectation("one 128-column TensorE transpose (plus a PSUM->SBUF copy) per 444-column matmul: 1.0-2.5x the "
                 "reference in fp16 (seed 003's similar kernel measured 1.44x), TensorE-bound in fp32 (transposes "
                 "of fp32 cost 4x too): 1.0-2.0x", max_ratio=2.5, min_ratio=1.0, dtype="float16", height=224),
-    Expectation("fp32: the extra transposes add ~25% of 4x-cost TensorE time", max_ratio=2.0, min_ratio=1.0,
+    Expectation("fp32: the extra transposes add ~25% of 4x-cost TensorE time (seed 003's similar kernel measured "
+                "3,530 us, 0.92x the reference's 3,830, generation uncertain): 0.9-2x", max_ratio=2.0, min_ratio=0.9,
                 dtype="float32", height=224),
 )
 _ONE_ROW_PER_PSUM = (
@@ -388,8 +389,10 @@ KERNELS += (
         configs=ALL_TRANSPOSE,
         hardware=(HardwareTarget("seed004-transpose-1024", TransposeConfig(1024, 1024), 86.0, "p99 nc_latency"),),
         expectations=(
-            Expectation(_SAME_BYTES + " with 64 KiB DMAs (512 B per partition): memory bound, 0.7-2x the reference",
-                        max_ratio=2.0, min_ratio=0.7),
+            Expectation(_SAME_BYTES + " but in 64 KiB DMAs (512 B per partition, below the ~2.4 KiB knee of the "
+                        "DMA size curve): hardware 86 us at 1024x1024, while the extra-credit bar (700 us at "
+                        "4096x4096, 16x the bytes) implies ~44 us for a reference-class kernel: 1-3x the reference",
+                        max_ratio=3.0, min_ratio=1.0),
         ),
     ),
     CorpusKernel(
@@ -419,9 +422,9 @@ KERNELS += (
             "of the result."),
         configs=ALL_TRANSPOSE,
         expectations=(
-            Expectation(_SAME_BYTES + " in few large DMAs (one 512 KiB (1024) / 2 MiB (4096) load per strip): "
-                        "0.5-2x the reference",
-                        max_ratio=2.0, min_ratio=0.5),
+            Expectation(_SAME_BYTES + " in few large DMAs (one 512 KiB (1024) / 2 MiB (4096) load per strip, "
+                        "512 B contiguous runs as the per-tile kernel's, one contiguous store per strip): no slower "
+                        "than the per-tile kernel, so 0.5-3x the reference", max_ratio=3.0, min_ratio=0.5),
         ),
     ),
     CorpusKernel(
@@ -436,7 +439,8 @@ KERNELS += (
         configs=ALL_TRANSPOSE,
         expectations=(
             Expectation(_SAME_BYTES + "; a 128-column fp32 matmul costs the TensorE what an fp32 nc_transpose "
-                        "does (both are identity matmuls): 0.7-2x the reference", max_ratio=2.0, min_ratio=0.7),
+                        "does (both are identity matmuls); per-tile stores as the seed-004 kernel: 1-3x the reference",
+                        max_ratio=3.0, min_ratio=1.0),
         ),
     ),
 )
