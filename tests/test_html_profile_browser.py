@@ -251,3 +251,25 @@ def test_100k_instruction_vector_add_renders_and_pans(browser, tmp_path):
         assert sum(p["blocks"]) > 0
     finally:
         o.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (REPO / "grader" / "reference" / "part2" / "conv2d.py").exists(),
+                    reason="needs the staff reference kernel (not in the student release)")
+def test_handout_screenshot_of_the_reference_profile_regenerates(tmp_path):
+    """make handouts draws the HTML-profile screenshot of the reference kernel; the handouts link both."""
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "handouts" / "figures" / "make_figures.py"), "profile_html", "--out",
+         str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    png = tmp_path / "profile_html.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from PIL import Image
+
+    assert Image.open(png).size == (1400, 1150)
+    assert "figures/profile_html.png" in (REPO / "handouts" / "handout.md").read_text()
+    assert "figures/profile_html_compare.png" in (REPO / "handouts" / "setup-nkisim.md").read_text()
