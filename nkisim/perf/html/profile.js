@@ -176,8 +176,10 @@
     return NK.profiles.map((p) => {
       const per = new Array(p.lanes.length).fill(0);
       for (const l of p.vis.data.lane) per[l]++;
+      const off = prep(p).off;
+      const per_lane = p.lanes.map((_, l) => off[l + 1] - off[l]);
       return { title: p.title, x0: p.fig.x_range.start, x1: p.fig.x_range.end, lanes: p.lanes, blocks: per,
-        intervals: p.ev.data.start.length, last_ms: p.last_ms };
+        intervals: p.ev.data.start.length, lane_intervals: per_lane, last_ms: p.last_ms };
     });
   };
   NK.pagePos = function (k, t_us, lane) {
