@@ -105,6 +105,13 @@ def test_source_pane_holds_the_kernel_and_marks_issuing_lines(matmul):
     assert m is not None and "nc_matmul" in html.unescape(m.group(1))
 
 
+def test_source_note_replaces_the_source_pane(matmul):
+    from dataclasses import replace
+
+    page = render_page([replace(matmul, sources={}, source_note="source left out on purpose")])
+    assert "source left out on purpose" in page and 'class="ln' not in page
+
+
 def test_compare_page_has_both_runs_and_a_ratio_column(matmul, vadd):
     page = render_page([matmul, vadd])
     assert "A (before): matmul" in page and "B (after): vadd" in page and "<th>B / A</th>" in page

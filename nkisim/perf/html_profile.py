@@ -6,9 +6,11 @@ part2/test_harness.py write ``NAME.html`` beside the other profile files on nkis
 Drawing is Bokeh's (BokehJS inlined with ``bokeh.resources.INLINE``, so the page makes no network request and
 works from file://).  Bokeh rather than Plotly: its models (data sources, ranges, JS callbacks) are scriptable
 from a small inlined script, which the zoom-dependent merging of a 100k-instruction run needs, and its inlined
-JavaScript is smaller (~1.5 MB against ~4.5 MB).  Level of detail lives in ``html/profile.js``; the lanes come
-from :mod:`nkisim.perf.timeline` (the same events as the Perfetto trace); summary fields are the text summary's
-(:func:`nkisim.perf.summary.format_summary`), never recomputed here.
+JavaScript is smaller (~1.5 MB; plotly.js alone is several MB).  The canvas backend, not WebGL: merging keeps
+a few thousand rectangles on screen, and in headless Chromium without a GPU canvas redrew them faster.
+Level of detail lives in ``html/profile.js``; the lanes come from :mod:`nkisim.perf.timeline` (the same events
+as the Perfetto trace); summary fields are the text summary's (:func:`nkisim.perf.summary.format_summary`),
+never recomputed here.
 """
 
 from __future__ import annotations

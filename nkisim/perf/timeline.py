@@ -73,6 +73,18 @@ def describe_operands(ins: Instr) -> str:
     return "; ".join(parts)
 
 
+def _operand_index(ins: Instr, opnds: _Interner, keys: dict[tuple, int]) -> int:
+    """Interned operand text; keyed on what the text shows so 100k look-alike instructions format it once."""
+    a = ins.attrs
+    key = (tuple((o.region.buf, o.dtype, o.shape) for o in ins.srcs),
+           tuple((o.region.buf, o.dtype, o.shape) for o in ins.dsts),
+           tuple(a.get(k) for k in ("alu", "alu0", "func", "K", "M", "N", "bytes")) if a else ())
+    i = keys.get(key)
+    if i is None:
+        i = keys[key] = opnds(describe_operands(ins))
+    return i
+
+
 def build_timeline(instrs: list[Instr], report: PerfReport) -> Timeline:
     """Intervals per lane of a costed run (``estimate`` must have filled start/end of ``instrs``)."""
     events = trace_events(instrs, report)
@@ -87,6 +99,7 @@ def build_timeline(instrs: list[Instr], report: PerfReport) -> Timeline:
     crit_seqs = {int(c[0]) for c in report.critical_path}
     ops, wheres, opnds = _Interner(), _Interner(), _Interner()
     opnd_cache: dict[int, int] = {}
+    opnd_keys: dict[tuple, int] = {}
     rows: list[tuple[int, float, float, int, int, int, int, int]] = []  # tid, start, end, seq, op, where, opnd, crit
     used: set[int] = set()
     for e in events:
@@ -98,7 +111,7 @@ def build_timeline(instrs: list[Instr], report: PerfReport) -> Timeline:
         if ins is not None:
             oi = opnd_cache.get(seq)
             if oi is None:
-                oi = opnd_cache[seq] = opnds(describe_operands(ins))
+                oi = opnd_cache[seq] = _operand_index(ins, opnds, opnd_keys)
             w = wheres(ins.where or "?")
         else:
             seq, oi, w = -1, opnds(""), wheres("")
@@ -113,7 +126,7 @@ def build_timeline(instrs: list[Instr], report: PerfReport) -> Timeline:
             continue
         oi = opnd_cache.get(ins.seq)
         if oi is None:
-            oi = opnd_cache[ins.seq] = opnds(describe_operands(ins))
+            oi = opnd_cache[ins.seq] = _operand_index(ins, opnds, opnd_keys)
         rows.append((crit_tid, ins.start_ns / 1e3, ins.end_ns / 1e3, ins.seq, ops(ins.op), wheres(ins.where or "?"),
                      oi, 1))
         used.add(crit_tid)

@@ -10,7 +10,7 @@
   "use strict";
   const NK = (window.nkisim = window.nkisim || {});
   const GAP_PX = 1.0; // intervals closer than this are merged
-  const BIN_PX = 3.0; // a merged block is never wider than this (so busy fractions stay visible)
+  const BIN_PX = 4.0; // a merged block is never wider than this (so busy fractions stay visible)
   const MIXED = "#7f7f7f";
   const CRIT = "#d62728";
   NK.profiles = [];
@@ -118,7 +118,7 @@
     return out;
   }
 
-  // Blocks are built for the visible window plus one window width on each side, so a pan only re-merges once
+  // Blocks are built for the visible window plus half a window width on each side, so a pan only re-merges once
   // the view leaves that margin (or the zoom changes), and dragging just moves already-built rectangles.
   function refreshNow(force) {
     NK._pending = false;
@@ -130,8 +130,8 @@
       const c = p._win;
       if (!force && c && xr.start >= c.a && xr.end <= c.b && Math.abs(px / c.px - 1) < 0.2) continue;
       const t = performance.now();
-      const a = xr.start - span, b = xr.end + span;
-      p.vis.data = blocks(p, a, b, 3 * w);
+      const a = xr.start - span / 2, b = xr.end + span / 2;
+      p.vis.data = blocks(p, a, b, 2 * w);
       p._win = { a, b, px };
       p.last_ms = performance.now() - t;
     }
@@ -176,8 +176,10 @@
     return NK.profiles.map((p) => {
       const per = new Array(p.lanes.length).fill(0);
       for (const l of p.vis.data.lane) per[l]++;
+      const off = prep(p).off;
+      const per_lane = p.lanes.map((_, l) => off[l + 1] - off[l]);
       return { title: p.title, x0: p.fig.x_range.start, x1: p.fig.x_range.end, lanes: p.lanes, blocks: per,
-        intervals: p.ev.data.start.length, last_ms: p.last_ms };
+        intervals: p.ev.data.start.length, lane_intervals: per_lane, last_ms: p.last_ms };
     });
   };
   NK.pagePos = function (k, t_us, lane) {
