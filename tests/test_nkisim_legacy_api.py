@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from nkisim_util import raises_rule
 
 from nkisim import apicoverage
 from nkisim.api import _unsupported
@@ -165,7 +166,8 @@ def test_typing_annotations_check_shape_and_allow_mutation():
     a = RNG.random((128, 64), dtype=np.float32)
     b = np.zeros((128, 64), np.float32)
     np.testing.assert_allclose(_annotated(a, b), 2 * a, rtol=1e-6)
-    with pytest.raises(NKIError, match=r"shape of `a\[128, 32\]` does not match the expected shape of \[128, 64\]"):
+    with raises_rule("err_annotation_shape_mismatch", "shape of `a[128, 32]` does not match the expected shape of "
+                     "[128, 64]"):
         _annotated(np.zeros((128, 32), np.float32), b)
 
 
