@@ -311,3 +311,16 @@ def test_core_never_imports_the_api_layer():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not any(n == "nkisim.api" or n.startswith("nkisim.api.") for n in names), path.name
+
+
+def test_reshape_of_an_index_expression_view_regroups_its_free_positions():
+    a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+
+    def k(a):
+        out = nl.ndarray((128, 4, 8), dtype=nl.float32, buffer=nl.hbm)
+        t = nl.load(a)
+        i_p, i_f = nl.mgrid[0:128, 0:32]
+        nl.store(out, value=nl.copy(t[i_p, 2 * i_f].reshape((128, 4, 8))))
+        return out
+
+    np.testing.assert_array_equal(run_kernel(k, (a,)).outputs, a[:, 0:64:2].reshape(128, 4, 8))
