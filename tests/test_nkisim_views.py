@@ -354,3 +354,27 @@ def test_reshape_of_an_index_expression_view_regroups_its_free_positions():
         return out
 
     np.testing.assert_array_equal(run_kernel(k, (a,)).outputs, a[:, 0:64:2].reshape(128, 4, 8))
+
+
+def test_index_expression_views_extend_affinely_past_their_extent():
+    a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+
+    def k(a):
+        out = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.hbm)
+        t = nl.load(a)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(16)[None, :]
+        g = t[i_p, 2 + i_f]  # columns 2..17
+        nl.store(out, value=nl.copy(g[:, 8:24]))  # the pattern continues: columns 10..25
+        return out
+
+    np.testing.assert_array_equal(run_kernel(k, (a,)).outputs, a[:, 10:26])
+
+    def not_affine(a):
+        t = nl.load(a)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(16)[None, :]
+        t[i_p, i_f % 4][:, 10:20]
+
+    with pytest.raises(IndexError, match="not affine"):
+        run_kernel(not_affine, (a,))
