@@ -195,3 +195,44 @@ def test_loop_reduce_needs_an_existing_destination():
 
     with raises_rule("nkisim_bad_argument", "loop_reduce", "fresh_name"):
         run_kernel(k, (np.zeros((2, 128, 4), np.float32),))
+
+
+def _conv2024(X, Wt, bias):
+    """A 2024-style fused conv written the way that cohort wrote it (our own code): HBM output from nl.zeros,
+    rows flattened onto the free axis, an over-long row window sliced back, index-expression PSUM accumulation."""
+    B, C, H, Wd = X.shape
+    K = Wt.shape[0]
+    oh, ow = H - 2, Wd - 2
+    X_out = nl.zeros((B, K, oh, ow), dtype=X.dtype, buffer=nl.hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(ow)[None, :]
+    w_t = nl.ndarray((3, 3, nl.par_dim(128), 128), dtype=nl.float32, buffer=nl.sbuf)
+    for fh in nl.affine_range(3):
+        for fw in nl.affine_range(3):
+            w_t[fh, fw] = nl.copy(nl.transpose(nl.load(Wt[:, :, fh, fw])))
+    b_t = nl.load(bias.reshape((K, 1)))
+    for b in nl.affine_range(B):
+        x_flat = X[b].reshape((C, H * Wd))
+        for r in nl.affine_range(oh):
+            rows = nl.load(x_flat[:, r * Wd:(r + 3) * Wd])  # three input rows side by side
+            res = nl.zeros((128, ow), nl.float32, buffer=nl.psum)
+            for fw in nl.affine_range(3):
+                win = rows[:, fw:fw + 3 * Wd]  # runs fw columns past the tile
+                for fh in nl.affine_range(3):
+                    rhs = win[:, fh * Wd:fh * Wd + ow]  # always inside it
+                    res[i_p, i_f] += nl.matmul(w_t[fh, fw], rhs, transpose_x=True)
+            nl.store(X_out[b, :, r, :], value=nl.add(res, b_t))
+    return X_out
+
+
+def test_2024_style_conv_matches_numpy_on_trn1():
+    X = RNG.standard_normal((2, 128, 6, 8)).astype(np.float32)
+    Wt = RNG.standard_normal((128, 128, 3, 3)).astype(np.float32)
+    bias = RNG.standard_normal((128,)).astype(np.float32)
+    out = run_kernel(_conv2024, (X, Wt, bias), target="trn1").outputs
+    ref = np.zeros((2, 128, 4, 6))
+    for fh in range(3):
+        for fw in range(3):
+            ref += np.einsum("kc,bchw->bkhw", Wt[:, :, fh, fw].astype(np.float64), X[:, :, fh:fh + 4, fw:fw + 6])
+    ref += bias[None, :, None, None]
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-3)

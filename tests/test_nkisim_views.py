@@ -53,7 +53,8 @@ def _run_both(make_kernel, args, style_a: str, style_b: str, target: str = "trn2
 
 
 OPS = ("matmul_acc", "nl_matmul_acc", "matmul_assign", "add", "scalar", "exp", "cast", "iadd", "masked_add",
-       "masked_store", "dma_copy", "reduce", "transpose", "psum_iadd_vector", "acc_plus_matmul")
+       "masked_store", "dma_copy", "reduce", "transpose", "psum_iadd_vector", "acc_plus_matmul", "where",
+       "masked_load", "store_cast", "activation_bias", "isa_tensor_scalar", "isa_copy_scalar_engine")
 
 
 def make(op: str, p0: int, np_: int, f0: int, nf: int, lim: int):
@@ -113,6 +114,26 @@ def make(op: str, p0: int, np_: int, f0: int, nf: int, lim: int):
             elif op == "reduce":
                 col = view(dst_t, style, p0, np_, f0, 1)
                 col[...] = nl.sum(src, axis=1, keepdims=True)
+            elif op == "where":
+                view(dst_t, style, p0, np_, f0, nf)[...] = nl.where(nl.greater(src, 0.0), src,
+                                                                    view(yt, style, p0, np_, f0, nf))
+            elif op == "masked_load":
+                view(dst_t, style, p0, np_, f0, nf)[...] = nl.load(view(x, style, p0, np_, f0, nf),
+                                                                   mask=(i_m < lim))
+            elif op == "activation_bias":
+                bias = view(yt, style, p0, np_, 0, 1)
+                view(dst_t, style, p0, np_, f0, nf)[...] = nisa.activation(op=nl.exp, data=src, bias=bias,
+                                                                           scale=0.5)
+            elif op == "isa_tensor_scalar":
+                view(dst_t, style, p0, np_, f0, nf)[...] = nisa.tensor_scalar(src, np.multiply, 2.0,
+                                                                              op1=np.add, operand1=1.0)
+            elif op == "isa_copy_scalar_engine":
+                view(dst_t, style, p0, np_, f0, nf)[...] = nisa.activation(op=nl.copy, data=src)
+            elif op == "store_cast":
+                out16 = nl.ndarray((128, 64), dtype=nl.float16, buffer=nl.hbm)
+                nl.store(out16, nl.copy(dst_t, dtype=nl.float16))
+                nl.store(view(out16, style, p0, np_, f0, nf), value=src)  # the DMA casts fp32 -> fp16
+                return out16
             elif op == "masked_store":
                 nl.store(out, nl.copy(dst_t))
                 nl.store(view(out, style, p0, np_, f0, nf), value=nl.copy(src), mask=(i_m < lim))
@@ -147,6 +168,15 @@ def test_index_expressions_and_slices_are_bit_identical(op, style, p0, np_, f0, 
     if op == "acc_plus_matmul":
         target = "trn1"  # the 2024 toolchain's spelling of accumulation
     _run_both(make(op, p0, np_, f0, nf, lim), (X, Y, W), "slice", style, target)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_every_op_and_style_agree_on_one_ragged_window(op, monkeypatch):
+    """Every (op, style) pair at least once, on a window that starts off the origin and ends off the edges."""
+    monkeypatch.delenv("NKISIM_TOOLCHAIN_ERA", raising=False)
+    target = "trn1" if op == "acc_plus_matmul" else "trn2"
+    for style in STYLES[1:]:
+        _run_both(make(op, 3, 61, 5, 27, 40), (X, Y, W), "slice", style, target)
 
 
 def test_matmul_accumulates_into_index_expression_psum_destination():
@@ -311,3 +341,40 @@ def test_core_never_imports_the_api_layer():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not any(n == "nkisim.api" or n.startswith("nkisim.api.") for n in names), path.name
+
+
+def test_reshape_of_an_index_expression_view_regroups_its_free_positions():
+    a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+
+    def k(a):
+        out = nl.ndarray((128, 4, 8), dtype=nl.float32, buffer=nl.hbm)
+        t = nl.load(a)
+        i_p, i_f = nl.mgrid[0:128, 0:32]
+        nl.store(out, value=nl.copy(t[i_p, 2 * i_f].reshape((128, 4, 8))))
+        return out
+
+    np.testing.assert_array_equal(run_kernel(k, (a,)).outputs, a[:, 0:64:2].reshape(128, 4, 8))
+
+
+def test_index_expression_views_extend_affinely_past_their_extent():
+    a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+
+    def k(a):
+        out = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.hbm)
+        t = nl.load(a)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(16)[None, :]
+        g = t[i_p, 2 + i_f]  # columns 2..17
+        nl.store(out, value=nl.copy(g[:, 8:24]))  # the pattern continues: columns 10..25
+        return out
+
+    np.testing.assert_array_equal(run_kernel(k, (a,)).outputs, a[:, 10:26])
+
+    def not_affine(a):
+        t = nl.load(a)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(16)[None, :]
+        t[i_p, i_f % 4][:, 10:20]
+
+    with pytest.raises(IndexError, match="not affine"):
+        run_kernel(not_affine, (a,))

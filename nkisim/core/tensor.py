@@ -484,12 +484,17 @@ class Tensor:
         if kwargs:
             raise TypeError(f"reshape() got unexpected keyword arguments {sorted(kwargs)}")
         new, pdim = parse_shape(tuple(shape))
-        if self._ix is not None:
-            fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=new,
-                 detail="cannot reshape an advanced-indexed view")
         if math.prod(new) != math.prod(self.shape):
             fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=new,
                  detail="the number of elements differs")
+        if self._ix is not None:
+            # a view built from index expressions (or running past its tile): reshaping regroups its free
+            # positions; the partition axis stays
+            if self._a.buf != B_HBM and pdim == 0 and (not new or not self.shape or new[0] != self.shape[0]):
+                fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=new,
+                     detail="a tile reshape must keep the partition dimension size")
+            arrs = tuple(np.broadcast_to(a, self.shape).reshape(new) for a in self._ix)
+            return Tensor(self._a, self._v, 0, ix=arrs, shape=tuple(new), oob=self._oob, off=self._off)
         v = self._v
         if self._a.buf != B_HBM and self._pd == 0 and pdim == 0 and new and new[0] != self.shape[0]:
             fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=new,
