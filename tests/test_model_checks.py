@@ -35,7 +35,7 @@ def _inputs(config):
     return (np.zeros((config.rows, config.cols), np.dtype(config.dtype)),), {}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _reference(family: str):
     import importlib.util
 
@@ -56,12 +56,12 @@ def modelled(kernel, config, kwargs=None) -> float:
     return estimate(run.trace, "trn2").nc_latency_us
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference_us(family: str, config) -> float:
     return modelled(_reference(family), config)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def corpus_us(kernel_id: str, config) -> float:
     k = corpus.get(kernel_id)
     return modelled(k.load(), config, k.kwargs)

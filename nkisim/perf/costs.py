@@ -77,6 +77,10 @@ class TargetCosts:
     launch_overhead_us: float = 12.0  # NEFF start/stop inside profiler total_time; undocumented (§6) [FIT]
     nc_latency_extra_us: float = 0.0  # nc_latency minus total_time (host-visible part) [FIT]
     psum_banks: int = 8  # 8 x 2 KiB per partition (A2, A3)
+    # neuronx-cc reorders instructions within each engine's stream (automatic instruction scheduling: the NKI
+    # scheduling APIs, `how-to-scheduling-apis`, add dependency edges / no_reorder blocks "to constrain the
+    # reordering that the automatic scheduler will do"); False = strict program order per engine
+    engine_reorder: bool = True
     hbm_stack_bw_bytes_per_ns: float = 410.0  # MBU denominator: one HBM stack (SCH); 820 GB/s / 2 stacks (A2)
     # MFU/HFU as the course's neuron-profile printed them: an fp32 matmul counts this many times its 2*K*M*N
     # flops against the BF16 peak (seed 003: 41.88% at 3,530 us fp32 and 61.65% at 1,203 us fp16 for the same

@@ -203,6 +203,11 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedul
     n = len(instrs)
     pred = [-1] * n
     engine_free: dict[str, float] = {}
+    # The compiler list-schedules each engine's instruction stream (automatic instruction reordering, which the
+    # NKI scheduling APIs' dependency edges and no_reorder blocks exist to constrain): an instruction whose
+    # inputs are ready fills an idle gap of its engine before earlier, still-waiting instructions.
+    reorder = tc.engine_reorder
+    gaps: dict[str, GapResource] = {}
     engine_last: dict[str, int] = {}
     busy: dict[str, float] = {}
     port_free = {"sbuf_vg": 0.0, "psum_vs": 0.0}
@@ -334,12 +339,13 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedul
         else:
             c = model.compute_cost(ins)
             res = c.resource
-            free = engine_free.get(res, 0.0)
             start = dep
             p = dep_pred
-            if free > start:
-                start = free
-                p = engine_last.get(res, -1)
+            if not reorder:
+                free = engine_free.get(res, 0.0)
+                if free > start:
+                    start = free
+                    p = engine_last.get(res, -1)
             eng = ins.engine
             uses_sbuf = uses_psum = False
             if share_sbuf or share_psum:
@@ -362,6 +368,17 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedul
                         if c.ls_ns > ii:
                             ii = c.ls_ns  # background LoadStationary bounds the pair (A2 mm_bottleneck)
                         last_stationary = st
+                if reorder:
+                    gr = gaps.get(res)
+                    if gr is None:
+                        gr = gaps[res] = GapResource()
+                    s_, pos = gr.find(start, ii)
+                    if s_ > start + _EPS:
+                        o_ = gr.owner_before(s_, pos)
+                        if o_ >= 0:
+                            p = o_
+                    start = s_
+                    tensor_last_end = gr.ends[pos - 1] if pos > 0 else -1e30
                 if throttle:
                     if start - tensor_last_end > tc.throttle_rearm_gap_ns:
                         warm_begin = start
@@ -370,10 +387,26 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedul
                         extra = _ramp_extra(x0, ii, win, r0)
                         ii += extra
                         sch.throttled_ns += extra
-            elif c.act_table is not None and c.act_table != act_table:
-                ii += tc.act_table_load_ns
-                act_table = c.act_table
-                sch.act_table_loads += 1
+                        if reorder:
+                            start, pos = gr.find(start, ii)
+                if reorder:
+                    gr.insert(start, ii, pos, i)
+            else:
+                if c.act_table is not None and c.act_table != act_table:
+                    ii += tc.act_table_load_ns
+                    act_table = c.act_table
+                    sch.act_table_loads += 1
+                if reorder:
+                    gr = gaps.get(res)
+                    if gr is None:
+                        gr = gaps[res] = GapResource()
+                    s_, pos = gr.find(start, ii)
+                    if s_ > start + _EPS:
+                        o_ = gr.owner_before(s_, pos)
+                        if o_ >= 0:
+                            p = o_
+                    start = s_
+                    gr.insert(start, ii, pos, i)
             busy_end = start + ii
             done = busy_end + c.lat_ns
             if res == "TensorE":
