@@ -66,11 +66,13 @@ class MemoryTracker:
         self.closed = False
 
     # -- physical ids -------------------------------------------------------------------------------------
-    def phys_for(self, site) -> int:
+    def phys_for(self, site, buf: Buf = B_SBUF) -> int:
         # Dead buffers of a site are reused oldest-first, and only once ROTATION_DEPTH of them are free: a tile
         # re-allocated every iteration (including an instruction's temporary result) rotates through several
-        # physical buffers, as neuronx-cc materialises loop-local tiles "in multiple copies" (NKI block-dimension
-        # migration guide), so iteration i+1's writer does not wait for iteration i's reader.
+        # physical buffers.  neuronx-cc materialises loop-local tiles "in multiple copies" (NKI block-dimension
+        # migration guide) and PSUM tiles across banks ("with 8 banks, up to 8 accumulation groups can be
+        # outstanding; this lets TensorE run ahead of VectorE/ScalarE eviction", trainium arch guide), so
+        # iteration i+1's writer does not wait for iteration i's reader.  ``buf`` is kept for a per-memory depth.
         free = self._free_phys.get(site)
         if free and len(free) >= ROTATION_DEPTH:
             return free.pop(0)

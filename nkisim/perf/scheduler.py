@@ -175,6 +175,27 @@ def _prune_against(reads: list[list], writes: list[list]) -> list[list]:
     return _prune(out, 4)
 
 
+def _pick_engine(ins: Instr, model: CostModel, gaps: dict, ready: float, tc: TargetCosts) -> None:
+    """Engine for a tensor_copy left to the compiler (engine=unknown: "compiler selects best engine based on
+    engine workload", nki.isa.tensor_copy): the eligible engine that finishes it first.  Eligible: VectorE and
+    GpSimdE (not with a PSUM operand, GpSimd cannot access PSUM), and ScalarE on NC-v3 (trn2)."""
+    psum = any(o.region.buf == Buf.PSUM for o in ins.srcs + ins.dsts)
+    cands = [Engine.VECTOR]
+    if tc.vector_perf_mode:  # NC-v3: ScalarE runs tensor_copy (A3); v2 ScalarE cannot
+        cands.append(Engine.SCALAR)
+    if not psum:
+        cands.append(Engine.GPSIMD)
+    best = None
+    for eng in cands:
+        ins.engine = eng
+        c = model.compute_cost(ins)
+        gr = gaps.get(c.resource)
+        s = gr.find(ready, c.ii_ns)[0] if gr is not None else ready
+        if best is None or s + c.ii_ns < best[0] - _EPS:
+            best = (s + c.ii_ns, eng)
+    ins.engine = best[1]
+
+
 def _ramp_extra(x0: float, work: float, win: float, r0: float) -> float:
     """Extra time ``work`` ns of TensorE work takes when it starts ``x0`` ns into a dI/dt warm-up window of
     ``win`` ns whose rate limit ramps linearly from ``r0`` to 1 (SUM/GLO: ~50% at start, full after ~3 us)."""
@@ -337,6 +358,8 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel) -> Schedul
             ins.cost_ns = 0.0
             pred[i] = dep_pred
         else:
+            if reorder and ins.op == "tensor_copy" and ins.attrs.get("auto_engine"):
+                _pick_engine(ins, model, gaps, dep, tc)
             c = model.compute_cost(ins)
             res = c.resource
             start = dep
