@@ -336,6 +336,19 @@ def profile_base_name(profile: str, case: ConvCase, extra_credit: bool) -> str:
     return f"{profile}{'_pool' if case.pool_size == 2 else ''}_{case.dtype}{'_smaller' if extra_credit else ''}"
 
 
+def case_mfu(case: ConvCase, latency_us: float) -> float:
+    """MFU of one performance case as neuron-profile reports it for the course (nkisim/perf/MODEL.md, "MFU"):
+    2*C_out*C_in*K^2*H_out*W_out*batch flops over the fp16/bf16 TensorE peak x latency, fp32 against half that
+    peak (trn2: 78.6 / 39.3 TFLOPS)."""
+    from nkisim.perf.costs import course_mfu
+
+    k = case.filter_size
+    flops = 2.0 * case.batch * case.out_channels * case.in_channels * k * k * (case.height - k + 1) * (
+        case.width - k + 1)
+    target = target_name()
+    return course_mfu(flops, latency_us, case.dtype == "float32", target if target in ("trn1", "trn2") else None)
+
+
 def measure_latency(kernel: Callable, case: ConvCase, bank: InputBank, profile_stem: str | None) -> float:
     bench_kwargs: dict = {}
     if profile_stem:
@@ -406,8 +419,8 @@ def run_performance(
             else "FAILED (too slow)"
         )
         log(
-            f"  p99 latency {latency:.1f} \u03bcs; thresholds: full credit <= {optimized:.0f} \u03bcs, "
-            f"{PARTIAL_CREDIT:.0%} credit <= {relaxed:.0f} \u03bcs ({source}) -> {verdict}"
+            f"  p99 latency {latency:.1f} \u03bcs (MFU {case_mfu(case, latency):.1%}); thresholds: full credit <= "
+            f"{optimized:.0f} \u03bcs, {PARTIAL_CREDIT:.0%} credit <= {relaxed:.0f} \u03bcs ({source}) -> {verdict}"
         )
         if stem and not on_nkisim():
             capture_hardware_profile(stem, log)

@@ -118,7 +118,7 @@ def test_matmul_accumulation_group_pipelines():
     tb.tensor_copy(ps, tb.sbuf(128, 512))
     rep = _est(tb, throttle_window_ns=0.0)
     mms = tb.trace.instrs[:8]
-    ii = 512 / 2.4
+    ii = 512 * costs_for("trn2").mm_cycles_per_column / 2.4
     for prev, nxt in zip(mms, mms[1:]):
         assert nxt.start_ns == pytest.approx(prev.start_ns + ii)
     copy = tb.trace.instrs[8]

@@ -16,6 +16,7 @@ from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf
 from nkisim.core.rules import fail
 
 BUF_NAMES = {B_HBM: "hbm", B_SBUF: "sbuf", B_PSUM: "psum"}
+ROTATION_DEPTH = 2  # free buffers a site keeps before reusing one (see MemoryTracker.phys_for)
 
 
 class Allocation:
@@ -65,10 +66,16 @@ class MemoryTracker:
         self.closed = False
 
     # -- physical ids -------------------------------------------------------------------------------------
-    def phys_for(self, site) -> int:
+    def phys_for(self, site, buf: Buf = B_SBUF) -> int:
+        # Dead buffers of a site are reused oldest-first, and only once ROTATION_DEPTH of them are free: a tile
+        # re-allocated every iteration (including an instruction's temporary result) rotates through several
+        # physical buffers.  neuronx-cc materialises loop-local tiles "in multiple copies" (NKI block-dimension
+        # migration guide) and PSUM tiles across banks ("with 8 banks, up to 8 accumulation groups can be
+        # outstanding; this lets TensorE run ahead of VectorE/ScalarE eviction", trainium arch guide), so
+        # iteration i+1's writer does not wait for iteration i's reader.  ``buf`` is kept for a per-memory depth.
         free = self._free_phys.get(site)
-        if free:
-            return free.pop()
+        if free and len(free) >= ROTATION_DEPTH:
+            return free.pop(0)
         pid = self._next_phys
         self._next_phys += 1
         return pid

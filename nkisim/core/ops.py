@@ -337,7 +337,7 @@ def assign(dst: Tensor, value) -> None:
         if dst._a.buf == B_HBM or value._a.buf == B_HBM:
             dma_copy(value, dst, via="assign", ctx=ctx)
             return
-        tensor_copy(value, dtype=dst.dtype, engine=E_VECTOR, dst=dst, op_name="tensor_copy")
+        tensor_copy(value, dtype=dst.dtype, engine=E_UNKNOWN, dst=dst, op_name="tensor_copy")
         return
     if isinstance(value, (int, float, np.number, bool)):
         ctx.settle()
@@ -787,7 +787,8 @@ def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: 
     ctx = current(op_name)
     ctx.settle()
     src = need_tensor(src, op_name, "src")
-    if engine == E_UNKNOWN:
+    auto = engine == E_UNKNOWN  # the compiler picks the engine by workload (nki.isa.tensor_copy docs)
+    if auto:
         engine = E_VECTOR
     elif engine == E_SCALAR and ctx.target == "trn1":
         fail("nkisim_engine_op_unsupported", op=op_name, engine="Scalar Engine", target=ctx.target,
@@ -805,7 +806,7 @@ def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: 
         if math.prod(out.shape) < math.prod(src.shape):
             fail("err_store_dst_shape_smaller_than_other_shape", dst=list(out.shape), src=list(src.shape))
     m = mask_values(mask, out.shape, src, out)
-    ins = ctx.emit("tensor_copy", engine, (src,), (out,), {})
+    ins = ctx.emit("tensor_copy", engine, (src,), (out,), {"auto_engine": True} if auto else {})
     values = None
     if ctx.full:
         v = read(src)

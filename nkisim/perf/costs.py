@@ -77,6 +77,10 @@ class TargetCosts:
     launch_overhead_us: float = 12.0  # NEFF start/stop inside profiler total_time; undocumented (§6) [FIT]
     nc_latency_extra_us: float = 0.0  # nc_latency minus total_time (host-visible part) [FIT]
     psum_banks: int = 8  # 8 x 2 KiB per partition (A2, A3)
+    # neuronx-cc reorders instructions within each engine's stream (automatic instruction scheduling: the NKI
+    # scheduling APIs, `how-to-scheduling-apis`, add dependency edges / no_reorder blocks "to constrain the
+    # reordering that the automatic scheduler will do"); False = strict program order per engine
+    engine_reorder: bool = True
     hbm_stack_bw_bytes_per_ns: float = 410.0  # MBU denominator: one HBM stack (SCH); 820 GB/s / 2 stacks (A2)
     # MFU/HFU as the course's neuron-profile printed them: an fp32 matmul counts this many times its 2*K*M*N
     # flops against the BF16 peak (seed 003: 41.88% at 3,530 us fp32 and 61.65% at 1,203 us fp16 for the same
@@ -157,6 +161,17 @@ TRN2 = TargetCosts(
 
 TARGETS: dict[str, TargetCosts] = {"trn1": TRN1, "trn2": TRN2}
 DEFAULT_TARGET = "trn2"
+
+
+def course_mfu(flops: float, latency_us: float, fp32: bool, target: str | None = None) -> float:
+    """MFU as the course's neuron-profile printed it: useful matmul flops (2 per multiply-add) over the BF16/FP16
+    TensorE peak x time, fp32 matmuls counting ``mfu_fp32_weight`` (2) times, i.e. against half the peak
+    (trn2: 78.6 TFLOPS fp16/bf16, 39.3 fp32).  Seeds 003/004 printed 41-42% fp32 and 62%/90% fp16 this way."""
+    tc = costs_for(target)
+    if latency_us <= 0:
+        return 0.0
+    peak = tc.fp32_mfu_peak_flops if fp32 else tc.tensor_peak_flops
+    return flops / (peak * latency_us * 1e-6)
 
 
 def costs_for(target: str | None, **overrides) -> TargetCosts:

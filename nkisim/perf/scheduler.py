@@ -175,6 +175,27 @@ def _prune_against(reads: list[list], writes: list[list]) -> list[list]:
     return _prune(out, 4)
 
 
+def _pick_engine(ins: Instr, model: CostModel, gaps: dict, ready: float, tc: TargetCosts) -> None:
+    """Engine for a tensor_copy left to the compiler (engine=unknown: "compiler selects best engine based on
+    engine workload", nki.isa.tensor_copy): the eligible engine that finishes it first.  Eligible: VectorE and
+    GpSimdE (not with a PSUM operand, GpSimd cannot access PSUM), and ScalarE on NC-v3 (trn2)."""
+    psum = any(o.region.buf == Buf.PSUM for o in ins.srcs + ins.dsts)
+    cands = [Engine.VECTOR]
+    if tc.vector_perf_mode:  # NC-v3: ScalarE runs tensor_copy (A3); v2 ScalarE cannot
+        cands.append(Engine.SCALAR)
+    if not psum:
+        cands.append(Engine.GPSIMD)
+    best = None
+    for eng in cands:
+        ins.engine = eng
+        c = model.compute_cost(ins)
+        gr = gaps.get(c.resource)
+        s = gr.find(ready, c.ii_ns)[0] if gr is not None else ready
+        if best is None or s + c.ii_ns < best[0] - _EPS:
+            best = (s + c.ii_ns, eng)
+    ins.engine = best[1]
+
+
 def _ramp_extra(x0: float, work: float, win: float, r0: float) -> float:
     """Extra time ``work`` ns of TensorE work takes when it starts ``x0`` ns into a dI/dt warm-up window of
     ``win`` ns whose rate limit ramps linearly from ``r0`` to 1 (SUM/GLO: ~50% at start, full after ~3 us)."""
@@ -213,6 +234,11 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
     last_done = -1
     pred = [-1] * n
     engine_free: dict[str, float] = {}
+    # The compiler list-schedules each engine's instruction stream (automatic instruction reordering, which the
+    # NKI scheduling APIs' dependency edges and no_reorder blocks exist to constrain): an instruction whose
+    # inputs are ready fills an idle gap of its engine before earlier, still-waiting instructions.
+    reorder = tc.engine_reorder
+    gaps: dict[str, GapResource] = {}
     engine_last: dict[str, int] = {}
     busy: dict[str, float] = {}
     port_free = {"sbuf_vg": 0.0, "psum_vs": 0.0}
@@ -346,14 +372,17 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
             ins.cost_ns = 0.0
             pred[i] = dep_pred
         else:
+            if reorder and ins.op == "tensor_copy" and ins.attrs.get("auto_engine"):
+                _pick_engine(ins, model, gaps, dep, tc)
             c = model.compute_cost(ins)
             res = c.resource
-            free = engine_free.get(res, 0.0)
             start = dep
             p = dep_pred
-            if free > start:
-                start = free
-                p = engine_last.get(res, -1)
+            if not reorder:
+                free = engine_free.get(res, 0.0)
+                if free > start:
+                    start = free
+                    p = engine_last.get(res, -1)
             eng = ins.engine
             uses_sbuf = uses_psum = False
             if share_sbuf or share_psum:
@@ -376,6 +405,17 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
                         if c.ls_ns > ii:
                             ii = c.ls_ns  # background LoadStationary bounds the pair (A2 mm_bottleneck)
                         last_stationary = st
+                if reorder:
+                    gr = gaps.get(res)
+                    if gr is None:
+                        gr = gaps[res] = GapResource()
+                    s_, pos = gr.find(start, ii)
+                    if s_ > start + _EPS:
+                        o_ = gr.owner_before(s_, pos)
+                        if o_ >= 0:
+                            p = o_
+                    start = s_
+                    tensor_last_end = gr.ends[pos - 1] if pos > 0 else -1e30
                 if throttle:
                     if start - tensor_last_end > tc.throttle_rearm_gap_ns:
                         warm_begin = start
@@ -384,10 +424,26 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
                         extra = _ramp_extra(x0, ii, win, r0)
                         ii += extra
                         sch.throttled_ns += extra
-            elif c.act_table is not None and c.act_table != act_table:
-                ii += tc.act_table_load_ns
-                act_table = c.act_table
-                sch.act_table_loads += 1
+                        if reorder:
+                            start, pos = gr.find(start, ii)
+                if reorder:
+                    gr.insert(start, ii, pos, i)
+            else:
+                if c.act_table is not None and c.act_table != act_table:
+                    ii += tc.act_table_load_ns
+                    act_table = c.act_table
+                    sch.act_table_loads += 1
+                if reorder:
+                    gr = gaps.get(res)
+                    if gr is None:
+                        gr = gaps[res] = GapResource()
+                    s_, pos = gr.find(start, ii)
+                    if s_ > start + _EPS:
+                        o_ = gr.owner_before(s_, pos)
+                        if o_ >= 0:
+                            p = o_
+                    start = s_
+                    gr.insert(start, ii, pos, i)
             busy_end = start + ii
             done = busy_end + c.lat_ns
             if res == "TensorE":
