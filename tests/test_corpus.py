@@ -186,3 +186,15 @@ def test_corpus_is_staff_only_and_outside_the_model_fingerprint(tmp_path, monkey
         assert thresholds.perf_fingerprint() == real
     finally:
         thresholds.perf_fingerprint.cache_clear()
+
+
+def test_corpus_script_prints_the_table(capsys):
+    from nkisim.calibration.corpus.__main__ import main
+
+    assert main(["--id", "whole-image-sbuf"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:4] == ["id", "config", "model_us", "hw_us"]
+    rows = [line.split() for line in out[1:] if line.startswith("whole-image-sbuf")]
+    assert [r[1] for r in rows] == ["conv32x16-fp32-pool1", "conv32x16-fp16-pool1"]
+    for r in rows:
+        assert float(r[2]) > 0 and float(r[5]) > 0  # modelled us, and the staff reference's

@@ -455,3 +455,15 @@ def get(kernel_id: str) -> CorpusKernel:
         if k.id == kernel_id:
             return k
     raise KeyError(f"no corpus kernel {kernel_id!r}; known: {', '.join(k.id for k in KERNELS)}")
+
+
+def timing_inputs(config: ConvConfig | TransposeConfig) -> tuple[tuple, dict]:
+    """(args, kwargs) for a timing-only run of ``config`` (zeros: the model never reads values); add the entry's
+    own ``kwargs``.  E.g. ``run_kernel(k.load(), *timing_inputs(c), mode="timing")`` after merging k.kwargs."""
+    import numpy as np
+
+    dt = np.dtype(config.dtype)
+    if isinstance(config, ConvConfig):
+        X = np.zeros((1, 256, config.height, config.width), dt)
+        return (X, np.zeros((256, 256, 3, 3), dt), np.zeros(256, dt)), {"pool_size": config.pool}
+    return (np.zeros((config.rows, config.cols), dt),), {}
