@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         for config in selected_configs(entry, args.all):
             us = modelled_us(kernel, config, entry.kwargs, args.target)
             hw = entry.hardware_for(config)
-            hw_us = None if hw is None else tsv.get(hw.row_id, hw.us)
+            hw_us = None if hw is None else tsv.get(hw.row_id, hw.us) if hw.row_id else hw.us
             if entry.family not in refs:
                 refs[entry.family] = reference_kernel(entry.family)
             key = (entry.family, config)
