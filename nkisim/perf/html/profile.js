@@ -147,6 +147,11 @@
     window.requestAnimationFrame(() => refreshNow(false));
   };
 
+  // Re-merge now (not at the next animation frame): for tests and scripted views.
+  NK.refreshNow = function () {
+    refreshNow(false);
+  };
+
   // Called once per profile from a DocumentReady callback with the Bokeh models and the string tables.
   NK.register = function (p) {
     NK.profiles.push(p);
