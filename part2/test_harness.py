@@ -368,7 +368,10 @@ def write_profile_html(result, path: str, kernel: Callable) -> None:
     """nkisim only: the offline HTML profile (timeline, summary, kernel source) beside the other profile files."""
     from nkisim.perf.html_profile import write_run_html
 
-    write_run_html(result.trace, result.report, path, kernel=kernel)
+    try:
+        write_run_html(result.trace, result.report, path, kernel=kernel)
+    except ImportError as exc:  # bokeh missing: an older environment; the other profile files are still written
+        print(f"  HTML profile not written ({exc}); run `make setup` (or pip install -e .) to install bokeh")
 
 
 def capture_hardware_profile(stem: str, log: Callable[[str], None]) -> None:

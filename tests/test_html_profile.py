@@ -171,3 +171,19 @@ def format_summary_of(neff: Path) -> str:
     import json
 
     return json.loads(neff.read_text())["summary_text"]
+
+
+@pytest.mark.skipif(not (REPO / "grader" / "reference" / "part2" / "conv2d.py").exists(),
+                    reason="needs the staff reference kernel (not in the student release)")
+def test_part2_harness_writes_the_page_beside_the_profile(tmp_path):
+    sys.path.insert(0, str(REPO / "part2"))
+    import test_harness as harness
+
+    kernel = harness.load_kernel(REPO / "grader" / "reference" / "part2" / "conv2d.py")
+    case = harness.ConvCase(1, 256, 256, 32, 16, dtype="float16")
+    stem = str(tmp_path / "conv")
+    latency = harness.measure_latency(kernel, case, harness.InputBank(1), stem)
+    page = (tmp_path / "conv.html").read_text(encoding="utf-8")
+    assert {p.name for p in tmp_path.iterdir()} >= {"conv.neff", "conv.ntff", "conv.summary.txt", "conv.html"}
+    assert f">{round(latency, 3)} us<" in page  # nc_latency row of the summary panel, as the text summary prints it
+    assert re.search(r'class="ln issued" id="L:0:conv2d\.py:\d+"><span class="no">\d+</span>[^<]*nc_matmul', page)

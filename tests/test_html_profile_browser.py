@@ -82,9 +82,9 @@ class Opened:
         return [u for u in self.requests if u != self.url and not u.startswith(("data:", "blob:"))]
 
     def set_range(self, x0: float, x1: float) -> None:
-        self.page.evaluate("([a, b]) => window.nkisim.profiles[0].fig.x_range.setv({start: a, end: b})", [x0, x1])
-        self.page.wait_for_function(f"Math.abs(window.nkisim.profiles[0].fig.x_range.start - {x0}) < 1e-9")
-        self.page.wait_for_timeout(300)
+        self.page.evaluate("([a, b]) => { window.nkisim.profiles[0].fig.x_range.setv({start: a, end: b});"
+                           " window.nkisim.refreshNow(); }", [x0, x1])
+        self.page.wait_for_timeout(300)  # let Bokeh draw the new blocks
 
     def pos(self, k: int, t_us: float, lane: int) -> tuple[float, float]:
         p = self.page.evaluate("([k, t, l]) => window.nkisim.pagePos(k, t, l)", [k, t_us, lane])
@@ -169,9 +169,12 @@ def test_wheel_zoom_and_drag_pan_change_the_visible_range(single):
     (st,) = single.state()
     lane = st["lanes"].index("TensorE")
     x, y = single.pos(0, (st["x0"] + st["x1"]) / 2, lane)
+    span0 = st["x1"] - st["x0"]
     single.page.mouse.move(x, y)
     single.page.mouse.wheel(0, -400)
-    single.page.wait_for_timeout(500)
+    xr = "window.nkisim.profiles[0].fig.x_range"
+    single.page.wait_for_function(f"{xr}.end - {xr}.start < {0.9 * span0}", timeout=20_000)
+    single.page.wait_for_timeout(300)
     (z,) = single.state()
     assert z["x1"] - z["x0"] < 0.9 * (st["x1"] - st["x0"])
     assert st["x0"] <= z["x0"] and z["x1"] <= st["x1"]
@@ -179,7 +182,8 @@ def test_wheel_zoom_and_drag_pan_change_the_visible_range(single):
     single.page.mouse.down()
     single.page.mouse.move(x - 200, y, steps=5)
     single.page.mouse.up()
-    single.page.wait_for_timeout(500)
+    single.page.wait_for_function(f"{xr}.start > {z['x0']}", timeout=20_000)
+    single.page.wait_for_timeout(300)
     (p,) = single.state()
     assert p["x0"] > z["x0"] and abs((p["x1"] - p["x0"]) - (z["x1"] - z["x0"])) < 1e-6 * (z["x1"] - z["x0"]) + 1e-9
     assert sum(p["blocks"]) > 0

@@ -48,7 +48,8 @@ def screenshot(page_path: Path, out: Path, *, hover_lane: str | None = "TensorE"
         raise RuntimeError(f"cannot take the HTML-profile screenshot: {reason}")
     with sync_playwright() as pw:
         browser = launch(pw)
-        page = browser.new_page(viewport=VIEWPORT)
+        # the viewport is the picture: a full-page screenshot would resize it and drop the hover tooltip
+        page = browser.new_page(viewport={"width": VIEWPORT["width"], "height": height})
         page.goto(page_path.resolve().as_uri())
         page.wait_for_function("window.nkisim && window.nkisim.refreshes > 0", timeout=120_000)
         page.wait_for_timeout(500)
@@ -58,10 +59,14 @@ def screenshot(page_path: Path, out: Path, *, hover_lane: str | None = "TensorE"
             t = st["x0"] + 0.3 * (st["x1"] - st["x0"])
             pos = page.evaluate("([t, l]) => window.nkisim.pagePos(0, t, l)", [t, lane])
             page.mouse.click(pos["x"], pos["y"])
-            page.mouse.move(pos["x"] + 2, pos["y"])
+            page.wait_for_timeout(500)  # let the click's redraw settle, then hover for the tooltip
+            for dx in (2, 1, 3):
+                page.mouse.move(pos["x"] + dx, pos["y"])
+                page.wait_for_timeout(300)
+                if page.locator(".nk-tip").first.is_visible():
+                    break
             page.locator(".nk-tip").first.wait_for(state="visible", timeout=10_000)
-        clip = {"x": 0, "y": 0, "width": VIEWPORT["width"], "height": height}
-        page.screenshot(path=str(out), full_page=True, clip=clip)
+        page.screenshot(path=str(out))
         browser.close()
 
 

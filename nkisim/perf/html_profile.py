@@ -232,7 +232,8 @@ def _figure(tl: Timeline, title: str, x_range, k: int, row_px: int = ROW_PX):
     r = fig.quad(left="left", right="right", bottom="bottom", top="top", source=vis, fill_color="color",
                  fill_alpha="alpha", line_color="line", line_width="lw",
                  selection_fill_alpha="alpha", nonselection_fill_alpha="alpha",
-                 selection_line_color="#000000", nonselection_line_color="line")
+                 selection_line_color="#000000", selection_line_width=2.5, selection_line_alpha=1.0,
+                 nonselection_line_color="line", nonselection_line_alpha=1.0)
     fig.add_tools(HoverTool(renderers=[r], tooltips=(
         '<div class="nk-tip"><span class="op">@label</span> on <b>@lane_name</b> (@seq)<br>'
         "@opnd<br>start @t0{0,0.000} \u00b5s, duration @dur{0,0.000} \u00b5s<br>"

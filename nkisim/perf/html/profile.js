@@ -11,6 +11,7 @@
   const NK = (window.nkisim = window.nkisim || {});
   const GAP_PX = 1.0; // intervals closer than this are merged
   const BIN_PX = 4.0; // a merged block is never wider than this (so busy fractions stay visible)
+  const OUTLINE_MIN_PX = 8.0; // narrower critical-path blocks are marked by the top lane only
   const MIXED = "#7f7f7f";
   const CRIT = "#d62728";
   NK.profiles = [];
@@ -94,8 +95,10 @@
         out.dur.push(be - bs);
         out.n.push(cnt);
         out.where0.push(p.wheres[d.where[i]]);
-        out.line.push(crit ? CRIT : "rgba(0,0,0,0)");
-        out.lw.push(crit ? 1.5 : 0);
+        // outline critical-path blocks only where they are wide enough to keep their own colour visible
+        const outline = crit && be - bs >= OUTLINE_MIN_PX * px;
+        out.line.push(outline ? CRIT : "rgba(0,0,0,0)");
+        out.lw.push(outline ? 1.5 : 0);
         if (cnt === 1) {
           out.label.push(p.ops[op0]);
           out.opnd.push(p.operands[d.operands[i]] || "-");
@@ -142,6 +145,11 @@
     if (NK._pending) return;
     NK._pending = true;
     window.requestAnimationFrame(() => refreshNow(false));
+  };
+
+  // Re-merge now (not at the next animation frame): for tests and scripted views.
+  NK.refreshNow = function () {
+    refreshNow(false);
   };
 
   // Called once per profile from a DocumentReady callback with the Bokeh models and the string tables.
