@@ -708,3 +708,33 @@ def test_sample_style_online_softmax_attention():
     p = np.exp(sc - sc.max(axis=-1, keepdims=True))
     ref = (p / p.sum(axis=-1, keepdims=True)) @ v
     np.testing.assert_allclose(out, ref, atol=1e-2)
+
+
+def test_psum_mod_alloc_aliases_modulo_banks_and_accumulates():
+    import neuronxcc.nki.compiler as ncc
+
+    a = RNG.random((128, 128), dtype=np.float32)
+    b = RNG.random((128, 256), dtype=np.float32)
+
+    @nki.jit
+    def k(ah, bh):
+        out = nl.ndarray((3, 128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+        at, bt = nl.load(ah), nl.load(bh)
+        # 16 blocks of 1 KiB over one bank: every block is the same PSUM memory (AWS's allocated RMSNorm+QKV)
+        t = nl.ndarray((16, nl.par_dim(128), 256), dtype=nl.float32,
+                       buffer=ncc.psum.mod_alloc(base_bank=0, num_bank_tiles=(1,)))
+        for m in nl.affine_range(16):
+            t[m] = nl.multiply(bt, float(m))
+        nl.store(out[0], nl.copy(t[2]))  # block 2 holds what block 15 wrote last
+        acc = nl.ndarray((2, nl.par_dim(128), 256), dtype=nl.float32,
+                         buffer=ncc.psum.mod_alloc(base_bank=6, num_bank_tiles=(2,)))
+        acc[1] += nisa.nc_matmul(at, bt)  # the first matmul of the group overwrites the poisoned bank
+        acc[1] += nisa.nc_matmul(at, bt)
+        nl.store(out[1], nl.copy(acc[1]))
+        nl.store(out[2], nl.copy(acc[0]))  # a different bank: never written
+        return out
+
+    got = run_kernel(k, (a, b)).outputs
+    np.testing.assert_array_equal(got[0], b * 15)
+    np.testing.assert_allclose(got[1], 2 * (a.T @ b), rtol=1e-5)
+    assert np.isnan(got[2]).all()

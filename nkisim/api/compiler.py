@@ -138,6 +138,68 @@ class sbuf:  # noqa: N801 - NKI namespace nki.compiler.sbuf
     alloc = _unsupported.Unsupported("ncc.sbuf.alloc")  # use ncc.sbuf.mod_alloc
 
 
+class _PsumModAlloc:
+    """Direct PSUM placement: block i of the tensor lands in bank base_bank + (i % num_bank_tiles) at byte
+    base_addr of the bank, so blocks beyond num_bank_tiles alias earlier ones as on hardware (AWS's allocated
+    fused RMSNorm+QKV puts 16 transposed tiles in one bank this way)."""
+
+    def __init__(self, base_bank: int, base_addr: int, num_bank_tiles) -> None:
+        self.base_bank = int(base_bank)
+        self.base_addr = int(base_addr)
+        self.num_bank_tiles = tuple(int(n) for n in (num_bank_tiles or ()))
+
+    def place(self, ctx, dims, pdim, dt, name, bytes_pp) -> _Tensor:
+        lim = ctx.limits
+        bank = lim.psum_bank_bytes
+        nbanks = lim.psum_bytes_per_partition // bank
+        nblocks = 1
+        for d in dims[:pdim]:
+            nblocks *= d
+        tile_bytes = bytes_pp // max(nblocks, 1)
+        wrap = self.num_bank_tiles[0] if self.num_bank_tiles and pdim == 1 else 0
+        used = min(nblocks, wrap) if wrap else nblocks
+        stride = -(-tile_bytes // bank) * bank
+        start = self.base_bank * bank + self.base_addr
+        end = start + (used - 1) * stride + tile_bytes
+        if self.base_bank < 0 or self.base_addr < 0 or end > nbanks * bank:
+            _fail("nkisim_direct_alloc", detail=f"PSUM tensor '{name or 'tile'}' at bank {self.base_bank} + "
+                  f"{self.base_addr} B needs bytes [{start}, {end}) per partition, beyond the {nbanks} banks of "
+                  f"{bank} B")
+        arena = _psum_arena(ctx)
+        parts = dims[pdim]
+        raw = arena.base[:parts]
+        blocks = _np.lib.stride_tricks.as_strided(raw[:, start:], shape=(parts, used, tile_bytes),
+                                                  strides=(raw.strides[0], stride, 1))
+        free_shape = dims[pdim + 1:]
+        phys = blocks.view(dt).reshape((parts, used) + free_shape)
+        view = _np.moveaxis(phys, 0, 1) if pdim == 1 else phys.reshape((parts,) + free_shape)
+        typed = arena.base.view(dt)
+        alloc = _Allocation(_Buf.PSUM, typed, arena.phys, None, name, bytes_pp, None)
+        alloc.addr = _base_addr(arena)
+        alloc.row_bytes = arena.row_bytes
+        if ctx.full:  # accumulation-group flags, shared by the tensors of one dtype placed in the arena
+            flags = ctx.psum_arena_acc.get(dt)
+            if flags is None:
+                flags = ctx.psum_arena_acc[dt] = _np.zeros(typed.shape, dtype=bool)
+            alloc.acc = flags
+        if wrap and nblocks > wrap:
+            alloc.block_mod = wrap
+            return _Tensor(alloc, view, pdim, shape=dims)
+        return _Tensor(alloc, view, pdim)
+
+
+def _psum_arena(ctx):
+    arena = getattr(ctx, "psum_arena", None)
+    if arena is None:
+        lim = ctx.limits
+        base = _np.full((lim.pmax, lim.psum_bytes_per_partition), 0xFF, dtype=_np.uint8)  # NaN-poisoned
+        arena = _Allocation(_Buf.PSUM, base, ctx.mem.new_phys(), None, "psum_arena", 0, None)
+        arena.row_bytes = lim.psum_bytes_per_partition
+        ctx.psum_arena = arena
+        ctx.psum_arena_acc = {}
+    return arena
+
+
 class psum:  # noqa: N801 - NKI namespace nki.compiler.psum
     @staticmethod
     def auto_alloc():
@@ -145,7 +207,7 @@ class psum:  # noqa: N801 - NKI namespace nki.compiler.psum
 
     @staticmethod
     def mod_alloc(*, base_bank, base_addr=0, num_bank_tiles=(), **kwargs):
-        return _rt.PSUM_SPEC
+        return _rt.BufferSpec(_Buf.PSUM, "psum", direct=_PsumModAlloc(base_bank, base_addr, num_bank_tiles))
 
     alloc = _unsupported.Unsupported("ncc.psum.alloc")
 
