@@ -738,3 +738,65 @@ def test_psum_mod_alloc_aliases_modulo_banks_and_accumulates():
     np.testing.assert_array_equal(got[0], b * 15)
     np.testing.assert_allclose(got[1], 2 * (a.T @ b), rtol=1e-5)
     assert np.isnan(got[2]).all()
+
+
+def test_callback_allocation_sbuf_and_psum():
+    import functools
+
+    import neuronxcc.nki.compiler as ncc
+
+    a = RNG.random((128, 128), dtype=np.float32)
+    b = RNG.random((128, 128), dtype=np.float32)
+
+    def bank_of(bank_map, idx, pdim_size, fdim_size):
+        return (bank_map[idx], 0, 0)
+
+    def sbuf_at(idx, pdim_size, fdim_size):
+        return (0, 1024 + idx[0] * fdim_size)
+
+    def scattered(idx, pdim_size, fdim_size):
+        return (0, [0, 4096, 2048][idx[0]])  # not affine in the block index (and overlapping nothing)
+
+    @nki.jit
+    def k(ah, bh):
+        out = nl.ndarray((4, 128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.ndarray((2, nl.par_dim(128), 128), dtype=nl.float32, buffer=ncc.sbuf.alloc(sbuf_at))
+        x[0] = nl.load(ah)
+        x[1] = nl.load(bh)
+        y = nl.ndarray((3, nl.par_dim(128), 128), dtype=nl.float32, buffer=ncc.sbuf.alloc(scattered))
+        for i in nl.affine_range(3):
+            y[i] = nl.add(x[0], float(i))
+        acc = nl.ndarray((2, nl.par_dim(128), 128), dtype=nl.float32,
+                         buffer=ncc.psum.alloc(functools.partial(bank_of, bank_map={(0,): 1, (1,): 5})))
+        acc[0] += nisa.nc_matmul(x[0], x[1])
+        acc[1] += nisa.nc_matmul(x[1], x[0])
+        acc[1] += nisa.nc_matmul(x[1], x[0])
+        # multi-dimensional modulo wrap: blocks get storage of their own (values as on hardware for this kernel)
+        q = nl.ndarray((2, 8, nl.par_dim(128), 128), dtype=nl.float32,
+                       buffer=ncc.psum.mod_alloc(base_bank=0, num_bank_tiles=(2, 4)))
+        q[1, 6] = nl.copy(x[1])
+        nl.store(out[0], nl.copy(acc[0]))
+        nl.store(out[1], nl.copy(acc[1]))
+        nl.store(out[2], nl.copy(y[2]))
+        nl.store(out[3], nl.copy(q[1, 6]))
+        return out
+
+    got = run_kernel(k, (a, b)).outputs
+    np.testing.assert_allclose(got[0], a.T @ b, rtol=1e-5)
+    np.testing.assert_allclose(got[1], 2 * (b.T @ a), rtol=1e-5)
+    np.testing.assert_array_equal(got[2], a + 2)
+    np.testing.assert_array_equal(got[3], b)
+
+
+def test_callback_allocation_rejects_bad_placements():
+    import neuronxcc.nki.compiler as ncc
+
+    @nki.jit
+    def k(ah):
+        x = nl.ndarray((2, nl.par_dim(128), 128), dtype=nl.float32,
+                       buffer=ncc.sbuf.alloc(lambda idx, p, f: (0, 300000)))
+        x[0] = nl.load(ah)
+        return ah
+
+    with raises_rule("nkisim_direct_alloc", "beyond the"):
+        k(np.zeros((128, 128), np.float32))
