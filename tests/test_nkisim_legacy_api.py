@@ -92,6 +92,16 @@ def test_spmd_bad_grid(grid):
         _grid_add[grid]
 
 
+def test_spmd_nc_limited_to_the_chip_cores():
+    a = RNG.random((4, 1, 128, 16), dtype=np.float32)
+    np.testing.assert_allclose(run_kernel(_grid_add[nl.nc(2), 1], (a[:2],), target="trn1").outputs,
+                               _grid_expected(a[:2]), rtol=1e-6)
+    with pytest.raises(ValueError, match="a trn1 chip has 2"):
+        run_kernel(_grid_add[nl.nc(4), 1], (a,), target="trn1")
+    with pytest.raises(ValueError, match="a trn2 chip has 8"):
+        run_kernel(_grid_add[nl.nc(16), 1], (np.zeros((16, 1, 128, 16), np.float32),), target="trn2")
+
+
 def test_spmd_without_grid_and_bad_axis():
     @nki.jit
     def k(a):
