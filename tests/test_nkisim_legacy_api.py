@@ -92,6 +92,16 @@ def test_spmd_bad_grid(grid):
         _grid_add[grid]
 
 
+def test_spmd_nc_limited_to_the_chip_cores():
+    a = RNG.random((4, 1, 128, 16), dtype=np.float32)
+    np.testing.assert_allclose(run_kernel(_grid_add[nl.nc(2), 1], (a[:2],), target="trn1").outputs,
+                               _grid_expected(a[:2]), rtol=1e-6)
+    with pytest.raises(ValueError, match="a trn1 chip has 2"):
+        run_kernel(_grid_add[nl.nc(4), 1], (a,), target="trn1")
+    with pytest.raises(ValueError, match="a trn2 chip has 8"):
+        run_kernel(_grid_add[nl.nc(16), 1], (np.zeros((16, 1, 128, 16), np.float32),), target="trn2")
+
+
 def test_spmd_without_grid_and_bad_axis():
     @nki.jit
     def k(a):
@@ -708,3 +718,95 @@ def test_sample_style_online_softmax_attention():
     p = np.exp(sc - sc.max(axis=-1, keepdims=True))
     ref = (p / p.sum(axis=-1, keepdims=True)) @ v
     np.testing.assert_allclose(out, ref, atol=1e-2)
+
+
+def test_psum_mod_alloc_aliases_modulo_banks_and_accumulates():
+    import neuronxcc.nki.compiler as ncc
+
+    a = RNG.random((128, 128), dtype=np.float32)
+    b = RNG.random((128, 256), dtype=np.float32)
+
+    @nki.jit
+    def k(ah, bh):
+        out = nl.ndarray((3, 128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+        at, bt = nl.load(ah), nl.load(bh)
+        # 16 blocks of 1 KiB over one bank: every block is the same PSUM memory (AWS's allocated RMSNorm+QKV)
+        t = nl.ndarray((16, nl.par_dim(128), 256), dtype=nl.float32,
+                       buffer=ncc.psum.mod_alloc(base_bank=0, num_bank_tiles=(1,)))
+        for m in nl.affine_range(16):
+            t[m] = nl.multiply(bt, float(m))
+        nl.store(out[0], nl.copy(t[2]))  # block 2 holds what block 15 wrote last
+        acc = nl.ndarray((2, nl.par_dim(128), 256), dtype=nl.float32,
+                         buffer=ncc.psum.mod_alloc(base_bank=6, num_bank_tiles=(2,)))
+        acc[1] += nisa.nc_matmul(at, bt)  # the first matmul of the group overwrites the poisoned bank
+        acc[1] += nisa.nc_matmul(at, bt)
+        nl.store(out[1], nl.copy(acc[1]))
+        nl.store(out[2], nl.copy(acc[0]))  # a different bank: never written
+        return out
+
+    got = run_kernel(k, (a, b)).outputs
+    np.testing.assert_array_equal(got[0], b * 15)
+    np.testing.assert_allclose(got[1], 2 * (a.T @ b), rtol=1e-5)
+    assert np.isnan(got[2]).all()
+
+
+def test_callback_allocation_sbuf_and_psum():
+    import functools
+
+    import neuronxcc.nki.compiler as ncc
+
+    a = RNG.random((128, 128), dtype=np.float32)
+    b = RNG.random((128, 128), dtype=np.float32)
+
+    def bank_of(bank_map, idx, pdim_size, fdim_size):
+        return (bank_map[idx], 0, 0)
+
+    def sbuf_at(idx, pdim_size, fdim_size):
+        return (0, 1024 + idx[0] * fdim_size)
+
+    def scattered(idx, pdim_size, fdim_size):
+        return (0, [0, 4096, 2048][idx[0]])  # not affine in the block index (and overlapping nothing)
+
+    @nki.jit
+    def k(ah, bh):
+        out = nl.ndarray((4, 128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.ndarray((2, nl.par_dim(128), 128), dtype=nl.float32, buffer=ncc.sbuf.alloc(sbuf_at))
+        x[0] = nl.load(ah)
+        x[1] = nl.load(bh)
+        y = nl.ndarray((3, nl.par_dim(128), 128), dtype=nl.float32, buffer=ncc.sbuf.alloc(scattered))
+        for i in nl.affine_range(3):
+            y[i] = nl.add(x[0], float(i))
+        acc = nl.ndarray((2, nl.par_dim(128), 128), dtype=nl.float32,
+                         buffer=ncc.psum.alloc(functools.partial(bank_of, bank_map={(0,): 1, (1,): 5})))
+        acc[0] += nisa.nc_matmul(x[0], x[1])
+        acc[1] += nisa.nc_matmul(x[1], x[0])
+        acc[1] += nisa.nc_matmul(x[1], x[0])
+        # multi-dimensional modulo wrap: blocks get storage of their own (values as on hardware for this kernel)
+        q = nl.ndarray((2, 8, nl.par_dim(128), 128), dtype=nl.float32,
+                       buffer=ncc.psum.mod_alloc(base_bank=0, num_bank_tiles=(2, 4)))
+        q[1, 6] = nl.copy(x[1])
+        nl.store(out[0], nl.copy(acc[0]))
+        nl.store(out[1], nl.copy(acc[1]))
+        nl.store(out[2], nl.copy(y[2]))
+        nl.store(out[3], nl.copy(q[1, 6]))
+        return out
+
+    got = run_kernel(k, (a, b)).outputs
+    np.testing.assert_allclose(got[0], a.T @ b, rtol=1e-5)
+    np.testing.assert_allclose(got[1], 2 * (b.T @ a), rtol=1e-5)
+    np.testing.assert_array_equal(got[2], a + 2)
+    np.testing.assert_array_equal(got[3], b)
+
+
+def test_callback_allocation_rejects_bad_placements():
+    import neuronxcc.nki.compiler as ncc
+
+    @nki.jit
+    def k(ah):
+        x = nl.ndarray((2, nl.par_dim(128), 128), dtype=nl.float32,
+                       buffer=ncc.sbuf.alloc(lambda idx, p, f: (0, 300000)))
+        x[0] = nl.load(ah)
+        return ah
+
+    with raises_rule("nkisim_direct_alloc", "beyond the"):
+        k(np.zeros((128, 128), np.float32))

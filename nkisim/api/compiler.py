@@ -135,7 +135,172 @@ class sbuf:  # noqa: N801 - NKI namespace nki.compiler.sbuf
     def auto_alloc():
         return _rt.SBUF_SPEC
 
-    alloc = _unsupported.Unsupported("ncc.sbuf.alloc")  # use ncc.sbuf.mod_alloc
+    @staticmethod
+    def alloc(func):
+        return _rt.BufferSpec(_Buf.SBUF, "sbuf", direct=_CallbackAlloc(func, _Buf.SBUF))
+
+
+class _PsumModAlloc:
+    """Direct PSUM placement: block i of the tensor lands in bank base_bank + (i % num_bank_tiles) at byte
+    base_addr of the bank, so blocks beyond num_bank_tiles alias earlier ones as on hardware (AWS's allocated
+    fused RMSNorm+QKV puts 16 transposed tiles in one bank this way)."""
+
+    def __init__(self, base_bank: int, base_addr: int, num_bank_tiles) -> None:
+        self.base_bank = int(base_bank)
+        self.base_addr = int(base_addr)
+        self.num_bank_tiles = tuple(int(n) for n in (num_bank_tiles or ()))
+
+    def place(self, ctx, dims, pdim, dt, name, bytes_pp) -> _Tensor:
+        lim = ctx.limits
+        bank = lim.psum_bank_bytes
+        nbanks = lim.psum_bytes_per_partition // bank
+        nblocks = 1
+        for d in dims[:pdim]:
+            nblocks *= d
+        tile_bytes = bytes_pp // max(nblocks, 1)
+        if pdim > 1 and any(0 < n < d for n, d in zip(self.num_bank_tiles, dims[:pdim])):
+            # modulo wrap over several block dimensions is not a strided view: unaliased blocks (values agree for
+            # kernels that do not rely on the aliasing; docs/nkisim.md)
+            return _unaliased(ctx, _Buf.PSUM, dims, pdim, dt, name, bytes_pp)
+        wrap = self.num_bank_tiles[0] if self.num_bank_tiles and pdim == 1 else 0
+        used = min(nblocks, wrap) if wrap else nblocks
+        stride = -(-tile_bytes // bank) * bank
+        start = self.base_bank * bank + self.base_addr
+        end = start + (used - 1) * stride + tile_bytes
+        if self.base_bank < 0 or self.base_addr < 0 or end > nbanks * bank:
+            _fail("nkisim_direct_alloc", detail=f"PSUM tensor '{name or 'tile'}' at bank {self.base_bank} + "
+                  f"{self.base_addr} B needs bytes [{start}, {end}) per partition, beyond the {nbanks} banks of "
+                  f"{bank} B")
+        arena = _psum_arena(ctx)
+        parts = dims[pdim]
+        raw = arena.base[:parts]
+        blocks = _np.lib.stride_tricks.as_strided(raw[:, start:], shape=(parts, used, tile_bytes),
+                                                  strides=(raw.strides[0], stride, 1))
+        free_shape = dims[pdim + 1:]
+        phys = blocks.view(dt).reshape((parts, used) + free_shape)
+        if pdim == 0:
+            view = phys.reshape((parts,) + free_shape)
+        else:
+            view = _np.moveaxis(phys.reshape((parts,) + (tuple(dims[:pdim]) if not wrap else (used,)) + free_shape),
+                                0, pdim)
+        typed = arena.base.view(dt)
+        alloc = _Allocation(_Buf.PSUM, typed, arena.phys, None, name, bytes_pp, None)
+        alloc.addr = _base_addr(arena)
+        alloc.row_bytes = arena.row_bytes
+        if ctx.full:  # accumulation-group flags, shared by the tensors of one dtype placed in the arena
+            flags = ctx.psum_arena_acc.get(dt)
+            if flags is None:
+                flags = ctx.psum_arena_acc[dt] = _np.zeros(typed.shape, dtype=bool)
+            alloc.acc = flags
+        if wrap and nblocks > wrap:
+            alloc.block_mod = wrap
+            return _Tensor(alloc, view, pdim, shape=dims)
+        return _Tensor(alloc, view, pdim)
+
+
+def _unaliased(ctx, kind, dims, pdim, dt, name, bytes_pp) -> _Tensor:
+    """Storage of its own for a directly allocated tensor whose placement nkisim cannot express as a view."""
+    from nkisim.core.memory import make_storage
+
+    base, view = make_storage(tuple(dims), pdim, dt, None, not ctx.full)
+    alloc = _Allocation(kind, base, ctx.mem.new_phys(), None, name, bytes_pp, None)
+    if kind == _Buf.PSUM and ctx.full:
+        alloc.acc = _np.zeros(base.shape, dtype=bool)
+    return _Tensor(alloc, view, pdim, off=0)
+
+
+class _CallbackAlloc:
+    """``ncc.sbuf.alloc(func)`` / ``ncc.psum.alloc(func)``: ``func(block_idx, pdim_size, fdim_bytes)`` places each
+    logical block ((start_partition, byte_addr) for SBUF, (bank, start_partition, byte_addr) for PSUM).  Placements
+    affine in the block index (the usual case: fixed strides, banks per interleave group) become a view of the
+    arena, aliasing like hardware; any other placement gets storage of its own."""
+
+    def __init__(self, func, kind) -> None:
+        self.func = func
+        self.kind = kind
+
+    def _call(self, idx, pdim_size, fdim_size):
+        # AWS's allocated attention passes functools.partial(f, bank_map=...) with f(bank_map, idx, pdim_size,
+        # fdim_size): the compiler calls by keyword; plain lambdas with other parameter names get positions
+        try:
+            return self.func(idx=idx, pdim_size=pdim_size, fdim_size=fdim_size)
+        except TypeError:
+            return self.func(idx, pdim_size, fdim_size)
+
+    def place(self, ctx, dims, pdim, dt, name, bytes_pp) -> _Tensor:
+        import itertools
+
+        psum_kind = self.kind == _Buf.PSUM
+        lim = ctx.limits
+        block_dims = tuple(dims[:pdim])
+        parts = dims[pdim]
+        nblocks = 1
+        for d in block_dims:
+            nblocks *= d
+        tile_bytes = bytes_pp // max(nblocks, 1)
+        addrs = {}
+        for idx in itertools.product(*(range(d) for d in block_dims)):
+            got = tuple(int(v) for v in self._call(idx, parts, tile_bytes))
+            if psum_kind:
+                if len(got) != 3:
+                    raise ValueError(f"ncc.psum.alloc: the placement function must return (bank, start_partition, "
+                                     f"byte_addr), got {got!r} for block {idx}")
+                bank, start_p, addr = got
+                addr += bank * lim.psum_bank_bytes
+            else:
+                if len(got) != 2:
+                    raise ValueError(f"ncc.sbuf.alloc: the placement function must return (start_partition, "
+                                     f"byte_addr), got {got!r} for block {idx}")
+                start_p, addr = got
+            if start_p != 0:
+                _fail("nkisim_direct_alloc", detail=f"start_partition must be 0 (got {start_p} for block {idx})")
+            addrs[idx] = addr
+        if not psum_kind:
+            if ctx.direct_alloc is False:
+                _fail("nkisim_direct_alloc", detail="automatic (nl.sbuf) and direct (ncc.sbuf.alloc) allocation "
+                      "cannot be mixed in one kernel")
+            ctx.direct_alloc = True
+        row = lim.psum_bytes_per_partition if psum_kind else lim.sbuf_usable_bytes
+        lo, hi = min(addrs.values()), max(addrs.values()) + tile_bytes
+        if lo < 0 or hi > row:
+            _fail("nkisim_direct_alloc", detail=f"tensor '{name or 'tile'}' placed at bytes [{lo}, {hi}) per "
+                  f"partition, beyond the {row} available")
+        zero = (0,) * pdim
+        steps = []
+        for d in range(pdim):
+            unit = tuple(1 if k == d else 0 for k in range(pdim))
+            steps.append(addrs[unit] - addrs[zero] if block_dims[d] > 1 else 0)
+        affine = all(addrs[idx] == addrs[zero] + sum(i * st for i, st in zip(idx, steps)) for idx in addrs)
+        if not affine:
+            return _unaliased(ctx, self.kind, dims, pdim, dt, name, bytes_pp)
+        arena = _psum_arena(ctx) if psum_kind else _arena(ctx)
+        raw = arena.base[:parts]
+        blocks = _np.lib.stride_tricks.as_strided(raw[:, addrs[zero]:], shape=(parts,) + block_dims + (tile_bytes,),
+                                                  strides=(raw.strides[0],) + tuple(steps) + (1,))
+        phys = blocks.view(dt).reshape((parts,) + block_dims + tuple(dims[pdim + 1:]))
+        view = _np.moveaxis(phys, 0, pdim) if pdim else phys
+        typed = arena.base.view(dt) if psum_kind else arena.base
+        alloc = _Allocation(self.kind, typed, arena.phys, None, name, bytes_pp, None)
+        alloc.addr = _base_addr(arena)
+        alloc.row_bytes = arena.row_bytes
+        if psum_kind and ctx.full:
+            flags = ctx.psum_arena_acc.get(dt)
+            if flags is None:
+                flags = ctx.psum_arena_acc[dt] = _np.zeros(typed.shape, dtype=bool)
+            alloc.acc = flags
+        return _Tensor(alloc, view, pdim)
+
+
+def _psum_arena(ctx):
+    arena = getattr(ctx, "psum_arena", None)
+    if arena is None:
+        lim = ctx.limits
+        base = _np.full((lim.pmax, lim.psum_bytes_per_partition), 0xFF, dtype=_np.uint8)  # NaN-poisoned
+        arena = _Allocation(_Buf.PSUM, base, ctx.mem.new_phys(), None, "psum_arena", 0, None)
+        arena.row_bytes = lim.psum_bytes_per_partition
+        ctx.psum_arena = arena
+        ctx.psum_arena_acc = {}
+    return arena
 
 
 class psum:  # noqa: N801 - NKI namespace nki.compiler.psum
@@ -145,9 +310,11 @@ class psum:  # noqa: N801 - NKI namespace nki.compiler.psum
 
     @staticmethod
     def mod_alloc(*, base_bank, base_addr=0, num_bank_tiles=(), **kwargs):
-        return _rt.PSUM_SPEC
+        return _rt.BufferSpec(_Buf.PSUM, "psum", direct=_PsumModAlloc(base_bank, base_addr, num_bank_tiles))
 
-    alloc = _unsupported.Unsupported("ncc.psum.alloc")
+    @staticmethod
+    def alloc(func):
+        return _rt.BufferSpec(_Buf.PSUM, "psum", direct=_CallbackAlloc(func, _Buf.PSUM))
 
 
 def __getattr__(name: str):

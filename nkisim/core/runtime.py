@@ -364,10 +364,20 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
     return KernelRun(outputs, ctx.trace, ctx.target, ctx.mem.peak[B_SBUF], ctx.mem.peak[B_PSUM])
 
 
+# physical NeuronCores per chip (shared/trainium-facts.md "cores per chip": trn1 2, trn2 8)
+_PHYSICAL_CORES = {"trn1": 2, "trn2": 8}
+
+
 def _run_grid(ctx: KernelContext, fn, grid, cores, args, kwargs):
     """Run every program of the launch grid in row-major order; returns the last program's return value."""
     import itertools
 
+    if cores:
+        have = _PHYSICAL_CORES.get(ctx.target, 1)
+        if max(cores) >= have:
+            raise ValueError(f"the launch grid spreads programs over {max(cores) + 1} NeuronCores with nl.nc, but a "
+                             f"{ctx.target} chip has {have}; use nl.spmd_dim(nl.nc(n), m) to give each core several "
+                             "programs")
     ctx.grid = grid
     ctx.shared_first = []
     starts: list[int] = []
