@@ -305,6 +305,10 @@ class Tensor:
         return self._from_map(root, views.compose(m, norm))
 
     def _gather_root(self, root: Tensor, arrs: tuple, shape: tuple, vmap=None) -> Tensor:
+        if vmap is None:
+            t = _strided(root._a, root._v, root._off, root._pd, arrs, shape, root)
+            if t is not None:
+                return t
         oob = False
         for a, n in zip(arrs, root._v.shape):
             if a.size and (a.min() < 0 or a.max() >= n):
@@ -346,8 +350,10 @@ class Tensor:
             except IndexError:
                 raise IndexError(f"nkisim: index expressions reach outside a view of '{self._a.name}' built from "
                                  "index expressions; index the tensor once with the full expressions") from None
-            t = Tensor(self._a, self._v, 0, ix=arrs, shape=bshape, off=self._off)
-            t._oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
+            t = _strided(self._a, self._v, self._off, 0, arrs, bshape)
+            if t is None:
+                t = Tensor(self._a, self._v, 0, ix=arrs, shape=bshape, off=self._off)
+                t._oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
         elif self._par is None and self._map is None and self._ix is None:
             t = self._gather_root(self, tuple(items), bshape)
         else:
@@ -539,6 +545,30 @@ class Tensor:
         if op is None:
             op = self._opnd = _make_operand(self)
         return op
+
+
+def _strided(a: Allocation, rv: np.ndarray, off0: int, rpd: int, arrs: tuple, shape: tuple,
+             root: Tensor | None = None) -> Tensor | None:
+    """An index-expression access that is an in-bounds strided pattern becomes the strided view a slice would
+    give (same values, same operand for the cost model, no gather copies); None when it is not one."""
+    if a.block_mod:
+        return None
+    fit = views.affine_fit(arrs, shape, rv.shape)
+    if fit is None:
+        return None
+    c, steps = fit
+    if a.buf != B_HBM and any(steps[rpd][d] for d in range(1, len(shape))):
+        return None  # the partition axis must be walked by the view's first axis only
+    strides = tuple(sum(row[d] * st for row, st in zip(steps, rv.strides)) for d in range(len(shape)))
+    # a unit axis does not move; give it the stride the same slice would have (that of the root axis in its place)
+    strides = tuple(st if st or shape[d] > 1 else (rv.strides[d] if d < rv.ndim else rv.itemsize)
+                    for d, st in enumerate(strides))
+    origin = rv[tuple(slice(ck, ck + 1) for ck in c)]
+    view = np.lib.stride_tricks.as_strided(origin, shape=shape, strides=strides)
+    off = off0 + sum(ck * st for ck, st in zip(c, rv.strides))
+    m = views.map_of_fit(c, steps, shape) if root is not None else None
+    # with a map, later views of this one compose onto the root; without, it is their root
+    return Tensor(a, view, 0, off=off, vmap=None if m is None else (root, m))
 
 
 def base_addr(alloc: Allocation) -> int:

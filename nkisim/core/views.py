@@ -123,3 +123,59 @@ def _take_axis(a: np.ndarray, pos: np.ndarray, axis: int, n: int, name: str) -> 
     raise IndexError(f"nkisim: a view of '{name}' built from index expressions is indexed outside its extent "
                      f"({int(pos.min())}..{int(pos.max())} of {n}) along an axis that is not affine; index the "
                      "tensor once with the full expressions instead")
+
+
+def affine_fit(arrs: tuple[np.ndarray, ...], shape: tuple[int, ...], root_shape: tuple[int, ...]):
+    """(c, steps) when index arrays address the root as an in-bounds strided pattern, else None.
+
+    ``steps[k][d]`` is the root-axis-``k`` step of view axis ``d``.  Index expressions of this form (arange /
+    mgrid / affine arithmetic on them) are the same access a slice makes, so they become the same strided view.
+    """
+    rank = len(shape)
+    if not rank or any(n == 0 for n in shape):
+        return None
+    c = []
+    steps = []
+    for a, size in zip(arrs, root_shape):
+        a = np.asarray(a)
+        pad = rank - a.ndim
+        if pad < 0:
+            return None
+        origin = int(a.reshape(-1)[0])
+        row = [0] * rank
+        fit = np.asarray(origin, dtype=np.int64)
+        lo = hi = origin
+        for d in range(a.ndim):
+            n = a.shape[d]
+            if n == 1:
+                continue
+            idx = [0] * a.ndim
+            idx[d] = 1
+            s = int(a[tuple(idx)]) - origin
+            row[d + pad] = s
+            sh = [1] * a.ndim
+            sh[d] = n
+            fit = fit + s * np.arange(n, dtype=np.int64).reshape(sh)
+            span = s * (n - 1)
+            lo, hi = lo + min(0, span), hi + max(0, span)
+        if lo < 0 or hi >= size or not np.array_equal(np.broadcast_to(fit, a.shape), a):
+            return None
+        c.append(origin)
+        steps.append(row)
+    for d in range(rank):  # every real view axis must move through memory (no broadcast duplicates)
+        if shape[d] > 1 and not any(row[d] for row in steps):
+            return None
+    return c, steps
+
+
+def map_of_fit(c: list[int], steps: list[list[int]], shape: tuple[int, ...]) -> Map | None:
+    """The lazy-view map of a fitted pattern when each view axis walks one root axis forward, in root order."""
+    dims = []
+    last = -1
+    for d, n in enumerate(shape):
+        ks = [k for k, row in enumerate(steps) if row[d]]
+        if len(ks) != 1 or steps[ks[0]][d] < 0 or ks[0] <= last:
+            return None
+        last = ks[0]
+        dims.append((ks[0], steps[ks[0]][d], n))
+    return tuple(c), tuple(dims)
