@@ -72,8 +72,8 @@ class MemoryTracker:
         # physical buffers.  neuronx-cc materialises loop-local tiles "in multiple copies" (NKI block-dimension
         # migration guide) and PSUM tiles across banks ("with 8 banks, up to 8 accumulation groups can be
         # outstanding; this lets TensorE run ahead of VectorE/ScalarE eviction", trainium arch guide), so
-        # iteration i+1's writer does not wait for iteration i's reader.  ``buf`` is kept for a per-memory depth.
-        free = self._free_phys.get(site)
+        # iteration i+1's writer does not wait for iteration i's reader.
+        free = self._free_phys.get((site, buf))  # per memory: one line may allocate SBUF and PSUM tiles
         if free and len(free) >= ROTATION_DEPTH:
             return free.pop(0)
         pid = self._next_phys
@@ -129,7 +129,7 @@ class MemoryTracker:
             self.live[alloc.buf] -= cost
             self.live_allocs.pop(id(alloc), None)
         if alloc.site is not None and not self.closed:
-            self._free_phys.setdefault(alloc.site, []).append(alloc.phys)
+            self._free_phys.setdefault((alloc.site, alloc.buf), []).append(alloc.phys)
 
 
 def site_str(site) -> str:

@@ -694,4 +694,11 @@ def _gather_operand(t: Tensor) -> Operand:
         b_hi = rb if p_hi - p_lo > 1 else hi - p_lo * rb
         region = Region(a.buf, a.phys, p_lo, max(p_hi, p_lo + 1), b_lo, max(b_hi, b_lo + isz))
     parts = max(parts, 1)
-    return Operand(region, tuple(shape), dtype_name(v.dtype), isz, parts, size // parts, isz, isz)
+    # contiguous run along the innermost axis (an nl.arange grid over a row): the DMA descriptor size
+    contig = isz
+    if len(shape) > 1 and shape[-1] > 1 and size:
+        first = (0,) * (len(shape) - 1)
+        row = sum(np.broadcast_to(arr, shape)[first].astype(np.int64) * st for arr, st in zip(t._ix, v.strides))
+        if bool(np.all(np.diff(row) == isz)):
+            contig = shape[-1] * isz
+    return Operand(region, tuple(shape), dtype_name(v.dtype), isz, parts, size // parts, isz, contig)
