@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as _np
 
-from nkisim.api._unsupported import Unsupported as _Unsupported
 from nkisim.core import config as _config
 from nkisim.core import dtypes as _dt
 from nkisim.core import ops as _ops
