@@ -226,14 +226,17 @@ def _figure(tl: Timeline, title: str, x_range, k: int, row_px: int = ROW_PX):
          "operands": tl.operands, "crit": tl.crit},
         name=f"ev{k}",
     )
-    empty = {c: [] for c in ("left", "right", "bottom", "top", "color", "alpha", "line", "lw", "label", "lane_name",
+    empty = {c: [] for c in ("left", "right", "bottom", "top", "color", "alpha", "label", "lane_name",
                              "opnd", "where", "where0", "t0", "dur", "seq", "n", "lane")}
     vis = ColumnDataSource(empty, name=f"vis{k}")
+    # fills without outlines (half the canvas work per frame); critical-path outlines are a second, small glyph
     r = fig.quad(left="left", right="right", bottom="bottom", top="top", source=vis, fill_color="color",
-                 fill_alpha="alpha", line_color="line", line_width="lw",
+                 fill_alpha="alpha", line_color=None,
                  selection_fill_alpha="alpha", nonselection_fill_alpha="alpha",
-                 selection_line_color="#000000", selection_line_width=2.5, selection_line_alpha=1.0,
-                 nonselection_line_color="line", nonselection_line_alpha=1.0)
+                 selection_line_color="#000000", selection_line_width=2.5, nonselection_line_color=None)
+    outl = ColumnDataSource({c: [] for c in ("left", "right", "bottom", "top")}, name=f"outline{k}")
+    fig.quad(left="left", right="right", bottom="bottom", top="top", source=outl, fill_color=None,
+             line_color="#d62728", line_width=1.5)
     fig.add_tools(HoverTool(renderers=[r], tooltips=(
         '<div class="nk-tip"><span class="op">@label</span> on <b>@lane_name</b> (@seq)<br>'
         "@opnd<br>start @t0{0,0.000} \u00b5s, duration @dur{0,0.000} \u00b5s<br>"
@@ -242,8 +245,8 @@ def _figure(tl: Timeline, title: str, x_range, k: int, row_px: int = ROW_PX):
     crit_lane = tl.lanes.index(CRITICAL_LANE) if CRITICAL_LANE in tl.lanes else -1
     spec = {"k": k, "title": title, "lanes": tl.lanes, "ops": tl.ops, "wheres": tl.wheres,
             "operands": tl.operand_texts, "op_colors": _op_colors(tl.ops), "crit_lane": crit_lane}
-    register = CustomJS(args={"ev": ev, "vis": vis, "fig": fig, "spec": spec}, code="""
-        const p = Object.assign({}, spec, {ev: ev, vis: vis, fig: fig});
+    register = CustomJS(args={"ev": ev, "vis": vis, "outl": outl, "fig": fig, "spec": spec}, code="""
+        const p = Object.assign({}, spec, {ev: ev, vis: vis, outl: outl, fig: fig});
         window.nkisim.register(p);
     """)
     select = CustomJS(args={"vis": vis, "k": k}, code="""

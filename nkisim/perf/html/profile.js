@@ -57,8 +57,9 @@
     const gap = GAP_PX * px;
     const bin = BIN_PX * px;
     const nl = p.lanes.length;
-    const out = { left: [], right: [], bottom: [], top: [], color: [], alpha: [], line: [], lw: [], label: [],
+    const out = { left: [], right: [], bottom: [], top: [], color: [], alpha: [], label: [],
       lane_name: [], opnd: [], where: [], where0: [], t0: [], dur: [], seq: [], n: [], lane: [] };
+    const outl = { left: [], right: [], bottom: [], top: [] };
     for (let l = 0; l < nl; l++) {
       const hi = off[l + 1];
       let i = firstEndingAfter(runmax, off[l], hi, x0);
@@ -96,9 +97,12 @@
         out.n.push(cnt);
         out.where0.push(p.wheres[d.where[i]]);
         // outline critical-path blocks only where they are wide enough to keep their own colour visible
-        const outline = crit && be - bs >= OUTLINE_MIN_PX * px;
-        out.line.push(outline ? CRIT : "rgba(0,0,0,0)");
-        out.lw.push(outline ? 1.5 : 0);
+        if (crit && l !== p.crit_lane && be - bs >= OUTLINE_MIN_PX * px) {
+          outl.left.push(bs);
+          outl.right.push(be);
+          outl.bottom.push(y - 0.38);
+          outl.top.push(y + 0.38);
+        }
         if (cnt === 1) {
           out.label.push(p.ops[op0]);
           out.opnd.push(p.operands[d.operands[i]] || "-");
@@ -118,7 +122,7 @@
         i = j;
       }
     }
-    return out;
+    return { vis: out, outl };
   }
 
   // Blocks are built for the visible window plus half a window width on each side, so a pan only re-merges once
@@ -134,7 +138,9 @@
       if (!force && c && xr.start >= c.a && xr.end <= c.b && Math.abs(px / c.px - 1) < 0.2) continue;
       const t = performance.now();
       const a = xr.start - span / 2, b = xr.end + span / 2;
-      p.vis.data = blocks(p, a, b, 2 * w);
+      const bl = blocks(p, a, b, 2 * w);
+      p.vis.data = bl.vis;
+      if (p.outl) p.outl.data = bl.outl;
       p._win = { a, b, px };
       p.last_ms = performance.now() - t;
     }
