@@ -24,7 +24,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one BLAS thread: the emula
 import numpy as np  # noqa: E402
 
 from nkisim.calibration import corpus  # noqa: E402
-from nkisim.calibration.corpus import ConvConfig, CorpusKernel  # noqa: E402
+from nkisim.calibration.corpus import CorpusKernel  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -64,19 +64,10 @@ def reference_kernel(family: str):
     return _load(path, f"_corpus_reference_{family}", attr)
 
 
-def inputs(config) -> tuple[tuple, dict]:
-    """Timing-only runs never read values: uninitialised arrays of the right shapes and dtypes suffice."""
-    if isinstance(config, ConvConfig):
-        dt = np.dtype(config.dtype)
-        X = np.zeros((1, 256, config.height, config.width), dt)
-        return (X, np.zeros((256, 256, 3, 3), dt), np.zeros(256, dt)), {"pool_size": config.pool}
-    return (np.zeros((config.rows, config.cols), np.dtype(config.dtype)),), {}
-
-
 def modelled_us(kernel, config, kwargs: dict, target: str | None) -> float:
     import neuronxcc.nki as nki
 
-    args, kw = inputs(config)
+    args, kw = corpus.timing_inputs(config)
     bench = nki.benchmark(kernel, warmup=1, iters=10, target=target)
     bench(*args, **kw, **kwargs)
     return bench.benchmark_result.nc_latency.get_latency_percentile(99)
@@ -112,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         for config in selected_configs(entry, args.all):
             us = modelled_us(kernel, config, entry.kwargs, args.target)
             hw = entry.hardware_for(config)
-            hw_us = None if hw is None else tsv.get(hw.row_id, hw.us)
+            hw_us = None if hw is None else tsv.get(hw.row_id, hw.us) if hw.row_id else hw.us
             if entry.family not in refs:
                 refs[entry.family] = reference_kernel(entry.family)
             key = (entry.family, config)

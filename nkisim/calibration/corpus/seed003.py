@@ -4,8 +4,10 @@
 Loop order of the write-up: out-channel tile outermost (its weights loaded once per tile with ``nl.load``),
 then blocks of output rows, then in-channel tiles and the 3x3 filter positions accumulated into one PSUM tile.
 The write-up nests the weight transpose under the filter loops (``W_tile_psum = nisa.nc_transpose(kernels[out_c,
-in_c, fh, fw])`` next to the matmul), so both versions transpose each 128x128 weight slice again for every PSUM
-tile; that is what its 61.65% fp16 MFU suggests too (18 extra 128-column TensorE ops per 18 matmuls).
+in_c, fh, fw])`` next to the matmul), so by default both versions transpose each 128x128 weight slice again for
+every PSUM tile, which its 61.65% fp16 MFU is consistent with (18 extra 128-column TensorE ops per 18 matmuls).
+Its loop sketch also reads as one transpose per (out tile, in tile, filter position), outside the row blocks:
+``transpose_per_tile=False`` is that reading.  The write-up does not settle it.
 
 * ``fused_conv2d_maxpool`` (final, after optimisations 1-3): ``nc_transpose`` straight from the weight slice
   into an SBUF tile (assignment = the implicit PSUM->SBUF copy), matmul moving operands are slices of the
@@ -25,10 +27,15 @@ import neuronxcc.nki.language as nl
 
 
 @nki.jit
-def fused_conv2d_maxpool(X, W, bias, pool_size=1):
+def fused_conv2d_maxpool(X, W, bias, pool_size=1, max_rows=512, transpose_per_tile=True):
+    """Compile-time knobs (not part of the course signature): ``max_rows`` caps the output rows per PSUM tile
+    (rounded up to pool_size; 1 is the write-up's version before optimisation 3); ``transpose_per_tile=False``
+    transposes the out-channel tile's 18 weight slices once, before its row blocks (the other reading of the
+    write-up's loop sketch)."""
     batch_size, in_channels, input_height, input_width = X.shape
     out_channels, _, filter_height, filter_width = W.shape
     P = nl.tile_size.pmax
+    n_in = in_channels // P
     n_out = out_channels // P
     out_height = input_height - filter_height + 1
     out_width = input_width - filter_width + 1
@@ -39,8 +46,8 @@ def fused_conv2d_maxpool(X, W, bias, pool_size=1):
     X_out = nl.ndarray((batch_size, out_channels, out_pool_height, out_pool_width), dtype=X.dtype, buffer=nl.shared_hbm)
 
     # how many output rows fit in one PSUM tile (512 fp32 per partition), a multiple of pool_size
-    rows_per_tile = min(out_pool_height * pool_size, nl.tile_size.psum_fmax // out_width)
-    rows_per_tile = rows_per_tile // pool_size * pool_size
+    rows_per_tile = min(out_pool_height * pool_size, nl.tile_size.psum_fmax // out_width, max_rows)
+    rows_per_tile = max(pool_size, rows_per_tile // pool_size * pool_size)
     n_blocks = (out_pool_height * pool_size) // rows_per_tile
     tail_rows = out_pool_height * pool_size - n_blocks * rows_per_tile
 
@@ -48,14 +55,23 @@ def fused_conv2d_maxpool(X, W, bias, pool_size=1):
         for co in nl.affine_range(n_out):
             w_tile = nl.load(W[co * P:(co + 1) * P, :, :, :])
             bias_tile = nl.load(bias[co * P:(co + 1) * P])
+            w_t = None
+            if not transpose_per_tile:
+                w_t = nl.ndarray((n_in, filter_height, filter_width, nl.par_dim(P), P), dtype=W.dtype,
+                                 buffer=nl.sbuf)
+                for ci in nl.affine_range(n_in):
+                    for fh in nl.affine_range(filter_height):
+                        for fw in nl.affine_range(filter_width):
+                            w_t[ci, fh, fw] = nisa.nc_transpose(w_tile[:, ci * P:(ci + 1) * P, fh, fw])
             for blk in nl.affine_range(n_blocks):
-                _conv_block(X, X_out, w_tile, bias_tile, b, co, blk * rows_per_tile, rows_per_tile, pool_size)
+                _conv_block(X, X_out, w_tile, w_t, bias_tile, b, co, blk * rows_per_tile, rows_per_tile, pool_size)
             if tail_rows:
-                _conv_block(X, X_out, w_tile, bias_tile, b, co, n_blocks * rows_per_tile, tail_rows, pool_size)
+                _conv_block(X, X_out, w_tile, w_t, bias_tile, b, co, n_blocks * rows_per_tile, tail_rows, pool_size)
     return X_out
 
 
-def _conv_block(X, X_out, w_tile, bias_tile, b, co, r0, rows, pool_size):
+def _conv_block(X, X_out, w_tile, w_hoisted, bias_tile, b, co, r0, rows, pool_size):
+    """One PSUM tile of ``rows`` output rows; w_hoisted: the transposed slices, or None to transpose here."""
     P = nl.tile_size.pmax
     _, in_channels, _, input_width = X.shape
     filter_size = w_tile.shape[2]
@@ -68,8 +84,11 @@ def _conv_block(X, X_out, w_tile, bias_tile, b, co, r0, rows, pool_size):
     for ci in nl.affine_range(n_in):
         for fh in nl.affine_range(filter_size):
             for fw in nl.affine_range(filter_size):
-                w_t = nl.ndarray((P, P), dtype=w_tile.dtype, buffer=nl.sbuf)
-                w_t[...] = nisa.nc_transpose(w_tile[:, ci * P:(ci + 1) * P, fh, fw])
+                if w_hoisted is None:
+                    w_t = nl.ndarray((P, P), dtype=w_tile.dtype, buffer=nl.sbuf)
+                    w_t[...] = nisa.nc_transpose(w_tile[:, ci * P:(ci + 1) * P, fh, fw])
+                else:
+                    w_t = w_hoisted[ci, fh, fw]
                 acc += nisa.nc_matmul(w_t, x_blk[ci, :, fh:fh + rows, fw:fw + out_width])
     res = nisa.tensor_tensor(acc, bias_tile, op=nl.add)
     if pool_size == 2:
