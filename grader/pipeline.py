@@ -411,6 +411,14 @@ def _work_problem(run: CaseRun, inv: problems.Invocation) -> str | None:
     """Why the traced run cannot have computed its output (None when it plausibly did)."""
     if run.trace is None:
         return None
+    spmd = run.trace.meta.get("spmd")
+    if spmd:
+        # nkisim times an SPMD grid's programs on nl.nc cores in parallel; the assignment times one kernel on one
+        # NeuronCore, so a grid bound at module level (kernel = kernel[nl.nc(8)]) would buy a faster score.
+        return (
+            f"the kernel was launched on an SPMD grid {spmd.get('grid')}: this assignment runs one kernel on one "
+            "NeuronCore; call it without a launch grid"
+        )
     moved_in, moved_out = problems.hbm_traffic(run.trace)
     need_in = sum(a.nbytes for a in inv.args)
     need_out = int(np.prod(inv.out_shape)) * inv.out_dtype.itemsize

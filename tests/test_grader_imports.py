@@ -196,3 +196,14 @@ def test_a_call_that_hits_a_limit_stops_larger_calls_only(kind, tmp_path):
     assert by_id["t.bigger"].message == f"not run: matrix_transpose {why} in t.big"
     assert by_id["t.small_after"].status == "passed", by_id["t.small_after"].message
     assert record.score == 2
+
+
+def test_a_kernel_bound_to_an_spmd_grid_earns_nothing(tmp_path):
+    """nkisim would time nl.nc programs on several cores in parallel: a grid must not buy a faster score."""
+    source = GOOD_SOURCE + "\n\nmatrix_transpose = matrix_transpose[nl.nc(2)]\n"
+    record = _grade(tmp_path, source)
+    assert record.score == 0
+    first, timed = record.tests
+    assert first.status == "failed", (first.id, first.status, first.message)
+    assert "SPMD grid [" in first.message and "one NeuronCore" in first.message, first.message
+    assert timed.status == "skipped"
