@@ -325,7 +325,7 @@ def dropout(x, rate, *, dtype=None, mask=None, **kwargs) -> _Tensor:
 def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
     """Reduce ``x`` into the destination across loop iterations: ``b = nl.loop_reduce(a, op, [k])`` is
     ``b = nisa.tensor_tensor(data1=b, data2=a, op=op)`` written in place into ``b`` (nki.language.loop_reduce
-    @2.21: "The destination tile is also the rhs input to op"); ``loop_indices`` only informs the compiler."""
+    docs: "The destination tile is also the rhs input to op"); ``loop_indices`` only informs the compiler."""
     import sys as _sys
 
     from nkisim.api.isa import _alu

@@ -86,11 +86,14 @@ def mask_values(mask, shape, *tiles) -> np.ndarray | None:
     or over fewer axes than the operand) apply as NKI applies them.  Otherwise it broadcasts partition-first.
     Operands that run out of bounds are checked here, against the positions the mask leaves enabled.
     """
+    if mask is None:  # the per-instruction common case
+        for t in tiles:
+            if t is not None and t._oob:
+                check_oob(t, None)
+        return None
     shape = tuple(shape)
     m = None
-    if mask is None:
-        pass
-    elif isinstance(mask, Mask):
+    if isinstance(mask, Mask):
         if mask.named is not None:
             layout = None
             for t in tiles:

@@ -131,8 +131,8 @@ _RULE_LIST = [
     _r("nkisim_psum_tile_fmax",
        "PSUM tile '{name}' {shape} has {n} free elements of {nbytes} bytes per partition: a PSUM tile's free size "
        "must not exceed nl.tile_size.psum_fmax ({limit} fp32 elements, one {bank}-byte bank)",
-       "nki.language.tile_size @2.21/@2.26: psum_fmax = 'Maximum free dimension of a tile on PSUM buffer'; "
-       "programming model 'Tile size considerations' (PSUM tile free size <= 2 KiB per partition)",
+       "nki.language.tile_size (legacy general/nki docs, v2.26.0): psum_fmax = 'Maximum free dimension of a tile "
+       "on PSUM buffer'; programming model 'Tile size considerations' (PSUM tile free size <= 2 KiB per partition)",
        eras=("2024",),
        era_note="2025: not enforced (NKI 0.4 docs deprecate psum_fmax as a tile limit, and the trn2 course "
                 "year's kernels agree with their hardware verdicts without it); no compiler wording found, the "

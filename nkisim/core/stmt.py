@@ -1,9 +1,9 @@
 """The kernel statement an API call sits in: for APIs whose destination is the assignment target.
 
 ``b = nl.loop_reduce(a, op, loop_indices)`` reduces into ``b``'s *current* tile ("the destination tile is also the
-rhs input to op", nki.language.loop_reduce @2.21).  The NKI compiler sees the statement; nkisim reads the same
-statement from the kernel's source and evaluates its target in the kernel's frame (a plain name or a
-subscript of one, e.g. ``b[1]``).
+rhs input to op", nki.language.loop_reduce docs; shared/nki-api.md 2.7).  The NKI compiler sees the statement;
+nkisim reads the same statement from the kernel's source and evaluates its target in the kernel's frame (a plain
+name or a subscript of one, e.g. ``b[1]``).
 """
 
 from __future__ import annotations

@@ -185,8 +185,10 @@ class Tensor:
             start = 0 if idx.start is None else _as_index(idx.start)
             stop = n if idx.stop is None else _as_index(idx.stop)
             if 0 <= start and stop <= n and start <= stop:
-                return Tensor(self._a, self._v[start:stop], self._pd, off=self._off + start * self._v.strides[0],
-                              par=self, pix=(idx,))
+                t = Tensor(self._a, self._v[start:stop], self._pd, None, None, False,
+                           self._off + start * self._v.strides[0], self)
+                t._pix = idx
+                return t
         if not isinstance(idx, tuple):
             idx = (idx,)
         shape = self.shape
@@ -279,8 +281,8 @@ class Tensor:
         if par is None:
             return self, views.identity(self.shape)  # not cached: a root must not reference itself (gc is off)
         root, pm = par._root_map()
-        m = self._map = (root, views.compose(pm, tuple(views.norm_item(it, n)
-                                                       for it, n in zip(self._pix, par.shape))))
+        pix = self._pix if type(self._pix) is tuple else (self._pix,)  # the fast path stores a bare slice
+        m = self._map = (root, views.compose(pm, tuple(views.norm_item(it, n) for it, n in zip(pix, par.shape))))
         return m
 
     def _from_map(self, root: Tensor, m: views.Map) -> Tensor:
