@@ -380,3 +380,24 @@ def test_index_expression_views_extend_affinely_past_their_extent():
 
     with pytest.raises(IndexError, match="not affine"):
         run_kernel(not_affine, (a,))
+
+
+@pytest.mark.parametrize("mode", ["full", "timing"])
+@pytest.mark.parametrize("op", ["reciprocal", "tensor_copy_predicated", "max8"])
+def test_less_common_isa_ops_check_bounds_on_the_access_used(op, mode):
+    """The nki.isa instructions built in ops_isa.py bounds-check their operands like the common ones: an
+    over-long window is an error, never a silently clipped read."""
+    a = np.ones((128, 40), np.float32)
+
+    def kernel(a):
+        t = nl.load(a)
+        win = t[:, 30:30 + 16][:, 4:12]  # columns 34..41 of 40
+        if op == "reciprocal":
+            return nisa.reciprocal(data=win)
+        if op == "max8":
+            return nisa.max8(src=win)
+        dst = nl.zeros((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+        return nisa.tensor_copy_predicated(src=win, dst=dst, predicate=t[:, 0:8])
+
+    with raises_rule("err_tensor_access_out_of_bound", "dimension 1", "[34, 41]"):
+        run_kernel(kernel, (a,), mode=mode)

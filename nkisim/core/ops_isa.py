@@ -75,8 +75,8 @@ def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None) 
     # simulator and on hardware, so the GpSimd-cannot-read-PSUM rule is not applied to on_true_tile here.
     ctx, (src,) = _start("affine_select", E_VECTOR, [(on_true_tile, "on_true_tile")])
     out = new_result(ctx, src.shape, _out_dtype(dtype, src))
-    m = mask_values(mask, out.shape)
-    p = mask_values(pred, out.shape)  # the same affine-predicate evaluation as mask=
+    m = mask_values(mask, out.shape, src, out)
+    p = mask_values(pred, out.shape, src)  # the same affine-predicate evaluation as mask=
     if p is None:
         raise TypeError("affine_select: pred must be an affine predicate of nl.arange / nl.mgrid indices")
     ins = ctx.emit("affine_select", E_GPSIMD, (src,), (out,), {"value": float(on_false_value)})
@@ -109,7 +109,7 @@ def range_select(on_true_tile, comp_op0: str, comp_op1: str, bound0, bound1, *, 
             if int(reduce_cmd) == 2:
                 red = execute.alu(reduce_op, _vals(reduce_res).reshape(red.shape), red)
             _write_side(reduce_res, red)
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, src, out))
 
 
 def tensor_copy_predicated(src, dst: Tensor, predicate, *, reverse_pred: bool = False, dtype=None,
@@ -118,11 +118,11 @@ def tensor_copy_predicated(src, dst: Tensor, predicate, *, reverse_pred: bool = 
     ctx, (s, d, p) = _start("tensor_copy_predicated", E_VECTOR, [(src, "src"), (dst, "dst"), (predicate, "predicate")])
     check_writable(d)
     ctx.emit("tensor_copy_predicated", E_VECTOR, (s, p, d), (d,), {})
+    m = mask_values(mask, d.shape, s, p, d)  # also bounds-checks over-long views, in timing mode too
     if ctx.full:
         cond = _vals(p, d.shape) != 0
         if reverse_pred:
             cond = ~cond
-        m = mask_values(mask, d.shape)
         if m is not None:
             cond = cond & m
         new = np.where(np.broadcast_to(cond, d.shape), np.broadcast_to(_vals(s, d.shape), d.shape), _vals(d))
@@ -149,7 +149,7 @@ def scalar_tensor_tensor(data, op0: str, operand0, op1: str, operand1, *, revers
         v = execute.alu(op0, s, v) if reverse0 else execute.alu(op0, v, s)
         w = _vals(o1)
         values = execute.alu(op1, w, v) if reverse1 else execute.alu(op1, v, w)
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, o1, out))
 
 
 def tensor_scalar_reduce(data, op0: str, operand0, reduce_op: str, reduce_res: Tensor, *, reverse0: bool = False,
@@ -168,7 +168,7 @@ def tensor_scalar_reduce(data, op0: str, operand0, reduce_op: str, reduce_res: T
         v, s = _vals(d), _pval(s0, d)
         values = execute.alu(op0, s, v) if reverse0 else execute.alu(op0, v, s)
         _write_side(r, execute.REDUCE[reduce_op](_rows(np.asarray(values, dtype=F32)), axis=1, keepdims=True))
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, r, out))
 
 
 def tensor_partition_reduce(op: str, data, *, dtype=None, mask=None) -> Tensor:
@@ -179,7 +179,7 @@ def tensor_partition_reduce(op: str, data, *, dtype=None, mask=None) -> Tensor:
     out = new_result(ctx, (1,) + tuple(d.shape[1:]), _out_dtype(dtype, d))
     ins = ctx.emit("tensor_partition_reduce", E_GPSIMD, (d,), (out,), {"alu": op})
     values = execute.REDUCE[op](_vals(d), axis=0, keepdims=True) if ctx.full else None
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, out))
 
 
 def tensor_tensor_scan(data0, data1, initial, op0: str, op1: str, *, reverse0: bool = False, reverse1: bool = False,
@@ -205,7 +205,7 @@ def tensor_tensor_scan(data0, data1, initial, op0: str, op1: str, *, reverse0: b
             r = np.asarray(r, dtype=F32)
             res[:, i:i + 1] = r
         values = res.reshape(a.shape)
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, a, b, out))
 
 
 def reciprocal(data, *, dtype=None, mask=None) -> Tensor:
@@ -214,7 +214,7 @@ def reciprocal(data, *, dtype=None, mask=None) -> Tensor:
     out = new_result(ctx, d.shape, _out_dtype(dtype, d))
     ins = ctx.emit("reciprocal", E_VECTOR, (d,), (out,), {})
     values = np.float32(1.0) / _vals(d) if ctx.full else None
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, out))
 
 
 # ---- statistics ------------------------------------------------------------------------------------------------
@@ -237,7 +237,7 @@ def bn_stats(data, *, dtype=None, mask=None) -> Tensor:
             m2 = ((half - mean[:, None]) ** 2).sum(axis=1) if n else np.zeros(v.shape[0])
             cols += [np.full(v.shape[0], float(n)), mean, m2]
         values = np.stack(cols, axis=1).astype(F32)
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, out))
 
 
 def bn_aggr(data, *, dtype=None, mask=None) -> Tensor:
@@ -257,7 +257,7 @@ def bn_aggr(data, *, dtype=None, mask=None) -> Tensor:
         mu = (cnt * mean).sum(axis=1) / safe
         var = (m2 + cnt * (mean - mu[:, None]) ** 2).sum(axis=1) / safe
         values = np.stack([mu, var], axis=1).astype(F32)
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, out))
 
 
 # ---- top-8 search ----------------------------------------------------------------------------------------------
@@ -270,7 +270,7 @@ def max8(src, *, dtype=None, mask=None) -> Tensor:
     out = new_result(ctx, (parts_of(s), 8), _out_dtype(dtype, s))
     ins = ctx.emit("max8", E_VECTOR, (s,), (out,), {})
     values = -np.sort(-_rows(_vals(s)), axis=1)[:, :8] if ctx.full else None
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, s, out))
 
 
 def _first_positions(v: np.ndarray, vals: np.ndarray) -> np.ndarray:
@@ -293,7 +293,7 @@ def nc_find_index8(data, vals, *, dtype=np.uint32, mask=None) -> Tensor:
     out = new_result(ctx, (parts_of(d), 8), dtypes.to_dtype(dtype))
     ins = ctx.emit("nc_find_index8", E_VECTOR, (d, v8), (out,), {})
     values = _first_positions(_rows(_vals(d)), _rows(_vals(v8))[:, :8]) if ctx.full else None
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, v8, out))
 
 
 def nc_match_replace8(data, vals, imm, *, dst_idx: Tensor | None = None, dtype=None, mask=None) -> Tensor:
@@ -311,7 +311,7 @@ def nc_match_replace8(data, vals, imm, *, dst_idx: Tensor | None = None, dtype=N
         values = v.reshape(d.shape)
         if dst_idx is not None:
             _write_side(dst_idx, pos)
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, v8, out))
 
 
 # ---- data movement within partitions ---------------------------------------------------------------------------
@@ -327,6 +327,7 @@ def nc_stream_shuffle(src, dst: Tensor, shuffle_mask, *, dtype=None, mask=None) 
              "(0-31, or 255 to leave a destination partition unchanged)")
     if free_of(s) != free_of(d):
         fail("nkisim_shape_mismatch", op="nc_stream_shuffle", shapes=[list(s.shape), list(d.shape)], detail="")
+    mask_values(mask, d.shape, s, d)  # bounds-checks over-long views (the shuffle itself ignores mask=)
     ctx.emit("nc_stream_shuffle", E_VECTOR, (s,), (d,), {})
     if ctx.full:
         sv, dv = _rows(_vals(s)), _rows(_vals(d)).copy()
@@ -371,7 +372,7 @@ def rand(shape, dtype=F32, *, mask=None) -> Tensor:
     out = new_result(ctx, dims, dtypes.to_dtype(dtype))
     ins = ctx.emit("rand", E_GPSIMD, (), (out,), {})
     values = _rng(ctx).random(dims, dtype=np.float32) if ctx.full else None
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, out))
 
 
 def dropout(data, prob, *, dtype=None, mask=None) -> Tensor:
@@ -384,7 +385,7 @@ def dropout(data, prob, *, dtype=None, mask=None) -> Tensor:
     if ctx.full:
         drop = _rng(ctx).random(d.shape, dtype=np.float32) < _pval(pr, d)
         values = np.where(drop, np.float32(0.0), _vals(d))
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, out))
 
 
 def gather_flattened(data, indices, *, dtype=None, mask=None) -> Tensor:
@@ -408,4 +409,4 @@ def gather_flattened(data, indices, *, dtype=None, mask=None) -> Tensor:
         ok = k < v.shape[1]
         got = np.take_along_axis(v, np.where(ok, k, 0), axis=1)
         values = np.where(ok, got, np.float32(np.nan)).reshape(ix.shape)
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, ix, out))
