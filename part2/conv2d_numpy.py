@@ -55,11 +55,13 @@ def conv2d(X: np.ndarray, W: np.ndarray, bias: np.ndarray | None = None) -> np.n
     w32 = np.asarray(W, dtype=np.float32)
     taps = [(p, q, np.ascontiguousarray(w32[:, :, p, q])) for p in range(fh) for q in range(fw)]
     out = np.zeros((batch, out_ch, out_h, out_w), dtype=np.float32)
+    # one product buffer for every tap: a fresh ~50 MB array per product (course shapes) costs page faults
+    full = np.empty((out_ch, height * width), dtype=np.float32)
     for b in range(batch):
         image = np.ascontiguousarray(x32[b]).reshape(in_ch, height * width)
         for p, q, w_tap in taps:
-            full = (w_tap @ image).reshape(out_ch, height, width)
-            out[b] += full[:, p : p + out_h, q : q + out_w]
+            np.matmul(w_tap, image, out=full)
+            out[b] += full.reshape(out_ch, height, width)[:, p : p + out_h, q : q + out_w]
     if bias is not None:
         out += np.asarray(bias, dtype=np.float32)[None, :, None, None]
     return out

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -140,12 +141,19 @@ def performance_tests() -> list[PerformanceTest]:
 # ---------------------------------------------------------------------------------------------------------
 class InputBank:
     """Deterministic inputs per case, shared between cases that differ only in bias/pool (so the expensive
-    224x224 reference convolution is computed once per harness run)."""
+    224x224 reference convolution is computed once per harness run).
+
+    ``prefetch`` computes the reference convolutions in a background thread while the kernel runs: NumPy's
+    matrix products and array additions release the GIL, so on a machine with a second core the references
+    cost almost no wall time.  The values are the same as computed inline (the same function on the same inputs).
+    """
 
     def __init__(self, seed: int) -> None:
         self.seed = seed
         self._xw: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._conv: dict[tuple, np.ndarray] = {}
+        self._ready: dict[tuple, threading.Event] = {}  # convolutions handed to the background thread
+        self._failed: dict[tuple, BaseException] = {}
 
     @staticmethod
     def _shape_key(case: ConvCase) -> tuple:
@@ -170,23 +178,67 @@ class InputBank:
             bias = np.zeros(case.out_channels, dtype=case.dtype)
         return X, W, bias
 
-    def reference(self, case: ConvCase) -> np.ndarray:
+    def prefetch(self, cases: list[ConvCase]) -> None:
+        """Starts computing the convolutions of ``cases`` (in this order) in a daemon thread."""
+        jobs = []
+        for case in cases:
+            key = self._shape_key(case)
+            if key in self._conv or key in self._ready:
+                continue
+            X, W, _ = self.inputs(case)  # generated here: the inputs never depend on the thread's timing
+            self._ready[key] = threading.Event()
+            jobs.append((key, X, W))
+        if jobs:
+            threading.Thread(target=self._compute, args=(jobs,), name="harness-reference", daemon=True).start()
+
+    def _compute(self, jobs: list[tuple[tuple, np.ndarray, np.ndarray]]) -> None:
+        for key, X, W in jobs:
+            try:
+                self._conv[key] = conv2d(X, W)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread by _convolution
+                self._failed[key] = exc
+            finally:
+                self._ready[key].set()
+
+    def _convolution(self, case: ConvCase) -> np.ndarray:
         key = self._shape_key(case)
+        ready = self._ready.get(key)
+        if ready is not None:
+            ready.wait()
+            if key in self._failed:
+                raise self._failed[key]
         if key not in self._conv:
             X, W, _ = self.inputs(case)
             self._conv[key] = conv2d(X, W)
+        return self._conv[key]
+
+    def reference(self, case: ConvCase) -> np.ndarray:
+        conv = self._convolution(case)
         _, _, bias = self.inputs(case)
-        out = self._conv[key] + bias.astype(np.float32)[None, :, None, None]
-        return maxpool2d(out, case.pool_size).astype(case.dtype)
+        out = conv + bias.astype(np.float32)[None, :, None, None]
+        return maxpool2d(out, case.pool_size).astype(case.dtype, copy=False)
+
+
+# Elements per slice of outputs_match: the comparison's temporaries stay in cache (3x faster on 50M elements).
+_MATCH_CHUNK = 1 << 18
 
 
 def outputs_match(out: np.ndarray, ref: np.ndarray, dtype: str) -> bool:
-    """np.allclose with the course's defaults for float32; 1% for float16 (the grader's tolerance)."""
+    """np.allclose with the course's defaults for float32; 1% for float16 (the grader's tolerance).
+
+    Applied slice by slice of the flattened arrays: allclose is elementwise, so this is the same test."""
     if out.shape != ref.shape:
         return False
-    if dtype == "float16":
-        return bool(np.allclose(out.astype(np.float32), ref.astype(np.float32), rtol=1e-2, atol=1e-2))
-    return bool(np.allclose(out, ref))
+    flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
+    for i in range(0, flat_out.size, _MATCH_CHUNK):
+        o, r = flat_out[i : i + _MATCH_CHUNK], flat_ref[i : i + _MATCH_CHUNK]
+        if dtype == "float16":
+            close = np.allclose(o.astype(np.float32), r.astype(np.float32), rtol=1e-2, atol=1e-2)
+        else:
+            close = np.allclose(o, r)
+        if not close:
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -294,6 +346,7 @@ def run_correctness(
 ) -> list[TestResult]:
     results = []
     traceback_shown = False
+    bank.prefetch([case for test in tests for case in test.cases])
     for test in tests:
         log(f"Running correctness test: {test.name} ...")
         passed, detail = True, ""
