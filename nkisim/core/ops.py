@@ -262,10 +262,10 @@ def _acc_view(t: Tensor) -> np.ndarray:
     if a.acc is None:  # a provisional result: written in full by the instruction that produced it
         a.acc = np.ones(a.base.shape, dtype=bool)
     isz = t._v.itemsize
-    off = t._off // isz
-    flat = a.acc.reshape(-1)
-    return np.lib.stride_tricks.as_strided(flat[off:], shape=t._v.shape,
-                                           strides=tuple(s // isz for s in t._v.strides))
+    # the ndarray constructor over the flags' buffer (one byte per element) is much cheaper than as_strided,
+    # and checks the view stays inside the flags
+    return np.ndarray(t._v.shape, dtype=np.bool_, buffer=a.acc, offset=t._off // isz,
+                      strides=tuple(s // isz for s in t._v.strides))
 
 
 def _psum_write(dst: Tensor, vals: np.ndarray, accumulate: bool, mask: np.ndarray | None = None) -> None:
@@ -505,7 +505,7 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
         fail("nkisim_matmul_stationary_fmax", m=m, limit=lim.gemm_stationary_fmax, shape=list(stationary.shape))
     if n > lim.gemm_moving_fmax:
         fail("nkisim_matmul_moving_fmax", n=n, limit=lim.gemm_moving_fmax, shape=list(moving.shape))
-    d1, d2 = stationary.dtype.name, moving.dtype.name
+    d1, d2 = dtypes.name(stationary.dtype), dtypes.name(moving.dtype)
     for d, who in ((d1, "stationary"), (d2, "moving")):
         if d not in _MATMUL_DTYPES:
             fail("nkisim_matmul_dtype", detail=f"{who} dtype {d} is not supported (fp8/bf16/fp16/tf32/fp32)")
@@ -877,12 +877,13 @@ def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, 
         fail("nkisim_bad_argument", op=op_name, detail=f"'{func}' is not an activation function")
     p = parts_of(data)
     if isinstance(bias, Tensor):
-        if bias.dtype.name not in ("float32", "float16", "bfloat16") or parts_of(bias) != p or free_of(bias) != 1:
+        if (dtypes.name(bias.dtype) not in ("float32", "float16", "bfloat16") or parts_of(bias) != p
+                or free_of(bias) != 1):
             fail("err_activation_bias_invalid_type", p=p, got=f"{bias.dtype.name}{list(bias.shape)}")
     elif bias is not None and ctx.target == "trn1":
         fail("err_activation_bias_invalid_type", p=p, got=f"immediate {bias!r} (immediates need NeuronCore-v3)")
     if isinstance(scale, Tensor):
-        if scale.dtype.name != "float32" or parts_of(scale) != p or free_of(scale) != 1:
+        if dtypes.name(scale.dtype) != "float32" or parts_of(scale) != p or free_of(scale) != 1:
             fail("err_activation_scale_invalid_type", p=p, got=f"{scale.dtype.name}{list(scale.shape)}")
     elif not isinstance(scale, (int, float, np.floating, np.integer)):
         fail("err_activation_scale_invalid_type", p=p, got=type(scale).__name__)
