@@ -60,6 +60,14 @@ class GapResource:
             return self.owners[i - 1]
         return -1
 
+    def place(self, t: float, d: float) -> tuple[float, int, int]:
+        """``find`` plus the request that delayed the placement: (start, insert index, owner or -1).  The owner
+        is named only when the start moved past ``t`` and an interval ends exactly there."""
+        s, i = self.find(t, d)
+        if s > t + _EPS:
+            return s, i, self.owner_before(s, i)
+        return s, i, -1
+
     def insert(self, s: float, d: float, i: int, owner: int) -> None:
         e = s + d
         self.busy += d
@@ -398,23 +406,27 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
                     if port_free["psum_vs"] > start:
                         start = port_free["psum_vs"]
             ii = c.ii_ns
-            if res == "TensorE":
+            is_tensor = res == "TensorE"
+            if is_tensor:
                 if c.ls_ns > 0 and ins.srcs:
                     st = ins.srcs[0].region
                     if st != last_stationary:
                         if c.ls_ns > ii:
                             ii = c.ls_ns  # background LoadStationary bounds the pair (A2 mm_bottleneck)
                         last_stationary = st
+            elif c.act_table is not None and c.act_table != act_table:
+                ii += tc.act_table_load_ns
+                act_table = c.act_table
+                sch.act_table_loads += 1
+            if reorder:  # list scheduling: the earliest idle gap of the engine that fits
+                gr = gaps.get(res)
+                if gr is None:
+                    gr = gaps[res] = GapResource()
+                start, pos, o_ = gr.place(start, ii)
+                if o_ >= 0:
+                    p = o_
+            if is_tensor:
                 if reorder:
-                    gr = gaps.get(res)
-                    if gr is None:
-                        gr = gaps[res] = GapResource()
-                    s_, pos = gr.find(start, ii)
-                    if s_ > start + _EPS:
-                        o_ = gr.owner_before(s_, pos)
-                        if o_ >= 0:
-                            p = o_
-                    start = s_
                     tensor_last_end = gr.ends[pos - 1] if pos > 0 else -1e30
                 if throttle:
                     if start - tensor_last_end > tc.throttle_rearm_gap_ns:
@@ -426,27 +438,11 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
                         sch.throttled_ns += extra
                         if reorder:
                             start, pos = gr.find(start, ii)
-                if reorder:
-                    gr.insert(start, ii, pos, i)
-            else:
-                if c.act_table is not None and c.act_table != act_table:
-                    ii += tc.act_table_load_ns
-                    act_table = c.act_table
-                    sch.act_table_loads += 1
-                if reorder:
-                    gr = gaps.get(res)
-                    if gr is None:
-                        gr = gaps[res] = GapResource()
-                    s_, pos = gr.find(start, ii)
-                    if s_ > start + _EPS:
-                        o_ = gr.owner_before(s_, pos)
-                        if o_ >= 0:
-                            p = o_
-                    start = s_
-                    gr.insert(start, ii, pos, i)
+            if reorder:
+                gr.insert(start, ii, pos, i)
             busy_end = start + ii
             done = busy_end + c.lat_ns
-            if res == "TensorE":
+            if is_tensor:
                 tensor_last_end = busy_end
             engine_free[res] = busy_end
             engine_last[res] = i
