@@ -154,3 +154,62 @@ def test_load_kernel_errors_are_clear(tmp_path):
     (tmp_path / "conv2d.py").write_text("x = 1\n")
     with pytest.raises(AttributeError, match="does not define fused_conv2d_maxpool"):
         harness.load_kernel(tmp_path)
+
+
+def test_prefetched_references_are_the_inline_ones():
+    cases = [
+        harness.ConvCase(2, 128, 128, 10, 7, random_bias=False),
+        harness.ConvCase(2, 128, 128, 10, 7, pool_size=2),
+        harness.ConvCase(1, 128, 256, 6, 5, dtype="float16"),
+    ]
+    fetched, inline = harness.InputBank(seed=5), harness.InputBank(seed=5)
+    fetched.prefetch(cases)
+    for case in reversed(cases):  # asked for out of order: each waits for its own convolution
+        got, want = fetched.reference(case), inline.reference(case)
+        assert got.dtype == want.dtype == np.dtype(case.dtype)
+        np.testing.assert_array_equal(got, want)
+    assert len(fetched._conv) == 2
+
+
+def test_a_failing_prefetched_reference_raises_in_the_caller(monkeypatch):
+    import threading
+
+    inline = harness.conv2d
+
+    def broken(X, W):  # fails only in the background thread: the error must reach the caller, not be redone
+        if threading.current_thread() is not threading.main_thread():
+            raise MemoryError("no room for the reference")
+        return inline(X, W)
+
+    monkeypatch.setattr(harness, "conv2d", broken)
+    bank = harness.InputBank(seed=1)
+    case = harness.ConvCase(1, 128, 128, 5, 5)
+    bank.prefetch([case])
+    with pytest.raises(MemoryError, match="no room"):
+        bank.reference(case)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(0, 60),
+    bad=st.lists(st.tuples(st.integers(0, 59), st.sampled_from(["off", "nan", "inf", "tiny"])), max_size=3),
+    dtype=st.sampled_from(["float32", "float16"]),
+    seed=st.integers(0, 2**16),
+)
+def test_outputs_match_slice_by_slice_is_allclose(n, bad, dtype, seed):
+    rng = np.random.default_rng(seed)
+    ref = (rng.random((n, 1)) * 600).astype(dtype)
+    out = ref.copy()
+    for i, kind in bad:
+        if i < n:
+            out[i, 0] = {"off": out[i, 0] * 1.5 + 1, "nan": np.nan, "inf": np.inf, "tiny": out[i, 0] * (1 + 1e-7)}[kind]
+    if dtype == "float16":
+        whole = np.allclose(out.astype(np.float32), ref.astype(np.float32), rtol=1e-2, atol=1e-2)
+    else:
+        whole = np.allclose(out, ref)
+    chunk = harness._MATCH_CHUNK
+    harness._MATCH_CHUNK = 7  # many slices, a ragged last one
+    try:
+        assert harness.outputs_match(out, ref, dtype) == bool(whole)
+    finally:
+        harness._MATCH_CHUNK = chunk
