@@ -64,8 +64,8 @@ class GapResource:
         """``find`` plus the request that delayed the placement: (start, insert index, owner or -1).  The owner
         is named only when the start moved past ``t`` and an interval ends exactly there."""
         s, i = self.find(t, d)
-        if s > t + _EPS:
-            return s, i, self.owner_before(s, i)
+        if s > t + _EPS and i > 0 and abs(self.ends[i - 1] - s) < 1e-6:  # owner_before, inlined (hot path)
+            return s, i, self.owners[i - 1]
         return s, i, -1
 
     def insert(self, s: float, d: float, i: int, owner: int) -> None:
