@@ -170,7 +170,7 @@ class InputBank:
             dtype = np.dtype(case.dtype)
             X = rng.random((case.batch, case.in_channels, case.height, case.width), dtype=np.float32)
             W = rng.random((case.out_channels, case.in_channels, case.filter_size, case.filter_size), dtype=np.float32)
-            self._xw[key] = (X.astype(dtype), W.astype(dtype))
+            self._xw[key] = (X.astype(dtype, copy=False), W.astype(dtype, copy=False))
         X, W = self._xw[key]
         if case.random_bias:
             bias = self._rng(case, 1).random(case.out_channels, dtype=np.float32).astype(case.dtype)
