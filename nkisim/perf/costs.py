@@ -125,11 +125,11 @@ TRN1 = TargetCosts(
     dma_issue_static_ns=60.0,
     # [INFERRED] DMA payload-size efficiency (DBW: "< 256 B per partition: severely overhead-bound; 256 B - 2 KiB:
     # improving but still below peak; >= 2 KiB approaches peak; >= 4 KiB saturates"; DMA size-efficiency figure
-    # nki-dma-intro-1: 43% at 1 KiB, 81% at 2 KiB, 97% at 4 KiB, 100% from 8 KiB per partition).  On trn1 the
+    # nki-dma-intro-1: 43% at 1 KiB, 81% at 2 KiB, 97% at 4 KiB; DBW: ">= 4 KiB saturates", taken as 100%).  On trn1 the
     # per-DMA fixed cost overlaps between DMAs (the vector-add rows: 300 tiny DMAs in ~40 us, <= 0.13 us each),
     # so what is left of the figure is the rate at which short runs move: flat at the 1 KiB point below 1 KiB
     # (the NKI matmul tutorial's v1-v3, 256 B and 1 KiB rows, all move ~100-106 GB/s = ~39% of 272 GB/s).
-    dma_run_efficiency=((1024, 0.43), (2048, 0.81), (4096, 0.97), (8192, 1.0)),
+    dma_run_efficiency=((1024, 0.43), (2048, 0.81), (4096, 1.0)),
     instr_latency_scale=1.0,
     launch_overhead_us=12.0,
     hbm_stack_bw_bytes_per_ns=410.0,  # 820 GB/s per chip, 2 stacks (A2)
