@@ -217,6 +217,8 @@ class Tensor:
         off = self._off
         overflow = False
         ell = False
+        free_int = -1  # position in norm of the last integer index on a free axis (after the partition axis)
+        free_kept = False
         for it in idx:
             if it is Ellipsis:
                 if ell:
@@ -227,6 +229,8 @@ class Tensor:
                 for _ in range(skip):
                     if dim == pd:
                         new_pd = out_axes
+                    elif dim > pd:
+                        free_kept = True
                     norm.append(slice(0, shape[dim], 1))
                     dim += 1
                     out_axes += 1
@@ -253,6 +257,8 @@ class Tensor:
                 off += start * strides[dim]
                 if dim == pd:
                     new_pd = out_axes
+                elif dim > pd:
+                    free_kept = True
                 out_axes += 1
             else:
                 i = _as_index(it)
@@ -262,9 +268,22 @@ class Tensor:
                     overflow = True  # past this view, maybe still inside the tensor: decided on the composed access
                 elif dim == 0 and self._a.block_mod:
                     i %= self._a.block_mod
+                if dim > pd:
+                    free_int = len(norm)
                 norm.append(i)
                 off += i * strides[dim]
             dim += 1
+        if free_int >= 0 and not free_kept and dim == ndim and new_pd is not None and self._a.buf != B_HBM:
+            # An on-chip tile keeps its partition axis and at least one free axis: integers on every free axis
+            # leave a unit free axis ([P, 1]), as NumPy's rule would not.  NKI 2.21 nki.errors,
+            # err_1d_arange_not_supported ("NKI expects tile indices to have at least two dimensions to match the
+            # underlying memory (SBUF or PSUM)"; its fix ``tmp[0:64, 0]`` is a [64, 1] tile), and AWS's flash
+            # attention (nki-samples reference/attention.py: ``l_buffer[:, i]`` indexed again as ``[:, 0]``).
+            # Block axes before the partition axis and HBM tensors drop integer-indexed axes as NumPy does
+            # (HBM: Neuron docs "Tensor Indexing on NKI", ``x[1]`` of a [2, 2, 2] hbm tensor is [2, 2]; block
+            # axes: ``o_buffer[i1]`` of an (n, par_dim(128), d) tile is the [128, d] tile in AWS's flash attention).
+            i = norm[free_int]
+            norm[free_int] = slice(i, i + 1, 1)
         if overflow:
             return self._compose(tuple(norm))
         norm = tuple(norm)
