@@ -202,3 +202,33 @@ def test_column_write_spellings_agree(spelling):
         return _store(m)
 
     np.testing.assert_allclose(k(x), x.reshape(128, 3, 128).sum(axis=2), rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# direct allocation: the block index wraps modulo num_free_tiles under index expressions too
+
+
+@pytest.mark.parametrize("spelling", ["slice", "mgrid"])
+def test_wrapped_blocks_indexed_with_expressions(spelling):
+    import neuronxcc.nki.compiler as ncc
+
+    x = RNG.standard_normal((4, 128, 64)).astype(np.float32)
+
+    @nki.jit
+    def k(x):
+        nblk, p, f = x.shape
+        # 4 logical blocks rotate through 2 physical slots (double buffering, as AWS's allocated kernels do)
+        buf = nl.ndarray((nblk, nl.par_dim(p), f), dtype=nl.float32,
+                         buffer=ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2,)))
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.hbm)
+        i_p, i_f = nl.mgrid[0:p, 0:f]
+        for b in nl.sequential_range(nblk):
+            if spelling == "slice":
+                buf[b, :, :] = nl.load(x[b])
+                nl.store(out[b], nl.multiply(buf[b, :, :], 3.0))
+            else:
+                buf[b, i_p, i_f] = nl.load(x[b])
+                nl.store(out[b], nl.multiply(buf[b, i_p, i_f], 3.0))
+        return out
+
+    np.testing.assert_array_equal(nki.baremetal(k)(x), 3 * x)

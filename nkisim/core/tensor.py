@@ -357,6 +357,9 @@ class Tensor:
                 raise IndexError(f"too many indices for tensor '{self._a.name}' of shape {self.shape}")
             raise IndexError(f"nkisim: index all {len(self.shape)} dimensions of '{self._a.name}' when using "
                              "nl.arange/nl.mgrid indices")
+        if self._a.block_mod and self._par is None and self._ix is None:
+            # direct allocation with num_free_tiles: the block index wraps, as in basic indexing
+            items[0] = items[0] % self._a.block_mod
         try:
             bshape = tuple(np.broadcast_shapes(*(a.shape for a in items)))
         except ValueError as exc:
