@@ -232,3 +232,75 @@ def test_wrapped_blocks_indexed_with_expressions(spelling):
         return out
 
     np.testing.assert_array_equal(nki.baremetal(k)(x), 3 * x)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# NKI traces an affine_range / sequential_range body once: direct placements computed in the body hold for every
+# iteration, and a PSUM tensor allocated in the body starts fresh accumulation groups each iteration
+
+
+@nki.jit
+def _allocated_rowsum_loop(x):
+    """Per 128-row block: PSUM accumulation of x_blk.T @ ones over column chunks, with every buffer directly
+    allocated inside the loop body from a running address (``cur += ...``), as AWS's allocated kernels do."""
+    import functools
+
+    import neuronxcc.nki.compiler as ncc
+
+    nblk, p, f = x.shape
+    cur = 0
+    ones = nl.ndarray((nl.par_dim(p), 1), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=cur))
+    cur += 4
+    ones[...] = nisa.memset((p, 1), 1.0, dtype=nl.float32)
+    out = nl.ndarray((nblk, f // 128, 128, 1), dtype=nl.float32, buffer=nl.hbm)
+
+    def bank(bank_map, idx, pdim_size, fdim_size):
+        return (bank_map[idx], 0, 0)
+
+    for b in nl.affine_range(nblk):
+        xt = nl.ndarray((nl.par_dim(p), f), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=cur))
+        cur += 60000  # (xt plus reserved space) in NKI this runs once: every iteration uses the same addresses
+        res = nl.ndarray((nl.par_dim(128), 1), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=cur))
+        cur += 4
+        acc = nl.ndarray((f // 128, nl.par_dim(128), 1), dtype=nl.float32,
+                         buffer=ncc.psum.alloc(functools.partial(bank, {(i,): 1 + i for i in range(f // 128)})))
+        xt[...] = nl.load(x[b])
+        for c in nl.affine_range(f // 128):
+            for r in nl.affine_range(2):  # two halves of the partitions, accumulated
+                acc[c] += nisa.nc_matmul(xt[nl.ds(r * (p // 2), p // 2), nl.ds(c * 128, 128)],
+                                         ones[nl.ds(r * (p // 2), p // 2), :])
+            res[...] = nl.copy(acc[c])
+            nl.store(out[b, c], res)
+    return out
+
+
+def test_direct_placements_in_a_loop_body_are_traced_once():
+    x = RNG.standard_normal((6, 128, 256)).astype(np.float32)  # 6 x 60000 B per partition only fits once
+    out = nki.baremetal(_allocated_rowsum_loop)(x)
+    ref = x.sum(axis=1).reshape(6, 2, 128, 1)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_python_range_inside_a_symbolic_loop_still_places_each_repetition():
+    import neuronxcc.nki.compiler as ncc
+
+    x = RNG.standard_normal((2, 128, 64)).astype(np.float32)
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((2, 2, 128, 64), dtype=nl.float32, buffer=nl.hbm)
+        for b in nl.affine_range(2):
+            cur = 0
+            tiles = []
+            for j in range(2):  # unrolled by NKI: two distinct tensors at distinct addresses
+                t = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=cur))
+                cur += 64 * 4
+                t[...] = nl.multiply(nl.load(x[b]), float(j + 1))
+                tiles.append(t)
+            for j in range(2):
+                nl.store(out[b, j], tiles[j])
+        return out
+
+    out = nki.baremetal(k)(x)
+    np.testing.assert_array_equal(out[:, 0], x)
+    np.testing.assert_array_equal(out[:, 1], 2 * x)
