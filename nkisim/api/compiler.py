@@ -194,7 +194,7 @@ class _PsumModAlloc:
             if flags is None:
                 flags = ctx.psum_arena_acc[dt] = _np.zeros(typed.shape, dtype=bool)
             alloc.acc = flags
-            _fresh_groups(flags, parts, [start + b * stride for b in range(used)], tile_bytes, dt)
+            _fresh_groups(ctx, parts, [start + b * stride for b in range(used)], tile_bytes)
         if wrap and nblocks > wrap:
             alloc.block_mod = wrap
             return _Tensor(alloc, view, pdim, shape=dims)
@@ -291,16 +291,18 @@ class _CallbackAlloc:
             if flags is None:
                 flags = ctx.psum_arena_acc[dt] = _np.zeros(typed.shape, dtype=bool)
             alloc.acc = flags
-            _fresh_groups(flags, parts, list(addrs.values()), tile_bytes, dt)
+            _fresh_groups(ctx, parts, list(addrs.values()), tile_bytes)
         return _Tensor(alloc, view, pdim)
 
 
-def _fresh_groups(flags, parts: int, starts: list[int], tile_bytes: int, dt) -> None:
+def _fresh_groups(ctx, parts: int, starts: list[int], tile_bytes: int) -> None:
     """A newly allocated PSUM tensor starts new accumulation groups: its first nc_matmul overwrites, as for an
-    automatically allocated one, even where an earlier tensor (e.g. the previous iteration's) used the same bank."""
-    isz = _np.dtype(dt).itemsize
-    for a in starts:
-        flags[:parts, a // isz:(a + tile_bytes) // isz] = False
+    automatically allocated one, even where an earlier tensor (e.g. the previous iteration's) used the same bank
+    (AWS's allocated SD attention re-declares ``attn_res_psum`` per q tile and accumulates with ``+=``)."""
+    for dt, flags in ctx.psum_arena_acc.items():
+        isz = _np.dtype(dt).itemsize
+        for a in starts:
+            flags[:parts, a // isz:-(-(a + tile_bytes) // isz)] = False
 
 
 def _psum_arena(ctx):
