@@ -304,3 +304,37 @@ def test_python_range_inside_a_symbolic_loop_still_places_each_repetition():
     out = nki.baremetal(k)(x)
     np.testing.assert_array_equal(out[:, 0], x)
     np.testing.assert_array_equal(out[:, 1], 2 * x)
+
+
+def test_wrapped_psum_blocks_start_their_own_accumulation_groups():
+    """Four logical PSUM blocks wrap onto one bank (``num_bank_tiles=(1,)``); each accumulates two matmuls and must
+    hold its own sum, not the previous block's plus its own."""
+    import neuronxcc.nki.compiler as ncc
+
+    a = RNG.standard_normal((4, 2, 128, 128)).astype(np.float32)
+    b = RNG.standard_normal((128, 256)).astype(np.float32)
+
+    @nki.jit
+    def k(a, b):
+        nq = a.shape[0]
+        cur = 0
+        bt = nl.ndarray((nl.par_dim(128), 256), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=cur))
+        cur += 256 * 4
+        at = nl.ndarray((nl.par_dim(128), 2, 128), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=cur))
+        cur += 2 * 128 * 4
+        res = nl.ndarray((nl.par_dim(128), 256), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=cur))
+        acc = nl.ndarray((nq, nl.par_dim(128), 256), dtype=nl.float32,
+                         buffer=ncc.psum.mod_alloc(base_bank=3, num_bank_tiles=(1,)))
+        bt[...] = nl.load(b)
+        out = nl.ndarray((nq, 128, 256), dtype=nl.float32, buffer=nl.hbm)
+        for q in nl.sequential_range(nq):
+            for j in nl.affine_range(2):
+                at[:, j, :] = nl.load(a[q, j])
+                acc[q, :, :] += nisa.nc_matmul(at[:, j, :], bt)
+            res[...] = nisa.tensor_copy(acc[q, :, :])
+            nl.store(out[q], res)
+        return out
+
+    out = nki.baremetal(k)(a, b)
+    ref = np.einsum("qjkm,kn->qmn", a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
