@@ -192,6 +192,14 @@ class _PsumModAlloc:
             if flags is None:
                 flags = ctx.psum_arena_acc[dt] = _np.zeros(typed.shape, dtype=bool)
             alloc.acc = flags
+            # a new tensor placed on these banks starts fresh accumulation groups: its first nc_matmul overwrites
+            # (AWS's allocated RMSNorm+QKV re-declares its `res_psum[0] += nc_matmul(...)` tile per row tile)
+            row = arena.base.shape[-1] * arena.base.itemsize
+            for oflags in ctx.psum_arena_acc.values():
+                osz = row // oflags.shape[-1]
+                for b in range(used):
+                    lo = start + b * stride
+                    oflags[:parts, lo // osz:-(-(lo + tile_bytes) // osz)] = False
         if wrap and nblocks > wrap:
             alloc.block_mod = wrap
             return _Tensor(alloc, view, pdim, shape=dims)

@@ -134,9 +134,15 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
 
 
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
-              tile_position=(), tile_size=(), mask=None, **kwargs):
-    """stationary.T @ moving on TensorE into a fresh fp32 PSUM tile ([K,M] x [K,N] -> [M,N])."""
-    return _ops.nc_matmul(stationary, moving, is_transpose=is_transpose, mask=mask)
+              tile_position=(), tile_size=(), mask=None, perf_mode=None, **kwargs):
+    """stationary.T @ moving on TensorE into a fresh fp32 PSUM tile ([K,M] x [K,N] -> [M,N]).
+
+    ``perf_mode='double_row_gen3'`` (the 2.2x spelling; 'double_row' later) is the FP8 double-row mode."""
+    mode = str(getattr(perf_mode, "name", perf_mode) or "none")
+    if mode not in ("none", "double_row", "double_row_gen3"):
+        raise ValueError(f"nc_matmul: unknown perf_mode {perf_mode!r} (expected None or 'double_row_gen3')")
+    return _ops.nc_matmul(stationary, moving, is_transpose=is_transpose, mask=mask,
+                          double_row=mode != "none")
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):

@@ -483,7 +483,7 @@ _MATMUL_DTYPES = {"float8_e4m3", "float8_e4m3fn", "float8_e5m2", "bfloat16", "fl
 
 
 def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False, mask=None,
-              op_name: str = "nc_matmul") -> Tensor:
+              op_name: str = "nc_matmul", double_row: bool = False) -> Tensor:
     ctx = current(op_name)
     ctx.settle()
     stationary = need_tensor(stationary, op_name, "stationary")
@@ -499,6 +499,8 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
     if k1 != k2:
         fail("err_num_partition_mismatch", params=f"{shape_str(stationary, 'stationary')}, "
              f"{shape_str(moving, 'moving')}", op=op_name)
+    if double_row:
+        return _double_row_matmul(ctx, stationary, moving, k1, mask, op_name)
     m = free_of(stationary)
     n = free_of(moving)
     if m > lim.gemm_stationary_fmax:
@@ -521,6 +523,40 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
         s = execute.to_f32(read(stationary)).reshape(k1, m)
         mv = execute.to_f32(read(moving)).reshape(k1, n)
         values = (s.T @ mv).reshape(out_shape)
+    return finish(ctx, ins, out, values, mask_values(mask, out_shape, stationary, moving))
+
+
+def _double_row_matmul(ctx: KernelContext, stationary: Tensor, moving: Tensor, k: int, mask, op_name: str) -> Tensor:
+    """FP8 double-row mode (NeuronCore-v3): stationary [K, 2, M] and moving [K, 2, N] hold two K-rows of fp8 per
+    partition; the result [M, N] is st[:, 0].T @ mv[:, 0] + st[:, 1].T @ mv[:, 1] (contraction 2K) at the cycle cost
+    of one [K, M] x [K, N] matmul ("Double FP8 mode, 2x matmul throughput by packing two FP8 weight/ifmap element
+    pairs", nki.isa.matmul_perf_mode; AWS's nki-samples double_row_matmul uses these shapes)."""
+    if ctx.target != "trn2":
+        fail("nkisim_matmul_dtype", detail="perf_mode double_row needs NeuronCore-v3 (trn2); on NeuronCore-v2 "
+             "performance mode is not supported")
+    for t, who in ((stationary, "stationary"), (moving, "moving")):
+        if t.dtype.name not in ("float8_e4m3", "float8_e4m3fn", "float8_e5m2"):
+            fail("nkisim_matmul_dtype", detail=f"perf_mode double_row needs fp8 operands, {who} is {t.dtype.name}")
+        if t.ndim != 3 or t.shape[1] != 2:
+            fail("nkisim_matmul_dtype", detail=f"perf_mode double_row needs {who} of shape [K, 2, F], got "
+                 f"{list(t.shape)}")
+    lim = ctx.limits
+    m, n = stationary.shape[2], moving.shape[2]
+    if m > lim.gemm_stationary_fmax:
+        fail("nkisim_matmul_stationary_fmax", m=m, limit=lim.gemm_stationary_fmax, shape=list(stationary.shape))
+    if n > lim.gemm_moving_fmax:
+        fail("nkisim_matmul_moving_fmax", n=n, limit=lim.gemm_moving_fmax, shape=list(moving.shape))
+    out_shape = (m, n)
+    out = new_result(ctx, out_shape, F32, B_PSUM)
+    _check_psum_bank(ctx, out, op_name)
+    ins = ctx.emit("nc_matmul", E_TENSOR, (stationary, moving), (out,),
+                   {"K": 2 * k, "M": m, "N": n, "accumulate": False, "is_transpose": False,
+                    "perf_mode": "double_row"})
+    values = None
+    if ctx.full:
+        s = execute.to_f32(read(stationary)).reshape(k, 2, m)
+        mv = execute.to_f32(read(moving)).reshape(k, 2, n)
+        values = s[:, 0].T @ mv[:, 0] + s[:, 1].T @ mv[:, 1]
     return finish(ctx, ins, out, values, mask_values(mask, out_shape, stationary, moving))
 
 

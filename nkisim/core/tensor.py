@@ -357,7 +357,15 @@ class Tensor:
                 t = Tensor(self._a, self._v, 0, ix=arrs, shape=bshape, off=self._off)
                 t._oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
         elif self._par is None and self._map is None and self._ix is None:
-            t = self._gather_root(self, tuple(items), bshape)
+            if self._a.block_mod:
+                # direct allocation with num_free_tiles / num_bank_tiles: the block index wraps, as in basic
+                # indexing (AWS's allocated RMSNorm+QKV indexes its wrapped PSUM tiles with nl.mgrid expressions)
+                items[0] = items[0] % self._a.block_mod
+                t = _strided(self._a, self._v, self._off, self._pd, tuple(items), bshape, self, wrapped=True)
+                if t is None:
+                    t = self._gather_root(self, tuple(items), bshape)
+            else:
+                t = self._gather_root(self, tuple(items), bshape)
         else:
             root, m = self._root_map()
             t = self._gather_root(root, views.advanced(m, items), bshape)
@@ -550,10 +558,10 @@ class Tensor:
 
 
 def _strided(a: Allocation, rv: np.ndarray, off0: int, rpd: int, arrs: tuple, shape: tuple,
-             root: Tensor | None = None) -> Tensor | None:
+             root: Tensor | None = None, wrapped: bool = False) -> Tensor | None:
     """An index-expression access that is an in-bounds strided pattern becomes the strided view a slice would
     give (same values, same operand for the cost model, no gather copies); None when it is not one."""
-    if a.block_mod:
+    if a.block_mod and not wrapped:
         return None
     fit = views.affine_fit(arrs, shape, rv.shape)
     if fit is None:
