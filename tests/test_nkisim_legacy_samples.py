@@ -107,3 +107,80 @@ def test_double_row_matmul_needs_fp8_and_trn2():
                    target="trn1")
     with pytest.raises(ValueError, match="perf_mode"):
         run_kernel(_double_row, (st, mv, "quadruple"), target="trn2")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# SBUF capacity by liveness: a tile whose name the kernel never reads again does not count (neuronx-cc allocates
+# by liveness), a tile some live name or list can still reach does
+
+
+W = 27000  # fp32 columns: 108,000 B per partition; two such tiles do not fit (212,984 B usable on trn2)
+
+
+@nki.jit
+def _rebind_each_iteration(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0]):
+        big = nl.ndarray((nl.par_dim(128), W), dtype=nl.float32, buffer=nl.sbuf)  # last iteration's big is dead
+        big[...] = nl.load(a[i])
+        nl.store(out[i], value=big)
+    return out
+
+
+@nki.jit
+def _temporary_after_loop(a):
+    out = nl.ndarray((a.shape[0] + 1, 128, W), dtype=a.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(a.shape[0]):
+        t = nl.load(a[i])
+        nl.store(out[i], value=t)
+    u = nl.ndarray((nl.par_dim(128), W), dtype=nl.float32, buffer=nl.sbuf)  # t is never read again
+    u[...] = 3.0
+    nl.store(out[a.shape[0]], value=u)
+    return out
+
+
+def test_dead_names_do_not_hold_sbuf():
+    a = RNG.normal(size=(3, 128, W)).astype(np.float32)
+    np.testing.assert_array_equal(run_kernel(_rebind_each_iteration, (a,)).outputs, a)
+    got = run_kernel(_temporary_after_loop, (a,)).outputs
+    np.testing.assert_array_equal(got[:3], a)
+    np.testing.assert_array_equal(got[3], np.full((128, W), 3.0, np.float32))
+
+
+def test_tiles_still_read_later_count():
+    @nki.jit
+    def read_later(a):
+        out = nl.ndarray((2, 128, W), dtype=a.dtype, buffer=nl.shared_hbm)
+        x = nl.load(a[0])
+        y = nl.ndarray((nl.par_dim(128), W), dtype=nl.float32, buffer=nl.sbuf)  # x is still needed
+        y[...] = 1.0
+        nl.store(out[0], value=x)
+        nl.store(out[1], value=y)
+        return out
+
+    @nki.jit
+    def dead_name_live_list(a):
+        out = nl.ndarray((2, 128, W), dtype=a.dtype, buffer=nl.shared_hbm)
+        keep = []
+        x = nl.load(a[0])
+        keep.append(x)
+        y = nl.ndarray((nl.par_dim(128), W), dtype=nl.float32, buffer=nl.sbuf)  # x dead, but keep holds it
+        y[...] = 1.0
+        nl.store(out[0], value=keep[0])
+        return out
+
+    @nki.jit
+    def loop_carried(a):
+        out = nl.ndarray((128, W), dtype=a.dtype, buffer=nl.shared_hbm)
+        acc = nl.zeros((nl.par_dim(128), W), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.sequential_range(a.shape[0]):
+            t = nl.ndarray((nl.par_dim(128), W), dtype=nl.float32, buffer=nl.sbuf)  # acc is read next iteration
+            t[...] = nl.load(a[i])
+            acc[...] = nl.add(acc, t)
+        nl.store(out, value=acc)
+        return out
+
+    a = RNG.normal(size=(2, 128, W)).astype(np.float32)
+    for k in (read_later, dead_name_live_list, loop_carried):
+        with pytest.raises(NKIError, match="SBUF over-subscribed"):
+            run_kernel(k, (a,))

@@ -9,6 +9,8 @@ allocation reuses it (tile-buffer reuse, so WAR hazards appear in the trace as o
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from nkisim.core import dtypes
@@ -64,6 +66,8 @@ class MemoryTracker:
         self._free_phys: dict[object, list[int]] = {}
         self._next_phys = 1
         self.closed = False
+        self._refs: dict[int, weakref.ref] = {}  # id -> charged allocation, for reclaim() (no strong refs)
+        self.stop_code = None  # the kernel function's code: frames older than it cannot hold its tiles
 
     # -- physical ids -------------------------------------------------------------------------------------
     def phys_for(self, site, buf: Buf = B_SBUF) -> int:
@@ -97,9 +101,12 @@ class MemoryTracker:
             cost = -(-cost // bank) * bank  # PSUM tiles occupy whole 2 KiB banks
         self.live[buf] += cost
         self.live_allocs[id(alloc)] = (buf, alloc.name, alloc.base.dtype, alloc.bytes_pp, alloc.site)
+        self._refs[id(alloc)] = weakref.ref(alloc)
+        capacity = self.limits.sbuf_usable_bytes if buf == B_SBUF else self.limits.psum_bytes_per_partition
+        if self.live[buf] > capacity:
+            self.reclaim(buf, alloc)
         if self.live[buf] > self.peak[buf]:
             self.peak[buf] = self.live[buf]
-        capacity = self.limits.sbuf_usable_bytes if buf == B_SBUF else self.limits.psum_bytes_per_partition
         if self.live[buf] > capacity:
             peak = self.live[buf]
             tiles = self.largest(buf)
@@ -111,6 +118,30 @@ class MemoryTracker:
                 fail("nkisim_sbuf_capacity", target=self.target, peak=peak, capacity=capacity, tiles=tiles)
             fail("nkisim_psum_capacity", target=self.target, peak=peak, banks=peak // self.limits.psum_bank_bytes,
                  capacity=capacity, tiles=tiles)
+
+    def reclaim(self, buf: Buf, keep: Allocation) -> None:
+        """Stop charging tiles the kernel can no longer read although a Python name still holds them (a name
+        rebound only after this allocation, a loop temporary never read after its loop): neuronx-cc allocates by
+        liveness.  Runs only when an allocation would over-subscribe ``buf`` (nkisim.core.liveness)."""
+        from nkisim.core.liveness import dead_allocations
+        from nkisim.core.tensor import Tensor
+
+        dead = dead_allocations(Allocation, Tensor, self.stop_code)
+        for aid, info in list(self.live_allocs.items()):
+            if info[0] != buf or aid not in dead or aid == id(keep):
+                continue
+            ref = self._refs.get(aid)
+            alloc = ref() if ref is not None else None
+            if alloc is None or not alloc.charged:
+                continue
+            alloc.charged = False
+            cost = alloc.bytes_pp
+            if buf == B_PSUM:
+                bank = self.limits.psum_bank_bytes
+                cost = -(-cost // bank) * bank
+            self.live[buf] -= cost
+            del self.live_allocs[aid]
+            self._refs.pop(aid, None)
 
     def largest(self, buf: Buf, n: int = 5) -> str:
         allocs = sorted((a for a in self.live_allocs.values() if a[0] == buf), key=lambda a: -a[3])[:n]
@@ -128,6 +159,7 @@ class MemoryTracker:
                 cost = -(-cost // bank) * bank
             self.live[alloc.buf] -= cost
             self.live_allocs.pop(id(alloc), None)
+            self._refs.pop(id(alloc), None)
         if alloc.site is not None and not self.closed:
             self._free_phys.setdefault((alloc.site, alloc.buf), []).append(alloc.phys)
 

@@ -329,7 +329,7 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
     grid, cores = launch_grid(kernel)
     name = getattr(fn, "__name__", "kernel")
     ctx = KernelContext(target, mode, name)
-    ctx.kernel_code = getattr(fn, "__code__", None)
+    ctx.kernel_code = ctx.mem.stop_code = getattr(fn, "__code__", None)
     kwargs = dict(kwargs or {})
     _STACK.append(ctx)
     blas = _single_thread_blas()
