@@ -184,3 +184,68 @@ def test_tiles_still_read_later_count():
     for k in (read_later, dead_name_live_list, loop_carried):
         with pytest.raises(NKIError, match="SBUF over-subscribed"):
             run_kernel(k, (a,))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# nisa.local_gather
+
+
+def _local_gather_ref(src, index, k, nvalid):
+    """NumPy: per 16-partition group, the index slice flattened partition-first, the first nvalid offsets, k
+    contiguous elements of each partition's own flattened row at each offset."""
+    p = src.shape[0]
+    flat = src.reshape(p, -1)
+    per_core = 16 * (index.size // p)
+    out = np.full((p, per_core * k), np.nan, np.float32)
+    for c in range(p // 16):
+        offs = index[16 * c:16 * c + 16].reshape(16, -1).flatten(order="F")[:nvalid].astype(np.int64)
+        cols = (offs[:, None] + np.arange(k)[None, :]).reshape(-1)
+        out[16 * c:16 * c + 16, :nvalid * k] = flat[16 * c:16 * c + 16][:, cols]
+    return out.reshape((p,) + index.shape[1:] + (16, k))
+
+
+@nki.jit
+def _local_gather_kernel(src, index, k, nvalid):
+    out = nl.ndarray((src.shape[0],) + index.shape[1:] + (16, k), dtype=src.dtype, buffer=nl.shared_hbm)
+    g = nisa.local_gather(nl.load(src), nl.load(index), k, nvalid)
+    nl.store(out, value=g)
+    return out
+
+
+@pytest.mark.parametrize("p,k,nvalid", [(128, 4, 64), (32, 1, None), (64, 2, 40)])
+def test_local_gather_matches_numpy(p, k, nvalid):
+    src = RNG.normal(size=(p, 64, 4)).astype(np.float32)
+    index = (RNG.integers(0, 64, size=(p, 4)) * 4).astype(np.uint16)  # element offsets, k <= 4 stays in bounds
+    run = run_kernel(_local_gather_kernel, (src, index, k, nvalid))
+    ref = _local_gather_ref(src, index, k, 16 * 4 if nvalid is None else nvalid)
+    got = run.outputs
+    filled = ~np.isnan(ref)
+    np.testing.assert_array_equal(got[filled], ref[filled])
+    assert filled.sum() == p * (16 * 4 if nvalid is None else nvalid) * k
+
+
+def test_local_gather_cost_follows_isa_formula():
+    from nkisim.perf.costs import costs_for
+    from nkisim.perf.model import CostModel
+
+    src = RNG.normal(size=(128, 64, 4)).astype(np.float32)
+    index = (RNG.integers(0, 64, size=(128, 4)) * 4).astype(np.uint16)
+    tc = costs_for("trn2")
+    for k, nvalid in ((4, 64), (1, 32)):
+        run = run_kernel(_local_gather_kernel, (src, index, k, nvalid), mode="timing")
+        (ins,) = [i for i in run.trace.instrs if i.op == "local_gather"]
+        c = ((28 + 4 * k) / (4 * k)) / min(4 / 4, k)
+        cycles = max(tc.min_ii_cycles, nvalid * k / c) + tc.gpsimd_start_cycles
+        assert CostModel(tc).compute_cost(ins).ii_ns == pytest.approx(cycles / tc.gpsimd_ghz, rel=1e-6)
+
+
+def test_local_gather_constraints():
+    src = np.zeros((128, 64), np.float32)
+    with pytest.raises(NKIError, match="uint16"):
+        run_kernel(_local_gather_kernel, (src, np.zeros((128, 4), np.int32), 1, None))
+    with pytest.raises(NKIError, match="num_elem_per_idx"):
+        run_kernel(_local_gather_kernel, (src, np.zeros((128, 4), np.uint16), 3, None))
+    with pytest.raises(NKIError, match="num_valid_indices"):
+        run_kernel(_local_gather_kernel, (src, np.zeros((128, 4), np.uint16), 1, 65))
+    with pytest.raises(NKIError, match="multiple of 16"):
+        run_kernel(_local_gather_kernel, (np.zeros((8, 64), np.float32), np.zeros((8, 4), np.uint16), 1, None))

@@ -263,6 +263,11 @@ def nc_stream_shuffle(*, src, dst, shuffle_mask, dtype=None, mask=None, **kwargs
     return _ox.nc_stream_shuffle(src, dst, shuffle_mask, dtype=dtype, mask=mask)
 
 
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None, **kwargs):
+    """Gather within each GpSimd core's 16 partitions (nkisim.core.ops_isa.local_gather)."""
+    return _ox.local_gather(src_buffer, index, num_elem_per_idx, num_valid_indices, mask=mask)
+
+
 class nc_version(_IntEnum):  # noqa: N801 - NKI name
     """NeuronCore generation: gen2 = NeuronCore-v2 (trn1/inf2), gen3 = NeuronCore-v3 (trn2)."""
 
