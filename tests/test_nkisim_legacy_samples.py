@@ -249,3 +249,180 @@ def test_local_gather_constraints():
         run_kernel(_local_gather_kernel, (src, np.zeros((128, 4), np.uint16), 1, 65))
     with pytest.raises(NKIError, match="multiple of 16"):
         run_kernel(_local_gather_kernel, (np.zeros((8, 64), np.float32), np.zeros((8, 4), np.uint16), 1, None))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# run-time (dynamic) indices: indirect DMA, nl.atomic_rmw, nisa.tensor_copy_dynamic_src / _dst
+
+
+@nki.jit
+def _gather_rows(data, idx):
+    out = nl.ndarray((idx.shape[0], data.shape[1]), dtype=data.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(idx.shape[0])[:, None]
+    i_f = nl.arange(data.shape[1])[None, :]
+    rows = nl.load(idx[i_p, nl.arange(1)[None, :]])  # indices live in SBUF
+    nl.store(out, value=nl.load(data[rows[i_p, 0], i_f]))
+    return out
+
+
+@nki.jit
+def _scatter_rows_by_iota(src, stride):
+    out = nl.ndarray((src.shape[0] * stride, src.shape[1]), dtype=src.dtype, buffer=nl.shared_hbm)
+    rows = nisa.iota(stride * nl.arange(src.shape[0])[:, None], dtype=np.int32)
+    nl.store(out[rows, nl.arange(src.shape[1])[None, :]], value=nl.load(src))
+    return out
+
+
+def test_indirect_dma_gathers_and_scatters_rows():
+    data = RNG.normal(size=(128, 96)).astype(np.float32)
+    idx = RNG.integers(0, 128, size=(40, 1)).astype(np.int32)
+    run = run_kernel(_gather_rows, (data, idx))
+    np.testing.assert_array_equal(run.outputs, data[idx[:, 0]])
+    # the gather DMA reads the index tile: a dependency on the load that produced it
+    dmas = [i for i in run.trace.instrs if i.op == "dma_copy"]
+    idx_load, gather = dmas[0], dmas[1]
+    assert len(gather.srcs) == 2 and gather.srcs[1].region == idx_load.dsts[0].region
+    src = RNG.normal(size=(32, 64)).astype(np.float32)
+    got = run_kernel(_scatter_rows_by_iota, (src, 3)).outputs
+    np.testing.assert_array_equal(got[::3], src)
+    # timing mode has no index values: the access still runs and is costed
+    assert estimate(run_kernel(_gather_rows, (data, idx), mode="timing").trace).makespan_us > 0
+
+
+def test_dynamic_index_must_be_an_sbuf_integer_tile():
+    @nki.jit
+    def float_index(data, idx):
+        out = nl.ndarray((8, 16), dtype=data.dtype, buffer=nl.shared_hbm)
+        f = nl.load(idx)
+        nl.store(out, value=nl.load(data[f, nl.arange(16)[None, :]]))
+        return out
+
+    with pytest.raises(NKIError, match="must hold integers"):
+        run_kernel(float_index, (np.zeros((16, 16), np.float32), np.zeros((8, 1), np.float32)))
+
+    @nki.jit
+    def out_of_range(data, idx):
+        out = nl.ndarray((8, 16), dtype=data.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(data[nl.load(idx), nl.arange(16)[None, :]]))
+        return out
+
+    with pytest.raises(NKIError, match="Out-of-bound access"):
+        run_kernel(out_of_range, (np.zeros((16, 16), np.float32), np.full((8, 1), 16, np.int32)))
+
+
+@nki.jit
+def _histogram_rows(init, idx, val):
+    t = nl.ndarray(init.shape, dtype=init.dtype, buffer=nl.shared_hbm)
+    nl.store(t, value=nl.load(init))
+    rows = nl.load(idx)
+    nl.atomic_rmw(t[rows, nl.arange(val.shape[1])[None, :]], value=nl.load(val), op=np.add)
+    return t
+
+
+@pytest.mark.parametrize("dtype", [np.float32, "bfloat16"])
+def test_atomic_rmw_accumulates_repeated_rows(dtype):
+    init = nl.static_cast(RNG.normal(size=(16, 64)), dtype if dtype != "bfloat16" else nl.bfloat16)
+    idx = np.array([3, 5, 3, 0, 3, 15, 5, 1], np.int32)[:, None]
+    val = nl.static_cast(RNG.normal(size=(8, 64)), init.dtype)
+    got = run_kernel(_histogram_rows, (init, idx, val)).outputs.astype(np.float32)
+    ref = init.astype(np.float32)
+    np.add.at(ref, idx[:, 0], val.astype(np.float32))  # every addressed row gets every contribution
+    np.testing.assert_allclose(got, ref, rtol=1e-2 if dtype == "bfloat16" else 1e-6, atol=1e-2)
+
+
+def test_atomic_rmw_constraints():
+    @nki.jit
+    def static_dst(a):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.atomic_rmw(t[0:8, 0:8], value=nl.load(a), op=np.add)
+        return t
+
+    with pytest.raises(NKIError, match="only indirect dynamic indexing"):
+        run_kernel(static_dst, (np.zeros((8, 8), np.float32),))
+
+    @nki.jit
+    def maximum(a, idx):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.atomic_rmw(t[nl.load(idx), nl.arange(8)[None, :]], value=nl.load(a), op=np.maximum)
+        return t
+
+    with pytest.raises(NKIError, match="np.add"):
+        run_kernel(maximum, (np.zeros((8, 8), np.float32), np.zeros((8, 1), np.int32)))
+
+
+@nki.jit
+def _pick_columns(x, offs):
+    out = nl.ndarray((x.shape[0], offs.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    xs = nl.load(x)
+    o = nl.load(offs)
+    res = nl.ndarray((x.shape[0], offs.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    ip, jf = nl.mgrid[0:x.shape[0], 0:1]
+    for b in nl.affine_range(offs.shape[1]):
+        res[ip, b] = nisa.tensor_copy_dynamic_src(xs[ip, o[0, b] + jf])
+    nl.store(out, value=res)
+    return out
+
+
+@nki.jit
+def _place_columns(x, offs, width):
+    out = nl.ndarray((x.shape[0], width), dtype=x.dtype, buffer=nl.shared_hbm)
+    xs = nl.load(x)
+    o = nl.load(offs)
+    res = nl.zeros((x.shape[0], width), dtype=x.dtype, buffer=nl.sbuf)
+    ip, jf = nl.mgrid[0:x.shape[0], 0:1]
+    for b in nl.affine_range(offs.shape[1]):
+        nisa.tensor_copy_dynamic_dst(dst=res[ip, o[0, b] + jf], src=xs[ip, b + jf])
+    nl.store(out, value=res)
+    return out
+
+
+def test_tensor_copy_dynamic_src_and_dst():
+    x = RNG.normal(size=(128, 64)).astype(np.float32)
+    offs = np.array([[5, 9, 0, 63, 9]], np.int32)
+    run = run_kernel(_pick_columns, (x, offs))
+    np.testing.assert_array_equal(run.outputs, x[:, offs[0]])
+    small = RNG.normal(size=(128, 4)).astype(np.float32)
+    offs2 = np.array([[3, 15, 0, 7]], np.int32)
+    ref = np.zeros((128, 16), np.float32)
+    ref[:, offs2[0]] = small
+    np.testing.assert_array_equal(run_kernel(_place_columns, (small, offs2, 16)).outputs, ref)
+    # cost: max(MIN_II_DYNAMIC ~ 600, N) VectorE cycles (ISA-226); the offset tile is a source of each copy
+    from nkisim.perf.costs import costs_for
+    from nkisim.perf.model import CostModel
+
+    tc = costs_for("trn2")
+    dyn = [i for i in run.trace.instrs if i.op == "tensor_copy_dynamic_src"]
+    assert len(dyn) == 5 and all(len(i.srcs) == 2 for i in dyn)
+    assert CostModel(tc).compute_cost(dyn[0]).ii_ns == pytest.approx(600 / tc.vector_ghz, rel=1e-6)
+
+
+def test_tensor_copy_dynamic_needs_a_dynamic_offset():
+    @nki.jit
+    def static(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nisa.tensor_copy_dynamic_src(nl.load(x)))
+        return out
+
+    with pytest.raises(NKIError, match="dynamic offset"):
+        run_kernel(static, (np.zeros((8, 8), np.float32),))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# nl.all_reduce: one program along the reduced axes (a copy); several raise "does not support ... yet"
+
+
+@nki.jit
+def _all_reduce_kernel(a):
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.all_reduce(nl.load(a), op=np.add, program_axes=0, dtype=nl.float32))
+    return out
+
+
+def test_all_reduce_single_program_and_grid():
+    from nkisim.api._unsupported import NkisimUnsupportedError
+
+    a = nl.static_cast(RNG.normal(size=(32, 16)), nl.bfloat16)
+    np.testing.assert_array_equal(run_kernel(_all_reduce_kernel, (a,)).outputs, a.astype(np.float32))
+    np.testing.assert_array_equal(run_kernel(_all_reduce_kernel[1], (a,)).outputs, a.astype(np.float32))
+    with pytest.raises(NkisimUnsupportedError, match="nkisim does not support nl.all_reduce across 2 SPMD"):
+        run_kernel(_all_reduce_kernel[2], (a,))

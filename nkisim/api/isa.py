@@ -263,6 +263,18 @@ def nc_stream_shuffle(*, src, dst, shuffle_mask, dtype=None, mask=None, **kwargs
     return _ox.nc_stream_shuffle(src, dst, shuffle_mask, dtype=dtype, mask=mask)
 
 
+def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    """Copy of an on-chip tile read at a run-time offset (``src`` indexed with an SBUF index tile value)."""
+    return _ox.tensor_copy_dynamic(src, which="src", dtype=dtype, engine=_engine(engine), mask=mask)
+
+
+def tensor_copy_dynamic_dst(*args, dst=None, src=None, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    """Copy of ``src`` into an on-chip tile at a run-time offset (``dst`` indexed with an SBUF index tile value)."""
+    if args:
+        dst, src = (args + (src,))[:2] if len(args) == 1 else args[:2]
+    return _ox.tensor_copy_dynamic(src, dst, which="dst", dtype=dtype, engine=_engine(engine), mask=mask)
+
+
 def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None, **kwargs):
     """Gather within each GpSimd core's 16 partitions (nkisim.core.ops_isa.local_gather)."""
     return _ox.local_gather(src_buffer, index, num_elem_per_idx, num_valid_indices, mask=mask)

@@ -33,7 +33,7 @@ from nkisim.core.instr import (
 from nkisim.core.memory import BUF_NAMES
 from nkisim.core.rules import fail
 from nkisim.core.runtime import PSUM_SPEC, SBUF_SPEC, KernelContext, allocate, current
-from nkisim.core.tensor import Tensor, read, write
+from nkisim.core.tensor import Tensor, dynamic_tiles, read, write
 
 ENGINE_LABEL = {E_TENSOR: "Tensor", E_VECTOR: "Vector", E_SCALAR: "Scalar",
                 E_GPSIMD: "GpSimd", E_DMA: "DMA"}
@@ -403,7 +403,10 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
     m = mask_values(mask, dst.shape, dst) if mask is not None or dst._oob else None
     if src._oob:
         mask_values(mask, src.shape, src)
-    ins = ctx.emit("dma_copy", E_DMA, (src,), (dst,),
+    srcs = (src,)
+    if ctx.dyn:  # indirect DMA: the index tiles are read too (software DGE builds the descriptors from them)
+        srcs += dynamic_tiles(ctx, src) + dynamic_tiles(ctx, dst)
+    ins = ctx.emit("dma_copy", E_DMA, srcs, (dst,),
                    {"bytes": n_dst * dst.dtype.itemsize, "via": via, "cast": src.dtype != dst.dtype})
     if dst_rmw_op is not None:
         ins.attrs["rmw"] = dst_rmw_op
@@ -411,11 +414,50 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
         vals = read(src)
         if vals.shape != dst.shape:
             vals = vals.reshape(dst.shape)
+        if via == "atomic_rmw":
+            _scatter_accumulate(dst, execute.to_f32(vals), m)
+            return
         if dst_rmw_op is not None:
             vals = execute.alu(dst_rmw_op, execute.to_f32(read(dst)), execute.to_f32(vals))
         elif vals.dtype != dst.dtype:
             vals = execute.to_f32(vals)
         write(dst, execute.cast(vals, dst.dtype), m)
+
+
+def _scatter_accumulate(dst: Tensor, vals: np.ndarray, m) -> None:
+    """dst += vals through a gather view, every position counted once per time it is addressed (atomic)."""
+    base = dst._v
+    ix = tuple(np.broadcast_to(a, dst.shape) for a in dst._ix)
+    v = np.broadcast_to(vals, dst.shape)
+    if m is not None:
+        keep = np.broadcast_to(m, dst.shape)
+        ix = tuple(a[keep] for a in ix)
+        v = v[keep]
+    flat = np.ravel_multi_index(tuple(a.reshape(-1) for a in ix), base.shape)
+    uniq, inv = np.unique(flat, return_inverse=True)
+    sums = np.zeros(uniq.size, dtype=F32)
+    np.add.at(sums, inv, v.reshape(-1))
+    pos = np.unravel_index(uniq, base.shape)
+    base[pos] = execute.cast(execute.to_f32(base[pos]) + sums, base.dtype)
+
+
+def atomic_rmw(dst, value, op: str, *, mask=None) -> None:
+    """nl.atomic_rmw: dst = op(dst, value) on HBM through an indirect (tile-indexed) access, atomically: rows
+    addressed several times accumulate every contribution.  2.2x docs: dst "only supports indirect dynamic indexing
+    currently", op "only supports np.add currently".  A DMA with read-modify-write (cost: the DMA model)."""
+    ctx = current("atomic_rmw")
+    ctx.settle()
+    dst = need_tensor(dst, "atomic_rmw", "dst")
+    if dst._a.buf != B_HBM or not dynamic_tiles(ctx, dst):
+        fail("nkisim_bad_argument", op="atomic_rmw", detail="dst must be an HBM tensor indexed with a dynamic "
+             "(SBUF tile) index, e.g. t[indices_tile, nl.arange(M)[None, :]]: only indirect dynamic indexing is "
+             "supported")
+    if op != "add":
+        fail("nkisim_bad_argument", op="atomic_rmw", detail=f"op must be np.add (the only atomic operation), not {op}")
+    if not isinstance(value, Tensor):
+        value = memset(dst.shape, value, dst.dtype)
+        ctx.settle()
+    dma_copy(value, dst, via="atomic_rmw", mask=mask, dst_rmw_op="add", ctx=ctx)
 
 
 def hbm_init(ctx: KernelContext, t: Tensor, value) -> Tensor:
@@ -448,7 +490,7 @@ def load(src: Tensor, *, mask=None, dtype=None, transpose: bool = False) -> Tens
         mask_values(mask, src.shape, src)
     else:
         m = mask_values(mask, out.shape, src)
-    ins = ctx.emit("dma_copy", E_DMA, (src,), (out,),
+    ins = ctx.emit("dma_copy", E_DMA, (src,) + dynamic_tiles(ctx, src) if ctx.dyn else (src,), (out,),
                    {"bytes": math.prod(shape) * dt.itemsize, "via": "load_transpose2d" if transpose else "load",
                     "cast": dt != src.dtype})
     values = None

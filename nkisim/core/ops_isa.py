@@ -11,7 +11,7 @@ import numpy as np
 
 from nkisim.core import dtypes, execute
 from nkisim.core.dtypes import F32
-from nkisim.core.instr import E_GPSIMD, E_UNKNOWN, E_VECTOR, Engine
+from nkisim.core.instr import B_HBM, B_PSUM, E_GPSIMD, E_UNKNOWN, E_VECTOR, Engine
 from nkisim.core.ops import (
     _engine_checks,
     _mark_written,
@@ -28,7 +28,7 @@ from nkisim.core.ops import (
 )
 from nkisim.core.rules import fail
 from nkisim.core.runtime import current
-from nkisim.core.tensor import Tensor, read, write
+from nkisim.core.tensor import Tensor, dynamic_tiles, read, write
 
 
 def _start(op: str, engine: Engine, tiles):
@@ -457,3 +457,49 @@ def local_gather(src_buffer, index, num_elem_per_idx: int = 1, num_valid_indices
             res[rows, : nvalid * k] = np.where(ok.reshape(-1)[None, :], got, np.float32(np.nan))
         values = res.reshape(out_shape)
     return finish(ctx, ins, out, values, mask_values(mask, out_shape, s, ix, out))
+
+
+def tensor_copy_dynamic(src, dst=None, *, which: str, dtype=None, engine: Engine = E_UNKNOWN, mask=None) -> Tensor:
+    """nisa.tensor_copy_dynamic_src / _dst: an on-chip copy whose source (``which='src'``) or destination
+    (``'dst'``) is addressed at a run-time offset held in an SBUF tile (``t[ix, idx_tile[0, i] + iy]``).  Cost
+    ``max(MIN_II_DYNAMIC, N)``, MIN_II_DYNAMIC ~ 600 cycles (ISA-226); the index tile is a source (dependency)."""
+    op = f"tensor_copy_dynamic_{which}"
+    ctx = current(op)
+    ctx.settle()
+    src = need_tensor(src, op, "src")
+    view = src
+    if which == "dst":
+        dst = need_tensor(dst, op, "dst")
+        view = dst
+    tiles = dynamic_tiles(ctx, view)
+    if not tiles:
+        fail("nkisim_bad_argument", op=op, detail=f"{which} must be addressed at a dynamic offset held in an SBUF "
+             f"tile, e.g. t[ix, idx_tile[0, i] + iy] (use nisa.tensor_copy for static addresses)")
+    if view._a.buf == B_HBM:
+        need_on_chip(view, op, which)
+    if engine == E_UNKNOWN:
+        engine = E_VECTOR
+    checks = [(src, "src")] + ([(dst, "dst")] if dst is not None else [])
+    _engine_checks(op, engine, checks, ctx)
+    if dst is None:
+        out = new_result(ctx, src.shape, _out_dtype(dtype, src))
+    else:
+        out = dst
+        check_writable(out)
+        if engine == E_GPSIMD and out._a.buf == B_PSUM:
+            fail("nkisim_gpsimd_psum", op=op, operand="dst")
+        if free_of(out) * parts_of(out) != free_of(src) * parts_of(src):
+            fail("nkisim_shape_mismatch", op=op, shapes=[list(src.shape), list(out.shape)],
+                 detail=" (same partitions and elements per partition)")
+    m = mask_values(mask, out.shape, src, out)
+    ins = ctx.emit(op, engine, (src,) + tiles, (out,), {})
+    values = None
+    if ctx.full:
+        v = read(src)
+        values = (execute.to_f32(v) if v.dtype != out.dtype else v).reshape(out.shape)
+    if dst is None:
+        return finish(ctx, ins, out, values, m)
+    if values is not None:
+        write(out, execute.cast(values, out.dtype), m)
+        _mark_written(out)
+    return out

@@ -76,6 +76,9 @@ RESOURCE_OF = {
 }
 
 
+_MIN_II_DYNAMIC = 600  # engine cycles before an instruction with a run-time address starts (ISA-226)
+
+
 def int_attr(attrs: dict, key: str, default: int) -> int:
     """attrs[key] as a non-negative int, or ``default`` when absent or malformed (traces are untrusted)."""
     v = attrs.get(key)
@@ -227,6 +230,8 @@ class CostModel:
         elif op == "iota":
             out = dsts[0] if dsts else first
             work = float(out.free_elems)
+        elif op in ("tensor_copy_dynamic_src", "tensor_copy_dynamic_dst"):
+            work = max(_MIN_II_DYNAMIC, n)  # ISA-226: max(MIN_II_DYNAMIC, N), MIN_II_DYNAMIC ~ 600 engine cycles
         elif op == "local_gather":
             # ISA-226: GPSIMD_START + (num_valid_indices * num_elem_per_idx) / C with
             # C = ((28 + t*k) / (t*k)) / min(4 / dtype_size, k), t = 4 (GPSIMD_START added below)
