@@ -26,13 +26,13 @@ _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../nkisim
 _CACHE: dict = {}  # code object -> {line: frozenset(live names)} or None (not analysable)
 
 
-def dead_allocations(alloc_type, tensor_type, stop_code=None) -> set[int]:
-    """ids of the allocations held only by dead variables: reachable from a variable that an analysed kernel frame
-    never reads again, and not from any live variable of the frames on the stack up to and including the kernel
-    function's frame (``stop_code``; all frames when None).  A tile no variable holds (an operand being evaluated,
-    a list a comprehension is building) is never reported: positive evidence only."""
+def dead_allocations(alloc_type, tensor_type, stop_code=None) -> dict:
+    """The allocations (id -> allocation) held only by dead variables: reachable from a variable that an analysed
+    kernel frame never reads again, and not from any live variable of the frames on the stack up to and including
+    the kernel function's frame (``stop_code``; all frames when None).  A tile no variable holds (an operand being
+    evaluated, a list a comprehension is building) is never reported: positive evidence only."""
     seen: set[int] = set()
-    live_found: set[int] = set()
+    live_found: dict = {}
     dead_vals = []
     frame = sys._getframe(1)
     while frame is not None:
@@ -50,14 +50,14 @@ def dead_allocations(alloc_type, tensor_type, stop_code=None) -> set[int]:
         if code is stop_code:
             break
         frame = frame.f_back
-    dead_found: set[int] = set()
+    dead_found: dict = {}
     seen_dead: set[int] = set()
     for value in dead_vals:
         _walk(value, alloc_type, tensor_type, dead_found, seen_dead, 0)
-    return dead_found - live_found
+    return {k: a for k, a in dead_found.items() if k not in live_found}
 
 
-def _walk(obj, alloc_type, tensor_type, found: set[int], seen: set[int], depth: int) -> None:
+def _walk(obj, alloc_type, tensor_type, found: dict, seen: set[int], depth: int) -> None:
     if depth > 4 or obj is None or isinstance(obj, (int, float, str, bytes, bool, types.ModuleType, type)):
         return
     oid = id(obj)
@@ -65,10 +65,10 @@ def _walk(obj, alloc_type, tensor_type, found: set[int], seen: set[int], depth: 
         return
     seen.add(oid)
     if isinstance(obj, tensor_type):
-        found.add(id(obj._a))
+        found[id(obj._a)] = obj._a
         return
     if isinstance(obj, alloc_type):
-        found.add(oid)
+        found[oid] = obj
         return
     if isinstance(obj, (list, tuple, set, frozenset)):
         for v in obj:
@@ -76,6 +76,8 @@ def _walk(obj, alloc_type, tensor_type, found: set[int], seen: set[int], depth: 
     elif isinstance(obj, dict):
         for v in obj.values():
             _walk(v, alloc_type, tensor_type, found, seen, depth + 1)
+    elif type(obj).__module__.startswith("nkisim."):
+        return  # nkisim's own bookkeeping (the kernel context, its trace): holds no kernel-visible tile
     elif isinstance(obj, (types.FunctionType, types.MethodType)):
         for cell in getattr(obj, "__closure__", None) or ():
             try:

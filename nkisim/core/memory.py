@@ -9,8 +9,6 @@ allocation reuses it (tile-buffer reuse, so WAR hazards appear in the trace as o
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 
 from nkisim.core import dtypes
@@ -66,7 +64,6 @@ class MemoryTracker:
         self._free_phys: dict[object, list[int]] = {}
         self._next_phys = 1
         self.closed = False
-        self._refs: dict[int, weakref.ref] = {}  # id -> charged allocation, for reclaim() (no strong refs)
         self.stop_code = None  # the kernel function's code: frames older than it cannot hold its tiles
 
     # -- physical ids -------------------------------------------------------------------------------------
@@ -101,7 +98,6 @@ class MemoryTracker:
             cost = -(-cost // bank) * bank  # PSUM tiles occupy whole 2 KiB banks
         self.live[buf] += cost
         self.live_allocs[id(alloc)] = (buf, alloc.name, alloc.base.dtype, alloc.bytes_pp, alloc.site)
-        self._refs[id(alloc)] = weakref.ref(alloc)
         capacity = self.limits.sbuf_usable_bytes if buf == B_SBUF else self.limits.psum_bytes_per_partition
         if self.live[buf] > capacity:
             self.reclaim(buf, alloc)
@@ -126,13 +122,8 @@ class MemoryTracker:
         from nkisim.core.liveness import dead_allocations
         from nkisim.core.tensor import Tensor
 
-        dead = dead_allocations(Allocation, Tensor, self.stop_code)
-        for aid, info in list(self.live_allocs.items()):
-            if info[0] != buf or aid not in dead or aid == id(keep):
-                continue
-            ref = self._refs.get(aid)
-            alloc = ref() if ref is not None else None
-            if alloc is None or not alloc.charged:
+        for aid, alloc in dead_allocations(Allocation, Tensor, self.stop_code).items():
+            if alloc is keep or alloc.buf != buf or not alloc.charged or alloc.tracker is not self:
                 continue
             alloc.charged = False
             cost = alloc.bytes_pp
@@ -140,8 +131,7 @@ class MemoryTracker:
                 bank = self.limits.psum_bank_bytes
                 cost = -(-cost // bank) * bank
             self.live[buf] -= cost
-            del self.live_allocs[aid]
-            self._refs.pop(aid, None)
+            self.live_allocs.pop(aid, None)
 
     def largest(self, buf: Buf, n: int = 5) -> str:
         allocs = sorted((a for a in self.live_allocs.values() if a[0] == buf), key=lambda a: -a[3])[:n]
@@ -159,7 +149,6 @@ class MemoryTracker:
                 cost = -(-cost // bank) * bank
             self.live[alloc.buf] -= cost
             self.live_allocs.pop(id(alloc), None)
-            self._refs.pop(id(alloc), None)
         if alloc.site is not None and not self.closed:
             self._free_phys.setdefault((alloc.site, alloc.buf), []).append(alloc.phys)
 
