@@ -426,3 +426,47 @@ def test_all_reduce_single_program_and_grid():
     np.testing.assert_array_equal(run_kernel(_all_reduce_kernel[1], (a,)).outputs, a.astype(np.float32))
     with pytest.raises(NkisimUnsupportedError, match="nkisim does not support nl.all_reduce across 2 SPMD"):
         run_kernel(_all_reduce_kernel[2], (a,))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# reductions masked over their input axes; indirect DMA through a computed index tile
+
+
+@nki.jit
+def _masked_window_sum(a, h_valid, w_valid):
+    out = nl.ndarray((a.shape[0],), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    i_h = nl.arange(a.shape[1])[None, :, None]
+    i_w = nl.arange(a.shape[2])[None, None, :]
+    s = nl.sum(t, axis=[-2, -1], mask=(i_h < h_valid) & (i_w < w_valid), dtype=nl.float32)
+    nl.store(out, value=s)
+    return out
+
+
+def test_reduction_mask_over_the_reduced_axes():
+    a = RNG.normal(size=(64, 6, 5)).astype(np.float32)
+    got = run_kernel(_masked_window_sum, (a, 4, 3)).outputs
+    np.testing.assert_allclose(got, a[:, :4, :3].sum(axis=(1, 2)), rtol=1e-5, atol=1e-5)
+
+
+@nki.jit
+def _upsample_rows_nearest(data, out_rows):
+    """out[r] = data[floor(r * in_rows / out_rows)], the source row computed on the engines and used as an
+    indirect DMA index (masked past the last output row)."""
+    out = nl.ndarray((out_rows, data.shape[1]), dtype=data.dtype, buffer=nl.shared_hbm)
+    scale = data.shape[0] / out_rows
+    for t in nl.affine_range((out_rows + 127) // 128):
+        i_p = t * 128 + nl.arange(128)[:, None]
+        i_f = nl.arange(data.shape[1])[None, :]
+        pos = nisa.iota(i_p, dtype=nl.int32)
+        src_row = nl.floor(nl.multiply(pos, scale, dtype=nl.float32), dtype=nl.int32)
+        rows = nl.load(data[src_row, i_f], mask=(i_p < out_rows))
+        nl.store(out[i_p, i_f], value=rows, mask=(i_p < out_rows))
+    return out
+
+
+def test_indirect_load_through_computed_indices():
+    data = RNG.normal(size=(70, 48)).astype(np.float32)
+    got = run_kernel(_upsample_rows_nearest, (data, 200)).outputs
+    src = np.floor(np.arange(200, dtype=np.float32) * np.float32(70 / 200)).astype(int)  # fp32 engine math
+    np.testing.assert_array_equal(got, data[src])

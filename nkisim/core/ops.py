@@ -31,7 +31,7 @@ from nkisim.core.instr import (
     Engine,
 )
 from nkisim.core.memory import BUF_NAMES
-from nkisim.core.rules import fail
+from nkisim.core.rules import NKIError, fail
 from nkisim.core.runtime import PSUM_SPEC, SBUF_SPEC, KernelContext, allocate, current
 from nkisim.core.tensor import Tensor, dynamic_tiles, read, write
 
@@ -935,14 +935,34 @@ def tensor_reduce(op: str, data, axis, *, negate: bool = False, keepdims: bool =
     out_dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
     out = new_result(ctx, out_shape, out_dt)
     ins = ctx.emit("tensor_reduce", E_VECTOR, (data,), (out,), {"alu": op, "axes": tuple(norm)})
+    m_out, m_in = _reduce_mask(mask, out.shape, data, op)
     values = None
     if ctx.full:
         v = _vals(data)
+        if m_in is not None:
+            v = np.where(m_in, v, np.asarray(_REDUCE_IDENTITY[op], dtype=v.dtype))
         values = execute.REDUCE[op](v, axis=tuple(norm), keepdims=keepdims)
         values = np.asarray(values, dtype=v.dtype if v.dtype.kind in "iub" else F32)
         if negate:
             values = -values
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape, data))
+    return finish(ctx, ins, out, values, m_out)
+
+
+_REDUCE_IDENTITY = {"add": 0, "maximum": -np.inf, "minimum": np.inf, "multiply": 1}
+
+
+def _reduce_mask(mask, out_shape, data: Tensor, op: str):
+    """(mask over the output, mask over the input) of a reduction: a predicate over the reduced (input) axes, e.g.
+    ``nl.sum(t, axis=[-2, -1], mask=(i_h < H) & (i_w < W))`` in AWS's adaptive pooling sample, leaves the masked-off
+    input elements out of the reduction (they count as the operator's identity)."""
+    if mask is None:
+        return mask_values(None, out_shape, data), None
+    try:
+        return mask_values(mask, out_shape, data), None
+    except NKIError as exc:
+        if exc.code != "nkisim_shape_mismatch" or op not in _REDUCE_IDENTITY:
+            raise
+        return None, mask_values(mask, data.shape, data)
 
 
 def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, reduce_op=None,
