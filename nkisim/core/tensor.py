@@ -407,8 +407,8 @@ class Tensor:
         elif self._par is None and self._map is None and self._ix is None:
             if self._a.block_mod:
                 # direct allocation with num_free_tiles / num_bank_tiles: the block index wraps, as in basic
-                # indexing (AWS's allocated RMSNorm+QKV indexes its wrapped PSUM tiles with nl.mgrid expressions)
-                items[0] = items[0] % self._a.block_mod
+                # indexing (AWS's allocated RMSNorm+QKV indexes its wrapped PSUM tiles with nl.mgrid expressions);
+                # items[0] was wrapped above
                 t = _strided(self._a, self._v, self._off, self._pd, tuple(items), bshape, self, wrapped=True)
                 if t is None:
                     t = self._gather_root(self, tuple(items), bshape)
