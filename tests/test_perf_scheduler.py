@@ -331,3 +331,28 @@ def test_activation_table_switches_cost_a_table_load():
         tb.activation(tb.sbuf(128, 64), tb.sbuf(128, 64), func=func)
     rep = _est(tb)
     assert rep.act_table_loads == 3  # exp, tanh, exp again (copy needs no table)
+
+
+def test_trn1_short_dma_runs_move_at_the_documented_size_efficiency():
+    """trn1: back-to-back 128-partition DMAs move runs below ~2-4 KiB per partition at the DMA size-efficiency
+    figure's rate (DBW guide: 256 B - 2 KiB "below peak", >= 4 KiB saturates), flat below 1 KiB; while many tiny
+    DMAs still overlap their fixed cost (no ~1 us serial floor per DMA as on trn2 with static descriptors)."""
+
+    def throughput(bpp: int, n: int = 60) -> float:
+        tb = TraceBuilder("trn1")
+        for _ in range(n):
+            tb.dma(tb.hbm(128, bpp // 4), tb.sbuf(128, bpp // 4))
+        return n * 128 * bpp / estimate(tb.trace, costs=costs_for("trn1")).makespan_us
+
+    full = throughput(32768)
+    for bpp, frac in {256: 0.43, 1024: 0.43, 2048: 0.81, 4096: 1.0, 16384: 1.0}.items():
+        assert throughput(bpp) / full == pytest.approx(frac, rel=0.15), bpp
+    tb = TraceBuilder("trn1")
+    for _ in range(300):
+        tb.dma(tb.hbm(128, 2), tb.sbuf(128, 2))  # the t1-stream-2 DMAs: 8 B per partition
+    assert estimate(tb.trace, costs=costs_for("trn1")).makespan_us < 300 * 0.5
+
+
+def test_trn2_dma_rate_does_not_depend_on_run_length_beyond_the_per_dma_cost():
+    """trn2 keeps the serial per-DMA cost as its size-efficiency model: no second, per-byte penalty."""
+    assert costs_for("trn2").dma_run_efficiency == ()

@@ -62,6 +62,7 @@ def _conv_inputs(h: int, w: int, dtype) -> Callable[[], tuple]:
     return make
 
 
+TRN1_PASS_FACTOR = 1.5  # 2024 README: performance passes when p99 is within 150% of the reference kernel
 _KNOB = re.compile(r"([A-Z_]+)=(\d+)")
 _N = re.compile(r"n=(\d+)")
 
@@ -125,11 +126,14 @@ def load_rows(path: str = MEASUREMENTS) -> list[CalRow]:
                                _conv_inputs(32, 16, dt), float(r["measured_us"]), "nc_latency", None,
                                "reference threshold", f"trn2:conv32:{dt}", f"32x16 {dt} pool=1"))
         elif rid == "ref-conv-224-trn1":
+            # the 2024 pass thresholds (4300 / 1300 us) are "p99 within 150% of the reference kernel" (2024
+            # README, shared/nki-api.md §3.1): compared, like the trn2 rows (threshold / 1.2), with the reference
+            # latency they imply, 2867 / 867 us
             for dt, val in (("float32", 4300.0), ("float16", 1300.0)):
                 rows.append(CalRow(f"{rid}-{'fp32' if dt == 'float32' else 'fp16'}", "trn1",
                                    f"ref:{conv}:fused_conv2d_maxpool", {"pool_size": 1}, _conv_inputs(224, 224, dt),
-                                   val, "nc_latency", None, "reference threshold", f"trn1:conv224:{dt}",
-                                   f"224x224 {dt} pool=1 (2024 pass threshold)"))
+                                   val / TRN1_PASS_FACTOR, "nc_latency", None, "reference threshold",
+                                   f"trn1:conv224:{dt}", f"224x224 {dt} pool=1 (2024 threshold {val:.0f} / 1.5)"))
         elif rid == "ref-transpose-4096":
             rows.append(CalRow(rid, "trn2", f"ref:{part1}:matrix_transpose", {},
                                lambda: (np.empty((4096, 4096), dtype=np.float32),), float(r["measured_us"]),

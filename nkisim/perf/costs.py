@@ -69,6 +69,10 @@ class TargetCosts:
     dma_pre_latency_ns: float = 1000.0
     dma_post_latency_ns: float = 300.0
     dma_issue_static_ns: float = 60.0  # per-DMA serial cost of a host-built (static) descriptor ring [FIT]
+    # DMA throughput vs contiguous bytes per descriptor (per partition row): (run bytes, fraction of the
+    # per-engine rate) points, linearly interpolated, flat outside.  Empty = every run moves at the full rate
+    # (the per-DMA cost is then modelled as a serial issue cost instead, as on trn2).  See TRN1.
+    dma_run_efficiency: tuple[tuple[int, float], ...] = ()
     dma_issue_dge_ns: float = 0.0  # per-DMA hardware-DGE issue cost (v3: ~600 ns each, A3/DGE); 0 = no HW DGE
     dma_issue_dge_per_desc_ns: float = 0.0  # DGE builds descriptors on the fly: cost per descriptor [FIT]
     dma_issue_queues: int = 1  # DMA trigger/descriptor-issue resources that serialise the issue cost [FIT]
@@ -119,6 +123,13 @@ TRN1 = TargetCosts(
     dma_pre_latency_ns=1000.0,
     dma_post_latency_ns=300.0,
     dma_issue_static_ns=60.0,
+    # [INFERRED] DMA payload-size efficiency (DBW: "< 256 B per partition: severely overhead-bound; 256 B - 2 KiB:
+    # improving but still below peak; >= 2 KiB approaches peak; >= 4 KiB saturates"; DMA size-efficiency figure
+    # nki-dma-intro-1: 43% at 1 KiB, 81% at 2 KiB, 97% at 4 KiB; DBW: ">= 4 KiB saturates", taken as 100%).  On trn1 the
+    # per-DMA fixed cost overlaps between DMAs (the vector-add rows: 300 tiny DMAs in ~40 us, <= 0.13 us each),
+    # so what is left of the figure is the rate at which short runs move: flat at the 1 KiB point below 1 KiB
+    # (the NKI matmul tutorial's v1-v3, 256 B and 1 KiB rows, all move ~100-106 GB/s = ~39% of 272 GB/s).
+    dma_run_efficiency=((1024, 0.43), (2048, 0.81), (4096, 1.0)),
     instr_latency_scale=1.0,
     launch_overhead_us=12.0,
     hbm_stack_bw_bytes_per_ns=410.0,  # 820 GB/s per chip, 2 stacks (A2)

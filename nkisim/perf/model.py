@@ -304,7 +304,7 @@ class CostModel:
         desc_e = ndesc / neng
         # a descriptor smaller than one HBM burst still moves a whole burst [INFERRED]
         eff_bytes_e = desc_e * tc.dma_min_burst_bytes if chunk < tc.dma_min_burst_bytes else bytes_e
-        per_engine = eff_bytes_e / tc.dma_bw_bytes_per_ns + desc_e * tc.dma_desc_ns
+        per_engine = eff_bytes_e / (tc.dma_bw_bytes_per_ns * run_efficiency(tc, chunk)) + desc_e * tc.dma_desc_ns
         if transpose:
             if tc.dma_issue_dge_ns > 0:  # v3: HBM->SBUF transpose up to 90% of copy throughput, SBUF->SBUF 50% (A3)
                 from_hbm = src is not None and src.region.buf == Buf.HBM
@@ -318,6 +318,20 @@ class CostModel:
         else:
             issue = tc.dma_issue_static_ns
         return DmaCost(engines, per_engine, issue, tc.dma_pre_latency_ns, tc.dma_post_latency_ns, nbytes, ndesc)
+
+
+def run_efficiency(tc: TargetCosts, run_bytes: int) -> float:
+    """Fraction of the per-engine DMA rate at which runs of ``run_bytes`` contiguous bytes move
+    (``TargetCosts.dma_run_efficiency``, linear between its points, flat outside; 1.0 when it is empty)."""
+    pts = tc.dma_run_efficiency
+    if not pts:
+        return 1.0
+    if run_bytes <= pts[0][0]:
+        return pts[0][1]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if run_bytes <= x1:
+            return y0 + (y1 - y0) * (run_bytes - x0) / (x1 - x0)
+    return pts[-1][1]
 
 
 def act_table_of(func: str) -> str | None:
