@@ -82,6 +82,7 @@ class _ModAlloc:
         self.num_free_tiles = tuple(int(n) for n in (num_free_tiles or ()))
 
     def place(self, ctx, dims, pdim, dt, name, bytes_pp) -> _Tensor:
+        self.base_addr = _rt.traced_once(ctx, self.base_addr)
         if self.base_partition != 0:
             _fail("nkisim_direct_alloc", detail=f"base_partition must be 0 (got {self.base_partition})")
         if ctx.direct_alloc is False:
@@ -151,6 +152,7 @@ class _PsumModAlloc:
         self.num_bank_tiles = tuple(int(n) for n in (num_bank_tiles or ()))
 
     def place(self, ctx, dims, pdim, dt, name, bytes_pp) -> _Tensor:
+        self.base_bank, self.base_addr = _rt.traced_once(ctx, (self.base_bank, self.base_addr))
         lim = ctx.limits
         bank = lim.psum_bank_bytes
         nbanks = lim.psum_bytes_per_partition // bank
@@ -192,6 +194,7 @@ class _PsumModAlloc:
             if flags is None:
                 flags = ctx.psum_arena_acc[dt] = _np.zeros(typed.shape, dtype=bool)
             alloc.acc = flags
+            _fresh_groups(ctx, parts, [start + b * stride for b in range(used)], tile_bytes)
         if wrap and nblocks > wrap:
             alloc.block_mod = wrap
             return _Tensor(alloc, view, pdim, shape=dims)
@@ -288,7 +291,18 @@ class _CallbackAlloc:
             if flags is None:
                 flags = ctx.psum_arena_acc[dt] = _np.zeros(typed.shape, dtype=bool)
             alloc.acc = flags
+            _fresh_groups(ctx, parts, list(addrs.values()), tile_bytes)
         return _Tensor(alloc, view, pdim)
+
+
+def _fresh_groups(ctx, parts: int, starts: list[int], tile_bytes: int) -> None:
+    """A newly allocated PSUM tensor starts new accumulation groups: its first nc_matmul overwrites, as for an
+    automatically allocated one, even where an earlier tensor (e.g. the previous iteration's) used the same bank
+    (AWS's allocated SD attention re-declares ``attn_res_psum`` per q tile and accumulates with ``+=``)."""
+    for dt, flags in ctx.psum_arena_acc.items():
+        isz = _np.dtype(dt).itemsize
+        for a in starts:
+            flags[:parts, a // isz:-(-(a + tile_bytes) // isz)] = False
 
 
 def _psum_arena(ctx):

@@ -122,13 +122,14 @@ def _filled(shape, dtype, buffer, name, value) -> _Tensor:
 
 
 # ---- loops ----------------------------------------------------------------------------------------------------
-def affine_range(*args, **kwargs) -> range:
-    """Loop without carried dependencies; nkisim runs iterations in order with plain int indices."""
-    return range(*(int(a) for a in args))
+def affine_range(*args, **kwargs) -> _rt.SymbolicRange:
+    """Loop without carried dependencies; nkisim runs iterations in order with plain int indices (NKI traces the
+    body once: see runtime.SymbolicRange)."""
+    return _rt.SymbolicRange(range(*(int(a) for a in args)))
 
 
-def sequential_range(*args, **kwargs) -> range:
-    return range(*(int(a) for a in args))
+def sequential_range(*args, **kwargs) -> _rt.SymbolicRange:
+    return _rt.SymbolicRange(range(*(int(a) for a in args)))
 
 
 def static_range(*args, **kwargs) -> range:

@@ -313,14 +313,25 @@ class MGridResult(tuple):
 
 
 class _MGrid:
-    """nl.mgrid[0:128, 0:512]: one IndexExpr per axis, each shaped to broadcast over the others."""
+    """nl.mgrid[0:128, 0:512]: one IndexExpr per axis; each varies along its own axis only (unit elsewhere).
+
+    NKI's index expressions are symbolic: an access spans each index variable it uses along that variable's axis,
+    whatever grid the variable came from.  AWS's legacy samples rely on it: ``t[i_p, 0]`` with ``i_p`` from
+    ``nl.mgrid[0:128, 0:32]`` is a [128, 1] access, and ``t[g, i_p, i_exp * 1024 + i_f]`` combines ``i_p`` of
+    ``nl.mgrid[0:128, 0:4096]`` with ``i_f`` of ``nl.mgrid[0:1, 0:1024]`` into a [128, 1024] access
+    (aws-neuron/nki-samples src/nki_samples/reference/allocated_attention.py, attention.py
+    fused_self_attn_for_SD_small_head_size; both pass AWS's simulator).  NumPy's open grid (``np.ogrid``) gives
+    exactly that per-variable extent, and broadcasting two components restores the dense grid
+    (``i_p * 512 + i_f`` is [128, 512]), so values, masks and accesses built from both components are unchanged.
+    """
 
     def __getitem__(self, item) -> MGridResult:
         if not isinstance(item, tuple):
             item = (item,)
-        grids = np.mgrid[item]
         if len(item) == 1:
-            grids = grids[None]
+            grids = np.mgrid[item][None]
+        else:
+            grids = np.ogrid[item]
         names = tuple(_new_var() for _ in range(len(grids)))
         return MGridResult(IndexExpr(np.ascontiguousarray(g), names) for g in grids)
 

@@ -24,7 +24,7 @@ class Allocation:
 
     __slots__ = (
         "buf", "base", "addr", "row_bytes", "phys", "site", "name", "immutable", "bytes_pp", "tracker",
-        "acc", "charged", "block_mod", "__weakref__",
+        "acc", "charged", "block_mod", "slot_owner", "__weakref__",
     )
 
     def __init__(self, buf: Buf, base: np.ndarray, phys: int, site, name: str, bytes_pp: int,
@@ -42,6 +42,7 @@ class Allocation:
         self.acc = None  # PSUM: per-element "written by a matmul" flags (accumulation groups)
         self.charged = False
         self.block_mod = 0  # direct allocation: block index wraps modulo num_free_tiles
+        self.slot_owner: dict | None = None  # wrapped PSUM blocks: physical slot -> logical block that last wrote it
 
     def __del__(self) -> None:
         tracker = self.tracker

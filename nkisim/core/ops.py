@@ -273,6 +273,8 @@ def _psum_write(dst: Tensor, vals: np.ndarray, accumulate: bool, mask: np.ndarra
 
     The same for every view: a destination indexed with index expressions (``acc[i_p, i_f] += nl.matmul(..)``)
     reads its flags and values through the same index arrays it writes through."""
+    if dst._a.block_mod:
+        _claim_slot(dst)
     if dst._ix is not None or mask is not None:
         flags = _acc_view(dst)
         vals = np.broadcast_to(vals, dst.shape)
@@ -310,6 +312,28 @@ def _psum_write(dst: Tensor, vals: np.ndarray, accumulate: bool, mask: np.ndarra
         new = vals
     dst._v[...] = execute.cast(np.asarray(new, dtype=F32), dst.dtype)
     flags[...] = True
+
+
+def _claim_slot(dst: Tensor) -> None:
+    """A logical block of a wrapped PSUM tensor (``psum.mod_alloc(num_bank_tiles=(1,))`` over 32 blocks, AWS's
+    attention tutorial v9/v10) is a tile of its own: its first matmul starts a new accumulation group even though
+    the previous logical block used the same bank."""
+    from nkisim.core.tensor import LOGICAL_BLOCK
+
+    lblk = LOGICAL_BLOCK.get(dst)
+    if lblk is None:
+        return
+    a = dst._a
+    owners = a.slot_owner
+    if owners is None:
+        owners = a.slot_owner = {}
+    slot = lblk % a.block_mod
+    if owners.get(slot, lblk) != lblk and a.acc is not None:
+        if dst._ix is None:
+            _acc_view(dst)[...] = False
+        else:
+            _acc_view(dst)[tuple(np.broadcast_to(x, dst.shape) for x in dst._ix)] = False
+    owners[slot] = lblk
 
 
 def _check_psum_bank(ctx: KernelContext, dst: Tensor, op: str) -> None:

@@ -60,6 +60,11 @@ class KernelContext:
         self.shared_hbm: list[Tensor] | None = None
         self.shared_first: list[Tensor] = []
         self.shared_pos = 0
+        # symbolic loops (nl.affine_range / nl.sequential_range) being run: [instance id, iteration] each, and the
+        # direct placements their first iteration made (see traced_once)
+        self.sym_loops: list[list[int]] = []
+        self.traced: dict = {}
+        self.traced_seen: dict = {}
 
     # ---- bookkeeping shared by every front-end call -----------------------------------------------------
     def settle(self) -> None:
@@ -129,6 +134,67 @@ class KernelContext:
         self.last_result = weakref.ref(result)
         self.last_values = values
         self.pending = weakref.ref(result._a)
+
+
+_LOOP_IDS = [0]
+
+
+class SymbolicRange:
+    """``nl.affine_range`` / ``nl.sequential_range``: NKI traces the loop body once with a symbolic index, so Python
+    side effects in the body (``cur_addr += size`` next to ``ncc.sbuf.mod_alloc(base_addr=cur_addr)`` in AWS's
+    allocated kernels) happen once.  nkisim runs every iteration; it records which iteration is running so that
+    direct placements can follow the traced-once rule (:func:`traced_once`)."""
+
+    __slots__ = ("r",)
+
+    def __init__(self, r: range) -> None:
+        self.r = r
+
+    def __len__(self) -> int:
+        return len(self.r)
+
+    def __getitem__(self, i):
+        return self.r[i]
+
+    def __iter__(self):
+        ctx = active()
+        if ctx is None:
+            return iter(self.r)
+        return _run_loop(ctx, self.r)
+
+
+def _run_loop(ctx: KernelContext, r: range):
+    _LOOP_IDS[0] += 1
+    entry = [_LOOP_IDS[0], 0]
+    loops = ctx.sym_loops
+    loops.append(entry)
+    try:
+        for i in r:
+            yield i
+            entry[1] += 1
+    finally:
+        if loops and loops[-1] is entry:
+            loops.pop()
+        elif entry in loops:
+            loops.remove(entry)
+
+
+def traced_once(ctx: KernelContext, value):
+    """The value a direct placement made at this statement in the first iteration of the enclosing symbolic loops
+    (NKI traces the body once); the n-th placement of a Python-level repetition within one iteration maps to the
+    n-th of the first iteration.  Outside symbolic loops the value is returned as given."""
+    loops = ctx.sym_loops
+    if not loops:
+        return value
+    key = (loops[0][0], ctx.site)
+    its = tuple(e[1] for e in loops)
+    first = ctx.traced.setdefault(key, [])
+    n = ctx.traced_seen.get((key, its), 0)
+    ctx.traced_seen[(key, its)] = n + 1
+    if any(its):
+        return first[n] if n < len(first) else value
+    first.append(value)
+    return value
 
 
 def current(api: str = "") -> KernelContext:

@@ -10,6 +10,7 @@ past the end (legal under ``mask=``) give *gather views* that read and write thr
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -77,6 +78,13 @@ def parse_shape(shape) -> tuple[tuple[int, ...], int]:
             raise ValueError(f"negative dimension {n} in shape {tuple(shape)}")
         dims.append(n)
     return tuple(dims), pdim
+
+
+# Views of one logical block of a direct-allocation tensor whose blocks wrap (num_free_tiles / num_bank_tiles):
+# view -> logical block index.  Several logical blocks share a physical slot; a matmul into a block other than the
+# one that last used the slot starts a new accumulation group (ops._psum_write).  Kept off the Tensor slots: only
+# wrapped tensors pay for it.
+LOGICAL_BLOCK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _is_adv(x) -> bool:
@@ -217,6 +225,9 @@ class Tensor:
         off = self._off
         overflow = False
         ell = False
+        lblk = -1  # logical block index of a wrapped direct-allocation block (before the modulo)
+        free_int = -1  # position in norm of the last integer index on a free axis (after the partition axis)
+        free_kept = False
         for it in idx:
             if it is Ellipsis:
                 if ell:
@@ -227,6 +238,8 @@ class Tensor:
                 for _ in range(skip):
                     if dim == pd:
                         new_pd = out_axes
+                    elif dim > pd:
+                        free_kept = True
                     norm.append(slice(0, shape[dim], 1))
                     dim += 1
                     out_axes += 1
@@ -253,6 +266,8 @@ class Tensor:
                 off += start * strides[dim]
                 if dim == pd:
                     new_pd = out_axes
+                elif dim > pd:
+                    free_kept = True
                 out_axes += 1
             else:
                 i = _as_index(it)
@@ -261,15 +276,32 @@ class Tensor:
                 if i >= n:
                     overflow = True  # past this view, maybe still inside the tensor: decided on the composed access
                 elif dim == 0 and self._a.block_mod:
+                    lblk = i
                     i %= self._a.block_mod
+                if dim > pd:
+                    free_int = len(norm)
                 norm.append(i)
                 off += i * strides[dim]
             dim += 1
+        if free_int >= 0 and not free_kept and dim == ndim and new_pd is not None and self._a.buf != B_HBM:
+            # An on-chip tile keeps its partition axis and at least one free axis: integers on every free axis
+            # leave a unit free axis ([P, 1]), as NumPy's rule would not.  NKI 2.21 nki.errors,
+            # err_1d_arange_not_supported ("NKI expects tile indices to have at least two dimensions to match the
+            # underlying memory (SBUF or PSUM)"; its fix ``tmp[0:64, 0]`` is a [64, 1] tile), and AWS's flash
+            # attention (nki-samples reference/attention.py: ``l_buffer[:, i]`` indexed again as ``[:, 0]``).
+            # Block axes before the partition axis and HBM tensors drop integer-indexed axes as NumPy does
+            # (HBM: Neuron docs "Tensor Indexing on NKI", ``x[1]`` of a [2, 2, 2] hbm tensor is [2, 2]; block
+            # axes: ``o_buffer[i1]`` of an (n, par_dim(128), d) tile is the [128, d] tile in AWS's flash attention).
+            i = norm[free_int]
+            norm[free_int] = slice(i, i + 1, 1)
         if overflow:
             return self._compose(tuple(norm))
         norm = tuple(norm)
         view = self._v[norm]
-        return Tensor(self._a, view, new_pd if new_pd is not None else 0, off=off, par=self, pix=norm)
+        t = Tensor(self._a, view, new_pd if new_pd is not None else 0, off=off, par=self, pix=norm)
+        if lblk >= 0:
+            LOGICAL_BLOCK[t] = lblk
+        return t
 
     # ---- lazy view chains (nkisim.core.views) -----------------------------------------------------------
     def _root_map(self) -> tuple[Tensor, views.Map]:
@@ -338,6 +370,12 @@ class Tensor:
                 raise IndexError(f"too many indices for tensor '{self._a.name}' of shape {self.shape}")
             raise IndexError(f"nkisim: index all {len(self.shape)} dimensions of '{self._a.name}' when using "
                              "nl.arange/nl.mgrid indices")
+        lblk = -1
+        if self._a.block_mod and self._par is None and self._ix is None:
+            # direct allocation with num_free_tiles: the block index wraps, as in basic indexing
+            if items[0].ndim == 0:
+                lblk = int(items[0])
+            items[0] = items[0] % self._a.block_mod
         try:
             bshape = tuple(np.broadcast_shapes(*(a.shape for a in items)))
         except ValueError as exc:
@@ -362,6 +400,8 @@ class Tensor:
             root, m = self._root_map()
             t = self._gather_root(root, views.advanced(m, items), bshape)
         t._axv = axv or None
+        if lblk >= 0:
+            LOGICAL_BLOCK[t] = lblk
         return t
 
     def _index_gather(self, idx) -> Tensor:
