@@ -134,9 +134,15 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
 
 
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
-              tile_position=(), tile_size=(), mask=None, **kwargs):
-    """stationary.T @ moving on TensorE into a fresh fp32 PSUM tile ([K,M] x [K,N] -> [M,N])."""
-    return _ops.nc_matmul(stationary, moving, is_transpose=is_transpose, mask=mask)
+              tile_position=(), tile_size=(), mask=None, perf_mode=None, **kwargs):
+    """stationary.T @ moving on TensorE into a fresh fp32 PSUM tile ([K,M] x [K,N] -> [M,N]).
+
+    ``perf_mode='double_row_gen3'`` (the 2.2x spelling; 'double_row' later) is the FP8 double-row mode."""
+    mode = str(getattr(perf_mode, "name", perf_mode) or "none")
+    if mode not in ("none", "double_row", "double_row_gen3"):
+        raise ValueError(f"nc_matmul: unknown perf_mode {perf_mode!r} (expected None or 'double_row_gen3')")
+    return _ops.nc_matmul(stationary, moving, is_transpose=is_transpose, mask=mask,
+                          double_row=mode != "none")
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
@@ -255,6 +261,23 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, *
 
 def nc_stream_shuffle(*, src, dst, shuffle_mask, dtype=None, mask=None, **kwargs):
     return _ox.nc_stream_shuffle(src, dst, shuffle_mask, dtype=dtype, mask=mask)
+
+
+def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    """Copy of an on-chip tile read at a run-time offset (``src`` indexed with an SBUF index tile value)."""
+    return _ox.tensor_copy_dynamic(src, which="src", dtype=dtype, engine=_engine(engine), mask=mask)
+
+
+def tensor_copy_dynamic_dst(*args, dst=None, src=None, mask=None, dtype=None, engine=engine.unknown, **kwargs):
+    """Copy of ``src`` into an on-chip tile at a run-time offset (``dst`` indexed with an SBUF index tile value)."""
+    if args:
+        dst, src = (args + (src,))[:2] if len(args) == 1 else args[:2]
+    return _ox.tensor_copy_dynamic(src, dst, which="dst", dtype=dtype, engine=_engine(engine), mask=mask)
+
+
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None, **kwargs):
+    """Gather within each GpSimd core's 16 partitions (nkisim.core.ops_isa.local_gather)."""
+    return _ox.local_gather(src_buffer, index, num_elem_per_idx, num_valid_indices, mask=mask)
 
 
 class nc_version(_IntEnum):  # noqa: N801 - NKI name

@@ -596,6 +596,32 @@ def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs) -> _Tens
     return ops_isa.gather_flattened(data, indices, dtype=dtype, mask=mask)
 
 
+def atomic_rmw(dst, value, op, *, mask=None, **kwargs) -> None:
+    """dst = op(dst, value) atomically on HBM through an indirect (SBUF-tile-indexed) access; op: np.add."""
+    from nkisim.api.isa import _alu
+
+    _ops.atomic_rmw(dst, value, _alu(op, "atomic_rmw"), mask=mask)
+
+
+def all_reduce(x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=True, asynchronous=False, **kwargs):
+    """Reduce ``x`` with ``op`` over the SPMD programs along ``program_axes`` (nki.language.all_reduce docs).
+
+    nkisim runs the programs of a launch grid one after another, so a program cannot wait for the others' tiles:
+    with one program along ``program_axes`` (no grid, or extent 1) the reduction is over that program alone, i.e. a
+    copy (cast to ``dtype``); over several programs it raises "nkisim does not support nl.all_reduce ... yet"."""
+    from nkisim.api._unsupported import NkisimUnsupportedError
+    from nkisim.api.isa import _alu
+
+    _alu(op, "all_reduce")
+    n = num_programs(program_axes)
+    if n > 1:
+        raise NkisimUnsupportedError(
+            f"nkisim does not support nl.all_reduce across {n} SPMD programs yet: nkisim runs the programs of a "
+            "launch grid one after another, so no program can combine its tile with the others' (see docs/nkisim.md "
+            "'Unsupported API'); with one program along program_axes the reduction is a copy")
+    return _ops.tensor_copy(x, dtype=dtype, mask=mask, op_name="all_reduce")
+
+
 def __getattr__(name: str):
     from nkisim.api import _unsupported
 

@@ -75,6 +75,8 @@ class IndexExpr:
         fail("err_cannot_assign_to_index")
 
     def __add__(self, o):
+        if getattr(o, "_is_tile", False):  # expr + tile value: a dynamic index (Tensor.__radd__ builds it)
+            return NotImplemented
         return IndexExpr(self.values + _val(o), _merge_axes(self, o))
 
     __radd__ = __add__
@@ -337,3 +339,28 @@ class _MGrid:
 
 
 mgrid = _MGrid()
+
+
+class DynIndex:
+    """A run-time index: the values of an on-chip integer tile (indirect DMA ``t[idx_tile, i_f]``) plus an optional
+    affine offset (``idx_tile[0, b] + iy`` of nisa.tensor_copy_dynamic_src).  Resolved when the access is made
+    (nkisim executes in program order, so the tile holds its values by then)."""
+
+    __slots__ = ("tile", "offset")
+
+    def __init__(self, tile, offset=0) -> None:
+        self.tile = tile
+        self.offset = offset
+
+    def __add__(self, o):
+        if isinstance(o, (IndexExpr, int, np.integer)):
+            return DynIndex(self.tile, _add(self.offset, o))
+        raise TypeError(f"a dynamic index combines with integers and nl.arange expressions, not {type(o).__name__}")
+
+    __radd__ = __add__
+
+
+def _add(a, b):
+    if isinstance(b, IndexExpr) and not isinstance(a, IndexExpr):
+        return b + a
+    return a + b

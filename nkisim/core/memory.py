@@ -65,6 +65,7 @@ class MemoryTracker:
         self._free_phys: dict[object, list[int]] = {}
         self._next_phys = 1
         self.closed = False
+        self.stop_code = None  # the kernel function's code: frames older than it cannot hold its tiles
 
     # -- physical ids -------------------------------------------------------------------------------------
     def phys_for(self, site, buf: Buf = B_SBUF) -> int:
@@ -98,9 +99,11 @@ class MemoryTracker:
             cost = -(-cost // bank) * bank  # PSUM tiles occupy whole 2 KiB banks
         self.live[buf] += cost
         self.live_allocs[id(alloc)] = (buf, alloc.name, alloc.base.dtype, alloc.bytes_pp, alloc.site)
+        capacity = self.limits.sbuf_usable_bytes if buf == B_SBUF else self.limits.psum_bytes_per_partition
+        if self.live[buf] > capacity:
+            self.reclaim(buf, alloc)
         if self.live[buf] > self.peak[buf]:
             self.peak[buf] = self.live[buf]
-        capacity = self.limits.sbuf_usable_bytes if buf == B_SBUF else self.limits.psum_bytes_per_partition
         if self.live[buf] > capacity:
             peak = self.live[buf]
             tiles = self.largest(buf)
@@ -112,6 +115,24 @@ class MemoryTracker:
                 fail("nkisim_sbuf_capacity", target=self.target, peak=peak, capacity=capacity, tiles=tiles)
             fail("nkisim_psum_capacity", target=self.target, peak=peak, banks=peak // self.limits.psum_bank_bytes,
                  capacity=capacity, tiles=tiles)
+
+    def reclaim(self, buf: Buf, keep: Allocation) -> None:
+        """Stop charging tiles the kernel can no longer read although a Python name still holds them (a name
+        rebound only after this allocation, a loop temporary never read after its loop): neuronx-cc allocates by
+        liveness.  Runs only when an allocation would over-subscribe ``buf`` (nkisim.core.liveness)."""
+        from nkisim.core.liveness import dead_allocations
+        from nkisim.core.tensor import Tensor
+
+        for aid, alloc in dead_allocations(Allocation, Tensor, self.stop_code).items():
+            if alloc is keep or alloc.buf != buf or not alloc.charged or alloc.tracker is not self:
+                continue
+            alloc.charged = False
+            cost = alloc.bytes_pp
+            if buf == B_PSUM:
+                bank = self.limits.psum_bank_bytes
+                cost = -(-cost // bank) * bank
+            self.live[buf] -= cost
+            self.live_allocs.pop(aid, None)
 
     def largest(self, buf: Buf, n: int = 5) -> str:
         allocs = sorted((a for a in self.live_allocs.values() if a[0] == buf), key=lambda a: -a[3])[:n]

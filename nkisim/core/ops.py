@@ -31,9 +31,9 @@ from nkisim.core.instr import (
     Engine,
 )
 from nkisim.core.memory import BUF_NAMES
-from nkisim.core.rules import fail
+from nkisim.core.rules import NKIError, fail
 from nkisim.core.runtime import PSUM_SPEC, SBUF_SPEC, KernelContext, allocate, current
-from nkisim.core.tensor import Tensor, read, write
+from nkisim.core.tensor import Tensor, dynamic_tiles, read, write
 
 ENGINE_LABEL = {E_TENSOR: "Tensor", E_VECTOR: "Vector", E_SCALAR: "Scalar",
                 E_GPSIMD: "GpSimd", E_DMA: "DMA"}
@@ -427,7 +427,10 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
     m = mask_values(mask, dst.shape, dst) if mask is not None or dst._oob else None
     if src._oob:
         mask_values(mask, src.shape, src)
-    ins = ctx.emit("dma_copy", E_DMA, (src,), (dst,),
+    srcs = (src,)
+    if ctx.dyn:  # indirect DMA: the index tiles are read too (software DGE builds the descriptors from them)
+        srcs += dynamic_tiles(ctx, src) + dynamic_tiles(ctx, dst)
+    ins = ctx.emit("dma_copy", E_DMA, srcs, (dst,),
                    {"bytes": n_dst * dst.dtype.itemsize, "via": via, "cast": src.dtype != dst.dtype})
     if dst_rmw_op is not None:
         ins.attrs["rmw"] = dst_rmw_op
@@ -435,11 +438,50 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
         vals = read(src)
         if vals.shape != dst.shape:
             vals = vals.reshape(dst.shape)
+        if via == "atomic_rmw":
+            _scatter_accumulate(dst, execute.to_f32(vals), m)
+            return
         if dst_rmw_op is not None:
             vals = execute.alu(dst_rmw_op, execute.to_f32(read(dst)), execute.to_f32(vals))
         elif vals.dtype != dst.dtype:
             vals = execute.to_f32(vals)
         write(dst, execute.cast(vals, dst.dtype), m)
+
+
+def _scatter_accumulate(dst: Tensor, vals: np.ndarray, m) -> None:
+    """dst += vals through a gather view, every position counted once per time it is addressed (atomic)."""
+    base = dst._v
+    ix = tuple(np.broadcast_to(a, dst.shape) for a in dst._ix)
+    v = np.broadcast_to(vals, dst.shape)
+    if m is not None:
+        keep = np.broadcast_to(m, dst.shape)
+        ix = tuple(a[keep] for a in ix)
+        v = v[keep]
+    flat = np.ravel_multi_index(tuple(a.reshape(-1) for a in ix), base.shape)
+    uniq, inv = np.unique(flat, return_inverse=True)
+    sums = np.zeros(uniq.size, dtype=F32)
+    np.add.at(sums, inv, v.reshape(-1))
+    pos = np.unravel_index(uniq, base.shape)
+    base[pos] = execute.cast(execute.to_f32(base[pos]) + sums, base.dtype)
+
+
+def atomic_rmw(dst, value, op: str, *, mask=None) -> None:
+    """nl.atomic_rmw: dst = op(dst, value) on HBM through an indirect (tile-indexed) access, atomically: rows
+    addressed several times accumulate every contribution.  2.2x docs: dst "only supports indirect dynamic indexing
+    currently", op "only supports np.add currently".  A DMA with read-modify-write (cost: the DMA model)."""
+    ctx = current("atomic_rmw")
+    ctx.settle()
+    dst = need_tensor(dst, "atomic_rmw", "dst")
+    if dst._a.buf != B_HBM or not dynamic_tiles(ctx, dst):
+        fail("nkisim_bad_argument", op="atomic_rmw", detail="dst must be an HBM tensor indexed with a dynamic "
+             "(SBUF tile) index, e.g. t[indices_tile, nl.arange(M)[None, :]]: only indirect dynamic indexing is "
+             "supported")
+    if op != "add":
+        fail("nkisim_bad_argument", op="atomic_rmw", detail=f"op must be np.add (the only atomic operation), not {op}")
+    if not isinstance(value, Tensor):
+        value = memset(dst.shape, value, dst.dtype)
+        ctx.settle()
+    dma_copy(value, dst, via="atomic_rmw", mask=mask, dst_rmw_op="add", ctx=ctx)
 
 
 def hbm_init(ctx: KernelContext, t: Tensor, value) -> Tensor:
@@ -472,7 +514,7 @@ def load(src: Tensor, *, mask=None, dtype=None, transpose: bool = False) -> Tens
         mask_values(mask, src.shape, src)
     else:
         m = mask_values(mask, out.shape, src)
-    ins = ctx.emit("dma_copy", E_DMA, (src,), (out,),
+    ins = ctx.emit("dma_copy", E_DMA, (src,) + dynamic_tiles(ctx, src) if ctx.dyn else (src,), (out,),
                    {"bytes": math.prod(shape) * dt.itemsize, "via": "load_transpose2d" if transpose else "load",
                     "cast": dt != src.dtype})
     values = None
@@ -507,7 +549,7 @@ _MATMUL_DTYPES = {"float8_e4m3", "float8_e4m3fn", "float8_e5m2", "bfloat16", "fl
 
 
 def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False, mask=None,
-              op_name: str = "nc_matmul") -> Tensor:
+              op_name: str = "nc_matmul", double_row: bool = False) -> Tensor:
     ctx = current(op_name)
     ctx.settle()
     stationary = need_tensor(stationary, op_name, "stationary")
@@ -523,6 +565,8 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
     if k1 != k2:
         fail("err_num_partition_mismatch", params=f"{shape_str(stationary, 'stationary')}, "
              f"{shape_str(moving, 'moving')}", op=op_name)
+    if double_row:
+        return _double_row_matmul(ctx, stationary, moving, k1, mask, op_name)
     m = free_of(stationary)
     n = free_of(moving)
     if m > lim.gemm_stationary_fmax:
@@ -545,6 +589,40 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
         s = execute.to_f32(read(stationary)).reshape(k1, m)
         mv = execute.to_f32(read(moving)).reshape(k1, n)
         values = (s.T @ mv).reshape(out_shape)
+    return finish(ctx, ins, out, values, mask_values(mask, out_shape, stationary, moving))
+
+
+def _double_row_matmul(ctx: KernelContext, stationary: Tensor, moving: Tensor, k: int, mask, op_name: str) -> Tensor:
+    """FP8 double-row mode (NeuronCore-v3): stationary [K, 2, M] and moving [K, 2, N] hold two K-rows of fp8 per
+    partition; the result [M, N] is st[:, 0].T @ mv[:, 0] + st[:, 1].T @ mv[:, 1] (contraction 2K) at the cycle cost
+    of one [K, M] x [K, N] matmul ("Double FP8 mode, 2x matmul throughput by packing two FP8 weight/ifmap element
+    pairs", nki.isa.matmul_perf_mode; AWS's nki-samples double_row_matmul uses these shapes)."""
+    if ctx.target != "trn2":
+        fail("nkisim_matmul_dtype", detail="perf_mode double_row needs NeuronCore-v3 (trn2); on NeuronCore-v2 "
+             "performance mode is not supported")
+    for t, who in ((stationary, "stationary"), (moving, "moving")):
+        if t.dtype.name not in ("float8_e4m3", "float8_e4m3fn", "float8_e5m2"):
+            fail("nkisim_matmul_dtype", detail=f"perf_mode double_row needs fp8 operands, {who} is {t.dtype.name}")
+        if t.ndim != 3 or t.shape[1] != 2:
+            fail("nkisim_matmul_dtype", detail=f"perf_mode double_row needs {who} of shape [K, 2, F], got "
+                 f"{list(t.shape)}")
+    lim = ctx.limits
+    m, n = stationary.shape[2], moving.shape[2]
+    if m > lim.gemm_stationary_fmax:
+        fail("nkisim_matmul_stationary_fmax", m=m, limit=lim.gemm_stationary_fmax, shape=list(stationary.shape))
+    if n > lim.gemm_moving_fmax:
+        fail("nkisim_matmul_moving_fmax", n=n, limit=lim.gemm_moving_fmax, shape=list(moving.shape))
+    out_shape = (m, n)
+    out = new_result(ctx, out_shape, F32, B_PSUM)
+    _check_psum_bank(ctx, out, op_name)
+    ins = ctx.emit("nc_matmul", E_TENSOR, (stationary, moving), (out,),
+                   {"K": 2 * k, "M": m, "N": n, "accumulate": False, "is_transpose": False,
+                    "perf_mode": "double_row"})
+    values = None
+    if ctx.full:
+        s = execute.to_f32(read(stationary)).reshape(k, 2, m)
+        mv = execute.to_f32(read(moving)).reshape(k, 2, n)
+        values = s[:, 0].T @ mv[:, 0] + s[:, 1].T @ mv[:, 1]
     return finish(ctx, ins, out, values, mask_values(mask, out_shape, stationary, moving))
 
 
@@ -881,14 +959,34 @@ def tensor_reduce(op: str, data, axis, *, negate: bool = False, keepdims: bool =
     out_dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
     out = new_result(ctx, out_shape, out_dt)
     ins = ctx.emit("tensor_reduce", E_VECTOR, (data,), (out,), {"alu": op, "axes": tuple(norm)})
+    m_out, m_in = _reduce_mask(mask, out.shape, data, op)
     values = None
     if ctx.full:
         v = _vals(data)
+        if m_in is not None:
+            v = np.where(m_in, v, np.asarray(_REDUCE_IDENTITY[op], dtype=v.dtype))
         values = execute.REDUCE[op](v, axis=tuple(norm), keepdims=keepdims)
         values = np.asarray(values, dtype=v.dtype if v.dtype.kind in "iub" else F32)
         if negate:
             values = -values
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape, data))
+    return finish(ctx, ins, out, values, m_out)
+
+
+_REDUCE_IDENTITY = {"add": 0, "maximum": -np.inf, "minimum": np.inf, "multiply": 1}
+
+
+def _reduce_mask(mask, out_shape, data: Tensor, op: str):
+    """(mask over the output, mask over the input) of a reduction: a predicate over the reduced (input) axes, e.g.
+    ``nl.sum(t, axis=[-2, -1], mask=(i_h < H) & (i_w < W))`` in AWS's adaptive pooling sample, leaves the masked-off
+    input elements out of the reduction (they count as the operator's identity)."""
+    if mask is None:
+        return mask_values(None, out_shape, data), None
+    try:
+        return mask_values(mask, out_shape, data), None
+    except NKIError as exc:
+        if exc.code != "nkisim_shape_mismatch" or op not in _REDUCE_IDENTITY:
+            raise
+        return None, mask_values(mask, data.shape, data)
 
 
 def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, reduce_op=None,

@@ -11,7 +11,7 @@ import numpy as np
 
 from nkisim.core import dtypes, execute
 from nkisim.core.dtypes import F32
-from nkisim.core.instr import E_GPSIMD, E_UNKNOWN, E_VECTOR, Engine
+from nkisim.core.instr import B_HBM, B_PSUM, E_GPSIMD, E_UNKNOWN, E_VECTOR, Engine
 from nkisim.core.ops import (
     _engine_checks,
     _mark_written,
@@ -28,7 +28,7 @@ from nkisim.core.ops import (
 )
 from nkisim.core.rules import fail
 from nkisim.core.runtime import current
-from nkisim.core.tensor import Tensor, read, write
+from nkisim.core.tensor import Tensor, dynamic_tiles, read, write
 
 
 def _start(op: str, engine: Engine, tiles):
@@ -410,3 +410,96 @@ def gather_flattened(data, indices, *, dtype=None, mask=None) -> Tensor:
         got = np.take_along_axis(v, np.where(ok, k, 0), axis=1)
         values = np.where(ok, got, np.float32(np.nan)).reshape(ix.shape)
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, ix, out))
+
+
+def local_gather(src_buffer, index, num_elem_per_idx: int = 1, num_valid_indices=None, *, mask=None) -> Tensor:
+    """nisa.local_gather (GpSimdE): each of the 8 GpSimd cores serves 16 partitions; it flattens its 16-partition
+    slice of ``index`` partition-first, keeps the first ``num_valid_indices`` (default all), and every partition p
+    of the slice gathers ``num_elem_per_idx`` contiguous elements of its own flattened ``src_buffer`` row at each of
+    those element offsets (2.26 nki.isa.local_gather docs and their NumPy semantics).  Result
+    ``[P, *index.free, 16, num_elem_per_idx]`` (the docs' example: index [128, 4] -> [128, 4, 16, 4]); positions
+    past ``num_valid_indices`` are left unwritten, out-of-bounds offsets read poison (undefined on hardware)."""
+    op = "local_gather"
+    ctx, (s, ix) = _start(op, E_GPSIMD, [(src_buffer, "src_buffer"), (index, "index")])
+    k = int(num_elem_per_idx)
+    p = parts_of(s)
+    if p % 16 or parts_of(ix) != p:
+        fail("nkisim_bad_argument", op=op, detail=f"src_buffer and index must have the same partition count, a "
+             f"multiple of 16 (got {list(s.shape)} and {list(ix.shape)})")
+    if k not in (1, 2, 4, 8, 16, 32):
+        fail("nkisim_bad_argument", op=op, detail=f"num_elem_per_idx must be 1, 2, 4, 8, 16 or 32 (got {k})")
+    if ix.dtype.name not in ("uint16", "int16"):
+        fail("nkisim_dtype_not_supported", op=op, dtype=ix.dtype.name, operand="index",
+             detail=" (indices must be uint16)")
+    per_core = 16 * free_of(ix)
+    nvalid = per_core if num_valid_indices is None else int(num_valid_indices)
+    if not 0 < nvalid <= per_core:
+        fail("nkisim_bad_argument", op=op, detail=f"num_valid_indices must be in [1, {per_core}] (the index "
+             f"elements of one 16-partition slice), got {nvalid}")
+    if nvalid > 4096:
+        fail("nkisim_bad_argument", op=op, detail=f"at most 4096 indices per GpSimd core, got {nvalid}")
+    out_shape = (p,) + tuple(ix.shape[1:]) + (16, k)
+    out = new_result(ctx, out_shape, s.dtype)
+    ins = ctx.emit(op, E_GPSIMD, (s, ix), (out,), {"k": (k, nvalid)})
+    values = None
+    if ctx.full:
+        v = _rows(_vals(s))
+        width = v.shape[1]
+        ind = _rows(np.asarray(read(ix))).astype(np.int64)
+        res = np.full((p, per_core * k), np.float32(np.nan), dtype=np.float32)
+        cols = np.arange(k)
+        for c in range(p // 16):
+            rows = slice(16 * c, 16 * c + 16)
+            offs = ind[rows].flatten(order="F")[:nvalid]
+            pos = offs[:, None] + cols[None, :]  # [nvalid, k] element offsets
+            ok = (pos >= 0) & (pos < width)
+            got = v[rows][:, np.where(ok, pos, 0).reshape(-1)]
+            res[rows, : nvalid * k] = np.where(ok.reshape(-1)[None, :], got, np.float32(np.nan))
+        values = res.reshape(out_shape)
+    return finish(ctx, ins, out, values, mask_values(mask, out_shape, s, ix, out))
+
+
+def tensor_copy_dynamic(src, dst=None, *, which: str, dtype=None, engine: Engine = E_UNKNOWN, mask=None) -> Tensor:
+    """nisa.tensor_copy_dynamic_src / _dst: an on-chip copy whose source (``which='src'``) or destination
+    (``'dst'``) is addressed at a run-time offset held in an SBUF tile (``t[ix, idx_tile[0, i] + iy]``).  Cost
+    ``max(MIN_II_DYNAMIC, N)``, MIN_II_DYNAMIC ~ 600 cycles (ISA-226); the index tile is a source (dependency)."""
+    op = f"tensor_copy_dynamic_{which}"
+    ctx = current(op)
+    ctx.settle()
+    src = need_tensor(src, op, "src")
+    view = src
+    if which == "dst":
+        dst = need_tensor(dst, op, "dst")
+        view = dst
+    tiles = dynamic_tiles(ctx, view)
+    if not tiles:
+        fail("nkisim_bad_argument", op=op, detail=f"{which} must be addressed at a dynamic offset held in an SBUF "
+             f"tile, e.g. t[ix, idx_tile[0, i] + iy] (use nisa.tensor_copy for static addresses)")
+    if view._a.buf == B_HBM:
+        need_on_chip(view, op, which)
+    if engine == E_UNKNOWN:
+        engine = E_VECTOR
+    checks = [(src, "src")] + ([(dst, "dst")] if dst is not None else [])
+    _engine_checks(op, engine, checks, ctx)
+    if dst is None:
+        out = new_result(ctx, src.shape, _out_dtype(dtype, src))
+    else:
+        out = dst
+        check_writable(out)
+        if engine == E_GPSIMD and out._a.buf == B_PSUM:
+            fail("nkisim_gpsimd_psum", op=op, operand="dst")
+        if free_of(out) * parts_of(out) != free_of(src) * parts_of(src):
+            fail("nkisim_shape_mismatch", op=op, shapes=[list(src.shape), list(out.shape)],
+                 detail=" (same partitions and elements per partition)")
+    m = mask_values(mask, out.shape, src, out)
+    ins = ctx.emit(op, engine, (src,) + tiles, (out,), {})
+    values = None
+    if ctx.full:
+        v = read(src)
+        values = (execute.to_f32(v) if v.dtype != out.dtype else v).reshape(out.shape)
+    if dst is None:
+        return finish(ctx, ins, out, values, m)
+    if values is not None:
+        write(out, execute.cast(values, out.dtype), m)
+        _mark_written(out)
+    return out

@@ -53,6 +53,7 @@ class KernelContext:
         self.loc: str = "?"
         self.site = None
         self.kernel_code = None  # code object of the top-level kernel function (shared_hbm scope rule)
+        self.dyn: dict = {}  # id(view) -> (weakref, index tiles) of dynamically indexed views (tensor.dynamic_tiles)
         # SPMD launch grid: sizes per axis (() without a grid), this program's ids, and the shared_hbm tensors of
         # the first program, which later programs receive again (shared_hbm is one tensor for the whole grid)
         self.grid: tuple[int, ...] = ()
@@ -395,7 +396,7 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
     grid, cores = launch_grid(kernel)
     name = getattr(fn, "__name__", "kernel")
     ctx = KernelContext(target, mode, name)
-    ctx.kernel_code = getattr(fn, "__code__", None)
+    ctx.kernel_code = ctx.mem.stop_code = getattr(fn, "__code__", None)
     kwargs = dict(kwargs or {})
     _STACK.append(ctx)
     blas = _single_thread_blas()

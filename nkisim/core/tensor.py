@@ -16,8 +16,8 @@ import numpy as np
 
 from nkisim.core import views
 from nkisim.core.dtypes import name as dtype_name
-from nkisim.core.indexing import IndexExpr, Mask
-from nkisim.core.instr import B_HBM, Operand, Region
+from nkisim.core.indexing import DynIndex, IndexExpr, Mask
+from nkisim.core.instr import B_HBM, B_SBUF, Operand, Region
 from nkisim.core.memory import BUF_NAMES, Allocation
 from nkisim.core.rules import fail
 
@@ -88,7 +88,7 @@ LOGICAL_BLOCK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _is_adv(x) -> bool:
-    return isinstance(x, (IndexExpr, np.ndarray))
+    return isinstance(x, (IndexExpr, np.ndarray, Tensor, DynIndex))
 
 
 class Tensor:
@@ -96,6 +96,7 @@ class Tensor:
 
     __slots__ = ("_a", "_v", "_off", "_pd", "_ix", "_oob", "_opnd", "_par", "_pix", "_map", "_axv", "shape", "dtype",
                  "__weakref__")
+    _is_tile = True  # IndexExpr + tile defers to Tensor.__radd__ (a dynamic index)
     __array_ufunc__ = None  # numpy must not treat tensors as arrays
 
     def __init__(self, alloc: Allocation, view: np.ndarray, pdim: int = 0, ix=None, shape=None,
@@ -338,8 +339,8 @@ class Tensor:
         root, m = self._root_map()
         return self._from_map(root, views.compose(m, norm))
 
-    def _gather_root(self, root: Tensor, arrs: tuple, shape: tuple, vmap=None) -> Tensor:
-        if vmap is None:
+    def _gather_root(self, root: Tensor, arrs: tuple, shape: tuple, vmap=None, gather_only: bool = False) -> Tensor:
+        if vmap is None and not gather_only:
             t = _strided(root._a, root._v, root._off, root._pd, arrs, shape, root)
             if t is not None:
                 return t
@@ -353,13 +354,17 @@ class Tensor:
     def _advanced(self, idx: tuple) -> Tensor:
         items = []
         axv: dict = {}
-        for it in idx:
+        dyn = None
+        for d, it in enumerate(idx):
             if it is Ellipsis:
                 raise IndexError("nkisim: Ellipsis cannot be combined with nl.arange/nl.mgrid indices")
             if isinstance(it, IndexExpr):
                 vals = it.values
             elif isinstance(it, np.ndarray):
                 vals = it.astype(np.int64)
+            elif isinstance(it, (Tensor, DynIndex)):
+                vals, tile = _dynamic_values(it, self.shape[d] if d < len(self.shape) else 1)
+                dyn = (dyn or ()) + (tile,)
             else:
                 vals = np.asarray(_as_index(it))
             if vals.ndim == 1:
@@ -394,14 +399,29 @@ class Tensor:
             if t is None:
                 t = Tensor(self._a, self._v, 0, ix=arrs, shape=bshape, off=self._off)
                 t._oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
+        elif dyn and self._par is None and self._map is None and self._ix is None:
+            t = self._gather_root(self, tuple(items), bshape, gather_only=True)
+        elif dyn:
+            root, m = self._root_map()
+            t = self._gather_root(root, views.advanced(m, items), bshape, gather_only=True)
         elif self._par is None and self._map is None and self._ix is None:
-            t = self._gather_root(self, tuple(items), bshape)
+            if self._a.block_mod:
+                # direct allocation with num_free_tiles / num_bank_tiles: the block index wraps, as in basic
+                # indexing (AWS's allocated RMSNorm+QKV indexes its wrapped PSUM tiles with nl.mgrid expressions)
+                items[0] = items[0] % self._a.block_mod
+                t = _strided(self._a, self._v, self._off, self._pd, tuple(items), bshape, self, wrapped=True)
+                if t is None:
+                    t = self._gather_root(self, tuple(items), bshape)
+            else:
+                t = self._gather_root(self, tuple(items), bshape)
         else:
             root, m = self._root_map()
             t = self._gather_root(root, views.advanced(m, items), bshape)
         t._axv = axv or None
         if lblk >= 0:
             LOGICAL_BLOCK[t] = lblk
+        if dyn:
+            _register_dynamic(t, dyn)
         return t
 
     def _index_gather(self, idx) -> Tensor:
@@ -474,6 +494,10 @@ class Tensor:
     def _binop(self, other, name: str, reverse: bool = False):
         if self._a.buf == B_HBM:
             self._opaque("Python arithmetic operator")
+        if type(other) is IndexExpr:
+            if name != "add":
+                raise TypeError("a tile used as a dynamic index combines with nl.arange expressions by + only")
+            return DynIndex(self, other)
         from nkisim.core import ops
 
         return ops.binary(name, other, self) if reverse else ops.binary(name, self, other)
@@ -590,10 +614,10 @@ class Tensor:
 
 
 def _strided(a: Allocation, rv: np.ndarray, off0: int, rpd: int, arrs: tuple, shape: tuple,
-             root: Tensor | None = None) -> Tensor | None:
+             root: Tensor | None = None, wrapped: bool = False) -> Tensor | None:
     """An index-expression access that is an in-bounds strided pattern becomes the strided view a slice would
     give (same values, same operand for the cost model, no gather copies); None when it is not one."""
-    if a.block_mod:
+    if a.block_mod and not wrapped:
         return None
     fit = views.affine_fit(arrs, shape, rv.shape)
     if fit is None:
@@ -617,6 +641,55 @@ def base_addr(alloc: Allocation) -> int:
     if not alloc.addr:
         alloc.addr = alloc.base.__array_interface__["data"][0]
     return alloc.addr
+
+
+def _dynamic_values(it, n: int):
+    """Index values of a run-time index (an SBUF integer tile, optionally plus an affine offset) and its tile.
+
+    Full mode reads the tile (it holds its values: instructions execute in program order); timing mode has no
+    values and spreads stand-in indices over the axis so the access's region covers every row it may touch."""
+    from nkisim.core.runtime import current
+
+    tile, off = (it.tile, it.offset) if isinstance(it, DynIndex) else (it, 0)
+    if tile._a.buf != B_SBUF:
+        fail("nkisim_bad_argument", op="dynamic index",
+             detail=f"index tile '{tile._a.name}' must be in SBUF (dynamic indices have to be in SBUF), not "
+                    f"{BUF_NAMES[tile._a.buf]}")
+    if tile.dtype.kind not in "iu":
+        fail("nkisim_bad_argument", op="dynamic index",
+             detail=f"index tile '{tile._a.name}' must hold integers, not {tile.dtype.name}")
+    shape = tuple(tile.shape)
+    if math.prod(shape) == 1:
+        shape = ()  # one offset (tensor_copy_dynamic_src/dst): a scalar
+    ctx = current("dynamic index")
+    if ctx.full:
+        if ctx.unwritten is not None:  # the index tile may be the last result, written lazily at the next call
+            ctx._flush()
+        vals = np.asarray(read(tile)).astype(np.int64).reshape(shape)
+    else:
+        size = math.prod(shape)
+        vals = (np.linspace(0, max(n - 1, 0), size).round().astype(np.int64) if size > 1
+                else np.zeros(size, np.int64)).reshape(shape)
+    if isinstance(off, IndexExpr):
+        vals = vals + off.values
+    elif off:
+        vals = vals + int(off)
+    return vals, tile
+
+
+def _register_dynamic(t: Tensor, tiles: tuple) -> None:
+    from nkisim.core.runtime import current
+
+    current("dynamic index").dyn[id(t)] = (weakref.ref(t), tiles)
+
+
+def dynamic_tiles(ctx, t: Tensor) -> tuple:
+    """Index tiles a dynamically indexed view depends on (empty for a static access)."""
+    dyn = ctx.dyn
+    if not dyn:
+        return ()
+    e = dyn.get(id(t))
+    return e[1] if e is not None and e[0]() is t else ()
 
 
 def _as_index(v) -> int:

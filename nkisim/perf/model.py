@@ -76,6 +76,9 @@ RESOURCE_OF = {
 }
 
 
+_MIN_II_DYNAMIC = 600  # engine cycles before an instruction with a run-time address starts (ISA-226)
+
+
 def int_attr(attrs: dict, key: str, default: int) -> int:
     """attrs[key] as a non-negative int, or ``default`` when absent or malformed (traces are untrusted)."""
     v = attrs.get(key)
@@ -134,6 +137,7 @@ class CostModel:
         parts.append(a.get("func"))
         parts.append(bool(a.get("reduce") or a.get("reduce_res")))
         parts.append(a.get("value"))
+        parts.append(a.get("k"))
         return tuple(parts)
 
     def _tensor_cost(self, ins: Instr) -> ComputeCost:
@@ -226,6 +230,15 @@ class CostModel:
         elif op == "iota":
             out = dsts[0] if dsts else first
             work = float(out.free_elems)
+        elif op in ("tensor_copy_dynamic_src", "tensor_copy_dynamic_dst"):
+            work = max(_MIN_II_DYNAMIC, n)  # ISA-226: max(MIN_II_DYNAMIC, N), MIN_II_DYNAMIC ~ 600 engine cycles
+        elif op == "local_gather":
+            # ISA-226: GPSIMD_START + (num_valid_indices * num_elem_per_idx) / C with
+            # C = ((28 + t*k) / (t*k)) / min(4 / dtype_size, k), t = 4 (GPSIMD_START added below)
+            k, nvalid = a.get("k", (1, n))
+            t = 4.0
+            c = ((28.0 + t * k) / (t * k)) / min(4.0 / max(first.itemsize, 1), k)
+            work = nvalid * k / c
         elif op == "nc_transpose":  # VectorE 32x32 transpose: max(MIN_II, N)
             work = n
         elif op in ("reciprocal",):
