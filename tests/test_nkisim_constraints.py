@@ -58,7 +58,7 @@ def test_official_errors_are_value_errors_with_docs_link():
 
 def test_capacity_errors_are_memory_errors():
     with pytest.raises(MemoryError):
-        fail("nkisim_psum_capacity", target="trn2", peak=18432, banks=9, capacity=16384, tiles="")
+        fail("nkisim_sbuf_capacity", target="trn2", peak=300000, capacity=212992, tiles="")
     assert issubclass(NKICapacityError, NKIError)
 
 
