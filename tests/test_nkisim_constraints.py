@@ -58,7 +58,7 @@ def test_official_errors_are_value_errors_with_docs_link():
 
 def test_capacity_errors_are_memory_errors():
     with pytest.raises(MemoryError):
-        fail("nkisim_psum_capacity", target="trn2", peak=18432, banks=9, capacity=16384, tiles="")
+        fail("nkisim_sbuf_capacity", target="trn2", peak=300000, capacity=212992, tiles="")
     assert issubclass(NKICapacityError, NKIError)
 
 
@@ -117,12 +117,23 @@ def test_unsupported_memory():
     with raises_rule("err_unsupported_memory", "operand 'src' of 'dma_copy'", "'hbm|sbuf'", "'psum'"):
         run(dma_from_psum, _z((128, 128)), _z((128, 64)))
 
-    def matmul_from_psum(a, b):
-        ps = nisa.nc_matmul(nl.load(a), nl.load(b))
-        nisa.nc_matmul(ps, nl.load(b))
+    def matmul_from_hbm(a, b):
+        nisa.nc_matmul(a, nl.load(b))
 
-    with raises_rule("err_unsupported_memory", "operand 'stationary' of 'nc_matmul'", "'sbuf'"):
-        run(matmul_from_psum, _z((128, 128)), _z((128, 64)))
+    with raises_rule("err_unsupported_memory", "operand 'stationary' of 'nc_matmul'", "'sbuf'", "'hbm'"):
+        run(matmul_from_hbm, _z((128, 128)), _z((128, 64)))
+
+    def matmul_from_psum_allocated(a, b):
+        # direct allocation: no compiler-owned SBUF to stage a PSUM operand through (automatic allocation stages
+        # it, tests/test_nkisim_matmul_psum_operand.py)
+        sa = nl.ndarray((128, 128), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0))
+        nisa.dma_copy(src=a, dst=sa)
+        ps = nl.ndarray((128, 128), dtype=nl.float32, buffer=ncc.psum.mod_alloc(base_bank=0, num_bank_tiles=(1,)))
+        ps[...] = nisa.nc_matmul(sa, sa)
+        nisa.nc_matmul(ps, sa)
+
+    with raises_rule("err_unsupported_memory", "operand 'stationary' of 'nc_matmul'", "'sbuf'", "'psum'"):
+        run(matmul_from_psum_allocated, _z((128, 128)), _z((128, 64)))
 
     def store_to_sbuf(a):
         t = nl.load(a)

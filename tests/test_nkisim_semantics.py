@@ -378,13 +378,15 @@ def test_psum_eight_banks():
         keep = [nl.zeros(shape, nl.float32, buffer=nl.psum) for _ in range(n)]
         assert len(keep) == n
 
-    run_kernel(k, (), {"n": 8, "shape": (128, 512)})
-    with raises_rule("nkisim_psum_capacity", "9 banks", "capacity 16384"):
-        run_kernel(k, (), {"n": 9, "shape": (128, 512)})
+    def spills(n, shape) -> int:
+        return sum(1 for i in run_kernel(k, (), {"n": n, "shape": shape}).trace.instrs if i.attrs.get("psum_spill"))
+
+    assert spills(8, (128, 512)) == 0
+    # beyond the 8 banks the compiler spills (tests/test_nkisim_psum_spill.py): one costed copy per spilled tile
+    assert spills(9, (128, 512)) == 1
     # a PSUM tile occupies whole 2 KiB banks: nine tiny tiles still need nine banks
-    with raises_rule("nkisim_psum_capacity"):
-        run_kernel(k, (), {"n": 9, "shape": (128, 1)})
-    run_kernel(k, (), {"n": 4, "shape": (128, 2, 512)})
+    assert spills(9, (128, 1)) == 1
+    assert spills(4, (128, 2, 512)) == 0
 
 
 def test_psum_bank_limit_of_one_matmul():

@@ -356,3 +356,14 @@ def test_trn1_short_dma_runs_move_at_the_documented_size_efficiency():
 def test_trn2_dma_rate_does_not_depend_on_run_length_beyond_the_per_dma_cost():
     """trn2 keeps the serial per-DMA cost as its size-efficiency model: no second, per-byte penalty."""
     assert costs_for("trn2").dma_run_efficiency == ()
+
+
+@settings(max_examples=200, deadline=None, phases=[Phase.generate])
+@given(frac=st.floats(-1e4, 0.999), work=st.floats(0.0, 1e5), win=st.floats(1.0, 1e4), r0=st.floats(0.1, 0.99))
+def test_throttle_ramp_extra_is_bounded(frac, work, win, r0):
+    """Warm-up never costs more than running all the work at the ramp's lowest rate, nor less than nothing, even
+    for work list-scheduled into an idle gap before the current warm-up began (negative x0)."""
+    from nkisim.perf.scheduler import _ramp_extra
+
+    extra = _ramp_extra(frac * win, work, win, r0)  # the scheduler calls it inside the window (x0 < win)
+    assert -1e-6 * (1.0 + work) <= extra <= work * (1.0 / r0 - 1.0) + 1e-6 * (1.0 + work)

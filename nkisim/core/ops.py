@@ -548,14 +548,30 @@ def store(dst: Tensor, value, *, mask=None) -> None:
 _MATMUL_DTYPES = {"float8_e4m3", "float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32"}
 
 
+def _stage_psum_operand(ctx: KernelContext, t: Tensor, op_name: str, name: str) -> Tensor:
+    """A matmul operand must sit in SBUF: TensorE reads only SBUF ("The nc_matmul instruction must read inputs
+    from SBUF", nki.isa.nc_matmul, Neuron 2.21 docs). AWS's own legacy kernels nevertheless hand a PSUM tile
+    straight to the matmul (nki-samples flash_attn_bwd: an nc_transpose result as stationary; the attention
+    tutorial's attn_fwd_v1: an nl.transpose result as nl.matmul's y) and run on hardware and in
+    nki.simulate_kernel, so the legacy compiler stages the tile through SBUF. nkisim does the same with an explicit
+    VectorE PSUM->SBUF tensor_copy, so the copy is costed and shows in the profile under this op's name.  Direct
+    allocation leaves no compiler-owned SBUF to stage through: there the documented error stands."""
+    if t._a.buf == B_PSUM and not ctx.direct_alloc:
+        staged = tensor_copy(t, op_name=op_name)
+        ctx.settle()  # the copy's values land now: the matmul reads them below
+        return staged
+    need_on_chip(t, op_name, name, (B_SBUF,))
+    return t
+
+
 def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False, mask=None,
               op_name: str = "nc_matmul", double_row: bool = False) -> Tensor:
     ctx = current(op_name)
     ctx.settle()
     stationary = need_tensor(stationary, op_name, "stationary")
     moving = need_tensor(moving, op_name, "moving")
-    need_on_chip(stationary, op_name, "stationary", (B_SBUF,))
-    need_on_chip(moving, op_name, "moving", (B_SBUF,))
+    stationary = _stage_psum_operand(ctx, stationary, op_name, "stationary")
+    moving = _stage_psum_operand(ctx, moving, op_name, "moving")
     if stationary._pd or moving._pd:
         fail("err_failed_to_infer_tile_from_local_tensor",
              name=(stationary if stationary._pd else moving)._a.name or "stationary/moving")

@@ -31,7 +31,7 @@ class NKIError(ValueError):
 
 
 class NKICapacityError(NKIError, MemoryError):
-    """SBUF or PSUM over-subscription (the compiler's allocator fails; GCA035 on hardware)."""
+    """SBUF over-subscription (the compiler's allocator fails; GCA035 on hardware). PSUM spills instead."""
 
 
 def _r(code: str, template: str, source: str, eras: tuple[str, ...] = ("2024", "2025"), era_note: str = "") -> Rule:
@@ -189,10 +189,6 @@ _RULE_LIST = [
        "SBUF over-subscribed on {target}: {peak} bytes per partition live, capacity {capacity} bytes per "
        "partition. Largest live tiles: {tiles}",
        "SBUF 192 KiB (trn1) / 224 KiB (trn2) per partition minus the compiler reserve (tile_size)"),
-    _r("nkisim_psum_capacity",
-       "PSUM over-subscribed on {target}: {peak} bytes per partition live ({banks} banks of 2 KiB), capacity "
-       "{capacity} bytes per partition (8 banks). Largest live tiles: {tiles}",
-       "PSUM 16 KiB per partition = 8 banks x 2 KiB (trainium arch guides)"),
     _r("nkisim_direct_alloc",
        "direct allocation: {detail}",
        "nki.compiler.sbuf.mod_alloc; nki_direct_allocation_guide.rst"),
@@ -211,7 +207,7 @@ def fail(code: str, **fields) -> None:
     if rule.official:
         sep = "" if message.endswith(".") else "."  # templates that end a sentence already: no '..'
         message += f"{sep} Info on how to fix: {ERRORS_URL}#{code.replace('_', '-')}"
-    cls = NKICapacityError if code in ("nkisim_sbuf_capacity", "nkisim_psum_capacity") else NKIError
+    cls = NKICapacityError if code == "nkisim_sbuf_capacity" else NKIError
     raise cls(code, message)
 
 

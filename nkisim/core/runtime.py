@@ -81,8 +81,8 @@ class KernelContext:
         if ref is not None:
             self.pending = None
             alloc = ref()
-            if alloc is not None:
-                self.mem.charge(alloc)
+            if alloc is not None and self.mem.charge(alloc):
+                self.spill(alloc)
         self.last_instr = None
         self.last_result = None
         self.last_values = None
@@ -98,6 +98,15 @@ class KernelContext:
         if w is None:
             w = self._where[key] = f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}"
         self.loc, self.site = w, key
+
+    def spill(self, alloc: Allocation) -> None:
+        """Cost the compiler's spill of a PSUM tile that got no bank (MemoryTracker.charge): one VectorE
+        PSUM -> SBUF copy of the whole tile, traced with ``psum_spill`` so the profile summary warns about it.
+        The SBUF side shares the tile's storage: nothing is allocated or charged for it."""
+        src = Tensor(alloc, alloc.base, 0, off=0)  # physical layout: partition axis first
+        dst = Tensor(Allocation(B_SBUF, alloc.base, self.mem.new_phys(), None, "psum_spill", alloc.bytes_pp, None),
+                     alloc.base, 0, off=0)
+        self.emit("tensor_copy", Engine.VECTOR, (src,), (dst,), {"psum_spill": True})
 
     def emit(self, op: str, engine: Engine, srcs, dsts, attrs: dict) -> Instr:
         instrs = self.trace.instrs
@@ -281,8 +290,8 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
     base, view = make_storage(dims, pdim, dt, fill, not ctx.full or provisional)
     mem = ctx.mem
     alloc = Allocation(kind, base, mem.phys_for(site, kind), site, name, bytes_pp, mem)
-    if not provisional:
-        mem.charge(alloc)
+    if not provisional and mem.charge(alloc):
+        ctx.spill(alloc)
     if kind == B_PSUM and ctx.full and not provisional:
         # per-element "written" flags of the matmul accumulation groups; provisional PSUM results (acc None) were
         # written by the instruction that produced them, i.e. all flags set

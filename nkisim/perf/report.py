@@ -44,6 +44,8 @@ class PerfReport:
     critical_path: list[tuple[int, str, str, str, float]] = field(default_factory=list)
     schedule: Schedule | None = field(default=None, repr=False, compare=False)
     core_latency_us: list[float] = field(default_factory=list)  # SPMD over several cores: each core's latency
+    psum_spills: int = 0  # PSUM tiles the compiler spilled past the 8 banks (costed as VectorE copies)
+    psum_spill_bytes: int = 0  # their bytes per partition
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -85,6 +87,7 @@ def build_report(
     mm_count = 0
     by_engine: dict[str, int] = {}
     hbm_r = hbm_w = 0
+    spills = spill_bytes = 0
     for ins in instrs:
         name = ENGINE_NAMES.get(ins.engine, "Unknown")
         by_engine[name] = by_engine.get(name, 0) + 1
@@ -114,6 +117,9 @@ def build_report(
             tr_flops += 2.0 * p * fr * p
             hw_tr += 2.0 * p * fr * p
             mm_count += 1
+        elif op == "tensor_copy" and ins.attrs.get("psum_spill"):
+            spills += 1
+            spill_bytes += ins.srcs[0].free_elems * ins.srcs[0].itemsize
         elif op == "dma_copy":
             nb = int_attr(ins.attrs, "bytes", 0)
             if ins.srcs and ins.srcs[0].region.buf == Buf.HBM:
@@ -162,6 +168,8 @@ def build_report(
         dge=dge,
         critical_path=critical_path(instrs, sch),
         schedule=sch,
+        psum_spills=spills,
+        psum_spill_bytes=spill_bytes,
     )
 
 

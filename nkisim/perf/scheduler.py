@@ -211,6 +211,11 @@ def _pick_engine(ins: Instr, model: CostModel, gaps: dict, ready: float, tc: Tar
 def _ramp_extra(x0: float, work: float, win: float, r0: float) -> float:
     """Extra time ``work`` ns of TensorE work takes when it starts ``x0`` ns into a dI/dt warm-up window of
     ``win`` ns whose rate limit ramps linearly from ``r0`` to 1 (SUM/GLO: ~50% at start, full after ~3 us)."""
+    if x0 < 0.0:
+        # list scheduling can place work in an idle gap before the current warm-up began: it then runs from a
+        # cold start, never "before" the ramp (a negative x0 made the quadratic below explode: ~1e19 ns matmuls in
+        # AWS's attention tutorial v4)
+        x0 = 0.0
     k = (1.0 - r0) / win  # rate(x) = r0 + k x for x < win
     avail = r0 * (win - x0) + 0.5 * k * (win * win - x0 * x0)  # work doable before the ramp ends
     if work >= avail:

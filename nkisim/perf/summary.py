@@ -44,6 +44,7 @@ def summary_metrics(rep: PerfReport) -> list[tuple[str, object, str]]:
     rows.append(("act_table_load_count", rep.act_table_loads, ""))
     rows.append(("throttle_time", round(rep.throttled_us, 3), "us"))
     rows.append(("dge_enabled", str(bool(rep.dge)).lower(), ""))
+    rows.append(("psum_spill_count", rep.psum_spills, ""))
     return rows
 
 
@@ -57,6 +58,10 @@ def format_summary(rep: PerfReport, *, critical_top: int = 8) -> str:
     lines = [HEADER, ""]
     for k, v, u in rows:
         lines.append(f"{k:<{width}}{v}{(' ' + u) if u else ''}")
+    if rep.psum_spills:
+        lines += ["", f"warning: {rep.psum_spills} PSUM tile(s) ({rep.psum_spill_bytes} bytes per partition) did not "
+                  "fit the 8 PSUM banks and were spilled to SBUF by the compiler; each spill is costed as a VectorE "
+                  "copy. Reuse fewer, smaller PSUM tiles to avoid it."]
     top = rep.critical_path_by_location(critical_top)
     if top:
         lines += ["", "critical path by kernel line (time on the path):"]
