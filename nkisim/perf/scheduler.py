@@ -217,6 +217,8 @@ def _ramp_extra(x0: float, work: float, win: float, r0: float) -> float:
         # AWS's attention tutorial v4)
         x0 = 0.0
     k = (1.0 - r0) / win  # rate(x) = r0 + k x for x < win
+    if k <= 0.0:  # no ramp (full rate from the start): no extra time
+        return 0.0
     avail = r0 * (win - x0) + 0.5 * k * (win * win - x0 * x0)  # work doable before the ramp ends
     if work >= avail:
         return (win - x0) - avail
