@@ -151,7 +151,7 @@ def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     AWS's simulator and on Trainium, expects ``floor(i / out_w)``: 58.53 must become 58, which truncation gives
     and rounding to nearest does not.  One rule for every engine and for DMA casts: no document distinguishes them.
     That evidence covers non-negative values only; towards zero (not floor) for negatives follows C and NumPy's
-    ``astype``, which AWS's NumPy-based simulator uses.
+    ``astype`` and is not verified against hardware.
     """
     if values.dtype == dtype:
         return values
