@@ -142,10 +142,21 @@ def activation(name: str, x):
 
 
 def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Round once to the destination dtype (float -> int rounds to nearest, as the engines' output casting)."""
+    """Convert once to the destination dtype: floats round to the float format, float -> int truncates.
+
+    float -> int discards the fraction (towards zero), saturating at the integer range, NaN -> 0.  The 2.2x docs
+    ("NKI Type Promotion", general/nki/api/nki.api.shared.rst) make ``int32_tile / 38`` an int32 result computed
+    in fp32 and "cast back", without naming the rounding; AWS's own sample ``resize_nearest_fixed_dma_kernel``
+    (nki-samples, vision.py) computes ``nl.floor(iota_int32 / out_w, dtype=int32)`` and its test, run both on
+    AWS's simulator and on Trainium, expects ``floor(i / out_w)``: 58.53 must become 58, which truncation gives
+    and rounding to nearest does not.  One rule for every engine and for DMA casts: no document distinguishes them.
+    That evidence covers non-negative values only; towards zero (not floor) for negatives follows C and NumPy's
+    ``astype`` and is not verified against hardware.
+    """
     if values.dtype == dtype:
         return values
     if dtype.kind in "iu" and values.dtype.kind == "f":
         info = np.iinfo(dtype)
-        return np.clip(np.nan_to_num(np.rint(values)), info.min, info.max).astype(dtype)
+        # clip in fp64: int32's max is not an fp32 value (it rounds up to 2**31 and would wrap to INT_MIN)
+        return np.clip(np.nan_to_num(np.trunc(values.astype(np.float64))), info.min, info.max).astype(dtype)
     return values.astype(dtype)
