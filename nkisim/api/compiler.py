@@ -13,6 +13,7 @@ import functools as _functools
 import numpy as _np
 
 from nkisim.api import _unsupported
+from nkisim.core import rules as _rules
 from nkisim.core import runtime as _rt
 from nkisim.core.instr import Buf as _Buf
 from nkisim.core.memory import Allocation as _Allocation
@@ -98,8 +99,14 @@ class _ModAlloc:
         used_blocks = min(nblocks, wrap) if wrap else nblocks
         end = self.base_addr + used_blocks * tile_bytes
         if self.base_addr < 0 or end > ctx.limits.sbuf_usable_bytes:
-            _fail("nkisim_direct_alloc", detail=f"tensor '{name or 'tile'}' at base_addr {self.base_addr} needs "
-                  f"bytes [{self.base_addr}, {end}) per partition, beyond the {ctx.limits.sbuf_usable_bytes} usable")
+            detail = (f"tensor '{name or 'tile'}' at base_addr {self.base_addr} needs bytes [{self.base_addr}, {end}) "
+                      f"per partition, beyond the {ctx.limits.sbuf_usable_bytes} usable")
+            # nki.simulate_kernel does not check capacity (rules.NKICapacityWarning): past the usable bytes but
+            # inside the physical partition it warns; memory that does not exist is still an error
+            if ctx.mem.simulate and self.base_addr >= 0 and end <= ctx.limits.sbuf_bytes_per_partition:
+                ctx.mem.overflows.append(_rules.message("nkisim_direct_alloc", detail=detail))
+            else:
+                _fail("nkisim_direct_alloc", detail=detail)
         parts = dims[pdim]
         raw = arena.base[:parts, self.base_addr:end]
         free_shape = dims[pdim + 1:]
@@ -266,8 +273,11 @@ class _CallbackAlloc:
         row = lim.psum_bytes_per_partition if psum_kind else lim.sbuf_usable_bytes
         lo, hi = min(addrs.values()), max(addrs.values()) + tile_bytes
         if lo < 0 or hi > row:
-            _fail("nkisim_direct_alloc", detail=f"tensor '{name or 'tile'}' placed at bytes [{lo}, {hi}) per "
-                  f"partition, beyond the {row} available")
+            detail = f"tensor '{name or 'tile'}' placed at bytes [{lo}, {hi}) per partition, beyond the {row} available"
+            if ctx.mem.simulate and not psum_kind and lo >= 0 and hi <= lim.sbuf_bytes_per_partition:
+                ctx.mem.overflows.append(_rules.message("nkisim_direct_alloc", detail=detail))  # as in mod_alloc
+            else:
+                _fail("nkisim_direct_alloc", detail=detail)
         zero = (0,) * pdim
         steps = []
         for d in range(pdim):

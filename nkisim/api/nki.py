@@ -115,7 +115,7 @@ def simulate_kernel(kernel, *args, **kwargs):
     """Run the kernel on the CPU with NumPy inputs and return its outputs."""
     if _rt.active() is not None:
         return _rt.unwrap(kernel)(*args, **kwargs)
-    return _rt.run_kernel(kernel, args, kwargs, mode="full").outputs
+    return _rt.run_kernel(kernel, args, kwargs, mode="full", simulate=True).outputs
 
 
 def simulate(kernel):

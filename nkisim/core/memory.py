@@ -13,7 +13,7 @@ import numpy as np
 
 from nkisim.core import dtypes
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf
-from nkisim.core.rules import fail
+from nkisim.core.rules import fail, message
 
 BUF_NAMES = {B_HBM: "hbm", B_SBUF: "sbuf", B_PSUM: "psum"}
 ROTATION_DEPTH = 2  # free buffers a site keeps before reusing one (see MemoryTracker.phys_for)
@@ -67,6 +67,10 @@ class MemoryTracker:
         self.closed = False
         self.stop_code = None  # the kernel function's code: frames older than it cannot hold its tiles
         self.spills: list[tuple] = []  # (name, bytes per partition, site) of PSUM tiles spilled past the 8 banks
+        # nki.simulate_kernel: capacity is the compiler's check, not the simulator's (rules.NKICapacityWarning);
+        # over-subscriptions are collected here as messages instead of raised
+        self.simulate = False
+        self.overflows: list[str] = []
 
     # -- physical ids -------------------------------------------------------------------------------------
     def phys_for(self, site, buf: Buf = B_SBUF) -> int:
@@ -120,6 +124,10 @@ class MemoryTracker:
         if self.live[buf] > capacity:
             peak = self.live[buf]
             tiles = self.largest(buf)
+            if self.simulate:
+                self.overflows.append(message("nkisim_sbuf_capacity", target=self.target, peak=peak,
+                                              capacity=capacity, tiles=tiles))
+                return False
             # undo so the error leaves the tracker consistent
             self.live[buf] -= cost
             alloc.charged = False

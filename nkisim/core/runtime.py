@@ -18,7 +18,7 @@ import numpy as np
 from nkisim.core import config, dtypes, execute
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf, Engine, Instr, Trace
 from nkisim.core.memory import Allocation, MemoryTracker, make_storage
-from nkisim.core.rules import applies, fail
+from nkisim.core.rules import NKICapacityWarning, applies, fail
 from nkisim.core.tensor import Tensor, parse_shape
 
 _NKISIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -395,16 +395,20 @@ def launch_grid(kernel) -> tuple[tuple[int, ...], list[int] | None]:
     return (), None
 
 
-def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str | None = None) -> KernelRun:
+def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str | None = None,
+               simulate: bool = False) -> KernelRun:
     """Run a kernel on NumPy inputs; returns its outputs and instruction trace.
 
     A kernel launched on an SPMD grid (``kernel[b, h]``) runs once per program, in row-major order, on the same
     inputs; ``trace.meta['spmd']`` records where each program's instructions start and which core runs it.
+    ``simulate`` is ``nki.simulate_kernel``: capacity limits the compiler enforces only warn
+    (:class:`~nkisim.core.rules.NKICapacityWarning`).
     """
     fn = unwrap(kernel)
     grid, cores = launch_grid(kernel)
     name = getattr(fn, "__name__", "kernel")
     ctx = KernelContext(target, mode, name)
+    ctx.mem.simulate = simulate
     ctx.kernel_code = ctx.mem.stop_code = getattr(fn, "__code__", None)
     kwargs = dict(kwargs or {})
     _STACK.append(ctx)
@@ -429,6 +433,8 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
             {"phys": t._a.phys, "shape": list(t.shape), "dtype": t.dtype.name, "bytes": t._a.base.nbytes}
             for t in (ret if isinstance(ret, (tuple, list)) else (ret,)) if isinstance(t, Tensor)]
         outputs = _to_numpy(ret) if ctx.full else None
+        if ctx.mem.overflows:
+            _warn_capacity(name, ctx.mem.overflows)
     finally:
         if blas is not None:
             blas.restore_original_limits()
@@ -438,6 +444,16 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         _STACK.pop()
         ctx.mem.closed = True
     return KernelRun(outputs, ctx.trace, ctx.target, ctx.mem.peak[B_SBUF], ctx.mem.peak[B_PSUM])
+
+
+def _warn_capacity(name: str, overflows: list[str]) -> None:
+    """One warning per simulated run that the compiler would reject for capacity (first problem, and a count)."""
+    import warnings
+
+    more = f" ({len(overflows) - 1} more allocation(s) over the limit)" if len(overflows) > 1 else ""
+    warnings.warn(NKICapacityWarning(
+        f"kernel '{name}': {overflows[0]}{more}. nki.simulate_kernel does not check capacity, as AWS's simulator "
+        "does not; compiling it (nki.baremetal, nki.benchmark, the grader, Trainium) fails"), stacklevel=3)
 
 
 # physical NeuronCores per chip (shared/trainium-facts.md "cores per chip": trn1 2, trn2 8)
