@@ -173,7 +173,8 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
 def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
                mask=None, dtype=None, **kwargs):
     return _ops.activation(_act(op), data, bias=bias, scale=scale, dtype=dtype, mask=mask,
-                           reduce_op=_alu(reduce_op) if reduce_op is not None else None, reduce_res=reduce_res)
+                           reduce_op=_alu(reduce_op) if reduce_op is not None else None, reduce_res=reduce_res,
+                           reduce_cmd=int(reduce_cmd))
 
 
 def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs):
@@ -185,9 +186,11 @@ def iota(expr, dtype, *, mask=None, **kwargs):
 
 
 def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, **kwargs):
-    """nisa.activation plus a reduction of each partition's results into reduce_res (ScalarE, one instruction)."""
+    """nisa.activation plus a reduction of each partition's results into reduce_res (ScalarE, one instruction):
+    "equivalent to calling nisa.activation with reduce_cmd=nisa.reduce_cmd.reset_reduce" (2.26 docs)."""
     return _ops.activation(_act(op), data, bias=bias, scale=scale, dtype=dtype, mask=mask,
-                           reduce_op=_alu(reduce_op, "activation_reduce"), reduce_res=reduce_res)
+                           reduce_op=_alu(reduce_op, "activation_reduce"), reduce_res=reduce_res,
+                           reduce_cmd=reduce_cmd.reset_reduce)
 
 
 def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, **kwargs):

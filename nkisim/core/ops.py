@@ -1006,7 +1006,7 @@ def _reduce_mask(mask, out_shape, data: Tensor, op: str):
 
 
 def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, reduce_op=None,
-               reduce_res: Tensor | None = None, op_name: str = "activation") -> Tensor:
+               reduce_res: Tensor | None = None, reduce_cmd: int = 0, op_name: str = "activation") -> Tensor:
     ctx = current(op_name)
     ctx.settle()
     data = need_tensor(data, op_name, "data")
@@ -1040,11 +1040,38 @@ def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, 
         b = _vals(bi).reshape(pshape) if isinstance(bi, Tensor) else np.float32(bi or 0.0)
         values = execute.activation(func, v * s + b)
     out = finish(ctx, ins, out, values, mask_values(mask, out.shape, *srcs))
-    if reduce_res is not None and ctx.full:
-        red = execute.REDUCE[reduce_op or "add"](
-            values.reshape(parts_of(data), -1), axis=1, keepdims=True)
-        write(reduce_res, execute.cast(red.reshape(reduce_res.shape), reduce_res.dtype))
+    if ctx.full and (reduce_res is not None or reduce_cmd):
+        regs = reduce_registers(ctx, E_SCALAR, reduce_cmd, reduce_op or "add", values.reshape(p, -1))
+        if reduce_res is not None:
+            write(reduce_res, execute.cast(regs.reshape(reduce_res.shape), reduce_res.dtype))
     return out
+
+
+# reduce_cmd values (nisa.reduce_cmd): idle, reset, reduce, reset_reduce
+RESET, REDUCE, RESET_REDUCE = 1, 2, 3
+
+
+def reduce_registers(ctx, engine, cmd: int, reduce_op: str, rows: np.ndarray) -> np.ndarray:
+    """The engine's 128 per-partition reduction registers after an instruction with ``reduce_cmd=cmd``.
+
+    nki.isa.activation (2.2x docs, 2.26 stub): "There are 128 registers on the scalar engine for storing
+    reduction results ... accu_registers = reduce_op(accu_registers, reduce_op(output, axis=<FreeAxis>))";
+    reset zeroes them, idle leaves them alone, reduce accumulates onto them, reset_reduce restarts from this
+    instruction's result; passing ``reduce_res`` reads them out.  They persist across instructions, so a chain
+    reset_reduce -> reduce -> reduce(reduce_res=r) puts the reduction of all three into r (AWS's range_select
+    chaining example, test_nki_isa_range_select.py).  Returns the registers of the instruction's partitions.
+    """
+    regs = ctx.reduce_regs.get(engine)
+    if regs is None:
+        regs = ctx.reduce_regs[engine] = np.zeros((128, 1), dtype=F32)
+    p = rows.shape[0]
+    cmd = int(cmd)
+    if cmd == RESET:
+        regs[:p] = 0
+    elif cmd in (REDUCE, RESET_REDUCE):
+        red = np.asarray(execute.REDUCE[reduce_op](rows, axis=1, keepdims=True), dtype=F32)
+        regs[:p] = red if cmd == RESET_REDUCE else execute.alu(reduce_op, regs[:p], red)
+    return regs[:p]
 
 
 def select(condition, x, y, *, dtype=None, mask=None) -> Tensor:

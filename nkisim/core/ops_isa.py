@@ -25,6 +25,7 @@ from nkisim.core.ops import (
     need_tensor,
     new_result,
     parts_of,
+    reduce_registers,
 )
 from nkisim.core.rules import fail
 from nkisim.core.runtime import current
@@ -88,7 +89,8 @@ def range_select(on_true_tile, comp_op0: str, comp_op1: str, bound0, bound1, *, 
                  reduce_op: str = "maximum", reduce_cmd: int = 0, range_start: int = 0,
                  on_false_value=-3.4028235e38, dtype=None, mask=None) -> Tensor:
     """out[p, j] = (comp_op0(j + range_start, bound0[p]) and comp_op1(j + range_start, bound1[p])) ? in : false
-    value; optionally reduce each row into reduce_res (reduce_cmd: 0 idle, 1 reset, 2 reduce, 3 reset_reduce)."""
+    value; each row's reduction goes into VectorE's reduction registers as ``reduce_cmd`` says (idle, reset, reduce,
+    reset_reduce: ops.reduce_registers) and ``reduce_res`` reads the registers out."""
     ctx, (src,) = _start("range_select", E_VECTOR, [(on_true_tile, "on_true_tile")])
     b0, t0 = _per_partition(ctx, "range_select", src, bound0, "bound0")
     b1, t1 = _per_partition(ctx, "range_select", src, bound1, "bound1")
@@ -104,11 +106,10 @@ def range_select(on_true_tile, comp_op0: str, comp_op1: str, bound0, bound1, *, 
         hi = _pval(b1, src).reshape(-1, 1)
         keep = execute.alu(comp_op0, j, lo).astype(bool) & execute.alu(comp_op1, j, hi).astype(bool)
         values = np.where(keep, v, np.float32(on_false_value)).reshape(src.shape)
-        if reduce_res is not None and int(reduce_cmd) in (2, 3):
-            red = execute.REDUCE[reduce_op](_rows(values), axis=1, keepdims=True)
-            if int(reduce_cmd) == 2:
-                red = execute.alu(reduce_op, _vals(reduce_res).reshape(red.shape), red)
-            _write_side(reduce_res, red)
+        # the VectorE reduction registers persist across instructions; reduce_res only reads them out
+        regs = reduce_registers(ctx, E_VECTOR, reduce_cmd, reduce_op, _rows(values))
+        if reduce_res is not None:
+            _write_side(reduce_res, regs)
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, src, out))
 
 

@@ -53,6 +53,7 @@ class KernelContext:
         self.loc: str = "?"
         self.site = None
         self.kernel_code = None  # code object of the top-level kernel function (shared_hbm scope rule)
+        self.reduce_regs: dict = {}  # engine -> its 128 reduction registers (ops.reduce_registers)
         self.dyn: dict = {}  # id(view) -> (weakref, index tiles) of dynamically indexed views (tensor.dynamic_tiles)
         # SPMD launch grid: sizes per axis (() without a grid), this program's ids, and the shared_hbm tensors of
         # the first program, which later programs receive again (shared_hbm is one tensor for the whole grid)

@@ -1,0 +1,113 @@
+"""Semantic sweep of the documented legacy API (issue 13, task i13e): small kernels of our own, each checked
+against a NumPy model of what the Neuron 2.2x docs say the call computes.
+
+Only behaviours that nkisim got wrong before the sweep (or that a plausible regression would break) are tested
+here; the broad per-op value tests live in test_nkisim_ops.py and test_nkisim_legacy_api.py.
+"""
+
+from __future__ import annotations
+
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+import numpy as np
+import pytest
+
+from nkisim.core.runtime import run_kernel
+
+RNG = np.random.default_rng(1313)
+
+
+def _store(t):
+    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.hbm)
+    nl.store(out, t)
+    return out
+
+
+def run(kernel, *args, target="trn2"):
+    return run_kernel(kernel, args=args, target=target).outputs
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reduction registers (nisa.activation reduce_cmd, nisa.range_select reduce_cmd)
+#
+# nki.isa.activation (2.26 docs): 128 per-partition registers on ScalarE, "shared between activation calls";
+# reduce_cmd reset / idle / reduce / reset_reduce controls them and reduce_res reads them out.  Before the sweep
+# nkisim reduced each instruction on its own and ignored reduce_cmd, so chains lost every part but the last.
+
+
+@pytest.mark.parametrize("target", ["trn2", "trn1"])
+def test_activation_reduce_registers_chain_across_instructions(target):
+    x = RNG.uniform(-1, 1, (64, 3, 40)).astype(np.float32)
+
+    def k(xh):
+        t = nl.load(xh)
+        outs = []
+        res = nl.ndarray((64, 1), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.static_range(3):
+            cmd = nisa.reduce_cmd.reset_reduce if i == 0 else nisa.reduce_cmd.reduce
+            e = nisa.activation(nl.exp, t[:, i, :], reduce_op=nl.add, reduce_cmd=cmd,
+                                reduce_res=res if i == 2 else None)
+            outs.append(_store(e))
+        return (_store(res), *outs)
+
+    res, *outs = run(k, x, target=target)
+    np.testing.assert_allclose(res[:, 0], np.exp(x.astype(np.float64)).sum(axis=(1, 2)), rtol=1e-5)
+    for i, o in enumerate(outs):
+        np.testing.assert_allclose(o, np.exp(x[:, i, :]), rtol=1e-6)
+
+
+def test_activation_reduce_cmd_reset_idle_and_activation_reduce_restarts():
+    x = RNG.uniform(0, 1, (32, 16)).astype(np.float32)
+
+    def k(xh):
+        t = nl.load(xh)
+        a = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+        c = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+        d = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(nl.square, t, reduce_op=nl.add, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        # idle: the registers are neither cleared nor accumulated; reduce_res reads them out
+        nisa.activation(nl.exp, t, reduce_op=nl.add, reduce_cmd=nisa.reduce_cmd.idle, reduce_res=a)
+        # activation_reduce == activation(reduce_cmd=reset_reduce): restarts from its own result
+        nisa.activation_reduce(nl.copy, t, reduce_op=nl.add, reduce_res=b)
+        # reset zeroes the registers, then reduce accumulates onto zero
+        nisa.activation(nl.copy, t, reduce_cmd=nisa.reduce_cmd.reset, reduce_res=c)
+        nisa.activation(nl.square, t, reduce_op=nl.maximum, reduce_cmd=nisa.reduce_cmd.reduce, reduce_res=d)
+        return _store(a), _store(b), _store(c), _store(d)
+
+    a, b, c, d = run(k, x)
+    np.testing.assert_allclose(a[:, 0], (x.astype(np.float64) ** 2).sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(b[:, 0], x.astype(np.float64).sum(axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(c, 0)
+    np.testing.assert_allclose(d[:, 0], (x ** 2).max(axis=1), rtol=1e-6)
+
+
+def test_range_select_reduce_registers_chain():
+    """range_select's VectorE registers: reset_reduce, then reduce with shifted ranges, read out at the end."""
+    x = RNG.uniform(-3, -1, (48, 100)).astype(np.float32)  # all negative: a zero-initialised max would show
+    lo = np.full((48, 1), 10.0, np.float32)
+    hi = (10.0 + RNG.integers(1, 250, (48, 1))).astype(np.float32)
+    starts = (0, 100, 200)
+
+    def k(xh, l, h):
+        t, b0, b1 = nl.load(xh), nl.load(l), nl.load(h)
+        res = nl.ndarray((48, 1), dtype=nl.float32, buffer=nl.sbuf)
+        last = None
+        for i, s in enumerate(starts):
+            cmd = nisa.reduce_cmd.reset_reduce if i == 0 else nisa.reduce_cmd.reduce
+            last = nisa.range_select(on_true_tile=nl.add(t, float(i)), comp_op0=nl.greater_equal, comp_op1=nl.less,
+                                     bound0=b0, bound1=b1, reduce_cmd=cmd, reduce_op=np.max,
+                                     reduce_res=res if i == len(starts) - 1 else None, range_start=s,
+                                     on_false_value=nl.fp32.min)
+        return _store(res), _store(last)
+
+    res, last = run(k, x, lo, hi)
+    fmin = np.float32(np.finfo(np.float32).min)
+    best = np.full((48, 1), -np.inf, np.float32)
+    sel = None
+    for i, s in enumerate(starts):
+        j = s + np.arange(100)[None, :]
+        sel = np.where((j >= lo) & (j < hi), x + np.float32(i), fmin)
+        best = np.maximum(best, sel.max(axis=1, keepdims=True))
+    np.testing.assert_array_equal(last, sel)
+    np.testing.assert_array_equal(res, best)
