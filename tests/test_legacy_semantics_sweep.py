@@ -111,3 +111,91 @@ def test_range_select_reduce_registers_chain():
         best = np.maximum(best, sel.max(axis=1, keepdims=True))
     np.testing.assert_array_equal(last, sel)
     np.testing.assert_array_equal(res, best)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# nl.expand_dims: "Similar to numpy.expand_dims ... axis: position in the expanded axes where the new axis is
+# placed" (nki.language.expand_dims docs).  Before: a negative axis was inserted one place too early (list.insert
+# on the input shape) and a tuple of axes raised TypeError.
+
+
+@pytest.mark.parametrize("axis", [1, 2, -1, -2, (1, 3), (-1, 1), [2, -1]])
+def test_expand_dims_follows_numpy(axis):
+    x = RNG.standard_normal((16, 6)).astype(np.float32)
+    ref = np.expand_dims(x, tuple(axis) if isinstance(axis, list) else axis)
+
+    def k(xh):
+        t = nl.load(xh)
+        return _store(nl.expand_dims(t, axis)), _store(t.expand_dims(axis))
+
+    a, b = run(k, x)
+    assert a.shape == ref.shape and b.shape == ref.shape
+    np.testing.assert_array_equal(a, ref)
+    np.testing.assert_array_equal(b, ref)
+
+
+def test_expand_dims_bad_axis():
+    def k(xh):
+        return _store(nl.expand_dims(nl.load(xh), 3))
+
+    with pytest.raises(ValueError, match="out of range"):
+        run(k, np.zeros((4, 4), np.float32))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Shift and bitwise operators on tiles (nki_known_issues.rst: operator overloads "+, -, *, /, <<, >>, etc" map to
+# the nki.language functions).  Before: TypeError "unsupported operand type(s)".
+
+
+_INT_OPS = {
+    "lshift": (lambda a, b: a << b, lambda a, b: a << b),
+    "rshift": (lambda a, b: a >> b, lambda a, b: a >> b),
+    "and": (lambda a, b: a & b, lambda a, b: a & b),
+    "or": (lambda a, b: a | b, lambda a, b: a | b),
+    "xor": (lambda a, b: a ^ b, lambda a, b: a ^ b),
+    "invert": (lambda a, b: ~a, lambda a, b: ~a),
+    "scalar_rlshift": (lambda a, b: 1 << b, lambda a, b: (1 << b).astype(np.int32)),
+    "scalar_and": (lambda a, b: a & 0x3C, lambda a, b: a & 0x3C),
+    "scalar_ror": (lambda a, b: 0x100 | a, lambda a, b: 0x100 | a),
+    "scalar_rrshift": (lambda a, b: 4096 >> b, lambda a, b: (4096 >> b).astype(np.int32)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_INT_OPS))
+def test_tile_shift_and_bitwise_operators(name):
+    x = RNG.integers(0, 1 << 12, (32, 8)).astype(np.int32)
+    s = RNG.integers(0, 8, (32, 8)).astype(np.int32)
+    f, ref = _INT_OPS[name]
+    out = run(lambda a, b: _store(f(nl.load(a), nl.load(b))), x, s)
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, ref(x, s))
+
+
+def test_invert_of_bool_tile_is_logical_not():
+    x = RNG.standard_normal((16, 8)).astype(np.float32)
+    out = run(lambda a: _store(~nl.greater(nl.load(a), 0.0)), x)
+    np.testing.assert_array_equal(out.astype(bool), ~(x > 0))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# nl.rms_norm / nl.softmax compute_dtype: "currently `dtype` and `compute_dtype` behave the same, both sets
+# internal compute and return dtype" (nki.language.rms_norm docs, 2.2x).  Before: compute_dtype was ignored.
+
+
+def test_rms_norm_and_softmax_compute_dtype_sets_the_result_dtype():
+    x = RNG.standard_normal((16, 32)).astype(np.float32)
+    w = RNG.uniform(0.5, 1.5, (16, 32)).astype(np.float32)
+
+    def k(a, b):
+        t, ww = nl.load(a), nl.load(b)
+        return (_store(nl.rms_norm(t, ww, axis=1, n=32, compute_dtype=nl.float16)),
+                _store(nl.softmax(t, axis=1, compute_dtype=nl.float16)),
+                _store(nl.rms_norm(t, ww, axis=1, n=32, dtype=nl.float32, compute_dtype=nl.float16)))
+
+    r, s, r32 = run(k, x, w)
+    assert r.dtype == np.float16 and s.dtype == np.float16 and r32.dtype == np.float32
+    ref_r = x * w / np.sqrt((x.astype(np.float64) ** 2).mean(axis=1, keepdims=True) + 1e-6)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(r.astype(np.float32), ref_r, rtol=2 ** -10, atol=1e-3)
+    np.testing.assert_allclose(s.astype(np.float32), e / e.sum(axis=1, keepdims=True), rtol=2 ** -10, atol=1e-4)
+    np.testing.assert_allclose(r32, ref_r, rtol=1e-5)

@@ -1074,6 +1074,18 @@ def reduce_registers(ctx, engine, cmd: int, reduce_op: str, rows: np.ndarray) ->
     return regs[:p]
 
 
+def invert(x, *, dtype=None, mask=None) -> Tensor:
+    """nl.invert / ``~tile``: bitwise NOT of an integer tile (one VectorE instruction, x XOR all-ones); NOT of a
+    bool tile."""
+    if x.dtype == np.bool_:
+        return tensor_scalar(x, "equal", 0, dtype=dtype if dtype is not None else np.bool_, mask=mask,
+                             op_name="logical_not")
+    if x.dtype.kind not in "iu":
+        fail("nkisim_bad_argument", op="invert", detail=f"bitwise operations need an integer tile, got {x.dtype}")
+    ones = -1 if x.dtype.kind == "i" else int(np.iinfo(x.dtype).max)
+    return tensor_scalar(x, "bitwise_xor", ones, dtype=dtype, mask=mask, op_name="invert")
+
+
 def select(condition, x, y, *, dtype=None, mask=None) -> Tensor:
     """nl.where: one VectorE instruction reading the predicate and both value operands."""
     ctx = current("where")
