@@ -199,3 +199,28 @@ def test_rms_norm_and_softmax_compute_dtype_sets_the_result_dtype():
     np.testing.assert_allclose(r.astype(np.float32), ref_r, rtol=2 ** -10, atol=1e-3)
     np.testing.assert_allclose(s.astype(np.float32), e / e.sum(axis=1, keepdims=True), rtol=2 ** -10, atol=1e-4)
     np.testing.assert_allclose(r32, ref_r, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reductions with subtract / logical_xor: reduction-capable ALU operators (nki.api.shared "Supported Math
+# Operators"; nki.isa.tensor_scalar_reduce docs list nl.subtract as a reduce_op).  Before: tensor_reduce rejected
+# them ("not a reduction operator") and tensor_scalar_reduce crashed with KeyError('subtract').
+
+
+def test_subtract_and_logical_xor_reductions():
+    x = RNG.uniform(0.5, 2, (16, 3, 5)).astype(np.float32)
+    b = (RNG.uniform(0, 1, (16, 9)) > 0.5).astype(np.uint8)
+
+    def k(xh, bh):
+        t, u = nl.load(xh), nl.load(bh)
+        r = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_reduce(data=t[:, 0, :], op0=nl.multiply, operand0=2.0, reduce_op=nl.subtract,
+                                  reduce_res=r)
+        return (_store(nisa.tensor_reduce(nl.subtract, t, axis=(1, 2))), _store(r),
+                _store(nisa.tensor_reduce(nl.logical_xor, u, axis=1)))
+
+    sub, r, xor = run(k, x, b)
+    flat = x.reshape(16, -1).astype(np.float64)
+    np.testing.assert_allclose(sub, flat[:, 0] - flat[:, 1:].sum(axis=1), rtol=1e-5)
+    np.testing.assert_allclose(r[:, 0], 2 * x[:, 0, 0] - 2 * x[:, 0, 1:].sum(axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(xor.astype(bool), b.sum(axis=1) % 2 == 1)

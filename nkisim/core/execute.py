@@ -61,8 +61,27 @@ ALU = {
     "right_shift": (np.right_shift, True),
 }
 
-# reduction name -> numpy reducer
+def _fold(ufunc):
+    """A left fold along the given axes in row-major order (x0 op x1 op x2 ...), for operators NumPy will not
+    reduce over several axes at once (subtract is not reorderable)."""
+    def reduce(x, axis, keepdims=False):
+        x = np.asarray(x)
+        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(int(a) % x.ndim for a in axis)
+        keep = [d for d in range(x.ndim) if d not in axes]
+        moved = np.transpose(x, keep + list(axes)).reshape([x.shape[d] for d in keep] + [-1])
+        r = ufunc.reduce(moved, axis=-1)
+        if keepdims:
+            r = r.reshape([1 if d in axes else x.shape[d] for d in range(x.ndim)])
+        return r
+    return reduce
+
+
+# reduction name -> numpy reducer.  The ALU operators that reduce (nki.api.shared "Supported Math Operators",
+# reduction column; nki.isa.tensor_scalar_reduce docs: "reduce_op can be any of nl.add, nl.subtract,
+# nl.multiply, nl.max or nl.min") include subtract and logical_xor.
 REDUCE = {
+    "subtract": _fold(np.subtract),
+    "logical_xor": _fold(np.logical_xor),
     "add": np.sum,
     "maximum": np.max,
     "minimum": np.min,
