@@ -142,7 +142,8 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     if mode not in ("none", "double_row", "double_row_gen3"):
         raise ValueError(f"nc_matmul: unknown perf_mode {perf_mode!r} (expected None or 'double_row_gen3')")
     return _ops.nc_matmul(stationary, moving, is_transpose=is_transpose, mask=mask,
-                          double_row=mode != "none")
+                          double_row=mode != "none", is_stationary_onezero=is_stationary_onezero,
+                          is_moving_onezero=is_moving_onezero)
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
