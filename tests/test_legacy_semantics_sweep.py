@@ -12,6 +12,7 @@ import neuronxcc.nki.language as nl
 import numpy as np
 import pytest
 
+from nkisim.core.rules import NKIError
 from nkisim.core.runtime import run_kernel
 
 RNG = np.random.default_rng(1313)
@@ -252,3 +253,33 @@ def test_nc_matmul_onezero_hint_reaches_the_cost_model(hint):
     np.testing.assert_allclose(runs[True].outputs, ones.T @ mv, rtol=1e-5, atol=1e-4)
     busy = {f: estimate(r.trace).engine_busy_us["TensorE"] for f, r in runs.items()}
     assert busy[True] == pytest.approx(busy[False] / 2, rel=0.05)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Operator classes.  nki.isa.tensor_scalar docs: "The two operators, op0 and op1, ... must be of the same type
+# (both bitvec or both arithmetic)"; nki.isa.tensor_reduce docs: "For bitvec operators, the input/output data
+# types must be integer types".  Before: a mixed tensor_scalar ran, and a bitvec reduction of a float tile
+# leaked NumPy's TypeError.
+
+
+def test_tensor_scalar_rejects_mixed_operator_classes():
+    x = RNG.integers(0, 100, (16, 8)).astype(np.int32)
+
+    def k(xh):
+        return _store(nisa.tensor_scalar(nl.load(xh), nl.bitwise_and, 7, op1=nl.add, operand1=1))
+
+    with pytest.raises(NKIError, match="must both be bitvec or both arithmetic"):
+        run(k, x)
+    # the same computation as two instructions, and two bitvec operators in one, are fine
+    out = run(lambda xh: _store(nisa.tensor_scalar(nisa.tensor_scalar(nl.load(xh), nl.bitwise_and, 7),
+                                                   nl.add, 1)), x)
+    np.testing.assert_array_equal(out, (x & 7) + 1)
+    out = run(lambda xh: _store(nisa.tensor_scalar(nl.load(xh), nl.bitwise_and, 0x3C, op1=nl.right_shift,
+                                                   operand1=2)), x)
+    np.testing.assert_array_equal(out, (x & 0x3C) >> 2)
+
+
+def test_bitvec_reduction_of_a_float_tile_is_a_clear_error():
+    x = RNG.standard_normal((16, 8)).astype(np.float32)
+    with pytest.raises(NKIError, match="bitvec operator 'bitwise_or' needs integer tiles"):
+        run(lambda xh: _store(nisa.tensor_reduce(nl.bitwise_or, nl.load(xh), axis=1)), x)

@@ -882,8 +882,14 @@ def tensor_scalar(data, op0: str, operand0, reverse0: bool = False, op1: str | N
     _engine_checks(op_name, engine, [(data, "data")], ctx)
     if (op1 is None) != (operand1 is None):
         fail("nkisim_bad_argument", op=op_name, detail="op1 and operand1 must be given together")
-    for opx in (op0, op1):
-        if opx is not None and execute.ALU.get(opx, (None, False))[1]:
+    bitvec = [execute.ALU.get(opx, (None, False))[1] for opx in (op0, op1) if opx is not None]
+    if len(bitvec) == 2 and bitvec[0] != bitvec[1]:
+        # nki.isa.tensor_scalar docs: "The two operators, op0 and op1, in a tensor_scalar instruction must be of
+        # the same type (both bitvec or both arithmetic)"
+        fail("nkisim_bad_argument", op=op_name, detail=f"op0 '{op0}' and op1 '{op1}' must both be bitvec or both "
+             "arithmetic operators (split the computation into two instructions)")
+    for opx, bv in zip((op0, op1), bitvec):
+        if bv:
             _need_int(op_name, opx, (data, "data"))
     if engine == E_SCALAR:
         _scalar_engine_alu(ctx, op_name, op0, op1)
@@ -975,6 +981,8 @@ def tensor_reduce(op: str, data, axis, *, negate: bool = False, keepdims: bool =
         norm.append(ax)
     if op not in execute.REDUCE:
         fail("nkisim_bad_argument", op=op_name, detail=f"'{op}' is not a reduction operator")
+    if execute.ALU[op][1]:  # bitvec reductions: "the input/output data types must be integer types" (isa docs)
+        _need_int(op_name, op, (data, "data"))
     out_shape = tuple(1 if i in norm else d for i, d in enumerate(data.shape)) if keepdims else \
         tuple(d for i, d in enumerate(data.shape) if i not in norm)
     if len(out_shape) == 1:
