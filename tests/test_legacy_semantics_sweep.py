@@ -283,3 +283,24 @@ def test_bitvec_reduction_of_a_float_tile_is_a_clear_error():
     x = RNG.standard_normal((16, 8)).astype(np.float32)
     with pytest.raises(NKIError, match="bitvec operator 'bitwise_or' needs integer tiles"):
         run(lambda xh: _store(nisa.tensor_reduce(nl.bitwise_or, nl.load(xh), axis=1)), x)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# nisa.reciprocal engine=: "the engine to use for the operation: nki.isa.vector_engine, nki.isa.scalar_engine, or
+# nki.isa.unknown_engine"; cost max(MIN_II, N) on ScalarE, max(MIN_II, 8*N) on VectorE (nki.isa.reciprocal docs).
+# Before: engine was swallowed by **kwargs and every reciprocal ran (and was costed) on VectorE.
+
+
+def test_reciprocal_engine_choice():
+    from nkisim.perf import estimate
+
+    x = RNG.uniform(0.5, 2, (128, 512)).astype(np.float32)
+    runs = {}
+    for name, eng in (("vector", nisa.vector_engine), ("scalar", nisa.scalar_engine)):
+        runs[name] = run_kernel(lambda xh, e=eng: _store(nisa.reciprocal(nl.load(xh), engine=e)), args=(x,))
+        np.testing.assert_allclose(runs[name].outputs, 1 / x, rtol=1e-6)
+    busy = {k: estimate(r.trace).engine_busy_us for k, r in runs.items()}
+    assert busy["scalar"].get("VectorE", 0) < busy["vector"]["VectorE"] / 4
+    assert busy["scalar"]["ScalarE"] == pytest.approx(busy["vector"]["VectorE"] / 8, rel=0.35)
+    with pytest.raises(NKIError, match="engine must be"):
+        run_kernel(lambda xh: _store(nisa.reciprocal(nl.load(xh), engine=nisa.gpsimd_engine)), args=(x,))

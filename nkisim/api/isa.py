@@ -235,8 +235,8 @@ def tensor_copy_predicated(*, src, dst, predicate, mask=None, dtype=None, revers
     return _ox.tensor_copy_predicated(src, dst, predicate, reverse_pred=reverse_pred, dtype=dtype, mask=mask)
 
 
-def reciprocal(data, *, dtype=None, mask=None, **kwargs):
-    return _ox.reciprocal(data, dtype=dtype, mask=mask)
+def reciprocal(data, *, dtype=None, mask=None, engine=engine.unknown, **kwargs):
+    return _ox.reciprocal(data, dtype=dtype, mask=mask, engine=_engine(engine))
 
 
 def dropout(data, prob, *, mask=None, dtype=None, **kwargs):

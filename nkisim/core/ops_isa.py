@@ -11,7 +11,7 @@ import numpy as np
 
 from nkisim.core import dtypes, execute
 from nkisim.core.dtypes import F32
-from nkisim.core.instr import B_HBM, B_PSUM, E_GPSIMD, E_UNKNOWN, E_VECTOR, Engine
+from nkisim.core.instr import B_HBM, B_PSUM, E_GPSIMD, E_SCALAR, E_UNKNOWN, E_VECTOR, Engine
 from nkisim.core.ops import (
     _engine_checks,
     _mark_written,
@@ -209,11 +209,16 @@ def tensor_tensor_scan(data0, data1, initial, op0: str, op1: str, *, reverse0: b
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, a, b, out))
 
 
-def reciprocal(data, *, dtype=None, mask=None) -> Tensor:
-    """1 / data element-wise on VectorE."""
-    ctx, (d,) = _start("reciprocal", E_VECTOR, [(data, "data")])
+def reciprocal(data, *, dtype=None, mask=None, engine: Engine = E_UNKNOWN) -> Tensor:
+    """1 / data element-wise on VectorE, or on ScalarE when asked (nki.isa.reciprocal docs: ``engine`` is
+    vector_engine, scalar_engine or unknown_engine; the compiler's pick for unknown is modelled as VectorE)."""
+    if engine not in (E_UNKNOWN, E_VECTOR, E_SCALAR):
+        fail("nkisim_bad_argument", op="reciprocal", detail="engine must be nki.isa.vector_engine, "
+             "nki.isa.scalar_engine or nki.isa.unknown_engine")
+    eng = E_SCALAR if engine == E_SCALAR else E_VECTOR
+    ctx, (d,) = _start("reciprocal", eng, [(data, "data")])
     out = new_result(ctx, d.shape, _out_dtype(dtype, d))
-    ins = ctx.emit("reciprocal", E_VECTOR, (d,), (out,), {})
+    ins = ctx.emit("reciprocal", eng, (d,), (out,), {})
     values = np.float32(1.0) / _vals(d) if ctx.full else None
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, out))
 
