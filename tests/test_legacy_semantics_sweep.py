@@ -304,3 +304,41 @@ def test_reciprocal_engine_choice():
     assert busy["scalar"]["ScalarE"] == pytest.approx(busy["vector"]["VectorE"] / 8, rel=0.35)
     with pytest.raises(NKIError, match="engine must be"):
         run_kernel(lambda xh: _store(nisa.reciprocal(nl.load(xh), engine=nisa.gpsimd_engine)), args=(x,))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# nisa.dma_copy oob_mode: "oob_mode.error: (Default) Raises an error when encountering out-of-bounds indices.
+# oob_mode.skip: Silently skips any operations involving out-of-bounds indices" (nki.isa.dma_copy docs, 2.26).
+# Before: oob_mode was accepted and ignored, so skip raised the out-of-bounds error like error.
+
+
+def test_dma_copy_oob_skip_gather_and_scatter():
+    data = RNG.standard_normal((32, 16)).astype(np.float32)
+    rows = np.array([[3], [40], [5], [-1], [31]], np.int32)
+
+    def gather(d, ix, mode):
+        it = nl.load(ix)
+        out = nl.full((5, 16), -7.0, dtype=nl.float32)
+        i_f = nl.arange(16)[None, :]
+        nisa.dma_copy(dst=out, src=d[it, i_f], oob_mode=mode)
+        return _store(out)
+
+    out = run(lambda d, ix: gather(d, ix, nisa.oob_mode.skip), data, rows)
+    ok = (rows[:, 0] >= 0) & (rows[:, 0] < 32)
+    np.testing.assert_array_equal(out[ok], data[rows[ok, 0]])
+    np.testing.assert_array_equal(out[~ok], -7.0)
+    with pytest.raises(NKIError, match="Out-of-bound access"):
+        run(lambda d, ix: gather(d, ix, nisa.oob_mode.error), data, rows)
+
+    def scatter(d, ix):
+        out = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.zeros((32, 16), dtype=nl.float32))
+        it = nl.load(ix)
+        i_f = nl.arange(16)[None, :]
+        nisa.dma_copy(dst=out[it, i_f], src=nl.load(d[0:5, :]), oob_mode=nisa.oob_mode.skip)
+        return out
+
+    out = run(scatter, data, rows)
+    ref = np.zeros((32, 16), np.float32)
+    ref[rows[ok, 0]] = data[0:5][ok]
+    np.testing.assert_array_equal(out, ref)

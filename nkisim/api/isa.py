@@ -51,6 +51,9 @@ class oob_mode(_IntEnum):  # noqa: N801
     skip = 1
 
 
+_OOB_SKIP = int(oob_mode.skip)  # dma_copy's oob_mode parameter shadows the enum
+
+
 class reduce_cmd(_IntEnum):  # noqa: N801
     idle = 0
     reset = 1
@@ -125,7 +128,7 @@ def dma_copy(*args, dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=oob
     if src is None or dst is None:
         raise TypeError("dma_copy() requires src= and dst=")
     rmw = _alu(dst_rmw_op, "dma_copy") if dst_rmw_op is not None else None
-    _ops.dma_copy(src, dst, mask=mask, dst_rmw_op=rmw)
+    _ops.dma_copy(src, dst, mask=mask, dst_rmw_op=rmw, oob_skip=int(oob_mode) == _OOB_SKIP)
 
 
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):

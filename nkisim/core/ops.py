@@ -401,7 +401,7 @@ def accumulate(dst: Tensor, other) -> None:
 
 
 def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_rmw_op: str | None = None,
-             ctx: KernelContext | None = None) -> None:
+             ctx: KernelContext | None = None, oob_skip: bool = False) -> None:
     if ctx is None:
         ctx = current("dma_copy")
         ctx.settle()
@@ -424,9 +424,12 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
         check_partitions(src, pmax)
     if da.buf == B_SBUF and dst.shape and dst.shape[dst._pd] > pmax:
         check_partitions(dst, pmax)
-    m = mask_values(mask, dst.shape, dst) if mask is not None or dst._oob else None
-    if src._oob:
-        mask_values(mask, src.shape, src)
+    if oob_skip and (src._oob or dst._oob):
+        m = _oob_skip_mask(mask, src, dst)
+    else:
+        m = mask_values(mask, dst.shape, dst) if mask is not None or dst._oob else None
+        if src._oob:
+            mask_values(mask, src.shape, src)
     srcs = (src,)
     if ctx.dyn:  # indirect DMA: the index tiles are read too (software DGE builds the descriptors from them)
         srcs += dynamic_tiles(ctx, src) + dynamic_tiles(ctx, dst)
@@ -446,6 +449,27 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
         elif vals.dtype != dst.dtype:
             vals = execute.to_f32(vals)
         write(dst, execute.cast(vals, dst.dtype), m)
+
+
+def _oob_skip_mask(mask, src: Tensor, dst: Tensor) -> np.ndarray:
+    """dma_copy(oob_mode=nisa.oob_mode.skip): "Silently skips any operations involving out-of-bounds indices"
+    (nki.isa.dma_copy docs, 2.26): the elements whose indirect source or destination index is out of bounds are
+    not copied; the rest are, under the mask= predicate as usual."""
+    keep = np.ones(dst.shape, dtype=bool)
+    for t in (src, dst):
+        if t._oob:
+            ok = np.ones(t.shape, dtype=bool)
+            for a, n in zip(t._ix, t._v.shape):
+                a = np.broadcast_to(a, t.shape)
+                ok &= (a >= 0) & (a < n)
+            keep &= ok.reshape(dst.shape)
+    flags = src._oob, dst._oob
+    src._oob = dst._oob = False  # out-of-bounds positions are skipped, not errors: evaluate the mask alone
+    try:
+        m = mask_values(mask, dst.shape, dst) if mask is not None else None
+    finally:
+        src._oob, dst._oob = flags
+    return keep if m is None else keep & np.broadcast_to(m, dst.shape)
 
 
 def _scatter_accumulate(dst: Tensor, vals: np.ndarray, m) -> None:
