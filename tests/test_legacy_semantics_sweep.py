@@ -342,3 +342,20 @@ def test_dma_copy_oob_skip_gather_and_scatter():
     ref = np.zeros((32, 16), np.float32)
     ref[rows[ok, 0]] = data[0:5][ok]
     np.testing.assert_array_equal(out, ref)
+
+
+def test_activation_reduce_op_is_add_only_on_trn1():
+    """nki.isa.activation_reduce docs: "On NeuronCore-v2, the reduce_op can only be an addition, np.add or nl.add"
+    (before: a max reduction ran on trn1)."""
+    x = RNG.standard_normal((16, 8)).astype(np.float32)
+
+    def k(xh, op):
+        r = nl.ndarray((16, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation_reduce(nl.exp, nl.load(xh), reduce_op=op, reduce_res=r)
+        return _store(r)
+
+    with pytest.raises(NKIError, match="can only be an addition"):
+        run(lambda xh: k(xh, nl.maximum), x, target="trn1")
+    np.testing.assert_allclose(run(lambda xh: k(xh, nl.maximum), x)[:, 0], np.exp(x).max(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(run(lambda xh: k(xh, np.add), x, target="trn1")[:, 0], np.exp(x).sum(axis=1),
+                               rtol=1e-5)

@@ -1064,6 +1064,10 @@ def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, 
             fail("err_activation_scale_invalid_type", p=p, got=f"{scale.dtype.name}{list(scale.shape)}")
     elif not isinstance(scale, (int, float, np.floating, np.integer)):
         fail("err_activation_scale_invalid_type", p=p, got=type(scale).__name__)
+    if reduce_op not in (None, "add") and ctx.target == "trn1" and (reduce_res is not None or reduce_cmd):
+        fail("nkisim_engine_op_unsupported", op=op_name, engine="Scalar Engine", target=ctx.target,
+             detail=f"reduce_op '{reduce_op}': on NeuronCore-v2 the reduce_op can only be an addition "
+             "(nki.isa.activation_reduce docs)")
     sc, ts = _scalar_operand(ctx, op_name, data, scale, "scale")
     bi, tb = _scalar_operand(ctx, op_name, data, bias, "bias")
     srcs = [data] + [t for t in (ts, tb) if t is not None]
