@@ -359,3 +359,29 @@ def test_activation_reduce_op_is_add_only_on_trn1():
     np.testing.assert_allclose(run(lambda xh: k(xh, nl.maximum), x)[:, 0], np.exp(x).max(axis=1), rtol=1e-6)
     np.testing.assert_allclose(run(lambda xh: k(xh, np.add), x, target="trn1")[:, 0], np.exp(x).sum(axis=1),
                                rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Result dtypes of nl reductions.  nki.language.all: ``dtype=bool``, "a boolean tile with the result";
+# nki.language.mean: "float32 intermediate and return values are used for integer inputs".  Before: both returned
+# the input dtype (an int32 mean was rounded to an integer).
+
+
+def test_nl_all_is_boolean_and_integer_mean_is_float32():
+    xi = RNG.integers(0, 7, (16, 3, 5)).astype(np.int32)
+    flags = (RNG.uniform(0, 1, (16, 6)) > 0.2).astype(np.float32)
+
+    def k(a, b):
+        t, f = nl.load(a), nl.load(b)
+        return (_store(nl.all(f, axis=1)), _store(nl.mean(t, axis=(1, 2))), _store(nl.mean(t, axis=2, keepdims=True)),
+                _store(nl.mean(t, axis=1, dtype=nl.int32)), _store(nl.mean(f, axis=1)))
+
+    al, m, mk, mi, mf = run(k, xi, flags)
+    assert al.dtype == np.bool_ and m.dtype == np.float32 and mk.dtype == np.float32
+    np.testing.assert_array_equal(al, flags.astype(bool).all(axis=1))
+    np.testing.assert_allclose(m, xi.mean(axis=(1, 2)), rtol=1e-6)
+    np.testing.assert_allclose(mk, xi.mean(axis=2, keepdims=True), rtol=1e-6)
+    assert mi.dtype == np.int32  # an explicit dtype still wins
+    np.testing.assert_array_equal(mi, np.rint(xi.mean(axis=1)))
+    assert mf.dtype == np.float32
+    np.testing.assert_allclose(mf, flags.mean(axis=1), rtol=1e-6)

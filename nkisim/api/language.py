@@ -251,17 +251,27 @@ max = _reduction("maximum", "max")  # noqa: A001
 min = _reduction("minimum", "min")  # noqa: A001
 sum = _reduction("add", "sum")  # noqa: A001
 prod = _reduction("multiply", "prod")
-all = _reduction("logical_and", "all")  # noqa: A001
+
+
+def all(x, axis, *, dtype=bool_, mask=None, keepdims=False, **kwargs):  # noqa: A001
+    """Whether all elements along ``axis`` are true: "a boolean tile" (nki.language.all docs, ``dtype=bool``)."""
+    return _ops.tensor_reduce("logical_and", x, axis, dtype=dtype, mask=mask, keepdims=keepdims, op_name="all")
+
+
+all.nki_alu = "logical_and"
 
 
 def mean(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs):
+    """Arithmetic mean; "float32 intermediate and return values are used for integer inputs" (nki.language.mean
+    docs), other inputs keep their dtype unless ``dtype`` is given."""
     s = _ops.tensor_reduce("add", x, axis, dtype=float32, mask=mask, keepdims=keepdims, op_name="mean")
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     count = 1
     for ax in axes:
         count *= x.shape[ax]
-    return _ops.tensor_scalar(s, "multiply", 1.0 / count, dtype=dtype if dtype is not None else x.dtype,
-                              op_name="mean")
+    if dtype is None:
+        dtype = float32 if _np.dtype(x.dtype).kind in "iub" else x.dtype
+    return _ops.tensor_scalar(s, "multiply", 1.0 / count, dtype=dtype, op_name="mean")
 
 
 # ---- TensorE --------------------------------------------------------------------------------------------------
