@@ -343,6 +343,14 @@ def test_dma_copy_oob_skip_gather_and_scatter():
     ref[rows[ok, 0]] = data[0:5][ok]
     np.testing.assert_array_equal(out, ref)
 
+    def rmw_skip(d):
+        out = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=nl.load(d), dst_rmw_op=np.add, oob_mode=nisa.oob_mode.skip)
+        return out
+
+    with pytest.raises(NKIError, match="only oob_mode.error is allowed"):
+        run(rmw_skip, data)
+
 
 def test_activation_reduce_op_is_add_only_on_trn1():
     """nki.isa.activation_reduce docs: "On NeuronCore-v2, the reduce_op can only be an addition, np.add or nl.add"

@@ -128,7 +128,11 @@ def dma_copy(*args, dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=oob
     if src is None or dst is None:
         raise TypeError("dma_copy() requires src= and dst=")
     rmw = _alu(dst_rmw_op, "dma_copy") if dst_rmw_op is not None else None
-    _ops.dma_copy(src, dst, mask=mask, dst_rmw_op=rmw, oob_skip=int(oob_mode) == _OOB_SKIP)
+    skip = int(oob_mode) == _OOB_SKIP
+    if skip and rmw is not None:  # 2.26 docs: "If dst_rmw_op is specified, only oob_mode=oob_mode.error is allowed."
+        _fail("nkisim_bad_argument", op="dma_copy", detail="dst_rmw_op cannot be combined with oob_mode=skip (only "
+              "oob_mode.error is allowed with a read-modify-write)")
+    _ops.dma_copy(src, dst, mask=mask, dst_rmw_op=rmw, oob_skip=skip)
 
 
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
