@@ -393,3 +393,62 @@ def test_nl_all_is_boolean_and_integer_mean_is_float32():
     np.testing.assert_array_equal(mi, np.rint(xi.mean(axis=1)))
     assert mf.dtype == np.float32
     np.testing.assert_allclose(mf, flags.mean(axis=1), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# nisa.select_reduce and nisa.sequence_bounds (the legacy-signature 2.26 nki.isa stub documents both; before: an
+# AttributeError "module 'neuronxcc.nki.isa' has no attribute ...").
+
+
+def _bounds_by_walking(ids: np.ndarray) -> np.ndarray:
+    n = ids.size
+    out = np.zeros((2, n), np.int64)
+    for i, v in enumerate(ids):
+        if v == 0:
+            out[:, i] = (n, -1)
+            continue
+        lo, hi = i, i
+        while lo > 0 and ids[lo - 1] == v:
+            lo -= 1
+        while hi < n - 1 and ids[hi + 1] == v:
+            hi += 1
+        out[:, i] = (lo, hi + 1)
+    return out
+
+
+@pytest.mark.parametrize("dt", [np.int32, np.float32])
+def test_sequence_bounds_matches_walking_the_runs(dt):
+    ids = np.sort(RNG.integers(0, 9, 60)).astype(dt)
+    ids[[5, 6, 40]] = 0  # padding inside runs splits them
+    ids = ids[None, :]
+    out = run(lambda s: _store(nisa.sequence_bounds(segment_ids=nl.load(s))), ids)
+    assert out.shape == (1, 2, 60) and out.dtype == dt
+    np.testing.assert_array_equal(out[0], _bounds_by_walking(ids[0]))
+
+
+def test_select_reduce_selects_and_shares_registers_with_range_select():
+    x = RNG.uniform(-4, -1, (32, 40)).astype(np.float32)
+    pred = (RNG.uniform(0, 1, (32, 40)) > 0.5).astype(np.uint8)
+    fill = RNG.uniform(-9, -5, (32, 1)).astype(np.float32)
+
+    def k(xh, ph, fh):
+        t, p, f = nl.load(xh), nl.load(ph), nl.load(fh)
+        a = nl.ndarray((32, 40), dtype=nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray((32, 40), dtype=nl.float32, buffer=nl.sbuf)
+        r1 = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+        r2 = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.select_reduce(dst=a, predicate=p, on_true=t, on_false=f, reduce_res=r1,
+                           reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.select_reduce(dst=b, predicate=p, on_true=t, on_false=-7.5, reverse_pred=True)
+        lo = nl.full((32, 1), 0.0, dtype=nl.float32)
+        hi = nl.full((32, 1), 10.0, dtype=nl.float32)
+        nisa.range_select(on_true_tile=nl.add(t, 2.0), comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=lo,
+                          bound1=hi, reduce_cmd=nisa.reduce_cmd.reduce, reduce_res=r2, reduce_op=np.max)
+        return _store(a), _store(b), _store(r1), _store(r2)
+
+    a, b, r1, r2 = run(k, x, pred, fill)
+    ref_a = np.where(pred != 0, x, fill)
+    np.testing.assert_array_equal(a, ref_a)
+    np.testing.assert_array_equal(b, np.where(pred == 0, x, np.float32(-7.5)))
+    np.testing.assert_array_equal(r1[:, 0], ref_a.max(axis=1))  # reset_reduce starts from -inf, not 0
+    np.testing.assert_array_equal(r2[:, 0], np.maximum(ref_a.max(axis=1), (x[:, :10] + 2).max(axis=1)))

@@ -238,6 +238,19 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
                                   dtype=dtype, mask=mask)
 
 
+def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                  reduce_op=_np.amax, reverse_pred=False, mask=None, dtype=None, **kwargs):
+    """dst = predicate ? on_true : on_false with an optional max reduction into VectorE's registers (2.26)."""
+    return _ox.select_reduce(dst, predicate, on_true, on_false, reduce_res=reduce_res, reduce_cmd=int(reduce_cmd),
+                             reduce_op=_alu(reduce_op, "select_reduce"), reverse_pred=reverse_pred, dtype=dtype,
+                             mask=mask)
+
+
+def sequence_bounds(*, segment_ids, dtype=None, **kwargs):
+    """[start, end) of each element's run of equal segment ids (GpSimdE, 2.26); id 0 is padding."""
+    return _ox.sequence_bounds(segment_ids, dtype=dtype)
+
+
 def tensor_copy_predicated(*, src, dst, predicate, mask=None, dtype=None, reverse_pred=False, **kwargs):
     return _ox.tensor_copy_predicated(src, dst, predicate, reverse_pred=reverse_pred, dtype=dtype, mask=mask)
 

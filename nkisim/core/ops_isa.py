@@ -113,6 +113,69 @@ def range_select(on_true_tile, comp_op0: str, comp_op1: str, bound0, bound1, *, 
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, src, out))
 
 
+def select_reduce(dst: Tensor, predicate, on_true, on_false, *, reduce_res=None, reduce_cmd: int = 0,
+                  reduce_op: str = "maximum", reverse_pred: bool = False, dtype=None, mask=None) -> Tensor:
+    """dst = predicate ? on_true : on_false (VectorE, in place), each row's max going into VectorE's reduction
+    registers as ``reduce_cmd`` says ("reset_reduce: Reset accumulators to -inf, then accumulate"; the registers
+    are shared with range_select) and ``reduce_res`` reading them out (2.26 nki.isa.select_reduce docs)."""
+    op = "select_reduce"
+    ctx, (d, p, t) = _start(op, E_VECTOR, [(dst, "dst"), (predicate, "predicate"), (on_true, "on_true")])
+    check_writable(d)
+    if parts_of(p) != parts_of(d) or parts_of(t) != parts_of(d) or free_of(p) != free_of(d) \
+            or free_of(t) != free_of(d):
+        fail("nkisim_shape_mismatch", op=op, shapes=[list(d.shape), list(p.shape), list(t.shape)],
+             detail=": dst, predicate and on_true must have the same partitions and elements per partition")
+    if reduce_op != "maximum":
+        fail("nkisim_bad_argument", op=op, detail=f"reduce_op must be max (np.max / nl.maximum), got '{reduce_op}'")
+    fv, tf = _per_partition(ctx, op, t, on_false, "on_false")
+    srcs = [p, t] + ([tf] if tf is not None else [])
+    dsts = (d,) if reduce_res is None else (d, reduce_res)
+    ctx.emit(op, E_VECTOR, srcs, dsts, {"reduce": reduce_res is not None})
+    m = mask_values(mask, d.shape, p, t, d)
+    if ctx.full:
+        cond = _rows(_vals(p)) != 0
+        if reverse_pred:
+            cond = ~cond
+        vals = np.where(cond, _rows(_vals(t)), _pval(fv, t).reshape(-1, 1) if isinstance(fv, Tensor)
+                        else np.float32(fv))
+        if reduce_res is not None or reduce_cmd:
+            regs = reduce_registers(ctx, E_VECTOR, reduce_cmd, "maximum", vals)
+            if reduce_res is not None:
+                _write_side(reduce_res, regs)
+        out_dt = _out_dtype(dtype, d)
+        write(d, execute.cast(execute.cast(vals, out_dt).reshape(d.shape), d.dtype), m)
+        _mark_written(d, m)
+    return d
+
+
+def sequence_bounds(segment_ids, *, dtype=None) -> Tensor:
+    """[1, n] segment ids -> [1, 2, n]: for every element the start index and the end index (one past the last)
+    of its run of equal ids; padding (id 0) gets start n and end -1 (2.26 nki.isa.sequence_bounds docs and their
+    NumPy equivalent, test_nki_isa_sequence_bounds.py).  GpSimdE."""
+    op = "sequence_bounds"
+    ctx, (s,) = _start(op, E_GPSIMD, [(segment_ids, "segment_ids")])
+    if parts_of(s) != 1:
+        fail("nkisim_bad_argument", op=op, detail=f"the partition dimension must be 1, got {list(s.shape)}")
+    for d in (s.dtype, dtypes.to_dtype(dtype) if dtype is not None else s.dtype):
+        if dtypes.name(d) not in ("float32", "int32"):
+            fail("nkisim_dtype_not_supported", op=op, dtype=dtypes.name(d), operand="segment_ids/dtype",
+                 detail=" (np.float32 or np.int32 only)")
+    n = free_of(s)
+    out = new_result(ctx, (1, 2, n), _out_dtype(dtype, s))
+    ins = ctx.emit(op, E_GPSIMD, (s,), (out,), {})
+    values = None
+    if ctx.full:
+        ids = _rows(_vals(s))[0]
+        i = np.arange(n)
+        pad = ids == 0
+        first = np.r_[True, ids[1:] != ids[:-1]]
+        last = np.r_[ids[1:] != ids[:-1], True]
+        start = np.maximum.accumulate(np.where(first, i, 0))
+        end = np.minimum.accumulate(np.where(last, i, n - 1)[::-1])[::-1] + 1
+        values = np.stack([np.where(pad, n, start), np.where(pad, -1, end)]).astype(F32)[None]
+    return finish(ctx, ins, out, values, None)
+
+
 def tensor_copy_predicated(src, dst: Tensor, predicate, *, reverse_pred: bool = False, dtype=None,
                            mask=None) -> Tensor:
     """dst = predicate ? src : dst, in place (VectorE)."""
