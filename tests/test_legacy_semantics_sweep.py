@@ -452,3 +452,19 @@ def test_select_reduce_selects_and_shares_registers_with_range_select():
     np.testing.assert_array_equal(b, np.where(pred == 0, x, np.float32(-7.5)))
     np.testing.assert_array_equal(r1[:, 0], ref_a.max(axis=1))  # reset_reduce starts from -inf, not 0
     np.testing.assert_array_equal(r2[:, 0], np.maximum(ref_a.max(axis=1), (x[:, :10] + 2).max(axis=1)))
+
+
+def test_range_select_is_trn2_only():
+    """nki.isa.range_select docs: "Available only on NeuronCore-v3 and beyond" (before: it ran on trn1)."""
+    x = RNG.standard_normal((16, 8)).astype(np.float32)
+
+    def k(xh):
+        lo = nl.full((16, 1), 1.0, dtype=nl.float32)
+        hi = nl.full((16, 1), 5.0, dtype=nl.float32)
+        return _store(nisa.range_select(on_true_tile=nl.load(xh), comp_op0=nl.greater_equal, comp_op1=nl.less,
+                                        bound0=lo, bound1=hi))
+
+    with pytest.raises(NKIError, match="NeuronCore-v3"):
+        run(k, x, target="trn1")
+    j = np.arange(8)
+    np.testing.assert_array_equal(run(k, x), np.where((j >= 1) & (j < 5), x, np.float32(-3.4028235e38)))

@@ -92,6 +92,9 @@ def range_select(on_true_tile, comp_op0: str, comp_op1: str, bound0, bound1, *, 
     value; each row's reduction goes into VectorE's reduction registers as ``reduce_cmd`` says (idle, reset, reduce,
     reset_reduce: ops.reduce_registers) and ``reduce_res`` reads the registers out."""
     ctx, (src,) = _start("range_select", E_VECTOR, [(on_true_tile, "on_true_tile")])
+    if ctx.target == "trn1":  # nki.isa.range_select docs: "Available only on NeuronCore-v3 and beyond."
+        fail("nkisim_engine_op_unsupported", op="range_select", engine="Vector Engine", target=ctx.target,
+             detail="range_select is available only on NeuronCore-v3 (trn2) and beyond")
     b0, t0 = _per_partition(ctx, "range_select", src, bound0, "bound0")
     b1, t1 = _per_partition(ctx, "range_select", src, bound1, "bound1")
     out = new_result(ctx, src.shape, _out_dtype(dtype, src))
