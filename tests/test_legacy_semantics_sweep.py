@@ -468,3 +468,26 @@ def test_range_select_is_trn2_only():
         run(k, x, target="trn1")
     j = np.arange(8)
     np.testing.assert_array_equal(run(k, x), np.where((j >= 1) & (j < 5), x, np.float32(-3.4028235e38)))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# right_shift is a logical shift: nki.api.shared "Supported Math Operators" maps numpy.right_shift to "Logical Shift
+# Right" and lists "Arithmetic Shift Right: Support coming soon".  Before: NumPy's arithmetic shift (sign copies).
+
+
+@pytest.mark.parametrize("dt", [np.int32, np.int16, np.int8])
+def test_right_shift_is_logical_on_signed_integers(dt):
+    x = RNG.integers(np.iinfo(dt).min, np.iinfo(dt).max, (16, 8)).astype(dt)
+    x[0, :4] = [-8, -1, 7, np.iinfo(dt).min]
+    bits = 8 * np.dtype(dt).itemsize
+    unsigned = {8: np.uint8, 16: np.uint16, 32: np.uint32}[bits]
+
+    def k(a):
+        t = nl.load(a)
+        return (_store(nl.right_shift(t, 3)), _store(t >> 1),
+                _store(nisa.tensor_scalar(t, nl.right_shift, 2)))
+
+    r3, r1, r2 = run(k, x)
+    assert r2.dtype == dt  # tensor_scalar keeps the data dtype; nl.* promote with the int32 python scalar
+    for out, n in ((r3, 3), (r1, 1), (r2, 2)):
+        np.testing.assert_array_equal(out.astype(np.int64), (x.view(unsigned) >> n).view(dt).astype(np.int64))

@@ -76,8 +76,8 @@ def _fold(ufunc):
     return reduce
 
 
-# reduction name -> numpy reducer.  The ALU operators that reduce (nki.api.shared "Supported Math Operators",
-# reduction column; nki.isa.tensor_scalar_reduce docs: "reduce_op can be any of nl.add, nl.subtract,
+# reduction name -> numpy reducer.  The legal reduction operators (nki.api.shared "Supported Math Operators",
+# Table 2 "Legal Reduction op"; nki.isa.tensor_scalar_reduce docs: "reduce_op can be any of nl.add, nl.subtract,
 # nl.multiply, nl.max or nl.min") include subtract and logical_xor.
 REDUCE = {
     "subtract": _fold(np.subtract),
@@ -151,7 +151,13 @@ def to_f32(a: np.ndarray) -> np.ndarray:
 def alu(name: str, x, y):
     fn, bitvec = ALU[name]
     if bitvec:
-        return fn(np.asarray(x).astype(np.int64), np.asarray(y).astype(np.int64))
+        x = np.asarray(x)
+        xi = x.astype(np.int64)
+        if name == "right_shift" and x.dtype.kind == "i":
+            # numpy.right_shift is the *logical* shift right on the engines ("Arithmetic Shift Right: Support coming
+            # soon", nki.api.shared Table 2): the operand's bit pattern shifts in zeros, also for negative values
+            xi &= (1 << (8 * x.dtype.itemsize)) - 1
+        return fn(xi, np.asarray(y).astype(np.int64))
     r = fn(x, y)  # floating-point warnings are silenced for the whole kernel run (runtime.run_kernel)
     return r.astype(F32) if r.dtype in (np.float64, np.bool_) else r
 
