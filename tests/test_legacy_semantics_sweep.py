@@ -491,3 +491,23 @@ def test_right_shift_is_logical_on_signed_integers(dt):
     assert r2.dtype == dt  # tensor_scalar keeps the data dtype; nl.* promote with the int32 python scalar
     for out, n in ((r3, 3), (r1, 1), (r2, 2)):
         np.testing.assert_array_equal(out.astype(np.int64), (x.view(unsigned) >> n).view(dt).astype(np.int64))
+
+
+def test_tensor_copy_predicated_with_a_scalar_src():
+    """2.26 nki.isa.tensor_copy_predicated docs: "If src is a scalar, the scalar is copied to the dst tile"
+    (before: "src must be a tile")."""
+    x = RNG.standard_normal((16, 12)).astype(np.float32)
+    pred = (RNG.uniform(0, 1, (16, 12)) > 0.5).astype(np.uint8)
+
+    def k(xh, ph):
+        d = nl.ndarray((16, 12), dtype=nl.float32, buffer=nl.sbuf)
+        d[...] = nl.load(xh)
+        nisa.tensor_copy_predicated(src=-2.5, dst=d, predicate=nl.load(ph))
+        e = nl.ndarray((16, 12), dtype=nl.float32, buffer=nl.sbuf)
+        e[...] = nl.load(xh)
+        nisa.tensor_copy_predicated(src=4, dst=e, predicate=nl.load(ph), reverse_pred=True)
+        return _store(d), _store(e)
+
+    d, e = run(k, x, pred)
+    np.testing.assert_array_equal(d, np.where(pred != 0, np.float32(-2.5), x))
+    np.testing.assert_array_equal(e, np.where(pred == 0, np.float32(4), x))

@@ -156,7 +156,8 @@ def alu(name: str, x, y):
         if name == "right_shift" and x.dtype.kind == "i":
             # numpy.right_shift is the *logical* shift right on the engines ("Arithmetic Shift Right: Support coming
             # soon", nki.api.shared Table 2): the operand's bit pattern shifts in zeros, also for negative values
-            xi &= (1 << (8 * x.dtype.itemsize)) - 1
+            # (int64 arrays are intermediates of at most 32-bit data: NKI has no 64-bit integers)
+            xi &= (1 << (8 * min(x.dtype.itemsize, 4))) - 1
         return fn(xi, np.asarray(y).astype(np.int64))
     r = fn(x, y)  # floating-point warnings are silenced for the whole kernel run (runtime.run_kernel)
     return r.astype(F32) if r.dtype in (np.float64, np.bool_) else r

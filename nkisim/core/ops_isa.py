@@ -181,18 +181,25 @@ def sequence_bounds(segment_ids, *, dtype=None) -> Tensor:
 
 def tensor_copy_predicated(src, dst: Tensor, predicate, *, reverse_pred: bool = False, dtype=None,
                            mask=None) -> Tensor:
-    """dst = predicate ? src : dst, in place (VectorE)."""
-    ctx, (s, d, p) = _start("tensor_copy_predicated", E_VECTOR, [(src, "src"), (dst, "dst"), (predicate, "predicate")])
+    """dst = predicate ? src : dst, in place (VectorE).  ``src`` may be a number: "If src is a scalar, the scalar is
+    copied to the dst tile" (2.26 nki.isa.tensor_copy_predicated docs)."""
+    scalar = isinstance(src, (bool, int, float, np.number))
+    tiles = [(dst, "dst"), (predicate, "predicate")]
+    if not scalar:
+        tiles.insert(0, (src, "src"))
+    ctx, checked = _start("tensor_copy_predicated", E_VECTOR, tiles)
+    s, d, p = (np.float32(src), *checked) if scalar else checked
     check_writable(d)
-    ctx.emit("tensor_copy_predicated", E_VECTOR, (s, p, d), (d,), {})
-    m = mask_values(mask, d.shape, s, p, d)  # also bounds-checks over-long views, in timing mode too
+    ctx.emit("tensor_copy_predicated", E_VECTOR, (p, d) if scalar else (s, p, d), (d,), {})
+    m = mask_values(mask, d.shape, p, d) if scalar else mask_values(mask, d.shape, s, p, d)  # bounds-checks too
     if ctx.full:
         cond = _vals(p, d.shape) != 0
         if reverse_pred:
             cond = ~cond
         if m is not None:
             cond = cond & m
-        new = np.where(np.broadcast_to(cond, d.shape), np.broadcast_to(_vals(s, d.shape), d.shape), _vals(d))
+        sv = s if scalar else np.broadcast_to(_vals(s, d.shape), d.shape)
+        new = np.where(np.broadcast_to(cond, d.shape), sv, _vals(d))
         write(d, execute.cast(new, d.dtype))
         _mark_written(d)
     return d
