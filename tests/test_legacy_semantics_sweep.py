@@ -511,3 +511,23 @@ def test_tensor_copy_predicated_with_a_scalar_src():
     d, e = run(k, x, pred)
     np.testing.assert_array_equal(d, np.where(pred != 0, np.float32(-2.5), x))
     np.testing.assert_array_equal(e, np.where(pred == 0, np.float32(4), x))
+
+
+@pytest.mark.parametrize("engine", ["tensor", "vector"])
+def test_nc_transpose_with_dtype_adds_a_cast_instruction(engine):
+    """nki.isa.nc_transpose docs: with a different dtype "an additional nki.isa.cast instruction will be inserted to
+    cast the transposed data" (before: the transpose itself produced the new dtype, one instruction)."""
+    x = RNG.standard_normal((32, 16)).astype(np.float32)
+    eng = nisa.tensor_engine if engine == "tensor" else nisa.vector_engine
+
+    def k(xh, dt):
+        t = nisa.nc_transpose(nl.load(xh), engine=eng, dtype=dt)
+        return _store(nisa.tensor_copy(t))
+
+    plain = run_kernel(lambda xh: k(xh, None), args=(x,))
+    cast = run_kernel(lambda xh: k(xh, nl.float16), args=(x,))
+    assert cast.outputs.dtype == np.float16
+    np.testing.assert_array_equal(cast.outputs, x.T.astype(np.float16))
+    ops_plain = [i.op for i in plain.trace.instrs]
+    ops_cast = [i.op for i in cast.trace.instrs]
+    assert len(ops_cast) == len(ops_plain) + 1 and ops_cast.count("nc_transpose") == 1

@@ -697,10 +697,14 @@ def nc_transpose(data: Tensor, *, engine: Engine = E_UNKNOWN, dtype=None, mask=N
         need_on_chip(data, op_name, "data")
         out_buf = B_SBUF
     dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
-    out = new_result(ctx, (f, p), dt, out_buf)
+    out = new_result(ctx, (f, p), data.dtype, out_buf)
     ins = ctx.emit("nc_transpose", engine, (data,), (out,), {"P": p, "F": f})
     values = execute.to_f32(read(data)).reshape(p, f).T if ctx.full else None
     out = finish(ctx, ins, out, values, mask_values(mask, (f, p), data))
+    if dt != data.dtype:
+        # nki.isa.nc_transpose docs: "if [dtype is] specified and it's different from the data type of input tile
+        # data, an additional nki.isa.cast instruction will be inserted to cast the transposed data"
+        out = tensor_copy(out, dtype=dt, op_name=op_name)
     return out
 
 
