@@ -531,3 +531,26 @@ def test_nc_transpose_with_dtype_adds_a_cast_instruction(engine):
     ops_plain = [i.op for i in plain.trace.instrs]
     ops_cast = [i.op for i in cast.trace.instrs]
     assert len(ops_cast) == len(ops_plain) + 1 and ops_cast.count("nc_transpose") == 1
+
+
+def test_nc_matmul_pe_tiling_arguments_are_checked():
+    """nki.isa.nc_matmul docs, PE tiling: both set, multiples of 32, tile_size >= the stationary tile, not 32 x 32
+    on NeuronCore-v2 (before: tile_position / tile_size were accepted unchecked).  Values are unchanged."""
+    s = RNG.standard_normal((32, 64)).astype(np.float32)
+    m = RNG.standard_normal((32, 96)).astype(np.float32)
+
+    def k(a, b, pos, size):
+        return _store(nl.copy(nisa.nc_matmul(nl.load(a), nl.load(b), tile_position=pos, tile_size=size)))
+
+    out = run(lambda a, b: k(a, b, (64, 0), (64, 64)), s, m)
+    np.testing.assert_allclose(out, s.T @ m, rtol=1e-5, atol=1e-5)
+    for pos, size, why in (((0, 0), (), "both must be set"), ((0, 16), (64, 64), "multiples of 32"),
+                           ((0, 0), (32, 32), "at least the stationary tile"),
+                           ((96, 0), (64, 64), "fit the 128 x 128")):
+        with pytest.raises(NKIError, match=why):
+            run(lambda a, b, p=pos, z=size: k(a, b, p, z), s, m)
+    small = RNG.standard_normal((32, 32)).astype(np.float32)
+    with pytest.raises(NKIError, match="NeuronCore-v2"):
+        run(lambda a, b: k(a, b, (0, 0), (32, 32)), small, m, target="trn1")
+    np.testing.assert_allclose(run(lambda a, b: k(a, b, (0, 0), (32, 32)), small, m), small.T @ m, rtol=1e-5,
+                               atol=1e-5)
