@@ -554,3 +554,52 @@ def test_nc_matmul_pe_tiling_arguments_are_checked():
         run(lambda a, b: k(a, b, (0, 0), (32, 32)), small, m, target="trn1")
     np.testing.assert_allclose(run(lambda a, b: k(a, b, (0, 0), (32, 32)), small, m), small.T @ m, rtol=1e-5,
                                atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Masks over an instruction's *input* indices when the output is shaped differently: AWS's layernorm tutorial (v2)
+# runs ``nisa.bn_stats(x[i_p, j*512 + i_f], mask=(j*512 + i_f < F))`` over the partial last chunk.  The mask
+# leaves the masked-off inputs out of the statistics.  Before: "mask: operand shapes [[1, 512], [128, 6]] are not
+# compatible".
+
+
+@pytest.mark.parametrize("f", [700, 1100])
+def test_bn_stats_masked_over_its_input_chunks(f):
+    x = RNG.standard_normal((96, f)).astype(np.float32) * 3 + 1
+    chunk = 512
+    n = -(-f // chunk)
+
+    def k(xh):
+        t = nl.load(xh)
+        i_p = nl.arange(96)[:, None]
+        i_c = nl.arange(chunk)[None, :]
+        i_s = nl.arange(6)[None, :]
+        stats = nl.ndarray((96, 6 * n), dtype=nl.float32, buffer=nl.sbuf)
+        for j in nl.affine_range(n):
+            stats[i_p, j * 6 + i_s] = nisa.bn_stats(t[i_p, j * chunk + i_c], mask=(j * chunk + i_c < f),
+                                                    dtype=nl.float32)
+        return _store(nisa.bn_aggr(stats)), _store(stats)
+
+    mv, stats = run(k, x)
+    np.testing.assert_allclose(mv[:, 0], x.mean(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(mv[:, 1], x.var(axis=1), rtol=1e-4)
+    last = x[:, (n - 1) * chunk:]
+    np.testing.assert_array_equal(stats[:, 6 * (n - 1)], np.full(96, (last.shape[1] + 1) // 2))  # even count
+    np.testing.assert_allclose(stats[:, 6 * (n - 1) + 4], last[:, 1::2].mean(axis=1), rtol=1e-5, atol=1e-6)
+
+
+def test_bn_stats_partition_and_free_mask():
+    """A predicate over the partition and the free index: partitions with nothing left keep their old stats."""
+    x = RNG.standard_normal((32, 40)).astype(np.float32)
+
+    def k(xh):
+        i_p, i_f = nl.mgrid[0:32, 0:40]
+        st = nl.zeros((32, 6), dtype=nl.float32, buffer=nl.sbuf)
+        st[...] = nisa.bn_stats(nl.load(xh)[i_p, i_f], mask=(i_p < 20) & (i_f < 30))
+        return _store(st)
+
+    st = run(k, x)
+    np.testing.assert_array_equal(st[20:], 0)
+    np.testing.assert_array_equal(st[:20, 0], 15)
+    np.testing.assert_allclose(st[:20, 1], x[:20, 0:30:2].mean(axis=1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(st[:20, 5], x[:20, 1:30:2].var(axis=1) * 15, rtol=1e-4)

@@ -27,7 +27,7 @@ from nkisim.core.ops import (
     parts_of,
     reduce_registers,
 )
-from nkisim.core.rules import fail
+from nkisim.core.rules import NKIError, fail
 from nkisim.core.runtime import current
 from nkisim.core.tensor import Tensor, dynamic_tiles, read, write
 
@@ -306,17 +306,36 @@ def bn_stats(data, *, dtype=None, mask=None) -> Tensor:
              f"(nl.tile_size.bn_stats_fmax), got {f}")
     out = new_result(ctx, (parts_of(d), 6), _out_dtype(dtype, d))
     ins = ctx.emit("bn_stats", E_VECTOR, (d,), (out,), {})
+    m_out, m_in = _input_mask(mask, out, d)
     values = None
     if ctx.full:
         v = _rows(_vals(d)).astype(np.float64)
+        keep = np.ones(v.shape, dtype=bool) if m_in is None else _rows(np.broadcast_to(m_in, d.shape))
         cols = []
-        for half in (v[:, 0::2], v[:, 1::2]):
-            n = half.shape[1]
-            mean = half.mean(axis=1) if n else np.zeros(v.shape[0])
-            m2 = ((half - mean[:, None]) ** 2).sum(axis=1) if n else np.zeros(v.shape[0])
-            cols += [np.full(v.shape[0], float(n)), mean, m2]
+        for half, k in ((v[:, 0::2], keep[:, 0::2]), (v[:, 1::2], keep[:, 1::2])):
+            n = k.sum(axis=1).astype(np.float64)
+            safe = np.where(n > 0, n, 1.0)
+            mean = np.where(k, half, 0.0).sum(axis=1) / safe
+            m2 = np.where(k, (half - mean[:, None]) ** 2, 0.0).sum(axis=1)
+            cols += [n, mean, m2]
         values = np.stack(cols, axis=1).astype(F32)
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, out))
+    return finish(ctx, ins, out, values, m_out)
+
+
+def _input_mask(mask, out: Tensor, data: Tensor):
+    """(mask over the output, mask over the input) of an instruction whose output is shaped differently from its
+    input.  A predicate over the output's index variables masks output elements; one over the input's free
+    indices (AWS's layernorm tutorial v2: ``nisa.bn_stats(x[i_p, j*512 + i_f], mask=(j*512 + i_f < F))`` on the
+    last, partial chunk) leaves the masked-off input elements out, and only partitions with no element left keep
+    their old output."""
+    try:
+        return mask_values(mask, out.shape, data, out), None
+    except NKIError as exc:
+        if exc.code != "nkisim_shape_mismatch":
+            raise
+    m_in = np.broadcast_to(mask_values(mask, data.shape, data), data.shape)
+    rows = _rows(m_in).any(axis=1)
+    return np.broadcast_to(rows.reshape((-1,) + (1,) * (len(out.shape) - 1)), out.shape), m_in
 
 
 def bn_aggr(data, *, dtype=None, mask=None) -> Tensor:
