@@ -603,3 +603,20 @@ def test_bn_stats_partition_and_free_mask():
     np.testing.assert_array_equal(st[:20, 0], 15)
     np.testing.assert_allclose(st[:20, 1], x[:20, 0:30:2].mean(axis=1), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(st[:20, 5], x[:20, 1:30:2].var(axis=1) * 15, rtol=1e-4)
+
+
+def test_out_of_bounds_indirect_dma_is_an_index_error():
+    """AWS's simulator raises IndexError for an out-of-bounds indirect DMA with oob_mode=error (its dma_copy doc
+    test asserts it); nkisim's error keeps its NKI code and is an IndexError too (before: only a ValueError)."""
+    data = RNG.standard_normal((16, 8)).astype(np.float32)
+
+    def k(d):
+        i_f = nl.arange(8)[None, :]
+        idx = nisa.iota(5 * nl.arange(8)[:, None], dtype=nl.int32)
+        out = nisa.memset((8, 8), -1.0, dtype=nl.float32)
+        nisa.dma_copy(dst=out, src=d[idx, i_f], oob_mode=nisa.oob_mode.error)
+        return _store(out)
+
+    with pytest.raises(IndexError) as info:
+        run(k, data)
+    assert isinstance(info.value, NKIError) and info.value.code == "err_tensor_access_out_of_bound"

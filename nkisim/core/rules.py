@@ -34,6 +34,12 @@ class NKICapacityError(NKIError, MemoryError):
     """SBUF over-subscription (the compiler's allocator fails; GCA035 on hardware). PSUM spills instead."""
 
 
+class NKIIndexError(NKIError, IndexError):
+    """An out-of-bounds access (err_tensor_access_out_of_bound).  Also an IndexError: AWS's simulator raises
+    IndexError for an out-of-bounds indirect DMA (its doc test general/nki/test/test_nki_isa_dma_copy.py,
+    ``assertRaises(IndexError)`` for ``oob_mode=nisa.oob_mode.error``)."""
+
+
 def _r(code: str, template: str, source: str, eras: tuple[str, ...] = ("2024", "2025"), era_note: str = "") -> Rule:
     return Rule(code, template, source, official=code.startswith("err_"), eras=eras, era_note=era_note)
 
@@ -200,6 +206,9 @@ _RULE_LIST = [
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULE_LIST}
 
 
+_ERROR_CLASSES = {"nkisim_sbuf_capacity": NKICapacityError, "err_tensor_access_out_of_bound": NKIIndexError}
+
+
 def fail(code: str, **fields) -> None:
     """Raise the catalogue error ``code`` with its message filled in."""
     rule = RULES[code]
@@ -207,7 +216,7 @@ def fail(code: str, **fields) -> None:
     if rule.official:
         sep = "" if message.endswith(".") else "."  # templates that end a sentence already: no '..'
         message += f"{sep} Info on how to fix: {ERRORS_URL}#{code.replace('_', '-')}"
-    cls = NKICapacityError if code == "nkisim_sbuf_capacity" else NKIError
+    cls = _ERROR_CLASSES.get(code, NKIError)
     raise cls(code, message)
 
 
