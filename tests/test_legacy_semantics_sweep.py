@@ -620,3 +620,33 @@ def test_out_of_bounds_indirect_dma_is_an_index_error():
     with pytest.raises(IndexError) as info:
         run(k, data)
     assert isinstance(info.value, NKIError) and info.value.code == "err_tensor_access_out_of_bound"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# nki.trace: AWS's own doc tests decorate output-argument kernels with it (``nki_jit = nki.trace``) and run
+# ``nki.simulate_kernel(kernel, in_tensor, out_tensor)``; the kernel stores into out_tensor and the caller reads the
+# array it passed.  Before: AttributeError "module 'neuronxcc.nki' has no attribute 'trace'".
+
+
+def test_nki_trace_kernels_write_their_output_arguments():
+    import neuronxcc.nki as nki
+
+    @nki.trace
+    def scale_into(a, out, factor):
+        nl.store(out, nl.multiply(nl.load(a), factor))
+
+    @nki.jit
+    def scale_jit(a, out, factor):
+        nl.store(out, nl.multiply(nl.load(a), factor))
+
+    x = RNG.standard_normal((32, 16)).astype(np.float32)
+    out = np.zeros((32, 16), np.float32)
+    assert nki.simulate_kernel(scale_into, x, out, 3.0) is None
+    np.testing.assert_allclose(out, 3 * x, rtol=1e-6)
+    out16 = np.zeros((32, 16), np.float16)
+    nki.baremetal(scale_into)(x, out16, 0.5)
+    np.testing.assert_array_equal(out16, (0.5 * x).astype(np.float16))
+    x_before = x.copy()
+    with pytest.raises(NKIError, match="immutable"):  # nki.jit kernels keep read-only arguments
+        nki.simulate_kernel(scale_jit, x, np.zeros((32, 16), np.float32), 3.0)
+    np.testing.assert_array_equal(x, x_before)

@@ -420,6 +420,11 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         hbm_args = [_wrap_arg(ctx, a, n) for a, n in zip(args, names)]
         hbm_kwargs = {k: _wrap_arg(ctx, v, k) for k, v in kwargs.items()}
         _apply_annotations(fn, names, hbm_args, hbm_kwargs)
+        writes_args = _writes_args(kernel)
+        if writes_args:
+            for t in (*hbm_args, *hbm_kwargs.values()):
+                if isinstance(t, Tensor) and t._a.buf == B_HBM:
+                    t._a.immutable = False
         if grid:
             ret = _run_grid(ctx, fn, grid, cores, hbm_args, hbm_kwargs)
         else:
@@ -430,6 +435,8 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
             {"phys": t._a.phys, "shape": list(t.shape), "dtype": t.dtype.name, "bytes": t._a.base.nbytes}
             for t in (ret if isinstance(ret, (tuple, list)) else (ret,)) if isinstance(t, Tensor)]
         outputs = _to_numpy(ret) if ctx.full else None
+        if writes_args and ctx.full:
+            _copy_back(args, hbm_args, kwargs, hbm_kwargs)
     finally:
         if blas is not None:
             blas.restore_original_limits()
@@ -439,6 +446,26 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         _STACK.pop()
         ctx.mem.closed = True
     return KernelRun(outputs, ctx.trace, ctx.target, ctx.mem.peak[B_SBUF], ctx.mem.peak[B_PSUM])
+
+
+def _writes_args(kernel) -> bool:
+    """Whether the kernel follows the output-argument convention (``nki.trace``): it stores its results into
+    arguments the caller passed (``simulate_kernel(kernel, in_tensor, out_tensor)``)."""
+    seen = 0
+    while kernel is not None and seen < 8:
+        if getattr(kernel, "nki_writes_args", False):
+            return True
+        kernel = getattr(kernel, "func", None)
+        seen += 1
+    return False
+
+
+def _copy_back(args, hbm_args, kwargs, hbm_kwargs) -> None:
+    """Write the kernel's stores into the caller's NumPy arguments (output-argument convention)."""
+    pairs = list(zip(args, hbm_args)) + [(kwargs[k], hbm_kwargs[k]) for k in kwargs]
+    for host, t in pairs:
+        if isinstance(host, np.ndarray) and isinstance(t, Tensor) and host.flags.writeable:
+            np.copyto(host, t._a.base.reshape(host.shape).astype(host.dtype, copy=False), casting="unsafe")
 
 
 # physical NeuronCores per chip (shared/trainium-facts.md "cores per chip": trn1 2, trn2 8)
