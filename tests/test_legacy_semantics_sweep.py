@@ -650,3 +650,24 @@ def test_nki_trace_kernels_write_their_output_arguments():
     with pytest.raises(NKIError, match="immutable"):  # nki.jit kernels keep read-only arguments
         nki.simulate_kernel(scale_jit, x, np.zeros((32, 16), np.float32), 3.0)
     np.testing.assert_array_equal(x, x_before)
+
+
+def test_platform_target_of_the_decorator_selects_the_target(monkeypatch):
+    """``@nki.jit(mode='simulation', platform_target='trn2')`` (AWS's doc tests for trn2-only instructions) runs
+    for trn2 whatever NEURON_PLATFORM_TARGET_OVERRIDE says; an explicit run_kernel(target=...) still wins.
+    Before: the option was ignored."""
+    import neuronxcc.nki as nki
+
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+
+    def body(x):
+        t = nl.load(x)
+        gen = nisa.get_nc_version()
+        return _store(nl.add(t, float(int(gen))))
+
+    x = np.zeros((4, 4), np.float32)
+    np.testing.assert_array_equal(nki.jit(body, mode="simulation", platform_target="trn2")(x), 3.0)
+    np.testing.assert_array_equal(nki.jit(body, mode="simulation")(x), 2.0)
+    np.testing.assert_array_equal(nki.baremetal(nki.jit(body, platform_target="trn2"))(x), 3.0)
+    run = run_kernel(nki.jit(body, platform_target="trn2"), args=(x,), target="trn1")
+    np.testing.assert_array_equal(run.outputs, 2.0)

@@ -405,6 +405,8 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
     fn = unwrap(kernel)
     grid, cores = launch_grid(kernel)
     name = getattr(fn, "__name__", "kernel")
+    if target is None:
+        target = declared_target(kernel)
     ctx = KernelContext(target, mode, name)
     ctx.kernel_code = ctx.mem.stop_code = getattr(fn, "__code__", None)
     kwargs = dict(kwargs or {})
@@ -446,6 +448,20 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         _STACK.pop()
         ctx.mem.closed = True
     return KernelRun(outputs, ctx.trace, ctx.target, ctx.mem.peak[B_SBUF], ctx.mem.peak[B_PSUM])
+
+
+def declared_target(kernel) -> str | None:
+    """The ``platform_target`` a kernel was decorated with (``@nki.jit(platform_target='trn2')``,
+    ``nki.trace(platform_target=...)``, as AWS's doc tests and kernels declare trn2-only code); None when it names
+    none, so NEURON_PLATFORM_TARGET_OVERRIDE / the default decides.  An explicit ``run_kernel(target=...)`` wins."""
+    seen = 0
+    while kernel is not None and seen < 8:
+        opts = getattr(kernel, "options", None)
+        if isinstance(opts, dict) and opts.get("platform_target"):
+            return str(opts["platform_target"])
+        kernel = getattr(kernel, "func", None)
+        seen += 1
+    return None
 
 
 def _writes_args(kernel) -> bool:
