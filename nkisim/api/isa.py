@@ -51,6 +51,9 @@ class oob_mode(_IntEnum):  # noqa: N801
     skip = 1
 
 
+_OOB_SKIP = int(oob_mode.skip)  # dma_copy's oob_mode parameter shadows the enum
+
+
 class reduce_cmd(_IntEnum):  # noqa: N801
     idle = 0
     reset = 1
@@ -125,7 +128,11 @@ def dma_copy(*args, dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=oob
     if src is None or dst is None:
         raise TypeError("dma_copy() requires src= and dst=")
     rmw = _alu(dst_rmw_op, "dma_copy") if dst_rmw_op is not None else None
-    _ops.dma_copy(src, dst, mask=mask, dst_rmw_op=rmw)
+    skip = int(oob_mode) == _OOB_SKIP
+    if skip and rmw is not None:  # 2.26 docs: "If dst_rmw_op is specified, only oob_mode=oob_mode.error is allowed."
+        _fail("nkisim_bad_argument", op="dma_copy", detail="dst_rmw_op cannot be combined with oob_mode=skip (only "
+              "oob_mode.error is allowed with a read-modify-write)")
+    _ops.dma_copy(src, dst, mask=mask, dst_rmw_op=rmw, oob_skip=skip)
 
 
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
@@ -138,11 +145,40 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     """stationary.T @ moving on TensorE into a fresh fp32 PSUM tile ([K,M] x [K,N] -> [M,N]).
 
     ``perf_mode='double_row_gen3'`` (the 2.2x spelling; 'double_row' later) is the FP8 double-row mode."""
+    if tile_position or tile_size:
+        _check_pe_tile(stationary, tile_position, tile_size)
     mode = str(getattr(perf_mode, "name", perf_mode) or "none")
     if mode not in ("none", "double_row", "double_row_gen3"):
         raise ValueError(f"nc_matmul: unknown perf_mode {perf_mode!r} (expected None or 'double_row_gen3')")
     return _ops.nc_matmul(stationary, moving, is_transpose=is_transpose, mask=mask,
-                          double_row=mode != "none")
+                          double_row=mode != "none", is_stationary_onezero=is_stationary_onezero,
+                          is_moving_onezero=is_moving_onezero)
+
+
+def _check_pe_tile(stationary, tile_position, tile_size) -> None:
+    """PE tiling requirements of nki.isa.nc_matmul (2.2x docs): both ``tile_position`` and ``tile_size`` set, (row,
+    column) values that are multiples of 32, ``tile_size`` at least the stationary tile ([K, M]), not 32 x 32 on
+    NeuronCore-v2; the tile must fit the 128 x 128 PE array.  Values only: the model does not time PE tiling."""
+    def bad(why: str):
+        _fail("nkisim_bad_argument", op="nc_matmul", detail=f"tile_position={tuple(tile_position)!r}, "
+              f"tile_size={tuple(tile_size)!r}: {why}")
+    if not tile_position or not tile_size:
+        bad("both must be set to enable PE tiling")
+    pos, size = tuple(int(v) for v in tile_position), tuple(int(v) for v in tile_size)
+    if len(pos) != 2 or len(size) != 2:
+        bad("each is a (row, column) pair")
+    if any(v % 32 for v in pos + size) or min(size) <= 0:
+        bad("values must be multiples of 32")
+    if pos[0] + size[0] > 128 or pos[1] + size[1] > 128:
+        bad("the tile must fit the 128 x 128 PE array")
+    k, m = stationary.shape[0], 1
+    for d in stationary.shape[1:]:
+        m *= d
+    if size[0] < k or size[1] < m:
+        bad(f"tile_size must be at least the stationary tile [{k}, {m}]")
+    ctx = _rt.current("nc_matmul")
+    if ctx.target == "trn1" and size == (32, 32):
+        bad("row and column sizes cannot both be 32 on NeuronCore-v2")
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
@@ -173,7 +209,8 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
 def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
                mask=None, dtype=None, **kwargs):
     return _ops.activation(_act(op), data, bias=bias, scale=scale, dtype=dtype, mask=mask,
-                           reduce_op=_alu(reduce_op) if reduce_op is not None else None, reduce_res=reduce_res)
+                           reduce_op=_alu(reduce_op) if reduce_op is not None else None, reduce_res=reduce_res,
+                           reduce_cmd=int(reduce_cmd))
 
 
 def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs):
@@ -185,9 +222,11 @@ def iota(expr, dtype, *, mask=None, **kwargs):
 
 
 def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, **kwargs):
-    """nisa.activation plus a reduction of each partition's results into reduce_res (ScalarE, one instruction)."""
+    """nisa.activation plus a reduction of each partition's results into reduce_res (ScalarE, one instruction):
+    "equivalent to calling nisa.activation with reduce_cmd=nisa.reduce_cmd.reset_reduce" (2.26 docs)."""
     return _ops.activation(_act(op), data, bias=bias, scale=scale, dtype=dtype, mask=mask,
-                           reduce_op=_alu(reduce_op, "activation_reduce"), reduce_res=reduce_res)
+                           reduce_op=_alu(reduce_op, "activation_reduce"), reduce_res=reduce_res,
+                           reduce_cmd=reduce_cmd.reset_reduce)
 
 
 def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, **kwargs):
@@ -227,12 +266,25 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
                                   dtype=dtype, mask=mask)
 
 
+def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                  reduce_op=_np.amax, reverse_pred=False, mask=None, dtype=None, **kwargs):
+    """dst = predicate ? on_true : on_false with an optional max reduction into VectorE's registers (2.26)."""
+    return _ox.select_reduce(dst, predicate, on_true, on_false, reduce_res=reduce_res, reduce_cmd=int(reduce_cmd),
+                             reduce_op=_alu(reduce_op, "select_reduce"), reverse_pred=reverse_pred, dtype=dtype,
+                             mask=mask)
+
+
+def sequence_bounds(*, segment_ids, dtype=None, **kwargs):
+    """[start, end) of each element's run of equal segment ids (GpSimdE, 2.26); id 0 is padding."""
+    return _ox.sequence_bounds(segment_ids, dtype=dtype)
+
+
 def tensor_copy_predicated(*, src, dst, predicate, mask=None, dtype=None, reverse_pred=False, **kwargs):
     return _ox.tensor_copy_predicated(src, dst, predicate, reverse_pred=reverse_pred, dtype=dtype, mask=mask)
 
 
-def reciprocal(data, *, dtype=None, mask=None, **kwargs):
-    return _ox.reciprocal(data, dtype=dtype, mask=mask)
+def reciprocal(data, *, dtype=None, mask=None, engine=engine.unknown, **kwargs):
+    return _ox.reciprocal(data, dtype=dtype, mask=mask, engine=_engine(engine))
 
 
 def dropout(data, prob, *, mask=None, dtype=None, **kwargs):

@@ -251,17 +251,27 @@ max = _reduction("maximum", "max")  # noqa: A001
 min = _reduction("minimum", "min")  # noqa: A001
 sum = _reduction("add", "sum")  # noqa: A001
 prod = _reduction("multiply", "prod")
-all = _reduction("logical_and", "all")  # noqa: A001
+
+
+def all(x, axis, *, dtype=bool_, mask=None, keepdims=False, **kwargs):  # noqa: A001
+    """Whether all elements along ``axis`` are true: "a boolean tile" (nki.language.all docs, ``dtype=bool``)."""
+    return _ops.tensor_reduce("logical_and", x, axis, dtype=dtype, mask=mask, keepdims=keepdims, op_name="all")
+
+
+all.nki_alu = "logical_and"
 
 
 def mean(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs):
+    """Arithmetic mean; "float32 intermediate and return values are used for integer inputs" (nki.language.mean
+    docs), other inputs keep their dtype unless ``dtype`` is given."""
     s = _ops.tensor_reduce("add", x, axis, dtype=float32, mask=mask, keepdims=keepdims, op_name="mean")
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     count = 1
     for ax in axes:
         count *= x.shape[ax]
-    return _ops.tensor_scalar(s, "multiply", 1.0 / count, dtype=dtype if dtype is not None else x.dtype,
-                              op_name="mean")
+    if dtype is None:
+        dtype = float32 if _np.dtype(x.dtype).kind in "iub" else x.dtype
+    return _ops.tensor_scalar(s, "multiply", 1.0 / count, dtype=dtype, op_name="mean")
 
 
 # ---- TensorE --------------------------------------------------------------------------------------------------
@@ -299,8 +309,16 @@ def softmax(x, axis, *, dtype=None, compute_dtype=None, mask=None, **kwargs) -> 
     e = _ops.activation("exp", shifted, dtype=float32, op_name="softmax")
     s = _ops.tensor_reduce("add", e, axis, keepdims=True, dtype=float32, op_name="softmax")
     r = _ops.activation("reciprocal", s, dtype=float32, op_name="softmax")
-    return _ops.tensor_tensor(e, r, "multiply", dtype=dtype if dtype is not None else x.dtype, nl_style=True,
+    return _ops.tensor_tensor(e, r, "multiply", dtype=_composite_dtype(dtype, compute_dtype, x), nl_style=True,
                               op_name="softmax")
+
+
+def _composite_dtype(dtype, compute_dtype, x):
+    """Result dtype of nl.softmax / nl.rms_norm: nki.language.rms_norm docs (2.2x): "currently `dtype` and
+    `compute_dtype` behave the same, both sets internal compute and return dtype"."""
+    if dtype is not None:
+        return dtype
+    return compute_dtype if compute_dtype is not None else x.dtype
 
 
 def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mask=None, **kwargs) -> _Tensor:
@@ -310,7 +328,7 @@ def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mas
     ms = _ops.tensor_scalar(ss, "multiply", 1.0 / n, op1="add", operand1=float(epsilon), op_name="rms_norm")
     inv = _ops.activation("rsqrt", ms, dtype=float32, op_name="rms_norm")
     xn = _ops.tensor_tensor(x, inv, "multiply", dtype=float32, nl_style=True, op_name="rms_norm")
-    return _ops.tensor_tensor(xn, w, "multiply", dtype=dtype if dtype is not None else x.dtype, nl_style=True,
+    return _ops.tensor_tensor(xn, w, "multiply", dtype=_composite_dtype(dtype, compute_dtype, x), nl_style=True,
                               op_name="rms_norm")
 
 
@@ -546,12 +564,7 @@ def shared_identity_matrix(n, dtype=uint8, **kwargs) -> _Tensor:
 
 def invert(x, *, dtype=None, mask=None, **kwargs) -> _Tensor:
     """Bitwise NOT of an integer tile (one VectorE instruction: x XOR all-ones)."""
-    if x.dtype == _np.bool_:
-        return logical_not(x, dtype=dtype, mask=mask)
-    if x.dtype.kind not in "iu":
-        _fail("nkisim_bad_argument", op="invert", detail=f"bitwise operations need an integer tile, got {x.dtype}")
-    ones = -1 if x.dtype.kind == "i" else int(_np.iinfo(x.dtype).max)
-    return _ops.tensor_scalar(x, "bitwise_xor", ones, dtype=dtype, mask=mask, op_name="invert")
+    return _ops.invert(x, dtype=dtype, mask=mask)
 
 
 def logical_not(x, *, dtype=bool_, mask=None, **kwargs) -> _Tensor:

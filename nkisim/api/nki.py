@@ -76,6 +76,25 @@ def jit(func=None, mode: str = "auto", **kwargs):
     return _Kernel(func, mode, **kwargs)
 
 
+class _Traced(_Kernel):
+    """The object nki.trace returns: a kernel of the output-argument convention.  AWS's doc tests use it as
+    ``nki_jit = nki.trace`` and run ``simulate_kernel(kernel, in_tensor, out_tensor)``, the kernel storing its
+    result into ``out_tensor`` (general/nki/test/test_nki_isa_nc_stream_shuffle.py): its arguments are writable
+    and the caller's NumPy arrays receive what the kernel stored."""
+
+    nki_writes_args = True
+
+    def __repr__(self) -> str:
+        return f"<nki.trace kernel {getattr(self.func, '__name__', '?')}>"
+
+
+def trace(func=None, **kwargs):
+    """Decorate a kernel that writes its outputs into arguments (see _Traced); usable bare or with arguments."""
+    if func is None:
+        return lambda f: _Traced(f, **kwargs)
+    return _Traced(func, **kwargs)
+
+
 def _write_profile(run, options: dict) -> None:
     if not (options.get("save_neff_name") or options.get("save_trace_name")):
         return

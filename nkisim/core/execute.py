@@ -61,8 +61,27 @@ ALU = {
     "right_shift": (np.right_shift, True),
 }
 
-# reduction name -> numpy reducer
+def _fold(ufunc):
+    """A left fold along the given axes in row-major order (x0 op x1 op x2 ...), for operators NumPy will not
+    reduce over several axes at once (subtract is not reorderable)."""
+    def reduce(x, axis, keepdims=False):
+        x = np.asarray(x)
+        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(int(a) % x.ndim for a in axis)
+        keep = [d for d in range(x.ndim) if d not in axes]
+        moved = np.transpose(x, keep + list(axes)).reshape([x.shape[d] for d in keep] + [-1])
+        r = ufunc.reduce(moved, axis=-1)
+        if keepdims:
+            r = r.reshape([1 if d in axes else x.shape[d] for d in range(x.ndim)])
+        return r
+    return reduce
+
+
+# reduction name -> numpy reducer.  The legal reduction operators (nki.api.shared "Supported Math Operators",
+# Table 2 "Legal Reduction op"; nki.isa.tensor_scalar_reduce docs: "reduce_op can be any of nl.add, nl.subtract,
+# nl.multiply, nl.max or nl.min") include subtract and logical_xor.
 REDUCE = {
+    "subtract": _fold(np.subtract),
+    "logical_xor": _fold(np.logical_xor),
     "add": np.sum,
     "maximum": np.max,
     "minimum": np.min,
@@ -132,7 +151,14 @@ def to_f32(a: np.ndarray) -> np.ndarray:
 def alu(name: str, x, y):
     fn, bitvec = ALU[name]
     if bitvec:
-        return fn(np.asarray(x).astype(np.int64), np.asarray(y).astype(np.int64))
+        x = np.asarray(x)
+        xi = x.astype(np.int64)
+        if name == "right_shift" and x.dtype.kind == "i":
+            # numpy.right_shift is the *logical* shift right on the engines ("Arithmetic Shift Right: Support coming
+            # soon", nki.api.shared Table 2): the operand's bit pattern shifts in zeros, also for negative values
+            # (int64 arrays are intermediates of at most 32-bit data: NKI has no 64-bit integers)
+            xi &= (1 << (8 * min(x.dtype.itemsize, 4))) - 1
+        return fn(xi, np.asarray(y).astype(np.int64))
     r = fn(x, y)  # floating-point warnings are silenced for the whole kernel run (runtime.run_kernel)
     return r.astype(F32) if r.dtype in (np.float64, np.bool_) else r
 

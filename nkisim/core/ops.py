@@ -401,7 +401,7 @@ def accumulate(dst: Tensor, other) -> None:
 
 
 def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_rmw_op: str | None = None,
-             ctx: KernelContext | None = None) -> None:
+             ctx: KernelContext | None = None, oob_skip: bool = False) -> None:
     if ctx is None:
         ctx = current("dma_copy")
         ctx.settle()
@@ -424,9 +424,12 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
         check_partitions(src, pmax)
     if da.buf == B_SBUF and dst.shape and dst.shape[dst._pd] > pmax:
         check_partitions(dst, pmax)
-    m = mask_values(mask, dst.shape, dst) if mask is not None or dst._oob else None
-    if src._oob:
-        mask_values(mask, src.shape, src)
+    if oob_skip and (src._oob or dst._oob):
+        m = _oob_skip_mask(mask, src, dst)
+    else:
+        m = mask_values(mask, dst.shape, dst) if mask is not None or dst._oob else None
+        if src._oob:
+            mask_values(mask, src.shape, src)
     srcs = (src,)
     if ctx.dyn:  # indirect DMA: the index tiles are read too (software DGE builds the descriptors from them)
         srcs += dynamic_tiles(ctx, src) + dynamic_tiles(ctx, dst)
@@ -446,6 +449,27 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
         elif vals.dtype != dst.dtype:
             vals = execute.to_f32(vals)
         write(dst, execute.cast(vals, dst.dtype), m)
+
+
+def _oob_skip_mask(mask, src: Tensor, dst: Tensor) -> np.ndarray:
+    """dma_copy(oob_mode=nisa.oob_mode.skip): "Silently skips any operations involving out-of-bounds indices"
+    (nki.isa.dma_copy docs, 2.26): the elements whose indirect source or destination index is out of bounds are
+    not copied; the rest are, under the mask= predicate as usual."""
+    keep = np.ones(dst.shape, dtype=bool)
+    for t in (src, dst):
+        if t._oob:
+            ok = np.ones(t.shape, dtype=bool)
+            for a, n in zip(t._ix, t._v.shape):
+                a = np.broadcast_to(a, t.shape)
+                ok &= (a >= 0) & (a < n)
+            keep &= ok.reshape(dst.shape)
+    flags = src._oob, dst._oob
+    src._oob = dst._oob = False  # out-of-bounds positions are skipped, not errors: evaluate the mask alone
+    try:
+        m = mask_values(mask, dst.shape, dst) if mask is not None else None
+    finally:
+        src._oob, dst._oob = flags
+    return keep if m is None else keep & np.broadcast_to(m, dst.shape)
 
 
 def _scatter_accumulate(dst: Tensor, vals: np.ndarray, m) -> None:
@@ -565,7 +589,8 @@ def _stage_psum_operand(ctx: KernelContext, t: Tensor, op_name: str, name: str) 
 
 
 def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False, mask=None,
-              op_name: str = "nc_matmul", double_row: bool = False) -> Tensor:
+              op_name: str = "nc_matmul", double_row: bool = False, is_stationary_onezero: bool = False,
+              is_moving_onezero: bool = False) -> Tensor:
     ctx = current(op_name)
     ctx.settle()
     stationary = need_tensor(stationary, op_name, "stationary")
@@ -598,8 +623,14 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
     out_shape = (m,) + tuple(moving.shape[1:]) if moving.ndim > 1 else (m, 1)
     out = new_result(ctx, out_shape, F32, B_PSUM)
     _check_psum_bank(ctx, out, op_name)
-    ins = ctx.emit("nc_matmul", E_TENSOR, (stationary, moving), (out,),
-                   {"K": k1, "M": m, "N": n, "accumulate": False, "is_transpose": bool(is_transpose)})
+    attrs = {"K": k1, "M": m, "N": n, "accumulate": False, "is_transpose": bool(is_transpose)}
+    # the ones/zeros hints make an fp32 matmul up to 2x faster (nki.isa.nc_matmul docs, is_*_onezero): the cost
+    # model reads them (perf/model.py), so they travel with the instruction
+    if is_stationary_onezero:
+        attrs["is_stationary_onezero"] = True
+    if is_moving_onezero:
+        attrs["is_moving_onezero"] = True
+    ins = ctx.emit("nc_matmul", E_TENSOR, (stationary, moving), (out,), attrs)
     values = None
     if ctx.full:
         s = execute.to_f32(read(stationary)).reshape(k1, m)
@@ -666,10 +697,14 @@ def nc_transpose(data: Tensor, *, engine: Engine = E_UNKNOWN, dtype=None, mask=N
         need_on_chip(data, op_name, "data")
         out_buf = B_SBUF
     dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
-    out = new_result(ctx, (f, p), dt, out_buf)
+    out = new_result(ctx, (f, p), data.dtype, out_buf)
     ins = ctx.emit("nc_transpose", engine, (data,), (out,), {"P": p, "F": f})
     values = execute.to_f32(read(data)).reshape(p, f).T if ctx.full else None
     out = finish(ctx, ins, out, values, mask_values(mask, (f, p), data))
+    if dt != data.dtype:
+        # nki.isa.nc_transpose docs: "if [dtype is] specified and it's different from the data type of input tile
+        # data, an additional nki.isa.cast instruction will be inserted to cast the transposed data"
+        out = tensor_copy(out, dtype=dt, op_name=op_name)
     return out
 
 
@@ -875,8 +910,14 @@ def tensor_scalar(data, op0: str, operand0, reverse0: bool = False, op1: str | N
     _engine_checks(op_name, engine, [(data, "data")], ctx)
     if (op1 is None) != (operand1 is None):
         fail("nkisim_bad_argument", op=op_name, detail="op1 and operand1 must be given together")
-    for opx in (op0, op1):
-        if opx is not None and execute.ALU.get(opx, (None, False))[1]:
+    bitvec = [execute.ALU.get(opx, (None, False))[1] for opx in (op0, op1) if opx is not None]
+    if len(bitvec) == 2 and bitvec[0] != bitvec[1]:
+        # nki.isa.tensor_scalar docs: "The two operators, op0 and op1, in a tensor_scalar instruction must be of
+        # the same type (both bitvec or both arithmetic)"
+        fail("nkisim_bad_argument", op=op_name, detail=f"op0 '{op0}' and op1 '{op1}' must both be bitvec or both "
+             "arithmetic operators (split the computation into two instructions)")
+    for opx, bv in zip((op0, op1), bitvec):
+        if bv:
             _need_int(op_name, opx, (data, "data"))
     if engine == E_SCALAR:
         _scalar_engine_alu(ctx, op_name, op0, op1)
@@ -968,6 +1009,8 @@ def tensor_reduce(op: str, data, axis, *, negate: bool = False, keepdims: bool =
         norm.append(ax)
     if op not in execute.REDUCE:
         fail("nkisim_bad_argument", op=op_name, detail=f"'{op}' is not a reduction operator")
+    if execute.ALU[op][1]:  # bitvec reductions: "the input/output data types must be integer types" (isa docs)
+        _need_int(op_name, op, (data, "data"))
     out_shape = tuple(1 if i in norm else d for i, d in enumerate(data.shape)) if keepdims else \
         tuple(d for i, d in enumerate(data.shape) if i not in norm)
     if len(out_shape) == 1:
@@ -1006,7 +1049,7 @@ def _reduce_mask(mask, out_shape, data: Tensor, op: str):
 
 
 def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, reduce_op=None,
-               reduce_res: Tensor | None = None, op_name: str = "activation") -> Tensor:
+               reduce_res: Tensor | None = None, reduce_cmd: int = 0, op_name: str = "activation") -> Tensor:
     ctx = current(op_name)
     ctx.settle()
     data = need_tensor(data, op_name, "data")
@@ -1025,6 +1068,10 @@ def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, 
             fail("err_activation_scale_invalid_type", p=p, got=f"{scale.dtype.name}{list(scale.shape)}")
     elif not isinstance(scale, (int, float, np.floating, np.integer)):
         fail("err_activation_scale_invalid_type", p=p, got=type(scale).__name__)
+    if reduce_op not in (None, "add") and ctx.target == "trn1" and (reduce_res is not None or reduce_cmd):
+        fail("nkisim_engine_op_unsupported", op=op_name, engine="Scalar Engine", target=ctx.target,
+             detail=f"reduce_op '{reduce_op}': on NeuronCore-v2 the reduce_op can only be an addition "
+             "(nki.isa.activation_reduce docs)")
     sc, ts = _scalar_operand(ctx, op_name, data, scale, "scale")
     bi, tb = _scalar_operand(ctx, op_name, data, bias, "bias")
     srcs = [data] + [t for t in (ts, tb) if t is not None]
@@ -1040,11 +1087,50 @@ def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, 
         b = _vals(bi).reshape(pshape) if isinstance(bi, Tensor) else np.float32(bi or 0.0)
         values = execute.activation(func, v * s + b)
     out = finish(ctx, ins, out, values, mask_values(mask, out.shape, *srcs))
-    if reduce_res is not None and ctx.full:
-        red = execute.REDUCE[reduce_op or "add"](
-            values.reshape(parts_of(data), -1), axis=1, keepdims=True)
-        write(reduce_res, execute.cast(red.reshape(reduce_res.shape), reduce_res.dtype))
+    if ctx.full and (reduce_res is not None or reduce_cmd):
+        regs = reduce_registers(ctx, E_SCALAR, reduce_cmd, reduce_op or "add", values.reshape(p, -1))
+        if reduce_res is not None:
+            write(reduce_res, execute.cast(regs.reshape(reduce_res.shape), reduce_res.dtype))
     return out
+
+
+# reduce_cmd values (nisa.reduce_cmd): idle, reset, reduce, reset_reduce
+RESET, REDUCE, RESET_REDUCE = 1, 2, 3
+
+
+def reduce_registers(ctx, engine, cmd: int, reduce_op: str, rows: np.ndarray) -> np.ndarray:
+    """The engine's 128 per-partition reduction registers after an instruction with ``reduce_cmd=cmd``.
+
+    nki.isa.activation (2.2x docs, 2.26 stub): "There are 128 registers on the scalar engine for storing
+    reduction results ... accu_registers = reduce_op(accu_registers, reduce_op(output, axis=<FreeAxis>))";
+    reset zeroes them, idle leaves them alone, reduce accumulates onto them, reset_reduce restarts from this
+    instruction's result; passing ``reduce_res`` reads them out.  They persist across instructions, so a chain
+    reset_reduce -> reduce -> reduce(reduce_res=r) puts the reduction of all three into r (AWS's range_select
+    chaining example, test_nki_isa_range_select.py).  Returns the registers of the instruction's partitions.
+    """
+    regs = ctx.reduce_regs.get(engine)
+    if regs is None:
+        regs = ctx.reduce_regs[engine] = np.zeros((128, 1), dtype=F32)
+    p = rows.shape[0]
+    cmd = int(cmd)
+    if cmd == RESET:
+        regs[:p] = 0
+    elif cmd in (REDUCE, RESET_REDUCE):
+        red = np.asarray(execute.REDUCE[reduce_op](rows, axis=1, keepdims=True), dtype=F32)
+        regs[:p] = red if cmd == RESET_REDUCE else execute.alu(reduce_op, regs[:p], red)
+    return regs[:p]
+
+
+def invert(x, *, dtype=None, mask=None) -> Tensor:
+    """nl.invert / ``~tile``: bitwise NOT of an integer tile (one VectorE instruction, x XOR all-ones); NOT of a
+    bool tile."""
+    if x.dtype == np.bool_:
+        return tensor_scalar(x, "equal", 0, dtype=dtype if dtype is not None else np.bool_, mask=mask,
+                             op_name="logical_not")
+    if x.dtype.kind not in "iu":
+        fail("nkisim_bad_argument", op="invert", detail=f"bitwise operations need an integer tile, got {x.dtype}")
+    ones = -1 if x.dtype.kind == "i" else int(np.iinfo(x.dtype).max)
+    return tensor_scalar(x, "bitwise_xor", ones, dtype=dtype, mask=mask, op_name="invert")
 
 
 def select(condition, x, y, *, dtype=None, mask=None) -> Tensor:

@@ -11,7 +11,7 @@ import numpy as np
 
 from nkisim.core import dtypes, execute
 from nkisim.core.dtypes import F32
-from nkisim.core.instr import B_HBM, B_PSUM, E_GPSIMD, E_UNKNOWN, E_VECTOR, Engine
+from nkisim.core.instr import B_HBM, B_PSUM, E_GPSIMD, E_SCALAR, E_UNKNOWN, E_VECTOR, Engine
 from nkisim.core.ops import (
     _engine_checks,
     _mark_written,
@@ -25,8 +25,9 @@ from nkisim.core.ops import (
     need_tensor,
     new_result,
     parts_of,
+    reduce_registers,
 )
-from nkisim.core.rules import fail
+from nkisim.core.rules import NKIError, fail
 from nkisim.core.runtime import current
 from nkisim.core.tensor import Tensor, dynamic_tiles, read, write
 
@@ -88,8 +89,12 @@ def range_select(on_true_tile, comp_op0: str, comp_op1: str, bound0, bound1, *, 
                  reduce_op: str = "maximum", reduce_cmd: int = 0, range_start: int = 0,
                  on_false_value=-3.4028235e38, dtype=None, mask=None) -> Tensor:
     """out[p, j] = (comp_op0(j + range_start, bound0[p]) and comp_op1(j + range_start, bound1[p])) ? in : false
-    value; optionally reduce each row into reduce_res (reduce_cmd: 0 idle, 1 reset, 2 reduce, 3 reset_reduce)."""
+    value; each row's reduction goes into VectorE's reduction registers as ``reduce_cmd`` says (idle, reset, reduce,
+    reset_reduce: ops.reduce_registers) and ``reduce_res`` reads the registers out."""
     ctx, (src,) = _start("range_select", E_VECTOR, [(on_true_tile, "on_true_tile")])
+    if ctx.target == "trn1":  # nki.isa.range_select docs: "Available only on NeuronCore-v3 and beyond."
+        fail("nkisim_engine_op_unsupported", op="range_select", engine="Vector Engine", target=ctx.target,
+             detail="range_select is available only on NeuronCore-v3 (trn2) and beyond")
     b0, t0 = _per_partition(ctx, "range_select", src, bound0, "bound0")
     b1, t1 = _per_partition(ctx, "range_select", src, bound1, "bound1")
     out = new_result(ctx, src.shape, _out_dtype(dtype, src))
@@ -104,28 +109,97 @@ def range_select(on_true_tile, comp_op0: str, comp_op1: str, bound0, bound1, *, 
         hi = _pval(b1, src).reshape(-1, 1)
         keep = execute.alu(comp_op0, j, lo).astype(bool) & execute.alu(comp_op1, j, hi).astype(bool)
         values = np.where(keep, v, np.float32(on_false_value)).reshape(src.shape)
-        if reduce_res is not None and int(reduce_cmd) in (2, 3):
-            red = execute.REDUCE[reduce_op](_rows(values), axis=1, keepdims=True)
-            if int(reduce_cmd) == 2:
-                red = execute.alu(reduce_op, _vals(reduce_res).reshape(red.shape), red)
-            _write_side(reduce_res, red)
+        # the VectorE reduction registers persist across instructions; reduce_res only reads them out
+        regs = reduce_registers(ctx, E_VECTOR, reduce_cmd, reduce_op, _rows(values))
+        if reduce_res is not None:
+            _write_side(reduce_res, regs)
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, src, out))
+
+
+def select_reduce(dst: Tensor, predicate, on_true, on_false, *, reduce_res=None, reduce_cmd: int = 0,
+                  reduce_op: str = "maximum", reverse_pred: bool = False, dtype=None, mask=None) -> Tensor:
+    """dst = predicate ? on_true : on_false (VectorE, in place), each row's max going into VectorE's reduction
+    registers as ``reduce_cmd`` says ("reset_reduce: Reset accumulators to -inf, then accumulate"; the registers
+    are shared with range_select) and ``reduce_res`` reading them out (2.26 nki.isa.select_reduce docs)."""
+    op = "select_reduce"
+    ctx, (d, p, t) = _start(op, E_VECTOR, [(dst, "dst"), (predicate, "predicate"), (on_true, "on_true")])
+    check_writable(d)
+    if parts_of(p) != parts_of(d) or parts_of(t) != parts_of(d) or free_of(p) != free_of(d) \
+            or free_of(t) != free_of(d):
+        fail("nkisim_shape_mismatch", op=op, shapes=[list(d.shape), list(p.shape), list(t.shape)],
+             detail=": dst, predicate and on_true must have the same partitions and elements per partition")
+    if reduce_op != "maximum":
+        fail("nkisim_bad_argument", op=op, detail=f"reduce_op must be max (np.max / nl.maximum), got '{reduce_op}'")
+    fv, tf = _per_partition(ctx, op, t, on_false, "on_false")
+    srcs = [p, t] + ([tf] if tf is not None else [])
+    dsts = (d,) if reduce_res is None else (d, reduce_res)
+    ctx.emit(op, E_VECTOR, srcs, dsts, {"reduce": reduce_res is not None})
+    m = mask_values(mask, d.shape, p, t, d)
+    if ctx.full:
+        cond = _rows(_vals(p)) != 0
+        if reverse_pred:
+            cond = ~cond
+        vals = np.where(cond, _rows(_vals(t)), _pval(fv, t).reshape(-1, 1) if isinstance(fv, Tensor)
+                        else np.float32(fv))
+        if reduce_res is not None or reduce_cmd:
+            regs = reduce_registers(ctx, E_VECTOR, reduce_cmd, "maximum", vals)
+            if reduce_res is not None:
+                _write_side(reduce_res, regs)
+        out_dt = _out_dtype(dtype, d)
+        write(d, execute.cast(execute.cast(vals, out_dt).reshape(d.shape), d.dtype), m)
+        _mark_written(d, m)
+    return d
+
+
+def sequence_bounds(segment_ids, *, dtype=None) -> Tensor:
+    """[1, n] segment ids -> [1, 2, n]: for every element the start index and the end index (one past the last)
+    of its run of equal ids; padding (id 0) gets start n and end -1 (2.26 nki.isa.sequence_bounds docs and their
+    NumPy equivalent, test_nki_isa_sequence_bounds.py).  GpSimdE."""
+    op = "sequence_bounds"
+    ctx, (s,) = _start(op, E_GPSIMD, [(segment_ids, "segment_ids")])
+    if parts_of(s) != 1:
+        fail("nkisim_bad_argument", op=op, detail=f"the partition dimension must be 1, got {list(s.shape)}")
+    for d in (s.dtype, dtypes.to_dtype(dtype) if dtype is not None else s.dtype):
+        if dtypes.name(d) not in ("float32", "int32"):
+            fail("nkisim_dtype_not_supported", op=op, dtype=dtypes.name(d), operand="segment_ids/dtype",
+                 detail=" (np.float32 or np.int32 only)")
+    n = free_of(s)
+    out = new_result(ctx, (1, 2, n), _out_dtype(dtype, s))
+    ins = ctx.emit(op, E_GPSIMD, (s,), (out,), {})
+    values = None
+    if ctx.full:
+        ids = _rows(_vals(s))[0]
+        i = np.arange(n)
+        pad = ids == 0
+        first = np.r_[True, ids[1:] != ids[:-1]]
+        last = np.r_[ids[1:] != ids[:-1], True]
+        start = np.maximum.accumulate(np.where(first, i, 0))
+        end = np.minimum.accumulate(np.where(last, i, n - 1)[::-1])[::-1] + 1
+        values = np.stack([np.where(pad, n, start), np.where(pad, -1, end)]).astype(F32)[None]
+    return finish(ctx, ins, out, values, None)
 
 
 def tensor_copy_predicated(src, dst: Tensor, predicate, *, reverse_pred: bool = False, dtype=None,
                            mask=None) -> Tensor:
-    """dst = predicate ? src : dst, in place (VectorE)."""
-    ctx, (s, d, p) = _start("tensor_copy_predicated", E_VECTOR, [(src, "src"), (dst, "dst"), (predicate, "predicate")])
+    """dst = predicate ? src : dst, in place (VectorE).  ``src`` may be a number: "If src is a scalar, the scalar is
+    copied to the dst tile" (2.26 nki.isa.tensor_copy_predicated docs)."""
+    scalar = isinstance(src, (bool, int, float, np.number))
+    tiles = [(dst, "dst"), (predicate, "predicate")]
+    if not scalar:
+        tiles.insert(0, (src, "src"))
+    ctx, checked = _start("tensor_copy_predicated", E_VECTOR, tiles)
+    s, d, p = (np.float32(src), *checked) if scalar else checked
     check_writable(d)
-    ctx.emit("tensor_copy_predicated", E_VECTOR, (s, p, d), (d,), {})
-    m = mask_values(mask, d.shape, s, p, d)  # also bounds-checks over-long views, in timing mode too
+    ctx.emit("tensor_copy_predicated", E_VECTOR, (p, d) if scalar else (s, p, d), (d,), {})
+    m = mask_values(mask, d.shape, p, d) if scalar else mask_values(mask, d.shape, s, p, d)  # bounds-checks too
     if ctx.full:
         cond = _vals(p, d.shape) != 0
         if reverse_pred:
             cond = ~cond
         if m is not None:
             cond = cond & m
-        new = np.where(np.broadcast_to(cond, d.shape), np.broadcast_to(_vals(s, d.shape), d.shape), _vals(d))
+        sv = s if scalar else np.broadcast_to(_vals(s, d.shape), d.shape)
+        new = np.where(np.broadcast_to(cond, d.shape), sv, _vals(d))
         write(d, execute.cast(new, d.dtype))
         _mark_written(d)
     return d
@@ -208,11 +282,16 @@ def tensor_tensor_scan(data0, data1, initial, op0: str, op1: str, *, reverse0: b
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, a, b, out))
 
 
-def reciprocal(data, *, dtype=None, mask=None) -> Tensor:
-    """1 / data element-wise on VectorE."""
-    ctx, (d,) = _start("reciprocal", E_VECTOR, [(data, "data")])
+def reciprocal(data, *, dtype=None, mask=None, engine: Engine = E_UNKNOWN) -> Tensor:
+    """1 / data element-wise on VectorE, or on ScalarE when asked (nki.isa.reciprocal docs: ``engine`` is
+    vector_engine, scalar_engine or unknown_engine; the compiler's pick for unknown is modelled as VectorE)."""
+    if engine not in (E_UNKNOWN, E_VECTOR, E_SCALAR):
+        fail("nkisim_bad_argument", op="reciprocal", detail="engine must be nki.isa.vector_engine, "
+             "nki.isa.scalar_engine or nki.isa.unknown_engine")
+    eng = E_SCALAR if engine == E_SCALAR else E_VECTOR
+    ctx, (d,) = _start("reciprocal", eng, [(data, "data")])
     out = new_result(ctx, d.shape, _out_dtype(dtype, d))
-    ins = ctx.emit("reciprocal", E_VECTOR, (d,), (out,), {})
+    ins = ctx.emit("reciprocal", eng, (d,), (out,), {})
     values = np.float32(1.0) / _vals(d) if ctx.full else None
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, out))
 
@@ -227,17 +306,36 @@ def bn_stats(data, *, dtype=None, mask=None) -> Tensor:
              f"(nl.tile_size.bn_stats_fmax), got {f}")
     out = new_result(ctx, (parts_of(d), 6), _out_dtype(dtype, d))
     ins = ctx.emit("bn_stats", E_VECTOR, (d,), (out,), {})
+    m_out, m_in = _input_mask(mask, out, d)
     values = None
     if ctx.full:
         v = _rows(_vals(d)).astype(np.float64)
+        keep = np.ones(v.shape, dtype=bool) if m_in is None else _rows(np.broadcast_to(m_in, d.shape))
         cols = []
-        for half in (v[:, 0::2], v[:, 1::2]):
-            n = half.shape[1]
-            mean = half.mean(axis=1) if n else np.zeros(v.shape[0])
-            m2 = ((half - mean[:, None]) ** 2).sum(axis=1) if n else np.zeros(v.shape[0])
-            cols += [np.full(v.shape[0], float(n)), mean, m2]
+        for half, k in ((v[:, 0::2], keep[:, 0::2]), (v[:, 1::2], keep[:, 1::2])):
+            n = k.sum(axis=1).astype(np.float64)
+            safe = np.where(n > 0, n, 1.0)
+            mean = np.where(k, half, 0.0).sum(axis=1) / safe
+            m2 = np.where(k, (half - mean[:, None]) ** 2, 0.0).sum(axis=1)
+            cols += [n, mean, m2]
         values = np.stack(cols, axis=1).astype(F32)
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, out))
+    return finish(ctx, ins, out, values, m_out)
+
+
+def _input_mask(mask, out: Tensor, data: Tensor):
+    """(mask over the output, mask over the input) of an instruction whose output is shaped differently from its
+    input.  A predicate over the output's index variables masks output elements; one over the input's free
+    indices (AWS's layernorm tutorial v2: ``nisa.bn_stats(x[i_p, j*512 + i_f], mask=(j*512 + i_f < F))`` on the
+    last, partial chunk) leaves the masked-off input elements out, and only partitions with no element left keep
+    their old output."""
+    try:
+        return mask_values(mask, out.shape, data, out), None
+    except NKIError as exc:
+        if exc.code != "nkisim_shape_mismatch":
+            raise
+    m_in = np.broadcast_to(mask_values(mask, data.shape, data), data.shape)
+    rows = _rows(m_in).any(axis=1)
+    return np.broadcast_to(rows.reshape((-1,) + (1,) * (len(out.shape) - 1)), out.shape), m_in
 
 
 def bn_aggr(data, *, dtype=None, mask=None) -> Tensor:

@@ -44,6 +44,12 @@ class NKICapacityWarning(UserWarning):
     (baremetal, benchmark, the grader) still fails."""
 
 
+class NKIIndexError(NKIError, IndexError):
+    """An out-of-bounds access (err_tensor_access_out_of_bound).  Also an IndexError: AWS's simulator raises
+    IndexError for an out-of-bounds indirect DMA (its doc test general/nki/test/test_nki_isa_dma_copy.py,
+    ``assertRaises(IndexError)`` for ``oob_mode=nisa.oob_mode.error``)."""
+
+
 def _r(code: str, template: str, source: str, eras: tuple[str, ...] = ("2024", "2025"), era_note: str = "") -> Rule:
     return Rule(code, template, source, official=code.startswith("err_"), eras=eras, era_note=era_note)
 
@@ -220,10 +226,13 @@ def message(code: str, **fields) -> str:
     return text
 
 
+_ERROR_CLASSES = {"nkisim_sbuf_capacity": NKICapacityError, "err_tensor_access_out_of_bound": NKIIndexError}
+
+
 def fail(code: str, **fields) -> None:
     """Raise the catalogue error ``code`` with its message filled in."""
     message_text = message(code, **fields)
-    cls = NKICapacityError if code == "nkisim_sbuf_capacity" else NKIError
+    cls = _ERROR_CLASSES.get(code, NKIError)
     raise cls(code, message_text)
 
 

@@ -53,6 +53,7 @@ class KernelContext:
         self.loc: str = "?"
         self.site = None
         self.kernel_code = None  # code object of the top-level kernel function (shared_hbm scope rule)
+        self.reduce_regs: dict = {}  # engine -> its 128 reduction registers (ops.reduce_registers)
         self.dyn: dict = {}  # id(view) -> (weakref, index tiles) of dynamically indexed views (tensor.dynamic_tiles)
         # SPMD launch grid: sizes per axis (() without a grid), this program's ids, and the shared_hbm tensors of
         # the first program, which later programs receive again (shared_hbm is one tensor for the whole grid)
@@ -407,6 +408,8 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
     fn = unwrap(kernel)
     grid, cores = launch_grid(kernel)
     name = getattr(fn, "__name__", "kernel")
+    if target is None:
+        target = declared_target(kernel)
     ctx = KernelContext(target, mode, name)
     ctx.mem.simulate = simulate
     ctx.kernel_code = ctx.mem.stop_code = getattr(fn, "__code__", None)
@@ -423,6 +426,11 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         hbm_args = [_wrap_arg(ctx, a, n) for a, n in zip(args, names)]
         hbm_kwargs = {k: _wrap_arg(ctx, v, k) for k, v in kwargs.items()}
         _apply_annotations(fn, names, hbm_args, hbm_kwargs)
+        writes_args = _writes_args(kernel)
+        if writes_args:
+            for t in (*hbm_args, *hbm_kwargs.values()):
+                if isinstance(t, Tensor) and t._a.buf == B_HBM:
+                    t._a.immutable = False
         if grid:
             ret = _run_grid(ctx, fn, grid, cores, hbm_args, hbm_kwargs)
         else:
@@ -433,6 +441,8 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
             {"phys": t._a.phys, "shape": list(t.shape), "dtype": t.dtype.name, "bytes": t._a.base.nbytes}
             for t in (ret if isinstance(ret, (tuple, list)) else (ret,)) if isinstance(t, Tensor)]
         outputs = _to_numpy(ret) if ctx.full else None
+        if writes_args and ctx.full:
+            _copy_back(args, hbm_args, kwargs, hbm_kwargs)
         if ctx.mem.overflows:
             _warn_capacity(name, ctx.mem.overflows)
     finally:
@@ -454,6 +464,40 @@ def _warn_capacity(name: str, overflows: list[str]) -> None:
     warnings.warn(NKICapacityWarning(
         f"kernel '{name}': {overflows[0]}{more}. nki.simulate_kernel does not check capacity, as AWS's simulator "
         "does not; compiling it (nki.baremetal, nki.benchmark, the grader, Trainium) fails"), stacklevel=3)
+
+
+def declared_target(kernel) -> str | None:
+    """The ``platform_target`` a kernel was decorated with (``@nki.jit(platform_target='trn2')``,
+    ``nki.trace(platform_target=...)``, as AWS's doc tests and kernels declare trn2-only code); None when it names
+    none, so NEURON_PLATFORM_TARGET_OVERRIDE / the default decides.  An explicit ``run_kernel(target=...)`` wins."""
+    seen = 0
+    while kernel is not None and seen < 8:
+        opts = getattr(kernel, "options", None)
+        if isinstance(opts, dict) and opts.get("platform_target"):
+            return str(opts["platform_target"])
+        kernel = getattr(kernel, "func", None)
+        seen += 1
+    return None
+
+
+def _writes_args(kernel) -> bool:
+    """Whether the kernel follows the output-argument convention (``nki.trace``): it stores its results into
+    arguments the caller passed (``simulate_kernel(kernel, in_tensor, out_tensor)``)."""
+    seen = 0
+    while kernel is not None and seen < 8:
+        if getattr(kernel, "nki_writes_args", False):
+            return True
+        kernel = getattr(kernel, "func", None)
+        seen += 1
+    return False
+
+
+def _copy_back(args, hbm_args, kwargs, hbm_kwargs) -> None:
+    """Write the kernel's stores into the caller's NumPy arguments (output-argument convention)."""
+    pairs = list(zip(args, hbm_args)) + [(kwargs[k], hbm_kwargs[k]) for k in kwargs]
+    for host, t in pairs:
+        if isinstance(host, np.ndarray) and isinstance(t, Tensor) and host.flags.writeable:
+            np.copyto(host, t._a.base.reshape(host.shape).astype(host.dtype, copy=False), casting="unsafe")
 
 
 # physical NeuronCores per chip (shared/trainium-facts.md "cores per chip": trn1 2, trn2 8)

@@ -541,6 +541,46 @@ class Tensor:
     def __ge__(self, o):
         return self._binop(o, "greater_equal")
 
+    # Shift and bitwise operators on tiles (nki_known_issues.rst: "operator overloads (i.e, +, -, *, /, <<, >>,
+    # etc)" map to the nki.language functions; nl.invert "aka bitwise_not").  == and != are not overloaded: a tile
+    # keeps identity equality, as the front end compares and hashes tiles.
+    def __lshift__(self, o):
+        return self._binop(o, "left_shift")
+
+    def __rlshift__(self, o):
+        return self._binop(o, "left_shift", True)
+
+    def __rshift__(self, o):
+        return self._binop(o, "right_shift")
+
+    def __rrshift__(self, o):
+        return self._binop(o, "right_shift", True)
+
+    def __and__(self, o):
+        return self._binop(o, "bitwise_and")
+
+    def __rand__(self, o):
+        return self._binop(o, "bitwise_and", True)
+
+    def __or__(self, o):
+        return self._binop(o, "bitwise_or")
+
+    def __ror__(self, o):
+        return self._binop(o, "bitwise_or", True)
+
+    def __xor__(self, o):
+        return self._binop(o, "bitwise_xor")
+
+    def __rxor__(self, o):
+        return self._binop(o, "bitwise_xor", True)
+
+    def __invert__(self):
+        if self._a.buf == B_HBM:
+            self._opaque("Python arithmetic operator")
+        from nkisim.core import ops
+
+        return ops.invert(self)
+
     def __isub__(self, o):
         return self._binop(o, "subtract")
 
@@ -600,10 +640,22 @@ class Tensor:
                  detail=f"view({dt}) needs a basic view and a dtype of the same size as {self.dtype}")
         return Tensor(self._a, self._v.view(dt), self._pd, off=self._off)
 
-    def expand_dims(self, axis: int) -> Tensor:
-        shape = list(self.shape)
-        shape.insert(axis, 1)
-        return self.reshape(tuple(shape))
+    def expand_dims(self, axis) -> Tensor:
+        """numpy.expand_dims semantics (nki.language.expand_dims docs: "Similar to numpy.expand_dims ... axis:
+        position in the expanded axes where the new axis is placed"): a negative axis counts from the end of the
+        expanded shape and a tuple inserts several axes."""
+        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+        nd = self.ndim + len(axes)
+        pos = []
+        for ax in axes:
+            a = int(ax)
+            if not -nd <= a < nd:
+                raise ValueError(f"expand_dims: axis {ax} is out of range for a result of {nd} dimensions")
+            pos.append(a % nd)
+        if len(set(pos)) != len(pos):
+            raise ValueError(f"expand_dims: repeated axis in {axis!r}")
+        rest = iter(self.shape)
+        return self.reshape(tuple(1 if d in pos else next(rest) for d in range(nd)))
 
     # ---- internals used by the front end ----------------------------------------------------------------
     def operand(self) -> Operand:

@@ -242,7 +242,8 @@ class CostModel:
         elif op == "nc_transpose":  # VectorE 32x32 transpose: max(MIN_II, N)
             work = n
         elif op in ("reciprocal",):
-            work = 8 * n
+            # ISA-226 nki.isa.reciprocal: max(MIN_II, N) on ScalarE, max(MIN_II, 8*N) on VectorE
+            work = n if eng == Engine.SCALAR else 8 * n
         elif op in ("bn_aggr",):
             work = 13 * (n / 3)
         elif op in ("scalar_tensor_tensor", "tensor_tensor_scan", "tensor_copy_predicated"):
