@@ -57,6 +57,12 @@ class TargetCosts:
     scalar_latency_cycles: int = 200
     gpsimd_latency_cycles: int = 200  # not documented; taken equal to ScalarE [INFERRED]
     instr_latency_scale: float = 1.0
+    # RAW wait of a VectorE instruction on a VectorE producer, engine cycles (instead of vector_latency_cycles,
+    # which stays the wait of consumers on other engines): A2's "~100 cycles" static overhead of an instruction
+    # depending on the previous one's output (fact sheet §2.3).  Seed 000 (trn1 profile: 65,536 tensor_tensor at
+    # 66 cycles and 16,384 dependent tensor_reduce at 70 cycles, VectorE ~98% busy) shows no wait of the full
+    # ~380-cycle result latency between them.  Not scaled by instr_latency_scale.  See MODEL.md.
+    vector_same_engine_latency_cycles: int = 100
     # --- DMA ------------------------------------------------------------------------------------------------
     dma_engines: int = 16  # 16 DMA engines (rings) per NeuronCore (A2, A3, DMA)
     dma_partitions_per_engine: int = 8  # an engine normally serves 8 SBUF partitions (DMA, A3)
