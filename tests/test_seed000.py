@@ -86,3 +86,12 @@ def test_instruction_counts(step):
 def test_full_seed_shape(step):
     img, filters = inputs(8, 512, 2048)
     check(step, img, filters)
+
+
+def test_report_script_prints_counts(capsys):
+    from nkisim.calibration.corpus import seed000_report
+
+    assert seed000_report.main(["--steps", "0,6", "--shape", "1,128,64"]) == 0
+    out = capsys.readouterr().out
+    assert "step 0: nkisim" in out and "step 6: nkisim" in out
+    assert out.count("tensor_tensor         64 instrs") == 2
