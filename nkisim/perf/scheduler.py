@@ -283,11 +283,14 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
     share_psum = tc.vector_scalar_share_psum
     HBM = Buf.HBM
     PSUM = Buf.PSUM
-    # RAW between two VectorE instructions: the consumer waits VectorE's short dependent-instruction overhead
-    # (A2: "~100 cycles" for an instruction that depends on the previous output), not the full result latency +
-    # semaphore hand-off of a consumer on another engine (MODEL.md, seed 000).  ScalarE keeps its measured
-    # dependent-chain latency (PGf16: MIN_II + ~200 cycles per dependent ACTIVATE); GpSimdE has no figure.
-    same_lat = {Engine.VECTOR: tc.vector_same_engine_latency_cycles / tc.vector_ghz}
+    # RAW between two VectorE instructions (NC-v2, TargetCosts.vector_same_engine_latency_cycles): the consumer
+    # waits VectorE's short dependent-instruction overhead (A2: "~100 cycles" for an instruction that depends on
+    # the previous output), not the full result latency + semaphore hand-off of a consumer on another engine
+    # (MODEL.md, seed 000).  ScalarE keeps its measured dependent-chain latency (PGf16: MIN_II + ~200 cycles per
+    # dependent ACTIVATE); GpSimdE has no figure.
+    same_lat = {}
+    if tc.vector_same_engine_latency_cycles is not None:
+        same_lat[Engine.VECTOR] = tc.vector_same_engine_latency_cycles / tc.vector_ghz
     DMA = Engine.DMA
 
     for i, ins in enumerate(instrs):
