@@ -96,3 +96,19 @@ def test_report_script_prints_counts(capsys):
     out = capsys.readouterr().out
     assert "step 0: nkisim" in out and "step 6: nkisim" in out
     assert len(re.findall(r"tensor_tensor\s+64 instrs", out)) == 2
+
+
+def test_calibration_rows_are_validation_only():
+    """measurements.tsv's seed-000 rows: one per step, trn1, measured values of the seed, never fitted."""
+    from nkisim.calibrate import _kernel
+    from nkisim.calibration.rows import load_rows
+
+    rows = {r.id: r for r in load_rows() if r.id.startswith("seed000-conv1d-")}
+    want = {"baseline": 8007.0, "step1": 8007.0, "step2": 8010.0, "step3": 7934.0, "step4": 5602.0,
+            "step5": 4955.0, "step6": 461.0}
+    assert sorted(rows) == sorted(f"seed000-conv1d-{k}" for k in want)
+    for k, us in want.items():
+        r = rows[f"seed000-conv1d-{k}"]
+        assert (r.role, r.target, r.metric, r.measured_us) == ("validation", "trn1", "nc_latency", us)
+        step = 0 if k == "baseline" else int(k[4:])
+        assert _kernel(r) is seed000.STEPS[step]
