@@ -161,7 +161,25 @@ def _covers(a, b) -> bool:
 
 
 def _prune(entries: list[list], t: int) -> list[list]:
-    """Drop entries covered by a later entry that finishes no earlier (they can never bind a dependency)."""
+    """Drop entries covered by a later entry that finishes no earlier (they can never bind a dependency).
+
+    First, in one pass, entries whose exact rectangle a later entry repeats (a tile buffer reused with the same
+    access pattern, e.g. one column written per instruction: thousands of distinct rectangles, which the bounded
+    covering search below would keep forever); then the covering search over what is left."""
+    if len(entries) > 64:
+        latest: dict[tuple, float] = {}
+        uniq: list[list] = []
+        for j in range(len(entries) - 1, -1, -1):
+            e = entries[j]
+            rect = (e[0], e[1], e[2], e[3])
+            lt = latest.get(rect)
+            if lt is not None and lt >= e[t]:
+                continue
+            if lt is None or e[t] > lt:
+                latest[rect] = e[t]
+            uniq.append(e)
+        uniq.reverse()
+        entries = uniq
     kept: list[list] = []
     for j in range(len(entries) - 1, -1, -1):
         e = entries[j]
