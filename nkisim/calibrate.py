@@ -48,6 +48,12 @@ def _kernel(row: CalRow):
         from nkisim.calibration import corpus
 
         return corpus.get(row.kernel.split(":", 1)[1]).load()
+    if row.kernel.startswith("corpusmod:"):  # a function of a corpus module (kernels outside the conv registry)
+        from nkisim import _hook
+
+        _hook.install()
+        _, mod, func = row.kernel.split(":", 2)
+        return getattr(importlib.import_module(f"nkisim.calibration.corpus.{mod}"), func)
     if row.kernel.startswith("ref:"):
         _, path, func = row.kernel.split(":", 2)
         if not os.path.exists(path):

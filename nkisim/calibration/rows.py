@@ -138,8 +138,39 @@ def load_rows(path: str = MEASUREMENTS) -> list[CalRow]:
             rows.append(CalRow(rid, "trn2", f"ref:{part1}:matrix_transpose", {},
                                lambda: (np.empty((4096, 4096), dtype=np.float32),), float(r["measured_us"]),
                                "nc_latency", None, "reference threshold", "trn2:transpose", "4096x4096 fp32"))
+    rows.extend(seed000_rows([r for r in raw if r["id"].strip().startswith("seed000-conv1d-")]))
     rows.extend(corpus_rows({r["id"].strip(): r for r in raw}))
     return rows
+
+
+def _conv1d_inputs(n: int, c: int, w: int, k: int) -> Callable[[], tuple]:
+    def make():
+        rng = np.random.default_rng(0)
+        return (rng.random((n, c, 1, w)).astype(np.float32), rng.random((c, 1, 1, k)).astype(np.float32))
+
+    return make
+
+
+def seed000_rows(raw: list[dict]) -> list[CalRow]:
+    """Validation rows (not fitted) for seeds/000: AWS's conv1d_depthwise_default and Autocomp's steps 1-6 on trn1,
+    run as ``corpus/seed000.py`` ``step<k>`` (row id ``...-baseline`` is step 0).  The seed does not state the
+    dtype; float32 (the VectorE work, which dominates, is MIN_II-bound either way)."""
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec("nkisim.calibration.corpus.seed000") is None:
+            return []
+    except ImportError:  # the corpus is staff-only; a student release has no seed kernels
+        return []
+    out = []
+    for r in raw:
+        rid = r["id"].strip()
+        tail = rid.rsplit("-", 1)[1]
+        step = 0 if tail == "baseline" else int(tail.removeprefix("step"))
+        out.append(CalRow(rid, "trn1", f"corpusmod:seed000:step{step}", {}, _conv1d_inputs(8, 512, 2048, 3),
+                          float(r["measured_us"]), "nc_latency", None, "validation", "trn1:seed000-conv1d",
+                          f"step {step} N=8 C=512 W=2048 K=3 fp32", r.get("notes", "")))
+    return out
 
 
 def corpus_rows(measured: dict[str, dict]) -> list[CalRow]:

@@ -57,6 +57,13 @@ class TargetCosts:
     scalar_latency_cycles: int = 200
     gpsimd_latency_cycles: int = 200  # not documented; taken equal to ScalarE [INFERRED]
     instr_latency_scale: float = 1.0
+    # RAW wait of a VectorE instruction on a VectorE producer, engine cycles (instead of vector_latency_cycles,
+    # which stays the wait of consumers on other engines); None: the full latency (no separate same-engine value).
+    # Set for NC-v2 only (TRN1), where the evidence is: A2's "~100 cycles" static overhead of an instruction
+    # depending on the previous one's output (fact sheet §2.3) and seed 000 (trn1 profile: 65,536 tensor_tensor
+    # at 66 cycles and 16,384 dependent tensor_reduce at 70 cycles, VectorE ~98% busy: no wait of the full
+    # ~380-cycle result latency between them).  Not scaled by instr_latency_scale.  See MODEL.md.
+    vector_same_engine_latency_cycles: int | None = None
     # --- DMA ------------------------------------------------------------------------------------------------
     dma_engines: int = 16  # 16 DMA engines (rings) per NeuronCore (A2, A3, DMA)
     dma_partitions_per_engine: int = 8  # an engine normally serves 8 SBUF partitions (DMA, A3)
@@ -135,6 +142,7 @@ TRN1 = TargetCosts(
     # (the NKI matmul tutorial's v1-v3, 256 B and 1 KiB rows, all move ~100-106 GB/s = ~39% of 272 GB/s).
     dma_run_efficiency=((1024, 0.43), (2048, 0.81), (4096, 1.0)),
     instr_latency_scale=1.0,
+    vector_same_engine_latency_cycles=100,  # A2 "~100 cycles"; seed 000 profile (MODEL.md, task i9c)
     launch_overhead_us=13.41,
     hbm_stack_bw_bytes_per_ns=410.0,  # 820 GB/s per chip, 2 stacks (A2)
 )

@@ -161,7 +161,25 @@ def _covers(a, b) -> bool:
 
 
 def _prune(entries: list[list], t: int) -> list[list]:
-    """Drop entries covered by a later entry that finishes no earlier (they can never bind a dependency)."""
+    """Drop entries covered by a later entry that finishes no earlier (they can never bind a dependency).
+
+    First, in one pass, entries whose exact rectangle a later entry repeats (a tile buffer reused with the same
+    access pattern, e.g. one column written per instruction: thousands of distinct rectangles, which the bounded
+    covering search below would keep forever); then the covering search over what is left."""
+    if len(entries) > 64:
+        latest: dict[tuple, float] = {}
+        uniq: list[list] = []
+        for j in range(len(entries) - 1, -1, -1):
+            e = entries[j]
+            rect = (e[0], e[1], e[2], e[3])
+            lt = latest.get(rect)
+            if lt is not None and lt >= e[t]:
+                continue
+            if lt is None or e[t] > lt:
+                latest[rect] = e[t]
+            uniq.append(e)
+        uniq.reverse()
+        entries = uniq
     kept: list[list] = []
     for j in range(len(entries) - 1, -1, -1):
         e = entries[j]
@@ -260,7 +278,11 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
     gaps: dict[str, GapResource] = {}
     engine_last: dict[str, int] = {}
     busy: dict[str, float] = {}
-    port_free = {"sbuf_vg": 0.0, "psum_vs": 0.0}
+    # NC-v2 shared access ports (A2 §4.4): per port, the end of each sharing engine's last access.  An engine
+    # waits for the *other* engine's access only; its own stream is ordered (and gap-filled) by its engine
+    # resource, so sharing a port does not make an engine run in program order.
+    port_free = {"sbuf_vg": {Engine.VECTOR: 0.0, Engine.GPSIMD: 0.0},
+                 "psum_vs": {Engine.VECTOR: 0.0, Engine.SCALAR: 0.0}}
     # per physical buffer: [writes, reads]; write = [p_lo, p_hi, b_lo, b_hi, t_done, t_pipe, idx, kind]
     # read = [p_lo, p_hi, b_lo, b_hi, t_read_done, idx]
     access: dict[int, list[list]] = {}  # key: phys * 4 + buf kind
@@ -279,6 +301,14 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
     share_psum = tc.vector_scalar_share_psum
     HBM = Buf.HBM
     PSUM = Buf.PSUM
+    # RAW between two VectorE instructions (NC-v2, TargetCosts.vector_same_engine_latency_cycles): the consumer
+    # waits VectorE's short dependent-instruction overhead (A2: "~100 cycles" for an instruction that depends on
+    # the previous output), not the full result latency + semaphore hand-off of a consumer on another engine
+    # (MODEL.md, seed 000).  ScalarE keeps its measured dependent-chain latency (PGf16: MIN_II + ~200 cycles per
+    # dependent ACTIVATE); GpSimdE has no figure.
+    same_lat = {}
+    if tc.vector_same_engine_latency_cycles is not None:
+        same_lat[Engine.VECTOR] = tc.vector_same_engine_latency_cycles / tc.vector_ghz
     DMA = Engine.DMA
 
     for i, ins in enumerate(instrs):
@@ -291,6 +321,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
         kind = 1 if is_mm else 0  # write kind: 0 plain, 1 matmul (PSUM accumulation), 2 elided PSUM zero-init
         dep = floor
         dep_pred = floor_pred
+        own = ins.engine if ins.engine in same_lat else None  # a same-engine producer's result is forwarded
         # ---- dependencies -------------------------------------------------------------------------------
         src_ents = []
         src_const = True  # every source byte holds an elided PSUM zero-init (or was never written)
@@ -310,8 +341,9 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
                 if w[0] < p_hi and p_lo < w[1] and w[2] < b_hi and b_lo < w[3]:
                     if w[7] != 2:
                         src_const = False
-                    if w[4] > dep:
-                        dep = w[4]
+                    t = w[8] if w[9] is own else w[4]
+                    if t > dep:
+                        dep = t
                         dep_pred = w[6]
         dst_ents = []
         for o in ins.dsts:
@@ -376,7 +408,8 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
             start = dep
             read_done = done  # the source has been read once the last byte moved
             done += c.post_ns
-            pipe_done = done
+            pipe_done = same_done = done
+            w_eng = None
             ins.cost_ns = done - (portions[0][1] if portions else t_data)
             pred[i] = p
         elif (ins.dsts and ins.dsts[0].region.buf == PSUM and
@@ -387,7 +420,8 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
             # behaviour on NC-v2/v3 (ISA nc_matmul), so the compiler makes the group's first matmul overwrite.
             # Elided: no engine time; it only orders after the region's earlier accesses (as the overwrite does).
             kind = 2
-            start = done = read_done = pipe_done = dep
+            start = done = read_done = pipe_done = same_done = dep
+            w_eng = None
             ins.cost_ns = 0.0
             pred[i] = dep_pred
         else:
@@ -411,11 +445,13 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
                     elif o.region.buf != HBM:
                         uses_sbuf = True
                 if share_sbuf and uses_sbuf and eng in (Engine.VECTOR, Engine.GPSIMD):
-                    if port_free["sbuf_vg"] > start:
-                        start = port_free["sbuf_vg"]
+                    t = port_free["sbuf_vg"][Engine.GPSIMD if eng == Engine.VECTOR else Engine.VECTOR]
+                    if t > start:
+                        start = t
                 if share_psum and uses_psum and eng in (Engine.VECTOR, Engine.SCALAR):
-                    if port_free["psum_vs"] > start:
-                        start = port_free["psum_vs"]
+                    t = port_free["psum_vs"][Engine.SCALAR if eng == Engine.VECTOR else Engine.VECTOR]
+                    if t > start:
+                        start = t
             ii = c.ii_ns
             is_tensor = res == "TensorE"
             if is_tensor:
@@ -459,11 +495,17 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
             engine_last[res] = i
             busy[res] = busy.get(res, 0.0) + ii
             if share_sbuf and uses_sbuf and eng in (Engine.VECTOR, Engine.GPSIMD):
-                port_free["sbuf_vg"] = busy_end
+                pf = port_free["sbuf_vg"]
+                if busy_end > pf[eng]:
+                    pf[eng] = busy_end
             if share_psum and uses_psum and eng in (Engine.VECTOR, Engine.SCALAR):
-                port_free["psum_vs"] = busy_end
+                pf = port_free["psum_vs"]
+                if busy_end > pf[eng]:
+                    pf[eng] = busy_end
             read_done = busy_end
             pipe_done = busy_end
+            w_eng = ins.engine if ins.engine in same_lat else None
+            same_done = min(done, busy_end + same_lat[w_eng]) if w_eng is not None else done
             ins.cost_ns = ii
             pred[i] = p
         ins.start_ns = start
@@ -503,7 +545,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
                     reads.pop()
                 else:
                     break
-            writes.append([p_lo, p_hi, b_lo, b_hi, done, pipe_done, i, kind])
+            writes.append([p_lo, p_hi, b_lo, b_hi, done, pipe_done, i, kind, same_done, w_eng])
             if len(writes) + len(reads) > ent[2]:
                 writes[:] = _prune(writes, 4)
                 reads[:] = _prune_against(reads, writes)
