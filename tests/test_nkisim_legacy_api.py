@@ -86,6 +86,19 @@ def test_spmd_nc_and_spmd_dim_values_and_core_map():
     assert nl._parse_grid(5) == ((5,), None)
 
 
+def test_spmd_nc_product_sugar():
+    # nki.language.nc docs: ``nl.nc(2) * 2`` is syntactic sugar for ``nl.spmd_dim(nl.nc(2), 2)`` and
+    # ``2 * nl.nc(2)`` for ``nl.spmd_dim(2, nl.nc(2))`` (the left factor is the outer sub-dimension)
+    assert nl._parse_grid((nl.nc(2) * 2, 2)) == ((4, 2), [0, 0, 0, 0, 1, 1, 1, 1])
+    assert nl._parse_grid((2 * nl.nc(2), 2)) == ((4, 2), [0, 0, 1, 1, 0, 0, 1, 1])
+    assert nl._parse_grid((np.int64(3) * nl.nc(2),)) == ((6,), [0, 1, 0, 1, 0, 1])
+    a = RNG.random((4, 3, 128, 8), dtype=np.float32)
+    np.testing.assert_allclose(_grid_add[nl.nc(2) * 2, 3](a), _grid_expected(a), rtol=1e-6)
+    np.testing.assert_allclose(_grid_add[2 * nl.nc(2), 3](a), _grid_expected(a), rtol=1e-6)
+    with pytest.raises(TypeError):
+        nl.nc(2) * 1.5
+
+
 @pytest.mark.parametrize("grid", [(0,), (2, -1), ("a",), (True,)])
 def test_spmd_bad_grid(grid):
     with pytest.raises(ValueError, match="launch grid"):
