@@ -324,12 +324,21 @@ def test_dma_element_mismatch():
         run(k, _z((128, 4)))
 
 
+RNG_T = np.random.default_rng(13)
+
+
 def test_dma_transpose_dtype():
     a = (np.arange(64 * 32) % 13).astype(np.float16).reshape(64, 32)
     out = run_kernel(lambda x: _store(nisa.dma_transpose(x)), (a,)).outputs
     np.testing.assert_array_equal(out, a.T)
-    with raises_rule("nkisim_dtype_not_supported", "dma_transpose: dtype float32 is not supported for operand 'src'"):
-        run(lambda x: nisa.dma_transpose(x), a.astype(np.float32))
+    # the 2-byte rule belongs to the explicit DGE lowerings (nki.isa.dma_transpose docs: "If hwdge ... dtype is
+    # 2 bytes"); the legacy default (dge_mode.unknown) transposes float32 (AWS's load_transpose2d doc test)
+    b = RNG_T.random((96, 40), dtype=np.float32)
+    np.testing.assert_array_equal(run_kernel(lambda x: _store(nisa.dma_transpose(x)), (b,)).outputs, b.T)
+    for mode in (nisa.dge_mode.hwdge, nisa.dge_mode.swdge):
+        with raises_rule("nkisim_dtype_not_supported",
+                         "dma_transpose: dtype float32 is not supported for operand 'src'"):
+            run(lambda x, mode=mode: nisa.dma_transpose(x, dge_mode=mode), b)
 
 
 def test_bad_arguments():

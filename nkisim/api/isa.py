@@ -46,6 +46,9 @@ class dge_mode(_IntEnum):  # noqa: N801
     hwdge = 3
 
 
+_DGE_LOWERED = (int(dge_mode.swdge), int(dge_mode.hwdge))  # explicit DGE lowerings (dma_transpose: 2-byte only)
+
+
 class oob_mode(_IntEnum):  # noqa: N801
     error = 0
     skip = 1
@@ -135,9 +138,13 @@ def dma_copy(*args, dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=oob
     _ops.dma_copy(src, dst, mask=mask, dst_rmw_op=rmw, oob_skip=skip)
 
 
-def dma_transpose(src, *, axes=None, mask=None, dtype=None, **kwargs):
-    """Transpose on the DMA engines into a new SBUF tile (2-byte dtypes only)."""
-    return _ops.dma_transpose(src, axes, dtype=dtype, mask=mask)
+def dma_transpose(src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.unknown, **kwargs):
+    """Transpose on the DMA engines into a new SBUF tile.
+
+    The 2-byte dtype rule belongs to the explicit DGE lowerings ("If hwdge ... dtype is 2 bytes", swdge likewise:
+    nki.isa.dma_transpose docs); with the default ``dge_mode.unknown`` the legacy API takes any dtype (AWS's
+    ``load_transpose2d`` doc test transposes float32 through ``nisa.dma_transpose`` in its simulator)."""
+    return _ops.dma_transpose(src, axes, dtype=dtype, mask=mask, two_byte_only=int(dge_mode) in _DGE_LOWERED)
 
 
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,

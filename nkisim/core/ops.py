@@ -1154,8 +1154,9 @@ def select(condition, x, y, *, dtype=None, mask=None) -> Tensor:
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, *tiles))
 
 
-def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None) -> Tensor:
-    """DMA-engine transpose into a new SBUF tile (2-byte dtypes; 2-D (1,0), 3-D (2,1,0), 4-D (3,1,2,0))."""
+def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None, two_byte_only: bool = False) -> Tensor:
+    """DMA-engine transpose into a new SBUF tile (2-D (1,0), 3-D (2,1,0), 4-D (3,1,2,0)); ``two_byte_only`` for the
+    explicit hwdge/swdge lowerings, which take 2-byte dtypes only."""
     ctx = current("dma_transpose")
     ctx.settle()
     src = need_tensor(src, "dma_transpose", "src")
@@ -1167,9 +1168,9 @@ def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None) -> Tensor:
     if axes != allowed[src.ndim]:
         fail("nkisim_bad_argument", op="dma_transpose", detail=f"axes must be {allowed[src.ndim]} for a "
              f"{src.ndim}-D source, got {axes}")
-    if src.dtype.itemsize != 2:
+    if two_byte_only and src.dtype.itemsize != 2:
         fail("nkisim_dtype_not_supported", op="dma_transpose", dtype=src.dtype.name, operand="src",
-             detail=" (only 2-byte dtypes)")
+             detail=" (only 2-byte dtypes with dge_mode hwdge / swdge)")
     shape = tuple(src.shape[a] for a in axes)
     if shape[0] > ctx.limits.pmax:
         fail("err_num_partition_exceed_arch_limit", n=shape[0], limit=ctx.limits.pmax)
