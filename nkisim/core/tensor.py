@@ -682,7 +682,12 @@ def _strided(a: Allocation, rv: np.ndarray, off0: int, rpd: int, arrs: tuple, sh
     strides = tuple(st if st or shape[d] > 1 else (rv.strides[d] if d < rv.ndim else rv.itemsize)
                     for d, st in enumerate(strides))
     origin = rv[tuple(slice(ck, ck + 1) for ck in c)]
-    view = np.lib.stride_tricks.as_strided(origin, shape=shape, strides=strides)
+    if origin.dtype.str == "<f1":
+        # ml_dtypes' float8_e5m2 advertises array-interface typestr '<f1', which as_strided cannot rebuild
+        # (TypeError "data type '<f1' not understood"): stride its bytes and view them back
+        view = np.lib.stride_tricks.as_strided(origin.view(np.uint8), shape=shape, strides=strides).view(origin.dtype)
+    else:
+        view = np.lib.stride_tricks.as_strided(origin, shape=shape, strides=strides)
     off = off0 + sum(ck * st for ck, st in zip(c, rv.strides))
     m = views.map_of_fit(c, steps, shape) if root is not None else None
     # with a map, later views of this one compose onto the root; without, it is their root
