@@ -847,3 +847,25 @@ def test_low_precision_mgrid_access(dtype):
     out = _low_precision_through_mgrid(a)
     assert out.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(out.astype(np.float32), a.astype(np.float32))
+
+
+@nki.jit
+def _fill_by_element(a):
+    t = nl.zeros(a.shape, dtype=nl.int32)
+    for i in nl.static_range(a.shape[0]):
+        for j in nl.static_range(a.shape[1]):
+            t[i, j] = 3 * i - j  # one element of an on-chip tile: a [1, 1] tile
+    corner = t[a.shape[0] - 1, a.shape[1] - 1]
+    out = nl.ndarray(a.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+    nl.store(out, nl.add(nl.load(a), t))
+    out_corner = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+    nl.store(out_corner, corner)
+    return out, out_corner
+
+
+def test_element_of_an_on_chip_tile_is_a_unit_tile():
+    a = RNG.integers(-50, 50, (6, 5)).astype(np.int32)
+    out, corner = _fill_by_element(a)
+    i, j = np.mgrid[0:6, 0:5]
+    np.testing.assert_array_equal(out, a + 3 * i - j)
+    np.testing.assert_array_equal(corner, [[3 * 5 - 4]])

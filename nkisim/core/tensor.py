@@ -228,6 +228,7 @@ class Tensor:
         ell = False
         lblk = -1  # logical block index of a wrapped direct-allocation block (before the modulo)
         free_int = -1  # position in norm of the last integer index on a free axis (after the partition axis)
+        pd_int = -1  # position in norm of an integer index on the partition axis
         free_kept = False
         for it in idx:
             if it is Ellipsis:
@@ -279,11 +280,20 @@ class Tensor:
                 elif dim == 0 and self._a.block_mod:
                     lblk = i
                     i %= self._a.block_mod
-                if dim > pd:
+                if dim == pd:
+                    pd_int = len(norm)
+                elif dim > pd:
                     free_int = len(norm)
                 norm.append(i)
                 off += i * strides[dim]
             dim += 1
+        if pd_int >= 0 and free_int >= 0 and out_axes == 0 and dim == ndim and self._a.buf != B_HBM:
+            # one element of an on-chip tile (an integer on every axis) is the [1, 1] tile, not a 0-d scalar: the
+            # same two-dimension rule as below (AWS's gather_flattened doc example fills a tile element by element
+            # with ``indices[i, j] = j * 5``)
+            i = norm[pd_int]
+            norm[pd_int] = slice(i, i + 1, 1)
+            new_pd = 0
         if free_int >= 0 and not free_kept and dim == ndim and new_pd is not None and self._a.buf != B_HBM:
             # An on-chip tile keeps its partition axis and at least one free axis: integers on every free axis
             # leave a unit free axis ([P, 1]), as NumPy's rule would not.  NKI 2.21 nki.errors,
