@@ -869,3 +869,19 @@ def test_element_of_an_on_chip_tile_is_a_unit_tile():
     i, j = np.mgrid[0:6, 0:5]
     np.testing.assert_array_equal(out, a + 3 * i - j)
     np.testing.assert_array_equal(corner, [[3 * 5 - 4]])
+
+
+def test_kernels_named_test_are_not_collected_by_pytest(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "test_k.py").write_text(
+        "import neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\n\n"
+        "@nki.jit\ndef test_kernel(in_tensor):\n    return in_tensor\n\n"
+        "test_grid = test_kernel[2]\n\n"
+        "def test_real():\n    pass\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                        "--collect-only", str(tmp_path / "test_k.py")], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 test collected" in r.stdout and "test_kernel" not in r.stdout, r.stdout

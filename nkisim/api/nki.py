@@ -25,12 +25,19 @@ class _Grid:
     Every program of the grid runs on the same inputs with its own ``nl.program_id``; see nkisim.core.runtime.
     """
 
+    # not a pytest test even when named test_*: pytest unwraps ``__wrapped__`` to the kernel function and would
+    # collect it, asking for fixtures named after its arguments (AWS's nl.broadcast_to doc test names its kernel
+    # ``test_nl_broadcast``; neuronxcc's kernel objects are not collected)
+    __test__ = False
+
     def __getitem__(self, grid):
         return _Launch(self, grid)
 
 
 class _Launch:
     """A launcher bound to an SPMD grid; callable like the launcher it wraps."""
+
+    __test__ = False
 
     def __init__(self, launcher, grid) -> None:
         self.func = launcher
