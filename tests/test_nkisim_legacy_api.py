@@ -19,7 +19,7 @@ from nkisim_util import raises_rule
 
 from nkisim import apicoverage
 from nkisim.api import _unsupported
-from nkisim.core.rules import NKIError
+from nkisim.core.rules import NKIError, NKISimulationWarning
 from nkisim.core.runtime import run_kernel
 from nkisim.perf import estimate
 
@@ -885,3 +885,26 @@ def test_kernels_named_test_are_not_collected_by_pytest(tmp_path):
                        cwd=tmp_path, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "1 test collected" in r.stdout and "test_kernel" not in r.stdout, r.stdout
+
+
+def _sbuf_result(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.multiply(nl.load(a), 2.0)
+    nl.store(out, t)
+    return out, t  # t stays in SBUF
+
+
+def test_on_chip_result_only_under_simulation():
+    # "Top-level tensors must be on HBM" (known issues) for the compiler; AWS's simulator returns an SBUF tile's
+    # values (its range_select doc test returns one from an nki.jit(mode='simulation') kernel)
+    a = RNG.random((16, 8), dtype=np.float32)
+    with pytest.warns(NKISimulationWarning, match="returned on-chip tensor"):
+        out, t = nki.jit(_sbuf_result, mode="simulation")(a)
+    np.testing.assert_array_equal(out, a * 2)
+    np.testing.assert_array_equal(t, a * 2)
+    with pytest.warns(NKISimulationWarning):
+        np.testing.assert_array_equal(nki.simulate_kernel(nki.jit(_sbuf_result), a)[1], a * 2)
+    with pytest.raises(TypeError, match="top-level kernel outputs must be HBM"):
+        nki.jit(_sbuf_result)(a)
+    with pytest.raises(TypeError, match="top-level kernel outputs must be HBM"):
+        nki.baremetal(_sbuf_result)(a)

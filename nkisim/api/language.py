@@ -431,14 +431,14 @@ class _SpmdDim:
     def __repr__(self) -> str:
         return f"spmd_dim{self.parts}" if self.cores_at is None or len(self.parts) > 1 else f"nc({self.size})"
 
-    def __mul__(self, other) -> "_SpmdDim":
+    def __mul__(self, other) -> _SpmdDim:
         # nki.language.nc docs (2.2x): ``nl.nc(2) * 2`` is "syntactic sugar" for ``nl.spmd_dim(nl.nc(2), 2)``
         # and ``2 * nl.nc(2)`` for ``nl.spmd_dim(2, nl.nc(2))``: the left operand is the outer sub-dimension.
         if isinstance(other, bool) or not isinstance(other, (int, _np.integer, _SpmdDim)):
             return NotImplemented
         return spmd_dim(self, other)
 
-    def __rmul__(self, other) -> "_SpmdDim":
+    def __rmul__(self, other) -> _SpmdDim:
         if isinstance(other, bool) or not isinstance(other, (int, _np.integer)):
             return NotImplemented
         return spmd_dim(other, self)

@@ -70,7 +70,8 @@ class _Kernel(_Grid):
     def __call__(self, *args, **kwargs):
         if _rt.active() is not None:
             return self.func(*args, **kwargs)
-        return _rt.run_kernel(self, args, kwargs, mode="full").outputs
+        # nki.jit(mode='simulation') runs the kernel in AWS's CPU simulator, as nki.simulate_kernel does
+        return _rt.run_kernel(self, args, kwargs, mode="full", simulate=self.mode == "simulation").outputs
 
     def __repr__(self) -> str:
         return f"<nki.jit kernel {getattr(self.func, '__name__', '?')}>"

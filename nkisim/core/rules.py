@@ -34,6 +34,14 @@ class NKICapacityError(NKIError, MemoryError):
     """SBUF over-subscription (the compiler's allocator fails; GCA035 on hardware). PSUM spills instead."""
 
 
+class NKISimulationWarning(UserWarning):
+    """A kernel AWS's simulator runs although the compiler rejects it: it returns an on-chip tile.
+
+    The known-issues page says "Top-level tensors must be on HBM" (nki_known_issues, Unsupported Syntax 1), yet
+    AWS's ``range_select`` doc test returns an SBUF tile from an ``nki.jit(mode='simulation')`` kernel and checks
+    its values.  So simulation warns and returns the values; compiling still fails."""
+
+
 class NKICapacityWarning(UserWarning):
     """A capacity limit the compiler enforces, broken under ``nki.simulate_kernel``, which does not check it.
 
