@@ -315,6 +315,7 @@ class _Grading:
                 self.config.target,
                 factor=factor,
                 timings=self._reference_timings(),
+                basis=spec.get("basis"),
             )
         single = thresholds.transpose_threshold(
             spec["key"],
@@ -323,6 +324,7 @@ class _Grading:
             float(spec.get("hardware_us", 0)),
             factor=factor,
             timings=self._reference_timings(),
+            basis=spec.get("basis", "published"),
         )
         return single, single
 

@@ -155,6 +155,9 @@ def _test_from_table(table: dict[str, Any], index: int) -> TestSpec:
             raise RubricError(f"{where}: performance tests need thresholds.source = 'conv2d', 'reference' or 'fixed'")
         if source == "reference" and not isinstance(thresholds.get("key"), str):
             raise RubricError(f"{where}: thresholds.source = 'reference' needs a 'key'")
+        basis = thresholds.get("basis")
+        if basis is not None and basis not in ("reference", "published"):
+            raise RubricError(f"{where}: thresholds.basis must be 'reference' or 'published', got {basis!r}")
         if source == "fixed" and not isinstance(thresholds.get("optimized_us"), (int, float)):
             raise RubricError(
                 f"{where}: thresholds.source = 'fixed' needs 'optimized_us' (and optionally 'relaxed_us')"

@@ -1,14 +1,30 @@
-"""Latency targets: threshold_factor x the staff reference kernels' latency on the same backend and target.
+"""Latency targets of the performance tests: the course's published hardware targets, as the model sees them.
 
-On nkisim the reference latencies are the performance model's numbers for grader/reference (optimized) and
-grader/reference/relaxed (an unoptimised but reasonable kernel), computed once per (backend, target, tool
-version) and cached in ``grader/reference_timings.json`` (committed; ``python -m grader calibrate`` rewrites
-it) or, when that file has no entry for this tool version, in a per-user cache.  On real hardware the course's
-published trn2 targets apply (they already include the 120 %).
+A student's kernel should earn on nkisim the credit it would earn on Trainium.  On hardware the course grades
+against fixed targets (the Fall 2025 harness: 120% of the course's reference kernel's trn2 latency, a relaxed
+tier from an unoptimised reference, the 700 us transpose extra credit; the 2024 trn1 README: 4,300 / 1,300 us).
+On nkisim a target is one of two things (``basis``):
 
-Tool version = nkisim.__version__ + a hash of nkisim's sources (cost model and front end): any change to either
-invalidates the cached reference timings; so does a change of the staff kernels (their hash is stored in the
-entry and checked wherever they are present).
+* ``"reference"``: threshold_factor x the modelled latency of our staff kernel (grader/reference), the relaxed
+  tier at the course's own ratio between its two published tiers.  Used where our staff kernel is, on hardware,
+  as fast as the course's reference: conv2d 224x224 on trn2 (the staff kernel models at 0.92x / 1.00x of the
+  course reference's 3,830 / 835 us, and seed 004's kernel, measured at 3,832 / ~820 us, models within 1% of
+  the staff kernel).  A bias the model has for kernels of this shape then cancels.
+* ``"published"``: the published hardware target itself.  Used where our staff kernel is faster than the
+  course's reference, so that a multiple of it would be stricter than the hardware: the 32x16 extra credit
+  (the course reference takes 92 / 70 us on trn2, the staff kernel models at 54 / 27 us, and seed 003's
+  32x16 kernel measured 45 / 38 us and models at 1.26x / 0.79x of that) and the transpose (700 us against a
+  staff kernel modelled at ~400 us; seed 004's transpose models at 0.98x of its hardware latency).  This
+  relies on the model's absolute calibration (``python -m nkisim.calibrate``), not on the staff kernel.
+
+Where a generation has no published target of its own (trn1: the 32x16 images and the transpose), the course's
+trn2 targets stand in, on hardware and on nkisim alike.
+
+The modelled staff latencies are computed once per (backend, target, tool version) and cached in
+``grader/reference_timings.json`` (committed; ``python -m grader calibrate`` rewrites it) or, when that file has
+no entry for this tool version, in a per-user cache.  Tool version = nkisim.__version__ + a hash of nkisim's
+sources (cost model and front end): any change to either invalidates the cached reference timings; so does a
+change of the staff kernels (their hash is stored in the entry and checked wherever they are present).
 
 Layering: this module only reads and writes the caches (it depends on grader/staff.py and nkisim, nothing else
 of the grader); grader/calibrate.py measures the staff kernels and fills them.
@@ -36,6 +52,7 @@ __all__ = [
     "cached_timings",
     "conv_key",
     "conv_thresholds",
+    "default_conv_basis",
     "describe_entry",
     "perf_fingerprint",
     "reference_available",
@@ -57,9 +74,20 @@ PUBLISHED_TRN2: dict[tuple[str, int], tuple[float, float]] = {
     ("float32", 32): (110.0, 110.0),
     ("float16", 32): (84.0, 84.0),
 }
-# Handout: transpose extra credit, 4096x4096 float32 under 700 us on hardware.
+# 2024 course README (trn1): a 224x224 kernel passes at or below these p99 latencies ("within 150% of the
+# reference"); one tier.  No 32x16 or transpose targets were published for trn1.
+PUBLISHED_TRN1: dict[tuple[str, int], tuple[float, float]] = {
+    ("float32", 224): (4300.0, 4300.0),
+    ("float16", 224): (1300.0, 1300.0),
+}
+PUBLISHED = {"trn2": PUBLISHED_TRN2, "trn1": PUBLISHED_TRN1}
+# Handout: transpose extra credit, 4096x4096 float32 under 700 us on hardware (trn2).
 PUBLISHED_TRANSPOSE_US = 700.0
 IMAGE_WIDTH = {224: 224, 32: 16}  # the course's image shapes: 224x224 and 32x16 (H x W)
+BASES = ("reference", "published")
+# conv2d configurations whose nkisim targets scale with the staff kernel (see the module docstring); every
+# other configuration uses its published target where one exists.
+REFERENCE_BASIS = {("trn2", 224)}
 THRESHOLD_FACTOR = 1.2  # the course's "120% of the reference kernel"; the rubric's threshold_factor overrides it
 
 
@@ -168,6 +196,11 @@ def reference_timings(backend: str, target: str) -> dict[str, float]:
     return {}
 
 
+def default_conv_basis(target: str, image_h: int) -> str:
+    """The basis of the nkisim targets for this configuration when the rubric names none (module docstring)."""
+    return "reference" if (target, image_h) in REFERENCE_BASIS else "published"
+
+
 def conv_thresholds(
     dtype: str,
     image_h: int,
@@ -177,12 +210,14 @@ def conv_thresholds(
     *,
     factor: float = THRESHOLD_FACTOR,
     timings: Mapping[str, float] | None = None,
+    basis: str | None = None,
 ) -> tuple[float, float]:
     """(relaxed_us, optimized_us) latency targets for the conv2d performance test of this configuration.
 
     Full credit at or below ``optimized_us``, partial credit at or below ``relaxed_us``.  The extra-credit
-    small-image tests have a single target (relaxed == optimized), as in the course harness.  ``timings``: the
-    reference timings to use (default: :func:`reference_timings`, which never calibrates).
+    small-image tests have a single target (relaxed == optimized), as in the course harness.  ``basis``:
+    "reference" or "published" (default: :func:`default_conv_basis`).  ``timings``: the reference timings to
+    use (default: :func:`reference_timings`, which never calibrates).
     """
     dtype = str(dtype)
     if dtype not in ("float32", "float16"):
@@ -191,10 +226,17 @@ def conv_thresholds(
         raise ValueError(f"conv_thresholds: image_h must be one of {sorted(IMAGE_WIDTH)}, got {image_h}")
     if pool not in (1, 2):
         raise ValueError(f"conv_thresholds: pool must be 1 or 2, got {pool}")
+    if basis is not None and basis not in BASES:
+        raise ValueError(f"conv_thresholds: basis must be one of {BASES}, got {basis!r}")
+    # the generation's own published targets, else the course's trn2 ones (the only others published)
+    published = PUBLISHED.get(target, {}).get((dtype, image_h)) or PUBLISHED_TRN2[(dtype, image_h)]
     if backend == "neuron":
-        return PUBLISHED_TRN2[(dtype, image_h)]
+        return published
     if backend != "nkisim":
         raise ValueError(f"conv_thresholds: backend must be 'nkisim' or 'neuron', got {backend!r}")
+    basis = basis or default_conv_basis(target, image_h)
+    if basis == "published":
+        return published
     if timings is None:
         timings = reference_timings(backend, target)
     width = IMAGE_WIDTH[image_h]
@@ -212,14 +254,15 @@ def conv_thresholds(
     if opt is None:
         warnings.warn(
             f"no modelled reference latency for conv2d {dtype} {image_h}x{width} pool {pool} on {target}; "
-            "using the course's published trn2 targets",
+            f"using the course's published targets {published}",
             stacklevel=2,
         )
-        return PUBLISHED_TRN2[(dtype, image_h)]
+        return published
     optimized = factor * opt
-    if image_h != 224 or rel is None:
-        return optimized, optimized
-    return max(factor * rel, optimized), optimized
+    if published[0] != published[1]:
+        # the course's own gap between its relaxed and optimized tiers, on the modelled scale
+        return optimized * published[0] / published[1], optimized
+    return optimized, optimized
 
 
 def transpose_threshold(
@@ -230,9 +273,13 @@ def transpose_threshold(
     *,
     factor: float = THRESHOLD_FACTOR,
     timings: Mapping[str, float] | None = None,
+    basis: str = "published",
 ) -> float:
-    """Single latency target of the transpose extra credit (see the rubric comment for the choice)."""
-    if backend == "neuron":
+    """Single latency target of the transpose extra credit: the hardware target itself (``basis="published"``,
+    see the module docstring), else ``factor`` x the staff transpose's modelled latency."""
+    if basis not in BASES:
+        raise ValueError(f"transpose_threshold: basis must be one of {BASES}, got {basis!r}")
+    if backend == "neuron" or (basis == "published" and hardware_us > 0):
         return float(hardware_us)
     ref = (reference_timings(backend, target) if timings is None else timings).get(key)
     if ref is None:

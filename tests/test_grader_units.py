@@ -53,6 +53,7 @@ def test_course_rubric_matches_the_handout():
         (lambda s: s.replace("points = 10", "points = -1"), "points must be"),
         (lambda s: s + "\n[[test]]\nid = 'part1.transpose'\n", "missing field"),
         (lambda s: s.replace('source = "fixed", ', 'source = "magic", '), "thresholds.source"),
+        (lambda s: s.replace('source = "fixed", ', 'source = "fixed", basis = "staff", '), "thresholds.basis"),
         (lambda s: s.replace("[[test]]", "[[test]]\nbogus = 1", 1), "unknown field"),
         (lambda s: s.replace("[rubric]", "[rubric"), "not valid TOML"),
     ],
@@ -229,23 +230,66 @@ def test_neuron_backend_uses_the_published_targets():
         thresholds.conv_thresholds("float32", 100, 1, "neuron")
 
 
-def test_nkisim_targets_are_ratios_of_cached_reference_timings(monkeypatch, tmp_path):
+def test_neuron_backend_on_trn1_uses_the_2024_targets_where_published():
+    assert thresholds.conv_thresholds("float32", 224, 1, "neuron", "trn1") == (4300.0, 4300.0)
+    assert thresholds.conv_thresholds("float16", 224, 2, "neuron", "trn1") == (1300.0, 1300.0)
+    # nothing published for trn1 small images: the course's trn2 targets stand in
+    assert thresholds.conv_thresholds("float16", 32, 1, "neuron", "trn1") == (84.0, 84.0)
+
+
+def _cached(monkeypatch, tmp_path, target: str, timings: dict[str, float]) -> None:
+    cache = tmp_path / "timings.json"
+    thresholds.write_cache_entry(cache, thresholds.cache_key("nkisim", target), thresholds.describe_entry(timings))
+    monkeypatch.setattr(thresholds, "PACKAGE_CACHE", cache)
+    monkeypatch.setattr(thresholds, "user_cache_file", lambda: tmp_path / "none.json")
+    thresholds.reference_timings.cache_clear()
+
+
+def test_nkisim_reference_basis_scales_with_the_staff_kernel(monkeypatch, tmp_path):
     timings = {
         thresholds.conv_key("float32", 224, 224, 1, "optimized"): 1000.0,
         thresholds.conv_key("float32", 224, 224, 1, "relaxed"): 1500.0,
         thresholds.conv_key("float16", 32, 16, 2, "optimized"): 50.0,
         thresholds.conv_key("float16", 32, 16, 2, "relaxed"): 80.0,
+        "transpose:4096x4096:float32": 400.0,
     }
-    cache = tmp_path / "timings.json"
-    thresholds.write_cache_entry(cache, thresholds.cache_key("nkisim", "trn1"), thresholds.describe_entry(timings))
-    monkeypatch.setattr(thresholds, "PACKAGE_CACHE", cache)
-    thresholds.reference_timings.cache_clear()
+    _cached(monkeypatch, tmp_path, "trn2", timings)
     try:
-        assert thresholds.conv_thresholds("float32", 224, 1, "nkisim", "trn1") == pytest.approx((1800.0, 1200.0))
-        # extra credit: one target, like the course (relaxed == optimized)
-        assert thresholds.conv_thresholds("float16", 32, 2, "nkisim", "trn1") == pytest.approx((60.0, 60.0))
+        # trn2 224x224: factor x staff; the relaxed tier at the course's published relaxed/optimized ratio
+        relaxed, optimized = thresholds.conv_thresholds("float32", 224, 1, "nkisim", "trn2")
+        assert optimized == pytest.approx(1200.0) and relaxed == pytest.approx(1200.0 * 4964.0 / 4596.0)
+        assert thresholds.conv_thresholds("float32", 224, 1, "nkisim", "trn2", factor=1.5)[1] == pytest.approx(1500)
+        # small images default to the published targets; basis="reference" asks for the staff multiple
+        assert thresholds.conv_thresholds("float16", 32, 2, "nkisim", "trn2") == (84.0, 84.0)
+        ref = thresholds.conv_thresholds("float16", 32, 2, "nkisim", "trn2", basis="reference")
+        assert ref == pytest.approx((60.0, 60.0))
+        key = "transpose:4096x4096:float32"
+        assert thresholds.transpose_threshold(key, "nkisim", "trn2", 700.0) == 700.0
+        assert thresholds.transpose_threshold(key, "nkisim", "trn2", 700.0, basis="reference") == pytest.approx(480)
+        with pytest.raises(ValueError, match="basis"):
+            thresholds.conv_thresholds("float16", 32, 2, "nkisim", "trn2", basis="staff")
+        with pytest.raises(ValueError, match="basis"):
+            thresholds.transpose_threshold(key, "nkisim", "trn2", 700.0, basis="staff")
     finally:
         thresholds.reference_timings.cache_clear()
+
+
+def test_nkisim_trn1_uses_the_2024_targets_by_default(monkeypatch, tmp_path):
+    timings = {thresholds.conv_key("float32", 224, 224, 1, "optimized"): 1000.0}
+    _cached(monkeypatch, tmp_path, "trn1", timings)
+    try:
+        assert thresholds.conv_thresholds("float32", 224, 1, "nkisim", "trn1") == (4300.0, 4300.0)
+        # one published tier: the reference basis gives one tier too
+        ref = thresholds.conv_thresholds("float32", 224, 1, "nkisim", "trn1", basis="reference")
+        assert ref == pytest.approx((1200.0, 1200.0))
+    finally:
+        thresholds.reference_timings.cache_clear()
+
+
+def test_default_basis_follows_the_hardware_evidence():
+    assert thresholds.default_conv_basis("trn2", 224) == "reference"
+    assert thresholds.default_conv_basis("trn2", 32) == "published"
+    assert thresholds.default_conv_basis("trn1", 224) == "published"
 
 
 def test_committed_cache_covers_both_targets_for_this_tool_version():

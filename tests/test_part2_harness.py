@@ -88,7 +88,8 @@ def test_thresholds_come_from_the_grader_on_nkisim():
         relaxed, optimized, source = harness.conv_thresholds(dtype, h, pool)
         assert (relaxed, optimized) == pytest.approx(conv_thresholds(dtype, h, pool, "nkisim", "trn2"))
         assert relaxed >= optimized > 0
-        assert "nkisim" in source
+        # 224x224 scales with the staff kernel on nkisim; the small-image extra credit uses the published target
+        assert source == ("reference kernels on nkisim trn2" if h == 224 else "published trn2")
 
 
 def test_input_bank_is_deterministic_and_shares_the_expensive_convolution():
