@@ -323,6 +323,13 @@ def test_estimate_total_on_arbitrary_traces(trace):
         assert 0 <= ins.start_ns <= ins.end_ns <= rep.makespan_us * 1000 + 1e-6
     assert all(0 <= u for u in rep.engine_util.values())
     assert rep.critical_path and rep.critical_path[-1][0] == max(trace.instrs, key=lambda i: i.end_ns).seq
+    # the path's shares are additive: together they span the path, never more than the kernel's makespan
+    by_seq = {ins.seq: ins for ins in trace.instrs}
+    first, last = by_seq[rep.critical_path[0][0]], by_seq[rep.critical_path[-1][0]]
+    on_path = sum(c[4] for c in rep.critical_path)
+    assert all(c[4] >= 0 for c in rep.critical_path)
+    assert on_path == pytest.approx((last.end_ns - first.start_ns) / 1000.0, abs=1e-6)
+    assert on_path <= rep.makespan_us + 1e-6
 
 
 def test_static_dma_size_efficiency_matches_documented_curve():

@@ -174,25 +174,27 @@ def build_report(
 
 
 def critical_path(instrs: list[Instr], sch: Schedule) -> list[tuple[int, str, str, str, float]]:
-    """Chain of instructions that bound the end time, first to last: (seq, op, engine, where, dur_us)."""
+    """Chain of instructions that bound the end time, first to last: (seq, op, engine, where, on_path_us).
+
+    ``on_path_us`` is the stretch of the timeline the instruction adds to the path: from the previous link's end
+    (its wait for that link's result included) to its own end.  Links overlap (a DMA may start once the one
+    before it has *read* its buffer), so their own durations add up to more than the kernel's latency; these
+    shares add up to the path's span, which is what "time on the path" has to mean in the summary."""
     if not instrs:
         return []
     last = max(range(len(instrs)), key=lambda j: instrs[j].end_ns)
-    chain = []
+    links = []
     seen = set()
     j = last
     while j >= 0 and j not in seen:
         seen.add(j)
-        ins = instrs[j]
-        chain.append(
-            (
-                ins.seq,
-                ins.op,
-                ENGINE_NAMES.get(ins.engine, "Unknown"),
-                ins.where,
-                (ins.end_ns - ins.start_ns) / 1000.0,
-            )
-        )
+        links.append(instrs[j])
         j = sch.pred[j]
-    chain.reverse()
+    links.reverse()
+    chain = []
+    cursor = links[0].start_ns
+    for ins in links:
+        share = max(0.0, ins.end_ns - cursor)
+        cursor = max(cursor, ins.end_ns)
+        chain.append((ins.seq, ins.op, ENGINE_NAMES.get(ins.engine, "Unknown"), ins.where, share / 1000.0))
     return chain
