@@ -73,6 +73,7 @@ class JobResult:
     tests: dict[str, float] = field(default_factory=dict)
     test_status: dict[str, str] = field(default_factory=dict)
     latencies: dict[str, float] = field(default_factory=dict)
+    near_boundary: dict[str, float] = field(default_factory=dict)  # test id -> distance from its nearest target
     seconds: float = 0.0  # this run's time for the job (a reused result costs only the check)
     error: str | None = None
     graded_seconds: float = 0.0  # how long the grading itself took, in whichever run made it
@@ -93,6 +94,8 @@ class JobResult:
             tests={t["id"]: float(t["score"]) for t in tests},
             test_status={t["id"]: t["status"] for t in tests},
             latencies={t["id"]: float(t["latency_us"]) for t in tests if t.get("latency_us") is not None},
+            near_boundary={t["id"]: float(t["boundary_distance"]) for t in tests
+                           if t.get("near_boundary") and t.get("boundary_distance") is not None},
             seconds=seconds,
             error=record.get("error"),
             graded_seconds=float(record.get("seconds", 0.0) or 0.0),
@@ -355,6 +358,7 @@ def write_gradebook(results: list[JobResult], test_ids: list[str], path: Path) -
             "submission",
             "result_dir",
             "error",
+            "near_boundary",
         ]
     )
     for r in sorted(results, key=lambda r: r.student):
@@ -370,6 +374,7 @@ def write_gradebook(results: list[JobResult], test_ids: list[str], path: Path) -
                 r.submission,
                 r.out_dir or "",
                 (r.error or "").splitlines()[0][:200] if r.error else "",
+                " ".join(sorted(r.near_boundary)),
             ]
         )
     atomic_write(path, buf.getvalue())
@@ -412,6 +417,7 @@ def overview_markdown(results: list[JobResult], test_ids: list[str], wall_second
             fast = ", ".join(f"{s} {v:.0f} us" for v, s in ranked[:3])
             slow = ", ".join(f"{s} {v:.0f} us" for v, s in ranked[-3:][::-1])
             lines.append(f"- **{t}**: fastest {fast}; slowest {slow}")
+    lines += _near_boundary_section(graded)
     lines += _time_sections(results)
     errors = [r for r in results if r.status == "error"]
     if errors:
@@ -421,6 +427,25 @@ def overview_markdown(results: list[JobResult], test_ids: list[str], wall_second
 
 
 TIME_BUCKETS = (5, 10, 20, 30, 60, 90, 120, 180, 300, 600, 1200)  # upper edges in seconds
+NEAR_BOUNDARY_ROWS = 50  # rows of the overview's near-a-target table (the gradebook lists all)
+
+
+def _near_boundary_section(graded: list[JobResult]) -> list[str]:
+    """Performance results whose modelled latency is close to a tier target: the ones worth re-timing on
+    Trainium, since a model error of that size would change the credit."""
+    rows = sorted((d, r.student, t, r.latencies.get(t)) for r in graded for t, d in r.near_boundary.items())
+    if not rows:
+        return []
+    lines = ["", "## Close to a target (re-time on Trainium if the grade matters)", "",
+             f"{len(rows)} performance result(s) lie within the rubric's borderline_margin of a tier target; "
+             "nkisim's latency is a model's estimate, so on hardware these may earn a different tier "
+             "(the gradebook's near_boundary column lists them all).", "",
+             "| student | test | modelled p99 (us) | distance from the target |", "|---|---|---|---|"]
+    for d, student, test, latency in rows[:NEAR_BOUNDARY_ROWS]:
+        lines.append(f"| {student} | {test} | {'' if latency is None else f'{latency:.0f}'} | {d:.1%} |")
+    if len(rows) > NEAR_BOUNDARY_ROWS:
+        lines.append(f"| ... {len(rows) - NEAR_BOUNDARY_ROWS} more | | | |")
+    return lines
 
 
 def time_histogram(seconds: list[float]) -> list[str]:

@@ -53,6 +53,8 @@ class TestResult:
     optimized_us: float | None = None
     relaxed_us: float | None = None
     mfu: float | None = None
+    boundary_distance: float | None = None  # performance on nkisim: relative distance from the nearest tier target
+    near_boundary: bool = False  # boundary_distance < the rubric's borderline_margin: re-time on Trainium
     perf: dict[str, Any] | None = None
     cases: list[CaseRecord] = field(default_factory=list)
 

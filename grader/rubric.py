@@ -72,6 +72,7 @@ class Rubric:
     seed: int
     partial_credit: float
     threshold_factor: float
+    borderline_margin: float
     verify_performance_outputs: bool
     limits: Limits
     tolerances: dict[str, tuple[float, float]]
@@ -196,6 +197,13 @@ def _limits(table: dict[str, Any], path: Path) -> Limits:
     return Limits(**values)
 
 
+def _borderline_margin(head: dict[str, Any], path: Path) -> float:
+    value = head.get("borderline_margin", 0.15)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
+        raise RubricError(f"{path}: rubric.borderline_margin must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
 def load_rubric(path: str | Path | None = None) -> Rubric:
     """Parse and validate a rubric file (default: the course rubric shipped with the grader)."""
     path = Path(path) if path else DEFAULT_RUBRIC
@@ -229,6 +237,7 @@ def load_rubric(path: str | Path | None = None) -> Rubric:
         seed=int(head.get("seed", 42)),
         partial_credit=float(head.get("partial_credit", 0.9)),
         threshold_factor=float(head.get("threshold_factor", 1.2)),
+        borderline_margin=_borderline_margin(head, path),
         verify_performance_outputs=bool(head.get("verify_performance_outputs", True)),
         limits=limits,
         tolerances=tolerances or {"float32": (1e-5, 1e-8)},

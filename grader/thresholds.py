@@ -51,7 +51,9 @@ __all__ = [
     "cache_key",
     "cached_timings",
     "conv_key",
+    "boundary_distance",
     "conv_thresholds",
+    "credit_tier",
     "default_conv_basis",
     "describe_entry",
     "perf_fingerprint",
@@ -286,6 +288,24 @@ def transpose_threshold(
         warnings.warn(f"no modelled reference latency for {key}; using the hardware target", stacklevel=2)
         return float(hardware_us)
     return factor * ref
+
+
+def credit_tier(latency_us: float, relaxed_us: float, optimized_us: float, tiers: int = 2) -> str:
+    """Which tier a latency earns: "full" at or below the optimized target, "partial" at or below the relaxed
+    one (only with two tiers), else "none".  The one place the rubric's tier rule lives (the standalone part-2
+    harness keeps its own copy, as it must run without the grader)."""
+    if latency_us <= optimized_us:
+        return "full"
+    if tiers > 1 and latency_us <= relaxed_us:
+        return "partial"
+    return "none"
+
+
+def boundary_distance(latency_us: float, relaxed_us: float, optimized_us: float, tiers: int = 2) -> float:
+    """Relative distance of a latency from the nearest tier boundary, ``min |latency / target - 1|``: how far off
+    a modelled latency would have to be for the credit to change."""
+    targets = [optimized_us] + ([relaxed_us] if tiers > 1 else [])
+    return min(abs(latency_us / t - 1.0) for t in targets if t > 0) if any(t > 0 for t in targets) else float("inf")
 
 
 def describe_entry(timings: dict[str, float]) -> dict[str, Any]:

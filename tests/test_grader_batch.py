@@ -173,3 +173,19 @@ def test_batch_resume_after_kill_9_grades_each_submission_exactly_once(tmp_path)
         assert json.loads(res.read_text())["started_at"] == started
     assert len(_rows(out)) == 6
     assert not (out / ".staging").exists()
+
+
+def test_overview_and_gradebook_list_results_near_a_target(tmp_path):
+    from grader.batch import JobResult, overview_markdown, write_gradebook
+
+    near = JobResult("ana", "ana.zip", "graded", score=10, base_points=10, tests={"speed": 2.0},
+                     test_status={"speed": "passed"}, latencies={"speed": 96.0}, near_boundary={"speed": 0.04})
+    far = JobResult("bo", "bo.zip", "graded", score=10, base_points=10, tests={"speed": 2.0},
+                    test_status={"speed": "passed"}, latencies={"speed": 20.0})
+    text = overview_markdown([near, far], ["speed"], 1.0, 1)
+    section = text.split("## Close to a target")[1].split("\n## ")[0]
+    assert "| ana | speed | 96 | 4.0% |" in section and "| bo |" not in section
+    assert "## Close to a target" not in overview_markdown([far], ["speed"], 1.0, 1)
+    write_gradebook([near, far], ["speed"], tmp_path / "gradebook.csv")
+    rows = {r["student"]: r for r in _rows(tmp_path)}
+    assert rows["ana"]["near_boundary"] == "speed" and rows["bo"]["near_boundary"] == ""

@@ -56,6 +56,8 @@ def test_course_rubric_matches_the_handout():
         (lambda s: s.replace('source = "fixed", ', 'source = "fixed", basis = "staff", '), "thresholds.basis"),
         (lambda s: s.replace("[[test]]", "[[test]]\nbogus = 1", 1), "unknown field"),
         (lambda s: s.replace("[rubric]", "[rubric"), "not valid TOML"),
+        (lambda s: s.replace("[rubric]", "[rubric]\nborderline_margin = 1.5", 1), "borderline_margin"),
+        (lambda s: s.replace("[rubric]", "[rubric]\nborderline_margin = 'wide'", 1), "borderline_margin"),
     ],
 )
 def test_rubric_errors_name_the_problem(tmp_path, mutation, needle):
@@ -454,3 +456,39 @@ def test_annotate_replays_a_result_directory(tmp_path, capsys, monkeypatch):
     assert "wrong output shape" in lines[0]
     assert lines[-1] == "::notice title=Autograder::Points 0/10"
     assert "Autograder results: 0 / 10" in summary.read_text()
+
+
+def test_credit_tier_rule():
+    from grader.thresholds import credit_tier
+
+    assert credit_tier(100.0, 120.0, 100.0) == "full"
+    assert credit_tier(100.1, 120.0, 100.0) == "partial"
+    assert credit_tier(120.0, 120.0, 100.0) == "partial"
+    assert credit_tier(120.1, 120.0, 100.0) == "none"
+    assert credit_tier(110.0, 120.0, 100.0, tiers=1) == "none"  # one tier: the optimized target only
+
+
+def test_boundary_distance():
+    assert thresholds.boundary_distance(95.0, 150.0, 100.0) == pytest.approx(0.05)
+    assert thresholds.boundary_distance(140.0, 150.0, 100.0) == pytest.approx(10 / 150)
+    assert thresholds.boundary_distance(140.0, 150.0, 100.0, tiers=1) == pytest.approx(0.4)
+    assert thresholds.boundary_distance(300.0, 150.0, 100.0) == pytest.approx(1.0)
+
+
+def test_performance_result_near_a_target_is_flagged(tmp_path):
+    """On nkisim a latency within the rubric's borderline_margin of a target is flagged for re-timing on
+    hardware (message + record); one far from every target is not."""
+    config = GradeConfig(rubric_path=FAST_RUBRIC)
+    far = grade_submission(GOOD, None, config)
+    speed = next(t for t in far.tests if t.id == "part1.transpose_speed")
+    assert speed.status == "passed" and not speed.near_boundary and speed.boundary_distance > 0.9
+    latency = speed.latency_us
+    near_rubric = tmp_path / "rubric.toml"
+    near_rubric.write_text(Path(FAST_RUBRIC).read_text().replace(
+        "optimized_us = 1000000.0, relaxed_us = 2000000.0",
+        f"optimized_us = {latency * 1.05!r}, relaxed_us = {latency * 3!r}"))
+    near = grade_submission(GOOD, None, GradeConfig(rubric_path=str(near_rubric)))
+    speed = next(t for t in near.tests if t.id == "part1.transpose_speed")
+    assert speed.status == "passed" and speed.latency_us == pytest.approx(latency)
+    assert speed.near_boundary and speed.boundary_distance == pytest.approx(1 - 1 / 1.05)
+    assert "Within 15% of a target" in speed.message

@@ -81,6 +81,24 @@ def test_performance_tiers():
     assert harness.performance_credit(200.1, 200.0, 120.0, 10.0) == 0.0
 
 
+@settings(max_examples=200, deadline=None)
+@given(latency=st.floats(1.0, 1e4), optimized=st.floats(1.0, 1e4), gap=st.floats(0.0, 1e4))
+def test_harness_tiers_match_the_grader(latency, optimized, gap):
+    """The standalone harness keeps its own copy of the tier rule: it must give what the grader gives."""
+    from grader.rubric import load_rubric
+    from grader.thresholds import boundary_distance, credit_tier
+
+    relaxed = optimized + gap
+    rubric = load_rubric()
+    fraction = {"full": 1.0, "partial": rubric.partial_credit, "none": 0.0}
+    assert harness.performance_credit(latency, relaxed, optimized, 1.0) == pytest.approx(
+        fraction[credit_tier(latency, relaxed, optimized)])
+    assert harness.BORDERLINE_MARGIN == rubric.borderline_margin
+    distance = boundary_distance(latency, relaxed, optimized)
+    if abs(distance - rubric.borderline_margin) > 1e-9:
+        assert harness.near_a_target(latency, relaxed, optimized) == (distance < rubric.borderline_margin)
+
+
 def test_thresholds_come_from_the_grader_on_nkisim():
     from grader.thresholds import conv_thresholds
 

@@ -47,10 +47,9 @@ class Row:
 
 
 def tier_credit(latency_us: float, relaxed_us: float, optimized_us: float, partial: float) -> float:
-    """The rubric's tiers: 1 at or below the optimized target, ``partial`` at or below the relaxed one, else 0."""
-    if latency_us <= optimized_us:
-        return 1.0
-    return partial if latency_us <= relaxed_us else 0.0
+    """Fraction of a test's points the grader's tier rule (``thresholds.credit_tier``) gives this latency."""
+    tier = thresholds.credit_tier(latency_us, relaxed_us, optimized_us)
+    return {"full": 1.0, "partial": partial, "none": 0.0}[tier]
 
 
 def graded_conv_configs() -> set[tuple[str, int, int]]:
