@@ -164,6 +164,25 @@ def test_fp32_matmul_factor_and_transpose_counts_in_hfu_only(target):
     assert rep.hfu > rep.mfu > 0
 
 
+@pytest.mark.parametrize(("target", "floor_cycles"), [("trn1", 4 * 64), ("trn2", 2 * 64)])
+def test_fp32_short_matmul_pays_the_init_floor_once_per_hardware_pass(target, floor_cycles):
+    """A 14-column moving operand (one 32x16 conv row) sits under the 64-cycle MM_INIT_LATENCY floor.  On trn2
+    an fp32 nc_matmul is two hardware MATMULs (KO profile, fact sheet section 8 row 2), each paying the floor
+    once: 128 cycles, not the ISA formula's 4 x 64 (kept on trn1, NC-v2).  Wide operands keep the fp32
+    factor."""
+    tb = TraceBuilder(target)
+    # 32-column stationaries: their LoadStationary (32 / 4 cycles, x the fp32 factor) never bounds the pair
+    short32 = tb.matmul(tb.sbuf(128, 32), tb.sbuf(128, 14), tb.psum(32, 14))
+    short16 = tb.matmul(tb.sbuf(128, 32, "bfloat16"), tb.sbuf(128, 14, "bfloat16"), tb.psum(32, 14))
+    wide32 = tb.matmul(tb.sbuf(128, 128), tb.sbuf(128, 512), tb.psum(128, 512))
+    wide16 = tb.matmul(tb.sbuf(128, 128, "bfloat16"), tb.sbuf(128, 512, "bfloat16"), tb.psum(128, 512))
+    tc = costs_for(target)
+    _est(tb, target, throttle_window_ns=0.0)
+    assert short16.cost_ns == pytest.approx(64 / tc.tensor_ghz)
+    assert short32.cost_ns == pytest.approx(floor_cycles / tc.tensor_ghz)
+    assert wide32.cost_ns == pytest.approx(tc.mm_fp32_factor * wide16.cost_ns)
+
+
 def test_mfu_counts_fp32_matmuls_against_half_the_bf16_peak():
     """Course neuron-profile MFU: seed 003 printed 41.88% at 3,530 us (fp32) and 61.65% at 1,203 us (fp16) for
     the same 58.1 GFLOP, i.e. an fp32 peak of 78.6 / 2 TFLOPS and an fp16 peak of 78.6 TFLOPS (trn2)."""

@@ -34,6 +34,10 @@ class TargetCosts:
     # (835 us for 58.1 GFLOP) on trn2.  1.1 = 91% of the documented peak.
     mm_cycles_per_column: float = 1.1
     mm_onezero_fp32_factor: float = 2.0  # fp32 0/1 operand with onezero hint: "could lead to 2x better" (ISA)
+    # hardware MATMUL passes one fp32 nc_matmul becomes, each paying the MM_INIT_LATENCY floor: the fp32 cost is
+    # ``passes x max(mm_init_cycles, factor / passes x the 16-bit column cycles)``.  4 = the ISA-226 formula as
+    # written, ``4 * max(64, N)`` (NC-v2 terms).  A onezero hint (the "up to 2x better" fp32 case) halves them.
+    mm_fp32_passes: int = 4
     transpose_fp32_factor: float = 4.0  # v2: a TensorE transpose is a matmul, fp32 pays x4 (ISA-226)
     ls_speedup: float = 4.0  # LoadStationary "up to 4x faster than an MM of the same free size" (A2, PG Opt #7)
     mm_latency_cycles: int = 400  # single-MM latency ~ II + ~400 cycles [FIGURE PGf18/20-21, INFERRED]
@@ -160,6 +164,10 @@ TRN2 = TargetCosts(
     # kernels run fp32 4.3-4.7x slower than fp16 while TensorE-bound in both (staff reference 3,830 / 835 us;
     # seed 004 3,832 / ~820; held-out set 4.3-4.7x).  4.3: the least-squares compromise of these rows.
     mm_fp32_factor=4.3,
+    # KO fp32 profile (fact sheet section 8 row 2): 2 MATMUL + 2 LDWEIGHTS per fp32 nc_matmul, so a short moving
+    # operand pays the 64-cycle floor twice (128 cycles), not 4x; seed 003's one-row 32x16 kernel (65 us for
+    # >= 1,080 fp32 matmuls) needs <= 118 cycles each.  MODEL.md "fp32 matmuls with short moving operands".
+    mm_fp32_passes=2,
     throttle_window_ns=3000.0,  # SUM/GLO: ~50% limit ramping to full over the first ~3 us; re-arms
     throttle_factor=2.0,
     throttle_rearm_gap_ns=1500.0,  # [INFERRED] a 1.5 us idle gap already puts a 3 us window below 50%

@@ -158,16 +158,19 @@ class CostModel:
             m_stationary = int_attr(a, "M", st.free_elems)
             dtypes = (st.dtype, mv.dtype)
             transpose = bool(a.get("is_transpose", False))
-        cycles = float(max(tc.mm_init_cycles, n_moving * (1.0 if transpose else tc.mm_cycles_per_column)))
+        columns = n_moving * (1.0 if transpose else tc.mm_cycles_per_column)
+        cycles = float(max(tc.mm_init_cycles, columns))
         ls_cycles = m_stationary / tc.ls_speedup
         if any(d in _FP32_MM for d in dtypes):
+            passes = tc.mm_fp32_passes
             if transpose:
                 factor = tc.transpose_fp32_factor
             elif a.get("is_stationary_onezero") or a.get("is_moving_onezero"):
-                factor = tc.mm_onezero_fp32_factor
+                factor, passes = tc.mm_onezero_fp32_factor, max(1, passes // 2)
             else:
                 factor = tc.mm_fp32_factor
-            cycles *= factor
+            passes = min(passes, max(1, round(factor)))  # a pass never runs faster than the 16-bit rate
+            cycles = passes * max(float(tc.mm_init_cycles), columns * factor / passes)
             ls_cycles *= factor
         ghz = tc.tensor_ghz
         return ComputeCost("TensorE", cycles / ghz, tc.mm_latency_cycles / ghz, ls_cycles / ghz)

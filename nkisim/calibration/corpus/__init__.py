@@ -147,6 +147,11 @@ KERNELS: tuple[CorpusKernel, ...] = (
             Expectation("measured as fast as the staff reference on trn2 (3,832 vs 3,830 us fp32; ~820 vs 835 us "
                         "fp16): within 15% of the reference's modelled latency", max_ratio=1.15, min_ratio=0.85,
                         height=224),
+            Expectation("32x16 fp32: 1,080 14-column matmuls, each two fp32 passes at the 64-cycle floor (KO "
+                        "profile: 2 MATMULs per fp32 nc_matmul), plus per-row DMAs; the course reference, which "
+                        "this kernel matched at 224x224, runs 32x16 fp32 in ~92 us on hardware (1.7x our staff "
+                        "kernel's modelled 54 us) and 1.3x its fp16 time: at most 2.2x the staff reference",
+                        max_ratio=2.2, dtype="float32", height=32),
         ),
     ),
 )
