@@ -16,7 +16,10 @@ from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf
 from nkisim.core.rules import fail, message
 
 BUF_NAMES = {B_HBM: "hbm", B_SBUF: "sbuf", B_PSUM: "psum"}
-ROTATION_DEPTH = 2  # free buffers a site keeps before reusing one (see MemoryTracker.phys_for)
+# Free buffers a site keeps before reusing one (see MemoryTracker.phys_for): a loop-local tile rotates through
+# ROTATION_DEPTH + 1 physical buffers.  The copy count is undocumented; 4 fits the hardware rows best
+# (nkisim/perf/MODEL.md, "Issue 9, rotation depth").
+ROTATION_DEPTH = 4
 
 
 class Allocation:
