@@ -48,10 +48,10 @@ from grader.staff import reference_available, reference_fingerprint
 __all__ = [
     "CACHE_FORMAT",
     "PACKAGE_CACHE",
+    "boundary_distance",
     "cache_key",
     "cached_timings",
     "conv_key",
-    "boundary_distance",
     "conv_thresholds",
     "credit_tier",
     "default_conv_basis",
@@ -304,8 +304,8 @@ def credit_tier(latency_us: float, relaxed_us: float, optimized_us: float, tiers
 def boundary_distance(latency_us: float, relaxed_us: float, optimized_us: float, tiers: int = 2) -> float:
     """Relative distance of a latency from the nearest tier boundary, ``min |latency / target - 1|``: how far off
     a modelled latency would have to be for the credit to change."""
-    targets = [optimized_us] + ([relaxed_us] if tiers > 1 else [])
-    return min(abs(latency_us / t - 1.0) for t in targets if t > 0) if any(t > 0 for t in targets) else float("inf")
+    targets = [t for t in (optimized_us, relaxed_us if tiers > 1 else 0.0) if t > 0]
+    return min((abs(latency_us / t - 1.0) for t in targets), default=float("inf"))
 
 
 def describe_entry(timings: dict[str, float]) -> dict[str, Any]:
