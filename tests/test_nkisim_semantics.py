@@ -912,6 +912,45 @@ def test_loop_tiles_reuse_physical_buffers():
     assert run_.peak_sbuf_bytes == 2 * 64 * 4
 
 
+def _column_sum(t, f, w):
+    prod = nl.multiply(t[:, w:w + 3], f)
+    return nl.sum(prod, axis=1, keepdims=True)
+
+
+def test_buffer_rotation_does_not_depend_on_python_lifetimes():
+    """A temporary a helper drops at its return and one a variable keeps until the next iteration rotate
+    through the same buffers: the compiler's copy count cannot depend on Python scoping, so the same kernel
+    written with a helper times the same."""
+    from nkisim.perf import estimate
+
+    def make(helper):
+        def k(img, filt):
+            out = nl.ndarray((128, 64), dtype=img.dtype, buffer=nl.hbm)
+            t, f = nl.load(img), nl.load(filt)
+            o = nl.ndarray((128, 64), dtype=img.dtype, buffer=nl.sbuf)
+            for w in nl.affine_range(64):
+                if helper:
+                    o[:, w:w + 1] = _column_sum(t, f, w)
+                else:
+                    prod = nl.multiply(t[:, w:w + 3], f)
+                    o[:, w:w + 1] = nl.sum(prod, axis=1, keepdims=True)
+            nl.store(out, o)
+            return out
+        return k
+
+    img = np.random.default_rng(3).random((128, 66), dtype=np.float32)
+    filt = np.random.default_rng(4).random((128, 3), dtype=np.float32)
+    runs = [run_kernel(make(h), (img, filt)) for h in (False, True)]
+    expected = np.stack([(img[:, w:w + 3] * filt).sum(axis=1) for w in range(64)], axis=1)
+    for r in runs:
+        np.testing.assert_allclose(r.outputs, expected, rtol=1e-5)
+    phys = [[i.dsts[0].region.phys for i in r.trace if i.op == "tensor_tensor"] for r in runs]
+    from nkisim.core.memory import ROTATION_DEPTH
+
+    assert [len(set(p)) for p in phys] == [ROTATION_DEPTH + 1] * 2
+    assert estimate(runs[0].trace).nc_latency_us == pytest.approx(estimate(runs[1].trace).nc_latency_us)
+
+
 def test_kept_results_count_against_capacity():
     def k(a):
         keep = [nl.exp(nl.load(a)) for _ in range(3)]  # 3 x 100 KiB per partition of fp32 results

@@ -16,9 +16,9 @@ from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf
 from nkisim.core.rules import fail, message
 
 BUF_NAMES = {B_HBM: "hbm", B_SBUF: "sbuf", B_PSUM: "psum"}
-# Free buffers a site keeps before reusing one (see MemoryTracker.phys_for): a loop-local tile rotates through
-# ROTATION_DEPTH + 1 physical buffers.  The copy count is undocumented; 4 fits the hardware rows best
-# (nkisim/perf/MODEL.md, "Issue 9, rotation depth").
+# A site owns ROTATION_DEPTH + 1 physical buffers before it reuses one (see MemoryTracker.phys_for): a loop-local
+# tile rotates through that many, however long Python keeps each one alive.  The copy count is undocumented; 4
+# fits the hardware rows best (nkisim/perf/MODEL.md, "Issue 9, rotation depth").
 ROTATION_DEPTH = 4
 
 
@@ -67,6 +67,7 @@ class MemoryTracker:
         self.live_allocs: dict[int, tuple] = {}  # id -> (buf, name, dtype, bytes, site); no strong refs
         self._free_phys: dict[object, list[int]] = {}
         self._next_phys = 1
+        self._owned: dict[object, int] = {}  # (site, buf) -> physical buffers the site has created
         self.closed = False
         self.stop_code = None  # the kernel function's code: frames older than it cannot hold its tiles
         self.spills: list[tuple] = []  # (name, bytes per partition, site) of PSUM tiles spilled past the 8 banks
@@ -83,9 +84,13 @@ class MemoryTracker:
         # migration guide) and PSUM tiles across banks ("with 8 banks, up to 8 accumulation groups can be
         # outstanding; this lets TensorE run ahead of VectorE/ScalarE eviction", trainium arch guide), so
         # iteration i+1's writer does not wait for iteration i's reader.
-        free = self._free_phys.get((site, buf))  # per memory: one line may allocate SBUF and PSUM tiles
-        if free and len(free) >= ROTATION_DEPTH:
+        # The count is of buffers the site owns, live or dead: whether a kernel keeps the last tile in a variable
+        # or drops it at a helper's return must not change how many copies the compiler makes.
+        key = (site, buf)  # per memory: one line may allocate SBUF and PSUM tiles
+        free = self._free_phys.get(key)
+        if free and self._owned.get(key, 0) > ROTATION_DEPTH:
             return free.pop(0)
+        self._owned[key] = self._owned.get(key, 0) + 1
         pid = self._next_phys
         self._next_phys += 1
         return pid
