@@ -67,7 +67,12 @@ class MemoryTracker:
         self.live_allocs: dict[int, tuple] = {}  # id -> (buf, name, dtype, bytes, site); no strong refs
         self._free_phys: dict[object, list[int]] = {}
         self._next_phys = 1
-        self._owned: dict[object, int] = {}  # (site, buf) -> physical buffers the site has created
+        self._owned: dict[object, int] = {}  # (site, buf) -> physical buffers the site holds (live or dead)
+        # dead buffers kept for rotation, oldest death first: phys id -> ((site, buf), bytes per partition); with
+        # the bytes they hold per memory.  Live tiles plus these never exceed the memory's capacity.
+        self._dead: dict[Buf, dict[int, tuple[object, int]]] = {B_SBUF: {}, B_PSUM: {}}
+        self._dead_bytes = {B_SBUF: 0, B_PSUM: 0}
+        self._bank = limits.psum_bank_bytes
         self.closed = False
         self.stop_code = None  # the kernel function's code: frames older than it cannot hold its tiles
         self.spills: list[tuple] = []  # (name, bytes per partition, site) of PSUM tiles spilled past the 8 banks
@@ -77,23 +82,64 @@ class MemoryTracker:
         self.overflows: list[str] = []
 
     # -- physical ids -------------------------------------------------------------------------------------
-    def phys_for(self, site, buf: Buf = B_SBUF) -> int:
-        # Dead buffers of a site are reused oldest-first, and only once ROTATION_DEPTH of them are free: a tile
-        # re-allocated every iteration (including an instruction's temporary result) rotates through several
-        # physical buffers.  neuronx-cc materialises loop-local tiles "in multiple copies" (NKI block-dimension
-        # migration guide) and PSUM tiles across banks ("with 8 banks, up to 8 accumulation groups can be
-        # outstanding; this lets TensorE run ahead of VectorE/ScalarE eviction", trainium arch guide), so
-        # iteration i+1's writer does not wait for iteration i's reader.
-        # The count is of buffers the site owns, live or dead: whether a kernel keeps the last tile in a variable
-        # or drops it at a helper's return must not change how many copies the compiler makes.
-        key = (site, buf)  # per memory: one line may allocate SBUF and PSUM tiles
+    def phys_for(self, site, buf: Buf = B_SBUF, bytes_pp: int = 0, provisional: bool = False) -> int:
+        """The physical buffer id for a new tile of ``bytes_pp`` bytes per partition allocated at ``site``.
+
+        A site reuses its own dead buffers, oldest first, only once it owns ROTATION_DEPTH + 1 buffers (live or
+        dead): a tile allocated every iteration (an instruction's temporary too) rotates through several physical
+        buffers, so iteration i+1's writer does not wait for iteration i's reader.  neuronx-cc materialises
+        loop-local tiles "in multiple copies" (NKI block-dimension migration guide) and PSUM tiles across banks
+        ("with 8 banks, up to 8 accumulation groups can be outstanding", trainium arch guide).  Counting owned
+        rather than dead buffers keeps Python scoping (a helper's temporaries) out of the copy count.
+
+        The copies must fit: live tiles plus the dead copies kept for rotation stay within usable SBUF (PSUM: its
+        8 banks).  A copy that would not fit takes over the longest-dead buffer of any site (a finished loop's
+        copies give way to the next loop's), so the trace keeps the WAR hazard on the memory it reuses.  A
+        provisional result takes nothing over: it may never hold memory (`acc += matmul` accumulates in place).
+        """
+        key = (site, buf)
         free = self._free_phys.get(key)
-        if free and self._owned.get(key, 0) > ROTATION_DEPTH:
-            return free.pop(0)
-        self._owned[key] = self._owned.get(key, 0) + 1
-        pid = self._next_phys
-        self._next_phys += 1
-        return pid
+        owned = self._owned.get(key, 0)
+        dead = self._dead.get(buf)  # None for HBM: no capacity to respect
+        short = False
+        if not (free and owned > ROTATION_DEPTH) and dead is not None:
+            short = not self._fits(buf, bytes_pp)
+        if free and (owned > ROTATION_DEPTH or (short and (provisional or not dead))):
+            pid = free.pop(0)  # rotate: this site's longest-dead buffer
+            if dead is not None:
+                kept = dead.pop(pid, None)
+                if kept is not None:
+                    self._dead_bytes[buf] -= kept[1]
+            return pid
+        self._owned[key] = owned + 1
+        if short and dead and not provisional:
+            return self._take_longest_dead(buf, bytes_pp)
+        return self.new_phys()
+
+    def _take_longest_dead(self, buf: Buf, bytes_pp: int) -> int:
+        """Free the longest-dead kept buffers until ``bytes_pp`` fits; the first one's id is reused."""
+        dead = self._dead[buf]
+        taken = None
+        while dead and not self._fits(buf, bytes_pp):
+            pid, (okey, nbytes) = next(iter(dead.items()))
+            del dead[pid]
+            self._dead_bytes[buf] -= nbytes
+            self._free_phys[okey].remove(pid)
+            self._owned[okey] -= 1
+            if taken is None:
+                taken = pid
+        assert taken is not None
+        return taken
+
+    def _cost(self, buf: Buf, bytes_pp: int) -> int:
+        """Bytes per partition a tile occupies: PSUM tiles take whole 2 KiB banks."""
+        if buf == B_PSUM:
+            return -(-bytes_pp // self._bank) * self._bank
+        return bytes_pp
+
+    def _fits(self, buf: Buf, bytes_pp: int) -> bool:
+        capacity = self.limits.sbuf_usable_bytes if buf == B_SBUF else self.limits.psum_bytes_per_partition
+        return self.live[buf] + self._dead_bytes[buf] + self._cost(buf, bytes_pp) <= capacity
 
     def new_phys(self) -> int:
         pid = self._next_phys
@@ -107,10 +153,7 @@ class MemoryTracker:
             return False
         alloc.charged = True
         buf = alloc.buf
-        cost = alloc.bytes_pp
-        if buf == B_PSUM:
-            bank = self.limits.psum_bank_bytes
-            cost = -(-cost // bank) * bank  # PSUM tiles occupy whole 2 KiB banks
+        cost = self._cost(buf, alloc.bytes_pp)
         self.live[buf] += cost
         self.live_allocs[id(alloc)] = (buf, alloc.name, alloc.base.dtype, alloc.bytes_pp, alloc.site)
         capacity = self.limits.sbuf_usable_bytes if buf == B_SBUF else self.limits.psum_bytes_per_partition
@@ -154,11 +197,7 @@ class MemoryTracker:
             if alloc is keep or alloc.buf != buf or not alloc.charged or alloc.tracker is not self:
                 continue
             alloc.charged = False
-            cost = alloc.bytes_pp
-            if buf == B_PSUM:
-                bank = self.limits.psum_bank_bytes
-                cost = -(-cost // bank) * bank
-            self.live[buf] -= cost
+            self.live[buf] -= self._cost(buf, alloc.bytes_pp)
             self.live_allocs.pop(aid, None)
 
     def largest(self, buf: Buf, n: int = 5) -> str:
@@ -169,16 +208,23 @@ class MemoryTracker:
         )
 
     def release(self, alloc: Allocation) -> None:
-        if alloc.charged:
-            alloc.charged = False
-            cost = alloc.bytes_pp
-            if alloc.buf == B_PSUM:
-                bank = self.limits.psum_bank_bytes
-                cost = -(-cost // bank) * bank
-            self.live[alloc.buf] -= cost
-            self.live_allocs.pop(id(alloc), None)
-        if alloc.site is not None and not self.closed:
-            self._free_phys.setdefault((alloc.site, alloc.buf), []).append(alloc.phys)
+        buf = alloc.buf
+        site = alloc.site
+        if not alloc.charged:  # never held memory (HBM, or a matmul result folded into `acc +=`)
+            if site is not None and not self.closed:
+                self._free_phys.setdefault((site, buf), []).append(alloc.phys)
+            return
+        alloc.charged = False
+        cost = alloc.bytes_pp
+        if buf == B_PSUM:
+            cost = -(-cost // self._bank) * self._bank
+        self.live[buf] -= cost
+        self.live_allocs.pop(id(alloc), None)
+        if site is not None and not self.closed:
+            key = (site, buf)
+            self._free_phys.setdefault(key, []).append(alloc.phys)
+            self._dead[buf][alloc.phys] = (key, cost)
+            self._dead_bytes[buf] += cost
 
 
 def site_str(site) -> str:

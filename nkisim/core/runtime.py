@@ -290,7 +290,7 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
     # leaves elements unwritten), so it skips the poison fill.
     base, view = make_storage(dims, pdim, dt, fill, not ctx.full or provisional)
     mem = ctx.mem
-    alloc = Allocation(kind, base, mem.phys_for(site, kind), site, name, bytes_pp, mem)
+    alloc = Allocation(kind, base, mem.phys_for(site, kind, bytes_pp, provisional), site, name, bytes_pp, mem)
     if not provisional and mem.charge(alloc):
         ctx.spill(alloc)
     if kind == B_PSUM and ctx.full and not provisional:
