@@ -115,6 +115,25 @@ def mask_values(mask, shape, *tiles) -> np.ndarray | None:
     return m
 
 
+def transposed_mask(mask, src: Tensor, out_shape: tuple, to_out) -> np.ndarray | None:
+    """The mask= predicate over the result of a transposing instruction (``to_out`` lays a source-shaped array out
+    like the result).
+
+    A mask is a predicate over the index variables of the access: one naming the source's variables
+    (``nc_transpose(t[i_p, i_f], mask=(i_p < 64))``, ``load_transpose2d(a[i_p, i_f], mask=(i_p < M))``) selects
+    source elements, which land where their values land, so it is evaluated over the source and transposed with
+    them.  Any other predicate applies to the result as it does for other instructions."""
+    if isinstance(mask, Mask) and mask.named is not None and src._axv:
+        m = mask.over(tuple(src.shape), dict(src._axv))
+        if m is not None:
+            if src._oob:
+                check_oob(src, m)
+            return np.ascontiguousarray(to_out(m)).reshape(out_shape)
+    m = mask_values(mask, out_shape)
+    mask_values(mask, src.shape, src)  # the source's out-of-bounds check, under the predicate
+    return m
+
+
 def _broadcast_mask(m: np.ndarray, shape: tuple) -> np.ndarray:
     try:
         return np.broadcast_to(_fit(m, shape), shape)
@@ -534,8 +553,7 @@ def load(src: Tensor, *, mask=None, dtype=None, transpose: bool = False) -> Tens
     dt = dtypes.to_dtype(dtype) if dtype is not None else src.dtype
     out = new_result(ctx, shape, dt)
     if transpose:
-        m = mask_values(mask, out.shape)
-        mask_values(mask, src.shape, src)
+        m = transposed_mask(mask, src, out.shape, np.transpose)
     else:
         m = mask_values(mask, out.shape, src)
     ins = ctx.emit("dma_copy", E_DMA, (src,) + dynamic_tiles(ctx, src) if ctx.dyn else (src,), (out,),
@@ -700,7 +718,7 @@ def nc_transpose(data: Tensor, *, engine: Engine = E_UNKNOWN, dtype=None, mask=N
     out = new_result(ctx, (f, p), data.dtype, out_buf)
     ins = ctx.emit("nc_transpose", engine, (data,), (out,), {"P": p, "F": f})
     values = execute.to_f32(read(data)).reshape(p, f).T if ctx.full else None
-    out = finish(ctx, ins, out, values, mask_values(mask, (f, p), data))
+    out = finish(ctx, ins, out, values, transposed_mask(mask, data, (f, p), lambda m: m.reshape(p, f).T))
     if dt != data.dtype:
         # nki.isa.nc_transpose docs: "if [dtype is] specified and it's different from the data type of input tile
         # data, an additional nki.isa.cast instruction will be inserted to cast the transposed data"
@@ -1179,7 +1197,7 @@ def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None, two_byte_onl
     ins = ctx.emit("dma_copy", E_DMA, (src,), (out,), {"bytes": math.prod(shape) * dt.itemsize,
                                                              "via": "dma_transpose", "cast": dt != src.dtype})
     values = np.transpose(read(src), axes) if ctx.full else None
-    return finish(ctx, ins, out, values, mask_values(mask, shape, src))
+    return finish(ctx, ins, out, values, transposed_mask(mask, src, shape, lambda m: np.transpose(m, axes)))
 
 
 def memset_into(ctx: KernelContext, dst: Tensor, value, engine: Engine = E_VECTOR) -> Tensor:
