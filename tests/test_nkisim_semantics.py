@@ -955,33 +955,55 @@ def _phys_of(trace, op: str, buf: Buf) -> list[int]:
     return [i.dsts[0].region.phys for i in trace if i.op == op and i.dsts[0].region.buf == buf]
 
 
+def _bank_sized_accumulator(site: int):
+    """A fresh (128, 512) fp32 PSUM accumulator (one bank) from one of three allocation sites (source lines)."""
+    if site == 0:
+        return nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+    if site == 1:
+        return nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+    return nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+
+
+def _run_accumulators(sites: list[int]) -> tuple[list[int], object]:
+    """out[n] = w.T @ x through a fresh accumulator from ``sites[n]``, in that order; the PSUM buffer ids the
+    matmuls wrote (one per accumulator) and the run, its values checked against NumPy."""
+
+    def k(x, w):
+        out = nl.ndarray((len(sites), 128, 512), dtype=nl.float32, buffer=nl.hbm)
+        xs, ws = nl.load(x), nl.load(w)
+        for n, site in enumerate(sites):
+            acc = _bank_sized_accumulator(site)
+            acc += nisa.nc_matmul(ws, xs)
+            nl.store(out[n], nl.copy(acc))
+        return out
+
+    rng = np.random.default_rng(len(sites))
+    x = rng.random((128, 512), dtype=np.float32)
+    w = rng.random((128, 128), dtype=np.float32)
+    r = run_kernel(k, (x, w))
+    np.testing.assert_allclose(r.outputs, np.broadcast_to(w.T @ x, (len(sites), 128, 512)), rtol=1e-5)
+    return _phys_of(r.trace, "nc_matmul", Buf.PSUM), r
+
+
 def test_rotating_psum_copies_fit_the_eight_banks():
     """Three bank-sized accumulators per iteration would rotate through 15 banks; PSUM has 8, so live
     accumulators plus the dead copies kept for rotation stay within them (and the values are unaffected)."""
     from nkisim.core.memory import ROTATION_DEPTH
 
-    def k(x, w):
-        out = nl.ndarray((6, 3, 128, 512), dtype=nl.float32, buffer=nl.hbm)
-        xs, ws = nl.load(x), nl.load(w)
-        for i in nl.affine_range(6):
-            for j in range(3):  # three allocation sites, one per accumulator
-                if j == 0:
-                    acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
-                elif j == 1:
-                    acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
-                else:
-                    acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
-                acc += nisa.nc_matmul(ws, xs)
-                nl.store(out[i, j], nl.copy(acc))
-        return out
+    banks, _ = _run_accumulators([0, 1, 2] * 6)
+    assert ROTATION_DEPTH + 1 < len(set(banks)) <= 8
 
-    rng = np.random.default_rng(5)
-    x = rng.random((128, 512), dtype=np.float32)
-    w = rng.random((128, 128), dtype=np.float32)
-    r = run_kernel(k, (x, w))
-    np.testing.assert_allclose(r.outputs, np.broadcast_to(w.T @ x, (6, 3, 128, 512)), rtol=1e-5)
-    banks = set(_phys_of(r.trace, "nc_matmul", Buf.PSUM))
-    assert ROTATION_DEPTH + 1 < len(banks) <= 8
+
+def test_dead_copies_of_an_earlier_loop_give_way():
+    """A finished loop's rotating PSUM copies do not starve a later loop's: the later loop takes over their
+    banks and still rotates through ROTATION_DEPTH + 1 of them."""
+    from nkisim.core.memory import ROTATION_DEPTH
+
+    banks, _ = _run_accumulators([0] * 8 + [1] * 8)
+    first, second = banks[:8], banks[8:]
+    assert len(set(first)) == len(set(second)) == ROTATION_DEPTH + 1
+    assert len(set(banks)) <= 8
+    assert set(first) & set(second)  # the second loop reuses banks the first one left
 
 
 @pytest.mark.parametrize("target", ["trn1", "trn2"])
@@ -1005,36 +1027,6 @@ def test_rotating_sbuf_copies_fit_sbuf(target):
     loads = [i.dsts[0].region.phys for i in r.trace if i.dsts and i.dsts[0].region.buf == Buf.SBUF]
     assert len(loads) == 4
     assert len(set(loads)) == limits(target).sbuf_usable_bytes // (free * 4) == 2
-
-
-def test_dead_copies_of_an_earlier_loop_give_way():
-    """A finished loop's rotating PSUM copies do not starve a later loop's: the later loop takes over their
-    banks and still rotates through ROTATION_DEPTH + 1 of them."""
-    from nkisim.core.memory import ROTATION_DEPTH
-
-    def k(x, w):
-        out = nl.ndarray((2, 8, 128, 512), dtype=nl.float32, buffer=nl.hbm)
-        xs, ws = nl.load(x), nl.load(w)
-        for phase in range(2):
-            for i in nl.affine_range(8):
-                if phase == 0:
-                    acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
-                else:
-                    acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
-                acc += nisa.nc_matmul(ws, xs)
-                nl.store(out[phase, i], nl.copy(acc))
-        return out
-
-    rng = np.random.default_rng(7)
-    x = rng.random((128, 512), dtype=np.float32)
-    w = rng.random((128, 128), dtype=np.float32)
-    r = run_kernel(k, (x, w))
-    np.testing.assert_allclose(r.outputs, np.broadcast_to(w.T @ x, (2, 8, 128, 512)), rtol=1e-5)
-    banks = _phys_of(r.trace, "nc_matmul", Buf.PSUM)
-    first, second = banks[:8], banks[8:]
-    assert len(set(first)) == len(set(second)) == ROTATION_DEPTH + 1
-    assert len(set(banks)) <= 8
-    assert set(first) & set(second)  # the second loop reuses banks the first one left
 
 
 def test_kept_results_count_against_capacity():
