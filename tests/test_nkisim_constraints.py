@@ -305,14 +305,41 @@ def test_activation_bias_and_scale_types():
                    target="trn1")
 
 
-def test_engine_op_support(monkeypatch):
+def test_engine_op_support():
     run(lambda a: nisa.tensor_scalar(nl.load(a), nl.multiply, 2.0, op1=nl.add, operand1=1.0,
                                      engine=nisa.scalar_engine), _z((8, 8)))
     with raises_rule("nkisim_engine_op_unsupported", "on Scalar Engine is not supported on trn2", "subtract"):
         run(lambda a: nisa.tensor_scalar(nl.load(a), nl.subtract, 2.0, engine=nisa.scalar_engine), _z((8, 8)))
-    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
-    with raises_rule("nkisim_engine_op_unsupported", "tensor_copy on Scalar Engine is not supported on trn1"):
-        run(lambda a: nisa.tensor_copy(nl.load(a), engine=nisa.scalar_engine), _z((8, 8)))
+
+
+
+def test_scalar_engine_on_trn1_follows_the_legacy_docs(monkeypatch):
+    """NeuronCore-v2 ScalarE: tensor_copy copies through fp32 (nki.isa.tensor_copy, 2.21 and 2.26 docs);
+    tensor_scalar's multiply/add subset runs in the 2024 toolchain (2.21 nki.isa, no generation condition) but
+    not in the 2025 one (SH-226: "Add/Multiply on ScalarE only from NC-v3")."""
+    from nkisim.core import config
+
+    big = np.full((8, 8), 2**24 + 1, dtype=np.int32)  # not exact in fp32
+
+    def copy(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.hbm)
+        nl.store(out, nisa.tensor_copy(nl.load(a), engine=nisa.scalar_engine))
+        return out
+
+    np.testing.assert_array_equal(run_kernel(copy, (big,), target="trn1").outputs, np.full((8, 8), 2**24))
+    np.testing.assert_array_equal(run_kernel(copy, (big,), target="trn2").outputs, big)  # bit-exact on v3
+
+    def scaled(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.hbm)
+        nl.store(out, nisa.tensor_scalar(nl.load(a), nl.multiply, 2.0, op1=nl.add, operand1=1.0,
+                                         engine=nisa.scalar_engine))
+        return out
+
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    np.testing.assert_array_equal(run_kernel(scaled, (x,), target="trn1").outputs, 2 * x + 1)
+    monkeypatch.setenv(config.ERA_ENV, "2025")
+    with raises_rule("nkisim_engine_op_unsupported", "on Scalar Engine is not supported on trn1", "NeuronCore-v3"):
+        run_kernel(scaled, (x,), target="trn1")
 
 
 def test_dma_element_mismatch():

@@ -42,6 +42,22 @@ def test_psum_moving_of_nl_matmul_is_staged_through_sbuf():
     np.testing.assert_allclose(got, a.T @ b.T, rtol=1e-4, atol=1e-3)
 
 
+def _nl_psum_x(a, b):
+    out = nl.ndarray((96, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+    a_t = nl.transpose(nl.load(a))  # PSUM [96, 128] = a.T
+    nl.store(out, nl.matmul(a_t, nl.load(b)))  # x @ y: the compiler transposes x, which it reads from SBUF
+    return out
+
+
+def test_psum_x_of_nl_matmul_without_transpose_x_is_staged_through_sbuf():
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((128, 96)).astype(np.float32)
+    b = rng.standard_normal((128, 256)).astype(np.float32)
+    for target in ("trn1", "trn2"):
+        got = run_kernel(_nl_psum_x, (a, b), {}, target=target).outputs
+        np.testing.assert_allclose(got, a.T @ b, rtol=1e-4, atol=1e-3)
+
+
 def test_staging_copy_is_a_costed_vector_instruction():
     rng = np.random.default_rng(3)
     a = rng.standard_normal((128, 128)).astype(np.float32)

@@ -590,7 +590,7 @@ def store(dst: Tensor, value, *, mask=None) -> None:
 _MATMUL_DTYPES = {"float8_e4m3", "float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32"}
 
 
-def _stage_psum_operand(ctx: KernelContext, t: Tensor, op_name: str, name: str) -> Tensor:
+def stage_psum_operand(ctx: KernelContext, t: Tensor, op_name: str, name: str) -> Tensor:
     """A matmul operand must sit in SBUF: TensorE reads only SBUF ("The nc_matmul instruction must read inputs
     from SBUF", nki.isa.nc_matmul, Neuron 2.21 docs). AWS's own legacy kernels nevertheless hand a PSUM tile
     straight to the matmul (nki-samples flash_attn_bwd: an nc_transpose result as stationary; the attention
@@ -613,8 +613,8 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
     ctx.settle()
     stationary = need_tensor(stationary, op_name, "stationary")
     moving = need_tensor(moving, op_name, "moving")
-    stationary = _stage_psum_operand(ctx, stationary, op_name, "stationary")
-    moving = _stage_psum_operand(ctx, moving, op_name, "moving")
+    stationary = stage_psum_operand(ctx, stationary, op_name, "stationary")
+    moving = stage_psum_operand(ctx, moving, op_name, "moving")
     if stationary._pd or moving._pd:
         fail("err_failed_to_infer_tile_from_local_tensor",
              name=(stationary if stationary._pd else moving)._a.name or "stationary/moving")
@@ -895,8 +895,10 @@ def _need_int(op_name: str, alu: str, *operands) -> None:
 
 
 def _scalar_engine_alu(ctx: KernelContext, op_name: str, op0, op1) -> None:
-    """ScalarE runs tensor_scalar only on NeuronCore-v3, and only multiply / add / multiply->add (nki.isa)."""
-    if ctx.target == "trn1":
+    """ScalarE runs tensor_scalar with multiply / add / multiply->add only (nki.isa).  On NeuronCore-v2 the 2.26
+    docs (SH-226: "Add/Multiply on ScalarE only from NC-v3") rule it out; the 2024 toolchain's nki.isa (2.21)
+    lists the same subset for "Vector or Scalar Engine" with no generation condition, so the 2024 era takes it."""
+    if ctx.target == "trn1" and ctx.era != "2024":
         fail("nkisim_engine_op_unsupported", op=op_name, engine="Scalar Engine", target=ctx.target,
              detail="ScalarE arithmetic ops exist from NeuronCore-v3 on; use the Vector Engine")
     ops_used = tuple(o for o in (op0, op1) if o is not None)
@@ -970,9 +972,10 @@ def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: 
     auto = engine == E_UNKNOWN  # the compiler picks the engine by workload (nki.isa.tensor_copy docs)
     if auto:
         engine = E_VECTOR
-    elif engine == E_SCALAR and ctx.target == "trn1":
-        fail("nkisim_engine_op_unsupported", op=op_name, engine="Scalar Engine", target=ctx.target,
-             detail="NeuronCore-v2 ScalarE cannot run tensor_copy; use nisa.activation(op=nl.copy)")
+    # ScalarE on NeuronCore-v2 copies through fp32 ("Scalar Engine on NeuronCore-v2 performs copy by first
+    # casting the input tile to FP32 internally and then casting from FP32 to the output dtype", nki.isa.tensor_copy,
+    # 2.21 and 2.26 docs; only the later, non-legacy API says "not supported on the Scalar Engine" for NC-v2)
+    cast_via_f32 = engine == E_SCALAR and ctx.target == "trn1"
     _engine_checks(op_name, engine, [(src, "src")], ctx)
     out_dt = dtypes.to_dtype(dtype) if dtype is not None else src.dtype
     target_shape = tuple(shape) if shape is not None else src.shape
@@ -990,7 +993,9 @@ def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: 
     values = None
     if ctx.full:
         v = read(src)
-        if v.dtype != out.dtype:
+        if cast_via_f32:
+            v = v.astype(F32)  # integers too: the documented precision loss (e.g. INT32)
+        elif v.dtype != out.dtype:
             v = execute.to_f32(v)
         if v.shape != out.shape:
             if v.size == math.prod(out.shape):
