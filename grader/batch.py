@@ -11,7 +11,8 @@ Layout of the output directory::
 ``grade_one(job)`` is self-contained (picklable in, picklable out, writes its own directory atomically), so an
 executor only has to call it somewhere: in-process (``serial``), in a local process pool (``local``), or on a
 cluster (``ray``, provided by grader/ray_executor.py when present).  A result directory whose result.json has the
-same content hash, rubric hash, tool version, backend, target and seed is reused, never regraded.
+same content hash, rubric hash, tool version, backend, target, seed and time-limit scale is reused, never
+regraded.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from grader.progress import Progress
-from grader.records import GradeConfig, GradeRecord, resume_key
+from grader.records import GradeConfig, GradeRecord, resume_key, stored_key
 from grader.reports import atomic_write, write_all
 from grader.submission import (
     ARCHIVE_SUFFIXES,
@@ -116,7 +117,8 @@ def expected_key(sub: Submission, config: GradeConfig) -> dict[str, Any]:
 
     seed = submission_seed(rubric.seed, sub.content_hash) if config.seed is None else int(config.seed)
     return resume_key(
-        sub.content_hash, rubric.sha256, thresholds.tool_version(), resolve_backend(config.backend), config.target, seed
+        sub.content_hash, rubric.sha256, thresholds.tool_version(), resolve_backend(config.backend), config.target,
+        seed, float(config.timeout_scale),
     )
 
 
@@ -171,7 +173,7 @@ def grade_one(job: GradeJob, grade: Callable[[Submission, GradeConfig], GradeRec
         not job.force
         and stored
         and stored.get("status") == "graded"
-        and all(stored.get(k) == v for k, v in key.items())
+        and stored_key(stored) == key
     ):
         return JobResult.from_record(stored, "skipped", str(final), time.perf_counter() - t0)
     try:

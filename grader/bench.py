@@ -38,6 +38,7 @@ from pathlib import Path
 
 from grader.batch import JobResult, run_batch, summarize
 from grader.calibrate import ensure_reference_timings
+from grader.cli import positive_float
 from grader.records import GradeConfig
 from grader.staff import reference_dir
 
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", action="store_true", help="also grade the class without its bad submissions")
     ap.add_argument("--kill-after", type=float, default=None, help="SIGKILL the batch after S s, then resume it")
     ap.add_argument("--show-overview", action="store_true", help="--kill-after: print the final overview.md")
-    ap.add_argument("--timeout-scale", type=float, default=1.0, help="as for python -m grader batch")
+    ap.add_argument("--timeout-scale", type=positive_float, default=1.0, help="as for python -m grader batch")
     ap.add_argument("--write", default=None, metavar="DIR", help="only write the class into DIR")
     args = ap.parse_args(argv)
     args.executors = [e.strip() for e in args.executors.split(",") if e.strip()]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -54,7 +55,34 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="grade only tests whose id matches (e.g. 'part1.*'); repeatable or comma-separated",
     )
     p.add_argument("--rubric", default=None, help="rubric TOML file (default: grader/rubric.toml)")
-    p.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every per-test time limit")
+    p.add_argument("--timeout-scale", type=positive_float, default=1.0,
+                   help="multiply every per-test time limit (a positive number)")
+
+
+def unwritable_dir(path: Path) -> str | None:
+    """Why reports cannot be written under ``path`` (None when they can): checked before grading, so a typo in
+    --out does not cost a whole grading run.  Creates the directory, as writing the reports would."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        return "exists and is not a directory"
+    except OSError as exc:
+        return f"cannot create the directory ({exc.strerror or exc})"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return "the directory is not writable"
+    return None
+
+
+def positive_float(text: str) -> float:
+    """argparse type for a scale factor: a finite number above zero (a zero or negative time limit would turn
+    every test into a timeout)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
@@ -63,6 +91,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from grader.submission import SubmissionError
 
     out = Path(args.out) if args.out else None
+    if out is not None and (problem := unwritable_dir(out)):
+        print(f"grader: --out {out}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         record = grade_submission(args.submission, out, _config(args), student=args.student)
     except SubmissionError as exc:
@@ -122,6 +153,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from grader.batch import run_batch, summarize
     from grader.submission import SubmissionError
 
+    if problem := unwritable_dir(Path(args.out)):
+        print(f"grader: --out {args.out}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     t0 = time.perf_counter()
     try:
         results = run_batch(

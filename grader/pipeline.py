@@ -132,14 +132,18 @@ class _Grading:
                 self.blocking[name] = block
 
     def _screen_message(self, name: str) -> str:
-        lines = [f"{name} did not pass the static screen, so this test scores 0:"]
+        # the first line names the first finding: the console table and CI annotations show only that line
         items = self.blocking[name] or []
-        for v in items[:20]:
-            lines.append(f"  {name}:{v.line}: {v.code} ({v.kind}) {v.message}")
+        found = [f"{name}:{v.line}: {v.code} ({v.kind}) {v.message}" for v in items]
         if not items:
-            lines += [f"  {name}:{d['line']}: {d['code']} {d['message']}" for d in self.violations[name]]
-        if len(items) > 20:
-            lines.append(f"  ... and {len(items) - 20} more")
+            found = [f"{name}:{d['line']}: {d['code']} {d['message']}" for d in self.violations[name]]
+        head = f"static screen: {found[0]}" if found else f"{name} did not pass the static screen"
+        if len(found) > 1:
+            head += f" (and {len(found) - 1} more)"
+        lines = [head, f"{name} did not pass the static screen, so this test scores 0:"]
+        lines += [f"  {f}" for f in found[:20]]
+        if len(found) > 20:
+            lines.append(f"  ... and {len(found) - 20} more")
         return "\n".join(lines)
 
     # ----------------------------------------------------------------------------------------- imports ----

@@ -98,14 +98,17 @@ class GradeRecord:
     @property
     def resume_key(self) -> dict[str, Any]:
         return resume_key(
-            self.content_hash, self.rubric_sha256, self.tool_version, self.backend, self.target, self.seed
+            self.content_hash, self.rubric_sha256, self.tool_version, self.backend, self.target, self.seed,
+            float(self.config.get("timeout_scale", 1.0)),
         )
 
 
 def resume_key(
-    content_hash: str, rubric_sha256: str, tool_version: str, backend: str, target: str, seed: int
+    content_hash: str, rubric_sha256: str, tool_version: str, backend: str, target: str, seed: int,
+    timeout_scale: float,
 ) -> dict[str, Any]:
-    """What must match for an earlier grading to be reused by a batch run."""
+    """What must match for an earlier grading to be reused by a batch run (a trial run with short time limits
+    must not leave its timeouts in the gradebook)."""
     return {
         "content_hash": content_hash,
         "rubric_sha256": rubric_sha256,
@@ -113,4 +116,13 @@ def resume_key(
         "backend": backend,
         "target": target,
         "seed": seed,
+        "timeout_scale": timeout_scale,
     }
+
+
+def stored_key(record: dict[str, Any]) -> dict[str, Any]:
+    """The resume key of a stored result.json (older records without a timeout scale match none)."""
+    config = record.get("config")
+    scale = config.get("timeout_scale") if isinstance(config, dict) else None
+    return {k: record.get(k) for k in ("content_hash", "rubric_sha256", "tool_version", "backend", "target",
+                                       "seed")} | {"timeout_scale": scale}

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,10 @@ def test_grade_one_is_a_pure_function_of_its_job(tmp_path):
     assert second.status == "skipped" and second.out_dir == first.out_dir
     forced = grade_one(GradeJob(str(GOOD), "solo", str(tmp_path / "out"), CONFIG, force=True))
     assert forced.status == "graded"
+    # another time-limit scale is another grading: a trial run's timeouts must not be reused
+    rescaled = replace(CONFIG, timeout_scale=CONFIG.timeout_scale * 2)
+    assert grade_one(GradeJob(str(GOOD), "solo", str(tmp_path / "out"), rescaled)).status == "graded"
+    assert grade_one(GradeJob(str(GOOD), "solo", str(tmp_path / "out"), rescaled)).status == "skipped"
     assert sorted(p.name for p in Path(first.out_dir).iterdir()) == [
         "junit.xml",
         "result.json",

@@ -103,6 +103,8 @@ def test_hostile_submission(name, tmp_path):
     if transpose.status == "rejected":
         assert "did not pass the static screen" in transpose.message
         assert any(line.strip().startswith("part1/kernels.py:") for line in transpose.message.splitlines())
+        # the first line (all the console table and CI annotations show) names the finding
+        assert transpose.message.splitlines()[0].startswith("static screen: part1/kernels.py:")
 
 
 @pytest.mark.parametrize("name", sorted(SCREEN_OFF))

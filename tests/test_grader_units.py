@@ -395,6 +395,19 @@ def test_error_record_is_reported_as_autograder_error(tmp_path):
 
 def test_cli_exit_codes(tmp_path, capsys):
     assert cli.main(["grade", str(tmp_path / "missing"), "--rubric", FAST_RUBRIC]) == cli.EXIT_USAGE
+    # an --out that cannot take the reports is refused before grading (not after a whole grading run)
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for out in (afile, afile / "sub"):
+        assert cli.main(["grade", str(GOOD), "--out", str(out), "--rubric", FAST_RUBRIC]) == cli.EXIT_USAGE
+        assert f"--out {out}" in capsys.readouterr().err
+    assert cli.main(["batch", str(tmp_path), "--out", str(afile), "--rubric", FAST_RUBRIC]) == cli.EXIT_USAGE
+    # a time-limit scale must be a positive number
+    for scale in ("0", "-1", "nan", "x"):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["grade", str(GOOD), "--timeout-scale", scale])
+        assert exc.value.code == 2
+        assert "--timeout-scale" in capsys.readouterr().err
     # a broken rubric is the grader's failure: exit 3, and the reports still say so
     bad = tmp_path / "bad.toml"
     bad.write_text("[rubric]\n")
