@@ -69,11 +69,34 @@ def describe(kernel: str, args: tuple[np.ndarray, ...]) -> str:
     return f"Running {KERNELS[kernel]} ({kernel}) on {shapes} float32"
 
 
-def check_correctness(kernel_fn, kernel: str, args: tuple[np.ndarray, ...]) -> bool:
-    out = nki.baremetal(kernel_fn)(*args)
+def run_kernel_once(kernel_fn, args: tuple[np.ndarray, ...]):
+    try:
+        return nki.baremetal(kernel_fn)(*args)
+    except SystemExit as exc:  # would end this script silently with the kernel's exit status
+        raise RuntimeError(f"the kernel called sys.exit({exc.code!r}) instead of returning its output") from None
+
+
+def check_correctness(kernel_fn, kernel: str, args: tuple[np.ndarray, ...]) -> tuple[bool, str]:
+    """(passed, why not): the output against NumPy with np.allclose's default tolerances."""
+    out = run_kernel_once(kernel_fn, args)
     expected = expected_output(kernel, args)
+    if out is None:
+        return False, "the kernel returned no output tensor (return the HBM tensor it writes)"
     out = np.asarray(out)
-    return out.shape == expected.shape and bool(np.allclose(out, expected))
+    if out.shape != expected.shape:
+        return False, f"output shape {out.shape}, expected {expected.shape}"
+    if out.dtype.kind not in "fiub":
+        return False, f"output dtype {out.dtype} is not numeric"
+    nan = int(np.count_nonzero(np.isnan(out))) if out.dtype.kind == "f" else 0
+    if nan:
+        return False, f"the output holds {nan} NaN value(s) (elements never written, or computed from unwritten ones)"
+    close = np.isclose(out, expected)
+    if close.all():
+        return True, ""
+    bad = np.argwhere(~close)
+    first = tuple(int(i) for i in bad[0])
+    return False, (f"{len(bad)} of {out.size} elements differ; first at index {first}: got {out[first].item():.6g}, "
+                   f"expected {expected[first].item():.6g}")
 
 
 def benchmark(kernel_fn, args: tuple[np.ndarray, ...], profile_name: str | None):
@@ -137,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     print(describe(args.kernel, inputs))
     print(f"Backend: {backend_label()}")
     try:
-        passed = check_correctness(kernel_fn, args.kernel, inputs)
+        passed, why = check_correctness(kernel_fn, args.kernel, inputs)
     except Exception as exc:  # noqa: BLE001 - show the student what their kernel raised, then stop
         traceback.print_exc()
         first_line = (str(exc).strip().splitlines() or [""])[0]
@@ -146,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"Correctness passed? {passed}")
     if not passed:
+        print(f"Why: {why}")
         return 1
 
     result = benchmark(kernel_fn, inputs, args.profile_name)

@@ -289,11 +289,12 @@ def conv_thresholds(dtype: str, image_height: int, pool: int) -> tuple[float, fl
 
 def load_kernel(path: str | os.PathLike) -> Callable:
     """Imports ``fused_conv2d_maxpool`` from a conv2d.py file (or a directory holding part2/conv2d.py)."""
-    path = Path(path)
+    given = path = Path(path)
     if path.is_dir():
         path = path / "part2" / "conv2d.py" if (path / "part2" / "conv2d.py").exists() else path / "conv2d.py"
     if not path.is_file():
-        raise FileNotFoundError(f"no conv2d.py at {path}")
+        where = f"{given}/part2/conv2d.py or {given}/conv2d.py" if given.is_dir() else str(given)
+        raise FileNotFoundError(f"no conv2d.py at {where}")
     name = f"_conv2d_submission_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -336,9 +337,12 @@ class HarnessReport:
 
 
 def launch(kernel: Callable, args: tuple, kwargs: dict, simulate: bool) -> np.ndarray:
-    if simulate:
-        return nki.simulate_kernel(kernel, *args, **kwargs)
-    return nki.baremetal(kernel)(*args, **kwargs)
+    try:
+        if simulate:
+            return nki.simulate_kernel(kernel, *args, **kwargs)
+        return nki.baremetal(kernel)(*args, **kwargs)
+    except SystemExit as exc:  # would end the harness silently, with no scores
+        raise RuntimeError(f"the kernel called sys.exit({exc.code!r}) instead of returning its output") from None
 
 
 def _short_error(exc: BaseException) -> str:
@@ -565,12 +569,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="DIR",
         help="test DIR/part2/conv2d.py instead of the conv2d.py next to this script",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.seed < 0:
+        parser.error("--seed must be a non-negative integer")
+    if args.submission is not None and not Path(args.submission).exists():
+        parser.error(f"--submission {args.submission}: no such file or directory")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    kernel = load_kernel(args.submission or HERE / "conv2d.py")
+    try:
+        kernel = load_kernel(args.submission or HERE / "conv2d.py")
+    except FileNotFoundError as exc:
+        print(f"test_harness.py: {exc}", file=sys.stderr)
+        return 2
     started = time.perf_counter()
     report = run_harness(kernel, args.test_maxpool, args.simulate, args.seed, args.profile)
     print()

@@ -81,3 +81,50 @@ def test_bad_command_lines_are_rejected(args):
     proc = run(args, REPO)
     assert proc.returncode == 2
     assert "error:" in proc.stderr
+
+
+def _run_benchmark_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("part1_run_benchmark_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return module
+
+
+def test_a_failed_correctness_check_says_why():
+    import neuronxcc.nki.language as nl
+    import numpy as np
+
+    rb = _run_benchmark_module()
+    a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+
+    def returns_none(x):
+        return None
+
+    def half_written(x):
+        out = nl.ndarray((128, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out[0:64], nl.load(x[0:64]))
+        return out
+
+    def copies(x):
+        out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(x))
+        return out
+
+    def exits(x):
+        sys.exit(0)
+
+    assert rb.check_correctness(returns_none, "transpose", (a,)) == (
+        False, "the kernel returned no output tensor (return the HBM tensor it writes)")
+    square = np.ones((128, 128), dtype=np.float32)
+    ok, why = rb.check_correctness(half_written, "transpose", (square,))
+    assert not ok and why.startswith(f"the output holds {square.size // 2} NaN value(s)"), why
+    ok, why = rb.check_correctness(copies, "transpose", (a,))
+    assert not ok and why == "output shape (128, 64), expected (64, 128)"
+    with pytest.raises(RuntimeError, match=r"the kernel called sys.exit\(0\) instead of returning its output"):
+        rb.check_correctness(exits, "transpose", (a,))

@@ -167,9 +167,17 @@ def test_command_line_prints_verdicts_and_score_lines():
     assert proc.stdout.count("FAILED") == 3
 
 
-def test_load_kernel_errors_are_clear(tmp_path):
+def test_load_kernel_errors_are_clear(tmp_path, capsys):
     with pytest.raises(FileNotFoundError):
         harness.load_kernel(tmp_path / "missing.py")
+    # a directory without the file names both places it looked; the command line says so without a traceback
+    assert harness.main(["--submission", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"no conv2d.py at {tmp_path}/part2/conv2d.py or {tmp_path}/conv2d.py" in err
+    for argv in (["--submission", str(tmp_path / "nowhere")], ["--seed", "-5"]):
+        with pytest.raises(SystemExit) as exc:
+            harness.main(argv)
+        assert exc.value.code == 2
     (tmp_path / "conv2d.py").write_text("x = 1\n")
     with pytest.raises(AttributeError, match="does not define fused_conv2d_maxpool"):
         harness.load_kernel(tmp_path)
@@ -232,3 +240,13 @@ def test_outputs_match_slice_by_slice_is_allclose(n, bad, dtype, seed):
         assert harness.outputs_match(out, ref, dtype) == bool(whole)
     finally:
         harness._MATCH_CHUNK = chunk
+
+
+def test_a_kernel_calling_sys_exit_is_a_failed_test_not_a_silent_exit():
+    def exits(X, W, bias, pool_size=1):
+        sys.exit(0)
+
+    args = (np.zeros((1, 128, 4, 4), np.float32), np.zeros((128, 128, 3, 3), np.float32), np.zeros(128, np.float32))
+    for simulate in (False, True):
+        with pytest.raises(RuntimeError, match=r"the kernel called sys.exit\(0\) instead of returning its output"):
+            harness.launch(exits, args, {"pool_size": 1}, simulate)
