@@ -59,6 +59,23 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="multiply every per-test time limit (a positive number)")
 
 
+def selection_problem(args: argparse.Namespace) -> str | None:
+    """A mistyped --rubric path or an --only matching no test is a usage error (exit 2), found before grading.
+    A rubric file that exists but does not parse stays the grader's failure (exit 3, reported in the results)."""
+    from grader.rubric import RubricError, load_rubric
+
+    if args.rubric and not Path(args.rubric).is_file():
+        return f"--rubric {args.rubric}: no such file"
+    only = _split_only(args.only)
+    if not only:
+        return None
+    try:
+        load_rubric(args.rubric).select(list(only))
+    except RubricError as exc:
+        return str(exc) if "matches no test" in str(exc) else None
+    return None
+
+
 def unwritable_dir(path: Path) -> str | None:
     """Why reports cannot be written under ``path`` (None when they can): checked before grading, so a typo in
     --out does not cost a whole grading run.  Creates the directory, as writing the reports would."""
@@ -90,6 +107,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from grader.pipeline import grade_submission
     from grader.submission import SubmissionError
 
+    if problem := selection_problem(args):
+        print(f"grader: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     out = Path(args.out) if args.out else None
     if out is not None and (problem := unwritable_dir(out)):
         print(f"grader: --out {out}: {problem}", file=sys.stderr)
@@ -153,6 +173,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from grader.batch import run_batch, summarize
     from grader.submission import SubmissionError
 
+    if problem := selection_problem(args):
+        print(f"grader: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     if problem := unwritable_dir(Path(args.out)):
         print(f"grader: --out {args.out}: {problem}", file=sys.stderr)
         return EXIT_USAGE

@@ -402,6 +402,11 @@ def test_cli_exit_codes(tmp_path, capsys):
         assert cli.main(["grade", str(GOOD), "--out", str(out), "--rubric", FAST_RUBRIC]) == cli.EXIT_USAGE
         assert f"--out {out}" in capsys.readouterr().err
     assert cli.main(["batch", str(tmp_path), "--out", str(afile), "--rubric", FAST_RUBRIC]) == cli.EXIT_USAGE
+    # a mistyped rubric path or a test selection that matches nothing is the caller's mistake, found up front
+    assert cli.main(["grade", str(GOOD), "--only", "nosuchtest", "--rubric", FAST_RUBRIC]) == cli.EXIT_USAGE
+    assert "matches no test" in capsys.readouterr().err
+    assert cli.main(["grade", str(GOOD), "--rubric", str(tmp_path / "none.toml")]) == cli.EXIT_USAGE
+    assert "no such file" in capsys.readouterr().err
     # a time-limit scale must be a positive number
     for scale in ("0", "-1", "nan", "x"):
         with pytest.raises(SystemExit) as exc:
