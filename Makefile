@@ -43,7 +43,7 @@ handouts: setup
 SUBMISSION_FILES := part1/kernels.py part2/conv2d.py
 submission:
 	@for f in $(SUBMISSION_FILES); do test -f $$f || { echo "missing $$f" >&2; exit 1; }; done
-	tar -czf asst4.tar.gz.tmp $(SUBMISSION_FILES) && mv asst4.tar.gz.tmp asst4.tar.gz
+	tar -czhf asst4.tar.gz.tmp $(SUBMISSION_FILES) && mv asst4.tar.gz.tmp asst4.tar.gz
 	@echo "Wrote asst4.tar.gz:"; tar -tzf asst4.tar.gz
 
 # Grades your own work exactly as Gradescope does (sandboxed, nkisim, trn2): a table of tests and points,

@@ -79,15 +79,20 @@ def _from_tar(path: Path) -> tuple[dict[str, bytes], dict[str, str]]:
     try:
         with tarfile.open(path, "r:*") as tar:
             members = {}
+            links = []
             for i, m in enumerate(tar):
                 if i >= MAX_ARCHIVE_MEMBERS:
                     break
                 name = _clean(m.name)
                 if name and m.isfile():
                     members[name] = m
+                elif name and (m.issym() or m.islnk()):
+                    links.append(name)
             for wanted in SUBMISSION_FILES:
                 chosen = _pick(list(members), wanted)
                 if chosen is None:
+                    if (link := _pick(links, wanted)) is not None:
+                        problems[wanted] = f"{link} is a link in the archive: links are not followed, {LINK_ADVICE}"
                     continue
                 m = members[chosen]
                 if m.size > MAX_FILE_BYTES:
@@ -125,6 +130,9 @@ def _from_zip(path: Path) -> tuple[dict[str, bytes], dict[str, str]]:
     return files, problems
 
 
+LINK_ADVICE = "submit the file itself (make submission packs the files links point to)"
+
+
 def _from_dir(root: Path) -> tuple[dict[str, bytes], dict[str, str]]:
     """Look only where a submission keeps its files (never walk a whole repository with its .venv)."""
     files: dict[str, bytes] = {}
@@ -143,6 +151,10 @@ def _from_dir(root: Path) -> tuple[dict[str, bytes], dict[str, str]]:
             None,
         )
         if chosen is None:
+            linked = next((c for c in candidates if c.is_file()), None)  # only through a symbolic link
+            if linked is not None:
+                problems[wanted] = (f"{linked.relative_to(root)} is a symbolic link (or inside a linked directory): "
+                                    f"links are not followed, {LINK_ADVICE}")
             continue
         size = chosen.stat().st_size
         if size > MAX_FILE_BYTES:

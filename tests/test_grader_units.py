@@ -145,6 +145,25 @@ def test_symlinked_file_is_not_read(tmp_path):
     assert "part1/kernels.py" not in sub.files
 
 
+def test_a_linked_file_is_reported_as_a_link_not_as_missing(tmp_path):
+    import tarfile
+
+    real = tmp_path / "elsewhere.py"
+    real.write_bytes(load_submission(GOOD).files["part1/kernels.py"])
+    sub = tmp_path / "sub"
+    (sub / "part1").mkdir(parents=True)
+    (sub / "part1" / "kernels.py").symlink_to(real)
+    loaded = load_submission(sub)
+    assert "part1/kernels.py" not in loaded.files
+    assert "part1/kernels.py is a symbolic link" in loaded.problems["part1/kernels.py"]
+    arch = tmp_path / "linked.tar.gz"
+    with tarfile.open(arch, "w:gz") as tar:
+        tar.add(sub / "part1", arcname="part1")  # the link is stored as a link
+    loaded = load_submission(arch)
+    assert "part1/kernels.py" not in loaded.files
+    assert "is a link in the archive" in loaded.problems["part1/kernels.py"]
+
+
 def test_gradescope_metadata_names_the_student(tmp_path):
     sub_dir = tmp_path / "submission"
     sub_dir.mkdir()
