@@ -149,6 +149,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("-n and -m must be positive")
     if args.m is not None and args.kernel != "transpose":
         parser.error("-m only applies to --kernel transpose")
+    if args.profile_name and not os.path.isdir(os.path.dirname(os.path.abspath(args.profile_name))):
+        parser.error(f"--profile_name {args.profile_name}: the directory for the profile files does not exist")
     return args
 
 

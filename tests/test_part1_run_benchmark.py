@@ -75,6 +75,7 @@ def test_transpose_stub_fails_with_the_intended_message():
         ["--kernel", "bogus", "-n", "4"],
         ["--kernel", "stream", "-n", "0"],
         ["--kernel", "stream", "-n", "256", "-m", "4"],
+        ["--kernel", "stream", "-n", "1024", "--profile_name", "/nonexistent/dir/x"],
     ],
 )
 def test_bad_command_lines_are_rejected(args):
