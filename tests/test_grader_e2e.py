@@ -102,3 +102,32 @@ def test_github_workflow_template_runs_the_grader_and_posts_results():
     assert any(s.get("uses", "").startswith("actions/upload-artifact") for s in steps)
     triggers = wf.get("on", wf.get(True))  # YAML 1.1 reads the key `on` as True
     assert "push" in triggers
+
+
+def test_sigterm_removes_the_run_directories_and_writes_no_reports(tmp_path):
+    """A TA's kill (SIGTERM) unwinds like Ctrl-C: no asst4-case-* directory is left in the temp directory and no
+    partial report is written."""
+    import signal
+    import time
+
+    from grader_helpers import HOSTILE
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grader", "grade", str(HOSTILE / "infinite_loop"), "--out", str(out),
+         "--only", "part1.transpose"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp.glob("asst4-case-*")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert list(tmp.glob("asst4-case-*")), "the grader never started a case"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "grader: interrupted" in err
+    assert not list(tmp.glob("asst4-case-*"))
+    assert not (out / "results.json").exists()
