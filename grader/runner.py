@@ -224,7 +224,7 @@ def run_case(
         tmp_root=tmp_root,
         import_clock=False,
         collect=lambda proc, out_dir, name: _collect(
-            proc, out_dir, inv, name, limits, timeout_s, want_trace and backend == "nkisim"
+            proc, out_dir, inv, name, limits, timeout_s, want_trace and backend == "nkisim", rel_file
         ),
     )
 
@@ -319,6 +319,7 @@ def _collect(
     limits: Limits,
     timeout_s: float,
     want_trace: bool,
+    rel_file: str | None = None,
 ) -> CaseRun:
     base = {"wall_seconds": proc.wall_seconds, "output_tail": proc.output_tail, "features": proc.features}
     if proc.timed_out:
@@ -345,7 +346,7 @@ def _collect(
         etype = str(status.get("error_type", "Error"))
         err = str(status.get("error", ""))[:4000]
         stage = status.get("stage")
-        where = _student_frames(str(status.get("traceback", "")), module_name)
+        where = _student_frames(str(status.get("traceback", "")), module_name, rel_file)
         if etype == "MemoryError":
             msg = f"ran out of memory (limit {limits.address_space_mib} MiB of address space)"
             base["exhausted"] = "ran out of memory"

@@ -100,6 +100,8 @@ def test_hostile_submission(name, tmp_path):
     assert transpose.status in statuses, (transpose.status, transpose.message)
     assert record.score == score, [(t.id, t.status, t.message) for t in record.tests]
     assert results["score"] == score
+    for t in record.tests:  # messages name the student's file, not the grader's private run directory
+        assert "asst4-case-" not in t.message + "".join(c.message for c in t.cases), (t.id, t.message)
     if transpose.status == "rejected":
         assert "did not pass the static screen" in transpose.message
         assert any(line.strip().startswith("part1/kernels.py:") for line in transpose.message.splitlines())
