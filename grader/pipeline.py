@@ -404,7 +404,7 @@ class _Grading:
             res.status = "failed"
             limit = relaxed if tiers > 1 else optimized
             res.message = f"p99 latency {latency:.1f} us is above the target {limit:.1f} us: no credit"
-        if res.mfu is not None:
+        if res.mfu:  # a transpose does no matmul work: "MFU 0.0%" says nothing
             res.message += f" (MFU {res.mfu:.1%})"
         if self.backend == "nkisim":
             res.boundary_distance = thresholds.boundary_distance(latency, relaxed, optimized, tiers)
