@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from grader import problems, thresholds
+from grader import policy, problems, thresholds
 from grader.calibrate import ensure_reference_timings
 from grader.judge import judge_output
 from grader.records import CaseRecord, GradeConfig, GradeRecord, TestResult
@@ -233,6 +233,7 @@ class _Grading:
                     self._correctness(test, res)
                 else:
                     self._performance(test, res)
+                self._note_disallowed(test, res)
         except Exception as exc:  # noqa: BLE001 - a grader bug must not look like a student failure
             res.status = "grader-error"
             res.score = 0.0
@@ -241,6 +242,15 @@ class _Grading:
             )
         res.seconds = time.perf_counter() - t0
         return res
+
+    def _note_disallowed(self, test: TestSpec, res: TestResult) -> None:
+        """Name the handout-forbidden calls the test's file makes (grader/policy.py); the score is unchanged."""
+        if not test.disallowed_apis or res.status == "skipped":
+            return
+        source = self.sub.files[test.file].decode("utf-8", errors="replace")
+        uses = policy.disallowed_uses(source, test.disallowed_apis)
+        if uses:
+            res.message = (res.message + "\n" if res.message else "") + policy.policy_note(test.file, uses)
 
     def _invocation(self, test: TestSpec, case: dict[str, Any]) -> tuple[problems.Invocation, str]:
         key = _input_key(test.problem, case)

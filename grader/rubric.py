@@ -56,6 +56,9 @@ class TestSpec:
     visibility: str = "visible"
     requires: tuple[str, ...] = ()
     thresholds: dict[str, Any] = field(default_factory=dict)
+    # NKI calls the handout forbids in this part (dotted names under nki., e.g. "nki.language.transpose"):
+    # named in the test's message, not scored (grader/policy.py)
+    disallowed_apis: tuple[str, ...] = ()
 
     @property
     def tags(self) -> list[str]:
@@ -181,7 +184,14 @@ def _test_from_table(table: dict[str, Any], index: int) -> TestSpec:
         visibility=visibility,
         requires=tuple(table.get("requires", ())),
         thresholds=thresholds,
+        disallowed_apis=_api_names(table.get("disallowed_apis", []), where),
     )
+
+
+def _api_names(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.startswith("nki.") for v in value):
+        raise RubricError(f"{where}: disallowed_apis must be a list of names under nki., e.g. 'nki.language.transpose'")
+    return tuple(value)
 
 
 def _limits(table: dict[str, Any], path: Path) -> Limits:

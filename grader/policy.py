@@ -1,0 +1,75 @@
+"""Handout rules the kernels' values cannot show: which NKI calls a part may use.
+
+The Part 1 handout allows only ``nisa.nc_transpose`` to compute a transpose ("nl.transpose, nisa.dma_transpose and
+other DMA-side transposes are not allowed").  A kernel that uses one still computes the right values, and the
+course's own harness scores it like any other, so the grader does not change the score: it names each use (file
+and line) in the test's message, for course staff to decide.  The rubric lists the calls per test
+(``disallowed_apis``, dotted names under ``nki.``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+NKI_PACKAGE = "neuronxcc.nki"
+
+
+def _canonical(dotted: str) -> str:
+    """``neuronxcc.nki.language.transpose`` -> ``nki.language.transpose``."""
+    return dotted.removeprefix("neuronxcc.")
+
+
+def _aliases(tree: ast.AST) -> dict[str, str]:
+    """Local name -> the dotted name it is bound to by the file's imports (neuronxcc.nki names only)."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith(NKI_PACKAGE):
+                    if a.asname:
+                        names[a.asname] = a.name
+                    else:  # `import neuronxcc.nki.language` binds `neuronxcc`
+                        names["neuronxcc"] = "neuronxcc"
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("neuronxcc"):
+            for a in node.names:
+                names[a.asname or a.name] = f"{node.module}.{a.name}"
+    return names
+
+
+def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in aliases:
+        return None
+    return ".".join([aliases[node.id], *reversed(parts)])
+
+
+def disallowed_uses(source: str, disallowed: Iterable[str]) -> list[tuple[int, str]]:
+    """(line, name) of every reference to a ``disallowed`` call, through any import alias; sorted by line.
+    A file that does not parse has none (the static screen reports it)."""
+    wanted = {_canonical(d) for d in disallowed}
+    if not wanted:
+        return []
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    aliases = _aliases(tree)
+    found: set[tuple[int, str]] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute | ast.Name):
+            dotted = _dotted(node, aliases)
+            if dotted is not None and _canonical(dotted) in wanted:
+                found.add((node.lineno, _canonical(dotted)))
+    return sorted(found)
+
+
+def policy_note(file: str, uses: list[tuple[int, str]]) -> str:
+    """The line appended to a test's message (its score is unchanged)."""
+    where = ", ".join(f"{name} at {file}:{line}" for line, name in uses[:5])
+    more = f" and {len(uses) - 5} more" if len(uses) > 5 else ""
+    return (f"handout rule: {where}{more} is not allowed for this part (only nisa.nc_transpose may transpose); "
+            "the score above does not count this, course staff may")
