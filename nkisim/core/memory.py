@@ -137,9 +137,11 @@ class MemoryTracker:
             return -(-bytes_pp // self._bank) * self._bank
         return bytes_pp
 
+    def _capacity(self, buf: Buf) -> int:
+        return self.limits.sbuf_usable_bytes if buf == B_SBUF else self.limits.psum_bytes_per_partition
+
     def _fits(self, buf: Buf, bytes_pp: int) -> bool:
-        capacity = self.limits.sbuf_usable_bytes if buf == B_SBUF else self.limits.psum_bytes_per_partition
-        return self.live[buf] + self._dead_bytes[buf] + self._cost(buf, bytes_pp) <= capacity
+        return self.live[buf] + self._dead_bytes[buf] + self._cost(buf, bytes_pp) <= self._capacity(buf)
 
     def new_phys(self) -> int:
         pid = self._next_phys
@@ -156,7 +158,7 @@ class MemoryTracker:
         cost = self._cost(buf, alloc.bytes_pp)
         self.live[buf] += cost
         self.live_allocs[id(alloc)] = (buf, alloc.name, alloc.base.dtype, alloc.bytes_pp, alloc.site)
-        capacity = self.limits.sbuf_usable_bytes if buf == B_SBUF else self.limits.psum_bytes_per_partition
+        capacity = self._capacity(buf)
         if self.live[buf] > capacity:
             self.reclaim(buf, alloc)
         if buf == B_PSUM and self.live[buf] > capacity:
@@ -215,9 +217,7 @@ class MemoryTracker:
                 self._free_phys.setdefault((site, buf), []).append(alloc.phys)
             return
         alloc.charged = False
-        cost = alloc.bytes_pp
-        if buf == B_PSUM:
-            cost = -(-cost // self._bank) * self._bank
+        cost = self._cost(buf, alloc.bytes_pp)
         self.live[buf] -= cost
         self.live_allocs.pop(id(alloc), None)
         if site is not None and not self.closed:
