@@ -682,17 +682,21 @@ def test_platform_target_of_the_decorator_selects_the_target(monkeypatch):
 # wrote result rows 0-63 instead (and left the requested columns unwritten).
 
 
+@pytest.mark.parametrize("access", ["index-expressions", "slices"])
 @pytest.mark.parametrize("api", ["nc_transpose", "nl.transpose"])
-def test_masked_transpose_selects_source_partitions(api):
+def test_masked_transpose_selects_source_partitions(api, access):
+    """The same predicate selects the same source partitions whether the tile is indexed with the predicate's
+    variables or sliced."""
     a = RNG.random((128, 128), dtype=np.float32)
 
     def k(x):
         i_p, i_f = nl.mgrid[0:128, 0:128]
         t = nl.load(x)
+        src = t[i_p, i_f] if access == "index-expressions" else t[:, :]
         if api == "nc_transpose":
-            tp = nisa.nc_transpose(t[i_p, i_f], mask=(i_p < 64))
+            tp = nisa.nc_transpose(src, mask=(i_p < 64))
         else:
-            tp = nl.transpose(t[i_p, i_f], mask=(i_p < 64))
+            tp = nl.transpose(src, mask=(i_p < 64))
         out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.hbm)
         nl.store(out, nl.copy(tp[:, 0:64]))
         return out

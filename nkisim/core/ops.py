@@ -119,19 +119,13 @@ def transposed_mask(mask, src: Tensor, out_shape: tuple, to_out) -> np.ndarray |
     """The mask= predicate over the result of a transposing instruction (``to_out`` lays a source-shaped array out
     like the result).
 
-    A mask is a predicate over the index variables of the access: one naming the source's variables
-    (``nc_transpose(t[i_p, i_f], mask=(i_p < 64))``, ``load_transpose2d(a[i_p, i_f], mask=(i_p < M))``) selects
-    source elements, which land where their values land, so it is evaluated over the source and transposed with
-    them.  Any other predicate applies to the result as it does for other instructions."""
-    if isinstance(mask, Mask) and mask.named is not None and src._axv:
-        m = mask.over(tuple(src.shape), dict(src._axv))
-        if m is not None:
-            if src._oob:
-                check_oob(src, m)
-            return np.ascontiguousarray(to_out(m)).reshape(out_shape)
-    m = mask_values(mask, out_shape)
-    mask_values(mask, src.shape, src)  # the source's out-of-bounds check, under the predicate
-    return m
+    A mask is a predicate over the index variables of the access: it selects *source* elements
+    (``nc_transpose(t[i_p, i_f], mask=(i_p < 64))``, ``load_transpose2d(a[i_p, i_f], mask=(i_p < M))``), which land
+    where their values land.  So it is evaluated over the source, through the source's index variables or, for a
+    sliced source, positionally, and transposed with the values: the same kernel written with slices or with index
+    expressions computes the same thing."""
+    m = mask_values(mask, tuple(src.shape), src)  # also the source's out-of-bounds check, under the predicate
+    return None if m is None else np.ascontiguousarray(to_out(m)).reshape(out_shape)
 
 
 def _broadcast_mask(m: np.ndarray, shape: tuple) -> np.ndarray:
