@@ -152,32 +152,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Why: {why}")
         return 1
 
+    profile_failure = ""
     try:
         result = benchmark(kernel_fn, inputs, args.profile_name)
-    except nkibench.ProfileError as exc:
-        if exc.measurement is not None:
-            print_latency(exc.measurement.timing)
-        print(f"Profile NOT written: {exc}")
-        return 1
+    except nkibench.ProfileError as exc:  # the timings stand; the missing profile is said loudly below
+        if exc.measurement is None:
+            print(f"Profile NOT written: {exc}")
+            return 1
+        result, profile_failure = exc.measurement, str(exc)
     except nkibench.BenchError as exc:
         print(f"Execution Time: not measured: {exc}")
         return 1
     timing = result.timing
     print_latency(timing)
-    if args.profile_name:
-        line = profiled_line(result)
-        if line:
-            print(line)
-        for note in result.notes:
-            print(note)
-        files = [f for f in result.profile_files if os.path.exists(f)]
-        print(f"Profile written: {', '.join(files) if files else '(no profile files were produced)'}")
-        if timing.backend == "nkisim":
-            print(f"Open {args.profile_name}.html in a browser (works offline); the .ntff is Perfetto JSON for "
-                  "https://ui.perfetto.dev; the .summary.txt has the numbers.")
-        elif timing.backend == "neuron-legacy":
-            name = args.profile_name
-            print(f"View it with: neuron-profile view -n {name}.neff -s {name}.ntff")
+    if not args.profile_name:
+        return 0
+    line = profiled_line(result)
+    if line:
+        print(line)
+    for note in result.notes:
+        print(note)
+    if profile_failure:
+        print(f"Profile NOT written: {profile_failure}")
+        return 1
+    files = [f for f in result.profile_files if os.path.exists(f)]
+    print(f"Profile written: {', '.join(files) if files else '(no profile files were produced)'}")
+    if timing.backend == "nkisim":
+        print(f"Open {args.profile_name}.html in a browser (works offline); the .ntff is Perfetto JSON for "
+              "https://ui.perfetto.dev; the .summary.txt has the numbers.")
+    elif timing.backend == "neuron-legacy":
+        name = args.profile_name
+        print(f"View it with: neuron-profile view -n {name}.neff -s {name}.ntff")
     return 0
 
 

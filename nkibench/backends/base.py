@@ -85,9 +85,10 @@ class Backend(ABC):
         """Short label printed beside every latency ("nkisim estimate, trn2", "Trainium (...)")."""
 
     def describe(self) -> str:
-        """The label with every tool version: the scripts' ``Backend:`` line."""
-        versions = ", ".join(f"{k} {v}" for k, v in self.versions().items())
-        return f"{self.label()} [{versions}]" if versions else self.label()
+        """The label with every tool version not already in it: the scripts' ``Backend:`` line."""
+        label = self.label()
+        extra = [f"{k} {v}" for k, v in self.versions().items() if f"{k} {v}" not in label]
+        return f"{label} [{', '.join(extra)}]" if extra else label
 
     @abstractmethod
     def launch(self, kernel, args: tuple, kwargs: Mapping[str, Any] | None = None, *, simulate: bool = False):

@@ -69,7 +69,8 @@ class LegacyNeuronBackend(Backend):
         try:
             return self._profile(nki, kernel, args, kwargs, warmup, iterations, profile, timing)
         except ProfileError as exc:
-            exc.measurement = Measurement(timing)
+            if exc.measurement is None:
+                exc.measurement = Measurement(timing)
             raise
 
     def _profile(self, nki, kernel, args, kwargs, warmup: int, iterations: int, profile: ProfileRequest,
@@ -83,19 +84,24 @@ class LegacyNeuronBackend(Backend):
         else:
             opts = {"save_neff_name": f"{stem}.neff", **opts}
         stats = self._benchmark(nki, kernel, args, kwargs, warmup, iterations, opts)
-        if profile.legacy_style == "benchmark" and os.path.exists("file.neff"):
-            os.replace("file.neff", f"{stem}.neff")
-        if not os.path.isfile(f"{stem}.neff"):
-            raise ProfileError(f"nki.benchmark(save_neff_name=...) wrote no NEFF for {stem}", step="profiling")
-        if profile.legacy_style == "capture":
-            self._capture(stem)
-        if not os.path.isfile(f"{stem}.ntff") or os.path.getsize(f"{stem}.ntff") == 0:
-            raise ProfileError(f"no profile trace {stem}.ntff was written (or it is empty)", step="profiling",
-                               hint="check that aws-neuronx-tools is installed and no other process holds the "
-                                    "NeuronCore")
-        files = tuple(os.path.abspath(f"{stem}.{ext}") for ext in ("neff", "ntff"))
-        profiled = self._timing(stats, warmup, iterations, dge_disabled=dge_off, files=files)
         notes = (DGE_OFF_WHY,) if dge_off else ()
+        try:
+            if profile.legacy_style == "benchmark" and os.path.exists("file.neff"):
+                os.replace("file.neff", f"{stem}.neff")
+            if not os.path.isfile(f"{stem}.neff"):
+                raise ProfileError(f"nki.benchmark(save_neff_name=...) wrote no NEFF for {stem}", step="profiling")
+            if profile.legacy_style == "capture":
+                self._capture(stem)
+            if not os.path.isfile(f"{stem}.ntff") or os.path.getsize(f"{stem}.ntff") == 0:
+                raise ProfileError(f"no profile trace {stem}.ntff was written (or it is empty)", step="profiling",
+                                   hint="check that aws-neuronx-tools is installed and no other process holds the "
+                                        "NeuronCore")
+        except ProfileError as exc:  # the profile run was timed: its latency is reported, labelled, all the same
+            exc.measurement = Measurement(timing, self._timing(stats, warmup, iterations, dge_disabled=dge_off,
+                                                               files=(), profiled=True), (), notes)
+            raise
+        files = tuple(os.path.abspath(f"{stem}.{ext}") for ext in ("neff", "ntff"))
+        profiled = self._timing(stats, warmup, iterations, dge_disabled=dge_off, files=files, profiled=True)
         return Measurement(timing, profiled, files, notes)
 
     @staticmethod
@@ -126,9 +132,9 @@ class LegacyNeuronBackend(Backend):
                                step="profiling") from None
 
     def _timing(self, stats: tuple[float, float], warmup: int, iterations: int, *, dge_disabled: bool,
-                files: tuple[str, ...]) -> Timing:
+                files: tuple[str, ...], profiled: bool = False) -> Timing:
         return Timing(
             p50_us=stats[0], p99_us=stats[1], warmup=warmup, iterations=iterations, backend=self.name,
             label=self.label(), target=self.target(), api=self.api, versions=self.versions(),
-            dge_disabled=dge_disabled, profiled=bool(files), measured=True, profile_files=files,
+            dge_disabled=dge_disabled, profiled=profiled, measured=True, profile_files=files,
         )
