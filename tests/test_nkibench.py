@@ -564,6 +564,17 @@ def test_part1_on_legacy_hardware_makes_the_courses_nki_benchmark_calls(tmp_path
     assert "View it with: neuron-profile view -n s.neff -s s.ntff" in out
 
 
+def test_part1_says_loudly_when_the_profile_was_not_written_and_keeps_both_latencies(tmp_path, fake_device):
+    proc = _part1(["--kernel", "stream", "-n", "2560", "--profile_name", "s"], tmp_path,
+                  _legacy_env(tmp_path, fake_device, FAKE_LEGACY_NO_TRACE="1"))
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    heads = [line.split(":")[0] for line in lines]
+    order = [heads.index(h) for h in ("Execution Time", "Profiled run", "Profile NOT written")]
+    assert order == sorted(order)
+    assert "no profile trace s.ntff was written" in lines[order[-1]]
+
+
 @pytest.mark.parametrize(("knob", "message"), [
     ({"FAKE_LEGACY_P99": "0"}, "Execution Time: not measured: timing: nki.benchmark reported p50=0.0, p99=0.0 us: "
                                "nothing was timed"),
