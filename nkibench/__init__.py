@@ -14,6 +14,7 @@ toolchain wins over nkisim's emulation when it is installed:
   Python API and profiled with neuron-explorer (backends/nrt.py).
 
 Importing this package imports neither NumPy nor nkisim; the hardware backends never import nkisim.
+Design, and the AWS pages each hardware step follows: docs/timing.md.
 """
 
 from __future__ import annotations
