@@ -357,13 +357,16 @@ def test_a_launch_compiles_in_its_own_process_and_returns_the_outputs(new_sdk, f
 
 def test_measure_times_the_kept_neff_with_the_runtimes_device_benchmark(new_sdk, fake_device):
     a, b = _ab()
+    c, d = _ab(seed=1)
     nkibench.launch(new_sdk.vector_add, (a, b))
-    m = nkibench.measure(new_sdk.vector_add, (a, b), warmup=5, iterations=20)
+    m = nkibench.measure(new_sdk.vector_add, (c, d), warmup=5, iterations=20)  # same shapes: the NEFF is reused
     calls = _calls(fake_device)
     assert [c["call"] for c in calls] == ["nki.jit", "nrtpy.benchmark"]  # compiled once, reused for timing
     bench = calls[1]
     assert (bench["warmup_iter"], bench["benchmark_iter"], bench["mode"]) == (5, 20, "device")
     assert bench["inputs"] == ["a_input", "b_input"]  # NEFF inputs named after the kernel's parameters
+    assert bench["input_sums"] == {"a_input": pytest.approx(float(c.sum(dtype=np.float64))),
+                                   "b_input": pytest.approx(float(d.sum(dtype=np.float64)))}  # this call's values
     samples = sorted(d * 1000.0 for d in bench["durations_ms"])
     t = m.timing
     assert t.samples_us == tuple(d * 1000.0 for d in bench["durations_ms"])

@@ -58,7 +58,7 @@ class NrtBackend(Backend):
         super().__init__(api)
         self._work = Path(tempfile.mkdtemp(prefix="nkibench-"))
         atexit.register(shutil.rmtree, self._work, True)
-        self._neffs: dict[str, tuple[str, dict[str, str]]] = {}
+        self._neffs: dict[str, str] = {}  # compile key -> kept NEFF
         self._nrtpy_version = ""
         self._count = 0
 
@@ -95,11 +95,11 @@ class NrtBackend(Backend):
                                 step="profiling", hint="profile without dge_off (the default)")
         envcheck.check_runtime_env(api="nki")
         args, kw = tuple(args), dict(kwargs or {})
-        key = self._key(kernel, args, kw)
-        if key in self._neffs:
-            neff, inputs = self._neffs[key]
-        else:
+        neff = self._neffs.get(self._key(kernel, args, kw))
+        if neff is None:  # not compiled for these shapes yet (a launch before usually has)
             _outputs, neff, inputs = self._compile(kernel, args, kw)
+        else:  # this call's values, saved beside the kept NEFF, for the runtime and the profiler
+            inputs = self._encode(self._job_dir("inputs"), kernel, args, kw)[1]
         durations = self._time(neff, inputs, warmup, iterations)
         samples = tuple(d * 1000.0 for d in durations)
         timing = Timing(
@@ -122,15 +122,21 @@ class NrtBackend(Backend):
 
     # -- steps -------------------------------------------------------------------------------------------------
     def _key(self, kernel, args: tuple, kwargs: dict) -> str:
+        """What a NEFF depends on: the kernel's file and name, argument shapes and dtypes, constant values."""
         fn = kernel_function(kernel)
-        code = getattr(fn, "__code__", None)
+        path = getattr(getattr(fn, "__code__", None), "co_filename", "")
         h = hashlib.sha256()
-        path = getattr(code, "co_filename", "")
         h.update(f"{path}\0{os.stat(path).st_mtime_ns if os.path.isfile(path) else 0}\0"
                  f"{getattr(fn, '__qualname__', '')}".encode())
-        for v in (*args, *sorted(kwargs.items())):
-            h.update(repr(_shape_of(v)).encode())
+        for item in (*map(_shape_of, args), *((k, _shape_of(v)) for k, v in sorted(kwargs.items()))):
+            h.update(repr(item).encode())
         return h.hexdigest()
+
+    def _job_dir(self, kind: str) -> Path:
+        self._count += 1
+        path = self._work / f"{kind}{self._count}"
+        path.mkdir(parents=True)
+        return path
 
     def _reference(self, kernel) -> tuple[str, str, inspect.Signature]:
         fn = kernel_function(kernel)
@@ -143,39 +149,41 @@ class NrtBackend(Backend):
                 hint="on Trainium kernels compile in a separate process, which imports them from their file by name")
         return path, name, inspect.signature(fn)
 
-    def _compile(self, kernel, args: tuple, kwargs: dict) -> tuple[Any, str, dict[str, str]]:
-        path, name, sig = self._reference(kernel)
+    def _encode(self, job_dir: Path, kernel, args: tuple, kwargs: dict) -> tuple[dict, dict[str, str]]:
+        """The call as the child processes take it: arrays saved as .npy (named after the kernel's parameters,
+        which name the NEFF's inputs), other arguments as JSON constants.  Returns (call, {param: npy path})."""
+        import numpy as np
+
+        _path, name, sig = self._reference(kernel)
         try:
-            bound = sig.bind(*args, **kwargs)
+            names = list(sig.bind(*args, **kwargs).arguments)
         except TypeError as exc:
             raise KernelError("TypeError", f"{name}() {exc}") from None
-        self._count += 1
-        job_dir = self._work / f"job{self._count}"
-        (job_dir / "outputs").mkdir(parents=True)
-        artifacts = job_dir / "artifacts"
-        artifacts.mkdir()
         inputs: dict[str, str] = {}
 
         def encode(pname: str, value: Any) -> dict:
             if hasattr(value, "__array__") and hasattr(value, "dtype"):
-                import numpy as np
-
-                p = str(job_dir / f"in_{pname}.npy")
-                np.save(p, np.asarray(value), allow_pickle=False)
-                inputs[pname] = p
-                return {"npy": p}
+                inputs[pname] = str(job_dir / f"in_{pname}.npy")
+                np.save(inputs[pname], np.asarray(value), allow_pickle=False)
+                return {"npy": inputs[pname]}
             if _jsonable_scalar(value):
                 return {"value": value}
             raise HardwareError(f"argument {pname}={value!r} is neither an array nor a number/string",
                                 step="compiling", hint="NEFF inputs are arrays; other arguments must be constants")
 
-        names = list(bound.arguments)
-        job = {
-            "kernel_file": path, "kernel_name": name, "artifacts_dir": str(artifacts),
-            "args": [encode(names[i], v) for i, v in enumerate(args)],
-            "kwargs": {k: encode(k, v) for k, v in kwargs.items()},
-            "simulate": False, "outputs_dir": str(job_dir / "outputs"), "result": str(job_dir / "result.json"),
-        }
+        call = {"args": [encode(names[i], v) for i, v in enumerate(args)],
+                "kwargs": {k: encode(k, v) for k, v in kwargs.items()}}
+        return call, inputs
+
+    def _compile(self, kernel, args: tuple, kwargs: dict) -> tuple[Any, str, dict[str, str]]:
+        path, name, _sig = self._reference(kernel)
+        job_dir = self._job_dir("compile")
+        (job_dir / "outputs").mkdir()
+        artifacts = job_dir / "artifacts"
+        artifacts.mkdir()
+        call, inputs = self._encode(job_dir, kernel, args, kwargs)
+        job = {"kernel_file": path, "kernel_name": name, "artifacts_dir": str(artifacts), **call, "simulate": False,
+               "outputs_dir": str(job_dir / "outputs"), "result": str(job_dir / "result.json")}
         result = self._run_child("compiling", [sys.executable, str(HERE / "nki_child.py")], job, job_dir,
                                  COMPILE_TIMEOUT_S, cwd=job_dir)
         if not result.get("ok"):
@@ -188,7 +196,7 @@ class NrtBackend(Backend):
                                        "kernels called with NumPy arrays compile to kernel.neff")
         kept = str(job_dir / "kernel.neff")
         shutil.copyfile(neff, kept)
-        self._neffs[self._key(kernel, args, kwargs)] = (kept, inputs)
+        self._neffs[self._key(kernel, args, kwargs)] = kept
         import numpy as np
 
         outs = [np.load(p, allow_pickle=False) for p in result.get("outputs", [])]
@@ -216,9 +224,7 @@ class NrtBackend(Backend):
 
     def _time(self, neff: str, inputs: dict[str, str], warmup: int, iterations: int) -> list[float]:
         python = self._nrtpy_python()
-        self._count += 1
-        job_dir = self._work / f"time{self._count}"
-        job_dir.mkdir(parents=True)
+        job_dir = self._job_dir("time")
         job = {"neff": neff, "inputs": inputs, "warmup": warmup, "iterations": iterations,
                "result": str(job_dir / "result.json")}
         result = self._run_child("timing", [python, str(HERE / "nrt_child.py")], job, job_dir, TIMING_TIMEOUT_S)
