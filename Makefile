@@ -29,7 +29,7 @@ browser:
 	else echo "WARNING: no chromium and cannot install it (not root or no apt-get): browser tests will be skipped"; fi
 
 lint: setup
-	$(VENV)/bin/ruff check nkisim grader part1 part2 tests handouts tools
+	$(VENV)/bin/ruff check nkisim nkibench grader part1 part2 tests handouts tools
 
 bench: setup
 	$(PY) -m nkisim.bench

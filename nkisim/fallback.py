@@ -191,8 +191,18 @@ def describe(info: dict[str, Any] | None = None) -> str:
         f"fallback .pth:  {info['pth_file'] or 'not installed (run `make setup`)'}",
         f"python:         {sys.version.split()[0]} ({sys.executable})",
         f"numpy:          {numpy_version}",
+        *_timing_paths(),
     ]
     return "\n".join(lines)
+
+
+def _timing_paths() -> list[str]:
+    """Where each API's kernels are run and timed here (nkibench, the scripts' timing layer, decides)."""
+    try:
+        from nkibench.detect import describe_paths
+    except ImportError:
+        return ["timing paths:   unknown (the nkibench package is not importable: run `make setup`)"]
+    return ["timing paths:", *(f"  {line}" for line in describe_paths())]
 
 
 def install_pth(site_dir: str | os.PathLike[str] | None = None) -> Path:

@@ -1,9 +1,12 @@
 """Checks and times one part-1 kernel: ``python part1/run_benchmark.py --kernel stream -n 25600``.
 
 Prints the kernel and its input shape, ``Correctness passed? True|False`` (against NumPy), then the p99
-execution time in microseconds and which backend produced it: the real NeuronCore ("Trainium (neuronx-cc)")
-or nkisim's performance model ("nkisim estimate, trn2").  ``--profile_name NAME`` also writes profile files
-(NEFF + NTFF on Trainium; nkisim's trace and summary otherwise) and says where they are.
+execution time in microseconds and which backend produced it: a real NeuronCore ("Trainium (...)") or nkisim's
+performance model ("nkisim estimate, trn2").  ``--profile_name NAME`` also writes profile files (NEFF + NTFF on
+Trainium; nkisim's trace, summary and HTML page otherwise) and says where they are.  A profile run is compiled
+with DGE off, as the course's are: its latency is printed on its own line, labelled, beside the ordinary one.
+
+Running and timing go through ``nkibench`` (the repository's timing layer), which picks the backend.
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+for _path in (HERE, HERE.parent):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 import kernels  # noqa: E402
-import neuronxcc.nki as nki  # noqa: E402
+
+import nkibench  # noqa: E402
+from nkibench.labels import profiled_line  # noqa: E402
 
 KERNELS = {
     "naive": "vector_add_naive",
@@ -33,24 +39,9 @@ WARMUP = 1
 ITERS = 10
 
 
-def on_nkisim() -> bool:
-    """True when ``neuronxcc.nki`` is nkisim's emulation rather than the real toolchain."""
-    origin = getattr(nki, "__file__", None) or ""
-    return "nkisim" in origin or type(nki).__module__.startswith("nkisim") or nki.__name__.startswith("nkisim")
-
-
-def target_name() -> str:
-    """The NeuronCore generation being modelled (nkisim honours NEURON_PLATFORM_TARGET_OVERRIDE)."""
-    try:
-        from nkisim.core.config import current_target  # type: ignore[import-not-found]
-
-        return str(current_target())
-    except Exception:  # noqa: BLE001 - older nkisim or real toolchain: fall back to the documented variable
-        return os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
-
-
-def backend_label() -> str:
-    return f"nkisim estimate, {target_name()}" if on_nkisim() else "Trainium (neuronx-cc)"
+def backend(kernel_fn) -> nkibench.Backend:
+    """The backend that runs this kernel here (nkisim, or Trainium with the kernel's API)."""
+    return nkibench.backend_for(kernel_fn)
 
 
 def make_inputs(kernel: str, n: int, m: int | None, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
@@ -70,10 +61,8 @@ def describe(kernel: str, args: tuple[np.ndarray, ...]) -> str:
 
 
 def run_kernel_once(kernel_fn, args: tuple[np.ndarray, ...]):
-    try:
-        return nki.baremetal(kernel_fn)(*args)
-    except SystemExit as exc:  # would end this script silently with the kernel's exit status
-        raise RuntimeError(f"the kernel called sys.exit({exc.code!r}) instead of returning its output") from None
+    """One run for its output (a kernel calling sys.exit raises instead of ending the script)."""
+    return nkibench.launch(kernel_fn, args)
 
 
 def check_correctness(kernel_fn, kernel: str, args: tuple[np.ndarray, ...]) -> tuple[bool, str]:
@@ -99,43 +88,13 @@ def check_correctness(kernel_fn, kernel: str, args: tuple[np.ndarray, ...]) -> t
                    f"expected {expected[first].item():.6g}")
 
 
-def benchmark(kernel_fn, args: tuple[np.ndarray, ...], profile_name: str | None):
-    """Runs ``nki.benchmark`` (hardware run, or nkisim's model) and returns its result object."""
-    if profile_name:
-        # The course saves file.neff and renames it afterwards; nkisim can write the final name directly.
-        neff = f"{profile_name}.neff" if on_nkisim() else "file.neff"
-        bench = nki.benchmark(
-            kernel_fn,
-            warmup=WARMUP,
-            iters=ITERS,
-            save_neff_name=neff,
-            save_trace_name=f"{profile_name}.ntff",
-            additional_compile_opt="--disable-dge",
-        )
-    else:
-        bench = nki.benchmark(kernel_fn, warmup=WARMUP, iters=ITERS)
-    bench(*args)
-    return bench.benchmark_result
+def benchmark(kernel_fn, args: tuple[np.ndarray, ...], profile_name: str | None) -> nkibench.Measurement:
+    """The ordinary timing, plus the profile run's (DGE off, as the course profiles) when a profile is asked for.
 
-
-def write_profile_html(result, path: str, kernel_fn) -> None:
-    """nkisim only: the offline HTML profile (timeline, summary, kernel source) beside the other profile files."""
-    from nkisim.perf.html_profile import write_run_html
-
-    try:
-        write_run_html(result.trace, result.report, path, kernel=kernel_fn)
-    except ImportError as exc:  # bokeh missing: an older environment; the other profile files are still written
-        print(f"HTML profile not written ({exc}); run `make setup` (or pip install -e .) to install bokeh")
-        return
-    result.files["html"] = path
-
-
-def collect_profile(profile_name: str, result) -> list[str]:
-    """Renames the NEFF like the course does and lists the profile files that exist."""
-    if os.path.exists("file.neff"):
-        os.replace("file.neff", f"{profile_name}.neff")
-    files = list(getattr(result, "files", {}).values()) or [f"{profile_name}.neff", f"{profile_name}.ntff"]
-    return [os.path.abspath(p) for p in files if os.path.exists(p)]
+    On legacy hardware nki.benchmark itself writes the trace; the course saves file.neff and renames it.
+    """
+    profile = nkibench.ProfileRequest(profile_name, legacy_style="benchmark") if profile_name else None
+    return nkibench.measure(kernel_fn, args, warmup=WARMUP, iterations=ITERS, profile=profile)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -145,6 +104,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("-m", type=int, default=None, help="matrix rows for transpose (default: n)")
     parser.add_argument("--profile_name", default=None, help="write profile files NAME.* in the current directory")
     args = parser.parse_args(argv)
+    if args.profile_name is not None and not args.profile_name.strip():
+        parser.error("--profile_name needs a name")
     if args.n <= 0 or (args.m is not None and args.m <= 0):
         parser.error("-n and -m must be positive")
     if args.m is not None and args.kernel != "transpose":
@@ -154,40 +115,74 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def print_latency(timing: nkibench.Timing) -> None:
+    """The ordinary (unprofiled) p99: the number the course compares."""
+    print(f"Execution Time: {timing.p99_us:.2f} \u03bcs (p99 of {timing.iterations} iterations, {timing.label})")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     kernel_fn = getattr(kernels, KERNELS[args.kernel])
     inputs = make_inputs(args.kernel, args.n, args.m, np.random.default_rng())
 
     print(describe(args.kernel, inputs))
-    print(f"Backend: {backend_label()}")
+    try:
+        chosen = backend(kernel_fn)
+    except nkibench.BenchError as exc:
+        print(f"Backend: none\n{exc}")
+        return 1
+    print(f"Backend: {chosen.describe()}")
     try:
         passed, why = check_correctness(kernel_fn, args.kernel, inputs)
+    except nkibench.BenchError as exc:  # the toolchain, not the kernel: say what is missing
+        print(f"Correctness not checked: {exc}")
+        return 1
     except Exception as exc:  # noqa: BLE001 - show the student what their kernel raised, then stop
-        traceback.print_exc()
-        first_line = (str(exc).strip().splitlines() or [""])[0]
+        if isinstance(exc, nkibench.KernelError):
+            print(exc.traceback_text.rstrip())
+        else:
+            traceback.print_exc()
+        name, message = nkibench.error_text(exc)
+        first_line = (message.strip().splitlines() or [""])[0]
         print("Correctness passed? False")
-        print(f"The kernel raised {type(exc).__name__}: {first_line}")
+        print(f"The kernel raised {name}: {first_line}")
         return 1
     print(f"Correctness passed? {passed}")
     if not passed:
         print(f"Why: {why}")
         return 1
 
-    result = benchmark(kernel_fn, inputs, args.profile_name)
-    p99 = float(result.nc_latency.get_latency_percentile(99))
-    print(f"Execution Time: {p99:.2f} \u03bcs (p99 of {ITERS} iterations, {backend_label()})")
-    if args.profile_name:
-        if on_nkisim():
-            write_profile_html(result, f"{args.profile_name}.html", kernel_fn)
-        files = collect_profile(args.profile_name, result)
-        print(f"Profile written: {', '.join(files) if files else '(no profile files were produced)'}")
-        if on_nkisim():
-            print(f"Open {args.profile_name}.html in a browser (works offline); the .ntff is Perfetto JSON for "
-                  "https://ui.perfetto.dev; the .summary.txt has the numbers.")
-        else:
-            name = args.profile_name
-            print(f"View it with: neuron-profile view -n {name}.neff -s {name}.ntff")
+    profile_failure = ""
+    try:
+        result = benchmark(kernel_fn, inputs, args.profile_name)
+    except nkibench.ProfileError as exc:  # the timings stand; the missing profile is said loudly below
+        if exc.measurement is None:
+            print(f"Profile NOT written: {exc}")
+            return 1
+        result, profile_failure = exc.measurement, str(exc)
+    except nkibench.BenchError as exc:
+        print(f"Execution Time: not measured: {exc}")
+        return 1
+    timing = result.timing
+    print_latency(timing)
+    if not args.profile_name:
+        return 0
+    line = profiled_line(result)
+    if line:
+        print(line)
+    for note in result.notes:
+        print(note)
+    if profile_failure:
+        print(f"Profile NOT written: {profile_failure}")
+        return 1
+    files = [f for f in result.profile_files if os.path.exists(f)]
+    print(f"Profile written: {', '.join(files) if files else '(no profile files were produced)'}")
+    if timing.backend == "nkisim":
+        print(f"Open {args.profile_name}.html in a browser (works offline); the .ntff is Perfetto JSON for "
+              "https://ui.perfetto.dev; the .summary.txt has the numbers.")
+    elif timing.backend == "neuron-legacy":
+        name = args.profile_name
+        print(f"View it with: neuron-profile view -n {name}.neff -s {name}.ntff")
     return 0
 
 

@@ -1,10 +1,13 @@
 """Correctness and performance tests for part 2: ``python part2/test_harness.py [--test_maxpool]``.
 
 Flags as in the course: ``--test_maxpool`` adds the pooling tests, ``--simulate`` runs the correctness tests
-through ``nki.simulate_kernel``, ``--profile NAME`` saves profiles of the performance runs, ``--seed`` (42)
-fixes the random inputs.  The test definitions (``correctness_tests``, ``performance_tests``) and the runners
-(``run_correctness``, ``run_performance``, ``run_harness``) are importable, so the grader and the repository's
-tests drive the same logic against any submission directory.
+through the API's CPU simulator (``nki.simulate_kernel``), ``--profile NAME`` saves profiles of the performance
+runs (compiled with DGE off, as the course's are: their latency is printed labelled, beside the ordinary one,
+which is the one scored), ``--seed`` (42) fixes the random inputs.  Kernels run and are timed through
+``nkibench``, the repository's timing layer (nkisim, or Trainium with the kernel's own API).  The test
+definitions (``correctness_tests``, ``performance_tests``) and the runners (``run_correctness``,
+``run_performance``, ``run_harness``) are importable, so the grader and the repository's tests drive the same
+logic against any submission directory.
 """
 
 from __future__ import annotations
@@ -12,8 +15,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -36,8 +37,10 @@ for _path in (HERE, REPO_ROOT):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-import neuronxcc.nki as nki  # noqa: E402
 from conv2d_numpy import conv2d, maxpool2d  # noqa: E402
+
+import nkibench  # noqa: E402
+from nkibench.labels import profiled_line  # noqa: E402
 
 # Performance scoring (course README): full credit at or below the optimized threshold (120% of the course
 # reference's latency), PARTIAL_CREDIT at or below the relaxed one (from an unoptimised reference), else 0.
@@ -248,9 +251,12 @@ def outputs_match(out: np.ndarray, ref: np.ndarray, dtype: str) -> bool:
 # ---------------------------------------------------------------------------------------------------------
 # Backend
 # ---------------------------------------------------------------------------------------------------------
-def on_nkisim() -> bool:
-    origin = getattr(nki, "__file__", None) or ""
-    return "nkisim" in origin or nki.__name__.startswith("nkisim")
+def on_nkisim(kernel: Callable | None = None) -> bool:
+    """True when ``kernel`` (or a kernel of the repository's default API) runs on nkisim's model here."""
+    try:
+        return nkibench.backend_for(kernel).name == "nkisim"
+    except nkibench.NoBackendError:
+        return False
 
 
 def target_name() -> str:
@@ -262,15 +268,21 @@ def target_name() -> str:
         return os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
 
 
-def backend_label() -> str:
-    return f"nkisim estimate, {target_name()}" if on_nkisim() else "Trainium (neuronx-cc)"
+def backend_label(kernel: Callable | None = None) -> str:
+    """The ``Backend:`` line: which backend runs the kernel here, with its tools' versions."""
+    try:
+        return nkibench.backend_for(kernel).describe()
+    except nkibench.NoBackendError as exc:
+        return f"none ({exc})"
 
 
-def conv_thresholds(dtype: str, image_height: int, pool: int) -> tuple[float, float, str]:
+def conv_thresholds(dtype: str, image_height: int, pool: int, backend: str | None = None) -> tuple[float, float, str]:
     """(relaxed_us, optimized_us, source) for this backend and target: the grader's targets when it is
     importable (grader/thresholds.py: published, or scaled by the staff kernels' modelled latency), else the
-    course's published trn2 numbers."""
-    backend = "nkisim" if on_nkisim() else "neuron"
+    course's published trn2 numbers.  ``backend``: an nkibench backend name (default: the default API's here)."""
+    if backend is None:
+        backend = "nkisim" if on_nkisim() else "neuron"
+    backend = "nkisim" if backend == "nkisim" else "neuron"
     try:
         from grader.thresholds import conv_thresholds as calibrated  # type: ignore[import-not-found]
         from grader.thresholds import default_conv_basis  # type: ignore[import-not-found]
@@ -319,6 +331,7 @@ class TestResult:
     detail: str = ""
     latency_us: float | None = None
     thresholds_us: tuple[float, float] | None = None
+    profile_error: str = ""  # --profile was asked and this test's profile could not be written
 
 
 @dataclass
@@ -337,17 +350,14 @@ class HarnessReport:
 
 
 def launch(kernel: Callable, args: tuple, kwargs: dict, simulate: bool) -> np.ndarray:
-    try:
-        if simulate:
-            return nki.simulate_kernel(kernel, *args, **kwargs)
-        return nki.baremetal(kernel)(*args, **kwargs)
-    except SystemExit as exc:  # would end the harness silently, with no scores
-        raise RuntimeError(f"the kernel called sys.exit({exc.code!r}) instead of returning its output") from None
+    """One run for its output; a kernel calling sys.exit raises instead of ending the harness without scores."""
+    return nkibench.launch(kernel, args, kwargs, simulate=simulate)
 
 
 def _short_error(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
+    name, message = nkibench.error_text(exc)
+    text = message.strip().splitlines()
+    return f"{name}: {text[0] if text else ''}"
 
 
 def run_correctness(
@@ -370,9 +380,12 @@ def run_correctness(
                 out = launch(kernel, (X, W, bias), {"pool_size": case.pool_size}, simulate)
             except Exception as exc:  # noqa: BLE001 - a broken kernel fails its test, not the harness
                 if verbose_errors and not traceback_shown:  # the first traceback is enough to debug
-                    log(traceback.format_exc().rstrip())
+                    remote = isinstance(exc, nkibench.KernelError) and exc.traceback_text
+                    log(exc.traceback_text.rstrip() if remote else traceback.format_exc().rstrip())
                     traceback_shown = True
-                passed, detail = False, f"{case.describe()}: kernel raised {_short_error(exc)}"
+                toolchain = isinstance(exc, nkibench.BenchError)  # the toolchain failed, not the kernel
+                what = "could not run" if toolchain else "kernel raised"
+                passed, detail = False, f"{case.describe()}: {what} {_short_error(exc)}"
                 break
             if not prefetched:  # the kernel runs: from now on the references are computed beside it
                 bank.prefetch([c for t in tests for c in t.cases])
@@ -423,40 +436,13 @@ def case_mfu(case: ConvCase, latency_us: float) -> float:
     return course_mfu(flops, latency_us, case.dtype == "float32", target if target in ("trn1", "trn2") else None)
 
 
-def measure_latency(kernel: Callable, case: ConvCase, bank: InputBank, profile_stem: str | None) -> float:
-    bench_kwargs: dict = {}
-    if profile_stem:
-        bench_kwargs = {"save_neff_name": f"{profile_stem}.neff", "additional_compile_opt": "--disable-dge"}
-        if on_nkisim():
-            bench_kwargs["save_trace_name"] = f"{profile_stem}.ntff"
-    bench = nki.benchmark(warmup=BENCH_WARMUP, iters=BENCH_ITERS, **bench_kwargs)(kernel)
+def measure_latency(kernel: Callable, case: ConvCase, bank: InputBank,
+                    profile_stem: str | None) -> nkibench.Measurement:
+    """The ordinary timing (scored) and, with ``profile_stem``, the profile run's (DGE off, as the course's)."""
+    profile = nkibench.ProfileRequest(profile_stem, legacy_style="capture") if profile_stem else None
     X, W, bias = bank.inputs(case)
-    bench(X, W, bias, pool_size=case.pool_size)
-    result = bench.benchmark_result
-    if profile_stem and on_nkisim():
-        write_profile_html(result, f"{profile_stem}.html", kernel)
-    return float(result.nc_latency.get_latency_percentile(99))
-
-
-def write_profile_html(result, path: str, kernel: Callable) -> None:
-    """nkisim only: the offline HTML profile (timeline, summary, kernel source) beside the other profile files."""
-    from nkisim.perf.html_profile import write_run_html
-
-    try:
-        write_run_html(result.trace, result.report, path, kernel=kernel)
-    except ImportError as exc:  # bokeh missing: an older environment; the other profile files are still written
-        print(f"  HTML profile not written ({exc}); run `make setup` (or pip install -e .) to install bokeh")
-
-
-def capture_hardware_profile(stem: str, log: Callable[[str], None]) -> None:
-    if shutil.which("neuron-profile") is None:
-        log(f"  neuron-profile not found; saved {stem}.neff only")
-        return
-    subprocess.run(["neuron-profile", "capture", "-n", f"{stem}.neff", "-s", f"{stem}.ntff"], check=True)
-    log(
-        f"  profile: {os.path.abspath(stem + '.neff')} + {stem}.ntff "
-        f"(neuron-profile view -n {stem}.neff -s {stem}.ntff)"
-    )
+    return nkibench.measure(kernel, (X, W, bias), {"pool_size": case.pool_size}, warmup=BENCH_WARMUP,
+                            iterations=BENCH_ITERS, profile=profile)
 
 
 def run_performance(
@@ -465,9 +451,17 @@ def run_performance(
     bank: InputBank,
     profile: str | None = None,
     log: Callable[[str], None] = print,
-    thresholds: Callable[[str, int, int], tuple[float, float, str]] = conv_thresholds,
+    thresholds: Callable[[str, int, int], tuple[float, float, str]] | None = None,
 ) -> list[TestResult]:
     results = []
+    modelled = on_nkisim(kernel)
+    notes_shown = False
+    if thresholds is None:
+        backend = nkibench.backend_for(kernel).name
+
+        def thresholds(dtype: str, height: int, pool: int) -> tuple[float, float, str]:
+            return conv_thresholds(dtype, height, pool, backend)
+
     for test in tests:
         case = test.case
         kind = "extra-credit performance" if test.extra_credit else "performance"
@@ -477,8 +471,13 @@ def run_performance(
         )
         relaxed, optimized, source = thresholds(case.dtype, case.height, case.pool_size)
         stem = profile_base_name(profile, case, test.extra_credit) if profile else None
+        profile_failure = ""
         try:
-            latency = measure_latency(kernel, case, bank, stem)
+            measured = measure_latency(kernel, case, bank, stem)
+        except nkibench.ProfileError as exc:  # the ordinary timing stands; the missing profile is said loudly
+            if exc.measurement is None:
+                raise
+            measured, profile_failure = exc.measurement, str(exc)
         except Exception as exc:  # noqa: BLE001
             log(f"  FAILED: kernel raised {_short_error(exc)}")
             results.append(
@@ -487,6 +486,7 @@ def run_performance(
                 )
             )
             continue
+        latency = measured.timing.p99_us
         points = performance_credit(latency, relaxed, optimized, test.points)
         verdict = (
             "Passed"
@@ -499,20 +499,25 @@ def run_performance(
             f"  p99 latency {latency:.1f} \u03bcs (MFU {case_mfu(case, latency):.1%}); thresholds: full credit <= "
             f"{optimized:.0f} \u03bcs, {PARTIAL_CREDIT:.0%} credit <= {relaxed:.0f} \u03bcs ({source}) -> {verdict}"
         )
-        if on_nkisim() and near_a_target(latency, relaxed, optimized):
+        if modelled and near_a_target(latency, relaxed, optimized):
             log(f"  note: within {BORDERLINE_MARGIN:.0%} of a target; this latency is nkisim's estimate, and on "
                 "Trainium the verdict may differ")
-        if stem and not on_nkisim():
-            capture_hardware_profile(stem, log)
-        elif stem:
-            saved = [
-                p for p in (f"{stem}.neff", f"{stem}.ntff", f"{stem}.json", f"{stem}.summary.txt", f"{stem}.html")
-                if os.path.exists(p)
-            ]
-            log(f"  profile: {', '.join(os.path.abspath(p) for p in saved) or '(nothing written)'}")
+        if stem:
+            if measured.profiled is not None:
+                mfu = f"MFU {case_mfu(case, measured.profiled.p99_us):.1%}"
+                log(profiled_line(measured, digits=1, prefix="  profiled run: p99 latency ", extra=mfu))
+            if not notes_shown:
+                for note in measured.notes:
+                    log(f"  {note}")
+                notes_shown = True
+            if profile_failure:
+                log(f"  profile NOT written: {profile_failure}")
+            else:
+                log(f"  profile: {', '.join(measured.profile_files) or '(nothing written)'}")
         results.append(
             TestResult(
-                test.name, points > 0, points, test.points, test.extra_credit, verdict, latency, (relaxed, optimized)
+                test.name, points > 0, points, test.points, test.extra_credit, verdict, latency, (relaxed, optimized),
+                profile_failure,
             )
         )
     return results
@@ -528,7 +533,7 @@ def run_harness(
     performance: bool = True,
 ) -> HarnessReport:
     """Everything the command line does, returning the per-test results and scores."""
-    report = HarnessReport(backend_label())
+    report = HarnessReport(backend_label(kernel))
     bank = InputBank(seed)
     log(f"Backend: {report.backend}")
     chosen = [t for t in correctness_tests() if test_maxpool or not t.needs_maxpool]
@@ -590,6 +595,10 @@ def main(argv: list[str] | None = None) -> int:
     for line in score_lines(report):
         print(line)
     print(f"(wall time {time.perf_counter() - started:.1f} s)")
+    missing = [r.name for r in report.performance if r.profile_error]
+    if missing:
+        print(f"Profiles NOT written for: {', '.join(missing)} (see above)")
+        return 1
     return 0
 
 

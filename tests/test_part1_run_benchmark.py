@@ -14,7 +14,9 @@ SCRIPT = REPO / "part1" / "run_benchmark.py"
 
 CORRECTNESS = re.compile(r"^Correctness passed\? (True|False)$", re.M)
 LATENCY = re.compile(r"^Execution Time: ([0-9]+\.[0-9]+) \u03bcs \(p99 of 10 iterations, (.+)\)$", re.M)
-BACKEND = re.compile(r"^Backend: (Trainium \(neuronx-cc\)|nkisim estimate, trn[12])$", re.M)
+BACKEND = re.compile(r"^Backend: (Trainium \(.+\)|nkisim estimate, trn[12]) \[(.+)\]$", re.M)
+PROFILED = re.compile(r"^Profiled run: ([0-9]+\.[0-9]+) \u03bcs \(p99 of 10 iterations, compiled with DGE off, as the "
+                      r"course's profiles are; not scored: the ordinary run took ([0-9]+\.[0-9]+) \u03bcs\)$", re.M)
 
 
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -33,7 +35,10 @@ def test_stream_prints_correctness_latency_and_backend(cwd):
     latency = LATENCY.search(out)
     assert latency is not None, out
     assert float(latency.group(1)) > 0
-    assert BACKEND.search(out).group(1) == latency.group(2) == "nkisim estimate, trn2"
+    backend = BACKEND.search(out)
+    assert backend.group(1) == latency.group(2) == "nkisim estimate, trn2"
+    assert re.fullmatch(r"nkisim [0-9.]+", backend.group(2))  # every output names the tool version
+    assert "Profiled run" not in out  # no profile asked: one latency, the ordinary one
 
 
 def test_target_override_is_reported(monkeypatch):
@@ -51,6 +56,24 @@ def test_profile_name_writes_the_files_and_says_where(tmp_path):
     assert {p.name for p in written} >= {"stream_small.neff", "stream_small.ntff", "stream_small.html"}
     assert all(p.is_file() and p.parent == tmp_path for p in written)
     assert not (tmp_path / "file.neff").exists()
+
+
+def test_a_profiled_latency_is_labelled_and_printed_beside_the_ordinary_one(tmp_path):
+    """Issue 26: the DGE-off profile run's latency never stands alone or unlabelled; the ordinary one is scored."""
+    plain = run(["--kernel", "stream", "-n", "25600"], tmp_path)
+    proc = run(["--kernel", "stream", "-n", "25600", "--profile_name", "s"], tmp_path)
+    assert plain.returncode == proc.returncode == 0, proc.stderr
+    ordinary = float(LATENCY.search(proc.stdout).group(1))
+    assert ordinary == float(LATENCY.search(plain.stdout).group(1))  # profiling does not move the ordinary figure
+    profiled = PROFILED.search(proc.stdout)
+    assert profiled is not None, proc.stdout
+    assert float(profiled.group(2)) == ordinary
+    assert float(profiled.group(1)) > ordinary  # trn2 streams pay the static-descriptor cost with DGE off
+    assert "--disable-dge" in proc.stdout
+    for page in ("s.summary.txt", "s.html"):  # the files say it too, with the ordinary latency
+        text = (tmp_path / page).read_text(encoding="utf-8").replace("&#x27;", "'")
+        assert "compiled with DGE off (--disable-dge)" in text
+        assert f"an ordinary run of this kernel takes {ordinary:.2f} us" in text
 
 
 def test_naive_beyond_128_reports_failure_without_timing():

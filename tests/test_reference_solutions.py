@@ -127,14 +127,17 @@ def test_conv_references_earn_full_performance_credit(conv_ref, conv_relaxed):
 
 
 def test_simulate_flag_runs_the_kernel_through_simulate_kernel(conv_ref, monkeypatch):
+    """--simulate runs the kernel in simulation mode (what nkisim's nki.simulate_kernel does underneath)."""
+    import nkisim.core.runtime as rt
+
     calls = []
-    real = harness.nki.simulate_kernel
+    real = rt.run_kernel
 
-    def spy(kernel, *args, **kwargs):
-        calls.append(kwargs)
-        return real(kernel, *args, **kwargs)
+    def spy(kernel, args=(), kwargs=None, **options):
+        calls.append((kwargs, options))
+        return real(kernel, args, kwargs, **options)
 
-    monkeypatch.setattr(harness.nki, "simulate_kernel", spy)
+    monkeypatch.setattr(rt, "run_kernel", spy)
     case = harness.ConvCase(1, 128, 128, 32, 16, pool_size=2)
     results = harness.run_correctness(
         conv_ref,
@@ -143,4 +146,4 @@ def test_simulate_flag_runs_the_kernel_through_simulate_kernel(conv_ref, monkeyp
         simulate=True,
         log=lambda _: None,
     )
-    assert results[0].passed and calls == [{"pool_size": 2}]
+    assert results[0].passed and calls == [({"pool_size": 2}, {"mode": "full", "simulate": True})]

@@ -304,6 +304,12 @@ def render_page(profiles: list[ProfileData]) -> str:
               f"{e(', '.join(targets))}; model version {e(model_version())}. Made from "
               f"{e(' and '.join(os.path.basename(p.origin) or 'a kernel run' for p in profiles))}. "
               "Times are the model's estimate of the NeuronCore timeline.")
+    from nkisim.perf.profile_files import run_note
+
+    notes = [(f"{titles[k]}: " if len(profiles) > 1 else "") + n
+             for k, p in enumerate(profiles) if (n := run_note(p.trace))]
+    if notes:
+        banner += " <b>" + e(" ".join(notes)) + "</b>"
     issued = [{w for w in tl.wheres if w} for tl in tls]
     sources = "".join(sources_html(k, titles[k], p.sources, issued[k], p.source_note) for k, p in enumerate(profiles))
     template = Template((ASSETS / "page.html.jinja").read_text(encoding="utf-8"))

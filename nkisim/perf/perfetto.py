@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 
 from nkisim.core.instr import ENGINE_NAMES, Engine, Instr
 from nkisim.perf.report import PerfReport
@@ -83,9 +83,17 @@ def write_perfetto(instrs: list[Instr], report: PerfReport, path: str | os.PathL
 
 
 def _atomic_write_text(path, text: str) -> None:
+    """Write via a temporary file and os.replace.  The temporary file is created with mode 0o666 so the user's
+    umask applies, as for any file they write (tempfile.mkstemp would leave every profile file 0600)."""
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".nkisim-", suffix=".tmp", dir=d)
+    while True:
+        tmp = os.path.join(d, f".nkisim-{os.getpid()}-{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

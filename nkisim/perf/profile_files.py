@@ -5,6 +5,10 @@
 * ``NAME.ntff`` -- Chrome/Perfetto trace JSON (one track per engine and DMA queue), summary embedded.
 * ``NAME.summary.txt`` -- the neuron-profile-style text summary.
 
+A profile run compiled with DGE off (``--disable-dge``, as the course profiles) says so at the top of its
+summary and in the HTML page's banner, with the ordinary run's latency when the caller recorded it in
+``trace.meta["profile_run"]`` (nkibench does): profiled and ordinary latencies are never shown unlabelled.
+
 ``python -m nkisim.profile summary FILE`` accepts any of them (and raw trace files).
 """
 
@@ -16,6 +20,7 @@ import os
 
 from nkisim.core import traceio
 from nkisim.core.instr import Trace
+from nkisim.perf import dge_from_meta
 from nkisim.perf.perfetto import _atomic_write_text, perfetto_json
 from nkisim.perf.report import PerfReport
 from nkisim.perf.summary import format_summary
@@ -32,6 +37,28 @@ def _stem(path: str) -> str:
     return path
 
 
+def run_note(trace: Trace) -> str:
+    """One sentence when this run was compiled with DGE off (a profile run), naming the ordinary latency; else ''."""
+    meta = getattr(trace, "meta", None) or {}
+    if dge_from_meta(meta) is not False:
+        return ""
+    ordinary = (meta.get("profile_run") or {}).get("ordinary_nc_latency_us") if isinstance(meta, dict) else None
+    other = (f"an ordinary run of this kernel takes {float(ordinary):.2f} us (nc_latency)"
+             if isinstance(ordinary, (int, float)) else "an ordinary run (DGE on) is timed without profiling")
+    return ("This profile run was compiled with DGE off (--disable-dge), as the course's profiles are: the times "
+            f"shown are that run's, not the scored latency; {other}.")
+
+
+def summary_text(trace: Trace, report: PerfReport) -> str:
+    """The text summary, with the profile-run note (two lines parse_summary skips) under its header."""
+    text = format_summary(report)
+    note = run_note(trace)
+    if not note:
+        return text
+    head, _, rest = text.partition("\n")
+    return f"{head}\n\nprofile run, not an ordinary run:\n  {note}\n{rest}"
+
+
 def neff_document(trace: Trace, report: PerfReport) -> dict:
     rep = report.to_dict()
     cp = rep.get("critical_path", [])
@@ -42,7 +69,7 @@ def neff_document(trace: Trace, report: PerfReport) -> dict:
         "format": NEFF_FORMAT,
         "note": NEFF_NOTE,
         "report": rep,
-        "summary_text": format_summary(report),
+        "summary_text": summary_text(trace, report),
         "trace_npz_base64": base64.b64encode(traceio.dumps(trace)).decode("ascii"),
     }
 
@@ -76,7 +103,7 @@ def write_profile(
     elif summary_path is None:
         summary_path = _stem(os.fspath(neff_path or ntff_path)) + ".summary.txt"
     out: dict[str, str] = {}
-    text = format_summary(report)
+    text = summary_text(trace, report)
     if neff_path:
         _atomic_write_text(neff_path, json.dumps(neff_document(trace, report), separators=(",", ":")))
         out["neff"] = os.fspath(neff_path)

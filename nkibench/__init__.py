@@ -1,0 +1,80 @@
+"""One timing layer for every backend: run and time an NKI kernel wherever this machine can.
+
+    from nkibench import launch, measure, ProfileRequest
+    out = launch(kernel, (a, b))                                   # outputs, for the correctness check
+    m = measure(kernel, (a, b), warmup=1, iterations=10,           # Measurement: m.timing.p99_us, ...
+                profile=ProfileRequest("stream"))                  # optional: profile files stream.*
+
+The backend is chosen per kernel (nkibench.detect): the kernel file's imports say its API, and the API's real
+toolchain wins over nkisim's emulation when it is installed:
+
+* ``nkisim``        -- the performance model's estimate, profile files and HTML page (nkibench/backends/sim.py);
+* ``neuron-legacy`` -- ``neuronxcc.nki``'s nki.benchmark on Trainium, SDK <= 2.29 (backends/legacy.py);
+* ``neuron-nki``    -- ``import nki`` on Trainium, SDK 2.30+: nki.jit's NEFF timed by the Neuron runtime's
+  Python API and profiled with neuron-explorer (backends/nrt.py).
+
+Importing this package imports neither NumPy nor nkisim; the hardware backends never import nkisim.
+Design, and the AWS pages each hardware step follows: docs/timing.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nkibench.backends.base import Backend, ProfileRequest
+from nkibench.errors import BenchError, HardwareError, KernelError, NoBackendError, ProfileError
+from nkibench.result import Measurement, Timing
+
+__all__ = [
+    "Backend", "BenchError", "HardwareError", "KernelError", "Measurement", "NoBackendError", "ProfileError",
+    "ProfileRequest", "Timing", "backend_for", "error_text", "launch", "measure",
+]
+
+_BACKENDS: dict[tuple[str, str], Backend] = {}
+
+
+def _make(name: str, api: str) -> Backend:
+    if name == "nkisim":
+        from nkibench.backends.sim import NkisimBackend
+
+        return NkisimBackend(api)
+    if name == "neuron-legacy":
+        from nkibench.backends.legacy import LegacyNeuronBackend
+
+        return LegacyNeuronBackend(api)
+    from nkibench.backends.nrt import NrtBackend
+
+    return NrtBackend(api)
+
+
+def backend_for(kernel: Any = None, *, api: str | None = None) -> Backend:
+    """The backend that runs ``kernel`` (or kernels of ``api``) on this machine; NoBackendError when none does."""
+    from nkibench import detect
+
+    if api is None:
+        api = detect.api_of_kernel(kernel) if kernel is not None else detect.DEFAULT_API
+    name = detect.backend_name(api)
+    key = (name, api)
+    if key not in _BACKENDS:
+        _BACKENDS[key] = _make(name, api)
+    return _BACKENDS[key]
+
+
+def launch(kernel, args: tuple, kwargs: Mapping[str, Any] | None = None, *, simulate: bool = False):
+    """Run ``kernel`` once on ``args`` and return its output(s); ``simulate`` uses the API's CPU simulator."""
+    return backend_for(kernel).launch(kernel, tuple(args), kwargs, simulate=simulate)
+
+
+def measure(kernel, args: tuple, kwargs: Mapping[str, Any] | None = None, *, warmup: int, iterations: int,
+            profile: ProfileRequest | None = None) -> Measurement:
+    """Time ``kernel`` on ``args`` (warmup + timed iterations), writing profile files when asked."""
+    return backend_for(kernel).measure(kernel, tuple(args), kwargs, warmup=warmup, iterations=iterations,
+                                       profile=profile)
+
+
+def error_text(exc: BaseException) -> tuple[str, str]:
+    """(type name, message) of an error raised by a kernel, also when it ran in a helper process."""
+    if isinstance(exc, KernelError):
+        return exc.type_name, exc.message
+    return type(exc).__name__, str(exc)
