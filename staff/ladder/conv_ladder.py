@@ -78,148 +78,107 @@ def _store_row(conv, X_out, b, co, out_row, pool_size, out_width):
     nisa.dma_copy(src=result, dst=X_out[b, co * P : (co + 1) * P, out_row, :])
 
 
-@nki.compiler.skip_middle_end_transformations
-@nki.jit
-def step0_naive(X, W, bias, pool_size=1):
-    batch_size, in_channels, input_height, input_width = X.shape
-    out_channels, _, K, _ = W.shape
-    P = nl.tile_size.pmax
-    in_tiles, out_tiles = in_channels // P, out_channels // P
-    out_height, out_width = input_height - K + 1, input_width - K + 1
-    pooled_h, pooled_w = out_height // pool_size, out_width // pool_size
-    X_out = nl.ndarray((batch_size, out_channels, pooled_h, pooled_w), dtype=X.dtype, buffer=nl.hbm)
-    bias_sb = _bias_columns(bias, out_tiles)
+class _Shape:
+    """The sizes every kernel of the ladder derives from its inputs, the same way."""
 
-    for b in nl.affine_range(batch_size):
-        for out_row in nl.affine_range(pooled_h):
-            for co in nl.affine_range(out_tiles):
+    def __init__(self, X, W, pool_size):
+        self.batch, in_channels, self.input_height, self.input_width = X.shape
+        self.out_channels, _, self.K, _ = W.shape
+        P = nl.tile_size.pmax
+        self.in_tiles, self.out_tiles = in_channels // P, self.out_channels // P
+        self.out_height, self.out_width = self.input_height - self.K + 1, self.input_width - self.K + 1
+        self.pooled_h, self.pooled_w = self.out_height // pool_size, self.out_width // pool_size
+
+    def output(self, dtype):
+        return nl.ndarray((self.batch, self.out_channels, self.pooled_h, self.pooled_w), dtype=dtype, buffer=nl.hbm)
+
+
+def _transposed_block(W, co, ci, p, q):
+    """The starting point's stationary: W[co tile, ci tile, p, q] loaded (a strided DMA, one element per chunk),
+    transposed on the Tensor Engine and copied back to SBUF, for one matmul."""
+    P = nl.tile_size.pmax
+    w_nat = nl.ndarray((P, P), dtype=W.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(src=W[co * P : (co + 1) * P, ci * P : (ci + 1) * P, p, q], dst=w_nat)
+    return nisa.tensor_copy(nisa.nc_transpose(w_nat))
+
+
+def _input_window(X, b, ci, row, q, out_width):
+    """The starting point's moving operand: X[b, ci tile, row, q : q + out_width] loaded for one matmul."""
+    P = nl.tile_size.pmax
+    x_win = nl.ndarray((P, out_width), dtype=X.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(src=X[b, ci * P : (ci + 1) * P, row, q : q + out_width], dst=x_win)
+    return x_win
+
+
+def _one_row_per_tile(X, W, bias, pool_size, hoist_weights, hoist_inputs, operand_dtype):
+    """Steps 0-2: one output row per PSUM tile.  hoist_weights: the stationaries are transposed once and stay in
+    SBUF (else loaded and transposed for every matmul); hoist_inputs: the input rows of an output row are loaded
+    once, before the output-channel loop (else every matmul loads its own window)."""
+    s = _Shape(X, W, pool_size)
+    P, K, out_width = nl.tile_size.pmax, s.K, s.out_width
+    X_out = s.output(X.dtype)
+    bias_sb = _bias_columns(bias, s.out_tiles)
+    w_t = _resident_weights(W, s.in_tiles, s.out_tiles, K * K, operand_dtype) if hoist_weights else None
+
+    for b in nl.affine_range(s.batch):
+        for out_row in nl.affine_range(s.pooled_h):
+            y0 = out_row * pool_size
+            rows = None
+            if hoist_inputs:
+                rows = nl.ndarray((P, s.in_tiles, pool_size + K - 1, s.input_width), dtype=X.dtype, buffer=nl.sbuf)
+                for ci in nl.affine_range(s.in_tiles):
+                    nisa.dma_copy(src=X[b, ci * P : (ci + 1) * P, y0 : y0 + pool_size + K - 1, :], dst=rows[:, ci])
+                if operand_dtype != X.dtype:
+                    rows = nisa.tensor_copy(rows, dtype=operand_dtype)
+            for co in nl.affine_range(s.out_tiles):
                 conv = nl.ndarray((P, pool_size, out_width), dtype=nl.float32, buffer=nl.sbuf)
                 for r in nl.affine_range(pool_size):
-                    y = out_row * pool_size + r
                     acc = nl.zeros((P, out_width), dtype=nl.float32, buffer=nl.psum)
-                    for ci in nl.affine_range(in_tiles):
+                    for ci in nl.affine_range(s.in_tiles):
                         for p in nl.affine_range(K):
                             for q in nl.affine_range(K):
-                                w_nat = nl.ndarray((P, P), dtype=W.dtype, buffer=nl.sbuf)
-                                nisa.dma_copy(src=W[co * P : (co + 1) * P, ci * P : (ci + 1) * P, p, q], dst=w_nat)
-                                w_t = nisa.tensor_copy(nisa.nc_transpose(w_nat))
-                                x_win = nl.ndarray((P, out_width), dtype=X.dtype, buffer=nl.sbuf)
-                                nisa.dma_copy(src=X[b, ci * P : (ci + 1) * P, y + p, q : q + out_width], dst=x_win)
-                                acc += nisa.nc_matmul(w_t, x_win)
+                                if hoist_weights:
+                                    stationary = w_t[:, ci, p * K + q, co * P : (co + 1) * P]
+                                else:
+                                    stationary = _transposed_block(W, co, ci, p, q)
+                                if hoist_inputs:
+                                    moving = rows[:, ci, r + p, q : q + out_width]
+                                else:
+                                    moving = _input_window(X, b, ci, y0 + r + p, q, out_width)
+                                acc += nisa.nc_matmul(stationary, moving)
                     conv[:, r, :] = nisa.tensor_scalar(acc, nl.add, bias_sb[:, co : co + 1])
                 _store_row(conv, X_out, b, co, out_row, pool_size, out_width)
     return X_out
+
+
+@nki.compiler.skip_middle_end_transformations
+@nki.jit
+def step0_naive(X, W, bias, pool_size=1):
+    return _one_row_per_tile(X, W, bias, pool_size, hoist_weights=False, hoist_inputs=False, operand_dtype=X.dtype)
 
 
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def inputs_first(X, W, bias, pool_size=1):
-    batch_size, in_channels, input_height, input_width = X.shape
-    out_channels, _, K, _ = W.shape
-    P = nl.tile_size.pmax
-    in_tiles, out_tiles = in_channels // P, out_channels // P
-    out_height, out_width = input_height - K + 1, input_width - K + 1
-    pooled_h, pooled_w = out_height // pool_size, out_width // pool_size
-    X_out = nl.ndarray((batch_size, out_channels, pooled_h, pooled_w), dtype=X.dtype, buffer=nl.hbm)
-    bias_sb = _bias_columns(bias, out_tiles)
-
-    for b in nl.affine_range(batch_size):
-        for out_row in nl.affine_range(pooled_h):
-            y0 = out_row * pool_size
-            rows = nl.ndarray((P, in_tiles, pool_size + K - 1, input_width), dtype=X.dtype, buffer=nl.sbuf)
-            for ci in nl.affine_range(in_tiles):
-                nisa.dma_copy(src=X[b, ci * P : (ci + 1) * P, y0 : y0 + pool_size + K - 1, :], dst=rows[:, ci])
-            for co in nl.affine_range(out_tiles):
-                conv = nl.ndarray((P, pool_size, out_width), dtype=nl.float32, buffer=nl.sbuf)
-                for r in nl.affine_range(pool_size):
-                    acc = nl.zeros((P, out_width), dtype=nl.float32, buffer=nl.psum)
-                    for ci in nl.affine_range(in_tiles):
-                        for p in nl.affine_range(K):
-                            for q in nl.affine_range(K):
-                                w_nat = nl.ndarray((P, P), dtype=W.dtype, buffer=nl.sbuf)
-                                nisa.dma_copy(src=W[co * P : (co + 1) * P, ci * P : (ci + 1) * P, p, q], dst=w_nat)
-                                w_t = nisa.tensor_copy(nisa.nc_transpose(w_nat))
-                                acc += nisa.nc_matmul(w_t, rows[:, ci, r + p, q : q + out_width])
-                    conv[:, r, :] = nisa.tensor_scalar(acc, nl.add, bias_sb[:, co : co + 1])
-                _store_row(conv, X_out, b, co, out_row, pool_size, out_width)
-    return X_out
+    return _one_row_per_tile(X, W, bias, pool_size, hoist_weights=False, hoist_inputs=True, operand_dtype=X.dtype)
 
 
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def step1_weights(X, W, bias, pool_size=1):
-    batch_size, in_channels, input_height, input_width = X.shape
-    out_channels, _, K, _ = W.shape
-    P = nl.tile_size.pmax
-    in_tiles, out_tiles = in_channels // P, out_channels // P
-    out_height, out_width = input_height - K + 1, input_width - K + 1
-    pooled_h, pooled_w = out_height // pool_size, out_width // pool_size
-    X_out = nl.ndarray((batch_size, out_channels, pooled_h, pooled_w), dtype=X.dtype, buffer=nl.hbm)
-    bias_sb = _bias_columns(bias, out_tiles)
-    w_t = _resident_weights(W, in_tiles, out_tiles, K * K, W.dtype)
-
-    for b in nl.affine_range(batch_size):
-        for out_row in nl.affine_range(pooled_h):
-            for co in nl.affine_range(out_tiles):
-                conv = nl.ndarray((P, pool_size, out_width), dtype=nl.float32, buffer=nl.sbuf)
-                for r in nl.affine_range(pool_size):
-                    y = out_row * pool_size + r
-                    acc = nl.zeros((P, out_width), dtype=nl.float32, buffer=nl.psum)
-                    for ci in nl.affine_range(in_tiles):
-                        for p in nl.affine_range(K):
-                            for q in nl.affine_range(K):
-                                x_win = nl.ndarray((P, out_width), dtype=X.dtype, buffer=nl.sbuf)
-                                nisa.dma_copy(src=X[b, ci * P : (ci + 1) * P, y + p, q : q + out_width], dst=x_win)
-                                acc += nisa.nc_matmul(w_t[:, ci, p * K + q, co * P : (co + 1) * P], x_win)
-                    conv[:, r, :] = nisa.tensor_scalar(acc, nl.add, bias_sb[:, co : co + 1])
-                _store_row(conv, X_out, b, co, out_row, pool_size, out_width)
-    return X_out
-
-
-def _step2(X, W, bias, pool_size, operand_dtype):
-    batch_size, in_channels, input_height, input_width = X.shape
-    out_channels, _, K, _ = W.shape
-    P = nl.tile_size.pmax
-    in_tiles, out_tiles = in_channels // P, out_channels // P
-    out_height, out_width = input_height - K + 1, input_width - K + 1
-    pooled_h, pooled_w = out_height // pool_size, out_width // pool_size
-    X_out = nl.ndarray((batch_size, out_channels, pooled_h, pooled_w), dtype=X.dtype, buffer=nl.hbm)
-    bias_sb = _bias_columns(bias, out_tiles)
-    w_t = _resident_weights(W, in_tiles, out_tiles, K * K, operand_dtype)
-
-    for b in nl.affine_range(batch_size):
-        for out_row in nl.affine_range(pooled_h):
-            y0 = out_row * pool_size
-            rows = nl.ndarray((P, in_tiles, pool_size + K - 1, input_width), dtype=X.dtype, buffer=nl.sbuf)
-            for ci in nl.affine_range(in_tiles):
-                nisa.dma_copy(src=X[b, ci * P : (ci + 1) * P, y0 : y0 + pool_size + K - 1, :], dst=rows[:, ci])
-            if operand_dtype != X.dtype:
-                rows = nisa.tensor_copy(rows, dtype=operand_dtype)
-            for co in nl.affine_range(out_tiles):
-                conv = nl.ndarray((P, pool_size, out_width), dtype=nl.float32, buffer=nl.sbuf)
-                for r in nl.affine_range(pool_size):
-                    acc = nl.zeros((P, out_width), dtype=nl.float32, buffer=nl.psum)
-                    for ci in nl.affine_range(in_tiles):
-                        for p in nl.affine_range(K):
-                            for q in nl.affine_range(K):
-                                acc += nisa.nc_matmul(
-                                    w_t[:, ci, p * K + q, co * P : (co + 1) * P], rows[:, ci, r + p, q : q + out_width]
-                                )
-                    conv[:, r, :] = nisa.tensor_scalar(acc, nl.add, bias_sb[:, co : co + 1])
-                _store_row(conv, X_out, b, co, out_row, pool_size, out_width)
-    return X_out
+    return _one_row_per_tile(X, W, bias, pool_size, hoist_weights=True, hoist_inputs=False, operand_dtype=X.dtype)
 
 
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def step2_inputs(X, W, bias, pool_size=1):
-    return _step2(X, W, bias, pool_size, X.dtype)
+    return _one_row_per_tile(X, W, bias, pool_size, hoist_weights=True, hoist_inputs=True, operand_dtype=X.dtype)
 
 
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def step2_fp32_operands(X, W, bias, pool_size=1):
-    return _step2(X, W, bias, pool_size, nl.float32)
+    return _one_row_per_tile(X, W, bias, pool_size, hoist_weights=True, hoist_inputs=True, operand_dtype=nl.float32)
 
 
 def _rows_per_tile(conv_rows, out_width, pool_size, max_rows):
@@ -239,33 +198,40 @@ def _evacuate(acc, bias_col, rows, out_width, pool_size, dtype):
     return nisa.tensor_scalar(pooled, nl.add, bias_col, dtype=dtype)
 
 
-def _step3_blocks(X, W, bias, pool_size, max_rows, sbuf_accumulate=False):
-    batch_size, in_channels, input_height, input_width = X.shape
-    out_channels, _, K, _ = W.shape
-    P = nl.tile_size.pmax
-    in_tiles, out_tiles = in_channels // P, out_channels // P
-    out_height, out_width = input_height - K + 1, input_width - K + 1
-    pooled_h, pooled_w = out_height // pool_size, out_width // pool_size
-    conv_rows = pooled_h * pool_size
-    X_out = nl.ndarray((batch_size, out_channels, pooled_h, pooled_w), dtype=X.dtype, buffer=nl.hbm)
-    bias_sb = _bias_columns(bias, out_tiles)
-    w_t = _resident_weights(W, in_tiles, out_tiles, K * K, W.dtype)
+def _step3_blocks(X, W, bias, pool_size, max_rows, sbuf_accumulate=False, single_buffers=False):
+    """Step 3: several whole output rows per PSUM tile (at most max_rows), weights and inputs loaded once.
+    sbuf_accumulate: the taps are added up in SBUF, one PSUM tile per matmul; single_buffers: every loop tile is
+    allocated once, before the loops, and reused by every block (the accumulator cleared with memset)."""
+    s = _Shape(X, W, pool_size)
+    P, K, out_width = nl.tile_size.pmax, s.K, s.out_width
+    conv_rows = s.pooled_h * pool_size
+    X_out = s.output(X.dtype)
+    bias_sb = _bias_columns(bias, s.out_tiles)
+    w_t = _resident_weights(W, s.in_tiles, s.out_tiles, K * K, W.dtype)
 
     rows = _rows_per_tile(conv_rows, out_width, pool_size, max_rows)
     blocks, tail = conv_rows // rows, conv_rows % rows
-    for b in nl.affine_range(batch_size):
+    if single_buffers:
+        x_one = nl.ndarray((P, s.in_tiles, rows + K - 1, s.input_width), dtype=X.dtype, buffer=nl.sbuf)
+        acc_one = nl.ndarray((P, rows, out_width), dtype=nl.float32, buffer=nl.psum)
+        result_one = nl.ndarray((P, rows // pool_size, s.pooled_w), dtype=X.dtype, buffer=nl.sbuf)
+    for b in nl.affine_range(s.batch):
         for blk in nl.static_range(blocks + (1 if tail else 0)):
             n = rows if blk < blocks else tail
             y0 = blk * rows
-            x_blk = nl.ndarray((P, in_tiles, n + K - 1, input_width), dtype=X.dtype, buffer=nl.sbuf)
-            for ci in nl.affine_range(in_tiles):
+            if single_buffers:
+                x_blk = x_one[:, :, 0 : n + K - 1, :]
+            else:
+                x_blk = nl.ndarray((P, s.in_tiles, n + K - 1, s.input_width), dtype=X.dtype, buffer=nl.sbuf)
+            for ci in nl.affine_range(s.in_tiles):
                 nisa.dma_copy(src=X[b, ci * P : (ci + 1) * P, y0 : y0 + n + K - 1, :], dst=x_blk[:, ci])
-            for co in nl.affine_range(out_tiles):
-                if sbuf_accumulate:
-                    acc = nl.zeros((P, n, out_width), dtype=nl.float32, buffer=nl.sbuf)
+            for co in nl.affine_range(s.out_tiles):
+                if single_buffers:
+                    acc = acc_one[:, 0:n, :]
+                    acc[...] = nisa.memset((P, n, out_width), 0.0, nl.float32)
                 else:
-                    acc = nl.zeros((P, n, out_width), dtype=nl.float32, buffer=nl.psum)
-                for ci in nl.affine_range(in_tiles):
+                    acc = nl.zeros((P, n, out_width), dtype=nl.float32, buffer=nl.sbuf if sbuf_accumulate else nl.psum)
+                for ci in nl.affine_range(s.in_tiles):
                     for p in nl.affine_range(K):
                         for q in nl.affine_range(K):
                             product = nisa.nc_matmul(
@@ -276,6 +242,9 @@ def _step3_blocks(X, W, bias, pool_size, max_rows, sbuf_accumulate=False):
                             else:
                                 acc += product
                 result = _evacuate(acc, bias_sb[:, co : co + 1], n, out_width, pool_size, X.dtype)
+                if single_buffers:
+                    result_one[:, 0 : n // pool_size, :] = result
+                    result = result_one[:, 0 : n // pool_size, :]
                 out0 = y0 // pool_size
                 nisa.dma_copy(src=result, dst=X_out[b, co * P : (co + 1) * P, out0 : out0 + n // pool_size, :])
     return X_out
@@ -302,44 +271,4 @@ def step3_sbuf_accumulate(X, W, bias, pool_size=1):
 @nki.compiler.skip_middle_end_transformations
 @nki.jit
 def step3_single_buffers(X, W, bias, pool_size=1):
-    batch_size, in_channels, input_height, input_width = X.shape
-    out_channels, _, K, _ = W.shape
-    P = nl.tile_size.pmax
-    in_tiles, out_tiles = in_channels // P, out_channels // P
-    out_height, out_width = input_height - K + 1, input_width - K + 1
-    pooled_h, pooled_w = out_height // pool_size, out_width // pool_size
-    conv_rows = pooled_h * pool_size
-    X_out = nl.ndarray((batch_size, out_channels, pooled_h, pooled_w), dtype=X.dtype, buffer=nl.hbm)
-    bias_sb = _bias_columns(bias, out_tiles)
-    w_t = _resident_weights(W, in_tiles, out_tiles, K * K, W.dtype)
-
-    rows = _rows_per_tile(conv_rows, out_width, pool_size, 512)
-    blocks, tail = conv_rows // rows, conv_rows % rows
-    # one buffer of each kind, allocated before the loops and reused by every block
-    x_blk = nl.ndarray((P, in_tiles, rows + K - 1, input_width), dtype=X.dtype, buffer=nl.sbuf)
-    acc = nl.ndarray((P, rows, out_width), dtype=nl.float32, buffer=nl.psum)
-    result = nl.ndarray((P, rows // pool_size, pooled_w), dtype=X.dtype, buffer=nl.sbuf)
-    for b in nl.affine_range(batch_size):
-        for blk in nl.static_range(blocks + (1 if tail else 0)):
-            n = rows if blk < blocks else tail
-            y0 = blk * rows
-            for ci in nl.affine_range(in_tiles):
-                nisa.dma_copy(src=X[b, ci * P : (ci + 1) * P, y0 : y0 + n + K - 1, :], dst=x_blk[:, ci, 0 : n + K - 1])
-            for co in nl.affine_range(out_tiles):
-                part = acc[:, 0:n, :]
-                part[...] = nisa.memset((P, n, out_width), 0.0, nl.float32)
-                for ci in nl.affine_range(in_tiles):
-                    for p in nl.affine_range(K):
-                        for q in nl.affine_range(K):
-                            part += nisa.nc_matmul(
-                                w_t[:, ci, p * K + q, co * P : (co + 1) * P], x_blk[:, ci, p : p + n, q : q + out_width]
-                            )
-                result[:, 0 : n // pool_size, :] = _evacuate(
-                    part, bias_sb[:, co : co + 1], n, out_width, pool_size, X.dtype
-                )
-                out0 = y0 // pool_size
-                nisa.dma_copy(
-                    src=result[:, 0 : n // pool_size, :],
-                    dst=X_out[b, co * P : (co + 1) * P, out0 : out0 + n // pool_size, :],
-                )
-    return X_out
+    return _step3_blocks(X, W, bias, pool_size, max_rows=512, single_buffers=True)
