@@ -15,8 +15,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m nkisim install-fallback
 	touch $@
 
-# Browser tests of the HTML profile need a Chromium (Debian: apt-get install chromium; `make browser` as root);
-# without one they are skipped with a loud reason in the summary.  loadgroup keeps them on one worker.
+# The whole suite here; in the student release (`make release`), whose tests/ holds only the installation check
+# (tests/test_setup_check.py), the same command checks the installation and the tools in under a minute and never
+# reads the student's kernels (`make grade` does).  Browser tests of the HTML profile need a Chromium (Debian:
+# apt-get install chromium; `make browser` as root); without one they are skipped with a loud reason in the
+# summary.  loadgroup keeps them on one worker.
 test: setup
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
@@ -29,7 +32,7 @@ browser:
 	else echo "WARNING: no chromium and cannot install it (not root or no apt-get): browser tests will be skipped"; fi
 
 lint: setup
-	$(VENV)/bin/ruff check nkisim nkibench grader part1 part2 tests handouts tools
+	$(VENV)/bin/ruff check nkisim nkibench grader part1 part2 tests handouts tools $(wildcard staff)
 
 bench: setup
 	$(PY) -m nkisim.bench
@@ -56,7 +59,8 @@ grade: setup
 gradescope: setup
 	$(PY) -m grader gradescope --out autograder.zip
 
-# The student repository (release/asst4-trainium/ and release/asst4-trainium.tar.gz) without staff files.
+# The student repository (release/asst4-trainium/ and release/asst4-trainium.tar.gz) without staff files
+# (grader/reference/ and .release-exclude's paths), with README.student.md as its README.
 release:
 	$(PYTHON) tools/release.py --out release
 

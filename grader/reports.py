@@ -16,6 +16,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from grader.points import points, points_total
 from grader.records import GradeRecord, TestResult
 
 SUMMARY_LIMIT = 1024 * 1024 - 4096  # GitHub's job summary limit is 1 MiB per step
@@ -58,8 +59,7 @@ def _status_word(t: TestResult) -> str:
     }.get(t.status, t.status.upper())
 
 
-def _fmt_points(x: float) -> str:
-    return f"{x:g}"
+_fmt_points = points
 
 
 # ------------------------------------------------------------------------------------------ Gradescope ----
@@ -216,8 +216,7 @@ TABLE_HEADERS = ["test", "status", "points", "latency us", "target us (full / 90
 def text_table(record: GradeRecord) -> str:
     body = tabulate(table_rows(record), headers=TABLE_HEADERS, tablefmt="simple")
     total = (
-        f"Total: {_fmt_points(record.score)} points (out of {_fmt_points(record.base_points)}, plus up to "
-        f"{_fmt_points(record.max_score - record.base_points)} extra credit)   "
+        f"Total: {points_total(record.score, record.base_points, record.max_score - record.base_points)}   "
         f"backend {record.backend}, target {record.target}, seed {record.seed}, {record.seconds:.1f} s"
     )
     lines = [body, "", total]

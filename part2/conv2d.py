@@ -47,12 +47,16 @@ def fused_conv2d_maxpool(X, W, bias, pool_size=1):
 
     X_out = nl.ndarray(shape=(batch_size, out_channels, out_pool_height, out_pool_width), dtype=X.dtype, buffer=nl.hbm)
 
-    # YOUR CODE HERE.  A plan that works (see the handout, part 2):
-    #   1. load W once, transpose it on the Tensor Engine so in_channels is the partition axis, keep it in SBUF;
-    #   2. for each image and each band of output rows, load the input rows it needs (+ filter_height - 1);
-    #   3. for each 128-channel output tile, accumulate filter_height * filter_width * (in_channels / 128)
-    #      nisa.nc_matmul calls into one PSUM tile (each one is a shifted window of the input rows);
-    #   4. add the bias, max-pool, cast to X.dtype in SBUF and store the rows to X_out.
+    # YOUR CODE HERE.  The mapping (handout, part 2): for each filter tap (p, q), the conv is a matmul that contracts
+    # over input channels, so the 128 input channels of a channel tile lie on the partitions of both operands:
+    #   stationary = W[co tile, ci tile, p, q] transposed to [128 ci, 128 co] (W is stored out-channels first);
+    #   moving     = X[b, ci tile, y + p, q : q + out_width]: [128 ci, out_width], output row y shifted by the tap;
+    #   all filter_height * filter_width * (in_channels / 128) products of one output tile accumulate in one
+    #   fp32 PSUM tile ([128 co, out_width], at most 512 fp32 per partition), which leaves PSUM once: + bias,
+    #   max-pool, cast to X.dtype, store.
+    # Start with the handout's starting point (for each image, output row, out-channel tile, in-channel tile and
+    # tap: load the weight block, transpose it, load the input window, matmul into the row's PSUM tile); get it
+    # correct, then make it fast one step at a time ("Making it fast"), comparing profiles as you go.
     # Then delete the line below.
     raise NotImplementedError(
         "fused_conv2d_maxpool is not implemented yet: write it in part2/conv2d.py (conv as shifted matmuls "

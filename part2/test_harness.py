@@ -551,14 +551,23 @@ def run_harness(
 
 
 def score_lines(report: HarnessReport) -> list[str]:
+    """The score lines, worded as the grader words its total ("65 points (out of 60, plus up to 5 extra
+    credit)": grader/points.py); plain "x / y" where the grader is not importable (a bare copy of part2/)."""
     corr, corr_max = report.score("correctness")
     perf, perf_max = report.score("performance")
     ec, ec_max = report.score("extra credit")
+    try:
+        from grader.points import points_total  # type: ignore[import-not-found]
+    except ImportError:
+
+        def points_total(score: float, out_of: float, extra_credit: float = 0.0) -> str:
+            return f"{score:g} / {out_of:g}" + (f" (+ up to {extra_credit:g} extra credit)" if extra_credit else "")
+
     return [
-        f"Correctness score: {corr:.2f} / {corr_max:.2f}",
-        f"Performance score: {perf:.2f} / {perf_max:.2f}",
-        f"Extra credit score: {ec:.2f} / {ec_max:.2f}",
-        f"Total score: {corr + perf + ec:.2f} / {corr_max + perf_max:.2f}",
+        f"Correctness: {points_total(corr, corr_max)}",
+        f"Performance: {points_total(perf, perf_max)}",
+        f"Extra credit: {points_total(ec, ec_max)}",
+        f"Part 2 total: {points_total(corr + perf + ec, corr_max + perf_max, ec_max)}",
     ]
 
 

@@ -18,7 +18,11 @@ sys.path.insert(0, str(REPO / "part2"))
 import conv2d_numpy  # noqa: E402
 import test_harness as harness  # noqa: E402
 
-SCORE_LINE = re.compile(r"^(Correctness|Performance|Extra credit|Total) score: ([0-9.]+) / ([0-9.]+)$", re.M)
+SCORE_LINE = re.compile(
+    r"^(Correctness|Performance|Extra credit|Part 2 total): ([0-9.]+) points \(out of ([0-9.]+)(?:, plus up to "
+    r"([0-9.]+) extra credit)?\)$",
+    re.M,
+)
 
 
 @settings(max_examples=20, deadline=None)
@@ -156,12 +160,12 @@ def test_command_line_prints_verdicts_and_score_lines():
         encoding="utf-8",
     )
     assert proc.returncode == 0, proc.stderr
-    scores = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in SCORE_LINE.finditer(proc.stdout)}
+    scores = {m.group(1): tuple(float(g or 0) for g in m.groups()[1:]) for m in SCORE_LINE.finditer(proc.stdout)}
     assert scores == {
-        "Correctness": (0.0, 7.5),
-        "Performance": (0.0, 35.0),
-        "Extra credit": (0.0, 2.5),
-        "Total": (0.0, 42.5),
+        "Correctness": (0.0, 7.5, 0.0),
+        "Performance": (0.0, 35.0, 0.0),
+        "Extra credit": (0.0, 2.5, 0.0),
+        "Part 2 total": (0.0, 42.5, 2.5),
     }
     assert "Backend: nkisim estimate, trn2" in proc.stdout
     assert proc.stdout.count("FAILED") == 3
@@ -250,3 +254,19 @@ def test_a_kernel_calling_sys_exit_is_a_failed_test_not_a_silent_exit():
     for simulate in (False, True):
         with pytest.raises(RuntimeError, match=r"the kernel called sys.exit\(0\) instead of returning its output"):
             harness.launch(exits, args, {"pool_size": 1}, simulate)
+
+
+def test_score_lines_are_worded_like_the_graders_total():
+    from grader.points import points_total
+
+    report = harness.HarnessReport("nkisim estimate, trn2")
+    report.correctness = [harness.TestResult("c", True, 10.0, 10.0)]
+    report.performance = [
+        harness.TestResult("p", True, 0.9 * 17.5, 17.5),
+        harness.TestResult("e", True, 1.25, 1.25, extra_credit=True),
+    ]
+    lines = harness.score_lines(report)
+    assert lines[-1] == "Part 2 total: 27 points (out of 27.5, plus up to 1.25 extra credit)"
+    assert lines[1] == "Performance: 15.75 points (out of 17.5)"
+    assert points_total(76, 70, 6) == "76 points (out of 70, plus up to 6 extra credit)"
+    assert points_total(10, 10) == "10 points (out of 10)"

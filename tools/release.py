@@ -2,8 +2,10 @@
 
 Copies every tracked (or not ignored) file except the staff-only ones into ``OUT/asst4-trainium/`` and packs
 it as ``OUT/asst4-trainium.tar.gz``.  Staff-only means: the reference solutions (``grader/reference/``), the
-tests that need them, and anything listed in ``.release-exclude`` (one glob per line, ``#`` comments).  As a
-last guard, no released file may contain the staff marker string that every staff-only file carries.
+tests that need them, and anything listed in ``.release-exclude`` (one glob per line, ``#`` comments; a line
+starting with ``!`` releases paths an earlier line excluded).  The students' README (``README.student.md``)
+becomes the release's ``README.md``.  As a last guard, no released file may contain the staff marker string that
+every staff-only file carries.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class ReleaseError(RuntimeError):
 
 WORKFLOW_TEMPLATE = "grader/templates/github-workflow.yml"
 WORKFLOW_DEST = ".github/workflows/autograder.yml"
+# The students' README replaces the staff one (which is about the course repository and its TA tools).
+STUDENT_README = "README.student.md"
 
 
 def candidate_files(repo: Path) -> list[str]:
@@ -69,6 +73,7 @@ def candidate_files(repo: Path) -> list[str]:
 
 
 def exclude_patterns(repo: Path) -> list[str]:
+    """Glob patterns, in order; ``!pattern`` re-includes what an earlier pattern excluded (as in .gitignore)."""
     patterns = list(ALWAYS_EXCLUDED)
     extra = repo / ".release-exclude"
     if extra.is_file():
@@ -79,13 +84,27 @@ def exclude_patterns(repo: Path) -> list[str]:
     return patterns
 
 
+def _matches(path: str, pat: str) -> bool:
+    return fnmatch.fnmatch(path, pat) or fnmatch.fnmatch(path, pat.rstrip("/*"))
+
+
 def is_excluded(path: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatch(path, pat) or fnmatch.fnmatch(path, pat.rstrip("/*")) for pat in patterns)
+    """The last pattern that matches decides; the always-excluded ones cannot be re-included."""
+    if any(_matches(path, pat) for pat in ALWAYS_EXCLUDED):
+        return True
+    excluded = False
+    for pat in patterns:
+        if pat.startswith("!"):
+            if excluded and _matches(path, pat[1:]):
+                excluded = False
+        elif not excluded and _matches(path, pat):
+            excluded = True
+    return excluded
 
 
 def release_files(repo: Path) -> list[str]:
     patterns = exclude_patterns(repo)
-    return [f for f in candidate_files(repo) if not is_excluded(f, patterns)]
+    return [f for f in candidate_files(repo) if not is_excluded(f, patterns) and f != STUDENT_README]
 
 
 def check_no_staff_content(root: Path, files: list[str]) -> None:
@@ -114,6 +133,11 @@ def build(out_dir: Path, repo: Path = REPO) -> tuple[Path, Path]:
         dst = staging / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(repo / rel, dst, follow_symlinks=False)
+    readme = repo / STUDENT_README
+    if readme.is_file():
+        check_no_staff_content(repo, [STUDENT_README])
+        shutil.copy2(readme, staging / "README.md")
+        files = sorted({*files, "README.md"})
     # Student repositories get the autograder workflow active (runs the grader on every push, posts the score).
     workflow = repo / WORKFLOW_TEMPLATE
     if workflow.exists():

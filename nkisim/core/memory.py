@@ -64,7 +64,7 @@ class MemoryTracker:
         self.target = target
         self.live = {B_SBUF: 0, B_PSUM: 0}
         self.peak = {B_SBUF: 0, B_PSUM: 0}
-        self.live_allocs: dict[int, tuple] = {}  # id -> (buf, name, dtype, bytes, site); no strong refs
+        self.live_allocs: dict[int, tuple] = {}  # id -> (buf, name, dtype, bytes, site, shape); no strong refs
         self._free_phys: dict[object, list[int]] = {}
         self._next_phys = 1
         self._owned: dict[object, int] = {}  # (site, buf) -> physical buffers the site holds (live or dead)
@@ -157,7 +157,7 @@ class MemoryTracker:
         buf = alloc.buf
         cost = self._cost(buf, alloc.bytes_pp)
         self.live[buf] += cost
-        self.live_allocs[id(alloc)] = (buf, alloc.name, alloc.base.dtype, alloc.bytes_pp, alloc.site)
+        self.live_allocs[id(alloc)] = (buf, alloc.name, alloc.base.dtype, alloc.bytes_pp, alloc.site, alloc.base.shape)
         capacity = self._capacity(buf)
         if self.live[buf] > capacity:
             self.reclaim(buf, alloc)
@@ -176,7 +176,7 @@ class MemoryTracker:
             self.peak[buf] = self.live[buf]
         if self.live[buf] > capacity:
             peak = self.live[buf]
-            tiles = self.largest(buf)
+            tiles = self.largest(buf) + self.partition_hint(buf)
             if self.simulate:
                 self.overflows.append(message("nkisim_sbuf_capacity", target=self.target, peak=peak,
                                               capacity=capacity, tiles=tiles))
@@ -205,9 +205,32 @@ class MemoryTracker:
     def largest(self, buf: Buf, n: int = 5) -> str:
         allocs = sorted((a for a in self.live_allocs.values() if a[0] == buf), key=lambda a: -a[3])[:n]
         return ", ".join(
-            f"'{name or 'tile'}' {dt} = {nbytes} B/partition (allocated at {site_str(site)})"
-            for _, name, dt, nbytes, site in allocs
+            f"'{name or 'tile'}' {dt} {_layout(shape)} = {nbytes} B/partition (allocated at {site_str(site)})"
+            for _, name, dt, nbytes, site, shape in allocs
         )
+
+    def partition_hint(self, buf: Buf) -> str:
+        """For the largest live tile whose partition axis is smaller than a later axis of at most pmax: which axis
+        was taken as the partition axis, and the two ways to put the other one there (students' commonest
+        over-subscription: a list-of-tiles shape such as (2, 128, 9, 256), read as 2 partitions)."""
+        pmax = self.limits.pmax
+        for _, name, _, _, _, shape in sorted(
+            (a for a in self.live_allocs.values() if a[0] == buf), key=lambda a: -a[3]
+        ):
+            parts, rest = shape[0], shape[1:]
+            later = [i for i, d in enumerate(rest) if parts < d <= pmax]
+            if parts >= pmax or not later:
+                continue
+            axis = 1 + max(later, key=lambda i: rest[i])
+            first = (shape[axis], *shape[:axis], *shape[axis + 1 :])
+            marked = ", ".join(f"nl.par_dim({d})" if i == axis else str(d) for i, d in enumerate(shape))
+            return (
+                f". '{name or 'tile'}' {tuple(shape)} was taken with its first axis on the partitions: {parts} "
+                f"partitions, each holding the {_count(rest)} elements of the other axes. If axis {axis} (size "
+                f"{shape[axis]}) is the one to spread over the partitions, make it the first axis, {first}, or mark "
+                f"it: ({marked}), which makes the axes before it block dimensions"
+            )
+        return ""
 
     def release(self, alloc: Allocation) -> None:
         buf = alloc.buf
@@ -225,6 +248,18 @@ class MemoryTracker:
             self._free_phys.setdefault(key, []).append(alloc.phys)
             self._dead[buf][alloc.phys] = (key, cost)
             self._dead_bytes[buf] += cost
+
+
+def _layout(shape: tuple[int, ...]) -> str:
+    """'[2 partitions] x (128, 9, 256)': the physical layout, partition axis first."""
+    return f"[{shape[0]} partitions] x {tuple(shape[1:])}" if len(shape) > 1 else f"[{shape[0]} partitions]"
+
+
+def _count(dims: tuple[int, ...]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
 
 
 def site_str(site) -> str:
