@@ -1,0 +1,144 @@
+"""Kernel-controlled inputs that used to buy modelled speed or exactness the hardware would not give
+(docs/grading-security.md): each test fails on the code before its fix."""
+
+from __future__ import annotations
+
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+import numpy as np
+import pytest
+from nkisim_util import raises_rule
+
+from nkisim.core.runtime import run_kernel
+from nkisim.perf import estimate
+
+
+def _costs(kernel, args, target="trn2", mode="full"):
+    run = run_kernel(kernel, args, {}, mode=mode, target=target)
+    estimate(run.trace, target)
+    return run, {i.op: i.cost_ns for i in run.trace.instrs if i.op != "dma_copy"}
+
+
+# ---- G1: an instruction's N is that of its largest access, whichever operand comes first ---------------------
+
+
+@pytest.mark.parametrize("form", ["tensor_tensor", "nl_add", "where", "broadcast_copy"])
+def test_a_broadcast_operand_placed_first_costs_the_full_tile(form):
+    def kernel(a, b, small_first):
+        big = nl.load(a)
+        col = nl.load(b)
+        if form == "tensor_tensor":
+            r = nisa.tensor_tensor(col, big, nl.add) if small_first else nisa.tensor_tensor(big, col, nl.add)
+        elif form == "nl_add":
+            r = nl.add(col, big) if small_first else nl.add(big, col)
+        elif form == "where":
+            r = nl.where(col, big, 0.0) if small_first else nl.where(big, col, 0.0)
+        else:
+            r = nl.broadcast_to(col, shape=(128, 2048)) if small_first else nisa.tensor_copy(big)
+        out = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.hbm)
+        nl.store(out, r)
+        return out
+
+    a = np.random.default_rng(0).random((128, 2048), dtype=np.float32)
+    b = np.ones((128, 1), dtype=np.float32)
+    costs = []
+    for small_first in (False, True):
+        run = run_kernel(lambda x, y, s=small_first: kernel(x, y, s), (a, b), {}, mode="timing")
+        estimate(run.trace)
+        costs.append(max(i.cost_ns for i in run.trace.instrs if i.op != "dma_copy"))
+    assert costs[1] == pytest.approx(costs[0]), costs
+    assert costs[0] > 1000  # 2048 elements per partition, not MIN_II
+
+
+# ---- G2: the operands a trace holds cannot be rewritten by kernel code -------------------------------------------
+
+
+def test_operands_are_immutable():
+    def kernel(a):
+        t = nl.load(a)
+        op = t.operand()
+        with pytest.raises(AttributeError):
+            op.free_elems = 1
+        with pytest.raises(AttributeError):
+            op.dtype = "bfloat16"
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.hbm)
+        nl.store(out, t)
+        return out
+
+    run_kernel(kernel, (np.zeros((128, 4), dtype=np.float32),))
+
+
+# ---- G3: onezero hints promise 0/1 data ----------------------------------------------------------------------------
+
+
+def _mm_kernel(**hints):
+    def kernel(st, mv):
+        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        acc[...] = nisa.nc_matmul(nl.load(st), nl.load(mv), **hints)
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.hbm)
+        nl.store(out, acc)
+        return out
+
+    return kernel
+
+
+def test_a_onezero_hint_on_a_zero_one_tile_keeps_its_speed_up():
+    rng = np.random.default_rng(1)
+    ones = (rng.random((128, 128)) < 0.5).astype(np.float32)
+    mv = rng.random((128, 512), dtype=np.float32)
+    plain_run, plain = _costs(_mm_kernel(), (ones, mv))
+    hinted_run, hinted = _costs(_mm_kernel(is_stationary_onezero=True), (ones, mv))
+    np.testing.assert_array_equal(hinted_run.outputs, plain_run.outputs)
+    assert hinted["nc_matmul"] < 0.6 * plain["nc_matmul"]  # "could lead to 2x better performance"
+
+
+def test_a_onezero_hint_on_other_fp32_data_is_an_error():
+    rng = np.random.default_rng(2)
+    st, mv = rng.random((128, 128), dtype=np.float32), rng.random((128, 512), dtype=np.float32)
+    with raises_rule("nkisim_matmul_onezero_hint", "is_moving_onezero=True", "moving tile (float32)"):
+        run_kernel(_mm_kernel(is_moving_onezero=True), (st, mv))
+    with raises_rule("nkisim_matmul_onezero_hint", "is_stationary_onezero=True"):
+        run_kernel(_mm_kernel(is_stationary_onezero=True), (st, mv), target="trn1")
+
+
+def test_a_onezero_hint_on_16_bit_data_has_no_effect():
+    rng = np.random.default_rng(3)
+    st = rng.random((128, 128), dtype=np.float32).astype(np.float16)
+    mv = rng.random((128, 512), dtype=np.float32).astype(np.float16)
+    plain_run, plain = _costs(_mm_kernel(), (st, mv))
+    hinted_run, hinted = _costs(_mm_kernel(is_stationary_onezero=True), (st, mv))
+    np.testing.assert_array_equal(hinted_run.outputs, plain_run.outputs)
+    assert hinted["nc_matmul"] == plain["nc_matmul"]
+
+
+# ---- G4: transpose mode transposes the stationary against an identity ---------------------------------------------
+
+
+def test_transpose_mode_with_an_identity_is_a_transpose():
+    rng = np.random.default_rng(4)
+    st, eye = rng.random((128, 128), dtype=np.float32), np.eye(128, dtype=np.float32)
+
+    def kernel(s, m):
+        acc = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        acc[...] = nisa.nc_matmul(nl.load(s), nl.load(m), is_transpose=True)
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.hbm)
+        nl.store(out, acc)
+        return out
+
+    for target in ("trn2", "trn1"):
+        np.testing.assert_array_equal(run_kernel(kernel, (st, eye), target=target).outputs, st.T)
+
+
+def test_transpose_mode_on_a_matrix_product_is_an_error_on_trn2_and_a_matmul_on_trn1():
+    rng = np.random.default_rng(5)
+    st, mv = rng.random((128, 128), dtype=np.float32), rng.random((128, 512), dtype=np.float32)
+    with raises_rule("nkisim_matmul_transpose_mode", "[128, 512] has 512 columns for 128 partitions"):
+        run_kernel(_mm_kernel(is_transpose=True), (st, mv))
+    sq = rng.random((128, 128), dtype=np.float32)
+    with raises_rule("nkisim_matmul_transpose_mode", "is not the identity"):
+        run_kernel(_mm_kernel(is_transpose=True), (st, np.pad(sq, ((0, 0), (0, 384)))[:, :128].copy()))
+    # NeuronCore-v2 has no transpose mode: the flag labels the instruction, the matmul is computed and costed
+    plain_run, plain = _costs(_mm_kernel(), (st, mv), target="trn1")
+    flagged_run, flagged = _costs(_mm_kernel(is_transpose=True), (st, mv), target="trn1")
+    np.testing.assert_allclose(flagged_run.outputs, st.T @ mv, rtol=1e-5)
+    assert flagged["nc_matmul"] == plain["nc_matmul"]
