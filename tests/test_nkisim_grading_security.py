@@ -142,3 +142,27 @@ def test_transpose_mode_on_a_matrix_product_is_an_error_on_trn2_and_a_matmul_on_
     flagged_run, flagged = _costs(_mm_kernel(is_transpose=True), (st, mv), target="trn1")
     np.testing.assert_allclose(flagged_run.outputs, st.T @ mv, rtol=1e-5)
     assert flagged["nc_matmul"] == plain["nc_matmul"]
+
+
+# ---- G8: GpSimd runs the ALU operators the table gives it, no others ------------------------------------------
+
+
+def test_gpsimd_runs_only_its_operators():
+    a = np.random.default_rng(6).random((128, 64), dtype=np.float32)
+
+    def kernel(x, op, scalar):
+        t = nl.load(x)
+        if scalar:
+            r = nisa.tensor_scalar(t, op, 2.0, engine=nisa.gpsimd_engine)
+        else:
+            r = nisa.tensor_tensor(t, t, op, engine=nisa.gpsimd_engine)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.hbm)
+        nl.store(out, r)
+        return out
+
+    for scalar in (False, True):
+        for op in (nl.maximum, nl.subtract):
+            with raises_rule("nkisim_engine_op_unsupported", "GpSimd runs only add, multiply, power and rsqrt"):
+                run_kernel(lambda x, o=op, s=scalar: kernel(x, o, s), (a,))
+        out = run_kernel(lambda x, s=scalar: kernel(x, nl.multiply, s), (a,)).outputs
+        np.testing.assert_allclose(out, a * (2.0 if scalar else a), rtol=1e-6)

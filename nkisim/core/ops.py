@@ -874,6 +874,8 @@ def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = E_UNKNO
     if engine == E_UNKNOWN:
         engine = E_GPSIMD if op == "power" else E_VECTOR
     _engine_checks(op_name, engine, [(a, "data1"), (b, "data2")], ctx)
+    if engine == E_GPSIMD:
+        _gpsimd_alu(ctx, op_name, op)
     if a._a.buf == B_PSUM and b._a.buf == B_PSUM and not psum_pair:
         fail("nkisim_two_inputs_in_psum", op=op_name)
     if execute.ALU.get(op, (None, False))[1]:
@@ -923,6 +925,21 @@ def _need_int(op_name: str, alu: str, *operands) -> None:
                  detail=f" (bitvec operator '{alu}' needs integer tiles)")
 
 
+# Operators GpSimd runs: the "Supported Engine" column of the NKI ALU operator table (nki.api.shared @2.26,
+# tbl-aluop: Add and Multiply Vector/GpSIMD/Scalar, Power GpSIMD, Reverse Square Root GpSIMD/Scalar; every
+# other operator Vector only).  Without the check a kernel could spread VectorE-only work (max, subtract, ...)
+# over GpSimd, which the hardware does not run (grading security, G8).
+_GPSIMD_ALU = frozenset({"add", "multiply", "power", "rsqrt"})
+
+
+def _gpsimd_alu(ctx: KernelContext, op_name: str, *ops) -> None:
+    bad = [o for o in ops if o is not None and o not in _GPSIMD_ALU]
+    if bad:
+        fail("nkisim_engine_op_unsupported", op=op_name, engine="GpSimd Engine", target=ctx.target,
+             detail=f"GpSimd runs only add, multiply, power and rsqrt (NKI ALU operator table, supported engines), "
+             f"not '{bad[0]}': use the Vector Engine")
+
+
 def _scalar_engine_alu(ctx: KernelContext, op_name: str, op0, op1) -> None:
     """ScalarE runs tensor_scalar with multiply / add / multiply->add only (nki.isa).  On NeuronCore-v2 the 2.26
     docs (SH-226: "Add/Multiply on ScalarE only from NC-v3") rule it out; the 2024 toolchain's nki.isa (2.21)
@@ -970,6 +987,8 @@ def tensor_scalar(data, op0: str, operand0, reverse0: bool = False, op1: str | N
             _need_int(op_name, opx, (data, "data"))
     if engine == E_SCALAR:
         _scalar_engine_alu(ctx, op_name, op0, op1)
+    elif engine == E_GPSIMD:
+        _gpsimd_alu(ctx, op_name, op0, op1)
     o0, t0 = _scalar_operand(ctx, op_name, data, operand0, "operand0")
     o1, t1 = _scalar_operand(ctx, op_name, data, operand1, "operand1")
     srcs = [data] + [t for t in (t0, t1) if t is not None]

@@ -203,7 +203,8 @@ _RULE_LIST = [
     _r("nkisim_engine_op_unsupported",
        "{op} on {engine} is not supported on {target}: {detail}",
        "nki.isa.tensor_scalar engine notes (ScalarE: multiply / add / multiply->add only; on trn1 not in the "
-       "2025 era, SH-226 'Add/Multiply on ScalarE only from NC-v3'; trn1 ScalarE tensor_copy copies through fp32)"),
+       "2025 era, SH-226 'Add/Multiply on ScalarE only from NC-v3'; trn1 ScalarE tensor_copy copies through fp32); "
+       "GpSimd runs add, multiply, power and rsqrt only (SH-226 ALU operator table, supported engines)"),
     _r("nkisim_dma_element_mismatch",
        "dma_copy: source {src} and destination {dst} must have the same number of elements",
        "nki.isa.dma_copy"),
