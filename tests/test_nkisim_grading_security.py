@@ -166,3 +166,41 @@ def test_gpsimd_runs_only_its_operators():
                 run_kernel(lambda x, o=op, s=scalar: kernel(x, o, s), (a,))
         out = run_kernel(lambda x, s=scalar: kernel(x, nl.multiply, s), (a,)).outputs
         np.testing.assert_allclose(out, a * (2.0 if scalar else a), rtol=1e-6)
+
+
+# ---- G5: a PSUM zero-init is free only when a matmul overwrites it --------------------------------------------
+
+
+@pytest.mark.parametrize("spelling", ["nl.zeros", "copy of nl.zeros", "nisa.memset"])
+def test_psum_zeros_read_as_data_cost_their_memset(spelling):
+    a = np.random.default_rng(7).random((128, 512), dtype=np.float32)
+
+    def kernel(x, consumer):
+        t = nl.load(x)
+        if spelling == "nl.zeros":
+            z = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)
+        elif spelling == "copy of nl.zeros":
+            z = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            z[...] = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)
+        else:
+            z = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            z[...] = nisa.memset((128, 512), 0.0, nl.float32)
+        if consumer == "matmul":
+            z += nisa.nc_matmul(t[:, 0:128], t)
+        else:
+            z[...] = nl.maximum(z, t)
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.hbm)
+        nl.store(out, z)
+        return out
+
+    for consumer, expected in (("matmul", a[:, 0:128].T @ a), ("vector", a)):
+        run = run_kernel(lambda x, c=consumer: kernel(x, c), (a,))
+        np.testing.assert_allclose(run.outputs, expected, rtol=1e-5)
+        estimate(run.trace)
+        inits = [i for i in run.trace.instrs if i.op in ("memset", "tensor_copy") and i.dsts[0].region.buf == 2]
+        assert inits, "the zero-init is an instruction"
+        charged = sum(i.cost_ns for i in inits)
+        if consumer == "matmul":
+            assert charged == 0  # the first matmul of the group overwrites: no instruction on hardware
+        else:
+            assert charged >= 512 / 0.96 - 1e-6  # a [128, 512] fp32 fill on VectorE: N cycles at 0.96 GHz
