@@ -204,3 +204,37 @@ def test_psum_zeros_read_as_data_cost_their_memset(spelling):
             assert charged == 0  # the first matmul of the group overwrites: no instruction on hardware
         else:
             assert charged >= 512 / 0.96 - 1e-6  # a [128, 512] fp32 fill on VectorE: N cycles at 0.96 GHz
+
+
+# ---- G9: a no_reorder block keeps program order ------------------------------------------------------------------
+
+
+def test_a_no_reorder_block_is_timed_in_program_order():
+    import neuronxcc.nki.compiler as ncc
+
+    big = np.random.default_rng(8).random((128, 8192), dtype=np.float32)
+    small = np.random.default_rng(9).random((128, 512), dtype=np.float32)
+
+    def kernel(a, b, guarded):
+        t_small = nl.load(b)  # arrives long before the big load
+        t_big = nl.load(a)
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.hbm)
+        if guarded:
+            with ncc.no_reorder():
+                first = nisa.tensor_copy(t_big[:, 0:512], engine=nisa.vector_engine)  # waits for the DMA
+                second = nisa.tensor_scalar(t_small, nl.add, 1.0)  # ready at once: the scheduler moves it up
+        else:
+            first = nisa.tensor_copy(t_big[:, 0:512], engine=nisa.vector_engine)
+            second = nisa.tensor_scalar(t_small, nl.add, 1.0)
+        nl.store(out, nl.add(first, second))
+        return out
+
+    starts = {}
+    for guarded in (False, True):
+        run = run_kernel(lambda x, y, g=guarded: kernel(x, y, g), (big, small))
+        np.testing.assert_allclose(run.outputs, big[:, 0:512] + small + 1.0, rtol=1e-6)
+        estimate(run.trace)
+        by_op = {i.op: i for i in run.trace.instrs}
+        starts[guarded] = (by_op["tensor_copy"].start_ns, by_op["tensor_scalar"].start_ns)
+    assert starts[False][1] < starts[False][0]  # reordered: the ready instruction runs first
+    assert starts[True][1] >= starts[True][0]  # in program order inside the block

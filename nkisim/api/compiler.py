@@ -59,11 +59,36 @@ def multi_buffer(factor: int = 2):
 
 
 def no_reorder():
-    return _NullContext()
+    return _NoReorder()
 
 
 def allocation_scope():
     return _NullContext()
+
+
+class _NoReorder:
+    """``with ncc.no_reorder():`` keeps the block's instructions in program order on each engine ("an
+    OperationOrderGuard to prevent operation reordering", nki.compiler @2.26; the scheduling APIs exist "to
+    constrain the reordering that the automatic scheduler will do").  The scheduler's gap filling would otherwise
+    time the block as if reordered (grading security, G9): its instructions are marked ``in_order``."""
+
+    def __init__(self) -> None:
+        self.start: int | None = None
+
+    def __enter__(self):
+        ctx = _rt.active()
+        if ctx is not None:
+            ctx.settle()
+            self.start = len(ctx.trace.instrs)
+        return self
+
+    def __exit__(self, *exc):
+        ctx = _rt.active()
+        if ctx is not None and self.start is not None:
+            ctx.settle()
+            for ins in ctx.trace.instrs[self.start:]:
+                ins.attrs["in_order"] = True
+        return False
 
 
 class _NullContext:

@@ -476,7 +476,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
             res = c.resource
             start = dep
             p = dep_pred
-            if not reorder:
+            if not reorder or ins.attrs.get("in_order"):  # strict program order (ncc.no_reorder blocks too)
                 free = engine_free.get(res, 0.0)
                 if free > start:
                     start = free
