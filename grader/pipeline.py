@@ -399,7 +399,7 @@ class _Grading:
         else:
             latency = float(run.hardware_p99_us or 0.0)
         res.latency_us = latency
-        if plausibility.withhold_credit(res, inv, self.config.target):
+        if plausibility.withhold_credit(res, inv, self.config.target, run.trace):
             return
         tiers = int(test.thresholds.get("tiers", 2))
         tier = thresholds.credit_tier(latency, relaxed, optimized, tiers)

@@ -13,6 +13,9 @@ knows nothing about how the kernel works, only what the problem demands, and fla
   combined rate of the core's DMA engines (``TargetCosts.dma_engines`` x ``dma_bw_bytes_per_ns``: 16 x 23 B/ns on
   trn2, 16 x 17 on trn1; the DBW/DMA tables of trainium-facts.md §5.1), the fastest any data can enter or leave.
 
+and, on nkisim, a trace in which nkisim recorded a placement it could not alias as the hardware does (direct
+allocation at addresses that are not a fixed stride: ``meta["unaliased_placements"]``).
+
 A flagged result scores 0 for that test; the reason leads the test's message (every report format shows it) and
 ``TestResult.implausible`` lists it for course staff.  Figures come from nkisim's cost tables, never from here.
 """
@@ -30,8 +33,9 @@ FLAG = "flagged for course staff"
 _PROMISE_HINTS = ("is_stationary_onezero", "is_moving_onezero", "is_transpose")
 
 
-def findings(inv: problems.Invocation, latency_us: float, target: str) -> list[str]:
-    """Why ``latency_us`` cannot be a real run of a correct kernel on ``inv`` (empty when it can)."""
+def findings(inv: problems.Invocation, latency_us: float, target: str, trace: Any = None) -> list[str]:
+    """Why ``latency_us`` cannot be a real run of a correct kernel on ``inv`` (empty when it can); ``trace`` (on
+    nkisim) adds what nkisim itself could not model as the hardware runs it."""
     from nkisim.perf.costs import costs_for, course_mfu
 
     tc = costs_for(target)
@@ -56,6 +60,14 @@ def findings(inv: problems.Invocation, latency_us: float, target: str) -> list[s
             f"{floor_us:.1f} us on the {tc.dma_engines} DMA engines of a {target} NeuronCore "
             f"({tc.dma_engines * tc.dma_bw_bytes_per_ns:.0f} GB/s), more than the {latency_us:.1f} us measured"
         )
+    meta = getattr(trace, "meta", None)
+    unaliased = meta.get("unaliased_placements") if isinstance(meta, dict) else None
+    if unaliased:
+        out.append(
+            f"the kernel placed {unaliased} tensor(s) by direct allocation at addresses that are not a fixed "
+            "stride, which nkisim gives storage of their own: on Trainium they alias the other tensors at those "
+            "addresses, so this timing is not the hardware's"
+        )
     return out
 
 
@@ -70,16 +82,16 @@ def without_unchecked_promises(trace: Any) -> Any:
     return trace
 
 
-def withhold_credit(res: TestResult, inv: problems.Invocation, target: str) -> bool:
+def withhold_credit(res: TestResult, inv: problems.Invocation, target: str, trace: Any = None) -> bool:
     """Flag ``res`` (score 0, reason first in its message) when its latency is implausible; True if flagged."""
-    found = findings(inv, float(res.latency_us or 0.0), target)
+    found = findings(inv, float(res.latency_us or 0.0), target, trace)
     if not found:
         return False
     res.status, res.score = "failed", 0.0
     res.implausible = found
     res.message = (
-        f"{FLAG}: implausible performance result, no credit: {found[0]}"
+        f"{FLAG}: no performance credit, the result is not one Trainium can produce: {found[0]}"
         + "".join(f"; {f}" for f in found[1:])
-        + ". A correct kernel cannot run this fast on Trainium: course staff will look at this submission."
+        + ". Course staff will look at this submission."
     )
     return True

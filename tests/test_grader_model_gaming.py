@@ -293,7 +293,7 @@ def test_an_impossible_result_earns_nothing_and_is_flagged_in_every_report(tmp_p
     record, tests, out = _grade(tmp_path, "broadcast_first_honest", _transpose_rubric(tmp_path))
     speed = tests["t.speed"]
     assert speed.status == "failed" and speed.score == 0 and speed.latency_us == 0.5
-    assert speed.message.startswith("flagged for course staff: implausible performance result, no credit:")
+    assert speed.message.startswith("flagged for course staff: no performance credit, the result is not one")
     assert len(speed.implausible) == 1 and "DMA engines" in speed.implausible[0]
     assert record.score == 10
     results = json.loads((out / "results.json").read_text())
@@ -319,3 +319,15 @@ def test_unchecked_promises_are_costed_without_their_hints():
     assert ins.attrs == {"N": 512, "is_moving_onezero": False, "is_stationary_onezero": False,
                          "is_transpose": False}
     assert other.attrs == {"is_transpose": True}
+
+
+def test_a_placement_nkisim_cannot_alias_earns_no_timing_credit():
+    """G7: direct allocation at addresses that are not a fixed stride gets storage of its own in nkisim (no
+    aliasing, no shared hazards), so its timing is not the hardware's: flagged, no credit."""
+    inv = _conv_inv("float32")
+    trace = SimpleNamespace(meta={"unaliased_placements": 2}, instrs=[])
+    found = plausibility.findings(inv, 5000.0, "trn2", trace)
+    assert len(found) == 1 and "placed 2 tensor(s) by direct allocation" in found[0]
+    res = records.TestResult("x", "x", 2, "performance", 2.0, False, "visible", [], latency_us=5000.0)
+    assert plausibility.withhold_credit(res, inv, "trn2", trace) and res.score == 0
+    assert plausibility.findings(inv, 5000.0, "trn2", SimpleNamespace(meta={}, instrs=[])) == []

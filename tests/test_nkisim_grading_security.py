@@ -238,3 +238,27 @@ def test_a_no_reorder_block_is_timed_in_program_order():
         starts[guarded] = (by_op["tensor_copy"].start_ns, by_op["tensor_scalar"].start_ns)
     assert starts[False][1] < starts[False][0]  # reordered: the ready instruction runs first
     assert starts[True][1] >= starts[True][0]  # in program order inside the block
+
+
+# ---- G7: a placement nkisim cannot alias is recorded in the trace ------------------------------------------------
+
+
+def test_a_placement_that_is_not_a_fixed_stride_is_recorded():
+    import neuronxcc.nki.compiler as ncc
+
+    a = np.random.default_rng(10).random((128, 256), dtype=np.float32)
+
+    def kernel(x, addrs):
+        t = nl.ndarray((3, nl.par_dim(128), 256), dtype=nl.float32,
+                       buffer=ncc.sbuf.alloc(lambda idx, pdim_size, fdim_size: (0, addrs[idx[0]])))
+        for i in nl.static_range(3):
+            nisa.dma_copy(src=x, dst=t[i])
+        out = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.hbm)
+        nisa.dma_copy(src=t[2], dst=out)
+        return out
+
+    strided = run_kernel(lambda x: kernel(x, (0, 1024, 2048)), (a,))
+    assert "unaliased_placements" not in strided.trace.meta
+    scattered = run_kernel(lambda x: kernel(x, (0, 4096, 1024)), (a,))
+    np.testing.assert_array_equal(scattered.outputs, a)
+    assert scattered.trace.meta["unaliased_placements"] == 1

@@ -234,8 +234,15 @@ class _PsumModAlloc:
 
 
 def _unaliased(ctx, kind, dims, pdim, dt, name, bytes_pp) -> _Tensor:
-    """Storage of its own for a directly allocated tensor whose placement nkisim cannot express as a view."""
+    """Storage of its own for a directly allocated tensor whose placement nkisim cannot express as a view.
+
+    Its blocks then neither alias other placements nor share their buffer's hazards, as they would on hardware,
+    so the trace records how many such tensors the kernel made (``meta["unaliased_placements"]``): the grader
+    gives such a timing no credit (grader/plausibility.py; grading security, G7)."""
     from nkisim.core.memory import make_storage
+
+    meta = ctx.trace.meta
+    meta["unaliased_placements"] = int(meta.get("unaliased_placements", 0)) + 1
 
     base, view = make_storage(tuple(dims), pdim, dt, None, not ctx.full)
     alloc = _Allocation(kind, base, ctx.mem.new_phys(), None, name, bytes_pp, None)
