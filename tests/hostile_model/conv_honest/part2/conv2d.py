@@ -1,3 +1,4 @@
+# STAFF-ONLY: a correct conv2d (a test fixture); excluded from the student release.
 """A plain, correct conv2d + bias (pool 1) for the model-gaming tests: one output row per PSUM tile, weights
 transposed on TensorE, no tuning.  ``HINT`` is what its hostile copies change (conv_onezero, conv_transpose_mode):
 here the matmuls carry no hint."""

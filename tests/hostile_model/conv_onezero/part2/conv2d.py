@@ -1,3 +1,4 @@
+# STAFF-ONLY: a correct conv2d (a test fixture); excluded from the student release.
 """Model gaming (G3): the plain conv of ``conv_honest`` with ``is_moving_onezero=True`` on every fp32 matmul.
 
 The moving tiles are image rows, not zeros and ones.  nkisim costed the hinted fp32 matmuls at 2x and computed

@@ -1,3 +1,4 @@
+# STAFF-ONLY: a correct conv2d (a test fixture); excluded from the student release.
 """Model gaming (G4): the plain conv of ``conv_honest`` with ``is_transpose=True`` on every matmul.
 
 nkisim costed them in TensorE transpose mode (fp32 at 2x instead of 4.3x on trn2) and computed the matrix
