@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from grader_helpers import TESTS, check_reports
+from grader_helpers import FAST_RUBRIC, TESTS, check_reports
 
 from grader import plausibility, problems, records
 from grader.pipeline import grade_submission
@@ -20,74 +20,13 @@ from grader.records import GradeConfig
 from grader.rubric import load_rubric
 
 GAMING = TESTS / "hostile_model"
+CORRECT, SPEED = "part1.transpose", "part1.transpose_speed"  # the fast rubric's test ids
 
-TRANSPOSE_RUBRIC = """
-[rubric]
-title = "model-gaming self-test rubric (transpose)"
-version = 1
-seed = 7
-partial_credit = 0.9
-threshold_factor = 1.2
-verify_performance_outputs = {verify}
-
-[limits]
-address_space_mib = 2048
-file_size_mib = 256
-processes = 32
-open_files = 128
-cpu_seconds_slack = 5
-import_timeout_s = 10
-
-[tolerances]
-float32 = {{ rtol = 1e-5, atol = 1e-8 }}
-
-[[test]]
-id = "t.correct"
-name = "transpose correctness"
-part = 1
-file = "part1/kernels.py"
-function = "matrix_transpose"
-kind = "correctness"
-problem = "transpose"
-points = 10
-timeout_s = 30
-cases = [{{ shape = [256, 128], dtype = "float32" }}, {{ shape = [128, 384], dtype = "float32" }}]
-
-[[test]]
-id = "t.speed"
-name = "transpose latency"
-part = 1
-file = "part1/kernels.py"
-function = "matrix_transpose"
-kind = "performance"
-problem = "transpose"
-points = 2
-requires = ["t.correct"]
-timeout_s = 30
-cases = [{{ shape = [512, 512], dtype = "float32" }}]
-thresholds = {{ source = "fixed", optimized_us = {optimized}, relaxed_us = {relaxed} }}
-"""
-
-CONV_RUBRIC = """
-[rubric]
-title = "model-gaming self-test rubric (conv2d)"
-version = 1
-seed = 7
-partial_credit = 0.9
-threshold_factor = 1.2
-verify_performance_outputs = true
-
-[limits]
-address_space_mib = 2048
-file_size_mib = 256
-processes = 32
-open_files = 128
-cpu_seconds_slack = 5
-import_timeout_s = 10
-
-[tolerances]
-float32 = { rtol = 1e-5, atol = 1e-8 }
-
+# The grader tests' fast rubric (part 1: two small correctness cases, a 512 x 512 timed case) with the targets and
+# the values check set per test; the conv rubric is its header with one 32x16 correctness and one timed test.
+FAST_TEXT = Path(FAST_RUBRIC).read_text()
+FIXED_TARGETS = "optimized_us = 1000000.0, relaxed_us = 2000000.0"
+CONV_TESTS = """
 [[test]]
 id = "c.correct"
 name = "conv2d correctness, 32x16"
@@ -112,10 +51,8 @@ points = 1.25
 requires = ["c.correct"]
 timeout_s = 60
 cases = [@CASE@]
-thresholds = { source = "fixed", optimized_us = 1000000.0, relaxed_us = 2000000.0 }
+thresholds = { source = "fixed", @TARGETS@ }
 """
-
-
 CONV_CASE = (
     '{ batch = 1, in_channels = 128, out_channels = 128, height = 32, width = 16, kernel = 3, pool = 1, '
     'bias = "random", dtype = "float32" }'
@@ -129,8 +66,15 @@ def _rubric(tmp_path: Path, text: str, name: str = "rubric.toml") -> str:
 
 
 def _transpose_rubric(tmp_path: Path, optimized: float = 1e6, relaxed: float = 2e6, verify: bool = True) -> str:
-    text = TRANSPOSE_RUBRIC.format(optimized=optimized, relaxed=relaxed, verify=str(verify).lower())
+    assert FIXED_TARGETS in FAST_TEXT and "verify_performance_outputs = true" in FAST_TEXT
+    text = FAST_TEXT.replace(FIXED_TARGETS, f"optimized_us = {optimized}, relaxed_us = {relaxed}")
+    text = text.replace("verify_performance_outputs = true", f"verify_performance_outputs = {str(verify).lower()}")
     return _rubric(tmp_path, text, f"rubric-{optimized:.3f}-{verify}.toml")
+
+
+def _conv_rubric(tmp_path: Path) -> str:
+    tests = CONV_TESTS.replace("@CASE@", CONV_CASE).replace("@TARGETS@", FIXED_TARGETS)
+    return _rubric(tmp_path, FAST_TEXT.split("[[test]]")[0] + tests, "conv.toml")
 
 
 def _grade(tmp_path: Path, name: str, rubric: str):
@@ -153,23 +97,23 @@ def test_a_broadcast_operand_placed_first_buys_nothing(tmp_path):
     honest order earns, also with targets just below the honest latency (where a cheaper evacuation would have
     bought full credit)."""
     _, honest, _ = _grade(tmp_path, "broadcast_first_honest", _transpose_rubric(tmp_path))
-    latency = honest["t.speed"].latency_us
+    latency = honest[SPEED].latency_us
     tight = _transpose_rubric(tmp_path, optimized=0.97 * latency, relaxed=10 * latency)
     _, hostile, _ = _grade(tmp_path, "broadcast_first", tight)
     _, twin, _ = _grade(tmp_path, "broadcast_first_honest", tight)
-    assert hostile["t.correct"].status == "passed"
-    assert hostile["t.speed"].latency_us == pytest.approx(latency, rel=1e-6)
-    assert hostile["t.speed"].status == twin["t.speed"].status == "partial"
-    assert hostile["t.speed"].score == twin["t.speed"].score
+    assert hostile[CORRECT].status == "passed"
+    assert hostile[SPEED].latency_us == pytest.approx(latency, rel=1e-6)
+    assert hostile[SPEED].status == twin[SPEED].status == "partial"
+    assert hostile[SPEED].score == twin[SPEED].score
 
 
 def test_a_kernel_cannot_rewrite_its_own_trace(tmp_path):
     """G2: the operand records are immutable; the kernel fails as it would on Trainium (no operand())."""
     record, tests, _ = _grade(tmp_path, "operand_tamper", _transpose_rubric(tmp_path))
     assert record.score == 0
-    assert tests["t.correct"].status == "error"
-    assert "AttributeError" in tests["t.correct"].message
-    assert tests["t.speed"].status == "skipped"
+    assert tests[CORRECT].status == "error"
+    assert "AttributeError" in tests[CORRECT].message
+    assert tests[SPEED].status == "skipped"
 
 
 def test_a_onezero_hint_on_data_earns_nothing_and_on_an_identity_keeps_its_speed_up(tmp_path):
@@ -177,29 +121,29 @@ def test_a_onezero_hint_on_data_earns_nothing_and_on_an_identity_keeps_its_speed
     rubric = _transpose_rubric(tmp_path)
     record, lie, _ = _grade(tmp_path, "onezero_lie", rubric)
     assert record.score == 0
-    assert lie["t.correct"].status == "error"
-    assert "is_stationary_onezero=True but the stationary tile (float32)" in lie["t.correct"].message
+    assert lie[CORRECT].status == "error"
+    assert "is_stationary_onezero=True but the stationary tile (float32)" in lie[CORRECT].message
     _, honest, _ = _grade(tmp_path, "onezero_honest", rubric)
-    assert honest["t.correct"].status == "passed" and honest["t.speed"].status == "passed"
+    assert honest[CORRECT].status == "passed" and honest[SPEED].status == "passed"
 
 
 def test_a_onezero_hint_on_the_timed_shape_only_earns_nothing(tmp_path):
     """G3 on the timed run: checked when values are computed (the default); costed without the hint when the
     rubric skips the values, so the lie buys no speed (its latency is the unhinted kernel's)."""
     _, checked, _ = _grade(tmp_path, "onezero_when_timed", _transpose_rubric(tmp_path))
-    assert checked["t.correct"].status == "passed"
-    assert checked["t.speed"].status == "error" and checked["t.speed"].score == 0
-    assert "is_stationary_onezero=True" in checked["t.speed"].message
+    assert checked[CORRECT].status == "passed"
+    assert checked[SPEED].status == "error" and checked[SPEED].score == 0
+    assert "is_stationary_onezero=True" in checked[SPEED].message
     unchecked_rubric = _transpose_rubric(tmp_path, verify=False)
     _, unchecked, _ = _grade(tmp_path, "onezero_when_timed", unchecked_rubric)
     _, plain, _ = _grade(tmp_path, "onezero_lie", unchecked_rubric)  # correctness fails: no timed run to compare
-    assert plain["t.speed"].status == "skipped"
+    assert plain[SPEED].status == "skipped"
     _, honest, _ = _grade(tmp_path, "onezero_honest", unchecked_rubric)
-    assert unchecked["t.speed"].status == "passed"
+    assert unchecked[SPEED].status == "passed"
     # the honest kernel's hint is dropped as well (unchecked), so both are costed as plain fp32 matmuls
-    assert unchecked["t.speed"].latency_us == pytest.approx(honest["t.speed"].latency_us, rel=1e-6)
+    assert unchecked[SPEED].latency_us == pytest.approx(honest[SPEED].latency_us, rel=1e-6)
     _, verified_honest, _ = _grade(tmp_path, "onezero_honest", _transpose_rubric(tmp_path))
-    assert verified_honest["t.speed"].latency_us < unchecked["t.speed"].latency_us  # the checked hint counts
+    assert verified_honest[SPEED].latency_us < unchecked[SPEED].latency_us  # the checked hint counts
 
 
 @pytest.mark.parametrize("name,message", [
@@ -208,7 +152,7 @@ def test_a_onezero_hint_on_the_timed_shape_only_earns_nothing(tmp_path):
 ])
 def test_hinted_convolutions_earn_nothing(name, message, tmp_path):
     """G3/G4 on a real matrix product: the hardware would not compute the convolution."""
-    rubric = _rubric(tmp_path, CONV_RUBRIC.replace("@CASE@", CONV_CASE))
+    rubric = _conv_rubric(tmp_path)
     record, tests, _ = _grade(tmp_path, name, rubric)
     assert record.score == 0
     assert tests["c.correct"].status == "error" and message in tests["c.correct"].message
@@ -291,7 +235,7 @@ def test_an_impossible_result_earns_nothing_and_is_flagged_in_every_report(tmp_p
 
     monkeypatch.setattr(nkisim.perf, "estimate", too_fast)
     record, tests, out = _grade(tmp_path, "broadcast_first_honest", _transpose_rubric(tmp_path))
-    speed = tests["t.speed"]
+    speed = tests[SPEED]
     assert speed.status == "failed" and speed.score == 0 and speed.latency_us == 0.5
     assert speed.message.startswith("flagged for course staff: no performance credit, the result is not one")
     assert len(speed.implausible) == 1 and "DMA engines" in speed.implausible[0]
@@ -301,7 +245,7 @@ def test_an_impossible_result_earns_nothing_and_is_flagged_in_every_report(tmp_p
     assert "flagged for course staff" in (out / "junit.xml").read_text()
     assert "flagged for course staff" in (out / "summary.md").read_text()
     stored = json.loads((out / "result.json").read_text())
-    assert next(t for t in stored["tests"] if t["id"] == "t.speed")["implausible"] == speed.implausible
+    assert next(t for t in stored["tests"] if t["id"] == SPEED)["implausible"] == speed.implausible
 
 
 def test_withhold_credit_leaves_a_plausible_result_alone():
