@@ -89,22 +89,49 @@ def test_every_model_gaming_submission_is_tested():
     on_disk = {p.name for p in GAMING.iterdir() if p.is_dir()}
     assert on_disk == {"broadcast_first", "broadcast_first_honest", "operand_tamper", "onezero_lie",
                        "onezero_honest", "onezero_when_timed", "conv_onezero", "conv_transpose_mode",
-                       "conv_honest"}
+                       "conv_honest", "psum_zero_scratch", "psum_zero_scratch_honest", "gpsimd_max",
+                       "scattered_placement"}
+
+
+def _scores_like_its_twin(tmp_path: Path, hostile: str, twin: str) -> None:
+    """The hostile kernel is timed as its honest twin, also with targets just below the twin's latency (where
+    the cheaper timing it used to get bought full credit instead of partial)."""
+    _, honest, _ = _grade(tmp_path, twin, _transpose_rubric(tmp_path))
+    latency = honest[SPEED].latency_us
+    tight = _transpose_rubric(tmp_path, optimized=0.995 * latency, relaxed=10 * latency)
+    _, bad, _ = _grade(tmp_path, hostile, tight)
+    _, good, _ = _grade(tmp_path, twin, tight)
+    assert bad[CORRECT].status == "passed"
+    assert bad[SPEED].latency_us == pytest.approx(latency, rel=1e-6)
+    assert bad[SPEED].status == good[SPEED].status == "partial"
+    assert bad[SPEED].score == good[SPEED].score
 
 
 def test_a_broadcast_operand_placed_first_buys_nothing(tmp_path):
-    """G1: the evacuation costs the block whichever operand comes first, so the hostile order earns what the
-    honest order earns, also with targets just below the honest latency (where a cheaper evacuation would have
-    bought full credit)."""
-    _, honest, _ = _grade(tmp_path, "broadcast_first_honest", _transpose_rubric(tmp_path))
-    latency = honest[SPEED].latency_us
-    tight = _transpose_rubric(tmp_path, optimized=0.97 * latency, relaxed=10 * latency)
-    _, hostile, _ = _grade(tmp_path, "broadcast_first", tight)
-    _, twin, _ = _grade(tmp_path, "broadcast_first_honest", tight)
-    assert hostile[CORRECT].status == "passed"
-    assert hostile[SPEED].latency_us == pytest.approx(latency, rel=1e-6)
-    assert hostile[SPEED].status == twin[SPEED].status == "partial"
-    assert hostile[SPEED].score == twin[SPEED].score
+    """G1: the evacuation costs the block whichever operand comes first."""
+    _scores_like_its_twin(tmp_path, "broadcast_first", "broadcast_first_honest")
+
+
+def test_psum_zeros_read_as_data_buy_nothing(tmp_path):
+    """G5: the zero fills VectorE reads cost what any other fill costs (before: 54 us against the twin's 92)."""
+    _scores_like_its_twin(tmp_path, "psum_zero_scratch", "psum_zero_scratch_honest")
+
+
+def test_max_on_gpsimd_earns_nothing(tmp_path):
+    """G8: GpSimd has no max: the kernel does not compile on Trainium."""
+    record, tests, _ = _grade(tmp_path, "gpsimd_max", _transpose_rubric(tmp_path))
+    assert record.score == 0
+    assert tests[CORRECT].status == "error" and "GpSimd runs only add, multiply" in tests[CORRECT].message
+
+
+def test_a_placement_nkisim_cannot_alias_earns_no_performance_credit(tmp_path):
+    """G7: correct values, but a timing nkisim cannot make the hardware's: flagged, no credit."""
+    record, tests, out = _grade(tmp_path, "scattered_placement", _transpose_rubric(tmp_path))
+    assert tests[CORRECT].status == "passed"
+    speed = tests[SPEED]
+    assert speed.status == "failed" and speed.score == 0 and record.score == 10
+    assert speed.message.startswith("flagged for course staff") and "direct allocation" in speed.implausible[0]
+    assert "flagged for course staff" in (out / "summary.md").read_text()
 
 
 def test_a_kernel_cannot_rewrite_its_own_trace(tmp_path):
