@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from grader import policy, problems, thresholds
+from grader import plausibility, policy, problems, thresholds
 from grader.calibrate import ensure_reference_timings
 from grader.judge import judge_output
 from grader.records import CaseRecord, GradeConfig, GradeRecord, TestResult
@@ -386,7 +386,8 @@ class _Grading:
         if self.backend == "nkisim":
             from nkisim.perf import estimate
 
-            report = estimate(run.trace, self.config.target)
+            trace = run.trace if verify else plausibility.without_unchecked_promises(run.trace)
+            report = estimate(trace, self.config.target)
             latency = float(report.nc_latency_us)
             res.perf = {k: v for k, v in report.to_dict().items() if k != "critical_path"}
             res.mfu = float(report.mfu)
@@ -398,6 +399,8 @@ class _Grading:
         else:
             latency = float(run.hardware_p99_us or 0.0)
         res.latency_us = latency
+        if plausibility.withhold_credit(res, inv, self.config.target, run.trace):
+            return
         tiers = int(test.thresholds.get("tiers", 2))
         tier = thresholds.credit_tier(latency, relaxed, optimized, tiers)
         if tier == "full":

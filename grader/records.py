@@ -55,6 +55,7 @@ class TestResult:
     mfu: float | None = None
     boundary_distance: float | None = None  # performance on nkisim: relative distance from the nearest tier target
     near_boundary: bool = False  # boundary_distance < the rubric's borderline_margin: re-time on Trainium
+    implausible: list[str] = field(default_factory=list)  # why the latency is physically impossible (plausibility.py)
     perf: dict[str, Any] | None = None
     cases: list[CaseRecord] = field(default_factory=list)
 

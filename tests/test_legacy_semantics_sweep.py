@@ -237,8 +237,13 @@ def test_subtract_and_logical_xor_reductions():
 def test_nc_matmul_onezero_hint_reaches_the_cost_model(hint):
     from nkisim.perf import estimate
 
-    ones = (RNG.uniform(0, 1, (128, 128)) > 0.5).astype(np.float32)
-    mv = RNG.standard_normal((128, 512)).astype(np.float32)
+    # the hinted operand holds zeros and ones (the promise is checked: tests/test_nkisim_grading_security.py)
+    if hint == "is_stationary_onezero":
+        st = (RNG.uniform(0, 1, (128, 128)) > 0.5).astype(np.float32)
+        mv = RNG.standard_normal((128, 512)).astype(np.float32)
+    else:
+        st = RNG.standard_normal((128, 128)).astype(np.float32)
+        mv = (RNG.uniform(0, 1, (128, 512)) > 0.5).astype(np.float32)
 
     def make(flag):
         def k(s, m):
@@ -249,8 +254,8 @@ def test_nc_matmul_onezero_hint_reaches_the_cost_model(hint):
             return _store(outs[-1])
         return k
 
-    runs = {flag: run_kernel(make(flag), args=(ones, mv)) for flag in (False, True)}
-    np.testing.assert_allclose(runs[True].outputs, ones.T @ mv, rtol=1e-5, atol=1e-4)
+    runs = {flag: run_kernel(make(flag), args=(st, mv)) for flag in (False, True)}
+    np.testing.assert_allclose(runs[True].outputs, st.T @ mv, rtol=1e-5, atol=1e-4)
     busy = {f: estimate(r.trace).engine_busy_us["TensorE"] for f, r in runs.items()}
     assert busy[True] == pytest.approx(busy[False] / 2, rel=0.05)
 

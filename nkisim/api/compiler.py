@@ -59,11 +59,36 @@ def multi_buffer(factor: int = 2):
 
 
 def no_reorder():
-    return _NullContext()
+    return _NoReorder()
 
 
 def allocation_scope():
     return _NullContext()
+
+
+class _NoReorder:
+    """``with ncc.no_reorder():`` keeps the block's instructions in program order on each engine ("an
+    OperationOrderGuard to prevent operation reordering", nki.compiler @2.26; the scheduling APIs exist "to
+    constrain the reordering that the automatic scheduler will do").  The scheduler's gap filling would otherwise
+    time the block as if reordered (grading security, G9): its instructions are marked ``in_order``."""
+
+    def __init__(self) -> None:
+        self.start: int | None = None
+
+    def __enter__(self):
+        ctx = _rt.active()
+        if ctx is not None:
+            ctx.settle()
+            self.start = len(ctx.trace.instrs)
+        return self
+
+    def __exit__(self, *exc):
+        ctx = _rt.active()
+        if ctx is not None and self.start is not None:
+            ctx.settle()
+            for ins in ctx.trace.instrs[self.start:]:
+                ins.attrs["in_order"] = True
+        return False
 
 
 class _NullContext:
@@ -209,8 +234,15 @@ class _PsumModAlloc:
 
 
 def _unaliased(ctx, kind, dims, pdim, dt, name, bytes_pp) -> _Tensor:
-    """Storage of its own for a directly allocated tensor whose placement nkisim cannot express as a view."""
+    """Storage of its own for a directly allocated tensor whose placement nkisim cannot express as a view.
+
+    Its blocks then neither alias other placements nor share their buffer's hazards, as they would on hardware,
+    so the trace records how many such tensors the kernel made (``meta["unaliased_placements"]``): the grader
+    gives such a timing no credit (grader/plausibility.py; grading security, G7)."""
     from nkisim.core.memory import make_storage
+
+    meta = ctx.trace.meta
+    meta["unaliased_placements"] = int(meta.get("unaliased_placements", 0)) + 1
 
     base, view = make_storage(tuple(dims), pdim, dt, None, not ctx.full)
     alloc = _Allocation(kind, base, ctx.mem.new_phys(), None, name, bytes_pp, None)

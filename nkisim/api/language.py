@@ -109,14 +109,9 @@ def _filled(shape, dtype, buffer, name, value) -> _Tensor:
         _fail("nkisim_direct_alloc", detail="tensors with an init value cannot be created with direct allocation "
               "(err_tensor_creation_on_scratchpad_with_init_value_not_supported)")
     t = _rt.allocate(shape, dtype, buffer, name=name, ctx=ctx)
-    if value == 0 and getattr(buffer, "kind", None) == _Buf.PSUM:
-        # A zeroed PSUM accumulator costs nothing: the first matmul of the accumulation group overwrites
-        # (trainium arch guide, "Near-memory accumulation"), so the compiler emits no memset for it.
-        if ctx.full:
-            from nkisim.core.tensor import write
-
-            write(t, _np.zeros((), dtype=t.dtype))
-        return t
+    # A zeroed PSUM accumulator costs nothing when a matmul consumes it: the first matmul of the accumulation
+    # group overwrites (trainium arch guide, "Near-memory accumulation"); the scheduler elides the memset then,
+    # and runs it when VectorE/ScalarE read the zeros as data (perf/scheduler.py, _materialize).
     _ops.memset_into(ctx, t, value, _Engine.VECTOR)
     return t
 

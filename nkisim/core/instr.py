@@ -84,9 +84,12 @@ class Region(NamedTuple):
         )
 
 
-@dataclass(slots=True)
-class Operand:
-    """What the cost model needs to know about one tensor operand of an instruction."""
+class Operand(NamedTuple):
+    """What the cost model needs to know about one tensor operand of an instruction.
+
+    Immutable, like :class:`Region`: kernel code can reach an operand (``Tensor.operand()``), and the trace the
+    grader costs holds the same object, so a mutable operand would let a kernel rewrite its own instructions'
+    costs (grading security, docs/grading-security.md G2)."""
 
     region: Region
     shape: tuple[int, ...]  # logical shape of the view (partition axis first for on-chip tiles)

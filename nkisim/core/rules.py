@@ -164,6 +164,19 @@ _RULE_LIST = [
     _r("nkisim_matmul_dtype",
        "nc_matmul: {detail}",
        "nki.isa.nc_matmul: fp8/bf16/fp16/tf32/fp32 inputs; fp32/tf32 must pair with fp32/tf32"),
+    _r("nkisim_matmul_onezero_hint",
+       "{op}: {hint}=True but the {operand} tile ({dtype}) holds {value!r} at {where}, not only ones and zeros: the "
+       "hint lets TensorE run the fp32 matmul in fewer passes (\"could lead to 2x better performance\"), which "
+       "holds only for a 0/1 tile; pass it only for tiles of zeros and ones",
+       "nki.isa.nc_matmul (2.21, 2.26): is_stationary_onezero / is_moving_onezero \"hints ... whether the operand "
+       "is a tile with ones/zeros only\"; fp32 only. nkisim checks the promise (grading security, G3)"),
+    _r("nkisim_matmul_transpose_mode",
+       "{op}: is_transpose=True turns on the Tensor Engine's transpose mode, which transposes the stationary tile "
+       "(the moving tile must be the [K, K] identity), but the moving tile {shape} {why}: use is_transpose=False "
+       "for a matrix product",
+       "nki.isa.nc_matmul 'Transpose mode' (NeuronCore-v3: bit-accurate transpose of the stationary, identity as "
+       "the moving); trainium2 arch guide, TensorE transpose mode. nkisim checks the promise (grading security, "
+       "G4)"),
     _r("nkisim_transpose_limit",
        "nc_transpose on {engine}: input {shape} exceeds the {limit}x{limit} limit of that engine",
        "nki.isa.nc_transpose: Tensor Engine <= [128,128], Vector Engine <= [32,32]"),
@@ -190,7 +203,8 @@ _RULE_LIST = [
     _r("nkisim_engine_op_unsupported",
        "{op} on {engine} is not supported on {target}: {detail}",
        "nki.isa.tensor_scalar engine notes (ScalarE: multiply / add / multiply->add only; on trn1 not in the "
-       "2025 era, SH-226 'Add/Multiply on ScalarE only from NC-v3'; trn1 ScalarE tensor_copy copies through fp32)"),
+       "2025 era, SH-226 'Add/Multiply on ScalarE only from NC-v3'; trn1 ScalarE tensor_copy copies through fp32); "
+       "GpSimd runs add, multiply, power and rsqrt only (SH-226 ALU operator table, supported engines)"),
     _r("nkisim_dma_element_mismatch",
        "dma_copy: source {src} and destination {dst} must have the same number of elements",
        "nki.isa.dma_copy"),

@@ -186,7 +186,11 @@ class CostModel:
         if first is None:  # no operands (a barrier-like instruction): MIN_II
             ghz = tc.scalar_ghz if eng == Engine.SCALAR else tc.vector_ghz
             return ComputeCost(RESOURCE_OF.get(eng, "VectorE"), tc.min_ii_cycles / ghz, 0.0)
-        n = float(first.free_elems)
+        # N (ISA-226: elements per partition) is that of the largest access: the engine streams every element it
+        # reads or writes, so a [P, 1] operand broadcast over a [P, F] one costs F whichever operand comes first,
+        # and so does a broadcasting copy's [P, F] result (grading security: docs/grading-security.md, G1).
+        # The VectorE 32x32 transpose keeps its input's N (its result has the transposed shape).
+        n = float(first.free_elems) if op == "nc_transpose" else float(max(o.free_elems for o in ops))
         any_psum = any(o.region.buf == Buf.PSUM for o in ops)
         all_2b = bool(ops) and all(o.dtype in _TWO_BYTE_FLOATS for o in ops)
         contiguous = all(o.inner_stride_bytes <= o.itemsize for o in ops)

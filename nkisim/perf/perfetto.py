@@ -50,6 +50,8 @@ def trace_events(instrs: list[Instr], report: PerfReport) -> list[dict]:
                     ev.append({"name": ins.op, "cat": "DMA", "ph": "X", "ts": s / 1000.0, "dur": (e - s) / 1000.0,
                                "pid": PID, "tid": DMA_TID0 + q, "args": args})
             continue
+        if ins.cost_ns <= 0.0:  # an elided PSUM zero-init (scheduler): no instruction on hardware, nothing to draw
+            continue
         name = ENGINE_NAMES.get(ins.engine, "VectorE")
         tid = TRACKS.get(name, TRACKS["VectorE"])
         args["ready_us"] = round(ins.end_ns / 1000.0, 6)

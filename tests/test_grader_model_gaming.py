@@ -1,0 +1,304 @@
+"""Model-gaming submissions (tests/hostile_model/): kernels that bought modelled speed or exactness the hardware
+would not give them (docs/grading-security.md).  Each scores what its hardware run would score: the score of
+its honest twin where the trick is harmless on hardware, 0 where the hardware would compute something else.
+Also the plausibility guard (grader/plausibility.py): an impossible latency earns nothing and is flagged in every
+report format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from grader_helpers import FAST_RUBRIC, TESTS, check_reports
+
+from grader import plausibility, problems, records
+from grader.pipeline import grade_submission
+from grader.records import GradeConfig
+from grader.rubric import load_rubric
+
+GAMING = TESTS / "hostile_model"
+CORRECT, SPEED = "part1.transpose", "part1.transpose_speed"  # the fast rubric's test ids
+
+# The grader tests' fast rubric (part 1: two small correctness cases, a 512 x 512 timed case) with the targets and
+# the values check set per test; the conv rubric is its header with one 32x16 correctness and one timed test.
+FAST_TEXT = Path(FAST_RUBRIC).read_text()
+FIXED_TARGETS = "optimized_us = 1000000.0, relaxed_us = 2000000.0"
+CONV_TESTS = """
+[[test]]
+id = "c.correct"
+name = "conv2d correctness, 32x16"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "correctness"
+problem = "conv2d"
+points = 2.5
+timeout_s = 60
+cases = [@CASE@]
+
+[[test]]
+id = "c.speed"
+name = "conv2d latency, 32x16"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "performance"
+problem = "conv2d"
+points = 1.25
+requires = ["c.correct"]
+timeout_s = 60
+cases = [@CASE@]
+thresholds = { source = "fixed", @TARGETS@ }
+"""
+CONV_CASE = (
+    '{ batch = 1, in_channels = 128, out_channels = 128, height = 32, width = 16, kernel = 3, pool = 1, '
+    'bias = "random", dtype = "float32" }'
+)
+
+
+def _rubric(tmp_path: Path, text: str, name: str = "rubric.toml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _transpose_rubric(tmp_path: Path, optimized: float = 1e6, relaxed: float = 2e6, verify: bool = True) -> str:
+    assert FIXED_TARGETS in FAST_TEXT and "verify_performance_outputs = true" in FAST_TEXT
+    text = FAST_TEXT.replace(FIXED_TARGETS, f"optimized_us = {optimized}, relaxed_us = {relaxed}")
+    text = text.replace("verify_performance_outputs = true", f"verify_performance_outputs = {str(verify).lower()}")
+    return _rubric(tmp_path, text, f"rubric-{optimized:.3f}-{verify}.toml")
+
+
+def _conv_rubric(tmp_path: Path) -> str:
+    tests = CONV_TESTS.replace("@CASE@", CONV_CASE).replace("@TARGETS@", FIXED_TARGETS)
+    return _rubric(tmp_path, FAST_TEXT.split("[[test]]")[0] + tests, "conv.toml")
+
+
+def _grade(tmp_path: Path, name: str, rubric: str):
+    out = tmp_path / f"out-{name}-{Path(rubric).stem}"
+    record = grade_submission(GAMING / name, out, GradeConfig(rubric_path=rubric, timeout_scale=1.0))
+    assert record.status == "graded", record.error
+    check_reports(out, load_rubric(rubric).total_points)
+    return record, {t.id: t for t in record.tests}, out
+
+
+def test_every_model_gaming_submission_is_tested():
+    on_disk = {p.name for p in GAMING.iterdir() if p.is_dir()}
+    assert on_disk == {"broadcast_first", "broadcast_first_honest", "operand_tamper", "onezero_lie",
+                       "onezero_honest", "onezero_when_timed", "conv_onezero", "conv_transpose_mode",
+                       "conv_honest", "psum_zero_scratch", "psum_zero_scratch_honest", "gpsimd_max",
+                       "scattered_placement"}
+
+
+def _scores_like_its_twin(tmp_path: Path, hostile: str, twin: str) -> None:
+    """The hostile kernel is timed as its honest twin, also with targets just below the twin's latency (where
+    the cheaper timing it used to get bought full credit instead of partial)."""
+    _, honest, _ = _grade(tmp_path, twin, _transpose_rubric(tmp_path))
+    latency = honest[SPEED].latency_us
+    tight = _transpose_rubric(tmp_path, optimized=0.995 * latency, relaxed=10 * latency)
+    _, bad, _ = _grade(tmp_path, hostile, tight)
+    _, good, _ = _grade(tmp_path, twin, tight)
+    assert bad[CORRECT].status == "passed"
+    assert bad[SPEED].latency_us == pytest.approx(latency, rel=1e-6)
+    assert bad[SPEED].status == good[SPEED].status == "partial"
+    assert bad[SPEED].score == good[SPEED].score
+
+
+def test_a_broadcast_operand_placed_first_buys_nothing(tmp_path):
+    """G1: the evacuation costs the block whichever operand comes first."""
+    _scores_like_its_twin(tmp_path, "broadcast_first", "broadcast_first_honest")
+
+
+def test_psum_zeros_read_as_data_buy_nothing(tmp_path):
+    """G5: the zero fills VectorE reads cost what any other fill costs (before: 54 us against the twin's 92)."""
+    _scores_like_its_twin(tmp_path, "psum_zero_scratch", "psum_zero_scratch_honest")
+
+
+def test_max_on_gpsimd_earns_nothing(tmp_path):
+    """G8: GpSimd has no max: the kernel does not compile on Trainium."""
+    record, tests, _ = _grade(tmp_path, "gpsimd_max", _transpose_rubric(tmp_path))
+    assert record.score == 0
+    assert tests[CORRECT].status == "error" and "GpSimd runs only add, multiply" in tests[CORRECT].message
+
+
+def test_a_placement_nkisim_cannot_alias_earns_no_performance_credit(tmp_path):
+    """G7: correct values, but a timing nkisim cannot make the hardware's: flagged, no credit."""
+    record, tests, out = _grade(tmp_path, "scattered_placement", _transpose_rubric(tmp_path))
+    assert tests[CORRECT].status == "passed"
+    speed = tests[SPEED]
+    assert speed.status == "failed" and speed.score == 0 and record.score == 10
+    assert speed.message.startswith("flagged for course staff") and "direct allocation" in speed.implausible[0]
+    assert "flagged for course staff" in (out / "summary.md").read_text()
+
+
+def test_a_kernel_cannot_rewrite_its_own_trace(tmp_path):
+    """G2: the operand records are immutable; the kernel fails as it would on Trainium (no operand())."""
+    record, tests, _ = _grade(tmp_path, "operand_tamper", _transpose_rubric(tmp_path))
+    assert record.score == 0
+    assert tests[CORRECT].status == "error"
+    assert "AttributeError" in tests[CORRECT].message
+    assert tests[SPEED].status == "skipped"
+
+
+def test_a_onezero_hint_on_data_earns_nothing_and_on_an_identity_keeps_its_speed_up(tmp_path):
+    """G3: the promise is checked on the values."""
+    rubric = _transpose_rubric(tmp_path)
+    record, lie, _ = _grade(tmp_path, "onezero_lie", rubric)
+    assert record.score == 0
+    assert lie[CORRECT].status == "error"
+    assert "is_stationary_onezero=True but the stationary tile (float32)" in lie[CORRECT].message
+    _, honest, _ = _grade(tmp_path, "onezero_honest", rubric)
+    assert honest[CORRECT].status == "passed" and honest[SPEED].status == "passed"
+
+
+def test_a_onezero_hint_on_the_timed_shape_only_earns_nothing(tmp_path):
+    """G3 on the timed run: checked when values are computed (the default); costed without the hint when the
+    rubric skips the values, so the lie buys no speed (its latency is the unhinted kernel's)."""
+    _, checked, _ = _grade(tmp_path, "onezero_when_timed", _transpose_rubric(tmp_path))
+    assert checked[CORRECT].status == "passed"
+    assert checked[SPEED].status == "error" and checked[SPEED].score == 0
+    assert "is_stationary_onezero=True" in checked[SPEED].message
+    unchecked_rubric = _transpose_rubric(tmp_path, verify=False)
+    _, unchecked, _ = _grade(tmp_path, "onezero_when_timed", unchecked_rubric)
+    _, plain, _ = _grade(tmp_path, "onezero_lie", unchecked_rubric)  # correctness fails: no timed run to compare
+    assert plain[SPEED].status == "skipped"
+    _, honest, _ = _grade(tmp_path, "onezero_honest", unchecked_rubric)
+    assert unchecked[SPEED].status == "passed"
+    # the honest kernel's hint is dropped as well (unchecked), so both are costed as plain fp32 matmuls
+    assert unchecked[SPEED].latency_us == pytest.approx(honest[SPEED].latency_us, rel=1e-6)
+    _, verified_honest, _ = _grade(tmp_path, "onezero_honest", _transpose_rubric(tmp_path))
+    assert verified_honest[SPEED].latency_us < unchecked[SPEED].latency_us  # the checked hint counts
+
+
+@pytest.mark.parametrize("name,message", [
+    ("conv_onezero", "is_moving_onezero=True but the moving tile (float32)"),
+    ("conv_transpose_mode", "is_transpose=True turns on the Tensor Engine's transpose mode"),
+])
+def test_hinted_convolutions_earn_nothing(name, message, tmp_path):
+    """G3/G4 on a real matrix product: the hardware would not compute the convolution."""
+    rubric = _conv_rubric(tmp_path)
+    record, tests, _ = _grade(tmp_path, name, rubric)
+    assert record.score == 0
+    assert tests["c.correct"].status == "error" and message in tests["c.correct"].message
+    assert tests["c.speed"].status == "skipped"
+    honest_record, _, _ = _grade(tmp_path, "conv_honest", rubric)
+    assert honest_record.score == 2.5 + 1.25
+
+
+# ---- the plausibility guard ----------------------------------------------------------------------------------
+
+
+def _conv_inv(dtype: str = "float32", height: int = 224):
+    case = {"batch": 1, "in_channels": 256, "out_channels": 256, "height": height, "width": height, "kernel": 3,
+            "pool": 1, "bias": "random", "dtype": dtype}
+    x, w, out = problems.conv2d_shapes(case)
+    np_dtype = np.dtype(problems.DTYPES[dtype])
+    args = [np.empty(x, np_dtype), np.empty(w, np_dtype), np.empty(w[0], np_dtype)]
+    flops = 2.0 * w[0] * w[1] * w[2] * w[3] * out[2] * out[3]
+    return problems.Invocation(args, {"pool_size": 1}, out, np_dtype, flops)
+
+
+def test_the_staff_kernels_are_plausible():
+    """No honest kernel loses credit: every modelled staff latency (reference_timings.json, both targets, both
+    tiers) passes the guard."""
+    entries = json.loads((TESTS.parent / "grader" / "reference_timings.json").read_text())["entries"]
+    checked = 0
+    for key, entry in entries.items():
+        target = key.split("|")[1]
+        for name, us in entry["timings_us"].items():
+            if name.startswith("conv2d:"):
+                _, dtype, size, pool, _ = name.split(":")
+                h, w = (int(v) for v in size.split("x"))
+                case = {"batch": 1, "in_channels": 256, "out_channels": 256, "height": h, "width": w, "kernel": 3,
+                        "pool": int(pool[4:]), "bias": "random", "dtype": dtype}
+                inv = problems.make_invocation("conv2d", case, 0)
+            else:
+                _, shape, dtype = name.split(":")
+                rows, cols = (int(v) for v in shape.split("x"))
+                inv = problems.make_invocation("transpose", {"shape": [rows, cols], "dtype": dtype}, 0)
+            assert plausibility.findings(inv, us, target) == [], (key, name, us)
+            checked += 1
+    assert checked >= 20
+
+
+@pytest.mark.parametrize("target", ["trn2", "trn1"])
+def test_faster_than_the_tensor_engine_is_flagged(target):
+    from nkisim.perf.costs import costs_for
+
+    inv = _conv_inv("float16")
+    peak_us = inv.flops / costs_for(target).tensor_peak_flops * 1e6
+    assert plausibility.findings(inv, 1.05 * peak_us, target) == []
+    found = plausibility.findings(inv, 0.95 * peak_us, target)
+    assert len(found) == 1 and "TensorE peak" in found[0] and "105%" in found[0]
+    # fp32 counts twice (the course's MFU convention): half the fp16 rate is the limit
+    inv32 = _conv_inv("float32")
+    assert plausibility.findings(inv32, 2.1 * peak_us, target) == []
+    assert "TensorE peak" in plausibility.findings(inv32, 1.9 * peak_us, target)[0]
+
+
+def test_faster_than_the_dma_engines_is_flagged():
+    inv = problems.make_invocation("transpose", {"shape": [4096, 4096], "dtype": "float32"}, 0)
+    floor_us = 2 * 4096 * 4096 * 4 / (16 * 23.0) / 1e3  # the trn2 table: 16 engines x 23 B/ns
+    assert plausibility.findings(inv, 1.01 * floor_us, "trn2") == []
+    found = plausibility.findings(inv, 0.99 * floor_us, "trn2")
+    assert len(found) == 1 and "134.2 MB" in found[0] and "16 DMA engines" in found[0]
+    assert plausibility.findings(inv, 0.0, "trn2") == ["the latency 0.0 us is not a positive time"]
+
+
+def test_an_impossible_result_earns_nothing_and_is_flagged_in_every_report(tmp_path, monkeypatch):
+    """End to end: whatever made the model report it (here a stand-in for the estimate), a latency below the DMA
+    floor scores 0, and its reason reaches results.json, junit.xml, summary.md and result.json."""
+    import nkisim.perf
+
+    real = nkisim.perf.estimate
+
+    def too_fast(trace, target=None, **kw):
+        report = real(trace, target, **kw)
+        report.nc_latency_us = 0.5
+        return report
+
+    monkeypatch.setattr(nkisim.perf, "estimate", too_fast)
+    record, tests, out = _grade(tmp_path, "broadcast_first_honest", _transpose_rubric(tmp_path))
+    speed = tests[SPEED]
+    assert speed.status == "failed" and speed.score == 0 and speed.latency_us == 0.5
+    assert speed.message.startswith("flagged for course staff: no performance credit, the result is not one")
+    assert len(speed.implausible) == 1 and "DMA engines" in speed.implausible[0]
+    assert record.score == 10
+    results = json.loads((out / "results.json").read_text())
+    assert any("flagged for course staff" in t["output"] for t in results["tests"])
+    assert "flagged for course staff" in (out / "junit.xml").read_text()
+    assert "flagged for course staff" in (out / "summary.md").read_text()
+    stored = json.loads((out / "result.json").read_text())
+    assert next(t for t in stored["tests"] if t["id"] == SPEED)["implausible"] == speed.implausible
+
+
+def test_withhold_credit_leaves_a_plausible_result_alone():
+    res = records.TestResult("x", "x", 1, "performance", 2.0, False, "visible", [], latency_us=5000.0)
+    inv = _conv_inv("float32")
+    assert not plausibility.withhold_credit(res, inv, "trn2")
+    assert res.implausible == [] and res.message == ""
+
+
+def test_unchecked_promises_are_costed_without_their_hints():
+    ins = SimpleNamespace(op="nc_matmul", attrs={"N": 512, "is_moving_onezero": True, "is_transpose": True})
+    other = SimpleNamespace(op="tensor_copy", attrs={"is_transpose": True})
+    trace = SimpleNamespace(instrs=[ins, other])
+    plausibility.without_unchecked_promises(trace)
+    assert ins.attrs == {"N": 512, "is_moving_onezero": False, "is_stationary_onezero": False,
+                         "is_transpose": False}
+    assert other.attrs == {"is_transpose": True}
+
+
+def test_a_placement_nkisim_cannot_alias_earns_no_timing_credit():
+    """G7: direct allocation at addresses that are not a fixed stride gets storage of its own in nkisim (no
+    aliasing, no shared hazards), so its timing is not the hardware's: flagged, no credit."""
+    inv = _conv_inv("float32")
+    trace = SimpleNamespace(meta={"unaliased_placements": 2}, instrs=[])
+    found = plausibility.findings(inv, 5000.0, "trn2", trace)
+    assert len(found) == 1 and "placed 2 tensor(s) by direct allocation" in found[0]
+    res = records.TestResult("x", "x", 2, "performance", 2.0, False, "visible", [], latency_us=5000.0)
+    assert plausibility.withhold_credit(res, inv, "trn2", trace) and res.score == 0
+    assert plausibility.findings(inv, 5000.0, "trn2", SimpleNamespace(meta={}, instrs=[])) == []
