@@ -31,10 +31,11 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from grader import seeds
 from grader.progress import Progress
 from grader.records import GradeConfig, GradeRecord, resume_key, stored_key
 from grader.reports import atomic_write, write_all
@@ -48,6 +49,7 @@ from grader.submission import (
 )
 
 STAGING = ".staging"
+REFCACHE = "refcache"  # under the batch's private directory (grader/seeds.py: OUT/.grader/)
 
 
 @dataclass(frozen=True)
@@ -104,18 +106,42 @@ class JobResult:
         )
 
 
+# ------------------------------------------------------------------------------------------ seeds ----
+
+
+def class_config(
+    config: GradeConfig, out_root: str | Path, *, seed_file: str | Path | None = None, rotate: bool = False
+) -> tuple[GradeConfig, str]:
+    """``config`` for ranked grading of a class: the secret class seed (``config.seed`` if given, else the one in
+    ``seed_file``, by default OUT/.grader/secret-seed, created on first use or replaced with ``rotate``), the
+    shared reference cache OUT/.grader/refcache, and that private directory hidden from student code.
+    Returns the config and a line saying which seed is used (by its fingerprint)."""
+    private = seeds.ensure_private_dir(seeds.private_dir(out_root))
+    cache = private / REFCACHE
+    if config.seed is not None:
+        seed, note = int(config.seed), "given with --seed"
+    else:
+        path = Path(seed_file) if seed_file else private / seeds.SEED_FILE
+        seed, new = seeds.class_seed(path, rotate=rotate)
+        note = ("new, written to " if new else "from ") + str(path)
+    if rotate:  # every entry belongs to the old inputs
+        shutil.rmtree(cache, ignore_errors=True)
+    seeds.ensure_private_dir(cache)
+    hidden = [str(private)] + ([str(Path(seed_file).resolve().parent)] if seed_file else [])
+    ranked = replace(config, seed=seed, seed_mode="secret", ref_cache=str(cache), hidden_dirs=tuple(hidden))
+    return ranked, f"class seed #{seeds.fingerprint(seed)} ({note})"
+
+
 # ---------------------------------------------------------------------------------------- one job ----
 
 
 def expected_key(sub: Submission, config: GradeConfig) -> dict[str, Any]:
     from grader import thresholds
-    from grader.pipeline import resolve_backend
+    from grader.pipeline import effective_seed, resolve_backend
     from grader.rubric import load_rubric
 
     rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
-    from grader.problems import submission_seed
-
-    seed = submission_seed(rubric.seed, sub.content_hash) if config.seed is None else int(config.seed)
+    seed = effective_seed(rubric, sub.content_hash, config)
     return resume_key(
         sub.content_hash, rubric.sha256, thresholds.tool_version(), resolve_backend(config.backend), config.target,
         seed, float(config.timeout_scale),

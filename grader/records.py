@@ -14,11 +14,16 @@ class GradeConfig:
     only: tuple[str, ...] = ()
     backend: str = "auto"  # auto | nkisim | neuron
     target: str = "trn2"  # trn2 | trn1
-    seed: int | None = None  # None: the rubric's seed
+    seed: int | None = None  # None: derived from the rubric's salt and the submission (grader/problems.py)
+    # "submission": per-submission seeds (a student's own runs); "secret": ``seed`` is the class's secret seed
+    # (grader/seeds.py), shared by every submission of a batch; only such runs are ranked on a leaderboard
+    seed_mode: str = "submission"
     screen: bool = True  # run nkisim.check_kernel first (tests switch it off to probe the runtime layers)
     workers: int = 1  # kernel runs of one submission in parallel
     timeout_scale: float = 1.0
     tmp_root: str | None = None
+    ref_cache: str | None = None  # directory of the shared reference cache (grader/refcache.py); None: memory only
+    hidden_dirs: tuple[str, ...] = ()  # hidden from student code besides the grader's own (the batch's private dir)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,6 +60,7 @@ class TestResult:
     mfu: float | None = None
     boundary_distance: float | None = None  # performance on nkisim: relative distance from the nearest tier target
     near_boundary: bool = False  # boundary_distance < the rubric's borderline_margin: re-time on Trainium
+    timing_counts: bool = False  # performance: the timed run's output matched and its work was done on the device
     perf: dict[str, Any] | None = None
     cases: list[CaseRecord] = field(default_factory=list)
 
@@ -91,6 +97,17 @@ class GradeRecord:
     violations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
+    seed_mode: str = "submission"  # "secret": the class seed of a batch (a ranked run); see GradeConfig
+    leaderboard: list[dict[str, Any]] = field(default_factory=list)  # Gradescope's items (grader/ranking.py)
+
+    @property
+    def seed_label(self) -> str:
+        """The seed as reports show it: a class seed is secret and shown by its fingerprint only."""
+        if self.seed_mode == "secret":
+            from grader.seeds import fingerprint
+
+            return f"secret class seed #{fingerprint(self.seed)}"
+        return str(self.seed)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

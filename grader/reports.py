@@ -91,14 +91,10 @@ def gradescope_results(record: GradeRecord) -> dict[str, Any]:
                 "extra_data": {"status": t.status, "latency_us": _finite(t.latency_us), "mfu": _finite(t.mfu)},
             }
         )
-    leaderboard = []
-    for t in record.tests:
-        if t.kind == "performance" and t.latency_us is not None and t.status in ("passed", "partial"):
-            leaderboard.append({"name": f"{t.name} (us)", "value": round(t.latency_us, 1), "order": "asc"})
     header = (
         f"{record.rubric_title}\nScore: {_fmt_points(record.score)} / {_fmt_points(record.base_points)} "
         f"(+ up to {_fmt_points(record.max_score - record.base_points)} extra credit). Backend {record.backend}, "
-        f"target {record.target}, seed {record.seed}."
+        f"target {record.target}, seed {record.seed_label}."
     )
     if record.status == "error":
         header = (
@@ -113,13 +109,16 @@ def gradescope_results(record: GradeRecord) -> dict[str, Any]:
         "visibility": "visible",
         "stdout_visibility": "hidden",
         "tests": tests,
-        "leaderboard": leaderboard,
         "extra_data": {
             "content_hash": record.content_hash,
             "tool_version": record.tool_version,
             "status": record.status,
+            "seed": record.seed_label,
+            "ranked": record.seed_mode == "secret",
         },
     }
+    if record.leaderboard:  # Gradescope's leaderboard (grader/ranking.py); only ranked runs carry it
+        result["leaderboard"] = [dict(item) for item in record.leaderboard]
     return result
 
 
@@ -150,8 +149,9 @@ def junit_xml(record: GradeRecord) -> str:
         timestamp=record.started_at,
     )
     props = ET.SubElement(suite, "properties")
-    for key in ("student", "content_hash", "backend", "target", "seed", "tool_version", "status"):
+    for key in ("student", "content_hash", "backend", "target", "tool_version", "status"):
         ET.SubElement(props, "property", name=key, value=str(getattr(record, key)))
+    ET.SubElement(props, "property", name="seed", value=record.seed_label)
     ET.SubElement(props, "property", name="score", value=f"{record.score:g}/{record.base_points:g}")
     for t in record.tests:
         case = ET.SubElement(suite, "testcase", classname=f"part{t.part}.{t.kind}", name=t.id, time=f"{t.seconds:.3f}")
@@ -218,7 +218,7 @@ def text_table(record: GradeRecord) -> str:
     total = (
         f"Total: {_fmt_points(record.score)} points (out of {_fmt_points(record.base_points)}, plus up to "
         f"{_fmt_points(record.max_score - record.base_points)} extra credit)   "
-        f"backend {record.backend}, target {record.target}, seed {record.seed}, {record.seconds:.1f} s"
+        f"backend {record.backend}, target {record.target}, seed {record.seed_label}, {record.seconds:.1f} s"
     )
     lines = [body, "", total]
     if record.status == "error":
@@ -233,7 +233,7 @@ def summary_markdown(record: GradeRecord) -> str:
         f"## {title}: {_fmt_points(record.score)} / {_fmt_points(record.base_points)} points",
         "",
         f"{record.rubric_title}. Extra credit possible: {_fmt_points(record.max_score - record.base_points)}. "
-        f"Backend `{record.backend}`, target `{record.target}`, seed `{record.seed}`, "
+        f"Backend `{record.backend}`, target `{record.target}`, seed `{record.seed_label}`, "
         f"tool `{record.tool_version}`, graded in {record.seconds:.1f} s.",
         "",
     ]
