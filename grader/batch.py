@@ -242,8 +242,18 @@ class SerialExecutor:
             yield fn(job)
 
 
-def _worker_init() -> None:
-    """Pool workers die with the batch process (kill -9 included) and ignore Ctrl-C (the parent handles it)."""
+_BLAS_LIMIT: Any = None
+
+
+def _worker_init(blas_threads: int = 0) -> None:
+    """Pool workers die with the batch process (kill -9 included) and ignore Ctrl-C (the parent handles it).
+    ``blas_threads``: their share of the cores for the references' BLAS (``jobs`` workers each using every core
+    would only contend)."""
+    global _BLAS_LIMIT
+    if blas_threads > 0:
+        from threadpoolctl import threadpool_limits
+
+        _BLAS_LIMIT = threadpool_limits(limits=blas_threads, user_api="blas")
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -269,7 +279,9 @@ class LocalProcessExecutor:
         while pending:
             ctx = multiprocessing.get_context("spawn")
             failed: list[tuple[GradeJob, BaseException]] = []
-            with cf.ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx, initializer=_worker_init) as pool:
+            blas = max(1, (os.cpu_count() or 1) // self.jobs)
+            with cf.ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx, initializer=_worker_init,
+                                        initargs=(blas,)) as pool:
                 futures = {pool.submit(fn, job): job for job in pending}
                 for fut in cf.as_completed(futures):
                     job = futures[fut]
