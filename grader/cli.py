@@ -289,8 +289,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def cmd_gradescope(args: argparse.Namespace) -> int:
     from grader.gradescope_build import build_autograder_zip
+    from grader.seeds import SeedError
 
-    path = build_autograder_zip(Path(args.out), Path(args.root))
+    try:
+        path = build_autograder_zip(Path(args.out), Path(args.root), Path(args.seed_file) if args.seed_file else None)
+    except SeedError as exc:
+        print(f"grader: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     print(f"wrote {path}")
     return EXIT_OK
 
@@ -406,6 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
     z = sub.add_parser("gradescope", help="build autograder.zip for Gradescope")
     z.add_argument("--out", default="autograder.zip")
     z.add_argument("--root", default=str(Path(__file__).resolve().parent.parent), help="project root")
+    z.add_argument("--seed-file", default=None,
+                   help="ship this class seed: ranked runs on secret inputs, with Gradescope leaderboard items")
     z.set_defaults(func=cmd_gradescope)
 
     r = sub.add_parser("rubric", help="print the rubric")
