@@ -306,6 +306,11 @@ def cmd_rubric(args: argparse.Namespace) -> int:
     from grader.rubric import load_rubric
 
     r = load_rubric(args.rubric)
+    if args.markdown:
+        from grader.reports import rubric_markdown
+
+        print(rubric_markdown(r))
+        return EXIT_OK
     rows = [
         [
             t.id,
@@ -417,6 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("rubric", help="print the rubric")
     r.add_argument("--rubric", default=None)
+    r.add_argument("--markdown", action="store_true",
+                   help="what each test checks, with its tolerance and reference precision (docs/grading.md)")
     r.set_defaults(func=cmd_rubric)
     return parser
 

@@ -17,6 +17,7 @@ from typing import Any
 from tabulate import tabulate
 
 from grader.records import GradeRecord, TestResult
+from grader.rubric import Rubric, TestSpec
 
 SUMMARY_LIMIT = 1024 * 1024 - 4096  # GitHub's job summary limit is 1 MiB per step
 OUTPUT_LIMIT = 8000  # characters of a test's message shown to the student
@@ -305,3 +306,41 @@ def github_annotations(record: GradeRecord, limit: int = 10) -> list[str]:
         )
     lines.append(f"::notice title=Autograder::Points {_fmt_points(record.score)}/{_fmt_points(record.base_points)}")
     return lines
+
+
+# ------------------------------------------------------------------------------------------- rubric docs ----
+
+
+def _case_text(t: TestSpec, case: dict[str, Any]) -> str:
+    if t.problem == "transpose":
+        return "x".join(str(v) for v in case["shape"]) + f" {case.get('dtype', 'float32')}"
+    pool = f", {case['pool']}x{case['pool']} max-pool" if int(case.get("pool", 1)) > 1 else ""
+    bias = ", random bias" if case.get("bias") == "random" else ""
+    return (f"batch {case['batch']}, {case['in_channels']}->{case['out_channels']} ch, {case['height']}x"
+            f"{case['width']}, {case['kernel']}x{case['kernel']} {case['dtype']}{bias}{pool}")
+
+
+def rubric_markdown(rubric: Rubric) -> str:
+    """The rubric as docs/grading.md shows it: what each test runs, how its output is judged (tolerance and the
+    reference's precision, grader/problems.py: reference_precision) and what it needs first."""
+    from grader.problems import DEFAULT_TOLERANCE, reference_precision
+
+    rows = []
+    for t in rubric.tests:
+        checks, tolerances, precisions = [], [], []
+        for case in t.cases:
+            checks.append(_case_text(t, case))
+            dtype = str(case.get("dtype", "float32"))
+            rtol, atol = rubric.tolerances.get(dtype, DEFAULT_TOLERANCE)
+            tolerances.append(f"{dtype}: rtol {rtol:g}, atol {atol:g}")
+            precisions.append(reference_precision(t.problem, case, rubric.tolerances))
+        what = "output matches the reference" if t.kind == "correctness" else (
+            "p99 latency against the targets" + (", output verified" if rubric.verify_performance_outputs else ""))
+        rows.append([
+            f"`{t.id}`", t.kind, f"{t.points:g}" + (" EC" if t.extra_credit else ""),
+            "; ".join(dict.fromkeys(checks)) + f" ({what})",
+            "; ".join(dict.fromkeys(tolerances)), ", ".join(dict.fromkeys(precisions)),
+            ", ".join(f"`{r}`" for r in t.requires),
+        ])
+    return tabulate(rows, headers=["test", "kind", "points", "runs and checks", "tolerance", "reference", "needs"],
+                    tablefmt="github")

@@ -376,3 +376,14 @@ def test_batch_cli_uses_the_secret_class_seed_by_default(tmp_path):
     per_student = subprocess.run([*cmd, "--seed-mode", "submission", "--rotate-seed"], env=env,
                                  capture_output=True, text=True, timeout=600)
     assert per_student.returncode == 2 and "--seed-mode secret" in per_student.stderr
+
+
+def test_docs_list_what_every_test_checks():
+    """docs/grading.md carries the table `python -m grader rubric --markdown` prints, for the shipped rubric."""
+    from grader.reports import rubric_markdown
+
+    doc = (ROOT / "docs" / "grading.md").read_text()
+    table = doc.split("<!-- rubric:begin -->\n", 1)[1].split("\n<!-- rubric:end -->", 1)[0]
+    assert table == rubric_markdown(load_rubric()), "regenerate the table: python -m grader rubric --markdown"
+    for t in load_rubric().tests:
+        assert f"`{t.id}`" in table
