@@ -81,6 +81,7 @@ class JobResult:
     error: str | None = None
     graded_seconds: float = 0.0  # how long the grading itself took, in whichever run made it
     timings: dict[str, float] = field(default_factory=dict)  # where that time went (screen, imports, tests)
+    test_cpu: dict[str, float] = field(default_factory=dict)  # test id -> its kernel processes' CPU seconds
 
     @classmethod
     def from_record(cls, record: dict[str, Any], status: str, out_dir: str | None, seconds: float) -> JobResult:
@@ -103,6 +104,7 @@ class JobResult:
             error=record.get("error"),
             graded_seconds=float(record.get("seconds", 0.0) or 0.0),
             timings={str(k): float(v) for k, v in (record.get("timings") or {}).items() if isinstance(v, int | float)},
+            test_cpu={t["id"]: sum(float(c.get("cpu_seconds") or 0.0) for c in t.get("cases", [])) for t in tests},
         )
 
 

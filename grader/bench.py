@@ -200,6 +200,22 @@ def _references_line(results: list[JobResult]) -> str:
             f"disk, {memory:.0f} found in a worker's memory")
 
 
+def _where_cpu_goes(results: list[JobResult]) -> str:
+    """Mean CPU seconds of a full-credit submission's parts: each test's kernel processes and the grader itself."""
+    graded = [r for r in results if r.status == "graded"]
+    if not graded:
+        return "  (no full-credit submission graded in this run)"
+    tests: dict[str, float] = {}
+    for r in graded:
+        for t, c in r.test_cpu.items():
+            tests[t] = tests.get(t, 0.0) + c / len(graded)
+    grader = sum(r.timings.get("cpu:grader_s", 0.0) for r in graded) / len(graded)
+    kernels = sum(r.timings.get("cpu:kernels_s", 0.0) for r in graded) / len(graded)
+    top = ", ".join(f"{t} {c:.1f}" for t, c in sorted(tests.items(), key=lambda x: -x[1])[:6])
+    return (f"  a full-credit submission's CPU s: grader process {grader:.1f}, kernel processes {kernels:.1f} "
+            f"(largest: {top}; the rest start-ups and small tests)")
+
+
 def bench_class(args: argparse.Namespace, kinds: list[str], tmp: Path) -> None:
     source = tmp / "class"
     roster = write_class(source, kinds)
@@ -226,6 +242,7 @@ def bench_class(args: argparse.Namespace, kinds: list[str], tmp: Path) -> None:
             if is_hostile(kind):
                 print(_kind_line("  " + kind, by_kind[kind]))
         print(_references_line(results))
+        print(_where_cpu_goes(by_kind.get("staff", [])))
         wall2, cpu2, again = _timed_batch(source, out, executor, args.jobs, config)
         print(f"[{executor}] regrade of the unchanged class: {wall2:.1f} s wall, {_cpu_note(executor, cpu2)}; "
               f"{summarize(again)}; {_load()}")

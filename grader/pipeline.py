@@ -279,7 +279,8 @@ class _Grading:
             run = self._run(test, inv, mode="full", want_trace=self.want_trace)
             self._mark(test, case, run)
             rec = CaseRecord(
-                i, run.verdict, run.message, run.wall_seconds, run.kernel_seconds, output_tail=run.output_tail[-2000:]
+                i, run.verdict, run.message, run.wall_seconds, run.kernel_seconds, output_tail=run.output_tail[-2000:],
+                cpu_seconds=run.cpu_seconds,
             )
             res.cases.append(rec)
             if run.verdict != "ok":
@@ -359,7 +360,8 @@ class _Grading:
             raise GraderError("no instruction trace came back from a timed run (is nkisim.core.traceio installed?)")
         res.cases.append(
             CaseRecord(
-                0, run.verdict, run.message, run.wall_seconds, run.kernel_seconds, output_tail=run.output_tail[-2000:]
+                0, run.verdict, run.message, run.wall_seconds, run.kernel_seconds, output_tail=run.output_tail[-2000:],
+                cpu_seconds=run.cpu_seconds,
             )
         )
         if run.verdict != "ok":

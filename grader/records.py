@@ -37,6 +37,7 @@ class CaseRecord:
     seconds: float
     kernel_seconds: float | None = None
     max_abs_error: float | None = None
+    cpu_seconds: float | None = None  # the kernel process's CPU seconds, as it reported them
     output_tail: str = ""  # the end of what the kernel printed (for TAs; never shown as a result)
 
 

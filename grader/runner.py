@@ -53,6 +53,7 @@ class CaseRun:
     hardware_p99_us: float | None = None
     wall_seconds: float = 0.0
     kernel_seconds: float | None = None
+    cpu_seconds: float | None = None  # as the kernel's process reported it (informational)
     output_tail: str = ""
     features: tuple[str, ...] = ()
     # Set when the call hit a resource limit ("timed out", "ran out of memory", ...): the grader then does not
@@ -379,6 +380,7 @@ def _collect(
         return CaseRun("error", msg, **base)
     run = CaseRun("ok", **base)
     run.kernel_seconds = status.get("kernel_seconds") if isinstance(status.get("kernel_seconds"), float) else None
+    run.cpu_seconds = status.get("cpu_seconds") if isinstance(status.get("cpu_seconds"), float) else None
     if isinstance(status.get("hardware_p99_us"), float):
         run.hardware_p99_us = status["hardware_p99_us"]
     outputs = sorted(out_dir.glob("output_*.npy"), key=lambda p: p.name)
