@@ -144,9 +144,10 @@ def expected_key(sub: Submission, config: GradeConfig) -> dict[str, Any]:
 
     rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
     seed = effective_seed(rubric, sub.content_hash, config)
+    seed_id = f"#{seeds.fingerprint(seed)}" if config.seed_mode == "secret" else seed
     return resume_key(
         sub.content_hash, rubric.sha256, thresholds.tool_version(), resolve_backend(config.backend), config.target,
-        seed, float(config.timeout_scale),
+        seed_id, float(config.timeout_scale),
     )
 
 

@@ -134,7 +134,7 @@ def rank(records: list[dict[str, Any]], rubric: Rubric, seed: int | None) -> tup
             reason = "grader error (regraded on the next batch run)"
         elif rec.get("seed_mode") != "secret":
             reason = "not a ranked run (a per-submission seed)"
-        elif fp is not None and seeds.fingerprint(int(rec.get("seed", -1))) != fp:
+        elif fp is not None and rec.get("seed_fingerprint") != fp:
             reason = "graded with another class seed"
         else:
             cells = _cells(rec, perf_tests)

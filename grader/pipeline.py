@@ -58,7 +58,7 @@ def _now() -> str:
 
 
 def _input_key(problem: str, case: dict[str, Any]) -> str:
-    """Cases that differ only in bias or pooling share X and W (and their float64 convolution)."""
+    """Cases that differ only in bias or pooling share X and W (and their convolution)."""
     shared = {k: v for k, v in case.items() if k not in ("bias", "pool")}
     return problem + json.dumps(shared, sort_keys=True)
 
@@ -507,7 +507,8 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
         grader_version=GRADER_VERSION,
         backend=backend,
         target=config.target,
-        seed=seed,
+        seed=-1 if config.seed_mode == "secret" else seed,
+        seed_fingerprint=seeds.fingerprint(seed) if config.seed_mode == "secret" else "",
         status="error" if failed else "graded",
         score=round(sum(r.score for r in results), 6),
         max_score=rubric.total_points,
@@ -605,8 +606,10 @@ def error_record(
         grader_version=GRADER_VERSION,
         backend=config.backend,
         target=config.target,
-        seed=config.seed if config.seed is not None else -1,
+        seed=config.seed if config.seed is not None and config.seed_mode != "secret" else -1,
         seed_mode=config.seed_mode,
+        seed_fingerprint=seeds.fingerprint(config.seed) if config.seed_mode == "secret" and config.seed is not None
+        else "",
         status="error",
         score=0.0,
         max_score=total,

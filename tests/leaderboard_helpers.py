@@ -27,7 +27,9 @@ def record(student: str, latencies: dict[str, float], *, seed: int = SEED, mode:
             "near_boundary": tid in near, "boundary_distance": 0.05 if tid in near else 0.5,
         })
     score = sum(1.0 for t in tests if t["timing_counts"])
-    return {"student": student, "status": status, "seed_mode": mode, "seed": seed, "score": score,
+    secret = mode == "secret"
+    return {"student": student, "status": status, "seed_mode": mode, "seed": -1 if secret else seed,
+            "seed_fingerprint": seeds.fingerprint(seed) if secret else "", "score": score,
             "started_at": "2026-01-01T00:00:00Z", "tests": tests}
 
 

@@ -322,7 +322,11 @@ def test_a_class_computes_each_reference_once(tmp_path):
     computed = [r.timings["references:computed"] for r in sorted(results, key=lambda r: r.student)]
     assert computed == [2, 0, 0]  # float32 X/W (two cases share it) and the float16 one, once for the class
     records = [json.loads((Path(r.out_dir) / "result.json").read_text()) for r in results]
-    assert {r["seed"] for r in records} == {config.seed} and {r["seed_mode"] for r in records} == {"secret"}
+    assert {r["seed_fingerprint"] for r in records} == {seeds.fingerprint(config.seed)}
+    assert {r["seed_mode"] for r in records} == {"secret"} and {r["seed"] for r in records} == {-1}
+    for r in results:  # the secret is in no file of the batch's output but the seed file
+        for f in Path(r.out_dir).iterdir():
+            assert str(config.seed) not in f.read_text(), f
     refcache.clear_memory()  # a new worker: everything from the disk cache
     again = run_batch(subs, out, config, jobs=1, executor="serial", progress=False, force=True)
     assert all(r.timings["references:computed"] == 0 for r in again)
@@ -368,7 +372,8 @@ def test_batch_cli_uses_the_secret_class_seed_by_default(tmp_path):
     seed = seeds.read_seed(out / ".grader" / seeds.SEED_FILE)
     assert f"class seed #{seeds.fingerprint(seed)}" in run.stderr and str(seed) not in run.stdout + run.stderr
     (result,) = out.glob("alice/*/result.json")
-    assert json.loads(result.read_text())["seed"] == seed
+    assert json.loads(result.read_text())["seed_fingerprint"] == seeds.fingerprint(seed)
+    assert str(seed) not in result.read_text() and str(seed) not in (out / "batch.jsonl").read_text()
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert "skipped 1" in again.stdout  # same seed: the result is reused
     rotated = subprocess.run([*cmd, "--rotate-seed"], env=env, capture_output=True, text=True, timeout=600)
