@@ -249,6 +249,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
         + (f", {graded / wall * 3600:.0f} graded/hour" if graded else "")
     )
     print(f"gradebook: {Path(args.out) / 'gradebook.csv'}; overview: {Path(args.out) / 'overview.md'}")
+    if config.seed_mode == "secret" and graded + counts.get("skipped", 0):
+        print(f"leaderboard: python -m grader leaderboard {args.out}")
     return EXIT_GRADER_ERROR if counts.get("error") else EXIT_OK
 
 

@@ -47,37 +47,11 @@ kind = "correctness"
 problem = "conv2d"
 points = 1
 timeout_s = 120
-[[test.cases]]
-batch = 1
-in_channels = 128
-out_channels = 128
-height = 8
-width = 8
-kernel = 3
-pool = 1
-bias = "zeros"
-dtype = "float32"
-[[test.cases]]
-batch = 1
-in_channels = 128
-out_channels = 128
-height = 8
-width = 8
-kernel = 3
-pool = 2
-bias = "random"
-dtype = "float32"
-[[test.cases]]
-batch = 1
-in_channels = 128
-out_channels = 128
-height = 8
-width = 8
-kernel = 3
-pool = 1
-bias = "random"
-dtype = "float16"
-"""
+""" + "".join(
+    "[[test.cases]]\nbatch = 1\nin_channels = 128\nout_channels = 128\nheight = 8\nwidth = 8\nkernel = 3\n"
+    f'pool = {pool}\nbias = "{bias}"\ndtype = "{dtype}"\n'
+    for pool, bias, dtype in ((1, "zeros", "float32"), (2, "random", "float32"), (1, "random", "float16"))
+)
 
 
 @pytest.fixture(autouse=True)
