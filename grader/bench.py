@@ -216,6 +216,22 @@ def _where_cpu_goes(results: list[JobResult]) -> str:
             f"(largest: {top}; the rest start-ups and small tests)")
 
 
+def _projection(results: list[JobResult], roster: dict[str, str], jobs: int) -> str:
+    """The issue's class (100: 80 full-credit, 15 stubs, 5 hostile) from this run's mean CPU seconds per kind, on
+    ``jobs`` otherwise idle cores."""
+    def mean(pick: Callable[[str], bool]) -> float | None:
+        cpu = [job_cpu(r) for r in results if pick(roster.get(r.student, ""))]
+        return sum(cpu) / len(cpu) if cpu else None
+
+    full, stub, bad = mean(lambda k: k == "staff"), mean(lambda k: k == "stub"), mean(is_hostile)
+    if full is None:
+        return "  (no projection: no full-credit submission in this class)"
+    total = 80 * full + 15 * (stub if stub is not None else 0.0) + 5 * (bad if bad is not None else 0.0)
+    cores = max(1, min(jobs, os.cpu_count() or 1))
+    return (f"  projected for 100 submissions (80 full-credit, 15 stubs, 5 hostile) from these means: {total:.0f} CPU "
+            f"s, {total / cores / 60:.1f} min on {cores} idle core(s)")
+
+
 def bench_class(args: argparse.Namespace, kinds: list[str], tmp: Path) -> None:
     source = tmp / "class"
     roster = write_class(source, kinds)
@@ -243,6 +259,7 @@ def bench_class(args: argparse.Namespace, kinds: list[str], tmp: Path) -> None:
                 print(_kind_line("  " + kind, by_kind[kind]))
         print(_references_line(results))
         print(_where_cpu_goes(by_kind.get("staff", [])))
+        print(_projection(results, roster, args.jobs))
         wall2, cpu2, again = _timed_batch(source, out, executor, args.jobs, config)
         print(f"[{executor}] regrade of the unchanged class: {wall2:.1f} s wall, {_cpu_note(executor, cpu2)}; "
               f"{summarize(again)}; {_load()}")
