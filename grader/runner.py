@@ -98,14 +98,14 @@ def _load_output(path: Path, inv: Invocation) -> np.ndarray:
     return np.array(arr)
 
 
-def _masked_dirs(hidden: tuple[str, ...] = ()) -> list[str]:
+def _masked_dirs(hidden: tuple[str, ...] = (), run_root: Path | None = None) -> list[str]:
     """Directories the child hides from student code once it is jailed: the grader package (rubric, reference
     timings, this code), the staff reference wherever it lives, ``hidden`` (the current batch's private
     directory: the secret seed and the shared reference cache) and every other batch's (grader/seeds.py)."""
     dirs = {str(Path(__file__).resolve().parent), str(reference_dir().resolve())}
     hidden = (*hidden, *registered_private_dirs())
     needed = [Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.executable, _nkisim_dir(),
-                                          tempfile.gettempdir())]
+                                          tempfile.gettempdir(), *([run_root] if run_root else []))]
     for h in hidden:
         d = Path(h).resolve()
         # never a directory the child itself needs (a seed file kept next to the interpreter, in /tmp, ...)
@@ -185,7 +185,7 @@ def _launch(
             # In its own mount namespace the child makes the file system read-only (except work/ and out/)
             # and then drops to the unprivileged uid, or drops every capability when there is none.
             "jail": bool(iso.unshare_argv),
-            "mask": _masked_dirs(hidden),
+            "mask": _masked_dirs(hidden, root),
             "uid": iso.uid,
             "gid": iso.gid,
             **job_fields,
