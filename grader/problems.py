@@ -141,21 +141,30 @@ def conv2d_float64(x: np.ndarray, w: np.ndarray, chunk_rows: int = 32) -> np.nda
 
 
 def maxpool(y: np.ndarray, pool: int) -> np.ndarray:
-    """pool x pool max-pool with stride pool; a trailing odd row/column is dropped (PyTorch floor mode)."""
+    """pool x pool max-pool with stride pool; a trailing odd row/column is dropped (PyTorch floor mode).
+
+    The elementwise maximum of the pool*pool strided views: several times faster than a reduction over the window
+    axes of a (b, c, h, pool, w, pool) view on the 224x224 outputs."""
     if pool == 1:
         return y
-    b, c, h, w = y.shape
-    hp, wp = h // pool, w // pool
-    return y[:, :, : hp * pool, : wp * pool].reshape(b, c, hp, pool, wp, pool).max(axis=(3, 5))
+    hp, wp = y.shape[2] // pool, y.shape[3] // pool
+    views = [y[:, :, i : hp * pool : pool, j : wp * pool : pool] for i in range(pool) for j in range(pool)]
+    out = np.maximum(views[0], views[1]) if len(views) > 1 else views[0].copy()
+    for v in views[2:]:
+        np.maximum(out, v, out=out)
+    return out
 
 
 maxpool_float64 = maxpool
 
 
 def conv2d_finish(conv: np.ndarray, bias: np.ndarray, pool: int) -> np.ndarray:
-    """The expected output from the convolution: + bias (per output channel), then max-pool; in conv's dtype."""
-    y = conv + bias.astype(conv.dtype)[None, :, None, None] if bias.any() else conv
-    return maxpool(y, pool)
+    """The expected output from the convolution: + bias (per output channel), then max-pool; in conv's dtype.
+
+    Pooled first, then the bias added to the (pool^2 times smaller) result: the same values, since rounding is
+    monotonic, max_i fl(x_i + b) = fl(max_i x_i + b)."""
+    y = maxpool(conv, pool)
+    return y + bias.astype(conv.dtype)[None, :, None, None] if bias.any() else y
 
 
 def conv2d_reference(inv: Invocation, precision: str = "float64") -> np.ndarray:
