@@ -129,6 +129,7 @@ def class_config(
     if rotate:  # every entry belongs to the old inputs
         shutil.rmtree(cache, ignore_errors=True)
     seeds.ensure_private_dir(cache)
+    seeds.write_fingerprint(private, seed)
     hidden = [str(private)] + ([str(Path(seed_file).resolve().parent)] if seed_file else [])
     ranked = replace(config, seed=seed, seed_mode="secret", ref_cache=str(cache), hidden_dirs=tuple(hidden))
     return ranked, f"class seed #{seeds.fingerprint(seed)} ({note})"

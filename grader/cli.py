@@ -399,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--names", action="store_true", help="show student ids instead of pseudonyms")
     lb.add_argument("--rubric", default=None, help="rubric TOML file (default: grader/rubric.toml)")
     lb.add_argument("--seed-file", default=None,
-                    help="the class's secret seed (default OUT_DIR/.grader/secret-seed): only its runs are ranked")
+                    help="rank the runs of this class seed (default: the one the batch was last graded with)")
     lb.set_defaults(func=cmd_leaderboard)
 
     c = sub.add_parser("calibrate", help="recompute the reference timings behind the latency targets")

@@ -2,7 +2,8 @@
 
 The page works offline (no CDN, no fonts, no requests: its Content-Security-Policy forbids them), sorts by any
 column (click a header; keyboard too), and shows pseudonyms unless the TA asks for names (``--names``).  It ranks
-only ranked runs: results graded with the class's current secret seed (grader/seeds.py).  A student's own runs
+only ranked runs: results graded with the class seed the batch was last graded with (its fingerprint, in
+OUT/.grader/seed-fingerprint; grader/seeds.py).  A student's own runs
 (per-submission seeds), results of an older seed and grader errors are left out and counted on the page.
 
 Score (grader/ranking.py): the geometric mean of the rubric's leaderboard.score_tests p99 latencies, for
@@ -123,10 +124,10 @@ def _cells(record: dict[str, Any], perf_tests: list[str]) -> dict[str, Cell]:
     return cells
 
 
-def rank(records: list[dict[str, Any]], rubric: Rubric, seed: int | None) -> tuple[list[Row], dict[str, int]]:
-    """Rows of the ranked runs (best score first, unscored last) and the count of left-out results by reason."""
+def rank(records: list[dict[str, Any]], rubric: Rubric, fp: str | None) -> tuple[list[Row], dict[str, int]]:
+    """Rows of the ranked runs of the class seed with fingerprint ``fp`` (best score first, unscored last) and the
+    count of left-out results by reason."""
     perf_tests = [t.id for t in rubric.tests if t.kind == "performance"]
-    fp = seeds.fingerprint(seed) if seed is not None else None
     rows: list[Row] = []
     left_out: dict[str, int] = {}
     for rec in records:
@@ -264,7 +265,7 @@ def _test_cell(c: Cell) -> str:
     return f'<td class="{tier}" data-v="{c.latency_us:.3f}" title="{html.escape(title)}">{c.latency_us:.1f}{mark}</td>'
 
 
-def render(rows: list[Row], rubric: Rubric, *, left_out: dict[str, int], seed: int | None, names: bool) -> str:
+def render(rows: list[Row], rubric: Rubric, *, left_out: dict[str, int], fp: str | None, names: bool) -> str:
     perf = [t for t in rubric.tests if t.kind == "performance"]
     heads = [
         _th("#", numeric=True, sort="ascending"),
@@ -288,7 +289,7 @@ def render(rows: list[Row], rubric: Rubric, *, left_out: dict[str, int], seed: i
         ]
         body.append("<tr>" + "".join(cells) + "</tr>")
     ranked = sum(1 for r in rows if r.rank is not None)
-    seed_note = f"class seed #{seeds.fingerprint(seed)}" if seed is not None else "the class seed"
+    seed_note = f"class seed #{fp}" if fp is not None else "the class seed"
     out_note = "; ".join(f"{n} {why}" for why, n in sorted(left_out.items())) or "none"
     score_of = ", ".join(html.escape(t) for t in rubric.leaderboard.score_tests)
     return f"""<!DOCTYPE html>
@@ -334,20 +335,23 @@ def write_leaderboard(
     out = Path(out_root)
     if not out.is_dir():
         raise LeaderboardError(f"{out} is not a directory of batch results")
-    path = Path(seed_file) if seed_file else seeds.private_dir(out) / seeds.SEED_FILE
-    if not path.exists():
-        raise LeaderboardError(f"no class seed at {path}: grade the class with `python -m grader batch` first "
-                               "(ranked runs use the class's secret seed), or pass --seed-file")
-    seed = seeds.read_seed(path)
+    if seed_file:
+        fp = seeds.fingerprint(seeds.read_seed(seed_file))
+    else:
+        fp = seeds.current_fingerprint(seeds.private_dir(out))
+        if fp is None:
+            raise LeaderboardError(f"no class seed recorded in {seeds.private_dir(out)}: grade the class with "
+                                   "`python -m grader batch` first (ranked runs use the class's secret seed), or pass "
+                                   "--seed-file")
     records = load_records(out)
     if not records:
         raise LeaderboardError(f"no results in {out} (expected gradebook.csv or <student>/<hash>/result.json)")
     rubric = load_rubric(rubric_path)
-    rows, left_out = rank(records, rubric, seed)
+    rows, left_out = rank(records, rubric, fp)
     shown = ({r.student: r.student for r in rows} if names
              else pseudonyms([r.student for r in rows], pseudonym_key(out)))
     for r in rows:
         r.shown = shown[r.student]
     target = Path(dest) if dest else out / PAGE
-    atomic_write(target, render(rows, rubric, left_out=left_out, seed=seed, names=names))
+    atomic_write(target, render(rows, rubric, left_out=left_out, fp=fp, names=names))
     return target, rows, left_out

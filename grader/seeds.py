@@ -23,6 +23,7 @@ from pathlib import Path
 
 PRIVATE_DIR = ".grader"  # under a batch's --out: the secret seed, the reference cache, the pseudonym key
 SEED_FILE = "secret-seed"
+FINGERPRINT_FILE = "seed-fingerprint"  # the fingerprint of the seed the batch was last graded with (not secret)
 SEED_BITS = 63
 
 
@@ -135,3 +136,18 @@ def class_seed(path: str | Path, *, rotate: bool = False) -> tuple[int, bool]:
     seed = secrets.randbits(SEED_BITS)
     write_seed(path, seed)
     return seed, True
+
+
+def write_fingerprint(private: Path, seed: int) -> None:
+    """Record which seed the batch is graded with (by fingerprint), for the leaderboard: it ranks those runs."""
+    tmp = private / f".{FINGERPRINT_FILE}.{secrets.token_hex(4)}.tmp"
+    tmp.write_text(fingerprint(seed) + "\n")
+    os.replace(tmp, private / FINGERPRINT_FILE)
+
+
+def current_fingerprint(private: Path) -> str | None:
+    try:
+        text = (private / FINGERPRINT_FILE).read_text().strip()
+    except OSError:
+        return None
+    return text or None

@@ -37,6 +37,7 @@ def write_batch(out: Path, records: list[dict], *, seed: int = SEED, gradebook: 
     """OUT/<student>/<hash>/result.json for each record, the gradebook naming them, and the class seed file."""
     out.mkdir(parents=True, exist_ok=True)
     seeds.write_seed(seeds.private_dir(out) / seeds.SEED_FILE, seed)
+    seeds.write_fingerprint(seeds.private_dir(out), seed)
     rows = []
     for i, rec in enumerate(records):
         d = out / rec["student"] / f"{i:016x}"

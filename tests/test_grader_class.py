@@ -108,6 +108,7 @@ def test_class_config_hides_the_private_dir(tmp_path):
     assert rotated.seed != config.seed and not (private / "refcache" / "ab").exists()
     explicit, note = class_config(GradeConfig(seed=7), tmp_path / "out")
     assert explicit.seed == 7 and "given with --seed" in note
+    assert seeds.current_fingerprint(private) == seeds.fingerprint(7)  # what the leaderboard ranks
 
 
 # --------------------------------------------------------------------------------------------- precision ----

@@ -15,7 +15,7 @@ import pytest
 from grader_helpers import ROOT, SCHEMA
 from leaderboard_helpers import PERF, SCORED, SEED, latencies, record, sample_class, write_batch
 
-from grader import leaderboard, ranking, reports
+from grader import leaderboard, ranking, reports, seeds
 from grader.records import GradeRecord
 from grader.records import TestResult as Result
 from grader.rubric import RubricError, load_rubric
@@ -91,7 +91,7 @@ def test_rubric_leaderboard_is_validated(tmp_path):
 
 def test_ranking_of_a_class(tmp_path):
     out = write_batch(tmp_path / "out", sample_class())
-    rows, left_out = leaderboard.rank(leaderboard.load_records(out), load_rubric(), SEED)
+    rows, left_out = leaderboard.rank(leaderboard.load_records(out), load_rubric(), seeds.fingerprint(SEED))
     ranked = [r.student for r in rows if r.rank is not None]
     assert ranked == ["bob@uni.edu", "alice@uni.edu", "dave@uni.edu", "carol@uni.edu", "<script>alert(1)</script>"]
     assert [r.rank for r in rows if r.rank] == [1, 2, 3, 4, 5]
@@ -149,3 +149,9 @@ def test_cli(tmp_path):
     run = subprocess.run([sys.executable, "-m", "grader", "leaderboard", str(empty)], env=env, capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 2 and "no class seed" in run.stderr
+    # the TA gave the seed on the command line: the batch recorded its fingerprint, and --seed-file also works
+    seed_file = tmp_path / "seed"
+    seeds.write_seed(seed_file, SEED)
+    run = subprocess.run([sys.executable, "-m", "grader", "leaderboard", str(out), "--seed-file", str(seed_file),
+                          "--out", str(tmp_path / "b.html")], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "5 ranked" in run.stdout, run.stderr
