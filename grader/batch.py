@@ -118,7 +118,7 @@ def class_config(
     ``seed_file``, by default OUT/.grader/secret-seed, created on first use or replaced with ``rotate``), the
     shared reference cache OUT/.grader/refcache, and that private directory hidden from student code.
     Returns the config and a line saying which seed is used (by its fingerprint)."""
-    private = seeds.ensure_private_dir(seeds.private_dir(out_root))
+    private = seeds.ensure_private_dir(seeds.private_dir(Path(out_root).resolve()))  # absolute: Ray tasks too
     cache = private / REFCACHE
     if config.seed is not None:
         seed, note = int(config.seed), "given with --seed"
@@ -424,9 +424,13 @@ def write_gradebook(results: list[JobResult], test_ids: list[str], path: Path) -
     atomic_write(path, buf.getvalue())
 
 
-def overview_markdown(results: list[JobResult], test_ids: list[str], wall_seconds: float, jobs: int) -> str:
+def overview_markdown(
+    results: list[JobResult], test_ids: list[str], wall_seconds: float, jobs: int, seed_note: str = ""
+) -> str:
     graded = [r for r in results if r.status in ("graded", "skipped")]
     lines = [f"# Batch overview: {len(results)} submissions", ""]
+    if seed_note:
+        lines += [f"Inputs: {seed_note}.", ""]
     counts = {s: sum(1 for r in results if r.status == s) for s in ("graded", "skipped", "error")}
     lines.append(
         f"**Batch wall time {wall_seconds:.1f} s** with {jobs} job(s). Graded now: {counts['graded']}, "
@@ -603,7 +607,9 @@ def run_batch(
     bar.close()
     wall = time.perf_counter() - t0
     write_gradebook(results, test_ids, out / "gradebook.csv")
-    atomic_write(out / "overview.md", overview_markdown(results, test_ids, wall, jobs))
+    seed_note = (f"the secret class seed #{seeds.fingerprint(config.seed)} (the same inputs for every submission)"
+                 if config.seed_mode == "secret" and config.seed is not None else "a seed per submission")
+    atomic_write(out / "overview.md", overview_markdown(results, test_ids, wall, jobs, seed_note))
     _clean_staging(out)
     return results
 
