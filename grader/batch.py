@@ -31,10 +31,11 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from grader import seeds
 from grader.progress import Progress
 from grader.records import GradeConfig, GradeRecord, resume_key, stored_key
 from grader.reports import atomic_write, write_all
@@ -48,6 +49,7 @@ from grader.submission import (
 )
 
 STAGING = ".staging"
+REFCACHE = "refcache"  # under the batch's private directory (grader/seeds.py: OUT/.grader/)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ class JobResult:
     error: str | None = None
     graded_seconds: float = 0.0  # how long the grading itself took, in whichever run made it
     timings: dict[str, float] = field(default_factory=dict)  # where that time went (screen, imports, tests)
+    test_cpu: dict[str, float] = field(default_factory=dict)  # test id -> its kernel processes' CPU seconds
 
     @classmethod
     def from_record(cls, record: dict[str, Any], status: str, out_dir: str | None, seconds: float) -> JobResult:
@@ -101,7 +104,35 @@ class JobResult:
             error=record.get("error"),
             graded_seconds=float(record.get("seconds", 0.0) or 0.0),
             timings={str(k): float(v) for k, v in (record.get("timings") or {}).items() if isinstance(v, int | float)},
+            test_cpu={t["id"]: sum(float(c.get("cpu_seconds") or 0.0) for c in t.get("cases", [])) for t in tests},
         )
+
+
+# ------------------------------------------------------------------------------------------ seeds ----
+
+
+def class_config(
+    config: GradeConfig, out_root: str | Path, *, seed_file: str | Path | None = None, rotate: bool = False
+) -> tuple[GradeConfig, str]:
+    """``config`` for ranked grading of a class: the secret class seed (``config.seed`` if given, else the one in
+    ``seed_file``, by default OUT/.grader/secret-seed, created on first use or replaced with ``rotate``), the
+    shared reference cache OUT/.grader/refcache, and that private directory hidden from student code.
+    Returns the config and a line saying which seed is used (by its fingerprint)."""
+    private = seeds.ensure_private_dir(seeds.private_dir(Path(out_root).resolve()))  # absolute: Ray tasks too
+    cache = private / REFCACHE
+    if config.seed is not None:
+        seed, note = int(config.seed), "given with --seed"
+    else:
+        path = Path(seed_file) if seed_file else private / seeds.SEED_FILE
+        seed, new = seeds.class_seed(path, rotate=rotate)
+        note = ("new, written to " if new else "from ") + str(path)
+    if rotate:  # every entry belongs to the old inputs
+        shutil.rmtree(cache, ignore_errors=True)
+    seeds.ensure_private_dir(cache)
+    seeds.write_fingerprint(private, seed)
+    hidden = [str(private)] + ([str(Path(seed_file).resolve().parent)] if seed_file else [])
+    ranked = replace(config, seed=seed, seed_mode="secret", ref_cache=str(cache), hidden_dirs=tuple(hidden))
+    return ranked, f"class seed #{seeds.fingerprint(seed)} ({note})"
 
 
 # ---------------------------------------------------------------------------------------- one job ----
@@ -109,16 +140,15 @@ class JobResult:
 
 def expected_key(sub: Submission, config: GradeConfig) -> dict[str, Any]:
     from grader import thresholds
-    from grader.pipeline import resolve_backend
+    from grader.pipeline import effective_seed, resolve_backend
     from grader.rubric import load_rubric
 
     rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
-    from grader.problems import submission_seed
-
-    seed = submission_seed(rubric.seed, sub.content_hash) if config.seed is None else int(config.seed)
+    seed = effective_seed(rubric, sub.content_hash, config)
+    seed_id = f"#{seeds.fingerprint(seed)}" if config.seed_mode == "secret" else seed
     return resume_key(
         sub.content_hash, rubric.sha256, thresholds.tool_version(), resolve_backend(config.backend), config.target,
-        seed, float(config.timeout_scale),
+        seed_id, float(config.timeout_scale),
     )
 
 
@@ -216,8 +246,18 @@ class SerialExecutor:
             yield fn(job)
 
 
-def _worker_init() -> None:
-    """Pool workers die with the batch process (kill -9 included) and ignore Ctrl-C (the parent handles it)."""
+_BLAS_LIMIT: Any = None
+
+
+def _worker_init(blas_threads: int = 0) -> None:
+    """Pool workers die with the batch process (kill -9 included) and ignore Ctrl-C (the parent handles it).
+    ``blas_threads``: their share of the cores for the references' BLAS (``jobs`` workers each using every core
+    would only contend)."""
+    global _BLAS_LIMIT
+    if blas_threads > 0:
+        from threadpoolctl import threadpool_limits
+
+        _BLAS_LIMIT = threadpool_limits(limits=blas_threads, user_api="blas")
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -243,7 +283,9 @@ class LocalProcessExecutor:
         while pending:
             ctx = multiprocessing.get_context("spawn")
             failed: list[tuple[GradeJob, BaseException]] = []
-            with cf.ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx, initializer=_worker_init) as pool:
+            blas = max(1, (os.cpu_count() or 1) // self.jobs)
+            with cf.ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx, initializer=_worker_init,
+                                        initargs=(blas,)) as pool:
                 futures = {pool.submit(fn, job): job for job in pending}
                 for fut in cf.as_completed(futures):
                     job = futures[fut]
@@ -382,9 +424,13 @@ def write_gradebook(results: list[JobResult], test_ids: list[str], path: Path) -
     atomic_write(path, buf.getvalue())
 
 
-def overview_markdown(results: list[JobResult], test_ids: list[str], wall_seconds: float, jobs: int) -> str:
+def overview_markdown(
+    results: list[JobResult], test_ids: list[str], wall_seconds: float, jobs: int, seed_note: str = ""
+) -> str:
     graded = [r for r in results if r.status in ("graded", "skipped")]
     lines = [f"# Batch overview: {len(results)} submissions", ""]
+    if seed_note:
+        lines += [f"Inputs: {seed_note}.", ""]
     counts = {s: sum(1 for r in results if r.status == s) for s in ("graded", "skipped", "error")}
     lines.append(
         f"**Batch wall time {wall_seconds:.1f} s** with {jobs} job(s). Graded now: {counts['graded']}, "
@@ -561,7 +607,9 @@ def run_batch(
     bar.close()
     wall = time.perf_counter() - t0
     write_gradebook(results, test_ids, out / "gradebook.csv")
-    atomic_write(out / "overview.md", overview_markdown(results, test_ids, wall, jobs))
+    seed_note = (f"the secret class seed #{seeds.fingerprint(config.seed)} (the same inputs for every submission)"
+                 if config.seed_mode == "secret" and config.seed is not None else "a seed per submission")
+    atomic_write(out / "overview.md", overview_markdown(results, test_ids, wall, jobs, seed_note))
     _clean_staging(out)
     return results
 

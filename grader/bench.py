@@ -1,20 +1,25 @@
-"""Batch-grading throughput on a synthetic class (a benchmark that prints figures, not a test).
+"""Batch-grading cost on a synthetic class (a benchmark that prints figures, not a test).
 
-    python -m grader.bench --class 100 --bad-fraction 0.05 [--jobs 2] [--executors local,ray] [--compare]
-    python -m grader.bench --mix staff=4,stub=4,crash=2,syntax=1,import-hang=1 --kill-after 25
-    python -m grader.bench --class 20 --bad-fraction 0.25 --write DIR        (only write the class)
+    python -m grader.bench --class 100 [--jobs 2] [--executors local] [--compare]
+    python -m grader.bench --mix staff=4,stub=4,crash=2,hostile:infinite_loop=1 --kill-after 25
+    python -m grader.bench --class 20 --write DIR        (only write the class)
 
-The class is built from the staff solution (grader/reference), the untouched starter files (the "stub") and
-hostile variants of the staff solution: a part2/conv2d.py that never finishes importing (import-hang), a kernel
-that never returns (kernel-hang), kernels that raise (crash), a kernel that allocates until it runs out of memory
-(memory-bomb) and a part2/conv2d.py with a syntax error (syntax).  Staff and stub submissions are the "good"
-ones, the hostile variants the "bad" ones; every submission has distinct content (nothing is reused).
+``--class N`` builds the issue's class from the existing material: 80% full-credit submissions (the staff
+solution, grader/reference), 15% stubs (the untouched starter files) and 5% hostile ones, cycling through
+HOSTILE_ORDER: variants of the staff solution (import-hang: a part2/conv2d.py that never finishes importing;
+kernel-hang: a kernel that never returns; crash: kernels that raise; memory-bomb: a kernel that allocates until
+it runs out of memory; syntax: a syntax error) and the hostile-submission suite (``hostile:NAME`` = tests/hostile/
+NAME, e.g. the escape that looks for the class seed and the reference cache).  Every submission has distinct
+content (nothing is reused).  ``--full`` and ``--stub`` change the shares.
 
-For each executor it prints the batch wall time, submissions per minute, and for the good and the bad ones the
-mean seconds per submission and the submissions per minute ``--jobs`` workers would grade of that kind alone.
-``--compare`` also grades the same class without its bad submissions and prints the ratio of the wall times.
-``--kill-after S`` instead runs ``python -m grader batch`` on the class, SIGKILLs it (process group) after S s,
-runs it again (the resumed run, timed) and a third time (which must redo nothing).
+The class is graded as ``python -m grader batch`` grades one: with the class's secret seed, so the references are
+computed once and shared (grader/refcache.py).  For each executor it prints the wall time, the CPU seconds of the
+whole batch and, per kind of submission, the CPU seconds each one cost (its grading process and its sandboxed
+kernel processes, from result.json) -- CPU seconds depend far less on what else the machine runs than wall time --
+then regrades the unchanged class (every result reused) and prints that wall time too.  ``--compare`` also
+grades the class without its hostile submissions.  ``--kill-after S`` instead runs ``python -m grader batch`` on
+the class, SIGKILLs it (process group) after S s, runs it again (the resumed run, timed) and a third time (which
+must redo nothing).
 
 The machine is shared and timings depend on its load: the load average is printed with every figure.
 """
@@ -36,18 +41,31 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from grader.batch import JobResult, run_batch, summarize
+from grader.batch import JobResult, class_config, run_batch, summarize
 from grader.calibrate import ensure_reference_timings
 from grader.cli import positive_float
 from grader.records import GradeConfig
 from grader.staff import reference_dir
 
 ROOT = Path(__file__).resolve().parent.parent
+HOSTILE_DIR = ROOT / "tests" / "hostile"
 FILES = ("part1/kernels.py", "part2/conv2d.py")
 CONV = "part2/conv2d.py"
 GOOD_KINDS = ("staff", "stub")
-BAD_KINDS = ("import-hang", "kernel-hang", "crash", "memory-bomb", "syntax")
-PROJECT_CLASS, PROJECT_FRACTION = 100, 0.05  # the issue's target class, projected from smaller measured ones
+VARIANT_KINDS = ("import-hang", "kernel-hang", "crash", "memory-bomb", "syntax")  # made from the staff solution
+FIXTURE = "hostile:"  # hostile:NAME = the submission tests/hostile/NAME
+# The hostile kinds of a class, in the order they are used: the expensive variants (they pass the static screen
+# and exhaust their limits) alternate with the suite's escapes (rejected by the screen, cheap).
+HOSTILE_ORDER = (
+    "kernel-hang", "memory-bomb", "hostile:refcache_escape", "import-hang", "hostile:infinite_loop", "crash",
+    "hostile:memoise_escape", "syntax", "hostile:sibling_escape", "hostile:fork_bomb_escape", "hostile:print_flood",
+)
+BAD_KINDS = VARIANT_KINDS  # kept for --mix and older callers
+FULL_SHARE, STUB_SHARE = 0.8, 0.15  # the issue's class: 80 full-credit, 15 stubs, 5 hostile of 100
+
+
+def is_hostile(kind: str) -> bool:
+    return kind not in GOOD_KINDS
 
 
 def _prepend_to_function(source: str, function: str, lines: list[str]) -> str:
@@ -65,6 +83,11 @@ def _variant_sources(kind: str, staff: dict[str, str], stub: dict[str, str]) -> 
     """The two files of one submission of ``kind``."""
     if kind == "stub":
         return dict(stub)
+    if kind.startswith(FIXTURE):
+        src = HOSTILE_DIR / kind[len(FIXTURE):]
+        if not src.is_dir():
+            raise ValueError(f"no hostile submission {src}")
+        return {f: (src / f).read_text() for f in FILES}
     files = dict(staff)
     conv = files[CONV]
     if kind == "import-hang":  # the issue's case: a module-level loop in part2/conv2d.py
@@ -81,30 +104,34 @@ def _variant_sources(kind: str, staff: dict[str, str], stub: dict[str, str]) -> 
     elif kind == "syntax":
         files[CONV] = conv + "\n\ndef helper(x:\n    return x\n"
     elif kind != "staff":
-        raise ValueError(f"unknown submission kind {kind!r}; kinds: {GOOD_KINDS + BAD_KINDS}")
+        raise ValueError(f"unknown submission kind {kind!r}; kinds: {GOOD_KINDS + VARIANT_KINDS} or hostile:NAME")
     return files
 
 
-def class_kinds(n: int, bad_fraction: float, seed: int = 0) -> list[str]:
-    """``n`` submission kinds: round(n * bad_fraction) bad ones cycling through BAD_KINDS, the rest alternately
-    staff and stub, in a fixed shuffled order (so the bad ones are spread over the batch)."""
-    if n < 1 or not 0 <= bad_fraction <= 1:
-        raise ValueError("--class must be >= 1 and --bad-fraction in [0, 1]")
-    n_bad = round(n * bad_fraction)
-    kinds = [BAD_KINDS[i % len(BAD_KINDS)] for i in range(n_bad)]
-    kinds += [GOOD_KINDS[i % len(GOOD_KINDS)] for i in range(n - n_bad)]
+def class_kinds(n: int, full: float = FULL_SHARE, stub: float = STUB_SHARE, seed: int = 0) -> list[str]:
+    """``n`` submission kinds: round(n * full) staff, round(n * stub) stubs, the rest hostile (HOSTILE_ORDER,
+    cycled), in a fixed shuffled order (so the hostile ones are spread over the batch)."""
+    if n < 1 or not (0 <= full <= 1 and 0 <= stub <= 1 and full + stub <= 1):
+        raise ValueError("--class must be >= 1, --full and --stub in [0, 1] with --full + --stub <= 1")
+    n_full, n_stub = round(n * full), round(n * stub)
+    n_stub = min(n_stub, n - n_full)
+    kinds = ["staff"] * n_full + ["stub"] * n_stub
+    kinds += [HOSTILE_ORDER[i % len(HOSTILE_ORDER)] for i in range(n - len(kinds))]
     random.Random(seed).shuffle(kinds)
     return kinds
 
 
 def parse_mix(text: str) -> list[str]:
-    """``staff=4,stub=4,crash=2`` -> the kinds in that order."""
+    """``staff=4,stub=4,crash=2,hostile:infinite_loop=1`` -> the kinds in that order."""
     kinds: list[str] = []
     for item in text.split(","):
         name, _, count = item.partition("=")
         name = name.strip()
-        if name not in GOOD_KINDS + BAD_KINDS:
-            raise ValueError(f"--mix: unknown kind {name!r}; kinds: {', '.join(GOOD_KINDS + BAD_KINDS)}")
+        known = name in GOOD_KINDS + VARIANT_KINDS or (name.startswith(FIXTURE) and (HOSTILE_DIR / name[len(FIXTURE):])
+                                                        .is_dir())
+        if not known:
+            raise ValueError(f"--mix: unknown kind {name!r}; kinds: {', '.join(GOOD_KINDS + VARIANT_KINDS)}, "
+                             "hostile:NAME (tests/hostile/NAME)")
         kinds += [name] * int(count or 1)
     return kinds
 
@@ -116,7 +143,7 @@ def write_class(dest: Path, kinds: list[str]) -> dict[str, str]:
     stub = {f: (ROOT / f).read_text() for f in FILES}
     roster: dict[str, str] = {}
     for i, kind in enumerate(kinds):
-        student = f"s{i:03d}-{kind}"
+        student = f"s{i:03d}-{kind.replace(FIXTURE, 'hostile-')}"
         for rel, text in _variant_sources(kind, staff, stub).items():
             path = dest / student / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,12 +164,18 @@ def _load() -> str:
     return f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
 
 
-def _group_line(label: str, results: list[JobResult], jobs: int) -> str:
+def job_cpu(r: JobResult) -> float:
+    """CPU seconds one grading cost: its grading process and its sandboxed kernel processes (result.json)."""
+    return r.timings.get("cpu:grader_s", 0.0) + r.timings.get("cpu:kernels_s", 0.0)
+
+
+def _kind_line(label: str, results: list[JobResult]) -> str:
     if not results:
-        return f"  {label:5s}:   0 submissions"
-    mean = sum(r.seconds for r in results) / len(results)
-    rate = 60.0 * jobs / mean if mean > 0 else float("inf")
-    return f"  {label:5s}: {len(results):3d} submissions, {mean:7.1f} s/submission, {rate:6.2f} submissions/min"
+        return f"  {label:26s}   0"
+    cpu = sorted(job_cpu(r) for r in results)
+    wall = sum(r.seconds for r in results) / len(results)
+    return (f"  {label:26s} {len(results):3d}  {sum(cpu) / len(cpu):7.1f} {cpu[len(cpu) // 2]:7.1f} {cpu[-1]:7.1f}"
+            f"   {wall:7.1f}")
 
 
 def _timed_batch(
@@ -157,51 +190,93 @@ def _cpu_note(executor: str, cpu: float) -> str:
     return f"{cpu:.0f} CPU s" if executor != "ray" else "CPU n/a (Ray workers)"
 
 
+def _references_line(results: list[JobResult]) -> str:
+    t = [r.timings for r in results if r.status == "graded"]
+    computed = sum(x.get("references:computed", 0) for x in t)
+    seconds = sum(x.get("references:computed_s", 0) for x in t)
+    disk = sum(x.get("references:from_disk", 0) for x in t)
+    memory = sum(x.get("references:from_memory", 0) for x in t)
+    return (f"  shared references: {computed:.0f} computed ({seconds:.1f} s), {disk:.0f} loaded from the cache on "
+            f"disk, {memory:.0f} found in a worker's memory")
+
+
+def _where_cpu_goes(results: list[JobResult]) -> str:
+    """Mean CPU seconds of a full-credit submission's parts: each test's kernel processes and the grader itself."""
+    graded = [r for r in results if r.status == "graded"]
+    if not graded:
+        return "  (no full-credit submission graded in this run)"
+    tests: dict[str, float] = {}
+    for r in graded:
+        for t, c in r.test_cpu.items():
+            tests[t] = tests.get(t, 0.0) + c / len(graded)
+    grader = sum(r.timings.get("cpu:grader_s", 0.0) for r in graded) / len(graded)
+    kernels = sum(r.timings.get("cpu:kernels_s", 0.0) for r in graded) / len(graded)
+    top = ", ".join(f"{t} {c:.1f}" for t, c in sorted(tests.items(), key=lambda x: -x[1])[:6])
+    return (f"  a full-credit submission's CPU s: grader process {grader:.1f}, kernel processes {kernels:.1f} "
+            f"(largest: {top}; the rest start-ups and small tests)")
+
+
+def _projection(results: list[JobResult], roster: dict[str, str], jobs: int) -> str:
+    """The issue's class (100: 80 full-credit, 15 stubs, 5 hostile) from this run's mean CPU seconds per kind, on
+    ``jobs`` otherwise idle cores."""
+    def mean(pick: Callable[[str], bool]) -> float | None:
+        cpu = [job_cpu(r) for r in results if pick(roster.get(r.student, ""))]
+        return sum(cpu) / len(cpu) if cpu else None
+
+    full, stub, bad = mean(lambda k: k == "staff"), mean(lambda k: k == "stub"), mean(is_hostile)
+    if full is None:
+        return "  (no projection: no full-credit submission in this class)"
+    total = 80 * full + 15 * (stub if stub is not None else 0.0) + 5 * (bad if bad is not None else 0.0)
+    cores = max(1, min(jobs, os.cpu_count() or 1))
+    return (f"  projected for 100 submissions (80 full-credit, 15 stubs, 5 hostile) from these means: {total:.0f} CPU "
+            f"s, {total / cores / 60:.1f} min on {cores} idle core(s)")
+
+
 def bench_class(args: argparse.Namespace, kinds: list[str], tmp: Path) -> None:
     source = tmp / "class"
     roster = write_class(source, kinds)
-    bad_students = {s for s, k in roster.items() if k in BAD_KINDS}
-    good_only = tmp / "class-good"
-    for s in roster:
-        if s not in bad_students:
-            shutil.copytree(source / s, good_only / s)
-    counts = {k: kinds.count(k) for k in GOOD_KINDS + BAD_KINDS if k in kinds}
-    print(f"class: {len(kinds)} submissions {counts}; --jobs {args.jobs}; {_load()}")
-    config = GradeConfig(timeout_scale=args.timeout_scale)
+    hostile = {s for s, k in roster.items() if is_hostile(k)}
+    counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
+    n_full, n_stub = kinds.count("staff"), kinds.count("stub")
+    print(f"class: {len(kinds)} submissions ({n_full} full-credit, {n_stub} stubs, {len(hostile)} hostile: "
+          f"{', '.join(f'{k} {n}' for k, n in counts.items() if is_hostile(k))}); --jobs {args.jobs}; {_load()}")
     for executor in args.executors:
-        wall, cpu, results = _timed_batch(source, tmp / f"out-{executor}", executor, args.jobs, config)
-        good = [r for r in results if r.student not in bad_students]
-        bad = [r for r in results if r.student in bad_students]
+        out = tmp / f"out-{executor}"
+        config, note = class_config(GradeConfig(timeout_scale=args.timeout_scale), out)
+        print(f"[{executor}] inputs from the {note.split(' (')[0]}")
+        wall, cpu, results = _timed_batch(source, out, executor, args.jobs, config)
         print(
-            f"[{executor}] {len(results)} submissions in {wall:.1f} s wall = {60 * len(results) / wall:.2f} "
-            f"submissions/min, {wall / len(results):.1f} s/submission; {_cpu_note(executor, cpu)}; "
-            f"{summarize(results)}; {_load()}"
+            f"[{executor}] graded {len(results)} submissions in {wall:.1f} s wall ({60 * len(results) / wall:.2f} per "
+            f"minute); {_cpu_note(executor, cpu)} in all; {summarize(results)}; {_load()}"
         )
-        print(_group_line("good", good, args.jobs))
-        print(_group_line("bad", bad, args.jobs))
-        for kind in BAD_KINDS:
-            mine = [r for r in bad if roster[r.student] == kind]
-            if mine:
-                print(f"    {kind:12s} {sum(r.seconds for r in mine) / len(mine):7.1f} s/submission")
-        if good and bad:
-            g = sum(r.seconds for r in good) / len(good)
-            b = sum(r.seconds for r in bad) / len(bad)
-            n_bad = round(PROJECT_CLASS * PROJECT_FRACTION)
-            n_good = PROJECT_CLASS - n_bad
-            print(
-                f"  projection from these means for a class of {PROJECT_CLASS} with {PROJECT_FRACTION:.0%} bad "
-                f"(bad kinds in this class's mix): with / without the bad = "
-                f"{(n_good * g + n_bad * b) / (n_good * g):.2f}x"
-            )
-        if args.compare and bad_students:
-            base_wall, base_cpu, base = _timed_batch(
-                good_only, tmp / f"out-{executor}-good", executor, args.jobs, config
-            )
+        print(f"  {'kind':26s}   n  CPU s/submission: mean  median  max   wall s/submission")
+        by_kind = {k: [r for r in results if roster.get(r.student) == k] for k in counts}
+        print(_kind_line("full-credit (staff)", by_kind.get("staff", [])))
+        print(_kind_line("stub", by_kind.get("stub", [])))
+        print(_kind_line("hostile (all)", [r for r in results if r.student in hostile]))
+        for kind in counts:
+            if is_hostile(kind):
+                print(_kind_line("  " + kind, by_kind[kind]))
+        print(_references_line(results))
+        print(_where_cpu_goes(by_kind.get("staff", [])))
+        print(_projection(results, roster, args.jobs))
+        wall2, cpu2, again = _timed_batch(source, out, executor, args.jobs, config)
+        print(f"[{executor}] regrade of the unchanged class: {wall2:.1f} s wall, {_cpu_note(executor, cpu2)}; "
+              f"{summarize(again)}; {_load()}")
+        if args.compare and hostile:
+            good_only = tmp / "class-good"
+            if not good_only.exists():
+                for st in roster:
+                    if st not in hostile:
+                        shutil.copytree(source / st, good_only / st)
+            base_out = tmp / f"out-{executor}-good"
+            base_config, _ = class_config(GradeConfig(timeout_scale=args.timeout_scale), base_out)
+            base_wall, base_cpu, base = _timed_batch(good_only, base_out, executor, args.jobs, base_config)
             ratio = f"with them / without = {wall / base_wall:.2f}x wall"
             if executor != "ray":
                 ratio += f", {cpu / base_cpu:.2f}x CPU"
             print(
-                f"[{executor}] the same class without its {len(bad_students)} bad submissions: {len(base)} in "
+                f"[{executor}] the same class without its {len(hostile)} hostile submissions: {len(base)} in "
                 f"{base_wall:.1f} s wall, {_cpu_note(executor, base_cpu)}; {ratio}; {_load()}"
             )
 
@@ -213,7 +288,7 @@ def bench_kill_resume(args: argparse.Namespace, kinds: list[str], tmp: Path) -> 
     cmd = [sys.executable, "-m", "grader", "batch", str(source), "--out", str(out), "--jobs", str(args.jobs)]
     cmd += ["--quiet", "--executor", args.executors[0], "--timeout-scale", str(args.timeout_scale)]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    counts = {k: kinds.count(k) for k in GOOD_KINDS + BAD_KINDS if k in kinds}
+    counts = {k: kinds.count(k) for k in dict.fromkeys(kinds)}
     print(f"class: {len(kinds)} submissions {counts}; {_load()}")
     print("$ " + " ".join(cmd))
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -245,18 +320,20 @@ def bench_kill_resume(args: argparse.Namespace, kinds: list[str], tmp: Path) -> 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--class", dest="size", type=int, default=20, help="submissions in the synthetic class")
-    ap.add_argument("--bad-fraction", type=float, default=0.05, help="share of hostile submissions")
-    ap.add_argument("--mix", default=None, help="explicit class instead: e.g. staff=4,stub=4,crash=2,syntax=1")
+    ap.add_argument("--full", type=float, default=FULL_SHARE, help="share of full-credit (staff) submissions")
+    ap.add_argument("--stub", type=float, default=STUB_SHARE, help="share of stubs (the rest are hostile)")
+    ap.add_argument("--mix", default=None,
+                    help="explicit class instead: e.g. staff=4,stub=4,crash=2,hostile:infinite_loop=1")
     ap.add_argument("--jobs", type=int, default=2, help="submissions graded in parallel")
-    ap.add_argument("--executors", default="local,ray", help="comma-separated: local, ray, serial")
-    ap.add_argument("--compare", action="store_true", help="also grade the class without its bad submissions")
+    ap.add_argument("--executors", default="local", help="comma-separated: local, ray, serial")
+    ap.add_argument("--compare", action="store_true", help="also grade the class without its hostile submissions")
     ap.add_argument("--kill-after", type=float, default=None, help="SIGKILL the batch after S s, then resume it")
     ap.add_argument("--show-overview", action="store_true", help="--kill-after: print the final overview.md")
     ap.add_argument("--timeout-scale", type=positive_float, default=1.0, help="as for python -m grader batch")
     ap.add_argument("--write", default=None, metavar="DIR", help="only write the class into DIR")
     args = ap.parse_args(argv)
     args.executors = [e.strip() for e in args.executors.split(",") if e.strip()]
-    kinds = parse_mix(args.mix) if args.mix else class_kinds(args.size, args.bad_fraction)
+    kinds = parse_mix(args.mix) if args.mix else class_kinds(args.size, args.full, args.stub)
     if args.write:
         roster = write_class(Path(args.write), kinds)
         print(f"wrote {len(roster)} submissions to {args.write} (roster: {Path(args.write)}.json)")

@@ -156,7 +156,7 @@ def _student_builtins() -> dict:
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
-PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 24, 38
 _CAP_V3 = 0x20080522
 _MOUNT_FLAGS = {
     "nosuid": MS_NOSUID,
@@ -252,6 +252,17 @@ def _drop_privileges(uid: int | None, gid: int | None) -> list[str]:
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
         features.append("no-new-privs")
     return features
+
+
+def _undumpable() -> list[str]:
+    """PR_SET_DUMPABLE 0: no process without CAP_SYS_PTRACE may open this one's /proc/<pid>/{root,cwd,fd,mem,
+    environ}.  Without it, a kernel that escaped the Python restrictions in one sandboxed child could reach a
+    sibling child (another submission graded at the same time, same uid, no capabilities either) through
+    /proc/<sibling>/root and write into that child's output directory (proc(5): ptrace access mode checking)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return ["undumpable"] if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 else []
 
 
 def _confine(job: dict) -> None:
@@ -363,6 +374,7 @@ def main() -> int:
             status["jail"] = _jail([job["work_dir"], out_dir], [m for m in job.get("mask", []) if isinstance(m, str)])
             status["jail"] += _drop_privileges(job.get("uid"), job.get("gid"))
         os.chdir(job["work_dir"])
+        status["jail"] = status.get("jail", []) + _undumpable()
 
         status["stage"] = "import"
         # The parent starts the import clock when this file appears (interpreter start-up is not the student's).
@@ -417,6 +429,13 @@ def main() -> int:
         status["error"] = str(exc)[:MAX_MESSAGE]
         status["traceback"] = "".join(traceback.format_exception(exc))[-MAX_MESSAGE:]
     status["seconds"] = time.perf_counter() - started
+    try:  # CPU seconds of this process (a figure for the TA's overview; like all of status.json, not trusted)
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        status["cpu_seconds"] = usage.ru_utime + usage.ru_stime
+    except BaseException:  # noqa: BLE001
+        pass
     try:
         _atomic_write_bytes(os.path.join(out_dir, "status.json"), json.dumps(status).encode("utf-8"))
     except BaseException:  # noqa: BLE001

@@ -1,4 +1,5 @@
-"""Command line: ``python -m grader {grade,batch,calibrate,annotate,gradescope,rubric}`` (also ``grader ...``).
+"""Command line: ``python -m grader {grade,batch,leaderboard,calibrate,annotate,gradescope,rubric}`` (also
+``grader ...``).
 
 Exit status: 0 when grading worked (whatever the score), 2 for usage errors, 3 when the grader itself failed
 (the reports then say "autograder error", which is never the student's fault).
@@ -49,7 +50,8 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="where kernels run: nkisim (emulator + performance model) or neuron (real Trainium)",
     )
     p.add_argument("--target", choices=("trn2", "trn1"), default="trn2", help="NeuronCore generation (default trn2)")
-    p.add_argument("--seed", type=int, default=None, help="input seed (default: the rubric's)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="input seed (grade: default derived from the submission; batch: the class's secret seed)")
     p.add_argument(
         "--only",
         action="append",
@@ -104,9 +106,30 @@ def positive_float(text: str) -> float:
     return value
 
 
+def _ranked_config(args: argparse.Namespace, config):
+    """grade --seed-file: a ranked grading with the class's secret seed (e.g. on Gradescope)."""
+    from dataclasses import replace
+
+    from grader import seeds
+
+    if not args.seed_file:
+        if args.ref_cache:
+            raise seeds.SeedError("--ref-cache needs --seed-file (the cache is keyed by the class's secret seed)")
+        return config
+    if args.seed is not None:
+        raise seeds.SeedError("give either --seed or --seed-file, not both")
+    hidden = [str(Path(args.seed_file).resolve().parent)]
+    if args.ref_cache:
+        seeds.ensure_private_dir(Path(args.ref_cache))
+        hidden.append(str(Path(args.ref_cache).resolve()))
+    return replace(config, seed=seeds.read_seed(args.seed_file), seed_mode="secret", ref_cache=args.ref_cache,
+                   hidden_dirs=tuple(hidden))
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
     from grader import reports
     from grader.pipeline import grade_submission
+    from grader.seeds import SeedError
     from grader.submission import SubmissionError
 
     if problem := selection_problem(args):
@@ -117,7 +140,12 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print(f"grader: --out {out}: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        record = grade_submission(args.submission, out, _config(args), student=args.student)
+        config = _ranked_config(args, _config(args))
+    except SeedError as exc:
+        print(f"grader: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        record = grade_submission(args.submission, out, config, student=args.student)
     except SubmissionError as exc:
         print(f"grader: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -181,12 +209,27 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if problem := unwritable_dir(Path(args.out)):
         print(f"grader: --out {args.out}: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    from grader.batch import class_config
+    from grader.seeds import SeedError
+
+    config = _config(args)
+    if args.seed_mode == "secret":
+        try:
+            config, note = class_config(config, args.out, seed_file=args.seed_file, rotate=args.rotate_seed)
+        except SeedError as exc:
+            print(f"grader: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if not args.quiet:
+            print(f"grader: inputs from the {note}", file=sys.stderr)
+    elif args.seed_file or args.rotate_seed:
+        print("grader: --seed-file and --rotate-seed apply to --seed-mode secret", file=sys.stderr)
+        return EXIT_USAGE
     t0 = time.perf_counter()
     try:
         results = run_batch(
             args.source,
             args.out,
-            _config(args),
+            config,
             jobs=args.jobs,
             executor=args.executor,
             force=args.force,
@@ -206,7 +249,27 @@ def cmd_batch(args: argparse.Namespace) -> int:
         + (f", {graded / wall * 3600:.0f} graded/hour" if graded else "")
     )
     print(f"gradebook: {Path(args.out) / 'gradebook.csv'}; overview: {Path(args.out) / 'overview.md'}")
+    if config.seed_mode == "secret" and graded + counts.get("skipped", 0):
+        print(f"leaderboard: python -m grader leaderboard {args.out}")
     return EXIT_GRADER_ERROR if counts.get("error") else EXIT_OK
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from grader.leaderboard import LeaderboardError, write_leaderboard
+    from grader.rubric import RubricError
+    from grader.seeds import SeedError
+
+    try:
+        path, rows, left_out = write_leaderboard(
+            args.out_dir, dest=args.out, names=args.names, rubric_path=args.rubric, seed_file=args.seed_file
+        )
+    except (LeaderboardError, SeedError, RubricError) as exc:
+        print(f"grader: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    ranked = sum(1 for r in rows if r.rank is not None)
+    print(f"wrote {path}: {ranked} ranked of {len(rows)} submissions"
+          + "".join(f"; left out {n}: {why}" for why, n in sorted(left_out.items())))
+    return EXIT_OK
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -228,8 +291,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def cmd_gradescope(args: argparse.Namespace) -> int:
     from grader.gradescope_build import build_autograder_zip
+    from grader.seeds import SeedError
 
-    path = build_autograder_zip(Path(args.out), Path(args.root))
+    try:
+        path = build_autograder_zip(Path(args.out), Path(args.root), Path(args.seed_file) if args.seed_file else None)
+    except SeedError as exc:
+        print(f"grader: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     print(f"wrote {path}")
     return EXIT_OK
 
@@ -240,6 +308,11 @@ def cmd_rubric(args: argparse.Namespace) -> int:
     from grader.rubric import load_rubric
 
     r = load_rubric(args.rubric)
+    if args.markdown:
+        from grader.reports import rubric_markdown
+
+        print(rubric_markdown(r))
+        return EXIT_OK
     rows = [
         [
             t.id,
@@ -276,6 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--quiet", action="store_true")
     g.add_argument("--no-screen", action="store_true", help=argparse.SUPPRESS)  # grader tests only
+    g.add_argument("--seed-file", default=None,
+                   help="a ranked grading: inputs from the class's secret seed in this file (grader/seeds.py)")
+    g.add_argument("--ref-cache", default=None, metavar="DIR",
+                   help="with --seed-file: reuse and keep references in this private directory")
     _common(g)
     g.set_defaults(func=cmd_grade)
 
@@ -302,8 +379,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--force", action="store_true", help="regrade even when an identical result exists")
     b.add_argument("--quiet", action="store_true")
+    b.add_argument(
+        "--seed-mode",
+        choices=("secret", "submission"),
+        default="secret",
+        help="secret (default): one secret class seed for every submission (shared references, ranked runs); "
+        "submission: a seed per submission, as a student's own runs",
+    )
+    b.add_argument("--seed-file", default=None,
+                   help="the class's secret seed (default OUT/.grader/secret-seed, created on first use)")
+    b.add_argument("--rotate-seed", action="store_true",
+                   help="replace the secret seed with a new random one (everything is then regraded)")
     _common(b)
     b.set_defaults(func=cmd_batch)
+
+    lb = sub.add_parser("leaderboard", help="rank a graded batch: one self-contained, sortable HTML page")
+    lb.add_argument("out_dir", help="the --out directory of python -m grader batch")
+    lb.add_argument("--out", default=None, help="where to write the page (default OUT_DIR/leaderboard.html)")
+    lb.add_argument("--names", action="store_true", help="show student ids instead of pseudonyms")
+    lb.add_argument("--rubric", default=None, help="rubric TOML file (default: grader/rubric.toml)")
+    lb.add_argument("--seed-file", default=None,
+                    help="rank the runs of this class seed (default: the one the batch was last graded with)")
+    lb.set_defaults(func=cmd_leaderboard)
 
     c = sub.add_parser("calibrate", help="recompute the reference timings behind the latency targets")
     c.add_argument("--target", choices=("trn2", "trn1", "all"), default="all")
@@ -321,10 +418,14 @@ def build_parser() -> argparse.ArgumentParser:
     z = sub.add_parser("gradescope", help="build autograder.zip for Gradescope")
     z.add_argument("--out", default="autograder.zip")
     z.add_argument("--root", default=str(Path(__file__).resolve().parent.parent), help="project root")
+    z.add_argument("--seed-file", default=None,
+                   help="ship this class seed: ranked runs on secret inputs, with Gradescope leaderboard items")
     z.set_defaults(func=cmd_gradescope)
 
     r = sub.add_parser("rubric", help="print the rubric")
     r.add_argument("--rubric", default=None)
+    r.add_argument("--markdown", action="store_true",
+                   help="what each test checks, with its tolerance and reference precision (docs/grading.md)")
     r.set_defaults(func=cmd_rubric)
     return parser
 

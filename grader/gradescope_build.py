@@ -1,7 +1,10 @@
 """Build autograder.zip for Gradescope (``make gradescope`` / ``python -m grader gradescope``).
 
 The zip holds setup.sh and run_autograder at its root (Gradescope's required layout) and the project sources
-needed to install nkisim and the grader, including the staff reference (setup.sh makes it root-only).
+needed to install nkisim and the grader, including the staff reference (setup.sh makes it root-only).  With a
+class seed file (``--seed-file``) the zip also carries it as ``secret-seed`` (root-only too): every submission is
+then graded on the class's secret inputs and its results.json carries Gradescope's leaderboard items (ranked runs,
+grader/ranking.py); without one, each submission gets inputs of its own and no leaderboard items.
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ def _files(root: Path) -> list[Path]:
     return out
 
 
-def build_autograder_zip(out: Path, root: Path) -> Path:
+SEED_ENTRY = "secret-seed"  # /autograder/source/secret-seed (run_autograder passes it to the grader)
+
+
+def build_autograder_zip(out: Path, root: Path, seed_file: Path | None = None) -> Path:
     """Write the zip atomically; returns its path."""
     root = root.resolve()
     for required in ("pyproject.toml", "nkisim", "grader"):
@@ -46,5 +52,9 @@ def build_autograder_zip(out: Path, root: Path) -> Path:
             zf.writestr(info, (here / script).read_bytes())
         for f in _files(root):
             zf.write(f, f.relative_to(root).as_posix())  # Gradescope unpacks the zip into /autograder/source
+        if seed_file is not None:
+            from grader.seeds import read_seed
+
+            zf.writestr(SEED_ENTRY, f"{read_seed(seed_file)}\n")
     os.replace(tmp, out)
     return out

@@ -12,8 +12,10 @@ status 'error' (Gradescope shows "autograder error", the CLI exits non-zero).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
+import resource
 import threading
 import time
 import traceback
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from grader import plausibility, policy, problems, thresholds
+from grader import plausibility, policy, problems, ranking, refcache, seeds, thresholds
 from grader.calibrate import ensure_reference_timings
 from grader.judge import judge_output
 from grader.records import CaseRecord, GradeConfig, GradeRecord, TestResult
@@ -56,30 +58,8 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-class _ReferenceMemo:
-    """Float64 convolutions shared by tests that use the same inputs (large / +bias / +maxpool)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._locks: dict[Any, threading.Lock] = {}
-        self._conv: dict[Any, np.ndarray] = {}
-
-    def reference(self, problem: str, inv: problems.Invocation, key: Any) -> np.ndarray:
-        if problem != "conv2d":
-            return problems.reference_output(problem, inv)
-        with self._lock:
-            lock = self._locks.setdefault(key, threading.Lock())
-        with lock:
-            conv = self._conv.get(key)
-            if conv is None:
-                conv = problems.conv2d_float64(inv.args[0], inv.args[1])
-                self._conv[key] = conv
-        x_bias = inv.args[2].astype(np.float64)[None, :, None, None]
-        return problems.maxpool_float64(conv + x_bias, inv.kwargs["pool_size"])
-
-
 def _input_key(problem: str, case: dict[str, Any]) -> str:
-    """Cases that differ only in bias or pooling share X and W (and their float64 convolution)."""
+    """Cases that differ only in bias or pooling share X and W (and their convolution)."""
     shared = {k: v for k, v in case.items() if k not in ("bias", "pool")}
     return problem + json.dumps(shared, sort_keys=True)
 
@@ -91,7 +71,10 @@ class _Grading:
         self.config = config
         self.backend = backend
         self.seed = seed
-        self.memo = _ReferenceMemo()
+        # References by content address, shared with every other grading of the batch when the seed is the
+        # class's secret one (the cache's MAC key derives from it); per-submission seeds use memory only.
+        mac_key = seeds.derived_key(seed, "refcache") if config.seed_mode == "secret" else None
+        self.store = refcache.ReferenceStore(config.ref_cache, mac_key)
         self.blocking: dict[str, list[Any]] = {}
         self.features: set[str] = set()
         # Traces come back from every nkisim run: the parent checks from them that the kernel itself moved the
@@ -168,6 +151,7 @@ class _Grading:
                 limits=self.rubric.limits,
                 timeout_s=self.rubric.limits.import_timeout_s,
                 tmp_root=self.config.tmp_root,
+                hidden=self.config.hidden_dirs,
             )
 
         items = sorted(wanted.items())
@@ -252,10 +236,13 @@ class _Grading:
         if uses:
             res.message = (res.message + "\n" if res.message else "") + policy.policy_note(test.file, uses)
 
-    def _invocation(self, test: TestSpec, case: dict[str, Any]) -> tuple[problems.Invocation, str]:
-        key = _input_key(test.problem, case)
-        seed = problems.case_seed(self.seed, key, 0)
-        return problems.make_invocation(test.problem, case, seed), key
+    def _invocation(self, test: TestSpec, case: dict[str, Any]) -> refcache.SharedInvocation:
+        seed = problems.case_seed(self.seed, _input_key(test.problem, case), 0)
+        return refcache.invocation(test.problem, case, seed)
+
+    def _expected(self, test: TestSpec, case: dict[str, Any], shared: refcache.SharedInvocation) -> np.ndarray:
+        precision = problems.reference_precision(test.problem, case, self.rubric.tolerances)
+        return refcache.expected_output(self.store, test.problem, shared, precision)
 
     def _run(self, test: TestSpec, inv: problems.Invocation, *, mode: str, want_trace: bool) -> CaseRun:
         run = run_case(
@@ -270,6 +257,7 @@ class _Grading:
             limits=self.rubric.limits,
             timeout_s=test.timeout_s * self.config.timeout_scale,
             tmp_root=self.config.tmp_root,
+            hidden=self.config.hidden_dirs,
         )
         self.features.update(run.features)
         return run
@@ -287,18 +275,20 @@ class _Grading:
         for i, case in enumerate(test.cases):
             if self._skip_case(test, case, res, i, n):
                 return
-            inv, key = self._invocation(test, case)
+            shared = self._invocation(test, case)
+            inv = shared.inv
             run = self._run(test, inv, mode="full", want_trace=self.want_trace)
             self._mark(test, case, run)
             rec = CaseRecord(
-                i, run.verdict, run.message, run.wall_seconds, run.kernel_seconds, output_tail=run.output_tail[-2000:]
+                i, run.verdict, run.message, run.wall_seconds, run.kernel_seconds, output_tail=run.output_tail[-2000:],
+                cpu_seconds=run.cpu_seconds,
             )
             res.cases.append(rec)
             if run.verdict != "ok":
                 self._failed_run(res, run, i, n)
                 return
-            expected = self.memo.reference(test.problem, inv, key)
-            verdict = judge_output(run.outputs, expected, inv.out_dtype, self.rubric.tolerances)
+            verdict = judge_output(run.outputs, self._expected(test, case, shared), inv.out_dtype,
+                                   self.rubric.tolerances)
             rec.verdict = "passed" if verdict.passed else "failed"
             rec.message, rec.max_abs_error = verdict.message, verdict.max_abs_error
             if not verdict.passed:
@@ -359,7 +349,8 @@ class _Grading:
         case = test.cases[0]
         if self._skip_case(test, case, res, 0, 1):
             return
-        inv, key = self._invocation(test, case)
+        shared = self._invocation(test, case)
+        inv = shared.inv
         relaxed, optimized = self._targets(test, case)
         res.relaxed_us, res.optimized_us = relaxed, optimized
         verify = self.rubric.verify_performance_outputs
@@ -370,15 +361,16 @@ class _Grading:
             raise GraderError("no instruction trace came back from a timed run (is nkisim.core.traceio installed?)")
         res.cases.append(
             CaseRecord(
-                0, run.verdict, run.message, run.wall_seconds, run.kernel_seconds, output_tail=run.output_tail[-2000:]
+                0, run.verdict, run.message, run.wall_seconds, run.kernel_seconds, output_tail=run.output_tail[-2000:],
+                cpu_seconds=run.cpu_seconds,
             )
         )
         if run.verdict != "ok":
             self._failed_run(res, run, 0, 1)
             return
         if verify:
-            expected = self.memo.reference(test.problem, inv, key)
-            verdict = judge_output(run.outputs, expected, inv.out_dtype, self.rubric.tolerances)
+            verdict = judge_output(run.outputs, self._expected(test, case, shared), inv.out_dtype,
+                                   self.rubric.tolerances)
             if not verdict.passed:
                 res.status = "failed"
                 res.message = "the timed run's output is wrong, so its latency does not count: " + verdict.message
@@ -389,7 +381,10 @@ class _Grading:
             trace = run.trace if verify else plausibility.without_unchecked_promises(run.trace)
             report = estimate(trace, self.config.target)
             latency = float(report.nc_latency_us)
-            res.perf = {k: v for k, v in report.to_dict().items() if k != "critical_path"}
+            # the report's fields without the critical path and the schedule (report.to_dict() deep-copies the
+            # schedule first: 2-3 CPU s per graded submission)
+            res.perf = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)
+                        if f.name not in ("critical_path", "schedule")}
             res.mfu = float(report.mfu)
             problem = _work_problem(run, inv)
             if problem:
@@ -401,6 +396,7 @@ class _Grading:
         res.latency_us = latency
         if plausibility.withhold_credit(res, inv, self.config.target, run.trace):
             return
+        res.timing_counts = True
         tiers = int(test.thresholds.get("tiers", 2))
         tier = thresholds.credit_tier(latency, relaxed, optimized, tiers)
         if tier == "full":
@@ -494,12 +490,12 @@ def _run_phases(grading: _Grading, tests: tuple[TestSpec, ...], workers: int) ->
 
 def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
     """Grade an already-read submission (raises GraderError / RubricError for grader-side problems)."""
-    started_at, t0 = _now(), time.perf_counter()
+    started_at, t0, cpu0 = _now(), time.perf_counter(), _cpu_seconds()
     rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
     backend = resolve_backend(config.backend)
     if config.target not in ("trn2", "trn1"):
         raise GraderError(f"--target must be trn2 or trn1, got {config.target!r}")
-    seed = problems.submission_seed(rubric.seed, sub.content_hash) if config.seed is None else int(config.seed)
+    seed = effective_seed(rubric, sub.content_hash, config)
     grading = _Grading(sub, rubric, config, backend, seed)
     t_screen = time.perf_counter()
     grading.screen()
@@ -507,6 +503,7 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
     import_s = grading.check_imports(rubric.tests)
     results = _run_phases(grading, rubric.tests, max(1, config.workers))
     failed = [r for r in results if r.status == "grader-error"]
+    cpu_grader, cpu_kernels = (b - a for a, b in zip(cpu0, _cpu_seconds()))
     record = GradeRecord(
         student=sub.student,
         submission=sub.path,
@@ -517,7 +514,8 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
         grader_version=GRADER_VERSION,
         backend=backend,
         target=config.target,
-        seed=seed,
+        seed=-1 if config.seed_mode == "secret" else seed,
+        seed_fingerprint=seeds.fingerprint(seed) if config.seed_mode == "secret" else "",
         status="error" if failed else "graded",
         score=round(sum(r.score for r in results), 6),
         max_score=rubric.total_points,
@@ -534,10 +532,39 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
             "screen_s": screen_s,
             **{f"import:{name}": sec for name, sec in import_s.items()},
             **{f"test:{r.id}": r.seconds for r in results},
+            **grading.store.stats.as_timings(),
+            # CPU seconds of this process (inputs, references, judging, costing traces) and of the sandboxed
+            # kernel processes; exact when nothing else runs in the process meanwhile (a batch worker)
+            "cpu:grader_s": cpu_grader,
+            "cpu:kernels_s": cpu_kernels,
         },
         versions=tool_versions(backend),
+        seed_mode=config.seed_mode,
+        leaderboard=ranking.gradescope_entries(
+            [_ranking_view(r) for r in results], rubric.leaderboard, ranked=config.seed_mode == "secret"
+        ),
     )
     return record
+
+
+def _ranking_view(r: TestResult) -> dict[str, Any]:
+    return {"id": r.id, "kind": r.kind, "status": r.status, "latency_us": r.latency_us, "mfu": r.mfu,
+            "timing_counts": r.timing_counts}
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """(this process, its waited-for children) user + system CPU seconds."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def effective_seed(rubric: Rubric, content_hash: str, config: GradeConfig) -> int:
+    """The seed a grading uses: the class's secret one, an explicit --seed, or one derived from the submission."""
+    if config.seed_mode not in ("submission", "secret"):
+        raise GraderError(f"seed_mode must be 'submission' or 'secret', got {config.seed_mode!r}")
+    if config.seed_mode == "secret" and config.seed is None:
+        raise GraderError("seed_mode 'secret' needs the class seed (grader/seeds.py)")
+    return problems.submission_seed(rubric.seed, content_hash) if config.seed is None else int(config.seed)
 
 
 def tool_versions(backend: str) -> dict[str, str]:
@@ -586,7 +613,10 @@ def error_record(
         grader_version=GRADER_VERSION,
         backend=config.backend,
         target=config.target,
-        seed=config.seed if config.seed is not None else -1,
+        seed=config.seed if config.seed is not None and config.seed_mode != "secret" else -1,
+        seed_mode=config.seed_mode,
+        seed_fingerprint=seeds.fingerprint(config.seed) if config.seed_mode == "secret" and config.seed is not None
+        else "",
         status="error",
         score=0.0,
         max_score=total,

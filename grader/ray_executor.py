@@ -361,7 +361,9 @@ class RayExecutor:
         sent_jobs = []
         for job in jobs:
             backend = backends[job.config.backend]
-            config = replace(job.config, backend=backend, workers=1 if backend == "neuron" else job.config.workers)
+            # the nodes share no file system: the reference cache lives in each Ray worker's memory only
+            config = replace(job.config, backend=backend, workers=1 if backend == "neuron" else job.config.workers,
+                             ref_cache=None)
             if config.rubric_path not in rubric_bytes:
                 rubric_bytes[config.rubric_path] = Path(config.rubric_path or DEFAULT_RUBRIC).read_bytes()
             sent_jobs.append(replace(job, config=config))

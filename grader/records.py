@@ -14,14 +14,24 @@ class GradeConfig:
     only: tuple[str, ...] = ()
     backend: str = "auto"  # auto | nkisim | neuron
     target: str = "trn2"  # trn2 | trn1
-    seed: int | None = None  # None: the rubric's seed
+    seed: int | None = None  # None: derived from the rubric's salt and the submission (grader/problems.py)
+    # "submission": per-submission seeds (a student's own runs); "secret": ``seed`` is the class's secret seed
+    # (grader/seeds.py), shared by every submission of a batch; only such runs are ranked on a leaderboard
+    seed_mode: str = "submission"
     screen: bool = True  # run nkisim.check_kernel first (tests switch it off to probe the runtime layers)
     workers: int = 1  # kernel runs of one submission in parallel
     timeout_scale: float = 1.0
     tmp_root: str | None = None
+    ref_cache: str | None = None  # directory of the shared reference cache (grader/refcache.py); None: memory only
+    hidden_dirs: tuple[str, ...] = ()  # hidden from student code besides the grader's own (the batch's private dir)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """As recorded in result.json: a secret class seed is left out (result.json files sit in the batch's output
+        directory, which sandboxed kernels of other gradings may be able to read)."""
+        d = asdict(self)
+        if self.seed_mode == "secret":
+            d["seed"] = None
+        return d
 
 
 @dataclass
@@ -32,6 +42,7 @@ class CaseRecord:
     seconds: float
     kernel_seconds: float | None = None
     max_abs_error: float | None = None
+    cpu_seconds: float | None = None  # the kernel process's CPU seconds, as it reported them
     output_tail: str = ""  # the end of what the kernel printed (for TAs; never shown as a result)
 
 
@@ -56,6 +67,7 @@ class TestResult:
     boundary_distance: float | None = None  # performance on nkisim: relative distance from the nearest tier target
     near_boundary: bool = False  # boundary_distance < the rubric's borderline_margin: re-time on Trainium
     implausible: list[str] = field(default_factory=list)  # why the latency is physically impossible (plausibility.py)
+    timing_counts: bool = False  # performance: the timed run's output matched and its work was done on the device
     perf: dict[str, Any] | None = None
     cases: list[CaseRecord] = field(default_factory=list)
 
@@ -77,7 +89,7 @@ class GradeRecord:
     grader_version: str
     backend: str
     target: str
-    seed: int
+    seed: int  # -1 for a secret class seed: only its fingerprint is recorded (seed_fingerprint)
     status: str  # graded | error
     score: float
     max_score: float
@@ -92,6 +104,21 @@ class GradeRecord:
     violations: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
+    seed_mode: str = "submission"  # "secret": the class seed of a batch (a ranked run); see GradeConfig
+    seed_fingerprint: str = ""  # a secret class seed's public name (grader/seeds.py: fingerprint)
+    leaderboard: list[dict[str, Any]] = field(default_factory=list)  # Gradescope's items (grader/ranking.py)
+
+    @property
+    def seed_label(self) -> str:
+        """The seed as reports show it: a class seed is secret and shown by its fingerprint only."""
+        if self.seed_mode == "secret":
+            return f"secret class seed #{self.seed_fingerprint}"
+        return str(self.seed)
+
+    @property
+    def seed_id(self) -> int | str:
+        """What identifies the inputs in a resume key: the seed, or a secret one's fingerprint."""
+        return f"#{self.seed_fingerprint}" if self.seed_mode == "secret" else self.seed
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,13 +126,13 @@ class GradeRecord:
     @property
     def resume_key(self) -> dict[str, Any]:
         return resume_key(
-            self.content_hash, self.rubric_sha256, self.tool_version, self.backend, self.target, self.seed,
+            self.content_hash, self.rubric_sha256, self.tool_version, self.backend, self.target, self.seed_id,
             float(self.config.get("timeout_scale", 1.0)),
         )
 
 
 def resume_key(
-    content_hash: str, rubric_sha256: str, tool_version: str, backend: str, target: str, seed: int,
+    content_hash: str, rubric_sha256: str, tool_version: str, backend: str, target: str, seed: int | str,
     timeout_scale: float,
 ) -> dict[str, Any]:
     """What must match for an earlier grading to be reused by a batch run (a trial run with short time limits
@@ -125,5 +152,6 @@ def stored_key(record: dict[str, Any]) -> dict[str, Any]:
     """The resume key of a stored result.json (older records without a timeout scale match none)."""
     config = record.get("config")
     scale = config.get("timeout_scale") if isinstance(config, dict) else None
-    return {k: record.get(k) for k in ("content_hash", "rubric_sha256", "tool_version", "backend", "target",
-                                       "seed")} | {"timeout_scale": scale}
+    seed = f"#{record.get('seed_fingerprint')}" if record.get("seed_mode") == "secret" else record.get("seed")
+    return {k: record.get(k) for k in ("content_hash", "rubric_sha256", "tool_version", "backend", "target")} | {
+        "seed": seed, "timeout_scale": scale}

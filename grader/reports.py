@@ -18,6 +18,7 @@ from tabulate import tabulate
 
 from grader.points import points, points_total
 from grader.records import GradeRecord, TestResult
+from grader.rubric import Rubric, TestSpec
 
 SUMMARY_LIMIT = 1024 * 1024 - 4096  # GitHub's job summary limit is 1 MiB per step
 OUTPUT_LIMIT = 8000  # characters of a test's message shown to the student
@@ -91,14 +92,10 @@ def gradescope_results(record: GradeRecord) -> dict[str, Any]:
                 "extra_data": {"status": t.status, "latency_us": _finite(t.latency_us), "mfu": _finite(t.mfu)},
             }
         )
-    leaderboard = []
-    for t in record.tests:
-        if t.kind == "performance" and t.latency_us is not None and t.status in ("passed", "partial"):
-            leaderboard.append({"name": f"{t.name} (us)", "value": round(t.latency_us, 1), "order": "asc"})
     header = (
         f"{record.rubric_title}\nScore: {_fmt_points(record.score)} / {_fmt_points(record.base_points)} "
         f"(+ up to {_fmt_points(record.max_score - record.base_points)} extra credit). Backend {record.backend}, "
-        f"target {record.target}, seed {record.seed}."
+        f"target {record.target}, seed {record.seed_label}."
     )
     if record.status == "error":
         header = (
@@ -113,13 +110,16 @@ def gradescope_results(record: GradeRecord) -> dict[str, Any]:
         "visibility": "visible",
         "stdout_visibility": "hidden",
         "tests": tests,
-        "leaderboard": leaderboard,
         "extra_data": {
             "content_hash": record.content_hash,
             "tool_version": record.tool_version,
             "status": record.status,
+            "seed": record.seed_label,
+            "ranked": record.seed_mode == "secret",
         },
     }
+    if record.leaderboard:  # Gradescope's leaderboard (grader/ranking.py); only ranked runs carry it
+        result["leaderboard"] = [dict(item) for item in record.leaderboard]
     return result
 
 
@@ -150,8 +150,9 @@ def junit_xml(record: GradeRecord) -> str:
         timestamp=record.started_at,
     )
     props = ET.SubElement(suite, "properties")
-    for key in ("student", "content_hash", "backend", "target", "seed", "tool_version", "status"):
+    for key in ("student", "content_hash", "backend", "target", "tool_version", "status"):
         ET.SubElement(props, "property", name=key, value=str(getattr(record, key)))
+    ET.SubElement(props, "property", name="seed", value=record.seed_label)
     ET.SubElement(props, "property", name="score", value=f"{record.score:g}/{record.base_points:g}")
     for t in record.tests:
         case = ET.SubElement(suite, "testcase", classname=f"part{t.part}.{t.kind}", name=t.id, time=f"{t.seconds:.3f}")
@@ -217,7 +218,7 @@ def text_table(record: GradeRecord) -> str:
     body = tabulate(table_rows(record), headers=TABLE_HEADERS, tablefmt="simple")
     total = (
         f"Total: {points_total(record.score, record.base_points, record.max_score - record.base_points)}   "
-        f"backend {record.backend}, target {record.target}, seed {record.seed}, {record.seconds:.1f} s"
+        f"backend {record.backend}, target {record.target}, seed {record.seed_label}, {record.seconds:.1f} s"
     )
     lines = [body, "", total]
     if record.status == "error":
@@ -232,7 +233,7 @@ def summary_markdown(record: GradeRecord) -> str:
         f"## {title}: {_fmt_points(record.score)} / {_fmt_points(record.base_points)} points",
         "",
         f"{record.rubric_title}. Extra credit possible: {_fmt_points(record.max_score - record.base_points)}. "
-        f"Backend `{record.backend}`, target `{record.target}`, seed `{record.seed}`, "
+        f"Backend `{record.backend}`, target `{record.target}`, seed `{record.seed_label}`, "
         f"tool `{record.tool_version}`, graded in {record.seconds:.1f} s.",
         "",
     ]
@@ -304,3 +305,41 @@ def github_annotations(record: GradeRecord, limit: int = 10) -> list[str]:
         )
     lines.append(f"::notice title=Autograder::Points {_fmt_points(record.score)}/{_fmt_points(record.base_points)}")
     return lines
+
+
+# ------------------------------------------------------------------------------------------- rubric docs ----
+
+
+def _case_text(t: TestSpec, case: dict[str, Any]) -> str:
+    if t.problem == "transpose":
+        return "x".join(str(v) for v in case["shape"]) + f" {case.get('dtype', 'float32')}"
+    pool = f", {case['pool']}x{case['pool']} max-pool" if int(case.get("pool", 1)) > 1 else ""
+    bias = ", random bias" if case.get("bias") == "random" else ""
+    return (f"batch {case['batch']}, {case['in_channels']}->{case['out_channels']} ch, {case['height']}x"
+            f"{case['width']}, {case['kernel']}x{case['kernel']} {case['dtype']}{bias}{pool}")
+
+
+def rubric_markdown(rubric: Rubric) -> str:
+    """The rubric as docs/grading.md shows it: what each test runs, how its output is judged (tolerance and the
+    reference's precision, grader/problems.py: reference_precision) and what it needs first."""
+    from grader.problems import DEFAULT_TOLERANCE, reference_precision
+
+    rows = []
+    for t in rubric.tests:
+        checks, tolerances, precisions = [], [], []
+        for case in t.cases:
+            checks.append(_case_text(t, case))
+            dtype = str(case.get("dtype", "float32"))
+            rtol, atol = rubric.tolerances.get(dtype, DEFAULT_TOLERANCE)
+            tolerances.append(f"{dtype}: rtol {rtol:g}, atol {atol:g}")
+            precisions.append(reference_precision(t.problem, case, rubric.tolerances))
+        what = "output matches the reference" if t.kind == "correctness" else (
+            "p99 latency against the targets" + (", output verified" if rubric.verify_performance_outputs else ""))
+        rows.append([
+            f"`{t.id}`", t.kind, f"{t.points:g}" + (" EC" if t.extra_credit else ""),
+            "; ".join(dict.fromkeys(checks)) + f" ({what})",
+            "; ".join(dict.fromkeys(tolerances)), ", ".join(dict.fromkeys(precisions)),
+            ", ".join(f"`{r}`" for r in t.requires),
+        ])
+    return tabulate(rows, headers=["test", "kind", "points", "runs and checks", "tolerance", "reference", "needs"],
+                    tablefmt="github")

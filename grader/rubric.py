@@ -68,6 +68,30 @@ class TestSpec:
         return tags
 
 
+LEADERBOARD_METRICS = {"score": "asc", "latency_us": "asc", "mfu": "desc"}  # metric -> Gradescope's default order
+
+
+@dataclass(frozen=True)
+class LeaderboardEntry:
+    """One column of Gradescope's leaderboard: ``metric`` of ``test`` (``score``: the ranking score itself)."""
+
+    name: str
+    metric: str
+    test: str = ""
+    order: str = "asc"
+
+
+@dataclass(frozen=True)
+class LeaderboardSpec:
+    """What ranks a class (grader/ranking.py): the score is the geometric mean of ``score_tests``' p99
+    latencies among submissions passing all of them; ``entries`` are the results.json leaderboard items;
+    ``ranked_only``: only runs graded with the class's secret seed carry them."""
+
+    score_tests: tuple[str, ...] = ()
+    entries: tuple[LeaderboardEntry, ...] = ()
+    ranked_only: bool = True
+
+
 @dataclass(frozen=True)
 class Rubric:
     title: str
@@ -82,6 +106,7 @@ class Rubric:
     tests: tuple[TestSpec, ...]
     sha256: str
     path: str
+    leaderboard: LeaderboardSpec = LeaderboardSpec()
 
     @property
     def total_points(self) -> float:
@@ -214,6 +239,40 @@ def _borderline_margin(head: dict[str, Any], path: Path) -> float:
     return float(value)
 
 
+def _leaderboard(table: Any, tests: tuple[TestSpec, ...], path: Path) -> LeaderboardSpec:
+    if not isinstance(table, dict):
+        raise RubricError(f"{path}: [leaderboard] must be a table")
+    unknown = set(table) - {"score_tests", "entries", "ranked_only"}
+    if unknown:
+        raise RubricError(f"{path}: [leaderboard] has unknown field(s) {sorted(unknown)}")
+    perf = {t.id for t in tests if t.kind == "performance"}
+    score_tests = table.get("score_tests", [])
+    if not isinstance(score_tests, list) or not all(isinstance(t, str) and t in perf for t in score_tests):
+        raise RubricError(f"{path}: leaderboard.score_tests must list performance test ids, got {score_tests!r}")
+    entries = []
+    for i, e in enumerate(table.get("entries", [])):
+        where = f"{path}: leaderboard.entries[{i}]"
+        if not isinstance(e, dict) or set(e) - {"name", "metric", "test", "order"}:
+            raise RubricError(f"{where}: a table with name, metric and (unless metric = 'score') test")
+        name, metric, test = e.get("name"), e.get("metric"), e.get("test", "")
+        if not isinstance(name, str) or not name.strip():
+            raise RubricError(f"{where}: needs a name")
+        if metric not in LEADERBOARD_METRICS:
+            raise RubricError(f"{where}: metric must be one of {sorted(LEADERBOARD_METRICS)}, got {metric!r}")
+        if metric == "score" and not score_tests:
+            raise RubricError(f"{where}: metric 'score' needs leaderboard.score_tests")
+        if metric != "score" and test not in perf:
+            raise RubricError(f"{where}: test must be a performance test id, got {test!r}")
+        order = e.get("order", LEADERBOARD_METRICS[metric])
+        if order not in ("asc", "desc"):
+            raise RubricError(f"{where}: order must be 'asc' or 'desc', got {order!r}")
+        entries.append(LeaderboardEntry(name, metric, test if metric != "score" else "", order))
+    ranked_only = table.get("ranked_only", True)
+    if not isinstance(ranked_only, bool):
+        raise RubricError(f"{path}: leaderboard.ranked_only must be true or false")
+    return LeaderboardSpec(tuple(score_tests), tuple(entries), ranked_only)
+
+
 def load_rubric(path: str | Path | None = None) -> Rubric:
     """Parse and validate a rubric file (default: the course rubric shipped with the grader)."""
     path = Path(path) if path else DEFAULT_RUBRIC
@@ -254,4 +313,5 @@ def load_rubric(path: str | Path | None = None) -> Rubric:
         tests=tests,
         sha256=hashlib.sha256(raw).hexdigest(),
         path=str(path),
+        leaderboard=_leaderboard(data.get("leaderboard", {}), tests, path),
     )

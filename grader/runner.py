@@ -32,6 +32,7 @@ import numpy as np
 from grader.problems import Invocation
 from grader.rubric import Limits
 from grader.sandbox import Isolation, ProcessResult, detect_isolation, run_sandboxed
+from grader.seeds import registered_private_dirs
 from grader.staff import reference_dir
 
 CHILD_SCRIPT = str(Path(__file__).with_name("child.py"))
@@ -52,6 +53,7 @@ class CaseRun:
     hardware_p99_us: float | None = None
     wall_seconds: float = 0.0
     kernel_seconds: float | None = None
+    cpu_seconds: float | None = None  # as the kernel's process reported it (informational)
     output_tail: str = ""
     features: tuple[str, ...] = ()
     # Set when the call hit a resource limit ("timed out", "ran out of memory", ...): the grader then does not
@@ -96,10 +98,19 @@ def _load_output(path: Path, inv: Invocation) -> np.ndarray:
     return np.array(arr)
 
 
-def _masked_dirs() -> list[str]:
+def _masked_dirs(hidden: tuple[str, ...] = (), run_root: Path | None = None) -> list[str]:
     """Directories the child hides from student code once it is jailed: the grader package (rubric, reference
-    timings, this code) and the staff reference wherever it lives."""
+    timings, this code), the staff reference wherever it lives, ``hidden`` (the current batch's private
+    directory: the secret seed and the shared reference cache) and every other batch's (grader/seeds.py)."""
     dirs = {str(Path(__file__).resolve().parent), str(reference_dir().resolve())}
+    hidden = (*hidden, *registered_private_dirs())
+    needed = [Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.executable, _nkisim_dir(),
+                                          tempfile.gettempdir(), *([run_root] if run_root else []))]
+    for h in hidden:
+        d = Path(h).resolve()
+        # never a directory the child itself needs (a seed file kept next to the interpreter, in /tmp, ...)
+        if not any(n == d or d in n.parents for n in needed):
+            dirs.add(str(d))
     return sorted(d for d in dirs if os.path.isdir(d))
 
 
@@ -144,6 +155,7 @@ def _launch(
     tmp_root: str | None,
     import_clock: bool,
     collect: Callable[[ProcessResult, Path, str], Any],
+    hidden: tuple[str, ...] = (),
 ) -> Any:
     """Lay out a private run directory, start grader/child.py on it in the sandbox and hand the result to
     ``collect(process result, output dir, module file name)`` before the directory is removed."""
@@ -173,7 +185,7 @@ def _launch(
             # In its own mount namespace the child makes the file system read-only (except work/ and out/)
             # and then drops to the unprivileged uid, or drops every capability when there is none.
             "jail": bool(iso.unshare_argv),
-            "mask": _masked_dirs(),
+            "mask": _masked_dirs(hidden, root),
             "uid": iso.uid,
             "gid": iso.gid,
             **job_fields,
@@ -210,6 +222,7 @@ def run_case(
     limits: Limits,
     timeout_s: float,
     tmp_root: str | None = None,
+    hidden: tuple[str, ...] = (),
 ) -> CaseRun:
     """Run ``function`` from the student's ``rel_file`` on ``inv`` in a fresh sandboxed process."""
     return _launch(
@@ -223,6 +236,7 @@ def run_case(
         timeout_s=timeout_s,
         tmp_root=tmp_root,
         import_clock=False,
+        hidden=hidden,
         collect=lambda proc, out_dir, name: _collect(
             proc, out_dir, inv, name, limits, timeout_s, want_trace and backend == "nkisim", rel_file
         ),
@@ -253,6 +267,7 @@ def check_import(
     limits: Limits,
     timeout_s: float,
     tmp_root: str | None = None,
+    hidden: tuple[str, ...] = (),
 ) -> ImportCheck:
     """Import the student's ``rel_file`` once in the sandbox (no kernel call) within ``timeout_s`` seconds of
     import time, and report which of ``functions`` it lacks."""
@@ -267,6 +282,7 @@ def check_import(
         timeout_s=timeout_s,
         tmp_root=tmp_root,
         import_clock=True,
+        hidden=hidden,
         collect=lambda proc, out_dir, name: _collect_import(proc, out_dir, rel_file, name, limits, timeout_s),
     )
 
@@ -364,6 +380,7 @@ def _collect(
         return CaseRun("error", msg, **base)
     run = CaseRun("ok", **base)
     run.kernel_seconds = status.get("kernel_seconds") if isinstance(status.get("kernel_seconds"), float) else None
+    run.cpu_seconds = status.get("cpu_seconds") if isinstance(status.get("cpu_seconds"), float) else None
     if isinstance(status.get("hardware_p99_us"), float):
         run.hardware_p99_us = status["hardware_p99_us"]
     outputs = sorted(out_dir.glob("output_*.npy"), key=lambda p: p.name)

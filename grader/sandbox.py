@@ -8,8 +8,11 @@ Layers (each one alone would not be enough; the grader uses whatever the OS allo
 * a per-run pids cgroup when the grader may create one (root in a container, Gradescope): a process limit
   that holds for root too, and a handle to kill every process of the run;
 * ``unshare``: network namespace (no network), PID namespace whose processes all die with its init
-  (``--kill-child``), mount namespace in which grader/child.py makes the file system read-only except its own
-  work and output directories before dropping privileges;
+  (``--kill-child``) and which sees only its own processes in /proc (``--mount-proc``, where allowed), mount
+  namespace in which grader/child.py makes the file system read-only except its own work and output
+  directories before dropping privileges;
+* the child marks itself not dumpable before student code runs, so no other sandboxed run (same uid, no
+  capabilities) can open its /proc/<pid>/root, fd or mem;
 * an unprivileged uid (``GRADER_SANDBOX_USER``, default ``nobody``) when the grader runs as root and that user
   can run the interpreter; otherwise uid 0 of the namespace without any capability;
 * a scrubbed environment: minimal PATH, HOME/TMPDIR in the work dir, one BLAS thread, nkisim settings fixed.
@@ -89,8 +92,13 @@ def detect_isolation() -> Isolation:
             base = [exe, "--mount", "--net", "--pid", "--fork", "--kill-child"]
             if os.geteuid() != 0:
                 base.insert(1, "--map-root-user")
-            if _probe([*base, "true"]):
-                unshare_argv = tuple(base)
+            # --mount-proc: a /proc of the run's own PID namespace, so student code does not even see the other
+            # runs' processes (mounting it can be refused in containers that mask parts of /proc; then the
+            # children's PR_SET_DUMPABLE 0 alone keeps them apart, grader/child.py)
+            for argv in ([*base, "--mount-proc"], base):
+                if _probe([*argv, "true"]):
+                    unshare_argv = tuple(argv)
+                    break
     uid = gid = None
     if os.geteuid() == 0:
         name = os.environ.get("GRADER_SANDBOX_USER", "nobody")
@@ -107,6 +115,8 @@ def detect_isolation() -> Isolation:
         features.append("pdeathsig")
     if unshare_argv:
         features += ["mount-namespace", "network-namespace", "pid-namespace"]
+        if "--mount-proc" in unshare_argv:
+            features.append("private-proc")
     cgroups.reap_stale()
     probe_group = cgroups.PidsCgroup.create(8)
     if probe_group is not None:

@@ -16,20 +16,26 @@ needs_reference = pytest.mark.skipif(not reference_available(), reason="staff re
 
 
 def test_class_composition():
-    kinds = bench.class_kinds(100, 0.05)
+    kinds = bench.class_kinds(100)
     assert len(kinds) == 100
-    assert sorted(k for k in kinds if k in bench.BAD_KINDS) == sorted(bench.BAD_KINDS)  # 5 bad: one of each
-    assert (kinds.count("staff"), kinds.count("stub")) == (48, 47)
-    assert bench.class_kinds(100, 0.05) == kinds  # deterministic
-    assert set(bench.class_kinds(10, 0)) == {"staff", "stub"}
+    assert (kinds.count("staff"), kinds.count("stub")) == (80, 15)  # the issue's class
+    hostile = [k for k in kinds if bench.is_hostile(k)]
+    assert sorted(hostile) == sorted(bench.HOSTILE_ORDER[:5])
+    assert bench.class_kinds(100) == kinds  # deterministic
+    assert set(bench.class_kinds(10, 0.5, 0.5)) == {"staff", "stub"}
     with pytest.raises(ValueError):
-        bench.class_kinds(10, 1.5)
+        bench.class_kinds(10, 0.9, 0.5)
+    for kind in bench.HOSTILE_ORDER:  # every hostile kind can be built
+        assert kind in bench.VARIANT_KINDS or (bench.HOSTILE_DIR / kind.removeprefix(bench.FIXTURE)).is_dir()
 
 
 def test_mix():
     assert bench.parse_mix("staff=2,syntax=1") == ["staff", "staff", "syntax"]
+    assert bench.parse_mix("hostile:infinite_loop=1") == ["hostile:infinite_loop"]
     with pytest.raises(ValueError, match="unknown kind"):
         bench.parse_mix("staff=2,gremlin=1")
+    with pytest.raises(ValueError, match="unknown kind"):
+        bench.parse_mix("hostile:no_such_thing=1")
 
 
 def test_prepend_to_function_keeps_the_rest():
@@ -41,12 +47,16 @@ def test_prepend_to_function_keeps_the_rest():
 
 @needs_reference
 def test_variants_are_what_they_claim(tmp_path):
-    kinds = list(bench.GOOD_KINDS + bench.BAD_KINDS)
-    roster = bench.write_class(tmp_path / "cls", kinds)
-    assert json.loads((tmp_path / "cls.json").read_text()) == roster
+    kinds = list(bench.GOOD_KINDS + bench.VARIANT_KINDS)
+    roster = bench.write_class(tmp_path / "cls", kinds + ["hostile:infinite_loop"])
+    fixture = next(s for s, k in roster.items() if k == "hostile:infinite_loop")
+    assert (tmp_path / "cls" / fixture / "part1" / "kernels.py").read_text().startswith(
+        (bench.HOSTILE_DIR / "infinite_loop" / "part1" / "kernels.py").read_text())
+    roster = {s: k for s, k in roster.items() if k != "hostile:infinite_loop"}
     sources = {k: {rel: (tmp_path / "cls" / s / rel).read_text() for rel in bench.FILES} for s, k in roster.items()}
     # every submission is distinct (nothing reused by the batch's content-addressed results)
     assert len({tuple(v.values()) for v in sources.values()}) == len(kinds)
+    assert json.loads((tmp_path / "cls.json").read_text())[fixture] == "hostile:infinite_loop"
     for kind, files in sources.items():
         conv = files[bench.CONV]
         if kind == "syntax":

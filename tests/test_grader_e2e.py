@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from grader_helpers import ROOT, check_reports
 
+from grader import seeds
 from grader.rubric import load_rubric
 
 REFERENCE = ROOT / "grader" / "reference"
@@ -42,9 +43,7 @@ def test_reference_small_tests_pass_through_the_cli(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = check_reports(tmp_path, load_rubric().select(only.split(",")).total_points)
     assert all(t["status"] == "passed" for t in results["tests"]), results["tests"]
-    assert {e["name"] for e in results["leaderboard"]} >= {
-        "Part 2 extra credit: performance, float32, small images (32x16) (us)"
-    }
+    assert "leaderboard" not in results and results["extra_data"]["ranked"] is False  # a student's own run
     record = json.loads((tmp_path / "result.json").read_text())
     assert record["backend"] == "nkisim" and record["target"] == "trn2"
     assert record["tests"][-1]["latency_us"] > 0 and record["tests"][-1]["mfu"] is not None
@@ -54,10 +53,15 @@ def test_reference_small_tests_pass_through_the_cli(tmp_path):
 @pytest.mark.slow
 def test_reference_solution_earns_every_point(tmp_path):
     """The whole rubric on the staff solution: 40-90 s on 2 CPUs (figure: python -m grader.bench --mix staff=2)."""
-    proc = _grade(REFERENCE, tmp_path)
+    seed_file = tmp_path / "private" / "seed"
+    seeds.write_seed(seed_file, 20261)
+    out = tmp_path / "out"
+    proc = _grade(REFERENCE, out, "--seed-file", str(seed_file))  # a ranked run, as on Gradescope with a class seed
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    results = check_reports(tmp_path, load_rubric().total_points)
+    results = check_reports(out, load_rubric().total_points)
     assert results["score"] == load_rubric().total_points, [(t["name"], t["output"]) for t in results["tests"]]
+    assert [e["name"] for e in results["leaderboard"]] == [e.name for e in load_rubric().leaderboard.entries]
+    assert "20261" not in json.dumps(results)
 
 
 def test_starter_files_earn_nothing_and_nothing_crashes(tmp_path):
@@ -90,6 +94,17 @@ def test_gradescope_zip_layout(tmp_path):
     assert not any("__pycache__" in n for n in names)
     assert "/autograder/submission" in run and "--out /autograder/results" in run
     assert "GRADER_SANDBOX_USER" in run
+    assert "secret-seed" not in names  # no class seed unless one is given
+    seed_file = tmp_path / "seed"
+    seeds.write_seed(seed_file, 4242)
+    ranked = tmp_path / "ranked.zip"
+    subprocess.run([sys.executable, "-m", "grader", "gradescope", "--out", str(ranked), "--seed-file", str(seed_file)],
+                   env=env, check=True, capture_output=True)
+    with zipfile.ZipFile(ranked) as zf:
+        assert zf.read("secret-seed").decode().strip() == "4242"
+    assert "--seed-file /autograder/source/secret-seed" in run
+    setup = (ROOT / "grader" / "gradescope" / "setup.sh").read_text()
+    assert 'chmod -R go-rwx "$SRC"' in setup  # the seed stays root-only like the staff reference
 
 
 def test_github_workflow_template_runs_the_grader_and_posts_results():

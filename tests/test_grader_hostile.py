@@ -4,7 +4,10 @@ rejects, with the screen switched off, to show the runtime layers contain them o
 
 from __future__ import annotations
 
+import ast
 import os
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +47,9 @@ SCREEN_ON: dict[str, tuple[set[str], float]] = {
     "frame_walk": ({"rejected"}, 0),
     "module_attr_escape": ({"rejected"}, 0),
     "symlink_reference": ({"missing"}, 0),
+    "refcache_escape": ({"rejected"}, 0),
+    "memoise_escape": ({"rejected"}, 0),
+    "sibling_escape": ({"rejected"}, 0),
     "recursion_bomb": ({"error"}, 0),
     # Correct on the correctness shapes, skips the work on the larger timed shape: correctness only.
     "skip_work_when_timed": ({"passed"}, 10),
@@ -69,6 +75,9 @@ SCREEN_OFF: dict[str, set[str]] = {
     "network": {"error"},
     "frame_walk": {"error"},
     "module_attr_escape": {"error"},
+    "refcache_escape": {"error"},
+    "memoise_escape": {"error"},
+    "sibling_escape": {"error"},
 }
 
 TIMEOUT_SCALE = 0.5  # 10 s per case instead of 20: the infinite loops end sooner
@@ -153,3 +162,107 @@ def test_grader_files_are_hidden_even_from_a_full_escape(tmp_path):
     assert "grader-files-hidden" in record.isolation
     transpose = record.tests[0]
     assert transpose.status == "error" and "FileNotFoundError" in transpose.message, transpose.message
+
+
+# ------------------------------------------------------------------------------- a class graded together ----
+# A batch shares one secret seed and a reference cache (grader/seeds.py, grader/refcache.py) and runs several
+# submissions' kernels at once: none of that may reach, or be changed by, student code.
+
+needs_namespaces = pytest.mark.skipif(not detect_isolation().unshare_argv, reason="needs mount namespaces")
+
+
+def _class_config(tmp_path: Path):
+    from grader.batch import class_config
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(exist_ok=True)
+    base = GradeConfig(rubric_path=FAST_RUBRIC, screen=False, timeout_scale=TIMEOUT_SCALE, tmp_root=str(scratch))
+    config, _ = class_config(base, tmp_path / "out")
+    return config
+
+
+def _cache_entry(config) -> tuple[Path, bytes]:
+    """A reference in the class's cache, as a conv2d test would have left it; returns its file and bytes."""
+    import numpy as np
+
+    from grader import refcache, seeds
+
+    store = refcache.ReferenceStore(config.ref_cache, seeds.derived_key(config.seed, "refcache"))
+    store.get({"what": "test entry"}, lambda: np.arange(4096, dtype=np.float64))
+    (npy,) = Path(config.ref_cache).glob("*/*.npy")
+    return npy, npy.read_bytes()
+
+
+@needs_namespaces
+def test_the_seed_and_the_reference_cache_are_out_of_reach_of_a_full_escape(tmp_path):
+    from grader import refcache
+
+    config = _class_config(tmp_path)
+    npy, before = _cache_entry(config)
+    record = grade_submission(HOSTILE / "refcache_escape", tmp_path / "res", config)
+    transpose = record.tests[0]
+    assert transpose.status == "error" and record.score == 0
+    text = transpose.message + "".join(c.message + c.output_tail for c in transpose.cases)
+    private = str(Path(config.ref_cache).parent)
+    assert private in text, text  # it did find the directory...
+    assert str(config.seed) not in text and f"READ {private}" not in text, text  # ...but not what is inside
+    assert "WROTE" not in text, text
+    assert npy.read_bytes() == before
+    assert "grader-files-hidden" in record.isolation
+    refcache.clear_memory()
+    from grader import seeds
+
+    store = refcache.ReferenceStore(config.ref_cache, seeds.derived_key(config.seed, "refcache"))
+    store.get({"what": "test entry"}, lambda: pytest.fail("the cached entry should have verified"))
+    assert store.stats.from_disk == 1 and store.stats.rejected == 0
+
+
+@needs_namespaces
+def test_nothing_survives_from_one_grading_to_the_next(tmp_path):
+    config = _class_config(tmp_path)
+    first, second = tmp_path / "first", tmp_path / "second"
+    shutil.copytree(HOSTILE / "memoise_escape", first)
+    shutil.copytree(HOSTILE / "memoise_escape", second)
+    (second / "part1" / "kernels.py").write_text((second / "part1" / "kernels.py").read_text() + "\n# another\n")
+    for sub in (first, second):
+        record = grade_submission(sub, tmp_path / f"res-{sub.name}", config)
+        for case in record.tests[0].cases:
+            assert "RuntimeError: MEMO FOUND" not in case.message, case.message
+            written = ast.literal_eval(case.message.split("written: ", 1)[1].splitlines()[0])
+            run_dirs = str(tmp_path / "scratch" / "asst4-case-")
+            assert written and all(w.startswith(run_dirs) for w in written), written  # only its own run's files
+    for place in ("/tmp", "/var/tmp", "/dev/shm", str(Path.home())):
+        assert not os.path.exists(place + "/.asst4-memo")
+
+
+def test_a_kernel_cannot_reach_another_run_next_to_it(tmp_path):
+    """Two submissions' kernels at once (a batch with --jobs 2): the escaped one finds no way into the other's
+    run through /proc/<pid>/root (own /proc per PID namespace, and every child is undumpable)."""
+    import threading
+
+    from grader import problems
+    from grader.runner import run_case
+
+    rubric = load_rubric(FAST_RUBRIC)
+    inv = problems.make_invocation("transpose", {"shape": [256, 128], "dtype": "float32"}, 1)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+
+    def run(name: str, timeout_s: float):
+        src = (HOSTILE / name / "part1" / "kernels.py").read_bytes()
+        return run_case(src, "part1/kernels.py", "matrix_transpose", inv, mode="full", want_trace=False,
+                        backend="nkisim", target="trn2", limits=rubric.limits, timeout_s=timeout_s,
+                        tmp_root=str(scratch))
+
+    victim = threading.Thread(target=run, args=("infinite_loop", 25.0))
+    victim.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not any(scratch.glob("asst4-case-*/out-*")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert any(scratch.glob("asst4-case-*/out-*")), "the victim's run never started"
+        attack = run("sibling_escape", 60.0)
+    finally:
+        victim.join()
+    assert attack.verdict == "error" and "sibling runs:" in attack.message, attack.message
+    assert "WROTE" not in attack.message, attack.message

@@ -273,7 +273,7 @@ def test_ray_batch_matches_the_local_executor(ray_cluster, stub_batch: Path, tmp
     local_out, ray_out = tmp_path / "local", tmp_path / "ray"
     run_batch(stub_batch, local_out, config, jobs=2, executor="local", progress=False)
     args = ["batch", str(stub_batch), "--out", str(ray_out), "--executor", "ray", "--backend", "nkisim",
-            "--rubric", config.rubric_path]
+            "--rubric", config.rubric_path, "--seed-mode", "submission"]  # as run_batch's config above
     assert cli.main(args) == cli.EXIT_OK
     err = capsys.readouterr().err
 

