@@ -23,6 +23,7 @@ Protocol (the parent is the only one that knows where results go):
 from __future__ import annotations
 
 import builtins
+import functools
 import json
 import os
 import sys
@@ -30,7 +31,7 @@ import time
 import traceback
 import types
 
-# Student code may import numpy, math, typing and the neuronxcc.nki modules (the static screen's list too),
+# Student code may import numpy, math, typing and the NKI namespaces' modules (the static screen's list too),
 # and gets them as views without module attributes that lead elsewhere: see _module_allowed and _view.
 # Builtins withheld from student code (I/O, dynamic code, introspection, interpreter control).
 WITHHELD_BUILTINS = frozenset(
@@ -94,12 +95,21 @@ MAX_MESSAGE = 20_000
 _views: dict[str, types.ModuleType] = {}
 
 
+@functools.cache
+def _frontends():
+    """nkisim's front-end registry (the NKI namespaces; pure data), importable once main() has set sys.path."""
+    from nkisim import frontends
+
+    return frontends
+
+
 def _module_allowed(name: str) -> bool:
     """Modules student code may reach, by import or as an attribute of another allowed module."""
     parts = name.split(".")
-    if parts[0] in ("neuronxcc", "math", "typing", "__future__"):
+    if parts[0] in ("math", "typing", "__future__"):
         return True
-    if name.startswith("nkisim.api"):  # what neuronxcc.nki resolves to under the fallback
+    fes = _frontends()
+    if any(parts[0] == fe.root for fe in fes.FRONT_ENDS) or fes.of_module(name) is not None:  # NKI, or nkisim's
         return True
     return parts[0] == "numpy" and (len(parts) == 1 or (len(parts) == 2 and parts[1] in NUMPY_SUBMODULES))
 
@@ -136,7 +146,8 @@ def _restricted_import(name, globals=None, locals=None, fromlist=(), level=0):  
         raise ImportError("relative imports are not allowed in graded kernels")
     if not _module_allowed(name):
         raise ImportError(
-            f"import of {name!r} is not allowed in graded kernels (allowed: numpy, math, typing, neuronxcc.nki)"
+            f"import of {name!r} is not allowed in graded kernels (allowed: numpy, math, typing, "
+            f"{', '.join(fe.namespace for fe in _frontends().FRONT_ENDS)})"
         )
     module = builtins.__import__(name, globals, locals, fromlist, level)
     return _view(module)

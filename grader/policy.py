@@ -12,28 +12,41 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 
-NKI_PACKAGE = "neuronxcc.nki"
+from nkisim.frontends import FRONT_ENDS
+
+# The NKI namespaces (neuronxcc.nki, nki): a rubric names calls under ``nki.``, whichever namespace a file imports.
+NKI_NAMESPACES = tuple(fe.namespace for fe in FRONT_ENDS)
 
 
 def _canonical(dotted: str) -> str:
-    """``neuronxcc.nki.language.transpose`` -> ``nki.language.transpose``."""
-    return dotted.removeprefix("neuronxcc.")
+    """``neuronxcc.nki.language.transpose`` (or ``nki.language.transpose``) -> ``nki.language.transpose``."""
+    for ns in NKI_NAMESPACES:
+        if dotted == ns or dotted.startswith(ns + "."):
+            return "nki" + dotted[len(ns):]
+    return dotted
+
+
+def _nki_name(dotted: str) -> bool:
+    return any(dotted == ns or dotted.startswith(ns + ".") for ns in NKI_NAMESPACES)
 
 
 def _aliases(tree: ast.AST) -> dict[str, str]:
-    """Local name -> the dotted name it is bound to by the file's imports (neuronxcc.nki names only)."""
+    """Local name -> the dotted name it is bound to by the file's imports (NKI namespace names only)."""
     names: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.startswith(NKI_PACKAGE):
+                if _nki_name(a.name):
                     if a.asname:
                         names[a.asname] = a.name
                     else:  # `import neuronxcc.nki.language` binds `neuronxcc`
-                        names["neuronxcc"] = "neuronxcc"
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("neuronxcc"):
+                        top = a.name.split(".", 1)[0]
+                        names[top] = top
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             for a in node.names:
-                names[a.asname or a.name] = f"{node.module}.{a.name}"
+                dotted = f"{node.module}.{a.name}"
+                if _nki_name(dotted):
+                    names[a.asname or a.name] = dotted
     return names
 
 

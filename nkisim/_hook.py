@@ -1,18 +1,29 @@
-"""Import fallback: make ``import neuronxcc.nki...`` resolve to nkisim when the real neuronx-cc is absent.
+"""Import fallback: make the NKI namespaces resolve to nkisim when the real packages are absent.
 
 Runs at every interpreter start (``nkisim_fallback.pth``, written by ``python -m nkisim install-fallback``),
-so it imports nothing heavy: no NumPy, no nkisim submodule until a ``neuronxcc`` import actually happens.
+so it imports nothing heavy: no NumPy, no nkisim submodule but the front-end registry (``nkisim.frontends``, pure
+data) until an NKI import actually happens.
+
+The namespaces come from the registry, one per front end: ``neuronxcc.nki`` (legacy) and, when registered, ``nki``
+(the current API).  For each, the namespace module and its public submodules are aliases of nkisim's modules:
+
+* ``neuronxcc.nki``       -> ``nkisim.frontends.legacy.nki``, ``neuronxcc.nki.X`` -> ``nkisim.frontends.legacy.X``
+* ``nki``                 -> ``nkisim.frontends.nki``,        ``nki.X``           -> ``nkisim.frontends.nki.X``
+
+An alias *is* the nkisim module object (``neuronxcc.nki.language is nkisim.frontends.legacy.language``).
 
 How it stays out of the way of the real toolchain: :func:`install` *appends* a finder to the end of
-``sys.meta_path``.  The import system asks the finders in order, so the normal ``PathFinder`` finds an
-installed ``neuronxcc`` first and this finder is never consulted for it.  Only when no real ``neuronxcc``
-exists does the finder answer, with a synthetic ``neuronxcc`` package (marked ``__nkisim_fallback__ =
-True``) whose submodules are aliases of nkisim's API modules:
+``sys.meta_path``.  The import system asks the finders in order, so the normal ``PathFinder`` finds an installed
+``neuronxcc`` / ``nki`` first and this finder is never consulted for it.  Only when no real package exists does the
+finder answer: with a synthetic ``neuronxcc`` package (marked ``__nkisim_fallback__ = True``) whose ``nki``
+submodule is nkisim's, and with nkisim's ``nki`` module itself.
 
-* ``neuronxcc.nki``       -> ``nkisim.api.nki``
-* ``neuronxcc.nki.X[.Y]`` -> ``nkisim.api.X[.Y]`` for every public module that exists under ``nkisim.api``
-
-An alias *is* the nkisim module object (``neuronxcc.nki.language is nkisim.api.language``).
+One exception, for ``nki`` only: PyPI's ``nki`` is a placeholder whose ``__init__.py`` is
+``raise ImportError("WRONG PACKAGE. Please install the package from Neuron Repository ...")`` (the real package
+comes from AWS's own index).  A small guard at the *front* of ``sys.meta_path`` asks the path finder where ``nki``
+is; when that is the placeholder (:func:`is_placeholder`: a tiny ``__init__.py`` raising WRONG PACKAGE), nkisim
+serves ``nki`` instead, without touching the installed files.  A real ``nki`` is never shadowed.  (A placeholder
+``neuronx-cc`` keeps shadowing the fallback; ``python -m nkisim info`` names it and the fix.)
 
 Set ``NKISIM_DISABLE_FALLBACK=1`` to turn the hook off (``install`` then does nothing).
 """
@@ -25,12 +36,15 @@ import os
 import sys
 import types
 
+from nkisim.frontends import FRONT_ENDS, LEGACY, FrontEnd
+
 DISABLE_ENV = "NKISIM_DISABLE_FALLBACK"
-ROOT = "neuronxcc"
-NKI = "neuronxcc.nki"
-DEFAULT_TARGET = "nkisim.api"
-# Names under neuronxcc.nki that are not aliases of nkisim.api.<name> (``neuronxcc.nki.nki`` does not exist).
-_NOT_SUBMODULES = frozenset({"nki"})
+ROOT = LEGACY.root  # 'neuronxcc': the synthetic package the legacy namespace lives in
+NKI = LEGACY.namespace  # 'neuronxcc.nki'
+DEFAULT_TARGET = LEGACY.package
+# What PyPI's placeholder packages raise on import ("WRONG PACKAGE. Please install the package from Neuron
+# Repository - pip.repos.neuron.amazonaws.com", nki 0.0.1 on PyPI).
+PLACEHOLDER_MARK = "WRONG PACKAGE"
 
 
 def disabled() -> bool:
@@ -38,15 +52,30 @@ def disabled() -> bool:
     return os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
+def is_placeholder(spec: importlib.machinery.ModuleSpec | None) -> bool:
+    """Whether ``spec`` is PyPI's placeholder package: a small ``__init__.py`` that raises WRONG PACKAGE."""
+    origin = getattr(spec, "origin", None)
+    if not origin or not origin.endswith(".py"):
+        return False
+    try:
+        if os.path.getsize(origin) > 4096:
+            return False
+        with open(origin, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return False
+    return PLACEHOLDER_MARK in text and "raise" in text
+
+
 # The finder and loaders are plain classes implementing the import protocols: importlib.abc would pull in
 # importlib.resources, pathlib and re (~40 ms at every interpreter start).
 
 
 class _SyntheticRootLoader:
-    """Creates the empty ``neuronxcc`` package that stands in for the real one."""
+    """Creates the empty package (``neuronxcc``) that stands in for the real one around a namespace."""
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = types.ModuleType(spec.name, "nkisim stand-in for neuronx-cc (the real toolchain is not installed)")
+        module = types.ModuleType(spec.name, "nkisim stand-in (the real toolchain is not installed)")
         module.__nkisim_fallback__ = True  # type: ignore[attr-defined]
         return module
 
@@ -55,7 +84,7 @@ class _SyntheticRootLoader:
 
 
 class _AliasLoader:
-    """Returns an existing nkisim module object under a ``neuronxcc...`` name."""
+    """Returns an existing nkisim module object under an NKI name."""
 
     def __init__(self, target: str) -> None:
         self.target = target
@@ -74,15 +103,27 @@ class _AliasLoader:
 
 
 class NkisimFallbackFinder:
-    """Meta-path finder serving ``neuronxcc`` and ``neuronxcc.nki...`` from nkisim (see module docstring)."""
+    """Meta-path finder serving the registered NKI namespaces from nkisim (see module docstring)."""
 
     nkisim_fallback = True  # marker, survives a reload of this module (class identity does not)
 
-    def __init__(self, target_package: str = DEFAULT_TARGET) -> None:
+    def __init__(self, target_package: str = DEFAULT_TARGET, packages: dict[str, str] | None = None) -> None:
+        # target_package: the package serving the legacy namespace (tests pass a fake API package)
         self.target_package = target_package
+        self.packages = {fe.key: fe.package for fe in FRONT_ENDS}
+        self.packages[LEGACY.key] = target_package
+        self.packages.update(packages or {})
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(target_package={self.target_package!r})"
+
+    def _served(self, fe: FrontEnd, fullname: str) -> str | None:
+        """The module that serves ``fullname`` for ``fe`` under this finder's package for it."""
+        name = fe.module_for(fullname)
+        package = self.packages.get(fe.key, fe.package)
+        if name is None or package == fe.package:
+            return name
+        return package + name[len(fe.package):]
 
     def find_spec(
         self,
@@ -90,39 +131,60 @@ class NkisimFallbackFinder:
         path: object = None,  # the parent package's __path__ (unused: names decide)
         target: types.ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname == ROOT:
-            return importlib.machinery.ModuleSpec(ROOT, _SyntheticRootLoader(), is_package=True)
-        if not fullname.startswith(ROOT + "."):
-            return None
-        root = sys.modules.get(ROOT)
-        if root is None or not getattr(root, "__nkisim_fallback__", False):
-            return None  # a real neuronxcc is loaded: its missing submodules stay missing
-        target_spec = self.target_for(fullname)
-        if target_spec is None:
-            return None
-        # ``neuronxcc.nki`` must be a package (kernels import its submodules) even if nkisim.api.nki is a
-        # plain module: the import system then gives the shared module object an empty ``__path__``.
-        is_package = fullname == NKI or target_spec.submodule_search_locations is not None
-        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(target_spec.name), is_package=is_package)
-
-    def target_for(self, fullname: str) -> importlib.machinery.ModuleSpec | None:
-        """Spec of the nkisim module that ``fullname`` aliases, or None if there is none."""
-        if fullname == NKI:
-            candidate = self.target_package + ".nki"
-        elif fullname.startswith(NKI + "."):
-            rest = fullname[len(NKI) + 1 :].split(".")
-            if rest[0] in _NOT_SUBMODULES or any(part.startswith("_") for part in rest):
+        for fe in FRONT_ENDS:
+            root = fe.root
+            if fullname == root and root != fe.namespace:
+                return importlib.machinery.ModuleSpec(root, _SyntheticRootLoader(), is_package=True)
+            if fullname != root and not fullname.startswith(root + "."):
+                continue
+            if fullname != root:
+                loaded = sys.modules.get(root)
+                if loaded is None or not getattr(loaded, "__nkisim_fallback__", False):
+                    return None  # a real package is loaded: its missing submodules stay missing
+            target_spec = self.target_for(fullname, fe)
+            if target_spec is None:
                 return None
-            candidate = ".".join([self.target_package, *rest])
-        else:
+            # The namespace module must be a package (kernels import its submodules) even when nkisim's module is a
+            # plain one: the import system then gives the shared module object an empty ``__path__``.
+            is_package = fullname == fe.namespace or target_spec.submodule_search_locations is not None
+            return importlib.machinery.ModuleSpec(fullname, _AliasLoader(target_spec.name), is_package=is_package)
+        return None
+
+    def target_for(self, fullname: str, fe: FrontEnd | None = None) -> importlib.machinery.ModuleSpec | None:
+        """Spec of the nkisim module that ``fullname`` aliases, or None if there is none."""
+        if fe is None:
+            fe = next((f for f in FRONT_ENDS if f.owns(fullname)), None)
+            if fe is None:
+                return None
+        candidate = self._served(fe, fullname)
+        if candidate is None:
             return None
-        import importlib.util  # only once a neuronxcc import is under way
+        import importlib.util  # only once an NKI import is under way
 
         try:
             found = importlib.util.find_spec(candidate)
         except (ImportError, ValueError):  # a parent is not a package, or a broken parent
             return None
         return found
+
+
+class _PlaceholderGuard:
+    """At the front of ``sys.meta_path``: serves a top-level namespace from nkisim when what the path finder would
+    import is PyPI's placeholder (see module docstring).  Asks nothing for any other name."""
+
+    nkisim_fallback_guard = True
+
+    def __init__(self, finder: NkisimFallbackFinder) -> None:
+        self.finder = finder
+        self.names = frozenset(fe.namespace for fe in FRONT_ENDS if fe.root == fe.namespace)
+
+    def find_spec(self, fullname: str, path: object = None, target: types.ModuleType | None = None):
+        if fullname not in self.names:
+            return None
+        found = importlib.machinery.PathFinder.find_spec(fullname)
+        if found is None or not is_placeholder(found):
+            return None  # absent (the finder at the end serves it) or real (never shadowed)
+        return self.finder.find_spec(fullname, path, target)
 
 
 def installed_finder() -> NkisimFallbackFinder | None:
@@ -133,21 +195,28 @@ def installed_finder() -> NkisimFallbackFinder | None:
     return None
 
 
-def install(target_package: str = DEFAULT_TARGET) -> NkisimFallbackFinder | None:
-    """Append the fallback finder to ``sys.meta_path`` once; returns it (None when disabled by env var).
+def install(target_package: str = DEFAULT_TARGET, packages: dict[str, str] | None = None
+            ) -> NkisimFallbackFinder | None:
+    """Append the fallback finder to ``sys.meta_path`` once (and the placeholder guard at its front); returns the
+    finder (None when disabled by the environment variable).
 
-    ``target_package`` exists for tests (a fake API package); real use keeps the default.
+    ``target_package`` / ``packages`` ({front-end key: package}) exist for tests (fake API packages); real use
+    keeps the defaults.
     """
     if disabled():
         return None
     existing = installed_finder()
     if existing is not None:
         return existing
-    finder = NkisimFallbackFinder(target_package)
+    finder = NkisimFallbackFinder(target_package, packages)
     sys.meta_path.append(finder)
+    guard = _PlaceholderGuard(finder)
+    if guard.names:
+        sys.meta_path.insert(0, guard)
     return finder
 
 
 def uninstall() -> None:
-    """Remove the finder (modules already imported through it stay in ``sys.modules``)."""
-    sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "nkisim_fallback", False)]
+    """Remove the finder and its guard (modules already imported through them stay in ``sys.modules``)."""
+    sys.meta_path[:] = [f for f in sys.meta_path
+                        if not getattr(f, "nkisim_fallback", False) and not getattr(f, "nkisim_fallback_guard", False)]

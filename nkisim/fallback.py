@@ -8,6 +8,7 @@ without importing nkisim's emulator (no NumPy).
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import os
@@ -18,6 +19,7 @@ from typing import Any
 
 from nkisim import __version__ as NKISIM_VERSION
 from nkisim import _hook
+from nkisim.frontends import FRONT_ENDS, LEGACY, FrontEnd
 
 PTH_NAME = "nkisim_fallback.pth"
 DEFAULT_TARGET = "trn2"
@@ -69,77 +71,94 @@ def _is_fallback_spec(spec: importlib.machinery.ModuleSpec) -> bool:
     return type(spec.loader).__module__ == _hook.__name__
 
 
-def _real_version() -> str:
-    for dist in ("neuronx-cc", "neuronxcc"):
+def _real_version(fe: FrontEnd) -> str:
+    for dist in fe.distributions:
         try:
             return importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             continue
-    module = sys.modules.get(_hook.ROOT)
+    module = sys.modules.get(fe.root)
     return str(getattr(module, "__version__", "unknown version"))
 
 
-def backend_info() -> dict[str, Any]:
-    """Describe the active backend.
+def namespace_info(fe: FrontEnd) -> dict[str, Any]:
+    """Which backend serves one NKI namespace (``neuronxcc.nki`` or ``nki``) in this interpreter, and why.
 
-    Keys: ``backend`` ('neuron' | 'nkisim' | 'none'), ``reason`` (one sentence), ``version`` (of the backend),
-    ``target`` (trn2/trn1), ``hook_installed`` (fallback finder active in this interpreter), ``location``
-    (where the real package is, else None), ``pth_file`` (path of the .pth file, None if not installed).
-    """
-    hook_active = _hook.installed_finder() is not None
-    pth = pth_path()
-    info: dict[str, Any] = {
-        "backend": "none",
-        "reason": "",
-        "version": None,
-        "target": current_target(),
-        "toolchain_era": _era_text(),
-        "hook_installed": hook_active,
-        "location": None,
-        "pth_file": str(pth) if pth.is_file() else None,
-    }
+    Keys: ``namespace``, ``backend`` ('neuron' | 'nkisim' | 'none'), ``reason`` (one sentence), ``version`` (of the
+    backend), ``location`` (where the real package is, else None).  Mirrors what importing it would do, without
+    importing nkisim's emulator."""
+    info: dict[str, Any] = {"namespace": fe.namespace, "backend": "none", "reason": "", "version": None,
+                            "location": None}
+    root = fe.root
     try:
-        spec = importlib.util.find_spec(_hook.ROOT)
+        spec = importlib.util.find_spec(root)
     except (ImportError, ValueError) as exc:
-        spec = None
-        info["reason"] = f"neuronxcc could not be looked up: {exc}"
+        info["reason"] = f"{root} could not be looked up: {exc}"
         return info
+    on_path = importlib.machinery.PathFinder.find_spec(root) if spec is not None else None
+    placeholder = on_path is not None and _hook.is_placeholder(on_path)
 
     if spec is not None and not _is_fallback_spec(spec):
         location = spec.origin or ", ".join(spec.submodule_search_locations or [])
         info["location"] = location
         try:
-            importlib.import_module(_hook.ROOT)
-            nki_spec = importlib.util.find_spec(_hook.NKI)
+            importlib.import_module(root)
+            ns_spec = importlib.util.find_spec(fe.namespace)
         except Exception as exc:  # PyPI's placeholder neuronx-cc raises on import
             info["reason"] = (
-                f"a neuronxcc package at {location} fails to import ({type(exc).__name__}: {exc}); it is "
+                f"a {root} package at {location} fails to import ({type(exc).__name__}: {exc}); it is "
                 "probably PyPI's placeholder, which shadows the nkisim fallback: "
-                "run `pip uninstall neuronx-cc`"
+                f"run `pip uninstall {fe.distributions[0]}`"
             )
             return info
-        if nki_spec is None:
+        if ns_spec is None:
             info["reason"] = (
-                f"the neuronxcc package at {location} has no neuronxcc.nki module (legacy NKI API); it "
-                "shadows the nkisim fallback: install a Neuron SDK 2.20-2.26 neuronx-cc or "
-                "`pip uninstall neuronx-cc`"
+                f"the {root} package at {location} has no {fe.namespace} module ({fe.title}); it "
+                f"shadows the nkisim fallback: install a toolchain that has it or `pip uninstall {fe.distributions[0]}`"
             )
             return info
-        info.update(backend="neuron", version=_real_version(), reason=f"real toolchain at {location}")
+        info.update(backend="neuron", version=_real_version(fe), reason=f"real toolchain at {location}")
         return info
 
     if spec is not None:  # served by our finder
         finder = _hook.installed_finder()
-        if finder is not None and finder.target_for(_hook.NKI) is None:
-            info["reason"] = f"fallback active but {finder.target_package}.nki is missing: nkisim is incomplete"
+        if finder is not None and finder.target_for(fe.namespace, fe) is None:
+            info["reason"] = f"fallback active but the module serving {fe.namespace} is missing: nkisim is incomplete"
             return info
-        info.update(backend="nkisim", version=NKISIM_VERSION, reason="fallback: neuronxcc not installed")
+        why = (f"fallback: PyPI's placeholder {fe.distributions[0]} ({_hook.PLACEHOLDER_MARK}) at {on_path.origin} "
+               "is bypassed" if placeholder else f"fallback: {root} not installed")
+        info.update(backend="nkisim", version=NKISIM_VERSION, reason=why)
         return info
 
     if _hook.disabled():
-        info["reason"] = f"neuronxcc not installed and the nkisim fallback is disabled by {_hook.DISABLE_ENV}"
+        info["reason"] = f"{root} not installed and the nkisim fallback is disabled by {_hook.DISABLE_ENV}"
     else:
-        info["reason"] = "neuronxcc not installed and the fallback hook is not installed: run `make setup`"
+        info["reason"] = f"{root} not installed and the fallback hook is not installed: run `make setup`"
+    return info
+
+
+def backend_info() -> dict[str, Any]:
+    """Describe the active backend of the legacy namespace (what the course code imports), plus every namespace.
+
+    Keys: ``backend`` ('neuron' | 'nkisim' | 'none'), ``reason`` (one sentence), ``version`` (of the backend),
+    ``target`` (trn2/trn1), ``hook_installed`` (fallback finder active in this interpreter), ``location``
+    (where the real package is, else None), ``pth_file`` (path of the .pth file, None if not installed),
+    ``namespaces`` ({namespace: :func:`namespace_info`} for every front end).
+    """
+    pth = pth_path()
+    namespaces = {fe.namespace: namespace_info(fe) for fe in FRONT_ENDS}
+    legacy = namespaces[LEGACY.namespace]
+    info: dict[str, Any] = {
+        "backend": legacy["backend"],
+        "reason": legacy["reason"],
+        "version": legacy["version"],
+        "target": current_target(),
+        "toolchain_era": _era_text(),
+        "hook_installed": _hook.installed_finder() is not None,
+        "location": legacy["location"],
+        "pth_file": str(pth) if pth.is_file() else None,
+        "namespaces": namespaces,
+    }
     return info
 
 
@@ -181,8 +200,11 @@ def describe(info: dict[str, Any] | None = None) -> str:
         numpy_version = numpy.__version__
     except ImportError:
         numpy_version = "not installed"
-    lines = [
-        f"backend:        {backend}",
+    lines = [f"backend:        {backend}"]
+    for ns, sub in (info.get("namespaces") or {}).items():
+        who = {"neuron": f"real {sub['version']}", "nkisim": f"nkisim {sub['version']}"}.get(sub["backend"], "none")
+        lines.append(f"  {ns + ':':14s}{who} ({sub['reason']})")
+    lines += [
         f"target:         {info['target']}",
         f"toolchain era:  {info.get('toolchain_era', _era_text())}",
         f"{PRECISE_FP_ENV}:  {precise_fp_text()}",

@@ -139,7 +139,7 @@ def _run_cli(args, cwd):
 def test_cli_html_from_profile_files_single_and_compare(tmp_path):
     import shutil
 
-    import nkisim.api.nki as nki
+    import nkisim.frontends.legacy.nki as nki
 
     shutil.copy(MATMUL_FILE, tmp_path / "matmul_tutorial.py")
     rng = np.random.default_rng(1)

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from nkisim_util import raises_rule
 
 from nkisim import apicoverage
-from nkisim.api import _unsupported
 from nkisim.core.rules import NKIError, NKISimulationWarning
 from nkisim.core.runtime import run_kernel
 from nkisim.perf import estimate
@@ -486,12 +485,7 @@ def test_every_documented_symbol_is_implemented_or_a_clear_placeholder():
     statuses = {n: apicoverage.status(n) for n in names}
     assert not [n for n, s in statuses.items() if s == "absent"]
     for name in (n for n, s in statuses.items() if s == "missing"):
-        prefix, *parts = name.split(".")
-        import importlib
-
-        obj = importlib.import_module(_unsupported.MODULES[prefix])
-        for p in parts:
-            obj = getattr(obj, p)
+        obj = apicoverage.resolve(name)
         with pytest.raises(NotImplementedError, match=rf"nkisim does not support {name} yet"):
             obj(1, 2)
 

@@ -419,7 +419,7 @@ def _all_reduce_kernel(a):
 
 
 def test_all_reduce_single_program_and_grid():
-    from nkisim.api._unsupported import NkisimUnsupportedError
+    from nkisim.frontends._unsupported import NkisimUnsupportedError
 
     a = nl.static_cast(RNG.normal(size=(32, 16)), nl.bfloat16)
     np.testing.assert_array_equal(run_kernel(_all_reduce_kernel, (a,)).outputs, a.astype(np.float32))

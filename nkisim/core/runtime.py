@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nkisim import frontends
 from nkisim.core import config, dtypes, execute
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf, Engine, Instr, Trace
 from nkisim.core.memory import Allocation, MemoryTracker, make_storage
@@ -23,8 +24,10 @@ from nkisim.core.tensor import Tensor, parse_shape
 
 _NKISIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Frames in these directories are the emulator itself; the first frame outside them is the kernel statement.
-# (Only core/ and api/: kernels that live elsewhere in the package, e.g. calibration kernels, are user code.)
-_FRONT_END_DIRS = (os.path.join(_NKISIM_DIR, "core") + os.sep, os.path.join(_NKISIM_DIR, "api") + os.sep)
+# (Only core/ and the registered front ends' packages: kernels that live elsewhere in the package, e.g. calibration
+# kernels, are user code.)
+_FRONT_END_DIRS = (os.path.join(_NKISIM_DIR, "core") + os.sep,
+                   *(fe.directory + os.sep for fe in frontends.FRONT_ENDS))
 _STACK: list[KernelContext] = []
 
 

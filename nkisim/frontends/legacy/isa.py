@@ -354,9 +354,9 @@ def get_nc_version() -> nc_version:
 
 
 def __getattr__(name: str):
-    from nkisim.api import _unsupported
+    from nkisim.frontends import LEGACY, _unsupported
 
-    return _unsupported.missing("neuronxcc.nki.isa", "nisa", name)
+    return _unsupported.missing(LEGACY, "nisa", name)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

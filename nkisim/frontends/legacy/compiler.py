@@ -12,7 +12,6 @@ import functools as _functools
 
 import numpy as _np
 
-from nkisim.api import _unsupported
 from nkisim.core import rules as _rules
 from nkisim.core import runtime as _rt
 from nkisim.core.instr import Buf as _Buf
@@ -20,6 +19,7 @@ from nkisim.core.memory import Allocation as _Allocation
 from nkisim.core.rules import fail as _fail
 from nkisim.core.tensor import Tensor as _Tensor
 from nkisim.core.tensor import base_addr as _base_addr
+from nkisim.frontends import LEGACY, _unsupported
 
 
 class _Directive:
@@ -34,7 +34,7 @@ class _Directive:
         return self.func(*args, **kwargs)
 
     def __getitem__(self, grid):
-        from nkisim.api.nki import _Launch  # nki imports this module: resolve at launch time
+        from nkisim.frontends.legacy.nki import _Launch  # nki imports this module: resolve at launch time
 
         return _Launch(self, grid)
 
@@ -374,7 +374,7 @@ class psum:  # noqa: N801 - NKI namespace nki.compiler.psum
 
 
 def __getattr__(name: str):
-    return _unsupported.missing("neuronxcc.nki.compiler", "ncc", name)
+    return _unsupported.missing(LEGACY, "ncc", name)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

@@ -84,9 +84,9 @@ mutable_tensor = TensorType(None, None, True)
 
 
 def __getattr__(name: str):
-    from nkisim.api import _unsupported
+    from nkisim.frontends import LEGACY, _unsupported
 
-    return _unsupported.missing("neuronxcc.nki.typing", "nt", name)
+    return _unsupported.missing(LEGACY, "nt", name)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

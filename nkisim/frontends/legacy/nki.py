@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools as _functools
 import logging as _logging
 
-from nkisim.api import compiler, isa, language, typing  # noqa: F401  (nki.language / .isa / .compiler / .typing)
 from nkisim.core import runtime as _rt
 from nkisim.core.tensor import Tensor as tensor  # noqa: F401  (nki.tensor: the type of kernel tensors)
+from nkisim.frontends.legacy import compiler, isa, language, typing  # noqa: F401  (nki.language / .isa / .compiler / .typing)
 
 # The real package defines logging.OFF on import and the 2024 starter calls logging.disable(logging.OFF).
 if not hasattr(_logging, "OFF"):
@@ -198,9 +198,9 @@ def profile(func=None, **kwargs):
 
 
 def __getattr__(name: str):
-    from nkisim.api import _unsupported
+    from nkisim.frontends import LEGACY, _unsupported
 
-    return _unsupported.missing("neuronxcc.nki", "nki", name)
+    return _unsupported.missing(LEGACY, "nki", name)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

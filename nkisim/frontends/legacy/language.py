@@ -344,8 +344,8 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
     docs: "The destination tile is also the rhs input to op"); ``loop_indices`` only informs the compiler."""
     import sys as _sys
 
-    from nkisim.api.isa import _alu
     from nkisim.core.stmt import assignment_target
+    from nkisim.frontends.legacy.isa import _alu
 
     found = assignment_target(_sys._getframe(1), "loop_reduce")
     if found is None or not isinstance(found[1], _Tensor):
@@ -620,7 +620,7 @@ def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs) -> _Tens
 
 def atomic_rmw(dst, value, op, *, mask=None, **kwargs) -> None:
     """dst = op(dst, value) atomically on HBM through an indirect (SBUF-tile-indexed) access; op: np.add."""
-    from nkisim.api.isa import _alu
+    from nkisim.frontends.legacy.isa import _alu
 
     _ops.atomic_rmw(dst, value, _alu(op, "atomic_rmw"), mask=mask)
 
@@ -631,8 +631,8 @@ def all_reduce(x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=Tr
     nkisim runs the programs of a launch grid one after another, so a program cannot wait for the others' tiles:
     with one program along ``program_axes`` (no grid, or extent 1) the reduction is over that program alone, i.e. a
     copy (cast to ``dtype``); over several programs it raises "nkisim does not support nl.all_reduce ... yet"."""
-    from nkisim.api._unsupported import NkisimUnsupportedError
-    from nkisim.api.isa import _alu
+    from nkisim.frontends._unsupported import NkisimUnsupportedError
+    from nkisim.frontends.legacy.isa import _alu
 
     _alu(op, "all_reduce")
     n = num_programs(program_axes)
@@ -645,9 +645,9 @@ def all_reduce(x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=Tr
 
 
 def __getattr__(name: str):
-    from nkisim.api import _unsupported
+    from nkisim.frontends import LEGACY, _unsupported
 
-    return _unsupported.missing("neuronxcc.nki.language", "nl", name)
+    return _unsupported.missing(LEGACY, "nl", name)
 
 
 del annotations  # the __future__ import must not leak as an NKI name
