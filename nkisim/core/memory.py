@@ -22,6 +22,14 @@ BUF_NAMES = {B_HBM: "hbm", B_SBUF: "sbuf", B_PSUM: "psum"}
 ROTATION_DEPTH = 4
 
 
+class StorageView:
+    """Base class of every view of an :class:`Allocation` (``nkisim.core.tensor.Tensor`` and its front-end
+    subclasses): ``_a`` is the allocation.  Lets this layer find the tiles kernel variables hold (capacity by
+    liveness) without importing the tensor layer above it."""
+
+    __slots__ = ("_a",)
+
+
 class Allocation:
     """One tensor's storage.  Never exposed to kernel code (kernels only hold :class:`Tensor` views)."""
 
@@ -193,9 +201,8 @@ class MemoryTracker:
         rebound only after this allocation, a loop temporary never read after its loop): neuronx-cc allocates by
         liveness.  Runs only when an allocation would over-subscribe ``buf`` (nkisim.core.liveness)."""
         from nkisim.core.liveness import dead_allocations
-        from nkisim.core.tensor import Tensor
 
-        for aid, alloc in dead_allocations(Allocation, Tensor, self.stop_code).items():
+        for aid, alloc in dead_allocations(Allocation, StorageView, self.stop_code).items():
             if alloc is keep or alloc.buf != buf or not alloc.charged or alloc.tracker is not self:
                 continue
             alloc.charged = False
@@ -260,6 +267,13 @@ def _count(dims: tuple[int, ...]) -> int:
     for d in dims:
         n *= d
     return n
+
+
+def base_addr(alloc: Allocation) -> int:
+    """Address of the allocation's storage (cached: views compute their byte offsets from it)."""
+    if not alloc.addr:
+        alloc.addr = alloc.base.__array_interface__["data"][0]
+    return alloc.addr
 
 
 def site_str(site) -> str:

@@ -1,326 +1,26 @@
-"""Kernel runs: the active context, allocation, instruction emission and ``run_kernel``.
+"""``run_kernel``: one kernel run from NumPy inputs to NumPy outputs and the instruction trace.
 
-Each front-end call goes through :func:`current` (the running kernel), :func:`allocate` (storage with liveness
-and capacity) and :meth:`KernelContext.emit` (append the :class:`Instr` to the trace).  Values are computed by
-the caller only when ``ctx.full`` is true, so timing-only runs produce the same trace without the arithmetic.
+It wraps the host arrays as read-only HBM tensors (of the kernel's front end's tensor class), runs the kernel
+function (once per program of an SPMD launch grid), checks what the kernel returns and hands back the trace.  The
+kernel's calls go through :mod:`nkisim.core.context` (the running kernel), :mod:`nkisim.core.buffers` (tensor
+creation) and the instruction builders of :mod:`nkisim.core.ops`.
 """
 
 from __future__ import annotations
 
 import gc
-import os
 import sys
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from nkisim import frontends
-from nkisim.core import config, dtypes, execute
-from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf, Engine, Instr, Trace
-from nkisim.core.memory import Allocation, MemoryTracker, make_storage
-from nkisim.core.rules import NKICapacityWarning, NKISimulationWarning, applies, fail
-from nkisim.core.tensor import Tensor, parse_shape
-
-_NKISIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Frames in these directories are the emulator itself; the first frame outside them is the kernel statement.
-# (Only core/ and the registered front ends' packages: kernels that live elsewhere in the package, e.g. calibration
-# kernels, are user code.)
-_FRONT_END_DIRS = (os.path.join(_NKISIM_DIR, "core") + os.sep,
-                   *(fe.directory + os.sep for fe in frontends.FRONT_ENDS))
-_STACK: list[KernelContext] = []
-
-
-class KernelContext:
-    """State of one kernel run: trace, memory tracker, the last retargetable result."""
-
-    def __init__(self, target: str | None, mode: str, name: str) -> None:
-        if mode not in ("full", "timing"):
-            raise ValueError(f"mode must be 'full' or 'timing', not {mode!r}")
-        self.target = config.normalize_target(target)
-        self.era = config.toolchain_era(self.target)  # selects era-dependent rules (core/rules.py)
-        self.limits = config.limits(self.target)
-        self.full = mode == "full"
-        self.trace = Trace(self.target, name)
-        self.mem = MemoryTracker(self.limits, self.target)
-        self.pending: weakref.ref | None = None  # provisional result allocation, charged at the next call
-        self.last_instr: Instr | None = None
-        self.last_result: weakref.ref | None = None
-        self.last_values: np.ndarray | None = None
-        self.unwritten = None  # (weakref to the last result tile, its values, mask): written lazily by settle
-        self.last_mask: np.ndarray | None = None  # mask= of the last retargetable result (set by ops.finish)
-        self.acc_spelling = None  # (matmul result ref, acc view, materialize): 2024 `acc + nl.matmul(..)`
-        self.direct_alloc: bool | None = None
-        self.sbuf_arena = None
-        self._where: dict = {}
-        self.loc: str = "?"
-        self.site = None
-        self.kernel_code = None  # code object of the top-level kernel function (shared_hbm scope rule)
-        self.reduce_regs: dict = {}  # engine -> its 128 reduction registers (ops.reduce_registers)
-        self.dyn: dict = {}  # id(view) -> (weakref, index tiles) of dynamically indexed views (tensor.dynamic_tiles)
-        # SPMD launch grid: sizes per axis (() without a grid), this program's ids, and the shared_hbm tensors of
-        # the first program, which later programs receive again (shared_hbm is one tensor for the whole grid)
-        self.grid: tuple[int, ...] = ()
-        self.program_ids: tuple[int, ...] = ()
-        self.shared_hbm: list[Tensor] | None = None
-        self.shared_first: list[Tensor] = []
-        self.shared_pos = 0
-        # symbolic loops (nl.affine_range / nl.sequential_range) being run: [instance id, iteration] each, and the
-        # direct placements their first iteration made (see traced_once)
-        self.sym_loops: list[list[int]] = []
-        self.traced: dict = {}
-        self.traced_seen: dict = {}
-
-    # ---- bookkeeping shared by every front-end call -----------------------------------------------------
-    def settle(self) -> None:
-        """Start of every API call: charge the previous call's result tile if the kernel kept it, and locate
-        the kernel statement making this call (for traces, allocation sites and error messages)."""
-        if self.acc_spelling is not None:
-            materialize = self.acc_spelling[2]
-            self.acc_spelling = None
-            materialize()
-        if self.unwritten is not None:
-            self._flush()
-        ref = self.pending
-        if ref is not None:
-            self.pending = None
-            alloc = ref()
-            if alloc is not None and self.mem.charge(alloc):
-                self.spill(alloc)
-        self.last_instr = None
-        self.last_result = None
-        self.last_values = None
-        f = sys._getframe(2)  # skip settle and its caller (always an ops or api function)
-        pkg = _FRONT_END_DIRS
-        while f is not None and f.f_code.co_filename.startswith(pkg):
-            f = f.f_back
-        if f is None:
-            self.loc, self.site = "?", None
-            return
-        key = (f.f_code, f.f_lineno)
-        w = self._where.get(key)
-        if w is None:
-            w = self._where[key] = f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}"
-        self.loc, self.site = w, key
-
-    def spill(self, alloc: Allocation) -> None:
-        """Cost the compiler's spill of a PSUM tile that got no bank (MemoryTracker.charge): one VectorE
-        PSUM -> SBUF copy of the whole tile, traced with ``psum_spill`` so the profile summary warns about it.
-        The SBUF side shares the tile's storage: nothing is allocated or charged for it."""
-        src = Tensor(alloc, alloc.base, 0, off=0)  # physical layout: partition axis first
-        dst = Tensor(Allocation(B_SBUF, alloc.base, self.mem.new_phys(), None, "psum_spill", alloc.bytes_pp, None),
-                     alloc.base, 0, off=0)
-        self.emit("tensor_copy", Engine.VECTOR, (src,), (dst,), {"psum_spill": True})
-
-    def emit(self, op: str, engine: Engine, srcs, dsts, attrs: dict) -> Instr:
-        instrs = self.trace.instrs
-        if len(srcs) == 1:
-            so = (srcs[0].operand(),)
-        else:
-            so = tuple([t.operand() for t in srcs])
-        do = (dsts[0].operand(),) if len(dsts) == 1 else tuple([t.operand() for t in dsts])
-        ins = Instr(len(instrs), op, engine, so, do, attrs, self.loc)
-        instrs.append(ins)
-        return ins
-
-    def _flush(self) -> None:
-        """Write the last result's values into its tile if the tile is still alive (it was not retargeted), through
-        any view: the weak reference is to the allocation, the write goes to the result's own full view."""
-        ref, view, values, mask = self.unwritten
-        self.unwritten = None
-        if ref() is None:
-            return
-        v = execute.cast(np.asarray(values), view.dtype)
-        if v.shape != view.shape:
-            v = v.reshape(view.shape) if v.size == view.size else np.broadcast_to(
-                v.reshape(v.shape + (1,) * (view.ndim - v.ndim)), view.shape)
-        if mask is None:
-            view[...] = v
-            return
-        # fresh results skip the poison fill; masked-off elements must read as unwritten
-        view[...] = np.asarray(dtypes.poison_value(view.dtype), dtype=view.dtype)
-        m = np.broadcast_to(mask, view.shape)
-        view[m] = np.broadcast_to(v, view.shape)[m]
-
-    def remember(self, ins: Instr, result: Tensor, values) -> None:
-        """Make ``result`` retargetable: ``dst[...] = result`` rewrites the instruction's destination."""
-        self.last_instr = ins
-        self.last_result = weakref.ref(result)
-        self.last_values = values
-        self.pending = weakref.ref(result._a)
-
-
-_LOOP_IDS = [0]
-
-
-class SymbolicRange:
-    """``nl.affine_range`` / ``nl.sequential_range``: NKI traces the loop body once with a symbolic index, so Python
-    side effects in the body (``cur_addr += size`` next to ``ncc.sbuf.mod_alloc(base_addr=cur_addr)`` in AWS's
-    allocated kernels) happen once.  nkisim runs every iteration; it records which iteration is running so that
-    direct placements can follow the traced-once rule (:func:`traced_once`)."""
-
-    __slots__ = ("r",)
-
-    def __init__(self, r: range) -> None:
-        self.r = r
-
-    def __len__(self) -> int:
-        return len(self.r)
-
-    def __getitem__(self, i):
-        return self.r[i]
-
-    def __iter__(self):
-        ctx = active()
-        if ctx is None:
-            return iter(self.r)
-        return _run_loop(ctx, self.r)
-
-
-def _run_loop(ctx: KernelContext, r: range):
-    _LOOP_IDS[0] += 1
-    entry = [_LOOP_IDS[0], 0]
-    loops = ctx.sym_loops
-    loops.append(entry)
-    try:
-        for i in r:
-            yield i
-            entry[1] += 1
-    finally:
-        if loops and loops[-1] is entry:
-            loops.pop()
-        elif entry in loops:
-            loops.remove(entry)
-
-
-def traced_once(ctx: KernelContext, value):
-    """The value a direct placement made at this statement in the first iteration of the enclosing symbolic loops
-    (NKI traces the body once); the n-th placement of a Python-level repetition within one iteration maps to the
-    n-th of the first iteration.  Outside symbolic loops the value is returned as given."""
-    loops = ctx.sym_loops
-    if not loops:
-        return value
-    key = (loops[0][0], ctx.site)
-    its = tuple(e[1] for e in loops)
-    first = ctx.traced.setdefault(key, [])
-    n = ctx.traced_seen.get((key, its), 0)
-    ctx.traced_seen[(key, its)] = n + 1
-    if any(its):
-        return first[n] if n < len(first) else value
-    first.append(value)
-    return value
-
-
-def current(api: str = "") -> KernelContext:
-    if not _STACK:
-        fail("err_nki_api_outside_of_nki_kernel", api=api or "nki API")
-    return _STACK[-1]
-
-
-def active() -> KernelContext | None:
-    return _STACK[-1] if _STACK else None
-
-
-class BufferSpec:
-    """A memory space argument (nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm, ncc.sbuf.mod_alloc(...))."""
-
-    __slots__ = ("kind", "name", "direct")
-
-    def __init__(self, kind: Buf, name: str, direct=None) -> None:
-        self.kind = kind
-        self.name = name
-        self.direct = direct
-
-    def __repr__(self) -> str:
-        return f"nl.{self.name}"
-
-
-def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=None, provisional: bool = False,
-             ctx: KernelContext | None = None, site=None) -> Tensor:
-    """Create a tensor in ``buffer``; on-chip tensors are checked against the partition limit and capacity."""
-    if ctx is None:
-        ctx = current("nl.ndarray")
-        ctx.settle()
-    if buffer is None:
-        buffer = SBUF_SPEC
-    elif not isinstance(buffer, BufferSpec):
-        raise TypeError(f"buffer must be nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm or nl.private_hbm, not {buffer!r}")
-    dims, pdim = parse_shape(shape)
-    dt = dtypes.to_dtype(dtype if dtype is not None else np.float32)
-    kind = buffer.kind
-    if site is None:
-        site = ctx.site
-    if kind == B_HBM:
-        if fill is not None and not provisional and applies("err_hbm_tensor_with_init_value_not_supported",
-                                                            ctx.era):
-            fail("err_hbm_tensor_with_init_value_not_supported")
-        if buffer.name == "shared_hbm" and site is not None and ctx.kernel_code is not None \
-                and site[0] is not ctx.kernel_code:
-            fail("err_shared_hbm_must_in_kernel_level")
-        if buffer.name == "shared_hbm" and ctx.shared_hbm is not None:
-            return _shared_again(ctx, dims, dt, name)
-        base, view = make_storage(dims, 0, dt, fill, not ctx.full)
-        alloc = Allocation(B_HBM, base, ctx.mem.new_phys(), None, name or "hbm", 0, None)
-        t = Tensor(alloc, view, 0, off=0)
-        if buffer.name == "shared_hbm" and ctx.grid:
-            ctx.shared_first.append(t)
-        return t
-    if not dims:
-        raise ValueError("on-chip tensors need at least one dimension (the partition dimension)")
-    parts = dims[pdim]
-    if parts > ctx.limits.pmax:
-        fail("err_num_partition_exceed_arch_limit", n=parts, limit=ctx.limits.pmax)
-    bytes_pp = dt.itemsize
-    for i, d in enumerate(dims):
-        if i != pdim:
-            bytes_pp *= d
-    if kind == B_PSUM and not provisional and ctx.era == "2024":
-        per_tile = bytes_pp
-        for d in dims[:pdim]:
-            per_tile //= max(d, 1)  # block dimensions hold separate tiles
-        bank = ctx.limits.psum_bank_bytes
-        if per_tile > bank and applies("nkisim_psum_tile_fmax", ctx.era):
-            fail("nkisim_psum_tile_fmax", name=name or "tile", shape=list(dims), n=per_tile // dt.itemsize,
-                 nbytes=per_tile, limit=bank // 4, bank=bank)
-    if buffer.direct is not None:
-        return buffer.direct.place(ctx, dims, pdim, dt, name, bytes_pp)
-    if kind == B_SBUF and not provisional:
-        if ctx.direct_alloc is True:
-            fail("nkisim_direct_alloc", detail="automatic (nl.sbuf) and direct (ncc.sbuf.mod_alloc) allocation "
-                 "cannot be mixed in one kernel")
-        ctx.direct_alloc = False
-    # A provisional result is written in full right after allocation (ops.finish poisons it first when a mask
-    # leaves elements unwritten), so it skips the poison fill.
-    base, view = make_storage(dims, pdim, dt, fill, not ctx.full or provisional)
-    mem = ctx.mem
-    alloc = Allocation(kind, base, mem.phys_for(site, kind, bytes_pp, provisional), site, name, bytes_pp, mem)
-    if not provisional and mem.charge(alloc):
-        ctx.spill(alloc)
-    if kind == B_PSUM and ctx.full and not provisional:
-        # per-element "written" flags of the matmul accumulation groups; provisional PSUM results (acc None) were
-        # written by the instruction that produced them, i.e. all flags set
-        alloc.acc = np.zeros(base.shape, dtype=bool)
-    return Tensor(alloc, view, pdim, off=0)
-
-
-def _shared_again(ctx: KernelContext, dims, dt, name: str) -> Tensor:
-    """The n-th shared_hbm tensor of a later SPMD program is the n-th of the first program (visible to all)."""
-    i = ctx.shared_pos
-    ctx.shared_pos += 1
-    if i >= len(ctx.shared_hbm):
-        raise ValueError(f"SPMD program {ctx.program_ids} creates more shared_hbm tensors than program "
-                         f"{(0,) * len(ctx.grid)}: every program of a launch grid must create the same ones")
-    t = ctx.shared_hbm[i]
-    if tuple(t.shape) != tuple(dims) or t.dtype != dt:
-        raise ValueError(f"SPMD program {ctx.program_ids} creates shared_hbm tensor '{name or t._a.name}' "
-                         f"{list(dims)} {dt.name}, but program {(0,) * len(ctx.grid)} created it as "
-                         f"{list(t.shape)} {t.dtype.name}")
-    return t
-
-
-SBUF_SPEC = BufferSpec(B_SBUF, "sbuf")
-PSUM_SPEC = BufferSpec(B_PSUM, "psum")
-HBM_SPEC = BufferSpec(B_HBM, "hbm")
+from nkisim.core.access import allocation, read
+from nkisim.core.buffers import wrap_host
+from nkisim.core.context import KernelContext, pop, push
+from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Trace
+from nkisim.core.rules import NKICapacityWarning, NKISimulationWarning, fail
+from nkisim.core.tensor import Tensor
 
 
 @dataclass
@@ -343,46 +43,19 @@ def unwrap(kernel):
     return kernel
 
 
-def _wrap_arg(ctx: KernelContext, value, name: str):
-    if getattr(value, "__nkisim_placeholder__", False):  # nt.tensor[[shape], dtype]: shape only (nki.benchmark)
-        if ctx.full:
-            raise TypeError(f"argument '{name}' is {value!r}, a shape-only placeholder: it has no values, so it can "
-                            "only be passed to nki.benchmark (timing); pass a NumPy array to run the kernel")
-        dt = dtypes.to_dtype(value.dtype)
-        alloc = Allocation(B_HBM, np.empty(value.shape, dtype=dt), ctx.mem.new_phys(), None, name, 0, None)
-        alloc.immutable = True
-        return Tensor(alloc, alloc.base, 0, off=0)
-    if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and hasattr(value, "dtype")
-                                        and not isinstance(value, (Tensor, np.generic))):
-        arr = np.asarray(value)
-        dt = dtypes.to_dtype(arr.dtype)
-        base = np.array(arr, dtype=dt, copy=True, order="C") if ctx.full else np.empty(arr.shape, dtype=dt)
-        alloc = Allocation(B_HBM, base, ctx.mem.new_phys(), None, name, 0, None)
-        alloc.immutable = True
-        return Tensor(alloc, base, 0, off=0)
-    return value
-
-
-def host_tensor(ctx: KernelContext, value, name: str) -> Tensor:
-    """A read-only HBM tensor holding host data (kernel arguments, nl.shared_constant)."""
-    return _wrap_arg(ctx, value, name)
-
-
 def _to_numpy(value, simulate: bool = False):
     if isinstance(value, Tensor):
-        if value._a.buf != B_HBM and simulate:
+        if value.kind != B_HBM and simulate:
             import warnings
 
             warnings.warn(NKISimulationWarning(
-                f"kernel returned on-chip tensor '{value._a.name}' ({value.buffer}): AWS's simulator returns its "
+                f"kernel returned on-chip tensor '{value.name}' ({value.buffer}): AWS's simulator returns its "
                 "values, but top-level kernel outputs must be HBM tensors, so compiling it (nki.baremetal, "
                 "the grader, Trainium) fails"), stacklevel=4)
-        elif value._a.buf != B_HBM:
-            raise TypeError(f"kernel returned on-chip tensor '{value._a.name}' ({value.buffer}); top-level kernel "
+        elif value.kind != B_HBM:
+            raise TypeError(f"kernel returned on-chip tensor '{value.name}' ({value.buffer}); top-level kernel "
                             "outputs must be HBM tensors created with nl.ndarray(..., buffer=nl.hbm) or "
                             "nl.shared_hbm")
-        from nkisim.core.tensor import read
-
         return np.array(read(value), copy=True)
     if isinstance(value, (tuple, list)):
         return type(value)(_to_numpy(v, simulate) for v in value)
@@ -407,7 +80,7 @@ def launch_grid(kernel) -> tuple[tuple[int, ...], list[int] | None]:
 
 
 def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str | None = None,
-               simulate: bool = False) -> KernelRun:
+               simulate: bool = False, frontend: frontends.FrontEnd | None = None) -> KernelRun:
     """Run a kernel on NumPy inputs; returns its outputs and instruction trace.
 
     A kernel launched on an SPMD grid (``kernel[b, h]``) runs once per program, in row-major order, on the same
@@ -421,11 +94,13 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
     name = getattr(fn, "__name__", "kernel")
     if target is None:
         target = declared_target(kernel)
-    ctx = KernelContext(target, mode, name)
+    if frontend is None:
+        frontend = frontend_of(kernel)
+    ctx = KernelContext(target, mode, name, frontend)
     ctx.mem.simulate = simulate
     ctx.kernel_code = ctx.mem.stop_code = getattr(fn, "__code__", None)
     kwargs = dict(kwargs or {})
-    _STACK.append(ctx)
+    push(ctx)
     blas = _single_thread_blas()
     old_err = np.seterr(all="ignore")  # NaN poison and fp16 overflow are data, not warnings
     # The trace holds ~10^5 small objects; cyclic GC passes over them would dominate the run time. Tiles die by
@@ -434,14 +109,14 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
     gc.disable()
     try:
         names = _arg_names(fn, len(args))
-        hbm_args = [_wrap_arg(ctx, a, n) for a, n in zip(args, names)]
-        hbm_kwargs = {k: _wrap_arg(ctx, v, k) for k, v in kwargs.items()}
+        hbm_args = [wrap_host(ctx, a, n) for a, n in zip(args, names)]
+        hbm_kwargs = {k: wrap_host(ctx, v, k) for k, v in kwargs.items()}
         _apply_annotations(fn, names, hbm_args, hbm_kwargs)
         writes_args = _writes_args(kernel)
         if writes_args:
             for t in (*hbm_args, *hbm_kwargs.values()):
-                if isinstance(t, Tensor) and t._a.buf == B_HBM:
-                    t._a.immutable = False
+                if isinstance(t, Tensor) and t.kind == B_HBM:
+                    allocation(t).immutable = False
         if grid:
             ret = _run_grid(ctx, fn, grid, cores, hbm_args, hbm_kwargs)
         else:
@@ -449,7 +124,8 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         ctx.settle()
         _check_outputs_written(ctx, ret)
         ctx.trace.meta["outputs"] = [
-            {"phys": t._a.phys, "shape": list(t.shape), "dtype": t.dtype.name, "bytes": t._a.base.nbytes}
+            {"phys": allocation(t).phys, "shape": list(t.shape), "dtype": t.dtype.name,
+             "bytes": allocation(t).base.nbytes}
             for t in (ret if isinstance(ret, (tuple, list)) else (ret,)) if isinstance(t, Tensor)]
         outputs = _to_numpy(ret, simulate) if ctx.full else None
         if writes_args and ctx.full:
@@ -462,7 +138,7 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         if gc_was_enabled:
             gc.enable()
         np.seterr(**old_err)
-        _STACK.pop()
+        pop()
         ctx.mem.closed = True
     return KernelRun(outputs, ctx.trace, ctx.target, ctx.mem.peak[B_SBUF], ctx.mem.peak[B_PSUM])
 
@@ -475,6 +151,25 @@ def _warn_capacity(name: str, overflows: list[str]) -> None:
     warnings.warn(NKICapacityWarning(
         f"kernel '{name}': {overflows[0]}{more}. nki.simulate_kernel does not check capacity, as AWS's simulator "
         "does not; compiling it (nki.baremetal, nki.benchmark, the grader, Trainium) fails"), stacklevel=3)
+
+
+def frontend_of(kernel) -> frontends.FrontEnd:
+    """The front end a kernel is written for: the one whose launcher wraps it (``nki_frontend``), else the one whose
+    namespace the kernel function's module imported (a plain function handed to ``run_kernel``), else legacy."""
+    seen = 0
+    obj = kernel
+    while obj is not None and seen < 8:
+        fe = getattr(obj, "nki_frontend", None)
+        if isinstance(fe, frontends.FrontEnd):
+            return fe
+        obj = getattr(obj, "func", None)
+        seen += 1
+    found = {frontends.of_module(getattr(v, "__name__", ""))
+             for v in getattr(unwrap(kernel), "__globals__", {}).values() if isinstance(v, type(sys))}
+    found.discard(None)
+    if len(found) == 1:
+        return found.pop()
+    return frontends.LEGACY
 
 
 def declared_target(kernel) -> str | None:
@@ -508,7 +203,7 @@ def _copy_back(args, hbm_args, kwargs, hbm_kwargs) -> None:
     pairs = list(zip(args, hbm_args)) + [(kwargs[k], hbm_kwargs[k]) for k in kwargs]
     for host, t in pairs:
         if isinstance(host, np.ndarray) and isinstance(t, Tensor) and host.flags.writeable:
-            np.copyto(host, t._a.base.reshape(host.shape).astype(host.dtype, copy=False), casting="unsafe")
+            np.copyto(host, allocation(t).base.reshape(host.shape).astype(host.dtype, copy=False), casting="unsafe")
 
 
 # physical NeuronCores per chip (shared/trainium-facts.md "cores per chip": trn1 2, trn2 8)
@@ -559,25 +254,25 @@ def _apply_annotations(fn, names, args, kwargs) -> None:
                 note = eval(note, getattr(fn, "__globals__", {}))  # noqa: S307 - the kernel's own code
             except Exception:
                 if "mutable" in note:
-                    t._a.immutable = False
+                    allocation(t).immutable = False
                 continue
         shape = getattr(note, "nki_shape", None)
         if shape is not None and tuple(shape) != tuple(t.shape):
             fail("err_annotation_shape_mismatch", name=pname, got=list(t.shape), expected=list(shape))
         if getattr(note, "nki_mutable", False):
-            t._a.immutable = False
+            allocation(t).immutable = False
 
 
 def _check_outputs_written(ctx: KernelContext, ret) -> None:
     """err_tensor_output_not_written_to: a returned HBM tensor the kernel created but no instruction wrote."""
     outs = [t for t in (ret if isinstance(ret, (tuple, list)) else (ret,))
-            if isinstance(t, Tensor) and t._a.buf == B_HBM and not t._a.immutable]
+            if isinstance(t, Tensor) and t.kind == B_HBM and not allocation(t).immutable]
     if not outs:
         return
     written = {d.region.phys for ins in ctx.trace.instrs for d in ins.dsts if d.region.buf == B_HBM}
     for t in outs:
-        if t._a.phys not in written:
-            fail("err_tensor_output_not_written_to", name=t._a.name)
+        if allocation(t).phys not in written:
+            fail("err_tensor_output_not_written_to", name=t.name)
 
 
 def _single_thread_blas():

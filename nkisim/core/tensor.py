@@ -15,10 +15,11 @@ import weakref
 import numpy as np
 
 from nkisim.core import views
-from nkisim.core.dtypes import name as dtype_name
+from nkisim.core.access import LOGICAL_BLOCK, make_operand, read
+from nkisim.core.context import current
 from nkisim.core.indexing import DynIndex, IndexExpr, Mask
-from nkisim.core.instr import B_HBM, B_SBUF, Operand, Region
-from nkisim.core.memory import BUF_NAMES, Allocation
+from nkisim.core.instr import B_HBM, B_SBUF, Buf, Operand
+from nkisim.core.memory import BUF_NAMES, Allocation, StorageView, base_addr
 from nkisim.core.rules import fail
 
 
@@ -80,21 +81,19 @@ def parse_shape(shape) -> tuple[tuple[int, ...], int]:
     return tuple(dims), pdim
 
 
-# Views of one logical block of a direct-allocation tensor whose blocks wrap (num_free_tiles / num_bank_tiles):
-# view -> logical block index.  Several logical blocks share a physical slot; a matmul into a block other than the
-# one that last used the slot starts a new accumulation group (ops._psum_write).  Kept off the Tensor slots: only
-# wrapped tensors pay for it.
-LOGICAL_BLOCK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def _is_adv(x) -> bool:
     return isinstance(x, (IndexExpr, np.ndarray, Tensor, DynIndex))
 
 
-class Tensor:
-    """A view of an HBM, SBUF or PSUM tensor as NKI kernel code sees it."""
+class Tensor(StorageView):
+    """A view of an HBM, SBUF or PSUM tensor as NKI kernel code sees it (the legacy API's tensor; front ends may
+    subclass it: views of a tensor are of its class).
 
-    __slots__ = ("_a", "_v", "_off", "_pd", "_ix", "_oob", "_opnd", "_par", "_pix", "_map", "_axv", "shape", "dtype",
+    Public to the rest of nkisim: ``shape``, ``dtype``, ``ndim``, ``itemsize``, ``name``, ``buffer`` and ``kind``
+    (memory kind), ``pdim`` (partition axis) and :meth:`operand`; storage goes through :mod:`nkisim.core.access`.
+    Operators and item assignment are the running front end's semantics (``KernelContext.sem``)."""
+
+    __slots__ = ("_v", "_off", "_pd", "_ix", "_oob", "_opnd", "_par", "_pix", "_map", "_axv", "shape", "dtype",
                  "__weakref__")
     _is_tile = True  # IndexExpr + tile defers to Tensor.__radd__ (a dynamic index)
     __array_ufunc__ = None  # numpy must not treat tensors as arrays
@@ -133,6 +132,16 @@ class Tensor:
     @property
     def name(self) -> str:
         return self._a.name
+
+    @property
+    def kind(self) -> Buf:
+        """Memory kind (Buf.HBM / SBUF / PSUM)."""
+        return self._a.buf
+
+    @property
+    def pdim(self) -> int:
+        """Partition axis (0 except for legacy block dimensions: ``(NB, par_dim(128), F)``)."""
+        return self._pd
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -194,7 +203,7 @@ class Tensor:
             start = 0 if idx.start is None else _as_index(idx.start)
             stop = n if idx.stop is None else _as_index(idx.stop)
             if 0 <= start and stop <= n and start <= stop:
-                t = Tensor(self._a, self._v[start:stop], self._pd, None, None, False,
+                t = self.__class__(self._a, self._v[start:stop], self._pd, None, None, False,
                            self._off + start * self._v.strides[0], self)
                 t._pix = idx
                 return t
@@ -309,7 +318,7 @@ class Tensor:
             return self._compose(tuple(norm))
         norm = tuple(norm)
         view = self._v[norm]
-        t = Tensor(self._a, view, new_pd if new_pd is not None else 0, off=off, par=self, pix=norm)
+        t = self.__class__(self._a, view, new_pd if new_pd is not None else 0, off=off, par=self, pix=norm)
         if lblk >= 0:
             LOGICAL_BLOCK[t] = lblk
         return t
@@ -337,7 +346,7 @@ class Tensor:
             rv = root._v
             off = root._off + sum(c * st for c, st in zip(m[0], rv.strides))
             pd = next((d for d, (k, _, _) in enumerate(m[1]) if k == root._pd), 0)
-            return Tensor(a, rv[nidx], pd, off=off, par=root, pix=nidx)
+            return self.__class__(a, rv[nidx], pd, off=off, par=root, pix=nidx)
         walked = {k for k, _, _ in m[1]}
         for k, (c, n) in enumerate(zip(m[0], root.shape)):
             if k not in walked and not 0 <= c < n:  # an integer index outside the tensor: no mask can save it
@@ -351,7 +360,7 @@ class Tensor:
 
     def _gather_root(self, root: Tensor, arrs: tuple, shape: tuple, vmap=None, gather_only: bool = False) -> Tensor:
         if vmap is None and not gather_only:
-            t = _strided(root._a, root._v, root._off, root._pd, arrs, shape, root)
+            t = _strided(self.__class__, root._a, root._v, root._off, root._pd, arrs, shape, root)
             if t is not None:
                 return t
         oob = False
@@ -359,7 +368,7 @@ class Tensor:
             if a.size and (a.min() < 0 or a.max() >= n):
                 oob = True
                 break
-        return Tensor(root._a, root._v, 0, ix=arrs, shape=shape, oob=oob, off=root._off, vmap=vmap)
+        return self.__class__(root._a, root._v, 0, ix=arrs, shape=shape, oob=oob, off=root._off, vmap=vmap)
 
     def _advanced(self, idx: tuple) -> Tensor:
         items = []
@@ -405,9 +414,9 @@ class Tensor:
             except IndexError:
                 raise IndexError(f"nkisim: index expressions reach outside a view of '{self._a.name}' built from "
                                  "index expressions; index the tensor once with the full expressions") from None
-            t = _strided(self._a, self._v, self._off, 0, arrs, bshape)
+            t = _strided(self.__class__, self._a, self._v, self._off, 0, arrs, bshape)
             if t is None:
-                t = Tensor(self._a, self._v, 0, ix=arrs, shape=bshape, off=self._off)
+                t = self.__class__(self._a, self._v, 0, ix=arrs, shape=bshape, off=self._off)
                 t._oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
         elif dyn and self._par is None and self._map is None and self._ix is None:
             t = self._gather_root(self, tuple(items), bshape, gather_only=True)
@@ -419,7 +428,8 @@ class Tensor:
                 # direct allocation with num_free_tiles / num_bank_tiles: the block index wraps, as in basic
                 # indexing (AWS's allocated RMSNorm+QKV indexes its wrapped PSUM tiles with nl.mgrid expressions);
                 # items[0] was wrapped above
-                t = _strided(self._a, self._v, self._off, self._pd, tuple(items), bshape, self, wrapped=True)
+                t = _strided(self.__class__, self._a, self._v, self._off, self._pd, tuple(items), bshape, self,
+                             wrapped=True)
                 if t is None:
                     t = self._gather_root(self, tuple(items), bshape)
             else:
@@ -478,7 +488,7 @@ class Tensor:
             return self._from_map(root, views.compose(m, norm))
         arrs = views.take(self._ix, shape, norm, self._a.name)
         out_shape = arrs[0].shape if arrs else ()
-        t = Tensor(self._a, self._v, 0, ix=arrs, shape=tuple(out_shape), off=self._off)
+        t = self.__class__(self._a, self._v, 0, ix=arrs, shape=tuple(out_shape), off=self._off)
         t._oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
         return t
 
@@ -490,15 +500,11 @@ class Tensor:
         return dict(name=self._a.name, dim=0, lo=0, hi=0, size=0)
 
     def __setitem__(self, idx, value) -> None:
-        from nkisim.core import ops
-
-        ops.assign(self[idx], value)
+        current("tensor assignment").sem.assign(self[idx], value)
 
     # ---- in-place accumulate and operators --------------------------------------------------------------
     def __iadd__(self, other):
-        from nkisim.core import ops
-
-        ops.accumulate(self, other)
+        current("+=").sem.iadd(self, other)
         return self
 
     def _binop(self, other, name: str, reverse: bool = False):
@@ -508,9 +514,7 @@ class Tensor:
             if name != "add":
                 raise TypeError("a tile used as a dynamic index combines with nl.arange expressions by + only")
             return DynIndex(self, other)
-        from nkisim.core import ops
-
-        return ops.binary(name, other, self) if reverse else ops.binary(name, self, other)
+        return current(name).sem.operator(self, other, name, reverse)
 
     def __add__(self, o):
         return self._binop(o, "add")
@@ -587,9 +591,7 @@ class Tensor:
     def __invert__(self):
         if self._a.buf == B_HBM:
             self._opaque("Python arithmetic operator")
-        from nkisim.core import ops
-
-        return ops.invert(self)
+        return current("~").sem.invert(self)
 
     def __isub__(self, o):
         return self._binop(o, "subtract")
@@ -616,7 +618,7 @@ class Tensor:
                 fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=new,
                      detail="a tile reshape must keep the partition dimension size")
             arrs = tuple(np.broadcast_to(a, self.shape).reshape(new) for a in self._ix)
-            return Tensor(self._a, self._v, 0, ix=arrs, shape=tuple(new), oob=self._oob, off=self._off)
+            return self.__class__(self._a, self._v, 0, ix=arrs, shape=tuple(new), oob=self._oob, off=self._off)
         v = self._v
         if self._a.buf != B_HBM and self._pd == 0 and pdim == 0 and new and new[0] != self.shape[0]:
             fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=new,
@@ -627,18 +629,14 @@ class Tensor:
         except (AttributeError, ValueError):
             fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=new,
                  detail="the view is not contiguous in its free dimensions (copy it into a tile first)")
-        return Tensor(self._a, out, pdim, off=self._off)
+        return self.__class__(self._a, out, pdim, off=self._off)
 
     def broadcast_to(self, shape) -> Tensor:
-        from nkisim.core import ops
-
-        return ops.broadcast_to(self, shape)
+        return current("broadcast_to").sem.broadcast_to(self, shape)
 
     def astype(self, dtype) -> Tensor:
         """Copy into a new tile of ``dtype`` (one VectorE copy instruction)."""
-        from nkisim.core import ops
-
-        return ops.tensor_copy(self, dtype=dtype, op_name="astype")
+        return current("astype").sem.astype(self, dtype)
 
     def view(self, dtype) -> Tensor:
         """Reinterpret the bits as ``dtype`` of the same size (no copy)."""
@@ -648,7 +646,7 @@ class Tensor:
         if dt.itemsize != self.dtype.itemsize or self._ix is not None:
             fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=self.shape,
                  detail=f"view({dt}) needs a basic view and a dtype of the same size as {self.dtype}")
-        return Tensor(self._a, self._v.view(dt), self._pd, off=self._off)
+        return self.__class__(self._a, self._v.view(dt), self._pd, off=self._off)
 
     def expand_dims(self, axis) -> Tensor:
         """numpy.expand_dims semantics (nki.language.expand_dims docs: "Similar to numpy.expand_dims ... axis:
@@ -669,13 +667,14 @@ class Tensor:
 
     # ---- internals used by the front end ----------------------------------------------------------------
     def operand(self) -> Operand:
+        """What the cost model needs to know about this view (cached: views are immutable)."""
         op = self._opnd
         if op is None:
-            op = self._opnd = _make_operand(self)
+            op = self._opnd = make_operand(self)
         return op
 
 
-def _strided(a: Allocation, rv: np.ndarray, off0: int, rpd: int, arrs: tuple, shape: tuple,
+def _strided(cls: type, a: Allocation, rv: np.ndarray, off0: int, rpd: int, arrs: tuple, shape: tuple,
              root: Tensor | None = None, wrapped: bool = False) -> Tensor | None:
     """An index-expression access that is an in-bounds strided pattern becomes the strided view a slice would
     give (same values, same operand for the cost model, no gather copies); None when it is not one."""
@@ -701,13 +700,7 @@ def _strided(a: Allocation, rv: np.ndarray, off0: int, rpd: int, arrs: tuple, sh
     off = off0 + sum(ck * st for ck, st in zip(c, rv.strides))
     m = views.map_of_fit(c, steps, shape) if root is not None else None
     # with a map, later views of this one compose onto the root; without, it is their root
-    return Tensor(a, view, 0, off=off, vmap=None if m is None else (root, m))
-
-
-def base_addr(alloc: Allocation) -> int:
-    if not alloc.addr:
-        alloc.addr = alloc.base.__array_interface__["data"][0]
-    return alloc.addr
+    return cls(a, view, 0, off=off, vmap=None if m is None else (root, m))
 
 
 def _dynamic_values(it, n: int):
@@ -715,8 +708,6 @@ def _dynamic_values(it, n: int):
 
     Full mode reads the tile (it holds its values: instructions execute in program order); timing mode has no
     values and spreads stand-in indices over the axis so the access's region covers every row it may touch."""
-    from nkisim.core.runtime import current
-
     tile, off = (it.tile, it.offset) if isinstance(it, DynIndex) else (it, 0)
     if tile._a.buf != B_SBUF:
         fail("nkisim_bad_argument", op="dynamic index",
@@ -745,18 +736,7 @@ def _dynamic_values(it, n: int):
 
 
 def _register_dynamic(t: Tensor, tiles: tuple) -> None:
-    from nkisim.core.runtime import current
-
     current("dynamic index").dyn[id(t)] = (weakref.ref(t), tiles)
-
-
-def dynamic_tiles(ctx, t: Tensor) -> tuple:
-    """Index tiles a dynamically indexed view depends on (empty for a static access)."""
-    dyn = ctx.dyn
-    if not dyn:
-        return ()
-    e = dyn.get(id(t))
-    return e[1] if e is not None and e[0]() is t else ()
 
 
 def _as_index(v) -> int:
@@ -765,122 +745,3 @@ def _as_index(v) -> int:
     if isinstance(v, IndexExpr):
         fail("err_unsupported_mixing_basic_advanced_tensor_indexing")
     raise TypeError(f"tensor indices must be integers, slices or nl.arange expressions, not {type(v).__name__}")
-
-
-def read(t: Tensor) -> np.ndarray:
-    """Values of a view (gather views copy; out-of-bound positions are clipped, callers mask them)."""
-    if t._ix is None:
-        return t._v
-    if t._oob:
-        ix = tuple(np.clip(a, 0, n - 1) for a, n in zip(t._ix, t._v.shape))
-        return t._v[ix]
-    return t._v[t._ix]
-
-
-def write(t: Tensor, values: np.ndarray, mask: np.ndarray | None = None) -> None:
-    """Store ``values`` (already in t.dtype, broadcastable) into the view, honouring an optional mask."""
-    if t._ix is None:
-        if mask is None:
-            t._v[...] = values
-        else:
-            m = np.broadcast_to(mask, t.shape)
-            t._v[m] = np.broadcast_to(values, t.shape)[m]
-        return
-    vals = np.broadcast_to(values, t.shape)
-    ix = [np.broadcast_to(a, t.shape) for a in t._ix]
-    if mask is not None:
-        m = np.broadcast_to(mask, t.shape)
-        ix = [a[m] for a in ix]
-        vals = vals[m]
-    t._v[tuple(ix)] = vals
-
-
-_new_region = tuple.__new__
-
-
-def _make_operand(t: Tensor) -> Operand:
-    """Describe a view for the cost model (called once per view, cached; hot path: keep it lean)."""
-    if t._ix is not None:
-        return _gather_operand(t)
-    a = t._a
-    v = t._v
-    shape = v.shape
-    strides = v.strides
-    isz = v.itemsize
-    pd = t._pd
-    size = 1
-    span = 0
-    fspan = 0
-    k = 0
-    for n in shape:
-        size *= n
-        if n > 1:
-            st = strides[k]
-            d = (n - 1) * (st if st > 0 else -st)
-            span += d
-            if k != pd:
-                fspan += d
-        k += 1
-    contig = isz  # longest contiguous byte run within one partition (DMA descriptor size)
-    on_chip = a.buf != B_HBM
-    k = len(shape)
-    while k:
-        k -= 1
-        n = shape[k]
-        if n == 1:
-            continue
-        if strides[k] != contig or (on_chip and k == pd):
-            break
-        contig *= n
-    inner = strides[-1] if shape else isz
-    if inner < 0:
-        inner = -inner
-    lo = t._off
-    if a.buf == B_HBM:
-        parts = shape[0] if shape else 1
-        region = _new_region(Region, (B_HBM, a.phys, 0, 1, lo, lo + span + isz))
-    else:
-        rb = a.row_bytes
-        parts = shape[pd] if shape else 1
-        p_lo = lo // rb
-        b_lo = lo - p_lo * rb
-        region = _new_region(Region, (a.buf, a.phys, p_lo, p_lo + (parts or 1), b_lo, b_lo + fspan + isz))
-    if not parts:
-        parts = 1
-    return Operand(region, shape, dtype_name(v.dtype), isz, parts, size // parts, inner, contig)
-
-
-def _gather_operand(t: Tensor) -> Operand:
-    """Bounding box of the positions an advanced-indexed view touches."""
-    a = t._a
-    v = t._v
-    isz = v.itemsize
-    lo_off = hi_off = 0
-    for arr, st, n in zip(t._ix, v.strides, v.shape):
-        amin = int(np.clip(arr.min(), 0, n - 1)) if arr.size else 0
-        amax = int(np.clip(arr.max(), 0, n - 1)) if arr.size else 0
-        lo_off += amin * st if st >= 0 else amax * st
-        hi_off += amax * st if st >= 0 else amin * st
-    lo, hi = t._off + lo_off, t._off + hi_off + isz
-    shape = t.shape
-    size = math.prod(shape)
-    if a.buf == B_HBM:
-        parts = shape[0] if shape else 1
-        region = Region(B_HBM, a.phys, 0, 1, lo, hi)
-    else:
-        rb = a.row_bytes
-        parts = shape[t._pd] if shape else 1
-        p_lo = lo // rb
-        b_lo = lo - p_lo * rb
-        p_hi = (hi - 1) // rb + 1
-        b_hi = rb if p_hi - p_lo > 1 else hi - p_lo * rb
-        region = Region(a.buf, a.phys, p_lo, max(p_hi, p_lo + 1), b_lo, max(b_hi, b_lo + isz))
-    parts = max(parts, 1)
-    # contiguous run along the innermost axis (an nl.arange grid over a row): the DMA descriptor size
-    contig = isz
-    if len(shape) > 1 and shape[-1] > 1 and size:
-        first = (0,) * (len(shape) - 1)
-        row = sum(np.broadcast_to(arr, shape)[first].astype(np.int64) * st for arr, st in zip(t._ix, v.strides))
-        if bool(np.all(np.diff(row) == isz)):
-            contig = shape[-1] * isz
-    return Operand(region, tuple(shape), dtype_name(v.dtype), isz, parts, size // parts, isz, contig)

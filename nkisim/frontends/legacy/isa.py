@@ -10,11 +10,16 @@ from enum import IntEnum as _IntEnum
 import numpy as _np
 
 from nkisim.core import config as _config
-from nkisim.core import ops as _ops
-from nkisim.core import ops_isa as _ox
-from nkisim.core import runtime as _rt
-from nkisim.core.instr import Engine as _Engine
+from nkisim.core import context as _ctx
+from nkisim.core.ops import dma as _dma
+from nkisim.core.ops import elementwise as _ew
+from nkisim.core.ops import gpsimd as _gps
+from nkisim.core.ops import reduce as _red
+from nkisim.core.ops import tensor_engine as _te
 from nkisim.core.rules import fail as _fail
+from nkisim.frontends._operators import act as _act
+from nkisim.frontends._operators import alu as _alu
+from nkisim.frontends._operators import engine as _engine
 
 
 class engine(_IntEnum):  # noqa: N801 - NKI name
@@ -74,51 +79,6 @@ _NP_ALU = {
     _np.bitwise_and: "bitwise_and", _np.bitwise_or: "bitwise_or", _np.bitwise_xor: "bitwise_xor",
     _np.left_shift: "left_shift", _np.right_shift: "right_shift", _np.sum: "add", _np.prod: "multiply",
 }
-_NP_ACT = {
-    _np.exp: "exp", _np.log: "log", _np.sqrt: "sqrt", _np.tanh: "tanh", _np.sin: "sin", _np.cos: "cos",
-    _np.arctan: "arctan", _np.square: "square", _np.abs: "abs", _np.absolute: "abs", _np.sign: "sign",
-    _np.copy: "copy", _np.negative: "negative", _np.reciprocal: "reciprocal", _np.floor: "floor",
-    _np.ceil: "ceil", _np.trunc: "trunc",
-}
-
-
-def _alu(op, what: str = "op") -> str:
-    name = getattr(op, "nki_alu", None)
-    if name is None:
-        try:
-            name = _NP_ALU.get(op)
-        except TypeError:
-            name = None
-    if name is None:
-        _fail("nkisim_bad_argument", op=what, detail=f"{op!r} is not an NKI ALU operator (use nl.add, nl.maximum, ...)")
-    return name
-
-
-def _act(op) -> str:
-    name = getattr(op, "nki_act", None)
-    if name is None:
-        try:
-            name = _NP_ACT.get(op)
-        except TypeError:
-            name = None
-    if name is None and getattr(op, "__name__", None) == "copy":
-        name = "copy"
-    if name is None:
-        _fail("nkisim_bad_argument", op="activation",
-              detail=f"{op!r} is not an activation function (use nl.exp, nl.copy, ...)")
-    return name
-
-
-def _engine(e) -> _Engine:
-    if e is None:
-        return _Engine.UNKNOWN
-    try:
-        return _Engine(int(e))
-    except ValueError:
-        _fail("nkisim_bad_argument", op="engine", detail=f"unknown engine {e!r}")
-    return _Engine.UNKNOWN
-
-
 def dma_copy(*args, dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error,
              dge_mode=dge_mode.unknown, **kwargs) -> None:
     """Copy src to dst on the DMA engines (HBM/SBUF only; casts via fp32 when dtypes differ)."""
@@ -135,7 +95,7 @@ def dma_copy(*args, dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=oob
     if skip and rmw is not None:  # 2.26 docs: "If dst_rmw_op is specified, only oob_mode=oob_mode.error is allowed."
         _fail("nkisim_bad_argument", op="dma_copy", detail="dst_rmw_op cannot be combined with oob_mode=skip (only "
               "oob_mode.error is allowed with a read-modify-write)")
-    _ops.dma_copy(src, dst, mask=mask, dst_rmw_op=rmw, oob_skip=skip)
+    _dma.dma_copy(src, dst, mask=mask, dst_rmw_op=rmw, oob_skip=skip)
 
 
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.unknown, **kwargs):
@@ -144,7 +104,7 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.un
     The 2-byte dtype rule belongs to the explicit DGE lowerings ("If hwdge ... dtype is 2 bytes", swdge likewise:
     nki.isa.dma_transpose docs); with the default ``dge_mode.unknown`` the legacy API takes any dtype (AWS's
     ``load_transpose2d`` doc test transposes float32 through ``nisa.dma_transpose`` in its simulator)."""
-    return _ops.dma_transpose(src, axes, dtype=dtype, mask=mask, two_byte_only=int(dge_mode) in _DGE_LOWERED)
+    return _dma.dma_transpose(src, axes, dtype=dtype, mask=mask, two_byte_only=int(dge_mode) in _DGE_LOWERED)
 
 
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
@@ -157,7 +117,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     mode = str(getattr(perf_mode, "name", perf_mode) or "none")
     if mode not in ("none", "double_row", "double_row_gen3"):
         raise ValueError(f"nc_matmul: unknown perf_mode {perf_mode!r} (expected None or 'double_row_gen3')")
-    return _ops.nc_matmul(stationary, moving, is_transpose=is_transpose, mask=mask,
+    return _te.nc_matmul(stationary, moving, is_transpose=is_transpose, mask=mask,
                           double_row=mode != "none", is_stationary_onezero=is_stationary_onezero,
                           is_moving_onezero=is_moving_onezero)
 
@@ -183,66 +143,66 @@ def _check_pe_tile(stationary, tile_position, tile_size) -> None:
         m *= d
     if size[0] < k or size[1] < m:
         bad(f"tile_size must be at least the stationary tile [{k}, {m}]")
-    ctx = _rt.current("nc_matmul")
+    ctx = _ctx.current("nc_matmul")
     if ctx.target == "trn1" and size == (32, 32):
         bad("row and column sizes cannot both be 32 on NeuronCore-v2")
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
-    return _ops.nc_transpose(data, engine=_engine(engine), dtype=dtype, mask=mask)
+    return _te.nc_transpose(data, engine=_engine(engine), dtype=dtype, mask=mask)
 
 
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown, **kwargs):
-    return _ops.tensor_tensor(data1, data2, _alu(op, "tensor_tensor"), dtype=dtype, engine=_engine(engine),
+    return _ew.tensor_tensor(data1, data2, _alu(op, "tensor_tensor"), dtype=dtype, engine=_engine(engine),
                               mask=mask)
 
 
 def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, *, dtype=None,
                   mask=None, engine=engine.unknown, **kwargs):
-    return _ops.tensor_scalar(data, _alu(op0, "tensor_scalar"), operand0, reverse0,
+    return _ew.tensor_scalar(data, _alu(op0, "tensor_scalar"), operand0, reverse0,
                               _alu(op1, "tensor_scalar") if op1 is not None else None, operand1, reverse1,
                               dtype=dtype, engine=_engine(engine), mask=mask)
 
 
 def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
-    return _ops.tensor_copy(src, dtype=dtype, engine=_engine(engine), mask=mask)
+    return _ew.tensor_copy(src, dtype=dtype, engine=_engine(engine), mask=mask)
 
 
 def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, **kwargs):
-    return _ops.tensor_reduce(_alu(op, "tensor_reduce"), data, axis, negate=negate, keepdims=keepdims, dtype=dtype,
+    return _red.tensor_reduce(_alu(op, "tensor_reduce"), data, axis, negate=negate, keepdims=keepdims, dtype=dtype,
                               mask=mask)
 
 
 def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
                mask=None, dtype=None, **kwargs):
-    return _ops.activation(_act(op), data, bias=bias, scale=scale, dtype=dtype, mask=mask,
+    return _ew.activation(_act(op), data, bias=bias, scale=scale, dtype=dtype, mask=mask,
                            reduce_op=_alu(reduce_op) if reduce_op is not None else None, reduce_res=reduce_res,
                            reduce_cmd=int(reduce_cmd))
 
 
 def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **kwargs):
-    return _ops.memset(shape, value, dtype, engine=_engine(engine), mask=mask)
+    return _ew.memset(shape, value, dtype, engine=_engine(engine), mask=mask)
 
 
 def iota(expr, dtype, *, mask=None, **kwargs):
-    return _ops.iota(expr, dtype, mask=mask)
+    return _gps.iota(expr, dtype, mask=mask)
 
 
 def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, **kwargs):
     """nisa.activation plus a reduction of each partition's results into reduce_res (ScalarE, one instruction):
     "equivalent to calling nisa.activation with reduce_cmd=nisa.reduce_cmd.reset_reduce" (2.26 docs)."""
-    return _ops.activation(_act(op), data, bias=bias, scale=scale, dtype=dtype, mask=mask,
+    return _ew.activation(_act(op), data, bias=bias, scale=scale, dtype=dtype, mask=mask,
                            reduce_op=_alu(reduce_op, "activation_reduce"), reduce_res=reduce_res,
                            reduce_cmd=reduce_cmd.reset_reduce)
 
 
 def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None, **kwargs):
-    return _ox.affine_select(pred, on_true_tile, on_false_value, dtype=dtype, mask=mask)
+    return _gps.affine_select(pred, on_true_tile, on_false_value, dtype=dtype, mask=mask)
 
 
 def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.idle, reduce_res=None,
                  reduce_op=_np.amax, range_start=0, on_false_value=-3.4028235e38, mask=None, dtype=None, **kwargs):
-    return _ox.range_select(on_true_tile, _alu(comp_op0, "range_select"), _alu(comp_op1, "range_select"), bound0,
+    return _red.range_select(on_true_tile, _alu(comp_op0, "range_select"), _alu(comp_op1, "range_select"), bound0,
                             bound1, reduce_res=reduce_res, reduce_op=_alu(reduce_op, "range_select"),
                             reduce_cmd=int(reduce_cmd), range_start=range_start, on_false_value=on_false_value,
                             dtype=dtype, mask=mask)
@@ -250,25 +210,25 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
 
 def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, dtype=None,
                          mask=None, engine=engine.unknown, **kwargs):
-    return _ox.scalar_tensor_tensor(data, _alu(op0, "scalar_tensor_tensor"), operand0,
+    return _ew.scalar_tensor_tensor(data, _alu(op0, "scalar_tensor_tensor"), operand0,
                                     _alu(op1, "scalar_tensor_tensor"), operand1, reverse0=reverse0,
                                     reverse1=reverse1, dtype=dtype, engine=_engine(engine), mask=mask)
 
 
 def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, dtype=None, mask=None,
                          **kwargs):
-    return _ox.tensor_scalar_reduce(data, _alu(op0, "tensor_scalar_reduce"), operand0,
+    return _red.tensor_scalar_reduce(data, _alu(op0, "tensor_scalar_reduce"), operand0,
                                     _alu(reduce_op, "tensor_scalar_reduce"), reduce_res, reverse0=reverse0,
                                     dtype=dtype, mask=mask)
 
 
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **kwargs):
-    return _ox.tensor_partition_reduce(_alu(op, "tensor_partition_reduce"), data, dtype=dtype, mask=mask)
+    return _red.tensor_partition_reduce(_alu(op, "tensor_partition_reduce"), data, dtype=dtype, mask=mask)
 
 
 def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, dtype=None, mask=None,
                        **kwargs):
-    return _ox.tensor_tensor_scan(data0, data1, initial, _alu(op0, "tensor_tensor_scan"),
+    return _red.tensor_tensor_scan(data0, data1, initial, _alu(op0, "tensor_tensor_scan"),
                                   _alu(op1, "tensor_tensor_scan"), reverse0=reverse0, reverse1=reverse1,
                                   dtype=dtype, mask=mask)
 
@@ -276,67 +236,67 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
 def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
                   reduce_op=_np.amax, reverse_pred=False, mask=None, dtype=None, **kwargs):
     """dst = predicate ? on_true : on_false with an optional max reduction into VectorE's registers (2.26)."""
-    return _ox.select_reduce(dst, predicate, on_true, on_false, reduce_res=reduce_res, reduce_cmd=int(reduce_cmd),
+    return _red.select_reduce(dst, predicate, on_true, on_false, reduce_res=reduce_res, reduce_cmd=int(reduce_cmd),
                              reduce_op=_alu(reduce_op, "select_reduce"), reverse_pred=reverse_pred, dtype=dtype,
                              mask=mask)
 
 
 def sequence_bounds(*, segment_ids, dtype=None, **kwargs):
     """[start, end) of each element's run of equal segment ids (GpSimdE, 2.26); id 0 is padding."""
-    return _ox.sequence_bounds(segment_ids, dtype=dtype)
+    return _gps.sequence_bounds(segment_ids, dtype=dtype)
 
 
 def tensor_copy_predicated(*, src, dst, predicate, mask=None, dtype=None, reverse_pred=False, **kwargs):
-    return _ox.tensor_copy_predicated(src, dst, predicate, reverse_pred=reverse_pred, dtype=dtype, mask=mask)
+    return _ew.tensor_copy_predicated(src, dst, predicate, reverse_pred=reverse_pred, dtype=dtype, mask=mask)
 
 
 def reciprocal(data, *, dtype=None, mask=None, engine=engine.unknown, **kwargs):
-    return _ox.reciprocal(data, dtype=dtype, mask=mask, engine=_engine(engine))
+    return _ew.reciprocal(data, dtype=dtype, mask=mask, engine=_engine(engine))
 
 
 def dropout(data, prob, *, mask=None, dtype=None, **kwargs):
-    return _ox.dropout(data, prob, dtype=dtype, mask=mask)
+    return _gps.dropout(data, prob, dtype=dtype, mask=mask)
 
 
 def bn_stats(data, *, mask=None, dtype=None, **kwargs):
-    return _ox.bn_stats(data, dtype=dtype, mask=mask)
+    return _red.bn_stats(data, dtype=dtype, mask=mask)
 
 
 def bn_aggr(data, *, mask=None, dtype=None, **kwargs):
-    return _ox.bn_aggr(data, dtype=dtype, mask=mask)
+    return _red.bn_aggr(data, dtype=dtype, mask=mask)
 
 
 def max8(*, src, mask=None, dtype=None, **kwargs):
-    return _ox.max8(src, dtype=dtype, mask=mask)
+    return _red.max8(src, dtype=dtype, mask=mask)
 
 
 def nc_find_index8(*, data, vals, mask=None, dtype=_np.uint32, **kwargs):
-    return _ox.nc_find_index8(data, vals, dtype=dtype, mask=mask)
+    return _red.nc_find_index8(data, vals, dtype=dtype, mask=mask)
 
 
 def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, **kwargs):
-    return _ox.nc_match_replace8(data, vals, imm, dst_idx=dst_idx, dtype=dtype, mask=mask)
+    return _red.nc_match_replace8(data, vals, imm, dst_idx=dst_idx, dtype=dtype, mask=mask)
 
 
 def nc_stream_shuffle(*, src, dst, shuffle_mask, dtype=None, mask=None, **kwargs):
-    return _ox.nc_stream_shuffle(src, dst, shuffle_mask, dtype=dtype, mask=mask)
+    return _gps.nc_stream_shuffle(src, dst, shuffle_mask, dtype=dtype, mask=mask)
 
 
 def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):
     """Copy of an on-chip tile read at a run-time offset (``src`` indexed with an SBUF index tile value)."""
-    return _ox.tensor_copy_dynamic(src, which="src", dtype=dtype, engine=_engine(engine), mask=mask)
+    return _ew.tensor_copy_dynamic(src, which="src", dtype=dtype, engine=_engine(engine), mask=mask)
 
 
 def tensor_copy_dynamic_dst(*args, dst=None, src=None, mask=None, dtype=None, engine=engine.unknown, **kwargs):
     """Copy of ``src`` into an on-chip tile at a run-time offset (``dst`` indexed with an SBUF index tile value)."""
     if args:
         dst, src = (args + (src,))[:2] if len(args) == 1 else args[:2]
-    return _ox.tensor_copy_dynamic(src, dst, which="dst", dtype=dtype, engine=_engine(engine), mask=mask)
+    return _ew.tensor_copy_dynamic(src, dst, which="dst", dtype=dtype, engine=_engine(engine), mask=mask)
 
 
 def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None, **kwargs):
-    """Gather within each GpSimd core's 16 partitions (nkisim.core.ops_isa.local_gather)."""
-    return _ox.local_gather(src_buffer, index, num_elem_per_idx, num_valid_indices, mask=mask)
+    """Gather within each GpSimd core's 16 partitions (nkisim.core._gps.local_gather)."""
+    return _gps.local_gather(src_buffer, index, num_elem_per_idx, num_valid_indices, mask=mask)
 
 
 class nc_version(_IntEnum):  # noqa: N801 - NKI name
@@ -348,7 +308,7 @@ class nc_version(_IntEnum):  # noqa: N801 - NKI name
 
 def get_nc_version() -> nc_version:
     """Generation of the target NeuronCore (NEURON_PLATFORM_TARGET_OVERRIDE, default trn2)."""
-    ctx = _rt.active()
+    ctx = _ctx.active()
     target = ctx.target if ctx is not None else _config.current_target()
     return nc_version.gen2 if target == "trn1" else nc_version.gen3
 

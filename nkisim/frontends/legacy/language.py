@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import numpy as _np
 
+from nkisim.core import buffers as _buffers
+from nkisim.core import composites as _comp
 from nkisim.core import config as _config
+from nkisim.core import context as _ctx
 from nkisim.core import dtypes as _dt
-from nkisim.core import ops as _ops
-from nkisim.core import runtime as _rt
+from nkisim.core import semantics as _sem
+from nkisim.core.access import read as _read
 from nkisim.core.indexing import arange, mgrid  # noqa: F401  (public NKI names)
 from nkisim.core.instr import Buf as _Buf
-from nkisim.core.instr import Engine as _Engine
+from nkisim.core.ops import dma as _dma
+from nkisim.core.ops import elementwise as _ew
+from nkisim.core.ops import gpsimd as _gps
+from nkisim.core.ops import reduce as _red
 from nkisim.core.rules import fail as _fail
 from nkisim.core.tensor import ParDim as _ParDim
 from nkisim.core.tensor import Tensor as _Tensor
+from nkisim.frontends._operators import alu as _alu
 
 # ---- data types ([SHARED] "Supported Data Types") -----------------------------------------------------------
 float32 = _dt.float32
@@ -31,11 +38,11 @@ uint8, uint16, uint32 = _dt.uint8, _dt.uint16, _dt.uint32
 bool_ = _dt.bool_
 
 # ---- memory spaces --------------------------------------------------------------------------------------------
-sbuf = _rt.SBUF_SPEC
-psum = _rt.PSUM_SPEC
-hbm = _rt.HBM_SPEC
-private_hbm = _rt.BufferSpec(_Buf.HBM, "private_hbm")
-shared_hbm = _rt.BufferSpec(_Buf.HBM, "shared_hbm")
+sbuf = _buffers.SBUF_SPEC
+psum = _buffers.PSUM_SPEC
+hbm = _buffers.HBM_SPEC
+private_hbm = _buffers.BufferSpec(_Buf.HBM, "private_hbm")
+shared_hbm = _buffers.BufferSpec(_Buf.HBM, "shared_hbm")
 
 
 def par_dim(size) -> _ParDim:
@@ -71,7 +78,7 @@ tile_size = _TileSize()
 # ---- tensor creation ------------------------------------------------------------------------------------------
 def ndarray(shape, dtype=float32, *, buffer=None, name: str = "", **kwargs) -> _Tensor:
     """New tensor with undefined contents (nkisim poisons it: NaN / 4)."""
-    return _rt.allocate(shape, dtype, buffer, name=name)
+    return _buffers.allocate(shape, dtype, buffer, name=name)
 
 
 def zeros(shape, dtype=float32, *, buffer=None, name: str = "", **kwargs) -> _Tensor:
@@ -95,36 +102,22 @@ def ones_like(a, dtype=None, *, buffer=None, name: str = "", **kwargs) -> _Tenso
 
 
 def empty_like(a, dtype=None, *, buffer=None, name: str = "", **kwargs) -> _Tensor:
-    return _rt.allocate(a.shape, dtype or a.dtype, buffer, name=name)
+    return _buffers.allocate(a.shape, dtype or a.dtype, buffer, name=name)
 
 
 def _filled(shape, dtype, buffer, name, value) -> _Tensor:
-    """On-chip init values cost a memset instruction, as the compiler emits one."""
-    ctx = _rt.current("nl.zeros")
-    ctx.settle()
-    if buffer is not None and getattr(buffer, "kind", None) == _Buf.HBM:
-        # rejected by the 2025 toolchain; the 2024 one filled it (rules.py, era note)
-        return _ops.hbm_init(ctx, _rt.allocate(shape, dtype, buffer, name=name, ctx=ctx, fill=value), value)
-    if buffer is not None and getattr(buffer, "direct", None) is not None:
-        _fail("nkisim_direct_alloc", detail="tensors with an init value cannot be created with direct allocation "
-              "(err_tensor_creation_on_scratchpad_with_init_value_not_supported)")
-    t = _rt.allocate(shape, dtype, buffer, name=name, ctx=ctx)
-    # A zeroed PSUM accumulator costs nothing when a matmul consumes it: the first matmul of the accumulation
-    # group overwrites (trainium arch guide, "Near-memory accumulation"); the scheduler elides the memset then,
-    # and runs it when VectorE/ScalarE read the zeros as data (perf/scheduler.py, _materialize).
-    _ops.memset_into(ctx, t, value, _Engine.VECTOR)
-    return t
+    return _comp.filled(shape, dtype, buffer, name, value)
 
 
 # ---- loops ----------------------------------------------------------------------------------------------------
-def affine_range(*args, **kwargs) -> _rt.SymbolicRange:
+def affine_range(*args, **kwargs) -> _ctx.SymbolicRange:
     """Loop without carried dependencies; nkisim runs iterations in order with plain int indices (NKI traces the
     body once: see runtime.SymbolicRange)."""
-    return _rt.SymbolicRange(range(*(int(a) for a in args)))
+    return _ctx.SymbolicRange(range(*(int(a) for a in args)))
 
 
-def sequential_range(*args, **kwargs) -> _rt.SymbolicRange:
-    return _rt.SymbolicRange(range(*(int(a) for a in args)))
+def sequential_range(*args, **kwargs) -> _ctx.SymbolicRange:
+    return _ctx.SymbolicRange(range(*(int(a) for a in args)))
 
 
 def static_range(*args, **kwargs) -> range:
@@ -133,31 +126,31 @@ def static_range(*args, **kwargs) -> range:
 
 # ---- data movement --------------------------------------------------------------------------------------------
 def load(src, *, mask=None, dtype=None, **kwargs) -> _Tensor:
-    return _ops.load(src, mask=mask, dtype=dtype)
+    return _dma.load(src, mask=mask, dtype=dtype)
 
 
 def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> _Tensor:
-    return _ops.load(src, mask=mask, dtype=dtype, transpose=True)
+    return _dma.load(src, mask=mask, dtype=dtype, transpose=True)
 
 
 def store(dst, value=None, *, mask=None, **kwargs) -> None:
     if value is None:
         value = kwargs.pop("data", None)
-    _ops.store(dst, value, mask=mask)
+    _dma.store(dst, value, mask=mask)
 
 
 def copy(src, *, mask=None, dtype=None, **kwargs) -> _Tensor:
-    return _ops.tensor_copy(src, dtype=dtype, mask=mask, op_name="copy")
+    return _ew.tensor_copy(src, dtype=dtype, mask=mask, op_name="copy")
 
 
 def broadcast_to(src, *, shape, **kwargs) -> _Tensor:
-    return _ops.broadcast_to(src, shape)
+    return _ew.broadcast_to(src, shape)
 
 
 # ---- element-wise -----------------------------------------------------------------------------------------------
 def _binary(alu: str):
     def fn(x, y, *, dtype=None, mask=None, **kwargs):
-        return _ops.binary(alu, x, y, dtype=dtype, mask=mask)
+        return _sem.binary(alu, x, y, dtype=dtype, mask=mask)
 
     fn.__name__ = alu
     fn.__qualname__ = alu
@@ -192,7 +185,7 @@ logical_xor = _binary("logical_xor")
 
 def _unary(func: str):
     def fn(x, *, dtype=None, mask=None, **kwargs):
-        return _ops.activation(func, x, dtype=dtype, mask=mask, op_name=func)
+        return _ew.activation(func, x, dtype=dtype, mask=mask, op_name=func)
 
     fn.__name__ = func
     fn.__qualname__ = func
@@ -234,7 +227,7 @@ identity = _unary("identity")
 
 def _reduction(alu: str, name: str):
     def fn(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs):
-        return _ops.tensor_reduce(alu, x, axis, dtype=dtype, mask=mask, keepdims=keepdims, op_name=name)
+        return _red.tensor_reduce(alu, x, axis, dtype=dtype, mask=mask, keepdims=keepdims, op_name=name)
 
     fn.__name__ = name
     fn.__qualname__ = name
@@ -250,7 +243,7 @@ prod = _reduction("multiply", "prod")
 
 def all(x, axis, *, dtype=bool_, mask=None, keepdims=False, **kwargs):  # noqa: A001
     """Whether all elements along ``axis`` are true: "a boolean tile" (nki.language.all docs, ``dtype=bool``)."""
-    return _ops.tensor_reduce("logical_and", x, axis, dtype=dtype, mask=mask, keepdims=keepdims, op_name="all")
+    return _red.tensor_reduce("logical_and", x, axis, dtype=dtype, mask=mask, keepdims=keepdims, op_name="all")
 
 
 all.nki_alu = "logical_and"
@@ -259,83 +252,40 @@ all.nki_alu = "logical_and"
 def mean(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs):
     """Arithmetic mean; "float32 intermediate and return values are used for integer inputs" (nki.language.mean
     docs), other inputs keep their dtype unless ``dtype`` is given."""
-    s = _ops.tensor_reduce("add", x, axis, dtype=float32, mask=mask, keepdims=keepdims, op_name="mean")
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    count = 1
-    for ax in axes:
-        count *= x.shape[ax]
-    if dtype is None:
-        dtype = float32 if _np.dtype(x.dtype).kind in "iub" else x.dtype
-    return _ops.tensor_scalar(s, "multiply", 1.0 / count, dtype=dtype, op_name="mean")
+    return _comp.mean(x, axis, dtype=dtype, mask=mask, keepdims=keepdims)
 
 
 # ---- TensorE --------------------------------------------------------------------------------------------------
 def matmul(x, y, *, transpose_x: bool = False, mask=None, **kwargs) -> _Tensor:
     """x @ y (or x.T @ y with transpose_x=True) on TensorE; result in PSUM, fp32."""
-    if not transpose_x:
-        ctx = _rt.current("matmul")
-        ctx.settle()
-        if x.ndim != 2:
-            _fail("err_exceed_max_supported_dimension", param=f"x{list(x.shape)}", op="matmul", limit=2)
-        # the compiler's transpose of x reads SBUF: a PSUM x is staged first, as for transpose_x=True
-        x = _ops.stage_psum_operand(ctx, _ops.need_tensor(x, "matmul", "x"), "matmul", "x")
-        xt = _ops.nc_transpose(x, engine=_Engine.TENSOR, op_name="matmul")
-        x = _ops.tensor_copy(xt, op_name="matmul")
-    return _ops.nc_matmul(x, y, mask=mask, op_name="matmul")
+    return _comp.matmul(x, y, transpose_x=transpose_x, mask=mask)
 
 
 def transpose(x, *, dtype=None, mask=None, **kwargs) -> _Tensor:
-    if x.ndim > 2:
-        _fail("err_exceed_max_supported_dimension", param=f"x{list(x.shape)}", op="transpose", limit=2)
-    for i, d in enumerate(x.shape):
-        if d > 128:
-            _fail("err_size_of_dimension_exceed_arch_limit", dim=i, param=f"x{list(x.shape)}", op="transpose",
-                  limit=128)
-    return _ops.nc_transpose(x, engine=_Engine.TENSOR, dtype=dtype, mask=mask, op_name="transpose")
+    return _comp.transpose(x, dtype=dtype, mask=mask)
 
 
 def where(condition, x, y, *, dtype=None, mask=None, **kwargs) -> _Tensor:
     """Element-wise select on VectorE: x where condition is true, else y."""
-    return _ops.select(condition, x, y, dtype=dtype, mask=mask)
+    return _ew.select(condition, x, y, dtype=dtype, mask=mask)
 
 
 def softmax(x, axis, *, dtype=None, compute_dtype=None, mask=None, **kwargs) -> _Tensor:
     """exp(x - max) / sum(exp(x - max)) along free axis ``axis`` (composed from reduce/scalar/activation)."""
-    m = _ops.tensor_reduce("maximum", x, axis, keepdims=True, dtype=float32, op_name="softmax")
-    shifted = _ops.tensor_tensor(x, m, "subtract", dtype=float32, nl_style=True, op_name="softmax")
-    e = _ops.activation("exp", shifted, dtype=float32, op_name="softmax")
-    s = _ops.tensor_reduce("add", e, axis, keepdims=True, dtype=float32, op_name="softmax")
-    r = _ops.activation("reciprocal", s, dtype=float32, op_name="softmax")
-    return _ops.tensor_tensor(e, r, "multiply", dtype=_composite_dtype(dtype, compute_dtype, x), nl_style=True,
-                              op_name="softmax")
+    return _comp.softmax(x, axis, dtype=dtype, compute_dtype=compute_dtype)
 
-
-def _composite_dtype(dtype, compute_dtype, x):
-    """Result dtype of nl.softmax / nl.rms_norm: nki.language.rms_norm docs (2.2x): "currently `dtype` and
-    `compute_dtype` behave the same, both sets internal compute and return dtype"."""
-    if dtype is not None:
-        return dtype
-    return compute_dtype if compute_dtype is not None else x.dtype
 
 
 def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mask=None, **kwargs) -> _Tensor:
     """x * w / sqrt(mean(x^2) + epsilon) along free axis ``axis``."""
-    sq = _ops.activation("square", x, dtype=float32, op_name="rms_norm")
-    ss = _ops.tensor_reduce("add", sq, axis, keepdims=True, dtype=float32, op_name="rms_norm")
-    ms = _ops.tensor_scalar(ss, "multiply", 1.0 / n, op1="add", operand1=float(epsilon), op_name="rms_norm")
-    inv = _ops.activation("rsqrt", ms, dtype=float32, op_name="rms_norm")
-    xn = _ops.tensor_tensor(x, inv, "multiply", dtype=float32, nl_style=True, op_name="rms_norm")
-    return _ops.tensor_tensor(xn, w, "multiply", dtype=_composite_dtype(dtype, compute_dtype, x), nl_style=True,
-                              op_name="rms_norm")
+    return _comp.rms_norm(x, w, axis, n, epsilon, dtype=dtype, compute_dtype=compute_dtype)
 
 
 def dropout(x, rate, *, dtype=None, mask=None, **kwargs) -> _Tensor:
     """Zero elements with probability ``rate`` (a scalar or a [P, 1] tile); the rest are NOT rescaled: the docs say
     "randomly zeroes some of the elements" and AWS's flash attention multiplies by 1/(1-p) itself afterwards
     (nki-samples reference/attention.py, "TODO: Remove this once the dropout supports scale prob")."""
-    from nkisim.core import ops_isa
-
-    return ops_isa.dropout(x, rate, dtype=dtype, mask=mask)
+    return _gps.dropout(x, rate, dtype=dtype, mask=mask)
 
 
 def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
@@ -345,16 +295,13 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
     import sys as _sys
 
     from nkisim.core.stmt import assignment_target
-    from nkisim.frontends.legacy.isa import _alu
 
     found = assignment_target(_sys._getframe(1), "loop_reduce")
     if found is None or not isinstance(found[1], _Tensor):
         what = f"'{found[0]}' holds no tile yet" if found else "its result is not assigned to a tile"
         _fail("nkisim_bad_argument", op="loop_reduce", detail=f"the destination is the assignment target and "
               f"also an input, but {what}: create it before the loop (b = nl.zeros(..., buffer=nl.sbuf))")
-    dst = found[1]
-    return _ops.tensor_tensor(dst, x, _alu(op, "loop_reduce"), dtype=dtype, mask=mask, dst=dst, nl_style=True,
-                              op_name="loop_reduce")
+    return _comp.loop_reduce(found[1], x, _alu(op, "loop_reduce"), dtype=dtype, mask=mask)
 
 
 def expand_dims(data, axis):
@@ -363,28 +310,26 @@ def expand_dims(data, axis):
 
 def device_print(prefix, x=None, *, mask=None, **kwargs) -> None:
     """Print a tile's values (only effective in simulation, as on the real toolchain)."""
-    ctx = _rt.current("device_print")
+    ctx = _ctx.current("device_print")
     ctx.settle()
     if x is None and kwargs:
         x = next(iter(kwargs.values()))
     if not ctx.full or not isinstance(x, _Tensor):
         return
-    from nkisim.core.tensor import read
-
-    print(prefix, _np.array(read(x)))
+    print(prefix, _np.array(_read(x)))
 
 
 # ---- SPMD launch grid ([nl] program_id / num_programs / program_ndim / nc / spmd_dim) ----------------------------
 def program_id(axis: int = 0) -> int:
     """Index of the running program along ``axis`` of the launch grid (0 without a grid)."""
-    ctx = _rt.current("program_id")
+    ctx = _ctx.current("program_id")
     axis = _grid_axis(ctx, axis, "program_id")
     return ctx.program_ids[axis] if ctx.grid else 0
 
 
 def num_programs(axes=None) -> int:
     """Number of programs along ``axes`` (an axis or a tuple of axes); all programs when axes is None."""
-    ctx = _rt.current("num_programs")
+    ctx = _ctx.current("num_programs")
     if axes is None:
         axes = tuple(range(len(ctx.grid)))
     elif not isinstance(axes, (tuple, list)):
@@ -398,7 +343,7 @@ def num_programs(axes=None) -> int:
 
 def program_ndim() -> int:
     """Number of axes of the launch grid (0 for a kernel launched without one)."""
-    return len(_rt.current("program_ndim").grid)
+    return len(_ctx.current("program_ndim").grid)
 
 
 def _grid_axis(ctx, axis, api: str) -> int:
@@ -558,12 +503,12 @@ def static_cast(data, dtype):
 
 def shared_constant(constant, dtype=None, **kwargs) -> _Tensor:
     """An HBM tensor holding a compile-time constant array (read-only, visible to every SPMD program)."""
-    ctx = _rt.current("shared_constant")
+    ctx = _ctx.current("shared_constant")
     ctx.settle()
     arr = _np.asarray(constant)
     if dtype is not None:
         arr = static_cast(arr, dtype)
-    return _rt.host_tensor(ctx, arr, "shared_constant")
+    return _buffers.wrap_host(ctx, arr, "shared_constant")
 
 
 def shared_identity_matrix(n, dtype=uint8, **kwargs) -> _Tensor:
@@ -573,56 +518,38 @@ def shared_identity_matrix(n, dtype=uint8, **kwargs) -> _Tensor:
 
 def invert(x, *, dtype=None, mask=None, **kwargs) -> _Tensor:
     """Bitwise NOT of an integer tile (one VectorE instruction: x XOR all-ones)."""
-    return _ops.invert(x, dtype=dtype, mask=mask)
+    return _ew.invert(x, dtype=dtype, mask=mask)
 
 
 def logical_not(x, *, dtype=bool_, mask=None, **kwargs) -> _Tensor:
     """NOT x element-wise (x == 0), one VectorE instruction; bool result by default."""
-    return _ops.tensor_scalar(x, "equal", 0, dtype=dtype, mask=mask, op_name="logical_not")
+    return _ew.tensor_scalar(x, "equal", 0, dtype=dtype, mask=mask, op_name="logical_not")
 
 
 def var(x, axis, *, dtype=None, mask=None, **kwargs) -> _Tensor:
     """Population variance along free axis/axes ``axis``: mean((x - mean(x))^2), composed like nl.softmax."""
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    count = 1
-    for ax in axes:
-        count *= x.shape[ax]
-    s = _ops.tensor_reduce("add", x, axes, dtype=float32, mask=mask, keepdims=True, op_name="var")
-    m = _ops.tensor_scalar(s, "multiply", 1.0 / count, dtype=float32, op_name="var")
-    d = _ops.tensor_tensor(x, m, "subtract", dtype=float32, nl_style=True, op_name="var")
-    sq = _ops.activation("square", d, dtype=float32, op_name="var")
-    ss = _ops.tensor_reduce("add", sq, axes, dtype=float32, mask=mask, op_name="var")
-    return _ops.tensor_scalar(ss, "multiply", 1.0 / count, dtype=dtype if dtype is not None else x.dtype,
-                              op_name="var")
+    return _comp.var(x, axis, dtype=dtype, mask=mask)
 
 
 def rand(shape, dtype=float32, **kwargs) -> _Tensor:
     """A tile of uniform random values in [0, 1) (values differ from hardware's generator)."""
-    from nkisim.core import ops_isa
-
-    return ops_isa.rand(shape, dtype, mask=kwargs.get("mask"))
+    return _gps.rand(shape, dtype, mask=kwargs.get("mask"))
 
 
 def random_seed(seed, *, mask=None, **kwargs) -> None:
     """Seed the random number generator used by nl.rand / nisa.dropout (a scalar or a [1, 1] tile)."""
-    from nkisim.core import ops_isa
-
-    ops_isa.random_seed(seed)
+    _gps.random_seed(seed)
 
 
 def gather_flattened(data, indices, *, mask=None, dtype=None, **kwargs) -> _Tensor:
     """Per partition, the elements of data's flattened free dimensions at ``indices`` (uint32); output shaped like
     indices (nki.language.gather_flattened docs)."""
-    from nkisim.core import ops_isa
-
-    return ops_isa.gather_flattened(data, indices, dtype=dtype, mask=mask)
+    return _gps.gather_flattened(data, indices, dtype=dtype, mask=mask)
 
 
 def atomic_rmw(dst, value, op, *, mask=None, **kwargs) -> None:
     """dst = op(dst, value) atomically on HBM through an indirect (SBUF-tile-indexed) access; op: np.add."""
-    from nkisim.frontends.legacy.isa import _alu
-
-    _ops.atomic_rmw(dst, value, _alu(op, "atomic_rmw"), mask=mask)
+    _dma.atomic_rmw(dst, value, _alu(op, "atomic_rmw"), mask=mask)
 
 
 def all_reduce(x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=True, asynchronous=False, **kwargs):
@@ -632,8 +559,6 @@ def all_reduce(x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=Tr
     with one program along ``program_axes`` (no grid, or extent 1) the reduction is over that program alone, i.e. a
     copy (cast to ``dtype``); over several programs it raises "nkisim does not support nl.all_reduce ... yet"."""
     from nkisim.frontends._unsupported import NkisimUnsupportedError
-    from nkisim.frontends.legacy.isa import _alu
-
     _alu(op, "all_reduce")
     n = num_programs(program_axes)
     if n > 1:
@@ -641,7 +566,7 @@ def all_reduce(x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=Tr
             f"nkisim does not support nl.all_reduce across {n} SPMD programs yet: nkisim runs the programs of a "
             "launch grid one after another, so no program can combine its tile with the others' (see docs/nkisim.md "
             "'Unsupported API'); with one program along program_axes the reduction is a copy")
-    return _ops.tensor_copy(x, dtype=dtype, mask=mask, op_name="all_reduce")
+    return _ew.tensor_copy(x, dtype=dtype, mask=mask, op_name="all_reduce")
 
 
 def __getattr__(name: str):

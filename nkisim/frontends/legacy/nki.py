@@ -10,8 +10,10 @@ from __future__ import annotations
 import functools as _functools
 import logging as _logging
 
+from nkisim.core import context as _ctx
 from nkisim.core import runtime as _rt
 from nkisim.core.tensor import Tensor as tensor  # noqa: F401  (nki.tensor: the type of kernel tensors)
+from nkisim.frontends import LEGACY
 from nkisim.frontends.legacy import compiler, isa, language, typing  # noqa: F401  (nki.language / .isa / .compiler / .typing)
 
 # The real package defines logging.OFF on import and the 2024 starter calls logging.disable(logging.OFF).
@@ -29,6 +31,7 @@ class _Grid:
     # collect it, asking for fixtures named after its arguments (AWS's nl.broadcast_to doc test names its kernel
     # ``test_nl_broadcast``; neuronxcc's kernel objects are not collected)
     __test__ = False
+    nki_frontend = LEGACY  # the kernel is a neuronxcc.nki kernel (core.runtime.frontend_of)
 
     def __getitem__(self, grid):
         return _Launch(self, grid)
@@ -45,7 +48,7 @@ class _Launch:
         _functools.update_wrapper(self, _rt.unwrap(launcher), updated=())
 
     def __call__(self, *args, **kwargs):
-        if _rt.active() is not None:
+        if _ctx.active() is not None:
             raise TypeError("an SPMD launch (kernel[grid](...)) cannot be called from inside a running kernel")
         launcher = self.func
         if isinstance(launcher, _Benchmark):
@@ -68,7 +71,7 @@ class _Kernel(_Grid):
         _functools.update_wrapper(self, func, updated=())
 
     def __call__(self, *args, **kwargs):
-        if _rt.active() is not None:
+        if _ctx.active() is not None:
             return self.func(*args, **kwargs)
         # nki.jit(mode='simulation') runs the kernel in AWS's CPU simulator, as nki.simulate_kernel does
         return _rt.run_kernel(self, args, kwargs, mode="full", simulate=self.mode == "simulation").outputs
@@ -120,7 +123,7 @@ class _Baremetal(_Grid):
         _functools.update_wrapper(self, _rt.unwrap(kernel), updated=())
 
     def __call__(self, *args, **kwargs):
-        if _rt.active() is not None:
+        if _ctx.active() is not None:
             return _rt.unwrap(self.func)(*args, **kwargs)
         run = _rt.run_kernel(self.func, args, kwargs, mode="full")
         _write_profile(run, self.options)
@@ -140,7 +143,7 @@ def baremetal(kernel=None, **kwargs):
 
 def simulate_kernel(kernel, *args, **kwargs):
     """Run the kernel on the CPU with NumPy inputs and return its outputs."""
-    if _rt.active() is not None:
+    if _ctx.active() is not None:
         return _rt.unwrap(kernel)(*args, **kwargs)
     return _rt.run_kernel(kernel, args, kwargs, mode="full", simulate=True).outputs
 

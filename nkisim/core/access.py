@@ -1,0 +1,364 @@
+"""Storage access for instruction builders: values, destinations, operands and accumulation flags of a view.
+
+The one module (with :mod:`nkisim.core.tensor` itself) that reads a tensor view's storage: its allocation (``_a``),
+NumPy view (``_v``), byte offset (``_off``), the index arrays of a gather view (``_ix``, out of bounds: ``_oob``)
+and the index variables it was indexed with (``_axv``).  Everything above it -- the instruction builders in
+``nkisim/core/ops``, the semantics, the front ends -- goes through these functions and the tensor's public
+properties (``shape``, ``dtype``, ``kind``, ``pdim``, ``name``), never through the private slots.  Kernel code
+can reach none of this: the functions live in a module it cannot import.
+
+Hot path: :func:`make_operand` runs once per view an instruction touches; keep it lean.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from nkisim.core import execute
+from nkisim.core.dtypes import F32
+from nkisim.core.dtypes import name as dtype_name
+from nkisim.core.instr import B_HBM, Operand, Region
+from nkisim.core.memory import Allocation
+from nkisim.core.rules import fail
+
+if TYPE_CHECKING:
+    from nkisim.core.tensor import Tensor as View
+
+# Views of one logical block of a direct-allocation tensor whose blocks wrap (num_free_tiles / num_bank_tiles):
+# view -> logical block index.  Several logical blocks share a physical slot; a matmul into a block other than the
+# one that last used the slot starts a new accumulation group (psum_write).  Kept off the Tensor slots: only
+# wrapped tensors pay for it.  Written by the tensor layer's indexing.
+LOGICAL_BLOCK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def allocation(t: View) -> Allocation:
+    """The storage a view belongs to (the allocation layer: runtime, buffers, placement)."""
+    return t._a
+
+
+def array(t: View) -> np.ndarray:
+    """The NumPy view behind a basic (non-gather) view, in its own layout (``psum_spill``, ``device_print``)."""
+    return t._v
+
+
+def is_gather(t: View) -> bool:
+    """Whether the view addresses its elements through index arrays (index expressions, dynamic indices)."""
+    return t._ix is not None
+
+
+def out_of_bounds(t: View) -> bool:
+    """Whether a gather view reaches positions outside its tensor (legal only under a mask)."""
+    return t._oob
+
+
+def index_layout(t: View) -> dict | None:
+    """{index variable: axis} of a view built from nl.arange/nl.mgrid expressions (mask evaluation)."""
+    return t._axv
+
+
+def check_writable(t: View) -> None:
+    if t._a.immutable:
+        fail("err_cannot_update_immutable_parameter", name=t._a.name)
+
+
+def check_oob(t: View, mask: np.ndarray | None) -> None:
+    """An out-of-bounds gather view is an error unless ``mask`` disables every position outside the tensor."""
+    if not t._oob:
+        return
+    if mask is not None:
+        ix = [np.broadcast_to(a, t.shape) for a in t._ix]
+        bad = np.zeros(t.shape, dtype=bool)
+        for a, n in zip(ix, t._v.shape):
+            bad |= (a < 0) | (a >= n)
+        if not np.any(bad & np.broadcast_to(mask, t.shape)):
+            return
+    fail("err_tensor_access_out_of_bound", **t.oob_message_fields())
+
+
+def check_bounds(tiles, mask: np.ndarray | None = None, shape: tuple | None = None) -> None:
+    """:func:`check_oob` for every operand of an instruction (``mask`` applies to operands of ``shape``); one call per
+    instruction on the hot path."""
+    for t in tiles:
+        if t is not None and t._oob:
+            check_oob(t, mask if mask is not None and tuple(t.shape) == shape else None)
+
+
+def deferred_write(out: View, values, mask) -> tuple:
+    """``KernelContext.unwritten`` for a fresh result: its values land in its storage at the next call (settle)
+    unless ``dst[...] = result`` retargets the instruction first."""
+    return weakref.ref(out._a), out._v, values, mask
+
+
+def dynamic_tiles(ctx, t: View) -> tuple:
+    """Index tiles a dynamically indexed view depends on (empty for a static access)."""
+    dyn = ctx.dyn
+    if not dyn:
+        return ()
+    e = dyn.get(id(t))
+    return e[1] if e is not None and e[0]() is t else ()
+
+
+def in_bounds(t: View) -> np.ndarray:
+    """Per element of a gather view, whether its position lies inside the tensor."""
+    ok = np.ones(t.shape, dtype=bool)
+    for a, n in zip(t._ix, t._v.shape):
+        a = np.broadcast_to(a, t.shape)
+        ok &= (a >= 0) & (a < n)
+    return ok
+
+
+def same_view(a: View, b: View) -> bool:
+    """Two views of one allocation that address the same elements in the same order."""
+    if a._a is not b._a:
+        return False
+    if a._off != b._off or a.shape != b.shape:
+        return False
+    if a._ix is None and b._ix is None:
+        return a._v.shape == b._v.shape and a._v.strides == b._v.strides
+    if a._ix is None or b._ix is None or a._v is not b._v:
+        return False
+    return all(x is y or np.array_equal(np.broadcast_to(x, a.shape), np.broadcast_to(y, a.shape))
+               for x, y in zip(a._ix, b._ix))
+
+
+def scatter_add(dst: View, vals: np.ndarray, m) -> None:
+    """dst += vals through a gather view, every position counted once per time it is addressed (atomic)."""
+    base = dst._v
+    ix = tuple(np.broadcast_to(a, dst.shape) for a in dst._ix)
+    v = np.broadcast_to(vals, dst.shape)
+    if m is not None:
+        keep = np.broadcast_to(m, dst.shape)
+        ix = tuple(a[keep] for a in ix)
+        v = v[keep]
+    flat = np.ravel_multi_index(tuple(a.reshape(-1) for a in ix), base.shape)
+    uniq, inv = np.unique(flat, return_inverse=True)
+    sums = np.zeros(uniq.size, dtype=F32)
+    np.add.at(sums, inv, v.reshape(-1))
+    pos = np.unravel_index(uniq, base.shape)
+    base[pos] = execute.cast(execute.to_f32(base[pos]) + sums, base.dtype)
+
+
+def read(t: View) -> np.ndarray:
+    """Values of a view (gather views copy; out-of-bound positions are clipped, callers mask them)."""
+    if t._ix is None:
+        return t._v
+    if t._oob:
+        ix = tuple(np.clip(a, 0, n - 1) for a, n in zip(t._ix, t._v.shape))
+        return t._v[ix]
+    return t._v[t._ix]
+
+
+def write(t: View, values: np.ndarray, mask: np.ndarray | None = None) -> None:
+    """Store ``values`` (already in t.dtype, broadcastable) into the view, honouring an optional mask."""
+    if t._ix is None:
+        if mask is None:
+            t._v[...] = values
+        else:
+            m = np.broadcast_to(mask, t.shape)
+            t._v[m] = np.broadcast_to(values, t.shape)[m]
+        return
+    vals = np.broadcast_to(values, t.shape)
+    ix = [np.broadcast_to(a, t.shape) for a in t._ix]
+    if mask is not None:
+        m = np.broadcast_to(mask, t.shape)
+        ix = [a[m] for a in ix]
+        vals = vals[m]
+    t._v[tuple(ix)] = vals
+
+
+_new_region = tuple.__new__
+
+
+def make_operand(t: View) -> Operand:
+    """Describe a view for the cost model (called once per view, cached; hot path: keep it lean)."""
+    if t._ix is not None:
+        return _gather_operand(t)
+    a = t._a
+    v = t._v
+    shape = v.shape
+    strides = v.strides
+    isz = v.itemsize
+    pd = t._pd
+    size = 1
+    span = 0
+    fspan = 0
+    k = 0
+    for n in shape:
+        size *= n
+        if n > 1:
+            st = strides[k]
+            d = (n - 1) * (st if st > 0 else -st)
+            span += d
+            if k != pd:
+                fspan += d
+        k += 1
+    contig = isz  # longest contiguous byte run within one partition (DMA descriptor size)
+    on_chip = a.buf != B_HBM
+    k = len(shape)
+    while k:
+        k -= 1
+        n = shape[k]
+        if n == 1:
+            continue
+        if strides[k] != contig or (on_chip and k == pd):
+            break
+        contig *= n
+    inner = strides[-1] if shape else isz
+    if inner < 0:
+        inner = -inner
+    lo = t._off
+    if a.buf == B_HBM:
+        parts = shape[0] if shape else 1
+        region = _new_region(Region, (B_HBM, a.phys, 0, 1, lo, lo + span + isz))
+    else:
+        rb = a.row_bytes
+        parts = shape[pd] if shape else 1
+        p_lo = lo // rb
+        b_lo = lo - p_lo * rb
+        region = _new_region(Region, (a.buf, a.phys, p_lo, p_lo + (parts or 1), b_lo, b_lo + fspan + isz))
+    if not parts:
+        parts = 1
+    return Operand(region, shape, dtype_name(v.dtype), isz, parts, size // parts, inner, contig)
+
+
+def _gather_operand(t: View) -> Operand:
+    """Bounding box of the positions an advanced-indexed view touches."""
+    a = t._a
+    v = t._v
+    isz = v.itemsize
+    lo_off = hi_off = 0
+    for arr, st, n in zip(t._ix, v.strides, v.shape):
+        amin = int(np.clip(arr.min(), 0, n - 1)) if arr.size else 0
+        amax = int(np.clip(arr.max(), 0, n - 1)) if arr.size else 0
+        lo_off += amin * st if st >= 0 else amax * st
+        hi_off += amax * st if st >= 0 else amin * st
+    lo, hi = t._off + lo_off, t._off + hi_off + isz
+    shape = t.shape
+    size = math.prod(shape)
+    if a.buf == B_HBM:
+        parts = shape[0] if shape else 1
+        region = Region(B_HBM, a.phys, 0, 1, lo, hi)
+    else:
+        rb = a.row_bytes
+        parts = shape[t._pd] if shape else 1
+        p_lo = lo // rb
+        b_lo = lo - p_lo * rb
+        p_hi = (hi - 1) // rb + 1
+        b_hi = rb if p_hi - p_lo > 1 else hi - p_lo * rb
+        region = Region(a.buf, a.phys, p_lo, max(p_hi, p_lo + 1), b_lo, max(b_hi, b_lo + isz))
+    parts = max(parts, 1)
+    # contiguous run along the innermost axis (an nl.arange grid over a row): the DMA descriptor size
+    contig = isz
+    if len(shape) > 1 and shape[-1] > 1 and size:
+        first = (0,) * (len(shape) - 1)
+        row = sum(np.broadcast_to(arr, shape)[first].astype(np.int64) * st for arr, st in zip(t._ix, v.strides))
+        if bool(np.all(np.diff(row) == isz)):
+            contig = shape[-1] * isz
+    return Operand(region, tuple(shape), dtype_name(v.dtype), isz, parts, size // parts, isz, contig)
+
+
+# ---- PSUM accumulation groups --------------------------------------------------------------------------------
+# Each PSUM element carries a "written" flag (``Allocation.acc``): the first nc_matmul into a region overwrites
+# (starts an accumulation group), later ones accumulate.  A provisional result (acc None) was written in full by
+# the instruction that produced it.
+
+
+def acc_view(t: View) -> np.ndarray:
+    """The accumulation-group flags seen through the same view as ``t``."""
+    a = t._a
+    if a.acc is None:  # a provisional result: written in full by the instruction that produced it
+        a.acc = np.ones(a.base.shape, dtype=bool)
+    isz = t._v.itemsize
+    # the ndarray constructor over the flags' buffer (one byte per element) is much cheaper than as_strided,
+    # and checks the view stays inside the flags
+    return np.ndarray(t._v.shape, dtype=np.bool_, buffer=a.acc, offset=t._off // isz,
+                      strides=tuple(s // isz for s in t._v.strides))
+
+
+def mark_written(t: View, mask: np.ndarray | None = None) -> None:
+    """A PSUM region written by a non-matmul instruction holds data: a later ``+=`` matmul accumulates onto it
+    instead of starting a fresh accumulation group (only never-written PSUM is overwritten by the first matmul)."""
+    if t._a.acc is None:
+        return
+    if t._ix is None and mask is None:
+        acc_view(t)[...] = True
+        return
+    flags = acc_view(t)
+    if t._ix is None:
+        flags[np.broadcast_to(mask, t.shape)] = True
+        return
+    ix = [np.broadcast_to(a, t.shape) for a in t._ix]
+    if mask is not None:
+        m = np.broadcast_to(mask, t.shape)
+        ix = [a[m] for a in ix]
+    flags[tuple(ix)] = True
+
+
+def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray | None = None) -> None:
+    """Matmul accumulation group semantics: the first write to a region overwrites, later ones add (fp32).
+
+    The same for every view: a destination indexed with index expressions (``acc[i_p, i_f] += nl.matmul(..)``)
+    reads its flags and values through the same index arrays it writes through."""
+    if dst._a.block_mod:
+        _claim_slot(dst)
+    if dst._ix is not None or mask is not None:
+        flags = acc_view(dst)
+        vals = np.broadcast_to(vals, dst.shape)
+        if dst._ix is not None:
+            pos = tuple(np.broadcast_to(a, dst.shape) for a in dst._ix)
+            if mask is not None:
+                m = np.broadcast_to(mask, dst.shape)
+                pos = tuple(a[m] for a in pos)
+                vals = vals[m]
+        else:
+            pos = np.broadcast_to(mask, dst.shape)
+            vals = vals[pos]
+        if accumulate:
+            new = np.where(flags[pos], dst._v[pos].astype(F32) + vals, vals)
+        else:
+            new = vals
+        dst._v[pos] = execute.cast(np.asarray(new, dtype=F32), dst.dtype)
+        flags[pos] = True
+        return
+    if dst._a.acc is None:  # provisional PSUM result: every element already belongs to an accumulation group
+        if accumulate and dst._v.dtype == F32:
+            dst._v += vals
+        elif accumulate:
+            dst._v[...] = execute.cast(dst._v.astype(F32) + vals, dst.dtype)
+        else:
+            dst._v[...] = execute.cast(vals, dst.dtype)
+        return
+    flags = acc_view(dst)
+    if accumulate and dst._v.dtype == F32 and flags.all():
+        dst._v += vals  # the common case: accumulate in place in fp32
+        return
+    if accumulate:
+        new = np.where(flags, dst._v.astype(F32) + vals, vals)
+    else:
+        new = vals
+    dst._v[...] = execute.cast(np.asarray(new, dtype=F32), dst.dtype)
+    flags[...] = True
+
+
+def _claim_slot(dst: View) -> None:
+    """A logical block of a wrapped PSUM tensor (``psum.mod_alloc(num_bank_tiles=(1,))`` over 32 blocks, AWS's
+    attention tutorial v9/v10) is a tile of its own: its first matmul starts a new accumulation group even though
+    the previous logical block used the same bank."""
+    lblk = LOGICAL_BLOCK.get(dst)
+    if lblk is None:
+        return
+    a = dst._a
+    owners = a.slot_owner
+    if owners is None:
+        owners = a.slot_owner = {}
+    slot = lblk % a.block_mod
+    if owners.get(slot, lblk) != lblk and a.acc is not None:
+        if dst._ix is None:
+            acc_view(dst)[...] = False
+        else:
+            acc_view(dst)[tuple(np.broadcast_to(x, dst.shape) for x in dst._ix)] = False
+    owners[slot] = lblk

@@ -1,0 +1,144 @@
+"""Memory spaces and tensor creation: :class:`BufferSpec` (``nl.sbuf``, ``nl.psum``, ``nl.hbm``, ``nl.shared_hbm``,
+direct placements) and :func:`allocate`, which every front end's ``nl.ndarray`` / ``nl.zeros`` and every fresh
+instruction result go through.
+
+Allocation gives each on-chip tile a physical buffer id (reused by later allocations at the same site once the tile
+is dead), checks the partition limit and charges SBUF/PSUM capacity by liveness (``nkisim.core.memory``); a buffer
+spec with a ``direct`` placement (``nkisim.core.placement``) places the tensor itself.  Tensors are created as the
+running front end's tensor class (``KernelContext.tensor_type``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nkisim.core import dtypes
+from nkisim.core.context import KernelContext, current
+from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf
+from nkisim.core.memory import Allocation, make_storage
+from nkisim.core.rules import applies, fail
+from nkisim.core.tensor import Tensor, parse_shape
+
+
+class BufferSpec:
+    """A memory space argument (nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm, ncc.sbuf.mod_alloc(...))."""
+
+    __slots__ = ("kind", "name", "direct")
+
+    def __init__(self, kind: Buf, name: str, direct=None) -> None:
+        self.kind = kind
+        self.name = name
+        self.direct = direct
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+
+def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=None, provisional: bool = False,
+             ctx: KernelContext | None = None, site=None) -> Tensor:
+    """Create a tensor in ``buffer``; on-chip tensors are checked against the partition limit and capacity."""
+    if ctx is None:
+        ctx = current("nl.ndarray")
+        ctx.settle()
+    if buffer is None:
+        buffer = SBUF_SPEC
+    elif not isinstance(buffer, BufferSpec):
+        raise TypeError(f"buffer must be nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm or nl.private_hbm, not {buffer!r}")
+    dims, pdim = parse_shape(shape)
+    dt = dtypes.to_dtype(dtype if dtype is not None else np.float32)
+    kind = buffer.kind
+    if site is None:
+        site = ctx.site
+    if kind == B_HBM:
+        if fill is not None and not provisional and applies("err_hbm_tensor_with_init_value_not_supported",
+                                                            ctx.era):
+            fail("err_hbm_tensor_with_init_value_not_supported")
+        if buffer.name == "shared_hbm" and site is not None and ctx.kernel_code is not None \
+                and site[0] is not ctx.kernel_code:
+            fail("err_shared_hbm_must_in_kernel_level")
+        if buffer.name == "shared_hbm" and ctx.shared_hbm is not None:
+            return _shared_again(ctx, dims, dt, name)
+        base, view = make_storage(dims, 0, dt, fill, not ctx.full)
+        alloc = Allocation(B_HBM, base, ctx.mem.new_phys(), None, name or "hbm", 0, None)
+        t = ctx.tensor_type(alloc, view, 0, off=0)
+        if buffer.name == "shared_hbm" and ctx.grid:
+            ctx.shared_first.append(t)
+        return t
+    if not dims:
+        raise ValueError("on-chip tensors need at least one dimension (the partition dimension)")
+    parts = dims[pdim]
+    if parts > ctx.limits.pmax:
+        fail("err_num_partition_exceed_arch_limit", n=parts, limit=ctx.limits.pmax)
+    bytes_pp = dt.itemsize
+    for i, d in enumerate(dims):
+        if i != pdim:
+            bytes_pp *= d
+    if kind == B_PSUM and not provisional and applies("nkisim_psum_tile_fmax", ctx.era):
+        per_tile = bytes_pp
+        for d in dims[:pdim]:
+            per_tile //= max(d, 1)  # block dimensions hold separate tiles
+        bank = ctx.limits.psum_bank_bytes
+        if per_tile > bank:
+            fail("nkisim_psum_tile_fmax", name=name or "tile", shape=list(dims), n=per_tile // dt.itemsize,
+                 nbytes=per_tile, limit=bank // 4, bank=bank)
+    if buffer.direct is not None:
+        return buffer.direct.place(ctx, dims, pdim, dt, name, bytes_pp)
+    if kind == B_SBUF and not provisional:
+        if ctx.direct_alloc is True:
+            fail("nkisim_direct_alloc", detail="automatic (nl.sbuf) and direct (ncc.sbuf.mod_alloc) allocation "
+                 "cannot be mixed in one kernel")
+        ctx.direct_alloc = False
+    # A provisional result is written in full right after allocation (ops.finish poisons it first when a mask
+    # leaves elements unwritten), so it skips the poison fill.
+    base, view = make_storage(dims, pdim, dt, fill, not ctx.full or provisional)
+    mem = ctx.mem
+    alloc = Allocation(kind, base, mem.phys_for(site, kind, bytes_pp, provisional), site, name, bytes_pp, mem)
+    if not provisional and mem.charge(alloc):
+        ctx.spill(alloc)
+    if kind == B_PSUM and ctx.full and not provisional:
+        # per-element "written" flags of the matmul accumulation groups; provisional PSUM results (acc None) were
+        # written by the instruction that produced them, i.e. all flags set
+        alloc.acc = np.zeros(base.shape, dtype=bool)
+    return ctx.tensor_type(alloc, view, pdim, off=0)
+
+
+def _shared_again(ctx: KernelContext, dims, dt, name: str) -> Tensor:
+    """The n-th shared_hbm tensor of a later SPMD program is the n-th of the first program (visible to all)."""
+    i = ctx.shared_pos
+    ctx.shared_pos += 1
+    if i >= len(ctx.shared_hbm):
+        raise ValueError(f"SPMD program {ctx.program_ids} creates more shared_hbm tensors than program "
+                         f"{(0,) * len(ctx.grid)}: every program of a launch grid must create the same ones")
+    t = ctx.shared_hbm[i]
+    if tuple(t.shape) != tuple(dims) or t.dtype != dt:
+        raise ValueError(f"SPMD program {ctx.program_ids} creates shared_hbm tensor '{name or t.name}' "
+                         f"{list(dims)} {dt.name}, but program {(0,) * len(ctx.grid)} created it as "
+                         f"{list(t.shape)} {t.dtype.name}")
+    return t
+
+
+def wrap_host(ctx: KernelContext, value, name: str):
+    """A read-only HBM tensor holding host data (kernel arguments, nl.shared_constant); anything that is not an
+    array (ints, tuples, shape-only ``nt.tensor`` placeholders in full mode raise) is returned as given."""
+    if getattr(value, "__nkisim_placeholder__", False):  # nt.tensor[[shape], dtype]: shape only (nki.benchmark)
+        if ctx.full:
+            raise TypeError(f"argument '{name}' is {value!r}, a shape-only placeholder: it has no values, so it can "
+                            "only be passed to nki.benchmark (timing); pass a NumPy array to run the kernel")
+        dt = dtypes.to_dtype(value.dtype)
+        alloc = Allocation(B_HBM, np.empty(value.shape, dtype=dt), ctx.mem.new_phys(), None, name, 0, None)
+        alloc.immutable = True
+        return ctx.tensor_type(alloc, alloc.base, 0, off=0)
+    if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and hasattr(value, "dtype")
+                                        and not isinstance(value, (Tensor, np.generic))):
+        arr = np.asarray(value)
+        dt = dtypes.to_dtype(arr.dtype)
+        base = np.array(arr, dtype=dt, copy=True, order="C") if ctx.full else np.empty(arr.shape, dtype=dt)
+        alloc = Allocation(B_HBM, base, ctx.mem.new_phys(), None, name, 0, None)
+        alloc.immutable = True
+        return ctx.tensor_type(alloc, base, 0, off=0)
+    return value
+
+
+SBUF_SPEC = BufferSpec(B_SBUF, "sbuf")
+PSUM_SPEC = BufferSpec(B_PSUM, "psum")
+HBM_SPEC = BufferSpec(B_HBM, "hbm")

@@ -1,0 +1,266 @@
+"""The running kernel: :class:`KernelContext` (trace, memory, bookkeeping shared by every call) and the loops.
+
+Every front-end call goes through :func:`current` (the running kernel), :meth:`KernelContext.settle` (finish the
+previous call's result, find the kernel statement making this one) and :meth:`KernelContext.emit` (append the
+:class:`~nkisim.core.instr.Instr` to the trace).  Values are computed by the caller only when ``ctx.full`` is true,
+so timing-only runs produce the same trace without the arithmetic.
+
+This layer sits below the tensor layer: it never imports :mod:`nkisim.core.tensor`.  The tensor class and the
+operator semantics of the running kernel's front end are handed in (``tensor_type``, ``sem``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+
+import numpy as np
+
+from nkisim import frontends
+from nkisim.core import config, dtypes, execute
+from nkisim.core.instr import B_SBUF, Engine, Instr, Trace
+from nkisim.core.memory import Allocation, MemoryTracker
+from nkisim.core.rules import fail
+
+_NKISIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Frames in these directories are the emulator itself; the first frame outside them is the kernel statement: core/
+# and the registered front ends' packages (kernels elsewhere in the package, e.g. calibration kernels, are user
+# code).  A front end living elsewhere is found through the registry, never by a directory name written here.
+EMULATOR_DIRS = (os.path.join(_NKISIM_DIR, "core") + os.sep, *(fe.directory + os.sep for fe in frontends.FRONT_ENDS))
+_STACK: list[KernelContext] = []
+
+
+class KernelContext:
+    """State of one kernel run: trace, memory tracker, the last retargetable result, the front end's rules."""
+
+    def __init__(self, target: str | None, mode: str, name: str,
+                 frontend: frontends.FrontEnd = frontends.LEGACY) -> None:
+        if mode not in ("full", "timing"):
+            raise ValueError(f"mode must be 'full' or 'timing', not {mode!r}")
+        self.target = config.normalize_target(target)
+        self.frontend = frontend
+        self.era = frontend.era(self.target)  # selects era-dependent rules (core/rules.py)
+        self.tensor_type = frontend.load("tensor")  # the class of every tensor this run creates
+        self.sem = frontend.load("semantics")()  # what operators and assignment mean on them
+        self.limits = config.limits(self.target)
+        self.full = mode == "full"
+        self.trace = Trace(self.target, name)
+        self.mem = MemoryTracker(self.limits, self.target)
+        self.pending: weakref.ref | None = None  # provisional result allocation, charged at the next call
+        self.last_instr: Instr | None = None
+        self.last_result: weakref.ref | None = None
+        self.last_values: np.ndarray | None = None
+        self.unwritten = None  # (weakref to the last result tile, its values, mask): written lazily by settle
+        self.last_mask: np.ndarray | None = None  # mask= of the last retargetable result (set by ops.common.finish)
+        self.acc_spelling = None  # (matmul result ref, acc view, materialize): 2024 `acc + nl.matmul(..)`
+        self._where: dict = {}
+        self.loc: str = "?"
+        self.site = None
+        self.kernel_code = None  # code object of the top-level kernel function (shared_hbm scope rule)
+        self.reduce_regs: dict = {}  # engine -> its 128 reduction registers (ops.reduce.reduce_registers)
+        self.rng: np.random.Generator | None = None  # the engines' random number generator (ops.gpsimd)
+        self.dyn: dict = {}  # id(view) -> (weakref, index tiles) of dynamically indexed views (tensor.dynamic_tiles)
+        # direct allocation (core.placement): whether the kernel places SBUF tensors itself (None: undecided), the
+        # arenas placements are views of, and the PSUM arena's accumulation-group flags per dtype
+        self.direct_alloc: bool | None = None
+        self.sbuf_arena: Allocation | None = None
+        self.psum_arena: Allocation | None = None
+        self.psum_arena_acc: dict = {}
+        # SPMD launch grid: sizes per axis (() without a grid), this program's ids, and the shared_hbm tensors of
+        # the first program, which later programs receive again (shared_hbm is one tensor for the whole grid)
+        self.grid: tuple[int, ...] = ()
+        self.program_ids: tuple[int, ...] = ()
+        self.shared_hbm: list | None = None
+        self.shared_first: list = []
+        self.shared_pos = 0
+        # symbolic loops (nl.affine_range / nl.sequential_range) being run: [instance id, iteration] each, and the
+        # direct placements their first iteration made (see traced_once)
+        self.sym_loops: list[list[int]] = []
+        self.traced: dict = {}
+        self.traced_seen: dict = {}
+
+    # ---- bookkeeping shared by every front-end call -----------------------------------------------------
+    def settle(self) -> None:
+        """Start of every API call: charge the previous call's result tile if the kernel kept it, and locate
+        the kernel statement making this call (for traces, allocation sites and error messages)."""
+        if self.acc_spelling is not None:
+            materialize = self.acc_spelling[2]
+            self.acc_spelling = None
+            materialize()
+        if self.unwritten is not None:
+            self._flush()
+        ref = self.pending
+        if ref is not None:
+            self.pending = None
+            alloc = ref()
+            if alloc is not None and self.mem.charge(alloc):
+                self.spill(alloc)
+        self.last_instr = None
+        self.last_result = None
+        self.last_values = None
+        f = sys._getframe(2)  # skip settle and its caller (always an ops or api function)
+        pkg = EMULATOR_DIRS
+        while f is not None and f.f_code.co_filename.startswith(pkg):
+            f = f.f_back
+        if f is None:
+            self.loc, self.site = "?", None
+            return
+        key = (f.f_code, f.f_lineno)
+        w = self._where.get(key)
+        if w is None:
+            w = self._where[key] = f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}"
+        self.loc, self.site = w, key
+
+    def spill(self, alloc: Allocation) -> None:
+        """Cost the compiler's spill of a PSUM tile that got no bank (MemoryTracker.charge): one VectorE
+        PSUM -> SBUF copy of the whole tile, traced with ``psum_spill`` so the profile summary warns about it.
+        The SBUF side shares the tile's storage: nothing is allocated or charged for it."""
+        view = self.tensor_type
+        src = view(alloc, alloc.base, 0, off=0)  # physical layout: partition axis first
+        dst = view(Allocation(B_SBUF, alloc.base, self.mem.new_phys(), None, "psum_spill", alloc.bytes_pp, None),
+                   alloc.base, 0, off=0)
+        self.emit("tensor_copy", Engine.VECTOR, (src,), (dst,), {"psum_spill": True})
+
+    def emit(self, op: str, engine: Engine, srcs, dsts, attrs: dict) -> Instr:
+        instrs = self.trace.instrs
+        if len(srcs) == 1:
+            so = (srcs[0].operand(),)
+        else:
+            so = tuple([t.operand() for t in srcs])
+        do = (dsts[0].operand(),) if len(dsts) == 1 else tuple([t.operand() for t in dsts])
+        ins = Instr(len(instrs), op, engine, so, do, attrs, self.loc)
+        instrs.append(ins)
+        return ins
+
+    def _flush(self) -> None:
+        """Write the last result's values into its tile if the tile is still alive (it was not retargeted), through
+        any view: the weak reference is to the allocation, the write goes to the result's own full view."""
+        ref, view, values, mask = self.unwritten
+        self.unwritten = None
+        if ref() is None:
+            return
+        v = execute.cast(np.asarray(values), view.dtype)
+        if v.shape != view.shape:
+            v = v.reshape(view.shape) if v.size == view.size else np.broadcast_to(
+                v.reshape(v.shape + (1,) * (view.ndim - v.ndim)), view.shape)
+        if mask is None:
+            view[...] = v
+            return
+        # fresh results skip the poison fill; masked-off elements must read as unwritten
+        view[...] = np.asarray(dtypes.poison_value(view.dtype), dtype=view.dtype)
+        m = np.broadcast_to(mask, view.shape)
+        view[m] = np.broadcast_to(v, view.shape)[m]
+
+    def remember(self, ins: Instr, result, values) -> None:
+        """Make ``result`` retargetable: ``dst[...] = result`` rewrites the instruction's destination."""
+        self.last_instr = ins
+        self.last_result = weakref.ref(result)
+        self.last_values = values
+        self.pending = weakref.ref(result._a)
+
+
+def current(api: str = "") -> KernelContext:
+    if not _STACK:
+        fail("err_nki_api_outside_of_nki_kernel", api=api or "nki API")
+    return _STACK[-1]
+
+
+def active() -> KernelContext | None:
+    return _STACK[-1] if _STACK else None
+
+
+def push(ctx: KernelContext) -> None:
+    """Make ``ctx`` the running kernel (nkisim.core.runtime.run_kernel)."""
+    _STACK.append(ctx)
+
+
+def pop() -> None:
+    _STACK.pop()
+
+
+# ---- loops ---------------------------------------------------------------------------------------------------
+_LOOP_IDS = [0]
+
+
+class SymbolicRange:
+    """``nl.affine_range`` / ``nl.sequential_range``: NKI traces the loop body once with a symbolic index, so Python
+    side effects in the body (``cur_addr += size`` next to ``ncc.sbuf.mod_alloc(base_addr=cur_addr)`` in AWS's
+    allocated kernels) happen once.  nkisim runs every iteration; it records which iteration is running so that
+    direct placements can follow the traced-once rule (:func:`traced_once`)."""
+
+    __slots__ = ("r",)
+
+    def __init__(self, r: range) -> None:
+        self.r = r
+
+    def __len__(self) -> int:
+        return len(self.r)
+
+    def __getitem__(self, i):
+        return self.r[i]
+
+    def __iter__(self):
+        ctx = active()
+        if ctx is None:
+            return iter(self.r)
+        return _run_loop(ctx, self.r)
+
+
+def _run_loop(ctx: KernelContext, r: range):
+    _LOOP_IDS[0] += 1
+    entry = [_LOOP_IDS[0], 0]
+    loops = ctx.sym_loops
+    loops.append(entry)
+    try:
+        for i in r:
+            yield i
+            entry[1] += 1
+    finally:
+        if loops and loops[-1] is entry:
+            loops.pop()
+        elif entry in loops:
+            loops.remove(entry)
+
+
+def traced_once(ctx: KernelContext, value):
+    """The value a direct placement made at this statement in the first iteration of the enclosing symbolic loops
+    (NKI traces the body once); the n-th placement of a Python-level repetition within one iteration maps to the
+    n-th of the first iteration.  Outside symbolic loops the value is returned as given."""
+    loops = ctx.sym_loops
+    if not loops:
+        return value
+    key = (loops[0][0], ctx.site)
+    its = tuple(e[1] for e in loops)
+    first = ctx.traced.setdefault(key, [])
+    n = ctx.traced_seen.get((key, its), 0)
+    ctx.traced_seen[(key, its)] = n + 1
+    if any(its):
+        return first[n] if n < len(first) else value
+    first.append(value)
+    return value
+
+
+class NoReorder:
+    """``with ncc.no_reorder():`` keeps the block's instructions in program order on each engine ("an
+    OperationOrderGuard to prevent operation reordering", nki.compiler @2.26; the scheduling APIs exist "to
+    constrain the reordering that the automatic scheduler will do").  The scheduler's gap filling would otherwise
+    time the block as if reordered (grading security, G9): its instructions are marked ``in_order``."""
+
+    def __init__(self) -> None:
+        self.start: int | None = None
+
+    def __enter__(self):
+        ctx = active()
+        if ctx is not None:
+            ctx.settle()
+            self.start = len(ctx.trace.instrs)
+        return self
+
+    def __exit__(self, *exc):
+        ctx = active()
+        if ctx is not None and self.start is not None:
+            ctx.settle()
+            for ins in ctx.trace.instrs[self.start:]:
+                ins.attrs["in_order"] = True
+        return False

@@ -1,0 +1,194 @@
+"""DMA: copies between HBM and SBUF (``dma_copy``, ``nl.load`` / ``nl.store``), the DMA transpose and the atomic
+read-modify-write of HBM.  Every DMA is one ``dma_copy`` instruction on the DMA queues; ``attrs['via']`` names the
+API that issued it (the cost model prices transposes differently)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nkisim.core import dtypes, execute
+from nkisim.core.access import check_writable, dynamic_tiles, in_bounds, out_of_bounds, read, scatter_add, write
+from nkisim.core.context import KernelContext, current
+from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_DMA
+from nkisim.core.memory import BUF_NAMES
+from nkisim.core.ops.common import (
+    check_partitions,
+    finish,
+    mask_values,
+    need_on_chip,
+    need_tensor,
+    new_result,
+    shape_str,
+    transposed_mask,
+)
+from nkisim.core.ops.elementwise import memset, tensor_copy
+from nkisim.core.rules import fail
+from nkisim.core.tensor import Tensor
+
+
+def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_rmw_op: str | None = None,
+             ctx: KernelContext | None = None, oob_skip: bool = False) -> None:
+    if ctx is None:
+        ctx = current("dma_copy")
+        ctx.settle()
+    if not isinstance(src, Tensor):
+        need_tensor(src, "dma_copy", "src")
+    if not isinstance(dst, Tensor):
+        need_tensor(dst, "dma_copy", "dst")
+    sk, dk = src.kind, dst.kind
+    if sk == B_PSUM:
+        need_on_chip(src, "dma_copy", "src", (B_HBM, B_SBUF))
+    if dk == B_PSUM:
+        need_on_chip(dst, "dma_copy", "dst", (B_HBM, B_SBUF))
+    check_writable(dst)
+    n_dst = math.prod(dst.shape)
+    if math.prod(src.shape) != n_dst:
+        fail("nkisim_dma_element_mismatch", src=list(src.shape), dst=list(dst.shape))
+    pmax = ctx.limits.pmax
+    if sk == B_SBUF and src.shape and src.shape[src.pdim] > pmax:
+        check_partitions(src, pmax)
+    if dk == B_SBUF and dst.shape and dst.shape[dst.pdim] > pmax:
+        check_partitions(dst, pmax)
+    if oob_skip and (out_of_bounds(src) or out_of_bounds(dst)):
+        m = _oob_skip_mask(mask, src, dst)
+    else:
+        m = mask_values(mask, dst.shape, dst) if mask is not None or out_of_bounds(dst) else None
+        if out_of_bounds(src):
+            mask_values(mask, src.shape, src)
+    srcs = (src,)
+    if ctx.dyn:  # indirect DMA: the index tiles are read too (software DGE builds the descriptors from them)
+        srcs += dynamic_tiles(ctx, src) + dynamic_tiles(ctx, dst)
+    ins = ctx.emit("dma_copy", E_DMA, srcs, (dst,),
+                   {"bytes": n_dst * dst.dtype.itemsize, "via": via, "cast": src.dtype != dst.dtype})
+    if dst_rmw_op is not None:
+        ins.attrs["rmw"] = dst_rmw_op
+    if ctx.full:
+        vals = read(src)
+        if vals.shape != dst.shape:
+            vals = vals.reshape(dst.shape)
+        if via == "atomic_rmw":
+            scatter_add(dst, execute.to_f32(vals), m)
+            return
+        if dst_rmw_op is not None:
+            vals = execute.alu(dst_rmw_op, execute.to_f32(read(dst)), execute.to_f32(vals))
+        elif vals.dtype != dst.dtype:
+            vals = execute.to_f32(vals)
+        write(dst, execute.cast(vals, dst.dtype), m)
+
+
+def _oob_skip_mask(mask, src: Tensor, dst: Tensor) -> np.ndarray:
+    """dma_copy(oob_mode=nisa.oob_mode.skip): "Silently skips any operations involving out-of-bounds indices"
+    (nki.isa.dma_copy docs, 2.26): the elements whose indirect source or destination index is out of bounds are
+    not copied; the rest are, under the mask= predicate as usual."""
+    keep = np.ones(dst.shape, dtype=bool)
+    for t in (src, dst):
+        if out_of_bounds(t):
+            keep &= in_bounds(t).reshape(dst.shape)
+    # out-of-bounds positions are skipped, not errors: evaluate the mask alone
+    m = mask_values(mask, dst.shape, dst, check=False) if mask is not None else None
+    return keep if m is None else keep & np.broadcast_to(m, dst.shape)
+
+
+def atomic_rmw(dst, value, op: str, *, mask=None) -> None:
+    """nl.atomic_rmw: dst = op(dst, value) on HBM through an indirect (tile-indexed) access, atomically: rows
+    addressed several times accumulate every contribution.  2.2x docs: dst "only supports indirect dynamic indexing
+    currently", op "only supports np.add currently".  A DMA with read-modify-write (cost: the DMA model)."""
+    ctx = current("atomic_rmw")
+    ctx.settle()
+    dst = need_tensor(dst, "atomic_rmw", "dst")
+    if dst.kind != B_HBM or not dynamic_tiles(ctx, dst):
+        fail("nkisim_bad_argument", op="atomic_rmw", detail="dst must be an HBM tensor indexed with a dynamic "
+             "(SBUF tile) index, e.g. t[indices_tile, nl.arange(M)[None, :]]: only indirect dynamic indexing is "
+             "supported")
+    if op != "add":
+        fail("nkisim_bad_argument", op="atomic_rmw", detail=f"op must be np.add (the only atomic operation), not {op}")
+    if not isinstance(value, Tensor):
+        value = memset(dst.shape, value, dst.dtype)
+        ctx.settle()
+    dma_copy(value, dst, via="atomic_rmw", mask=mask, dst_rmw_op="add", ctx=ctx)
+
+
+def hbm_init(ctx: KernelContext, t: Tensor, value) -> Tensor:
+    """An HBM tensor created with an init value (2024 toolchain): the fill is one DMA write of the tensor."""
+    ctx.emit("dma_copy", E_DMA, (), (t,), {"bytes": math.prod(t.shape) * t.dtype.itemsize, "via": "hbm_init",
+                                           "cast": False, "value": float(value)})
+    return t
+
+
+def load(src: Tensor, *, mask=None, dtype=None, transpose: bool = False) -> Tensor:
+    ctx = current("load")
+    ctx.settle()
+    src = need_tensor(src, "load", "src")
+    if src.kind != B_HBM:
+        fail("err_unsupported_memory", operand="src", op="load", expected="hbm", got=BUF_NAMES[src.kind])
+    shape = src.shape
+    if transpose:
+        if len(shape) != 2:
+            fail("err_exceed_max_supported_dimension", param=shape_str(src, "src"), op="load_transpose2d",
+                 limit=2)
+        shape = (shape[1], shape[0])
+    if not shape:
+        shape = (1,)
+    if shape[0] > ctx.limits.pmax:
+        fail("err_num_partition_exceed_arch_limit", n=shape[0], limit=ctx.limits.pmax)
+    dt = dtypes.to_dtype(dtype) if dtype is not None else src.dtype
+    out = new_result(ctx, shape, dt)
+    if transpose:
+        m = transposed_mask(mask, src, out.shape, np.transpose)
+    else:
+        m = mask_values(mask, out.shape, src)
+    ins = ctx.emit("dma_copy", E_DMA, (src,) + dynamic_tiles(ctx, src) if ctx.dyn else (src,), (out,),
+                   {"bytes": math.prod(shape) * dt.itemsize, "via": "load_transpose2d" if transpose else "load",
+                    "cast": dt != src.dtype})
+    values = None
+    if ctx.full:
+        v = read(src)
+        if transpose:
+            v = v.T
+        values = execute.to_f32(v) if dt != src.dtype else v
+        values = values.reshape(shape)
+    return finish(ctx, ins, out, values, m)
+
+
+def store(dst: Tensor, value, *, mask=None) -> None:
+    ctx = current("store")
+    ctx.settle()
+    dst = need_tensor(dst, "store", "dst")
+    if dst.kind != B_HBM:
+        fail("err_unsupported_memory", operand="dst", op="store", expected="hbm", got=BUF_NAMES[dst.kind])
+    value = need_tensor(value, "store", "value")
+    if value.kind == B_PSUM:
+        # nl.store of a PSUM tile inserts a copy to SBUF first (nki.language.store docstring)
+        value = tensor_copy(value)
+        ctx.settle()
+    dma_copy(value, dst, via="store", mask=mask, ctx=ctx)
+
+
+def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None, two_byte_only: bool = False) -> Tensor:
+    """DMA-engine transpose into a new SBUF tile (2-D (1,0), 3-D (2,1,0), 4-D (3,1,2,0)); ``two_byte_only`` for the
+    explicit hwdge/swdge lowerings, which take 2-byte dtypes only."""
+    ctx = current("dma_transpose")
+    ctx.settle()
+    src = need_tensor(src, "dma_transpose", "src")
+    need_on_chip(src, "dma_transpose", "src", (B_HBM, B_SBUF))
+    allowed = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+    if src.ndim not in allowed:
+        fail("err_exceed_max_supported_dimension", param=shape_str(src, "src"), op="dma_transpose", limit=4)
+    axes = tuple(axes) if axes is not None else allowed[src.ndim]
+    if axes != allowed[src.ndim]:
+        fail("nkisim_bad_argument", op="dma_transpose", detail=f"axes must be {allowed[src.ndim]} for a "
+             f"{src.ndim}-D source, got {axes}")
+    if two_byte_only and src.dtype.itemsize != 2:
+        fail("nkisim_dtype_not_supported", op="dma_transpose", dtype=src.dtype.name, operand="src",
+             detail=" (only 2-byte dtypes with dge_mode hwdge / swdge)")
+    shape = tuple(src.shape[a] for a in axes)
+    if shape[0] > ctx.limits.pmax:
+        fail("err_num_partition_exceed_arch_limit", n=shape[0], limit=ctx.limits.pmax)
+    dt = dtypes.to_dtype(dtype) if dtype is not None else src.dtype
+    out = new_result(ctx, shape, dt)
+    ins = ctx.emit("dma_copy", E_DMA, (src,), (out,), {"bytes": math.prod(shape) * dt.itemsize,
+                                                             "via": "dma_transpose", "cast": dt != src.dtype})
+    values = np.transpose(read(src), axes) if ctx.full else None
+    return finish(ctx, ins, out, values, transposed_mask(mask, src, shape, lambda m: np.transpose(m, axes)))

@@ -1,0 +1,237 @@
+"""GpSimd-side generators and gathers: ``iota``, ``affine_select``, ``sequence_bounds``, the flattened and local
+gathers, the partition shuffle, and the random number generator (``rand``, ``random_seed``, ``dropout``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nkisim.core import dtypes, execute
+from nkisim.core.access import mark_written, read, write
+from nkisim.core.context import current
+from nkisim.core.dtypes import F32
+from nkisim.core.indexing import IndexExpr
+from nkisim.core.instr import E_GPSIMD, E_VECTOR
+from nkisim.core.ops.common import (
+    as_rows,
+    begin,
+    check_partitions,
+    check_writable,
+    f32_values,
+    finish,
+    free_of,
+    mask_values,
+    need_on_chip,
+    new_result,
+    out_dtype,
+    parts_of,
+    per_partition_values,
+    scalar_operand,
+)
+from nkisim.core.rules import fail
+from nkisim.core.tensor import Tensor, parse_shape
+
+
+def iota(expr, dtype, *, mask=None) -> Tensor:
+    ctx = current("iota")
+    ctx.settle()
+    if isinstance(expr, IndexExpr):
+        vals = expr.values
+    elif isinstance(expr, (tuple, list)):
+        raise TypeError("iota takes one nl.arange expression")
+    else:
+        vals = np.asarray(int(expr)).reshape(1, 1)
+    if vals.ndim == 1:
+        fail("err_1d_arange_not_supported", name="iota")
+    out = new_result(ctx, vals.shape, dtypes.to_dtype(dtype))
+    check_partitions(out, ctx.limits.pmax)
+    ins = ctx.emit("iota", E_GPSIMD, (), (out,), {})
+    values = vals.astype(np.int32).astype(F32) if ctx.full and dtypes.is_float(out.dtype) else (
+        vals.astype(np.int64) if ctx.full else None)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+# ---- selects ---------------------------------------------------------------------------------------------------
+def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None) -> Tensor:
+    """out = pred ? on_true_tile : on_false_value, the predicate an affine expression of the tile's indices."""
+    # AWS's flash_fwd (nki-samples reference/attention.py) selects straight from a PSUM tile and runs in AWS's
+    # simulator and on hardware, so the GpSimd-cannot-read-PSUM rule is not applied to on_true_tile here.
+    ctx, (src,) = begin("affine_select", E_VECTOR, [(on_true_tile, "on_true_tile")])
+    out = new_result(ctx, src.shape, out_dtype(dtype, src))
+    m = mask_values(mask, out.shape, src, out)
+    p = mask_values(pred, out.shape, src)  # the same affine-predicate evaluation as mask=
+    if p is None:
+        raise TypeError("affine_select: pred must be an affine predicate of nl.arange / nl.mgrid indices")
+    ins = ctx.emit("affine_select", E_GPSIMD, (src,), (out,), {"value": float(on_false_value)})
+    values = np.where(p, f32_values(src), np.float32(on_false_value)) if ctx.full else None
+    return finish(ctx, ins, out, values, m)
+
+
+def sequence_bounds(segment_ids, *, dtype=None) -> Tensor:
+    """[1, n] segment ids -> [1, 2, n]: for every element the start index and the end index (one past the last)
+    of its run of equal ids; padding (id 0) gets start n and end -1 (2.26 nki.isa.sequence_bounds docs and their
+    NumPy equivalent, test_nki_isa_sequence_bounds.py).  GpSimdE."""
+    op = "sequence_bounds"
+    ctx, (s,) = begin(op, E_GPSIMD, [(segment_ids, "segment_ids")])
+    if parts_of(s) != 1:
+        fail("nkisim_bad_argument", op=op, detail=f"the partition dimension must be 1, got {list(s.shape)}")
+    for d in (s.dtype, dtypes.to_dtype(dtype) if dtype is not None else s.dtype):
+        if dtypes.name(d) not in ("float32", "int32"):
+            fail("nkisim_dtype_not_supported", op=op, dtype=dtypes.name(d), operand="segment_ids/dtype",
+                 detail=" (np.float32 or np.int32 only)")
+    n = free_of(s)
+    out = new_result(ctx, (1, 2, n), out_dtype(dtype, s))
+    ins = ctx.emit(op, E_GPSIMD, (s,), (out,), {})
+    values = None
+    if ctx.full:
+        ids = as_rows(f32_values(s))[0]
+        i = np.arange(n)
+        pad = ids == 0
+        first = np.r_[True, ids[1:] != ids[:-1]]
+        last = np.r_[ids[1:] != ids[:-1], True]
+        start = np.maximum.accumulate(np.where(first, i, 0))
+        end = np.minimum.accumulate(np.where(last, i, n - 1)[::-1])[::-1] + 1
+        values = np.stack([np.where(pad, n, start), np.where(pad, -1, end)]).astype(F32)[None]
+    return finish(ctx, ins, out, values, None)
+
+
+def gather_flattened(data, indices, *, dtype=None, mask=None) -> Tensor:
+    """nl.gather_flattened: out[p, ...] = data[p].flatten()[indices[p, ...]] (indices uint32, shape of the output;
+    out-of-bounds indices give garbage on hardware, NaN/poison here) (GpSimdE)."""
+    ctx, (d, ix) = begin("gather_flattened", E_GPSIMD, [(data, "data"), (indices, "indices")])
+    if not 2 <= d.ndim <= 4 or not 2 <= ix.ndim <= 4:
+        fail("nkisim_bad_argument", op="gather_flattened", detail="data and indices must be 2-, 3- or 4-dimensional")
+    if parts_of(d) != parts_of(ix):
+        fail("err_num_partition_mismatch", params=f"data{list(d.shape)}, indices{list(ix.shape)}",
+             op="gather_flattened")
+    if ix.dtype != np.uint32:
+        fail("nkisim_dtype_not_supported", op="gather_flattened", dtype=ix.dtype.name, operand="indices",
+             detail=" (indices must be uint32)")
+    out = new_result(ctx, ix.shape, out_dtype(dtype, d))
+    ins = ctx.emit("gather_flattened", E_GPSIMD, (d, ix), (out,), {})
+    values = None
+    if ctx.full:
+        v = as_rows(f32_values(d))
+        k = as_rows(np.asarray(read(ix))).astype(np.int64)
+        ok = k < v.shape[1]
+        got = np.take_along_axis(v, np.where(ok, k, 0), axis=1)
+        values = np.where(ok, got, np.float32(np.nan)).reshape(ix.shape)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, ix, out))
+
+
+def local_gather(src_buffer, index, num_elem_per_idx: int = 1, num_valid_indices=None, *, mask=None) -> Tensor:
+    """nisa.local_gather (GpSimdE): each of the 8 GpSimd cores serves 16 partitions; it flattens its 16-partition
+    slice of ``index`` partition-first, keeps the first ``num_valid_indices`` (default all), and every partition p
+    of the slice gathers ``num_elem_per_idx`` contiguous elements of its own flattened ``src_buffer`` row at each of
+    those element offsets (2.26 nki.isa.local_gather docs and their NumPy semantics).  Result
+    ``[P, *index.free, 16, num_elem_per_idx]`` (the docs' example: index [128, 4] -> [128, 4, 16, 4]); positions
+    past ``num_valid_indices`` are left unwritten, out-of-bounds offsets read poison (undefined on hardware)."""
+    op = "local_gather"
+    ctx, (s, ix) = begin(op, E_GPSIMD, [(src_buffer, "src_buffer"), (index, "index")])
+    k = int(num_elem_per_idx)
+    p = parts_of(s)
+    if p % 16 or parts_of(ix) != p:
+        fail("nkisim_bad_argument", op=op, detail=f"src_buffer and index must have the same partition count, a "
+             f"multiple of 16 (got {list(s.shape)} and {list(ix.shape)})")
+    if k not in (1, 2, 4, 8, 16, 32):
+        fail("nkisim_bad_argument", op=op, detail=f"num_elem_per_idx must be 1, 2, 4, 8, 16 or 32 (got {k})")
+    if ix.dtype.name not in ("uint16", "int16"):
+        fail("nkisim_dtype_not_supported", op=op, dtype=ix.dtype.name, operand="index",
+             detail=" (indices must be uint16)")
+    per_core = 16 * free_of(ix)
+    nvalid = per_core if num_valid_indices is None else int(num_valid_indices)
+    if not 0 < nvalid <= per_core:
+        fail("nkisim_bad_argument", op=op, detail=f"num_valid_indices must be in [1, {per_core}] (the index "
+             f"elements of one 16-partition slice), got {nvalid}")
+    if nvalid > 4096:
+        fail("nkisim_bad_argument", op=op, detail=f"at most 4096 indices per GpSimd core, got {nvalid}")
+    out_shape = (p,) + tuple(ix.shape[1:]) + (16, k)
+    out = new_result(ctx, out_shape, s.dtype)
+    ins = ctx.emit(op, E_GPSIMD, (s, ix), (out,), {"k": (k, nvalid)})
+    values = None
+    if ctx.full:
+        v = as_rows(f32_values(s))
+        width = v.shape[1]
+        ind = as_rows(np.asarray(read(ix))).astype(np.int64)
+        res = np.full((p, per_core * k), np.float32(np.nan), dtype=np.float32)
+        cols = np.arange(k)
+        for c in range(p // 16):
+            rows = slice(16 * c, 16 * c + 16)
+            offs = ind[rows].flatten(order="F")[:nvalid]
+            pos = offs[:, None] + cols[None, :]  # [nvalid, k] element offsets
+            ok = (pos >= 0) & (pos < width)
+            got = v[rows][:, np.where(ok, pos, 0).reshape(-1)]
+            res[rows, : nvalid * k] = np.where(ok.reshape(-1)[None, :], got, np.float32(np.nan))
+        values = res.reshape(out_shape)
+    return finish(ctx, ins, out, values, mask_values(mask, out_shape, s, ix, out))
+
+
+# ---- data movement within partitions ---------------------------------------------------------------------------
+def nc_stream_shuffle(src, dst: Tensor, shuffle_mask, *, dtype=None, mask=None) -> Tensor:
+    """Within each group of 32 partitions, dst partition i receives src partition shuffle_mask[i] (255: left
+    unchanged) (VectorE, in place)."""
+    ctx, (s, d) = begin("nc_stream_shuffle", E_VECTOR, [(src, "src"), (dst, "dst")])
+    need_on_chip(d, "nc_stream_shuffle", "dst")
+    check_writable(d)
+    sm = [int(x) for x in shuffle_mask]
+    if len(sm) != 32 or any(not (0 <= x < 32 or x == 255) for x in sm):
+        fail("nkisim_bad_argument", op="nc_stream_shuffle", detail="shuffle_mask must list 32 source partitions "
+             "(0-31, or 255 to leave a destination partition unchanged)")
+    if free_of(s) != free_of(d):
+        fail("nkisim_shape_mismatch", op="nc_stream_shuffle", shapes=[list(s.shape), list(d.shape)], detail="")
+    mask_values(mask, d.shape, s, d)  # bounds-checks over-long views (the shuffle itself ignores mask=)
+    ctx.emit("nc_stream_shuffle", E_VECTOR, (s,), (d,), {})
+    if ctx.full:
+        sv, dv = as_rows(f32_values(s)), as_rows(f32_values(d)).copy()
+        for i in range(parts_of(d)):
+            k = sm[i % 32]
+            j = (i // 32) * 32 + k
+            if k != 255 and j < sv.shape[0]:
+                dv[i] = sv[j]
+        write(d, execute.cast(dv.reshape(d.shape), d.dtype))
+        mark_written(d)
+    return d
+
+
+# ---- random numbers --------------------------------------------------------------------------------------------
+def _rng(ctx) -> np.random.Generator:
+    rng = getattr(ctx, "rng", None)
+    if rng is None:
+        rng = ctx.rng = np.random.default_rng(0)
+    return rng
+
+
+def random_seed(seed) -> None:
+    """Seed the engines' random number generator (nkisim: a NumPy generator; values differ from hardware)."""
+    ctx = current("random_seed")
+    ctx.settle()
+    if isinstance(seed, Tensor):
+        ctx.emit("random_seed", E_VECTOR, (seed,), (), {})
+        value = int(np.asarray(read(seed)).reshape(-1)[0]) if ctx.full else 0
+    else:
+        ctx.emit("random_seed", E_VECTOR, (), (), {})
+        value = int(seed)
+    ctx.rng = np.random.default_rng(value & 0xFFFFFFFF)
+
+
+def rand(shape, dtype=F32, *, mask=None) -> Tensor:
+    """A new tile of uniform random values in [0, 1) (GpSimdE)."""
+    ctx = current("rand")
+    ctx.settle()
+    dims, _ = parse_shape(shape)
+    out = new_result(ctx, dims, dtypes.to_dtype(dtype))
+    ins = ctx.emit("rand", E_GPSIMD, (), (out,), {})
+    values = _rng(ctx).random(dims, dtype=np.float32) if ctx.full else None
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, out))
+
+
+def dropout(data, prob, *, dtype=None, mask=None) -> Tensor:
+    """Zero each element with probability prob (a scalar or a [P, 1] tile), no rescaling (VectorE)."""
+    ctx, (d,) = begin("dropout", E_VECTOR, [(data, "data")])
+    pr, tp = scalar_operand(ctx, "dropout", d, prob, "prob")
+    out = new_result(ctx, d.shape, out_dtype(dtype, d))
+    ins = ctx.emit("tensor_scalar", E_VECTOR, [d] + ([tp] if tp is not None else []), (out,), {"alu0": "dropout"})
+    values = None
+    if ctx.full:
+        drop = _rng(ctx).random(d.shape, dtype=np.float32) < per_partition_values(pr, d)
+        values = np.where(drop, np.float32(0.0), f32_values(d))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, out))

@@ -1,0 +1,329 @@
+"""Reductions and scans: along the free axes (VectorE ``tensor_reduce`` and the fused ``tensor_scalar_reduce``),
+across partitions (GpSimd), running scans, batch-norm statistics, range/predicated selects that reduce into the
+engines' registers, and the top-8 search instructions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nkisim.core import dtypes, execute
+from nkisim.core.access import mark_written, write
+from nkisim.core.context import current
+from nkisim.core.dtypes import F32
+from nkisim.core.instr import E_GPSIMD, E_VECTOR
+from nkisim.core.ops.common import (
+    as_rows,
+    begin,
+    check_writable,
+    engine_checks,
+    f32_values,
+    finish,
+    free_of,
+    mask_values,
+    need_int,
+    need_tensor,
+    new_result,
+    out_dtype,
+    parts_of,
+    per_partition_values,
+    reduce_registers,
+    scalar_operand,
+    write_side,
+)
+from nkisim.core.rules import NKIError, fail
+from nkisim.core.tensor import Tensor
+
+
+def tensor_reduce(op: str, data, axis, *, negate: bool = False, keepdims: bool = False, dtype=None, mask=None,
+                  op_name: str = "tensor_reduce") -> Tensor:
+    ctx = current(op_name)
+    ctx.settle()
+    data = need_tensor(data, op_name, "data")
+    engine_checks(op_name, E_VECTOR, [(data, "data")], ctx)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    nd = data.ndim
+    norm = []
+    for ax in axes:
+        ax = int(ax)
+        if ax < 0:
+            ax += nd
+        if ax == 0 or not 0 < ax < nd:
+            fail("nkisim_reduce_partition_axis", op=op_name, axis=axis)
+        norm.append(ax)
+    if op not in execute.REDUCE:
+        fail("nkisim_bad_argument", op=op_name, detail=f"'{op}' is not a reduction operator")
+    if execute.ALU[op][1]:  # bitvec reductions: "the input/output data types must be integer types" (isa docs)
+        need_int(op_name, op, (data, "data"))
+    out_shape = tuple(1 if i in norm else d for i, d in enumerate(data.shape)) if keepdims else \
+        tuple(d for i, d in enumerate(data.shape) if i not in norm)
+    if len(out_shape) == 1:
+        out_shape = out_shape  # (P,) result of a full free-axis reduction
+    out_dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
+    out = new_result(ctx, out_shape, out_dt)
+    ins = ctx.emit("tensor_reduce", E_VECTOR, (data,), (out,), {"alu": op, "axes": tuple(norm)})
+    m_out, m_in = _reduce_mask(mask, out.shape, data, op)
+    values = None
+    if ctx.full:
+        v = f32_values(data)
+        if m_in is not None:
+            v = np.where(m_in, v, np.asarray(_REDUCE_IDENTITY[op], dtype=v.dtype))
+        values = execute.REDUCE[op](v, axis=tuple(norm), keepdims=keepdims)
+        values = np.asarray(values, dtype=v.dtype if v.dtype.kind in "iub" else F32)
+        if negate:
+            values = -values
+    return finish(ctx, ins, out, values, m_out)
+
+
+_REDUCE_IDENTITY = {"add": 0, "maximum": -np.inf, "minimum": np.inf, "multiply": 1}
+
+
+def _reduce_mask(mask, out_shape, data: Tensor, op: str):
+    """(mask over the output, mask over the input) of a reduction: a predicate over the reduced (input) axes, e.g.
+    ``nl.sum(t, axis=[-2, -1], mask=(i_h < H) & (i_w < W))`` in AWS's adaptive pooling sample, leaves the masked-off
+    input elements out of the reduction (they count as the operator's identity)."""
+    if mask is None:
+        return mask_values(None, out_shape, data), None
+    try:
+        return mask_values(mask, out_shape, data), None
+    except NKIError as exc:
+        if exc.code != "nkisim_shape_mismatch" or op not in _REDUCE_IDENTITY:
+            raise
+        return None, mask_values(mask, data.shape, data)
+
+
+def tensor_scalar_reduce(data, op0: str, operand0, reduce_op: str, reduce_res: Tensor, *, reverse0: bool = False,
+                         dtype=None, mask=None) -> Tensor:
+    """out = data op0 operand0, and reduce_res[p] = reduce_op over the free axes of out (VectorE)."""
+    ctx, (d, r) = begin("tensor_scalar_reduce", E_VECTOR, [(data, "data"), (reduce_res, "reduce_res")])
+    if parts_of(r) != parts_of(d) or free_of(r) != 1:
+        fail("nkisim_scalar_operand_shape", op="tensor_scalar_reduce", operand="reduce_res", p=parts_of(d),
+             shape=list(r.shape))
+    s0, t0 = scalar_operand(ctx, "tensor_scalar_reduce", d, operand0, "operand0")
+    out = new_result(ctx, d.shape, out_dtype(dtype, d))
+    ins = ctx.emit("tensor_scalar", E_VECTOR, [d] + ([t0] if t0 is not None else []), (out, r),
+                   {"alu0": op0, "reduce": True})
+    values = None
+    if ctx.full:
+        v, s = f32_values(d), per_partition_values(s0, d)
+        values = execute.alu(op0, s, v) if reverse0 else execute.alu(op0, v, s)
+        write_side(r, execute.REDUCE[reduce_op](as_rows(np.asarray(values, dtype=F32)), axis=1, keepdims=True))
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, r, out))
+
+
+def tensor_partition_reduce(op: str, data, *, dtype=None, mask=None) -> Tensor:
+    """Reduce across the partitions: [P, free...] -> [1, free...] (GpSimdE)."""
+    ctx, (d,) = begin("tensor_partition_reduce", E_GPSIMD, [(data, "data")])
+    if op not in execute.REDUCE:
+        fail("nkisim_bad_argument", op="tensor_partition_reduce", detail=f"'{op}' is not a reduction operator")
+    out = new_result(ctx, (1,) + tuple(d.shape[1:]), out_dtype(dtype, d))
+    ins = ctx.emit("tensor_partition_reduce", E_GPSIMD, (d,), (out,), {"alu": op})
+    values = execute.REDUCE[op](f32_values(d), axis=0, keepdims=True) if ctx.full else None
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, out))
+
+
+def tensor_tensor_scan(data0, data1, initial, op0: str, op1: str, *, reverse0: bool = False, reverse1: bool = False,
+                       dtype=None, mask=None) -> Tensor:
+    """Scan along the free axis: r[i] = (data0[i] op0 r[i-1]) op1 data1[i], r[-1] = initial (VectorE)."""
+    ctx, (a, b) = begin("tensor_tensor_scan", E_VECTOR, [(data0, "data0"), (data1, "data1")])
+    if tuple(a.shape) != tuple(b.shape):
+        fail("nkisim_shape_mismatch", op="tensor_tensor_scan", shapes=[list(a.shape), list(b.shape)], detail="")
+    init, ti = scalar_operand(ctx, "tensor_tensor_scan", a, initial, "initial")
+    out = new_result(ctx, a.shape, out_dtype(dtype, a))
+    ins = ctx.emit("tensor_tensor_scan", E_VECTOR, [a, b] + ([ti] if ti is not None else []), (out,),
+                   {"alu0": op0, "alu1": op1})
+    values = None
+    if ctx.full:
+        x, y = as_rows(f32_values(a)), as_rows(f32_values(b))
+        r0 = per_partition_values(init, a).reshape(-1, 1) if isinstance(init, Tensor) else np.float32(init)
+        r = np.broadcast_to(r0, (x.shape[0], 1)).astype(F32)
+        res = np.empty_like(x)
+        for i in range(x.shape[1]):
+            xi = x[:, i:i + 1]
+            t = execute.alu(op0, r, xi) if reverse0 else execute.alu(op0, xi, r)
+            r = execute.alu(op1, y[:, i:i + 1], t) if reverse1 else execute.alu(op1, t, y[:, i:i + 1])
+            r = np.asarray(r, dtype=F32)
+            res[:, i:i + 1] = r
+        values = res.reshape(a.shape)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, a, b, out))
+
+
+# ---- statistics ------------------------------------------------------------------------------------------------
+def bn_stats(data, *, dtype=None, mask=None) -> Tensor:
+    """[P, F <= 512] -> [P, 6]: (count, mean, variance * count) of the even and of the odd elements (VectorE)."""
+    ctx, (d,) = begin("bn_stats", E_VECTOR, [(data, "data")])
+    f = free_of(d)
+    if f > 512:
+        fail("nkisim_bad_argument", op="bn_stats", detail=f"at most 512 elements per partition "
+             f"(nl.tile_size.bn_stats_fmax), got {f}")
+    out = new_result(ctx, (parts_of(d), 6), out_dtype(dtype, d))
+    ins = ctx.emit("bn_stats", E_VECTOR, (d,), (out,), {})
+    m_out, m_in = _input_mask(mask, out, d)
+    values = None
+    if ctx.full:
+        v = as_rows(f32_values(d)).astype(np.float64)
+        keep = np.ones(v.shape, dtype=bool) if m_in is None else as_rows(np.broadcast_to(m_in, d.shape))
+        cols = []
+        for half, k in ((v[:, 0::2], keep[:, 0::2]), (v[:, 1::2], keep[:, 1::2])):
+            n = k.sum(axis=1).astype(np.float64)
+            safe = np.where(n > 0, n, 1.0)
+            mean = np.where(k, half, 0.0).sum(axis=1) / safe
+            m2 = np.where(k, (half - mean[:, None]) ** 2, 0.0).sum(axis=1)
+            cols += [n, mean, m2]
+        values = np.stack(cols, axis=1).astype(F32)
+    return finish(ctx, ins, out, values, m_out)
+
+
+def _input_mask(mask, out: Tensor, data: Tensor):
+    """(mask over the output, mask over the input) of an instruction whose output is shaped differently from its
+    input.  A predicate over the output's index variables masks output elements; one over the input's free
+    indices (AWS's layernorm tutorial v2: ``nisa.bn_stats(x[i_p, j*512 + i_f], mask=(j*512 + i_f < F))`` on the
+    last, partial chunk) leaves the masked-off input elements out, and only partitions with no element left keep
+    their old output."""
+    try:
+        return mask_values(mask, out.shape, data, out), None
+    except NKIError as exc:
+        if exc.code != "nkisim_shape_mismatch":
+            raise
+    m_in = np.broadcast_to(mask_values(mask, data.shape, data), data.shape)
+    rows = as_rows(m_in).any(axis=1)
+    return np.broadcast_to(rows.reshape((-1,) + (1,) * (len(out.shape) - 1)), out.shape), m_in
+
+
+def bn_aggr(data, *, dtype=None, mask=None) -> Tensor:
+    """[P, 3k] (count, mean, variance * count) tuples -> [P, 2]: (mean, variance) of all of them (VectorE)."""
+    ctx, (d,) = begin("bn_aggr", E_VECTOR, [(data, "data")])
+    f = free_of(d)
+    if f % 3:
+        fail("nkisim_bad_argument", op="bn_aggr", detail=f"the free size must be a multiple of 3, got {f}")
+    out = new_result(ctx, (parts_of(d), 2), out_dtype(dtype, d))
+    ins = ctx.emit("bn_aggr", E_VECTOR, (d,), (out,), {})
+    values = None
+    if ctx.full:
+        t = as_rows(f32_values(d)).astype(np.float64).reshape(parts_of(d), -1, 3)
+        cnt, mean, m2 = t[..., 0], t[..., 1], t[..., 2]
+        total = cnt.sum(axis=1)
+        safe = np.where(total > 0, total, 1.0)
+        mu = (cnt * mean).sum(axis=1) / safe
+        var = (m2 + cnt * (mean - mu[:, None]) ** 2).sum(axis=1) / safe
+        values = np.stack([mu, var], axis=1).astype(F32)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, out))
+
+
+def range_select(on_true_tile, comp_op0: str, comp_op1: str, bound0, bound1, *, reduce_res=None,
+                 reduce_op: str = "maximum", reduce_cmd: int = 0, range_start: int = 0,
+                 on_false_value=-3.4028235e38, dtype=None, mask=None) -> Tensor:
+    """out[p, j] = (comp_op0(j + range_start, bound0[p]) and comp_op1(j + range_start, bound1[p])) ? in : false
+    value; each row's reduction goes into VectorE's reduction registers as ``reduce_cmd`` says (idle, reset, reduce,
+    reset_reduce: ops.reduce_registers) and ``reduce_res`` reads the registers out."""
+    ctx, (src,) = begin("range_select", E_VECTOR, [(on_true_tile, "on_true_tile")])
+    if ctx.target == "trn1":  # nki.isa.range_select docs: "Available only on NeuronCore-v3 and beyond."
+        fail("nkisim_engine_op_unsupported", op="range_select", engine="Vector Engine", target=ctx.target,
+             detail="range_select is available only on NeuronCore-v3 (trn2) and beyond")
+    b0, t0 = scalar_operand(ctx, "range_select", src, bound0, "bound0")
+    b1, t1 = scalar_operand(ctx, "range_select", src, bound1, "bound1")
+    out = new_result(ctx, src.shape, out_dtype(dtype, src))
+    dsts = (out,) if reduce_res is None else (out, reduce_res)
+    ins = ctx.emit("range_select", E_VECTOR, [src] + [t for t in (t0, t1) if t is not None], dsts,
+                   {"alu": comp_op0, "reduce": reduce_res is not None})
+    values = None
+    if ctx.full:
+        v = as_rows(f32_values(src))
+        j = np.arange(v.shape[1], dtype=F32)[None, :] + np.float32(range_start)
+        lo = per_partition_values(b0, src).reshape(-1, 1)
+        hi = per_partition_values(b1, src).reshape(-1, 1)
+        keep = execute.alu(comp_op0, j, lo).astype(bool) & execute.alu(comp_op1, j, hi).astype(bool)
+        values = np.where(keep, v, np.float32(on_false_value)).reshape(src.shape)
+        # the VectorE reduction registers persist across instructions; reduce_res only reads them out
+        regs = reduce_registers(ctx, E_VECTOR, reduce_cmd, reduce_op, as_rows(values))
+        if reduce_res is not None:
+            write_side(reduce_res, regs)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, src, out))
+
+
+def select_reduce(dst: Tensor, predicate, on_true, on_false, *, reduce_res=None, reduce_cmd: int = 0,
+                  reduce_op: str = "maximum", reverse_pred: bool = False, dtype=None, mask=None) -> Tensor:
+    """dst = predicate ? on_true : on_false (VectorE, in place), each row's max going into VectorE's reduction
+    registers as ``reduce_cmd`` says ("reset_reduce: Reset accumulators to -inf, then accumulate"; the registers
+    are shared with range_select) and ``reduce_res`` reading them out (2.26 nki.isa.select_reduce docs)."""
+    op = "select_reduce"
+    ctx, (d, p, t) = begin(op, E_VECTOR, [(dst, "dst"), (predicate, "predicate"), (on_true, "on_true")])
+    check_writable(d)
+    if parts_of(p) != parts_of(d) or parts_of(t) != parts_of(d) or free_of(p) != free_of(d) \
+            or free_of(t) != free_of(d):
+        fail("nkisim_shape_mismatch", op=op, shapes=[list(d.shape), list(p.shape), list(t.shape)],
+             detail=": dst, predicate and on_true must have the same partitions and elements per partition")
+    if reduce_op != "maximum":
+        fail("nkisim_bad_argument", op=op, detail=f"reduce_op must be max (np.max / nl.maximum), got '{reduce_op}'")
+    fv, tf = scalar_operand(ctx, op, t, on_false, "on_false")
+    srcs = [p, t] + ([tf] if tf is not None else [])
+    dsts = (d,) if reduce_res is None else (d, reduce_res)
+    ctx.emit(op, E_VECTOR, srcs, dsts, {"reduce": reduce_res is not None})
+    m = mask_values(mask, d.shape, p, t, d)
+    if ctx.full:
+        cond = as_rows(f32_values(p)) != 0
+        if reverse_pred:
+            cond = ~cond
+        false_vals = per_partition_values(fv, t).reshape(-1, 1) if isinstance(fv, Tensor) else np.float32(fv)
+        vals = np.where(cond, as_rows(f32_values(t)), false_vals)
+        if reduce_res is not None or reduce_cmd:
+            regs = reduce_registers(ctx, E_VECTOR, reduce_cmd, "maximum", vals)
+            if reduce_res is not None:
+                write_side(reduce_res, regs)
+        out_dt = out_dtype(dtype, d)
+        write(d, execute.cast(execute.cast(vals, out_dt).reshape(d.shape), d.dtype), m)
+        mark_written(d, m)
+    return d
+
+
+# ---- top-8 search ----------------------------------------------------------------------------------------------
+def max8(src, *, dtype=None, mask=None) -> Tensor:
+    """The 8 largest values of each partition, descending: [P, F >= 8] -> [P, 8] (VectorE)."""
+    ctx, (s,) = begin("max8", E_VECTOR, [(src, "src")])
+    f = free_of(s)
+    if not 8 <= f <= 16384:
+        fail("nkisim_bad_argument", op="max8", detail=f"the free size must be in [8, 16384], got {f}")
+    out = new_result(ctx, (parts_of(s), 8), out_dtype(dtype, s))
+    ins = ctx.emit("max8", E_VECTOR, (s,), (out,), {})
+    values = -np.sort(-as_rows(f32_values(s)), axis=1)[:, :8] if ctx.full else None
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, s, out))
+
+
+def _first_positions(v: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """Per partition, the position of the first element equal to each of vals (duplicates take later positions)."""
+    p, f = v.shape
+    idx = np.zeros(vals.shape, dtype=np.int64)
+    for r in range(p):
+        used: set[int] = set()
+        for k, x in enumerate(vals[r]):
+            hits = np.flatnonzero(v[r] == x)
+            pos = next((int(h) for h in hits if int(h) not in used), int(hits[0]) if hits.size else 0)
+            used.add(pos)
+            idx[r, k] = pos
+    return idx
+
+
+def nc_find_index8(data, vals, *, dtype=np.uint32, mask=None) -> Tensor:
+    """Per partition, the index in data of each of the 8 values in vals: -> [P, 8] (VectorE)."""
+    ctx, (d, v8) = begin("nc_find_index8", E_VECTOR, [(data, "data"), (vals, "vals")])
+    out = new_result(ctx, (parts_of(d), 8), dtypes.to_dtype(dtype))
+    ins = ctx.emit("nc_find_index8", E_VECTOR, (d, v8), (out,), {})
+    values = _first_positions(as_rows(f32_values(d)), as_rows(f32_values(v8))[:, :8]) if ctx.full else None
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, v8, out))
+
+
+def nc_match_replace8(data, vals, imm, *, dst_idx: Tensor | None = None, dtype=None, mask=None) -> Tensor:
+    """data with the first occurrence of each of the 8 values per partition replaced by imm; their positions go to
+    dst_idx when given (VectorE)."""
+    ctx, (d, v8) = begin("nc_match_replace8", E_VECTOR, [(data, "data"), (vals, "vals")])
+    out = new_result(ctx, d.shape, out_dtype(dtype, d))
+    dsts = (out,) if dst_idx is None else (out, dst_idx)
+    ins = ctx.emit("nc_match_replace8", E_VECTOR, (d, v8), dsts, {})
+    values = None
+    if ctx.full:
+        v = as_rows(f32_values(d)).copy()
+        pos = _first_positions(v, as_rows(f32_values(v8))[:, :8])
+        np.put_along_axis(v, pos, np.float32(imm), axis=1)
+        values = v.reshape(d.shape)
+        if dst_idx is not None:
+            write_side(dst_idx, pos)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, v8, out))

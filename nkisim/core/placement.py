@@ -1,0 +1,262 @@
+"""Direct allocation: tensors the kernel places itself at real SBUF byte offsets / PSUM banks.
+
+The legacy API spells it ``buffer=ncc.sbuf.mod_alloc(base_addr=..., num_free_tiles=...)``,
+``ncc.psum.mod_alloc(base_bank=..., num_bank_tiles=...)`` and ``ncc.sbuf.alloc(func)`` / ``ncc.psum.alloc(func)``
+(``nkisim/frontends/legacy/compiler.py`` wraps these classes in :class:`~nkisim.core.buffers.BufferSpec`s);
+:func:`nkisim.core.buffers.allocate` calls a spec's ``place``.  Placements are views of one per-kernel arena per
+memory (``KernelContext.sbuf_arena`` / ``psum_arena``), so overlapping placements alias as they do on hardware; a
+newly placed PSUM tensor starts fresh accumulation groups (``KernelContext.psum_arena_acc``).  Placements nkisim
+cannot express as views get storage of their own (docs/nkisim.md, "Direct allocation").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nkisim.core.context import KernelContext, traced_once
+from nkisim.core.instr import Buf
+from nkisim.core.memory import Allocation, base_addr, make_storage
+from nkisim.core.rules import fail, message
+from nkisim.core.tensor import Tensor
+
+
+class SbufModAlloc:
+    """Direct SBUF placement: block i of the tensor lands at base_addr + (i % num_free_tiles) * tile bytes."""
+
+    def __init__(self, base_addr: int, base_partition: int, num_par_tiles, num_free_tiles) -> None:
+        self.base_addr = int(base_addr)
+        self.base_partition = int(base_partition)
+        self.num_free_tiles = tuple(int(n) for n in (num_free_tiles or ()))
+
+    def place(self, ctx: KernelContext, dims, pdim, dt, name, bytes_pp) -> Tensor:
+        self.base_addr = traced_once(ctx, self.base_addr)
+        if self.base_partition != 0:
+            fail("nkisim_direct_alloc", detail=f"base_partition must be 0 (got {self.base_partition})")
+        if ctx.direct_alloc is False:
+            fail("nkisim_direct_alloc", detail="automatic (nl.sbuf) and direct (ncc.sbuf.mod_alloc) allocation "
+                  "cannot be mixed in one kernel")
+        ctx.direct_alloc = True
+        arena = _sbuf_arena(ctx)
+        nblocks = 1
+        for d in dims[:pdim]:
+            nblocks *= d
+        tile_bytes = bytes_pp // max(nblocks, 1)
+        wrap = self.num_free_tiles[0] if self.num_free_tiles and pdim == 1 else 0
+        used_blocks = min(nblocks, wrap) if wrap else nblocks
+        end = self.base_addr + used_blocks * tile_bytes
+        if self.base_addr < 0 or end > ctx.limits.sbuf_usable_bytes:
+            detail = (f"tensor '{name or 'tile'}' at base_addr {self.base_addr} needs bytes [{self.base_addr}, {end}) "
+                      f"per partition, beyond the {ctx.limits.sbuf_usable_bytes} usable")
+            # nki.simulate_kernel does not check capacity (rules.NKICapacityWarning): past the usable bytes but
+            # inside the physical partition it warns; memory that does not exist is still an error
+            if ctx.mem.simulate and self.base_addr >= 0 and end <= ctx.limits.sbuf_bytes_per_partition:
+                ctx.mem.overflows.append(message("nkisim_direct_alloc", detail=detail))
+            else:
+                fail("nkisim_direct_alloc", detail=detail)
+        parts = dims[pdim]
+        raw = arena.base[:parts, self.base_addr:end]
+        free_shape = dims[pdim + 1:]
+        phys = raw.view(dt).reshape((parts, used_blocks) + free_shape) if pdim == 1 else \
+            raw.view(dt).reshape((parts,) + dims[:pdim] + free_shape)
+        view = np.moveaxis(phys, 0, pdim) if pdim else phys
+        alloc = Allocation(Buf.SBUF, arena.base, arena.phys, None, name, bytes_pp, None)
+        alloc.addr = base_addr(arena)
+        alloc.row_bytes = arena.row_bytes
+        if wrap and nblocks > wrap:
+            alloc.block_mod = wrap
+            return ctx.tensor_type(alloc, view, pdim, shape=dims)
+        return ctx.tensor_type(alloc, view, pdim)
+
+
+def _sbuf_arena(ctx: KernelContext) -> Allocation:
+    arena = ctx.sbuf_arena
+    if arena is None:
+        lim = ctx.limits
+        base = np.full((lim.pmax, lim.sbuf_bytes_per_partition), 0xFF, dtype=np.uint8)  # NaN-poisoned
+        arena = Allocation(Buf.SBUF, base, ctx.mem.new_phys(), None, "sbuf_arena", 0, None)
+        arena.row_bytes = lim.sbuf_bytes_per_partition
+        ctx.sbuf_arena = arena
+    return arena
+
+
+class PsumModAlloc:
+    """Direct PSUM placement: block i of the tensor lands in bank base_bank + (i % num_bank_tiles) at byte
+    base_addr of the bank, so blocks beyond num_bank_tiles alias earlier ones as on hardware (AWS's allocated
+    fused RMSNorm+QKV puts 16 transposed tiles in one bank this way)."""
+
+    def __init__(self, base_bank: int, base_addr: int, num_bank_tiles) -> None:
+        self.base_bank = int(base_bank)
+        self.base_addr = int(base_addr)
+        self.num_bank_tiles = tuple(int(n) for n in (num_bank_tiles or ()))
+
+    def place(self, ctx: KernelContext, dims, pdim, dt, name, bytes_pp) -> Tensor:
+        self.base_bank, self.base_addr = traced_once(ctx, (self.base_bank, self.base_addr))
+        lim = ctx.limits
+        bank = lim.psum_bank_bytes
+        nbanks = lim.psum_bytes_per_partition // bank
+        nblocks = 1
+        for d in dims[:pdim]:
+            nblocks *= d
+        tile_bytes = bytes_pp // max(nblocks, 1)
+        if pdim > 1 and any(0 < n < d for n, d in zip(self.num_bank_tiles, dims[:pdim])):
+            # modulo wrap over several block dimensions is not a strided view: unaliased blocks (values agree for
+            # kernels that do not rely on the aliasing; docs/nkisim.md)
+            return _unaliased(ctx, Buf.PSUM, dims, pdim, dt, name, bytes_pp)
+        wrap = self.num_bank_tiles[0] if self.num_bank_tiles and pdim == 1 else 0
+        used = min(nblocks, wrap) if wrap else nblocks
+        stride = -(-tile_bytes // bank) * bank
+        start = self.base_bank * bank + self.base_addr
+        end = start + (used - 1) * stride + tile_bytes
+        if self.base_bank < 0 or self.base_addr < 0 or end > nbanks * bank:
+            fail("nkisim_direct_alloc", detail=f"PSUM tensor '{name or 'tile'}' at bank {self.base_bank} + "
+                  f"{self.base_addr} B needs bytes [{start}, {end}) per partition, beyond the {nbanks} banks of "
+                  f"{bank} B")
+        arena = _psum_arena(ctx)
+        parts = dims[pdim]
+        raw = arena.base[:parts]
+        blocks = np.lib.stride_tricks.as_strided(raw[:, start:], shape=(parts, used, tile_bytes),
+                                                  strides=(raw.strides[0], stride, 1))
+        free_shape = dims[pdim + 1:]
+        phys = blocks.view(dt).reshape((parts, used) + free_shape)
+        if pdim == 0:
+            view = phys.reshape((parts,) + free_shape)
+        else:
+            view = np.moveaxis(phys.reshape((parts,) + (tuple(dims[:pdim]) if not wrap else (used,)) + free_shape),
+                                0, pdim)
+        typed = arena.base.view(dt)
+        alloc = Allocation(Buf.PSUM, typed, arena.phys, None, name, bytes_pp, None)
+        alloc.addr = base_addr(arena)
+        alloc.row_bytes = arena.row_bytes
+        if ctx.full:  # accumulation-group flags, shared by the tensors of one dtype placed in the arena
+            flags = ctx.psum_arena_acc.get(dt)
+            if flags is None:
+                flags = ctx.psum_arena_acc[dt] = np.zeros(typed.shape, dtype=bool)
+            alloc.acc = flags
+            _fresh_groups(ctx, parts, [start + b * stride for b in range(used)], tile_bytes)
+        if wrap and nblocks > wrap:
+            alloc.block_mod = wrap
+            return ctx.tensor_type(alloc, view, pdim, shape=dims)
+        return ctx.tensor_type(alloc, view, pdim)
+
+
+def _unaliased(ctx: KernelContext, kind, dims, pdim, dt, name, bytes_pp) -> Tensor:
+    """Storage of its own for a directly allocated tensor whose placement nkisim cannot express as a view.
+
+    Its blocks then neither alias other placements nor share their buffer's hazards, as they would on hardware,
+    so the trace records how many such tensors the kernel made (``meta["unaliased_placements"]``): the grader
+    gives such a timing no credit (grader/plausibility.py; grading security, G7)."""
+    meta = ctx.trace.meta
+    meta["unaliased_placements"] = int(meta.get("unaliased_placements", 0)) + 1
+
+    base, view = make_storage(tuple(dims), pdim, dt, None, not ctx.full)
+    alloc = Allocation(kind, base, ctx.mem.new_phys(), None, name, bytes_pp, None)
+    if kind == Buf.PSUM and ctx.full:
+        alloc.acc = np.zeros(base.shape, dtype=bool)
+    return ctx.tensor_type(alloc, view, pdim, off=0)
+
+
+class CallbackAlloc:
+    """``ncc.sbuf.alloc(func)`` / ``ncc.psum.alloc(func)``: ``func(block_idx, pdim_size, fdim_bytes)`` places each
+    logical block ((start_partition, byte_addr) for SBUF, (bank, start_partition, byte_addr) for PSUM).  Placements
+    affine in the block index (the usual case: fixed strides, banks per interleave group) become a view of the
+    arena, aliasing like hardware; any other placement gets storage of its own."""
+
+    def __init__(self, func, kind) -> None:
+        self.func = func
+        self.kind = kind
+
+    def _call(self, idx, pdim_size, fdim_size):
+        # AWS's allocated attention passes functools.partial(f, bank_map=...) with f(bank_map, idx, pdim_size,
+        # fdim_size): the compiler calls by keyword; plain lambdas with other parameter names get positions
+        try:
+            return self.func(idx=idx, pdim_size=pdim_size, fdim_size=fdim_size)
+        except TypeError:
+            return self.func(idx, pdim_size, fdim_size)
+
+    def place(self, ctx: KernelContext, dims, pdim, dt, name, bytes_pp) -> Tensor:
+        import itertools
+
+        psum_kind = self.kind == Buf.PSUM
+        lim = ctx.limits
+        block_dims = tuple(dims[:pdim])
+        parts = dims[pdim]
+        nblocks = 1
+        for d in block_dims:
+            nblocks *= d
+        tile_bytes = bytes_pp // max(nblocks, 1)
+        addrs = {}
+        for idx in itertools.product(*(range(d) for d in block_dims)):
+            got = tuple(int(v) for v in self._call(idx, parts, tile_bytes))
+            if psum_kind:
+                if len(got) != 3:
+                    raise ValueError(f"ncc.psum.alloc: the placement function must return (bank, start_partition, "
+                                     f"byte_addr), got {got!r} for block {idx}")
+                bank, start_p, addr = got
+                addr += bank * lim.psum_bank_bytes
+            else:
+                if len(got) != 2:
+                    raise ValueError(f"ncc.sbuf.alloc: the placement function must return (start_partition, "
+                                     f"byte_addr), got {got!r} for block {idx}")
+                start_p, addr = got
+            if start_p != 0:
+                fail("nkisim_direct_alloc", detail=f"start_partition must be 0 (got {start_p} for block {idx})")
+            addrs[idx] = addr
+        if not psum_kind:
+            if ctx.direct_alloc is False:
+                fail("nkisim_direct_alloc", detail="automatic (nl.sbuf) and direct (ncc.sbuf.alloc) allocation "
+                      "cannot be mixed in one kernel")
+            ctx.direct_alloc = True
+        row = lim.psum_bytes_per_partition if psum_kind else lim.sbuf_usable_bytes
+        lo, hi = min(addrs.values()), max(addrs.values()) + tile_bytes
+        if lo < 0 or hi > row:
+            detail = f"tensor '{name or 'tile'}' placed at bytes [{lo}, {hi}) per partition, beyond the {row} available"
+            if ctx.mem.simulate and not psum_kind and lo >= 0 and hi <= lim.sbuf_bytes_per_partition:
+                ctx.mem.overflows.append(message("nkisim_direct_alloc", detail=detail))  # as in mod_alloc
+            else:
+                fail("nkisim_direct_alloc", detail=detail)
+        zero = (0,) * pdim
+        steps = []
+        for d in range(pdim):
+            unit = tuple(1 if k == d else 0 for k in range(pdim))
+            steps.append(addrs[unit] - addrs[zero] if block_dims[d] > 1 else 0)
+        affine = all(addrs[idx] == addrs[zero] + sum(i * st for i, st in zip(idx, steps)) for idx in addrs)
+        if not affine:
+            return _unaliased(ctx, self.kind, dims, pdim, dt, name, bytes_pp)
+        arena = _psum_arena(ctx) if psum_kind else _sbuf_arena(ctx)
+        raw = arena.base[:parts]
+        blocks = np.lib.stride_tricks.as_strided(raw[:, addrs[zero]:], shape=(parts,) + block_dims + (tile_bytes,),
+                                                  strides=(raw.strides[0],) + tuple(steps) + (1,))
+        phys = blocks.view(dt).reshape((parts,) + block_dims + tuple(dims[pdim + 1:]))
+        view = np.moveaxis(phys, 0, pdim) if pdim else phys
+        typed = arena.base.view(dt) if psum_kind else arena.base
+        alloc = Allocation(self.kind, typed, arena.phys, None, name, bytes_pp, None)
+        alloc.addr = base_addr(arena)
+        alloc.row_bytes = arena.row_bytes
+        if psum_kind and ctx.full:
+            flags = ctx.psum_arena_acc.get(dt)
+            if flags is None:
+                flags = ctx.psum_arena_acc[dt] = np.zeros(typed.shape, dtype=bool)
+            alloc.acc = flags
+            _fresh_groups(ctx, parts, list(addrs.values()), tile_bytes)
+        return ctx.tensor_type(alloc, view, pdim)
+
+
+def _fresh_groups(ctx: KernelContext, parts: int, starts: list[int], tile_bytes: int) -> None:
+    """A newly allocated PSUM tensor starts new accumulation groups: its first nc_matmul overwrites, as for an
+    automatically allocated one, even where an earlier tensor (e.g. the previous iteration's) used the same bank
+    (AWS's allocated SD attention re-declares ``attn_res_psum`` per q tile and accumulates with ``+=``)."""
+    for dt, flags in ctx.psum_arena_acc.items():
+        isz = np.dtype(dt).itemsize
+        for a in starts:
+            flags[:parts, a // isz:-(-(a + tile_bytes) // isz)] = False
+
+
+def _psum_arena(ctx: KernelContext) -> Allocation:
+    arena = ctx.psum_arena
+    if arena is None:
+        lim = ctx.limits
+        base = np.full((lim.pmax, lim.psum_bytes_per_partition), 0xFF, dtype=np.uint8)  # NaN-poisoned
+        arena = Allocation(Buf.PSUM, base, ctx.mem.new_phys(), None, "psum_arena", 0, None)
+        arena.row_bytes = lim.psum_bytes_per_partition
+        ctx.psum_arena = arena
+    return arena
