@@ -1,0 +1,365 @@
+"""What the screen knows about a file before it walks it: AST helpers and :class:`ModuleFacts` (import aliases,
+module-derived names, which functions are kernels and which helpers they call, the call graph).
+
+The NKI namespaces come from the front-end registry (``nkisim.frontends``): a name like ``nl.add`` resolves to
+``neuronxcc.nki.language.add`` or ``nki.language.add`` through the file's imports, and :func:`namespace_of` says
+which front end it belongs to.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator
+
+from nkisim.frontends import FRONT_ENDS, FrontEnd
+
+# Launchers and decorators that make a function a kernel (under any NKI namespace); legacy ``ncc.*`` directives too.
+KERNEL_DECORATORS = frozenset({"jit", "baremetal", "benchmark", "profile", "simulate_kernel"})
+
+
+def namespace_of(path: str) -> FrontEnd | None:
+    """The front end whose namespace a canonical dotted path lies in (``nki.isa.dma_copy`` -> the nki front end)."""
+    for fe in FRONT_ENDS:
+        if fe.owns(path):
+            return fe
+    return None
+
+
+def namespaces_imported(tree: ast.Module) -> dict[FrontEnd, int]:
+    """Front ends whose namespace the file imports, with the line of the first such import."""
+    found: dict[FrontEnd, int] = {}
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            fe = namespace_of(name)
+            if fe is not None and (fe not in found or node.lineno < found[fe]):
+                found[fe] = node.lineno
+    return found
+
+
+COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def name_chain(node: ast.AST) -> tuple[str, list[str]] | None:
+    """``a.b.c`` -> ("a", ["b", "c"]); None if the expression is not a pure name/attribute chain."""
+    attrs: list[str] = []
+    while isinstance(node, ast.Attribute):
+        attrs.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return node.id, attrs[::-1]
+    return None
+
+
+def root_name(node: ast.AST) -> ast.Name | None:
+    """Name at the base of an attribute/subscript chain (``a`` in ``a.b[0].c``); None through calls."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node if isinstance(node, ast.Name) else None
+
+
+def is_super_call(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "super"
+        and not node.args
+        and not node.keywords
+    )
+
+
+def has_attribute_hop(node: ast.AST) -> bool:
+    """True if an attribute/subscript chain goes through an attribute or starts at a call (``a.b[0]``)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Attribute):
+            return True
+        node = node.value
+    return not isinstance(node, ast.Name)
+
+
+def finally_exits(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """return/break/continue statements that leave a finally block (and so discard a pending exception)."""
+    stack: list[tuple[ast.AST, bool]] = [(stmt, False) for stmt in body]  # (node, inside a loop of the block)
+    while stack:
+        node, in_loop = stack.pop()
+        if isinstance(node, ast.Return) or (isinstance(node, (ast.Break, ast.Continue)) and not in_loop):
+            yield node  # type: ignore[misc]
+        if isinstance(node, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            continue
+        loop = in_loop or isinstance(node, (ast.For, ast.AsyncFor, ast.While))
+        stack.extend((child, loop) for child in ast.iter_child_nodes(node))
+
+
+def bound_names(scope: ast.AST) -> set[str]:
+    """Names local to a function/lambda/comprehension scope (parameters and bindings in its own body)."""
+    names: set[str] = set()
+    declared_global: set[str] = set()
+    if isinstance(scope, (*FUNCTIONS, ast.Lambda)):
+        a = scope.args
+        for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
+            if arg is not None:
+                names.add(arg.arg)
+        body: list[ast.AST] = list(scope.body) if isinstance(scope, FUNCTIONS) else [scope.body]
+    elif isinstance(scope, COMPREHENSIONS):
+        body = [gen.target for gen in scope.generators]
+    else:
+        return names
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (*FUNCTIONS, ast.ClassDef)):
+            names.add(node.name)
+            continue  # its body is another scope
+        elif isinstance(node, (ast.Lambda, *COMPREHENSIONS)):
+            continue
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            declared_global.update(node.names)
+        elif hasattr(ast, "MatchAs") and isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            names.add(node.name)
+        stack.extend(ast.iter_child_nodes(node))
+    return names - declared_global
+
+
+class ModuleFacts:
+    """Import aliases, module-derived ("tainted") names, kernels and their helpers, the call graph."""
+
+    def __init__(self, tree: ast.Module, extra_kernels: Iterable[str] = ()) -> None:
+        self.tree = tree
+        self.nodes: list[ast.AST] = list(ast.walk(tree))  # every pass below reuses this one walk
+        self.aliases: dict[str, str] = {}  # local name -> canonical dotted path ("nl" -> "neuronxcc.nki.language")
+        self._collect_imports()
+        self.tainted: set[str] = set(self.aliases)  # names that may hold a module or a module attribute
+        self.param_taint: set[tuple[int, str]] = set()  # (id(function node), parameter) receiving module objects
+        self.classes = {n.name for n in self.nodes if isinstance(n, ast.ClassDef)}
+        self.functions: dict[str, list[ast.AST]] = {}  # module-level def name -> defs
+        for node in tree.body:
+            if isinstance(node, FUNCTIONS):
+                self.functions.setdefault(node.name, []).append(node)
+        self._propagate_taint()
+        self.kernels: set[int] = set()
+        for node in self.nodes:
+            if isinstance(node, FUNCTIONS) and (
+                node.name in extra_kernels or any(self.is_kernel_decorator(d) for d in node.decorator_list)
+            ):
+                self.kernels.add(id(node))
+        self.calls = self._call_graph()
+        self.kernel_code: dict[int, str] = self._kernel_closure()  # id(def) -> "kernel" | "kernel helper"
+
+    # imports and aliases -----------------------------------------------------------------------------------
+    def _collect_imports(self) -> None:
+        for node in self.nodes:
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname:
+                        self.aliases[a.asname] = a.name
+                    else:
+                        top = a.name.split(".")[0]
+                        self.aliases[top] = top
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for a in node.names:
+                    if a.name != "*":
+                        self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        # Local names bound to a pure chain of an alias (`d = np.sctypeDict`, `add = nl.add`), to a fixpoint;
+        # only names never bound any other way (`buf = nl.sbuf` here and `buf = nl.ndarray(...)` there is a
+        # tile name, not an alias).
+        chains = [
+            node
+            for node in self.nodes
+            if isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and name_chain(node.value) is not None
+        ]
+        chain_ids = {id(node.targets[0]) for node in chains}
+        other: set[str] = set()
+        for n in self.nodes:
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and id(n) not in chain_ids:
+                other.add(n.id)
+            elif isinstance(n, ast.arg):
+                other.add(n.arg)
+            elif isinstance(n, (*FUNCTIONS, ast.ClassDef)):
+                other.add(n.name)
+        changed = True
+        while changed:
+            changed = False
+            for node in chains:
+                name = node.targets[0].id
+                path = self.canonical(node.value)
+                if path is not None and name not in self.aliases and name not in other:
+                    self.aliases[name] = path
+                    changed = True
+
+    def canonical(self, node: ast.AST) -> str | None:
+        """Dotted path of an expression via import aliases (``nl.add``: neuronxcc.nki.language.add)."""
+        if isinstance(node, ast.Call):
+            return self.canonical(node.func)
+        chain = name_chain(node)
+        if chain is None or chain[0] not in self.aliases:
+            return None
+        return ".".join([self.aliases[chain[0]], *chain[1]])
+
+    def is_kernel_decorator(self, node: ast.AST) -> bool:
+        path = self.canonical(node)
+        if path is not None:
+            fe = namespace_of(path)
+            if fe is None or path == fe.namespace:
+                return False
+            if path.startswith(fe.namespace + ".compiler."):
+                return True
+            return path.split(".")[-1] in KERNEL_DECORATORS
+        target = node.func if isinstance(node, ast.Call) else node
+        chain = name_chain(target)  # unresolvable (e.g. a function checked without its imports): go by the name
+        return chain is not None and (chain[1] or [chain[0]])[-1] in (
+            KERNEL_DECORATORS | {"skip_middle_end_transformations"}
+        )
+
+    # taint -------------------------------------------------------------------------------------------------
+    def expr_tainted(self, node: ast.AST | None, func: ast.AST | None = None) -> bool:
+        if node is None:
+            return False
+        if isinstance(node, ast.Name):
+            return node.id in self.tainted or (func is not None and (id(func), node.id) in self.param_taint)
+        if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+            return self.expr_tainted(node.value, func)
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(self.expr_tainted(e, func) for e in node.elts)
+        if isinstance(node, ast.Dict):
+            return any(self.expr_tainted(v, func) for v in node.values)
+        if isinstance(node, ast.IfExp):
+            return self.expr_tainted(node.body, func) or self.expr_tainted(node.orelse, func)
+        if isinstance(node, ast.BoolOp):
+            return any(self.expr_tainted(v, func) for v in node.values)
+        if isinstance(node, ast.NamedExpr):
+            return self.expr_tainted(node.value, func)
+        return False
+
+    def _propagate_taint(self) -> None:
+        owner = owner_functions(self.tree)
+        kinds = (ast.Assign, ast.AnnAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension, ast.withitem)
+        relevant = [
+            n for n in self.nodes if isinstance(n, kinds) or (isinstance(n, ast.Call) and isinstance(n.func, ast.Name))
+        ]
+        changed = True
+        while changed:
+            changed = False
+            for node in relevant:
+                func = owner.get(id(node))
+                targets: list[ast.AST] = []
+                if isinstance(node, ast.Assign) and self.expr_tainted(node.value, func):
+                    targets = list(node.targets)
+                elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and self.expr_tainted(node.value, func):
+                    targets = [node.target]
+                elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and self.expr_tainted(
+                    node.iter, func
+                ):
+                    targets = [node.target]
+                elif (
+                    isinstance(node, ast.withitem)
+                    and node.optional_vars is not None
+                    and self.expr_tainted(node.context_expr, func)
+                ):
+                    targets = [node.optional_vars]
+                for target in targets:
+                    for name in ast.walk(target):
+                        if isinstance(name, ast.Name) and name.id not in self.tainted:
+                            self.tainted.add(name.id)
+                            changed = True
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                    for fdef in self.functions.get(node.func.id, ()):
+                        for param in self._tainted_params(fdef, node, func):
+                            if (id(fdef), param) not in self.param_taint:
+                                self.param_taint.add((id(fdef), param))
+                                changed = True
+
+    def _tainted_params(self, fdef: ast.AST, call: ast.Call, caller: ast.AST | None) -> Iterator[str]:
+        a = fdef.args  # type: ignore[attr-defined]
+        positional = [p.arg for p in (*a.posonlyargs, *a.args)]
+        every = [*positional, *(p.arg for p in a.kwonlyargs)]
+        every += [p.arg for p in (a.vararg, a.kwarg) if p is not None]
+        for i, arg in enumerate(call.args):
+            if not self.expr_tainted(arg, caller):
+                continue
+            if isinstance(arg, ast.Starred):
+                yield from every
+            elif i < len(positional):
+                yield positional[i]
+            elif a.vararg is not None:
+                yield a.vararg.arg
+        for kw in call.keywords:
+            if self.expr_tainted(kw.value, caller):
+                if kw.arg is None:
+                    yield from every
+                elif kw.arg in every:
+                    yield kw.arg
+                elif a.kwarg is not None:
+                    yield a.kwarg.arg
+
+    # kernels, helpers, call graph --------------------------------------------------------------------------
+    def _call_graph(self) -> dict[int, set[str]]:
+        """id(def) -> names of the module-level functions it calls (calls in nested defs included)."""
+        graph: dict[int, set[str]] = {}
+        roots = [n for n in self.nodes if isinstance(n, FUNCTIONS)]
+        for fdef in roots:
+            called = graph.setdefault(id(fdef), set())
+            for node in ast.walk(fdef):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.functions:
+                    called.add(node.func.id)
+        return graph
+
+    def _kernel_closure(self) -> dict[int, str]:
+        roles = {k: "kernel" for k in self.kernels}
+        todo = list(self.kernels)
+        while todo:
+            fid = todo.pop()
+            for name in self.calls.get(fid, ()):
+                for fdef in self.functions.get(name, ()):
+                    if id(fdef) not in roles:
+                        roles[id(fdef)] = "kernel helper"
+                        todo.append(id(fdef))
+        return roles
+
+    def reaches(self, start: str, goal: ast.AST) -> bool:
+        """True if module-level function ``start`` can call (transitively) the function ``goal``."""
+        seen: set[int] = set()
+        todo = [f for f in self.functions.get(start, ())]
+        while todo:
+            fdef = todo.pop()
+            if fdef is goal:
+                return True
+            if id(fdef) in seen:
+                continue
+            seen.add(id(fdef))
+            for name in self.calls.get(id(fdef), ()):
+                todo.extend(self.functions.get(name, ()))
+        return False
+
+
+def owner_functions(tree: ast.AST) -> dict[int, ast.AST]:
+    """id(node) -> innermost enclosing function/lambda node."""
+    owner: dict[int, ast.AST] = {}
+
+    def visit(node: ast.AST, current: ast.AST | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if current is not None:
+                owner[id(child)] = current
+            visit(child, child if isinstance(child, (*FUNCTIONS, ast.Lambda)) else current)
+
+    visit(tree, None)
+    return owner

@@ -1,0 +1,356 @@
+"""Sandbox rules: what kernel files may not do at all (imports, I/O, introspection, monkey-patching, ...).
+
+Checked over the WHOLE file, always severity ``error``; the grader scores a part 0 on any of them.  The allowed
+imports are NumPy, ``math``, ``typing``, ``__future__`` and the NKI namespaces of the front-end registry
+(``neuronxcc.nki`` / ``nki`` and their public submodules).  :class:`SandboxRules` is a mixin of the walker
+(``nkisim.check.walker.Checker``): its ``visit_*`` methods handle the nodes only sandbox rules look at, its
+``sandbox_*`` hooks the nodes the NKI-subset rules share.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import re
+
+from nkisim.check.analysis import (
+    FUNCTIONS,
+    finally_exits,
+    has_attribute_hop,
+    is_dunder,
+    is_super_call,
+    namespace_of,
+    root_name,
+)
+from nkisim.frontends import FRONT_ENDS
+
+_NAMESPACES = frozenset(fe.namespace for fe in FRONT_ENDS)
+# Packages that only hold a namespace (`neuronxcc` holds `neuronxcc.nki`): nothing else in them is NKI.
+_SHELL_ROOTS = {fe.root: fe for fe in FRONT_ENDS if fe.root != fe.namespace}
+
+_ALLOWED_MODULES = frozenset({"numpy", "math", "typing"})
+_FORBIDDEN_BUILTINS = frozenset(
+    "open exec eval compile globals locals vars dir getattr setattr delattr breakpoint input memoryview "
+    "help exit quit".split()
+)
+# Attribute names that are modules an import-free kernel could otherwise reach (nl.os, np.lib, ...).
+_ESCAPE_ATTRS = frozenset(
+    "os sys subprocess importlib builtins ctypes ctypeslib pickle marshal shelve socket shutil pathlib io "
+    "inspect gc threading multiprocessing concurrent signal runpy codeop types weakref tempfile glob "
+    "fcntl resource posix pty mmap sysconfig site atexit faulthandler traceback linecache pkgutil urllib "
+    "http asyncio selectors webbrowser nkisim grader lib f2py distutils extbuild np numpy neuronxcc".split()
+)
+# NumPy internals (only flagged on a NumPy receiver; np.testing stays usable in a __main__ self-test).
+_NUMPY_INTERNAL_ATTRS = frozenset({"core", "compat"})
+# Receivers that are modules: `np.append(...)` / `nl.add(...)` are functions, not list/set/dict mutation.
+_NUMPY_SUBMODULES = "random linalg fft ma char strings polynomial emath rec typing dtypes exceptions".split()
+_MODULE_PATHS = frozenset(
+    ["numpy", "math", "typing"]
+    + [p for fe in FRONT_ENDS for p in (fe.root, fe.namespace, *(f"{fe.namespace}.{m}" for m in fe.submodules))]
+    + [f"numpy.{m}" for m in _NUMPY_SUBMODULES]
+)
+_IO_ATTRS = frozenset(
+    "load save savez savez_compressed savetxt loadtxt genfromtxt fromfile fromregex memmap tofile dump "
+    "dumps DataSource open_memmap".split()
+)
+_STATE_ATTRS = frozenset(
+    "seterr seterrcall seterrobj setbufsize set_printoptions set_string_function set_numeric_ops seed set_state".split()
+)
+_INTROSPECTION_ATTRS = frozenset(
+    "gi_frame gi_code gi_yieldfrom cr_frame cr_code cr_await cr_origin ag_frame ag_code ag_await f_back "
+    "f_globals f_locals f_builtins f_code f_trace tb_frame tb_next co_code co_consts co_names "
+    "func_globals func_code func_closure cell_contents mro im_func im_self im_class "
+    # typing's evaluators run annotation strings through eval().
+    "get_type_hints ForwardRef get_annotations".split()
+)
+_MUTATING_METHODS = frozenset("append extend insert remove pop popitem clear update setdefault add discard".split())
+_FILE_OUTPUT_KWARGS = frozenset({"save_neff_name", "save_trace_name", "artifacts_dir", "working_directory"})
+_CATCH_ALL = frozenset({"BaseException", "SystemExit", "KeyboardInterrupt", "GeneratorExit"})
+# Dunder methods a helper class may define; others (__eq__, __array__, __getattr__, __del__, ...) could fool
+# comparisons or run code behind the grader's back.
+_ALLOWED_DUNDER_METHODS = frozenset({"__init__", "__repr__", "__str__"})
+_SAFE_BASES = frozenset(
+    name for name in dir(builtins) if name == "object" or (name.endswith(("Error", "Exception", "Warning")))
+)
+_ALLOWED_DUNDER_LOADS = frozenset({"__name__", "__doc__", "__debug__"})
+_ALLOWED_DUNDER_STORES = frozenset({"__all__"})
+# PEP 263 coding declaration, looked for on the first two lines as Python does.
+CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+SAFE_ENCODINGS = frozenset({"utf-8", "utf8", "utf_8", "utf-8-sig", "ascii", "us-ascii"})
+_FORMAT_PRIVATE = re.compile(r"\{[^{}]*\._")
+
+
+def _allowed_import(module: str) -> bool:
+    if module in _ALLOWED_MODULES:
+        return True
+    fe = namespace_of(module)
+    if fe is None:
+        return False
+    if module == fe.namespace:
+        return True
+    parts = module[len(fe.namespace) + 1:].split(".")
+    return parts[0] in fe.submodules and not any(p.startswith("_") for p in parts)
+
+
+class SandboxRules:
+    """Sandbox findings of the walk (a mixin: ``report``, scopes and ``facts`` come from the walker)."""
+
+    # hooks for nodes the walker visits for several rule sets ----------------------------------------------------
+    def sandbox_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, in_class_body: bool) -> None:
+        if is_dunder(node.name) and not (in_class_body and node.name in _ALLOWED_DUNDER_METHODS):
+            where = "in a class" if in_class_body else "outside a class"
+            self.report("SANDBOX-DUNDER", node, f"defining '{node.name}' {where} is not allowed")
+        a = node.args
+        for arg in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg):
+            if arg is not None and is_dunder(arg.arg):
+                self.report("SANDBOX-DUNDER", arg, f"parameter name '{arg.arg}' is not allowed")
+
+    def sandbox_class(self, node: ast.ClassDef) -> None:
+        if is_dunder(node.name):
+            self.report("SANDBOX-DUNDER", node, f"class name '{node.name}' is not allowed")
+        self._check_class_bases(node)
+
+    def sandbox_try(self, node: ast.AST) -> None:
+        for stmt in finally_exits(getattr(node, "finalbody", [])):
+            kind = type(stmt).__name__.lower()
+            self.report("SANDBOX-CATCH-ALL", stmt, f"'{kind}' in a finally block swallows any exception")
+
+    def sandbox_call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Name):
+            if func.id == "type" and len(node.args) + len(node.keywords) >= 3 and self.is_builtin("type"):
+                self.report("SANDBOX-TYPE3", node, "three-argument type() creates classes dynamically")
+        elif isinstance(func, ast.Attribute) and func.attr in _MUTATING_METHODS:
+            # np.append(...) / nl.add(...) are module functions; np.sctypeDict.update(...),
+            # type(x).table.clear() and d.update(...) with d = np.sctypeDict mutate shared state.
+            receiver = func.value
+            path = self.facts.canonical(receiver)
+            root = root_name(receiver)
+            if path in _MODULE_PATHS or (root is not None and self._is_self(root.id)):
+                pass
+            elif (isinstance(receiver, ast.Name) and path is not None) or (
+                not isinstance(receiver, (ast.Name, ast.Call)) and has_attribute_hop(receiver)
+            ):
+                self.report(
+                    "SANDBOX-MONKEYPATCH",
+                    node,
+                    f"'{ast.unparse(func)}(...)' may mutate an imported module's state",
+                )
+        for kw in node.keywords:
+            if kw.arg in _FILE_OUTPUT_KWARGS:
+                self.report("SANDBOX-FILE-OUTPUT", kw.value, f"'{kw.arg}=' makes a launcher write files")
+
+    # nodes only the sandbox rules look at ---------------------------------------------------------------------
+    def _check_class_bases(self, node: ast.ClassDef) -> None:
+        for kw in node.keywords:
+            self.report("SANDBOX-CLASS-BASE", kw.value, f"class '{node.name}' sets '{kw.arg}='")
+        for base in node.bases:
+            path = self.facts.canonical(base)
+            if isinstance(base, ast.Name) and path is None:
+                if base.id in self.facts.classes or (base.id in _SAFE_BASES and self.is_builtin(base.id)):
+                    continue
+            elif path is not None and path.startswith("typing."):
+                continue
+            self.report("SANDBOX-CLASS-BASE", base, f"class '{node.name}' derives from '{ast.unparse(base)}'")
+
+    # imports -----------------------------------------------------------------------------------------------
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            if not _allowed_import(a.name):
+                self.report("SANDBOX-IMPORT", node, f"import of '{a.name}' is not allowed in kernel files")
+            if a.asname and is_dunder(a.asname):
+                self.report("SANDBOX-DUNDER", node, f"alias '{a.asname}' is not allowed")
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if node.level:
+            self.report("SANDBOX-IMPORT", node, f"relative import 'from {'.' * node.level}{module}' is not allowed")
+            return
+        if module == "__future__":
+            return
+        names = [a.name for a in node.names]
+        shell = _SHELL_ROOTS.get(module)  # `from neuronxcc import nki`: the package around a namespace
+        if shell is not None:
+            tail = shell.namespace.split(".", 1)[1]
+            if names != [tail] or any(a.asname and a.asname != tail and is_dunder(a.asname) for a in node.names):
+                self.report("SANDBOX-IMPORT", node, f"only 'from {module} import {tail}' is allowed from {module}")
+                return
+        elif not _allowed_import(module):
+            self.report("SANDBOX-IMPORT", node, f"import from '{module}' is not allowed in kernel files")
+            return
+        for a in node.names:
+            if a.name == "*":
+                self.report("SANDBOX-IMPORT-STAR", node, f"'from {module} import *' is not allowed")
+                continue
+            if a.name.startswith("_"):
+                self.report("SANDBOX-PRIVATE", node, f"importing private name '{a.name}' from '{module}'")
+            if a.asname and is_dunder(a.asname):
+                self.report("SANDBOX-DUNDER", node, f"alias '{a.asname}' is not allowed")
+            if module == "numpy":
+                self._check_numpy_path(["numpy", a.name], node)
+            if a.name in _INTROSPECTION_ATTRS:
+                self.report("SANDBOX-INTROSPECTION", node, f"importing '{a.name}' from '{module}'")
+            if module in _NAMESPACES and a.name in _ESCAPE_ATTRS:
+                self.report("SANDBOX-MODULE-ESCAPE", node, f"importing '{a.name}' from '{module}'")
+
+    # names and attributes ----------------------------------------------------------------------------------
+    def visit_Name(self, node: ast.Name) -> None:
+        name = node.id
+        if is_dunder(name):
+            allowed = _ALLOWED_DUNDER_LOADS if isinstance(node.ctx, ast.Load) else _ALLOWED_DUNDER_STORES
+            if name not in allowed:
+                self.report("SANDBOX-DUNDER", node, f"use of '{name}' is not allowed")
+        elif isinstance(node.ctx, ast.Load):
+            if name in _FORBIDDEN_BUILTINS and self.is_builtin(name):
+                self.report("SANDBOX-BUILTIN", node, f"builtin '{name}' is not allowed in kernel files")
+            elif name.startswith("_") and name != "_" and not self._bound_anywhere(name):
+                self.report("SANDBOX-PRIVATE", node, f"private name '{name}' is not defined in this file")
+
+    def _bound_anywhere(self, name: str) -> bool:
+        cache = self._all_bound
+        if cache is None:
+            cache = set()
+            for n in self.facts.nodes:
+                if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                    cache.add(n.id)
+                elif isinstance(n, (*FUNCTIONS, ast.ClassDef)):
+                    cache.add(n.name)
+                elif isinstance(n, ast.arg):
+                    cache.add(n.arg)
+                elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                    cache.update((a.asname or a.name).split(".")[0] for a in n.names)
+                elif isinstance(n, ast.ExceptHandler) and n.name:
+                    cache.add(n.name)
+            self._all_bound = cache
+        return name in cache
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        attr = node.attr
+        if attr == "__init__" and is_super_call(node.value):
+            pass  # super().__init__(...) in a helper class's own __init__
+        elif attr.startswith("_"):
+            self.report("SANDBOX-PRIVATE", node, f"access to private attribute '.{attr}' is not allowed")
+        elif attr in _INTROSPECTION_ATTRS:
+            self.report("SANDBOX-INTROSPECTION", node, f"introspection attribute '.{attr}' is not allowed")
+        else:
+            self._check_attribute_path(node)
+        self.generic_visit(node)
+
+    def _check_attribute_path(self, node: ast.Attribute) -> None:
+        attr = node.attr
+        receiver = self.facts.canonical(node.value)
+        nki_receiver = receiver is not None and namespace_of(receiver) is not None
+        if receiver is not None and receiver.split(".")[0] == "numpy":
+            self._check_numpy_path([*receiver.split("."), attr], node)
+            return
+        shell = _SHELL_ROOTS.get(receiver) if receiver is not None else None
+        if shell is not None and f"{receiver}.{attr}" != shell.namespace:
+            self.report("SANDBOX-MODULE-ESCAPE", node, f"'{receiver}.{attr}' is outside the NKI API")
+            return
+        if attr in _ESCAPE_ATTRS:
+            self.report("SANDBOX-MODULE-ESCAPE", node, f"reaching module '{attr}' through '.{attr}' is not allowed")
+        elif not nki_receiver and attr in _IO_ATTRS:
+            # Also on receivers that cannot be resolved: `(np,)[0].load(...)`, `arr.tofile(...)`.
+            self.report("SANDBOX-NUMPY-IO", node, f"file I/O '.{attr}' is not allowed")
+
+    def _check_numpy_path(self, parts: list[str], node: ast.AST) -> None:
+        path = ".".join(parts)
+        tail = parts[1:]
+        if not tail:
+            return
+        if any(p in _ESCAPE_ATTRS for p in tail) or tail[0] in _NUMPY_INTERNAL_ATTRS:
+            self.report("SANDBOX-MODULE-ESCAPE", node, f"'{path}' reaches NumPy internals or another module")
+        elif tail[-1] in _IO_ATTRS:
+            self.report("SANDBOX-NUMPY-IO", node, f"'{path}' does file or pickle I/O")
+        elif tail[-1] in _STATE_ATTRS:
+            self.report("SANDBOX-NUMPY-STATE", node, f"'{path}' changes process-wide NumPy state")
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and _FORMAT_PRIVATE.search(node.value):
+            self.report("SANDBOX-PRIVATE", node, "format string reads a private attribute")
+
+    # statements --------------------------------------------------------------------------------------------
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        caught = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+        names = {c.id for c in caught if isinstance(c, ast.Name)}
+        if node.type is None or names & _CATCH_ALL:
+            shown = "bare 'except:'" if node.type is None else f"catching {', '.join(sorted(names & _CATCH_ALL))}"
+            self.report("SANDBOX-CATCH-ALL", node, f"{shown} would swallow the grader's timeouts")
+        self.generic_visit(node)
+
+    def visit_Global(self, node: ast.Global) -> None:
+        self.report("SANDBOX-GLOBAL", node, f"'global {', '.join(node.names)}' is not allowed")
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
+        self.report("SANDBOX-GLOBAL", node, f"'nonlocal {', '.join(node.names)}' is not allowed")
+
+    def _is_self(self, name: str) -> bool:
+        """True if ``name`` is the first parameter of the method (function in a class body) that binds it."""
+        for i in range(len(self.scopes) - 1, 0, -1):
+            scope = self.scopes[i]
+            if scope.kind not in ("function", "comprehension") or name not in scope.bound:
+                continue
+            node = scope.node
+            if self.scopes[i - 1].kind != "class" or not isinstance(node, FUNCTIONS):
+                return False
+            params = [*node.args.posonlyargs, *node.args.args]
+            return bool(params) and params[0].arg == name
+        return False
+
+    def _check_store_target(self, target: ast.AST, verb: str) -> None:
+        """Assignments that could change state shared with nkisim or the grader (monkey-patching).
+
+        Attributes may only be set on ``self`` inside a class's own methods: kernels never need more, and
+        any other object (a module, ``nl.tile_size``, a class reached through ``type(x)``) may be shared.
+        Items are written into tiles all the time, so a subscript store counts only when the container is
+        reached through an attribute (``type(x).table[k] = v``), a module name or alias
+        (``np.sctypeDict[k] = v``), or a parameter that was passed a module attribute.
+        """
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                self._check_store_target(element, verb)
+            return
+        if isinstance(target, ast.Starred):
+            self._check_store_target(target.value, verb)
+            return
+        if not isinstance(target, (ast.Attribute, ast.Subscript)):
+            return
+        root = root_name(target)
+        if root is not None and self._is_self(root.id):
+            return
+        shown = ast.unparse(target)
+        if isinstance(target, ast.Attribute):
+            self.report(
+                "SANDBOX-MONKEYPATCH",
+                target,
+                f"{verb} attribute '{shown}': only a class's own methods may set attributes (on self)",
+            )
+            return
+        func = self.current_function()
+        through_attribute = has_attribute_hop(target.value)
+        param_tainted = root is not None and func is not None and (id(func), root.id) in self.facts.param_taint
+        if through_attribute or param_tainted or (root is not None and root.id in self.facts.aliases):
+            self.report("SANDBOX-MONKEYPATCH", target, f"{verb} '{shown}' may change an imported module's state")
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            self._check_store_target(target, "assigning")
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._check_store_target(node.target, "updating")
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self._check_store_target(node.target, "assigning")
+        self.generic_visit(node)
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        for target in node.targets:
+            self._check_store_target(target, "deleting")
+        self.generic_visit(node)
+
+    def visit_For(self, node: ast.For) -> None:
+        self._check_store_target(node.target, "assigning")
+        self.generic_visit(node)

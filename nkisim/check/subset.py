@@ -1,0 +1,108 @@
+"""NKI-subset rules: Python inside kernels (and the module-level helpers they call) that the NKI compiler may
+reject or rewrite -- nested functions, classes, try/with, generators, recursion, Python ``range``, NKI calls at
+module level.  nkisim runs such code anyway; these findings never change a score (kind ``nki-subset``).
+
+Sources: the NKI Language Guide ("not all Python constructs and libraries are supported within a NKI function"),
+the ``nki.language.sequential_range`` notes ("any use of Python range(...) will be replaced with
+sequential_range(...)"), the NKI error catalogue (err_nki_api_outside_of_nki_kernel,
+err_dynamic_control_flow_not_supported) and the Fall 2025 course README tip to define kernels and helpers at
+module level.  The legacy (neuronxcc.nki) front end traces Python, so these are warnings, not errors.
+
+:class:`SubsetRules` is a mixin of the walker (``nkisim.check.walker.Checker``): ``visit_*`` for the nodes only
+these rules look at, ``subset_*`` hooks for shared ones.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from nkisim.check.analysis import namespace_of
+
+_PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "property"})
+
+
+class SubsetRules:
+    """NKI-subset findings of the walk (a mixin: ``report``, ``report_kernel``, scopes come from the walker)."""
+
+    # hooks for nodes the walker visits for several rule sets ----------------------------------------------------
+    def subset_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, nested: bool, role: str | None) -> None:
+        if nested:
+            if isinstance(node, ast.AsyncFunctionDef):
+                self.report_kernel("NKI-ASYNC", node, f"async function '{node.name}'")
+            self.report_kernel(
+                "NKI-NESTED-FUNCTION", node, f"nested function '{node.name}': define helpers at module level"
+            )
+        elif role is not None and isinstance(node, ast.AsyncFunctionDef):
+            self.report("NKI-ASYNC", node, f"{role} '{node.name}' is declared async")
+
+    def subset_class(self, node: ast.ClassDef) -> None:
+        self.report_kernel("NKI-CLASS", node, f"class '{node.name}' defined in kernel code")
+
+    def subset_try(self, node: ast.AST) -> None:
+        self.report_kernel("NKI-TRY", node, "try/except/finally: the NKI compiler may reject it")
+
+    def subset_async_for(self, node: ast.AsyncFor) -> None:
+        self.report_kernel("NKI-ASYNC", node, "async for")
+
+    def subset_call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Name):
+            if func.id == "range" and self.is_builtin("range"):
+                self.report_kernel("NKI-RANGE", node, "Python range() is rewritten to nl.sequential_range")
+            if self.kernel_stack and func.id in self.facts.functions:
+                current = self.current_function()
+                if current is not None and self.facts.reaches(func.id, current):
+                    self.report_kernel("NKI-RECURSION", node, f"recursive call to '{func.id}'")
+        if not self.in_function():
+            path = self.facts.canonical(func)
+            fe = namespace_of(path) if path is not None else None
+            if fe is not None and path.startswith((fe.namespace + ".language.", fe.namespace + ".isa.")):
+                self.report(
+                    "NKI-API-OUTSIDE-KERNEL",
+                    node,
+                    f"'{ast.unparse(func)}' called at module level: Calling NKI API outside of NKI "
+                    "kernels is not supported.",
+                )
+
+    # nodes only the NKI-subset rules look at ------------------------------------------------------------------
+    def visit_While(self, node: ast.While) -> None:
+        self.report_kernel("NKI-WHILE", node, "while-loop: its condition must not depend on tensor values")
+        self.generic_visit(node)
+
+    def visit_With(self, node: ast.With) -> None:
+        self.report_kernel("NKI-WITH", node, "with-statement: the NKI compiler may reject it")
+        self.generic_visit(node)
+
+    def visit_AsyncWith(self, node: ast.AsyncWith) -> None:
+        self.report_kernel("NKI-ASYNC", node, "async with")
+        self.generic_visit(node)
+
+    def visit_Yield(self, node: ast.Yield) -> None:
+        self.report_kernel("NKI-GENERATOR", node, "yield: kernel code cannot be a generator")
+        self.generic_visit(node)
+
+    def visit_YieldFrom(self, node: ast.YieldFrom) -> None:
+        self.report_kernel("NKI-GENERATOR", node, "yield from: kernel code cannot be a generator")
+        self.generic_visit(node)
+
+    def visit_Await(self, node: ast.Await) -> None:
+        self.report_kernel("NKI-ASYNC", node, "await")
+        self.generic_visit(node)
+
+    def _check_decorator(self, deco: ast.AST) -> None:
+        if self.facts.is_kernel_decorator(deco):
+            return
+        target = deco.func if isinstance(deco, ast.Call) else deco
+        if isinstance(target, ast.Name) and target.id in _PLAIN_DECORATORS and self.is_builtin(target.id):
+            return
+        path = self.facts.canonical(target)
+        if path is not None and path.startswith("typing."):
+            return
+        shown = ast.unparse(target)
+        self.report("NKI-DECORATOR", deco, f"decorator '{shown}' is not an NKI decorator")
+
+    def _visit_comprehension(self, node: ast.AST) -> None:
+        self.report_kernel("NKI-COMPREHENSION", node, f"{type(node).__name__} in kernel code: unrolled at trace time")
+        self._visit_scope(node, "comprehension", None)
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _visit_comprehension
