@@ -372,8 +372,8 @@ def test_index_expression_views_extend_affinely_past_their_extent():
 @pytest.mark.parametrize("mode", ["full", "timing"])
 @pytest.mark.parametrize("op", ["reciprocal", "tensor_copy_predicated", "max8"])
 def test_less_common_isa_ops_check_bounds_on_the_access_used(op, mode):
-    """The less common nki.isa instructions (core/ops/reduce.py, gpsimd.py) bounds-check their operands like the common ones: an
-    over-long window is an error, never a silently clipped read."""
+    """The less common nki.isa instructions (core/ops/reduce.py, gpsimd.py) bounds-check their operands like the
+    common ones: an over-long window is an error, never a silently clipped read."""
     a = np.ones((128, 40), np.float32)
 
     def kernel(a):
