@@ -50,11 +50,6 @@ def is_gather(t: View) -> bool:
     return t._ix is not None
 
 
-def out_of_bounds(t: View) -> bool:
-    """Whether a gather view reaches positions outside its tensor (legal only under a mask)."""
-    return t._oob
-
-
 def index_layout(t: View) -> dict | None:
     """{index variable: axis} of a view built from nl.arange/nl.mgrid expressions (mask evaluation)."""
     return t._axv
@@ -67,7 +62,7 @@ def check_writable(t: View) -> None:
 
 def check_oob(t: View, mask: np.ndarray | None) -> None:
     """An out-of-bounds gather view is an error unless ``mask`` disables every position outside the tensor."""
-    if not t._oob:
+    if not t.oob:
         return
     if mask is not None:
         ix = [np.broadcast_to(a, t.shape) for a in t._ix]
@@ -83,7 +78,7 @@ def check_bounds(tiles, mask: np.ndarray | None = None, shape: tuple | None = No
     """:func:`check_oob` for every operand of an instruction (``mask`` applies to operands of ``shape``); one call per
     instruction on the hot path."""
     for t in tiles:
-        if t is not None and t._oob:
+        if t is not None and t.oob:
             check_oob(t, mask if mask is not None and tuple(t.shape) == shape else None)
 
 
@@ -146,7 +141,7 @@ def read(t: View) -> np.ndarray:
     """Values of a view (gather views copy; out-of-bound positions are clipped, callers mask them)."""
     if t._ix is None:
         return t._v
-    if t._oob:
+    if t.oob:
         ix = tuple(np.clip(a, 0, n - 1) for a, n in zip(t._ix, t._v.shape))
         return t._v[ix]
     return t._v[t._ix]
@@ -182,7 +177,7 @@ def make_operand(t: View) -> Operand:
     shape = v.shape
     strides = v.strides
     isz = v.itemsize
-    pd = t._pd
+    pd = t.pdim
     size = 1
     span = 0
     fspan = 0
@@ -244,7 +239,7 @@ def _gather_operand(t: View) -> Operand:
         region = Region(B_HBM, a.phys, 0, 1, lo, hi)
     else:
         rb = a.row_bytes
-        parts = shape[t._pd] if shape else 1
+        parts = shape[t.pdim] if shape else 1
         p_lo = lo // rb
         b_lo = lo - p_lo * rb
         p_hi = (hi - 1) // rb + 1

@@ -18,7 +18,7 @@ from nkisim.core import views
 from nkisim.core.access import LOGICAL_BLOCK, make_operand, read
 from nkisim.core.context import current
 from nkisim.core.indexing import DynIndex, IndexExpr, Mask
-from nkisim.core.instr import B_HBM, B_SBUF, Buf, Operand
+from nkisim.core.instr import B_HBM, B_SBUF, Operand
 from nkisim.core.memory import BUF_NAMES, Allocation, StorageView, base_addr
 from nkisim.core.rules import fail
 
@@ -93,7 +93,9 @@ class Tensor(StorageView):
     (memory kind), ``pdim`` (partition axis) and :meth:`operand`; storage goes through :mod:`nkisim.core.access`.
     Operators and item assignment are the running front end's semantics (``KernelContext.sem``)."""
 
-    __slots__ = ("_v", "_off", "_pd", "_ix", "_oob", "_opnd", "_par", "_pix", "_map", "_axv", "shape", "dtype",
+    # public (read-only by convention): shape, dtype, kind (memory), pdim (partition axis), oob (a gather view
+    # reaching outside its tensor: legal only under a mask); the rest is the view's storage (core.access)
+    __slots__ = ("_v", "_off", "_ix", "_opnd", "_par", "_pix", "_map", "_axv", "shape", "dtype", "kind", "pdim", "oob",
                  "__weakref__")
     _is_tile = True  # IndexExpr + tile defers to Tensor.__radd__ (a dynamic index)
     __array_ufunc__ = None  # numpy must not treat tensors as arrays
@@ -102,12 +104,13 @@ class Tensor(StorageView):
                  oob: bool = False, off: int | None = None, par: Tensor | None = None, pix=None,
                  vmap=None) -> None:
         self._a = alloc
+        self.kind = alloc.buf
         self._v = view
         # byte offset of the view's first element from the allocation's base (tracked, not queried: hot path)
         self._off = off if off is not None else view.__array_interface__["data"][0] - base_addr(alloc)
-        self._pd = pdim
+        self.pdim = pdim
         self._ix = ix
-        self._oob = oob
+        self.oob = oob
         self._opnd = None
         self._par = par  # basic views: the view this one was indexed from, and the index (lazy view chain)
         self._pix = pix
@@ -133,15 +136,6 @@ class Tensor(StorageView):
     def name(self) -> str:
         return self._a.name
 
-    @property
-    def kind(self) -> Buf:
-        """Memory kind (Buf.HBM / SBUF / PSUM)."""
-        return self._a.buf
-
-    @property
-    def pdim(self) -> int:
-        """Partition axis (0 except for legacy block dimensions: ``(NB, par_dim(128), F)``)."""
-        return self._pd
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -203,7 +197,7 @@ class Tensor(StorageView):
             start = 0 if idx.start is None else _as_index(idx.start)
             stop = n if idx.stop is None else _as_index(idx.stop)
             if 0 <= start and stop <= n and start <= stop:
-                t = self.__class__(self._a, self._v[start:stop], self._pd, None, None, False,
+                t = self.__class__(self._a, self._v[start:stop], self.pdim, None, None, False,
                            self._off + start * self._v.strides[0], self)
                 t._pix = idx
                 return t
@@ -228,7 +222,7 @@ class Tensor(StorageView):
         # basic indexing: ints, slices, Ellipsis
         out_axes = 0
         new_pd = None
-        pd = self._pd
+        pd = self.pdim
         dim = 0
         norm = []
         strides = self._v.strides
@@ -345,7 +339,7 @@ class Tensor(StorageView):
             nidx = views.basic_index(m)
             rv = root._v
             off = root._off + sum(c * st for c, st in zip(m[0], rv.strides))
-            pd = next((d for d, (k, _, _) in enumerate(m[1]) if k == root._pd), 0)
+            pd = next((d for d, (k, _, _) in enumerate(m[1]) if k == root.pdim), 0)
             return self.__class__(a, rv[nidx], pd, off=off, par=root, pix=nidx)
         walked = {k for k, _, _ in m[1]}
         for k, (c, n) in enumerate(zip(m[0], root.shape)):
@@ -360,7 +354,7 @@ class Tensor(StorageView):
 
     def _gather_root(self, root: Tensor, arrs: tuple, shape: tuple, vmap=None, gather_only: bool = False) -> Tensor:
         if vmap is None and not gather_only:
-            t = _strided(self.__class__, root._a, root._v, root._off, root._pd, arrs, shape, root)
+            t = _strided(self.__class__, root._a, root._v, root._off, root.pdim, arrs, shape, root)
             if t is not None:
                 return t
         oob = False
@@ -417,7 +411,7 @@ class Tensor(StorageView):
             t = _strided(self.__class__, self._a, self._v, self._off, 0, arrs, bshape)
             if t is None:
                 t = self.__class__(self._a, self._v, 0, ix=arrs, shape=bshape, off=self._off)
-                t._oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
+                t.oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
         elif dyn and self._par is None and self._map is None and self._ix is None:
             t = self._gather_root(self, tuple(items), bshape, gather_only=True)
         elif dyn:
@@ -428,7 +422,7 @@ class Tensor(StorageView):
                 # direct allocation with num_free_tiles / num_bank_tiles: the block index wraps, as in basic
                 # indexing (AWS's allocated RMSNorm+QKV indexes its wrapped PSUM tiles with nl.mgrid expressions);
                 # items[0] was wrapped above
-                t = _strided(self.__class__, self._a, self._v, self._off, self._pd, tuple(items), bshape, self,
+                t = _strided(self.__class__, self._a, self._v, self._off, self.pdim, tuple(items), bshape, self,
                              wrapped=True)
                 if t is None:
                     t = self._gather_root(self, tuple(items), bshape)
@@ -489,7 +483,7 @@ class Tensor(StorageView):
         arrs = views.take(self._ix, shape, norm, self._a.name)
         out_shape = arrs[0].shape if arrs else ()
         t = self.__class__(self._a, self._v, 0, ix=arrs, shape=tuple(out_shape), off=self._off)
-        t._oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
+        t.oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
         return t
 
     def oob_message_fields(self) -> dict:
@@ -618,9 +612,9 @@ class Tensor(StorageView):
                 fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=new,
                      detail="a tile reshape must keep the partition dimension size")
             arrs = tuple(np.broadcast_to(a, self.shape).reshape(new) for a in self._ix)
-            return self.__class__(self._a, self._v, 0, ix=arrs, shape=tuple(new), oob=self._oob, off=self._off)
+            return self.__class__(self._a, self._v, 0, ix=arrs, shape=tuple(new), oob=self.oob, off=self._off)
         v = self._v
-        if self._a.buf != B_HBM and self._pd == 0 and pdim == 0 and new and new[0] != self.shape[0]:
+        if self._a.buf != B_HBM and self.pdim == 0 and pdim == 0 and new and new[0] != self.shape[0]:
             fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=new,
                  detail="a tile reshape must keep the partition dimension size")
         try:
@@ -646,7 +640,7 @@ class Tensor(StorageView):
         if dt.itemsize != self.dtype.itemsize or self._ix is not None:
             fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=self.shape,
                  detail=f"view({dt}) needs a basic view and a dtype of the same size as {self.dtype}")
-        return self.__class__(self._a, self._v.view(dt), self._pd, off=self._off)
+        return self.__class__(self._a, self._v.view(dt), self.pdim, off=self._off)
 
     def expand_dims(self, axis) -> Tensor:
         """numpy.expand_dims semantics (nki.language.expand_dims docs: "Similar to numpy.expand_dims ... axis:

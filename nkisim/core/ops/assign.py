@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from nkisim.core import execute
-from nkisim.core.access import check_oob, check_writable, mark_written, out_of_bounds, psum_write, same_view, write
+from nkisim.core.access import check_oob, check_writable, mark_written, psum_write, same_view, write
 from nkisim.core.context import KernelContext, current
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_DMA, E_GPSIMD, E_TENSOR, E_UNKNOWN
 from nkisim.core.ops.common import need_on_chip
@@ -68,7 +68,7 @@ def _retarget(ctx: KernelContext, dst: Tensor, accumulate: bool) -> None:
     mask = ctx.last_mask
     if mask is not None:
         mask = np.broadcast_to(mask, src_tile.shape).reshape(dst.shape)
-    if out_of_bounds(dst):
+    if dst.oob:
         check_oob(dst, mask)
     ins.dsts = (dst.operand(),)
     if accumulate and op == "nc_matmul":

@@ -85,7 +85,9 @@ def mask_values(mask, shape, *tiles, check: bool = True) -> np.ndarray | None:
     """
     if mask is None:  # the per-instruction common case
         if check:
-            check_bounds(tiles)
+            for t in tiles:
+                if t is not None and t.oob:
+                    check_oob(t, None)
         return None
     shape = tuple(shape)
     m = None

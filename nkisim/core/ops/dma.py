@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from nkisim.core import dtypes, execute
-from nkisim.core.access import check_writable, dynamic_tiles, in_bounds, out_of_bounds, read, scatter_add, write
+from nkisim.core.access import check_writable, dynamic_tiles, in_bounds, read, scatter_add, write
 from nkisim.core.context import KernelContext, current
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_DMA
 from nkisim.core.memory import BUF_NAMES
@@ -42,7 +42,8 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
         need_on_chip(src, "dma_copy", "src", (B_HBM, B_SBUF))
     if dk == B_PSUM:
         need_on_chip(dst, "dma_copy", "dst", (B_HBM, B_SBUF))
-    check_writable(dst)
+    if dk == B_HBM:  # only HBM tensors (kernel arguments) are read-only
+        check_writable(dst)
     n_dst = math.prod(dst.shape)
     if math.prod(src.shape) != n_dst:
         fail("nkisim_dma_element_mismatch", src=list(src.shape), dst=list(dst.shape))
@@ -51,11 +52,11 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
         check_partitions(src, pmax)
     if dk == B_SBUF and dst.shape and dst.shape[dst.pdim] > pmax:
         check_partitions(dst, pmax)
-    if oob_skip and (out_of_bounds(src) or out_of_bounds(dst)):
+    if oob_skip and (src.oob or dst.oob):
         m = _oob_skip_mask(mask, src, dst)
     else:
-        m = mask_values(mask, dst.shape, dst) if mask is not None or out_of_bounds(dst) else None
-        if out_of_bounds(src):
+        m = mask_values(mask, dst.shape, dst) if mask is not None or dst.oob else None
+        if src.oob:
             mask_values(mask, src.shape, src)
     srcs = (src,)
     if ctx.dyn:  # indirect DMA: the index tiles are read too (software DGE builds the descriptors from them)
@@ -84,7 +85,7 @@ def _oob_skip_mask(mask, src: Tensor, dst: Tensor) -> np.ndarray:
     not copied; the rest are, under the mask= predicate as usual."""
     keep = np.ones(dst.shape, dtype=bool)
     for t in (src, dst):
-        if out_of_bounds(t):
+        if t.oob:
             keep &= in_bounds(t).reshape(dst.shape)
     # out-of-bounds positions are skipped, not errors: evaluate the mask alone
     m = mask_values(mask, dst.shape, dst, check=False) if mask is not None else None
