@@ -293,11 +293,22 @@ def mark_written(t: View, mask: np.ndarray | None = None) -> None:
     flags[tuple(ix)] = True
 
 
-def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray | None = None) -> None:
-    """Matmul accumulation group semantics: the first write to a region overwrites, later ones add (fp32).
+def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray | None = None,
+               force: bool = False) -> None:
+    """Matmul accumulation group semantics: the first write to a region overwrites, later ones add (fp32);
+    ``accumulate=False`` always overwrites, ``force`` always adds (``nc_matmul(accumulate=True)``: "Using
+    accumulate=True on an uninitialized PSUM location is undefined behavior", so it adds to whatever is there).
 
     The same for every view: a destination indexed with index expressions (``acc[i_p, i_f] += nl.matmul(..)``)
     reads its flags and values through the same index arrays it writes through."""
+    if force and accumulate:
+        if dst._ix is None and mask is None:
+            dst._v[...] = execute.cast(dst._v.astype(F32) + vals, dst.dtype)
+            if dst._a.acc is not None:
+                acc_view(dst)[...] = True
+            return
+        acc_view(dst)  # flags exist; the general path below adds where flagged, so flag the region first
+        mark_written(dst, mask)
     if dst._a.block_mod:
         _claim_slot(dst)
     if dst._ix is not None or mask is not None:

@@ -60,6 +60,7 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
             return _shared_again(ctx, dims, dt, name)
         base, view = make_storage(dims, 0, dt, fill, not ctx.full)
         alloc = Allocation(B_HBM, base, ctx.mem.new_phys(), None, name or "hbm", 0, None)
+        alloc.space = buffer.name
         t = ctx.tensor_type(alloc, view, 0, off=0)
         if buffer.name == "shared_hbm" and ctx.grid:
             ctx.shared_first.append(t)
@@ -135,6 +136,7 @@ def wrap_host(ctx: KernelContext, value, name: str):
         base = np.array(arr, dtype=dt, copy=True, order="C") if ctx.full else np.empty(arr.shape, dtype=dt)
         alloc = Allocation(B_HBM, base, ctx.mem.new_phys(), None, name, 0, None)
         alloc.immutable = True
+        alloc.space = "argument"
         return ctx.tensor_type(alloc, base, 0, off=0)
     return value
 

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 DEFAULT_TARGET = "trn2"
 
 # AWS's own simulator reads NEURON_PLATFORM_TARGET_OVERRIDE and accepts these spellings
-# (Neuron docs, nki/guides/nki_simulator.rst "Target Platform").
+# (Neuron docs, nki/guides/nki_simulator.rst "Target Platform"; nki.jit docs: trn1|inf2|gen2, trn2|gen3, trn3|gen4).
 _TARGET_ALIASES = {"trn1": "trn1", "gen2": "trn1", "inf2": "trn1", "trn2": "trn2", "gen3": "trn2"}
+# Targets AWS names that nkisim has no numbers for: the message says what to do instead.
+_UNMODELLED = {"trn3": "trn3 (NeuronCore-v4)", "gen4": "trn3 (NeuronCore-v4)"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +79,14 @@ def normalize_target(name: str | None) -> str:
     """Map a user spelling (trn1/gen2/trn2/gen3) to a target key; None means the environment's target."""
     if name is None:
         return current_target()
-    key = _TARGET_ALIASES.get(str(name).strip().lower())
+    spelled = str(name).strip().lower()
+    key = _TARGET_ALIASES.get(spelled)
+    if key is None and spelled in _UNMODELLED:
+        raise ValueError(
+            f"Neuron target {name!r} is {_UNMODELLED[spelled]}, which nkisim does not model: it has no limits (e.g. "
+            "NeuronCore-v4's matmul moving free size up to 4096, bf16 PSUM outputs) or timings for it, so neither "
+            "values nor latencies would be trustworthy. nkisim models trn1 (NeuronCore-v2) and trn2 "
+            "(NeuronCore-v3): set NEURON_PLATFORM_TARGET_OVERRIDE=trn2 (the default)")
     if key is None:
         raise ValueError(
             f"unknown Neuron target {name!r}: nkisim models trn1 (NeuronCore-v2) and trn2 (NeuronCore-v3)"
@@ -97,7 +106,8 @@ def current_target() -> str:
 # nkisim.core.rules; the era follows the target unless NKISIM_TOOLCHAIN_ERA overrides it.
 ERA_ENV = "NKISIM_TOOLCHAIN_ERA"
 ERAS = {"2024": "Fall 2024 course toolchain (Neuron SDK 2.20/2.21, trn1)",
-        "2025": "Fall 2025 course toolchain (Neuron SDK 2.26, trn2)"}
+        "2025": "Fall 2025 course toolchain (Neuron SDK 2.26, trn2)",
+        "nki": "the current nki API (NKI 0.6, Neuron SDK 2.32): every kernel that imports `nki`"}
 ERA_BY_TARGET = {"trn1": "2024", "trn2": "2025"}
 _ERA_ALIASES = {"2024": "2024", "2.20": "2024", "2.21": "2024", "fall2024": "2024",
                 "2025": "2025", "2.26": "2025", "fall2025": "2025"}

@@ -55,6 +55,7 @@ class KernelContext:
         self.last_mask: np.ndarray | None = None  # mask= of the last retargetable result (set by ops.common.finish)
         self.acc_spelling = None  # (matmul result ref, acc view, materialize): 2024 `acc + nl.matmul(..)`
         self._where: dict = {}
+        self._api_of: dict = {}  # code object of an emulator function -> its front end, False for the core
         self.loc: str = "?"
         self.site = None
         self.kernel_code = None  # code object of the top-level kernel function (shared_hbm scope rule)
@@ -101,8 +102,19 @@ class KernelContext:
         self.last_values = None
         f = sys._getframe(2)  # skip settle and its caller (always an ops or api function)
         pkg = EMULATOR_DIRS
+        last = None
         while f is not None and f.f_code.co_filename.startswith(pkg):
+            last = f
             f = f.f_back
+        if last is not None:  # the API function the kernel called: is it the kernel's own front end's?
+            fe = self._api_of.get(last.f_code)
+            if fe is None:
+                fe = self._api_of[last.f_code] = _front_end_of_file(last.f_code.co_filename)
+            if fe is not False and fe is not self.frontend:
+                mod = last.f_code.co_filename.rsplit(os.sep, 1)[-1].removesuffix(".py")
+                where = fe.namespace if mod in ("nki", "__init__") else f"{fe.namespace}.{mod}"
+                fail("nkisim_mixed_namespaces", call=f"{where}.{last.f_code.co_name}", used=fe.namespace,
+                     kernel=self.frontend.namespace)
         if f is None:
             self.loc, self.site = "?", None
             return
@@ -158,6 +170,14 @@ class KernelContext:
         self.last_result = weakref.ref(result)
         self.last_values = values
         self.pending = weakref.ref(result._a)
+
+
+def _front_end_of_file(filename: str):
+    """The front end whose package holds ``filename`` (False: the core, shared by all)."""
+    for fe in frontends.FRONT_ENDS:
+        if filename.startswith(fe.directory + os.sep):
+            return fe
+    return False
 
 
 def current(api: str = "") -> KernelContext:

@@ -59,6 +59,9 @@ ALU = {
     "bitwise_xor": (np.bitwise_xor, True),
     "left_shift": (np.left_shift, True),
     "right_shift": (np.right_shift, True),
+    # nki.language.abs_max / abs_min (NKI 0.6): the larger / smaller magnitude, max(|x|, |y|) / min(|x|, |y|)
+    "abs_max": (lambda x, y: np.maximum(np.abs(x), np.abs(y)), False),
+    "abs_min": (lambda x, y: np.minimum(np.abs(x), np.abs(y)), False),
 }
 
 def _fold(ufunc):

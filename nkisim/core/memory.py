@@ -35,7 +35,7 @@ class Allocation:
 
     __slots__ = (
         "buf", "base", "addr", "row_bytes", "phys", "site", "name", "immutable", "bytes_pp", "tracker",
-        "acc", "charged", "block_mod", "slot_owner", "__weakref__",
+        "acc", "charged", "block_mod", "slot_owner", "space", "__weakref__",
     )
 
     def __init__(self, buf: Buf, base: np.ndarray, phys: int, site, name: str, bytes_pp: int,
@@ -54,6 +54,7 @@ class Allocation:
         self.charged = False
         self.block_mod = 0  # direct allocation: block index wraps modulo num_free_tiles
         self.slot_owner: dict | None = None  # wrapped PSUM blocks: physical slot -> logical block that last wrote it
+        self.space = BUF_NAMES[buf]  # the memory space it was created in: 'sbuf', 'psum', 'hbm', 'shared_hbm', ...
 
     def __del__(self) -> None:
         tracker = self.tracker

@@ -18,7 +18,7 @@ class Rule:
     template: str
     source: str
     official: bool  # True when ``code`` and the wording are the Neuron compiler's
-    eras: tuple[str, ...] = ("2024", "2025")  # toolchain eras that enforce it (nkisim.core.config.ERAS)
+    eras: tuple[str, ...] = ("2024", "2025", "nki")  # rule eras that enforce it (nkisim.core.config.ERAS)
     era_note: str = ""  # what differs between the eras, and the evidence
 
 
@@ -58,12 +58,14 @@ class NKIIndexError(NKIError, IndexError):
     ``assertRaises(IndexError)`` for ``oob_mode=nisa.oob_mode.error``)."""
 
 
-def _r(code: str, template: str, source: str, eras: tuple[str, ...] = ("2024", "2025"), era_note: str = "") -> Rule:
+def _r(code: str, template: str, source: str, eras: tuple[str, ...] = ("2024", "2025", "nki"),
+       era_note: str = "") -> Rule:
     return Rule(code, template, source, official=code.startswith("err_"), eras=eras, era_note=era_note)
 
 
 def applies(code: str, era: str) -> bool:
-    """Whether the toolchain era ``era`` ('2024' | '2025') enforces rule ``code``."""
+    """Whether the rule era ``era`` ('2024' | '2025' for the legacy API's course toolchains, 'nki' for the current
+    API) enforces rule ``code``."""
     return era in RULES[code].eras
 
 
@@ -125,7 +127,7 @@ _RULE_LIST = [
        "nki.errors"),
     _r("err_hbm_tensor_with_init_value_not_supported",
        "Creating HBM tensor with init value is not supported.",
-       "nki.errors @2.26", eras=("2025",),
+       "nki.errors @2.26", eras=("2025", "nki"),
        era_note="2024: accepted (kernels creating their output with nl.zeros(..., buffer=nl.hbm) passed on trn1 "
                 "hardware with the course's SDK 2.20/2.21 compiler, issue 10); the error is listed from the SDK 2.26 "
                 "nki.errors page on"),
@@ -234,6 +236,41 @@ _RULE_LIST = [
     _r("nkisim_bad_argument",
        "{op}: {detail}",
        "nki API signatures"),
+    # --- rules of the current API (nki, NKI 0.2+) ---
+    _r("nkisim_view",
+       "{op} of '{name}': {detail}",
+       "nki.language.NkiTensor view methods (nki/api/nki/language/__init__.py, NKI 0.6): permute, broadcast, "
+       "expand_dim, squeeze_dim, reshape_dim, flatten_dims, slice, select, view, ap"),
+    _r("nkisim_output_buffer",
+       "kernel output '{name}' is in {buffer}: all kernel output (return) tensors must be allocated with "
+       "buffer=nl.shared_hbm",
+       "NKI migration guide (0.2 -> 0.3): 'Using nl.hbm for output tensors will cause compilation failures'",
+       eras=("nki",), era_note="legacy API: nl.hbm outputs are the course's convention"),
+    _r("nkisim_reduce_axes",
+       "{op}: the reduction axes {axes} of a {ndim}-D tile must be the last contiguous free dimension(s) (for a "
+       "4-D tile: (3,), (2, 3) or (1, 2, 3))",
+       "nki.isa.tensor_reduce (NKI 0.6): 'must be the last contiguous free dimension(s) ending at the final dim'; "
+       "NKI 0.3 migration guide, 'tensor_reduce axis handling fix'",
+       eras=("nki",), era_note="legacy API: any free axes"),
+    _r("nkisim_scalar_engine_copy",
+       "tensor_copy on the Scalar Engine is not supported on NeuronCore-v2 ({target}): use nisa.activation(dst, "
+       "op=nl.copy, data=src)",
+       "nki.isa.tensor_copy (NKI 0.6): 'On NeuronCore v2, tensor_copy is not supported on the Scalar Engine'",
+       eras=("nki",), era_note="legacy API (2.21 / 2.26 docs): ScalarE copies through fp32 on NeuronCore-v2"),
+    _r("nkisim_memset_value",
+       "memset: value {value!r} does not match dst '{name}' of dtype {dtype} (an integer tensor takes an integer "
+       "value)",
+       "NKI 0.3 migration guide, 'nisa.memset - strict type matching'",
+       eras=("nki",), era_note="legacy API: the value is cast"),
+    _r("nkisim_mixed_namespaces",
+       "'{call}' called in a kernel written for {kernel}: a kernel uses one NKI namespace, so call {kernel}'s "
+       "spelling of it (or launch the kernel with {used}'s nki.jit)",
+       "NKI 0.4 migration guide: 'Using the deprecated neuronxcc.nki.* namespace inside NKI kernels now raises a "
+       "compilation error'"),
+    _r("nkisim_dst_mismatch",
+       "{op}: dst {dst} does not match the result {result}{detail}",
+       "nki.isa (NKI 0.2+): ISA calls write their destination; its partitions and elements per partition are the "
+       "result's (dma_transpose: dst.shape must equal the transposed src.shape exactly, NKI 0.4)"),
 ]
 
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULE_LIST}
@@ -270,10 +307,11 @@ def markdown() -> str:
         f"descriptions: {ERRORS_URL}); `nkisim_` codes are hardware/API limits the docs state without an "
         "official error text. `{...}` fields are filled in with the offending values.",
         "",
-        "The *eras* column says which course toolchain enforces a rule: `2024` is the Fall 2024 toolchain "
-        "(Neuron SDK 2.20/2.21 on trn1), `2025` the Fall 2025 one (Neuron SDK 2.26 on trn2). nkisim derives the era "
-        "from the target (trn1 -> 2024, trn2 -> 2025); `NKISIM_TOOLCHAIN_ERA=2024|2025` overrides it and "
-        "`python -m nkisim info` shows it.",
+        "The *eras* column says which toolchain enforces a rule: `2024` is the Fall 2024 course toolchain "
+        "(Neuron SDK 2.20/2.21 on trn1), `2025` the Fall 2025 one (Neuron SDK 2.26 on trn2), both for the legacy "
+        "`neuronxcc.nki` API; `nki` is the current `nki` API (NKI 0.6, Neuron SDK 2.32). For legacy kernels nkisim "
+        "derives the era from the target (trn1 -> 2024, trn2 -> 2025; `NKISIM_TOOLCHAIN_ERA=2024|2025` overrides "
+        "it), `nki` kernels always run under `nki`; `python -m nkisim info` shows them.",
         "",
         "| code | official | eras | message template | source |",
         "|---|---|---|---|---|",

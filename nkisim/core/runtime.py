@@ -19,7 +19,7 @@ from nkisim.core.access import allocation, read
 from nkisim.core.buffers import wrap_host
 from nkisim.core.context import KernelContext, pop, push
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Trace
-from nkisim.core.rules import NKICapacityWarning, NKISimulationWarning, fail
+from nkisim.core.rules import NKICapacityWarning, NKISimulationWarning, applies, fail, message
 from nkisim.core.tensor import Tensor
 
 
@@ -123,6 +123,7 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
             ret = fn(*hbm_args, **hbm_kwargs)
         ctx.settle()
         _check_outputs_written(ctx, ret)
+        _check_output_buffers(ctx, ret, simulate)
         ctx.trace.meta["outputs"] = [
             {"phys": allocation(t).phys, "shape": list(t.shape), "dtype": t.dtype.name,
              "bytes": allocation(t).base.nbytes}
@@ -273,6 +274,22 @@ def _check_outputs_written(ctx: KernelContext, ret) -> None:
     for t in outs:
         if allocation(t).phys not in written:
             fail("err_tensor_output_not_written_to", name=t.name)
+
+
+def _check_output_buffers(ctx: KernelContext, ret, simulate: bool) -> None:
+    """Where the rule era asks for it (the current API): returned HBM tensors the kernel created live in
+    ``nl.shared_hbm``.  Under simulation a warning (AWS's simulator runs the kernel), else the compiler's error."""
+    if not applies("nkisim_output_buffer", ctx.era):
+        return
+    for t in (ret if isinstance(ret, (tuple, list)) else (ret,)):
+        if isinstance(t, Tensor) and t.kind == B_HBM and allocation(t).space not in ("shared_hbm", "argument"):
+            if simulate:
+                import warnings
+
+                warnings.warn(NKISimulationWarning(message("nkisim_output_buffer", name=t.name,
+                                                           buffer=allocation(t).space)), stacklevel=4)
+            else:
+                fail("nkisim_output_buffer", name=t.name, buffer=allocation(t).space)
 
 
 def _single_thread_blas():

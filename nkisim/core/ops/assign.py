@@ -15,7 +15,7 @@ from nkisim.core import execute
 from nkisim.core.access import check_oob, check_writable, mark_written, psum_write, same_view, write
 from nkisim.core.context import KernelContext, current
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_DMA, E_GPSIMD, E_TENSOR, E_UNKNOWN
-from nkisim.core.ops.common import need_on_chip
+from nkisim.core.ops.common import need_on_chip, parts_of
 from nkisim.core.ops.dma import dma_copy
 from nkisim.core.ops.elementwise import memset_into, tensor_copy, tensor_tensor
 from nkisim.core.ops.tensor_engine import check_psum_bank
@@ -126,3 +126,19 @@ def accumulate(dst: Tensor, other) -> None:
         return
     ctx.settle()
     tensor_tensor(dst, other, "add", dst=dst, partition_broadcast=True)
+
+
+def into(dst: Tensor, result: Tensor) -> Tensor:
+    """Write the instruction that just produced the fresh ``result`` into ``dst`` instead (the current API's
+    dst-first calls, for builders without a ``dst=`` of their own): one instruction, ``dst``'s dtype, no copy.  A
+    compute engine writes on-chip memory only, with the result's partitions and elements per partition."""
+    ctx = current("dst")
+    if not retargetable(ctx, result):
+        raise RuntimeError("nkisim internal error: into() needs the result of the instruction just emitted")
+    op = ctx.last_instr.op
+    need_on_chip(dst, op, "dst")
+    if parts_of(dst) != parts_of(result) or math.prod(dst.shape) != math.prod(result.shape):
+        fail("nkisim_dst_mismatch", op=op, dst=list(dst.shape), result=list(result.shape),
+             detail=" (same partitions and elements per partition)")
+    _retarget(ctx, dst, accumulate=False)
+    return dst

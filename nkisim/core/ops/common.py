@@ -149,6 +149,43 @@ def new_result(ctx: KernelContext, shape, dtype, buf: Buf = B_SBUF) -> Tensor:
     return allocate(shape, dtype, spec, provisional=True, ctx=ctx, name="result")
 
 
+def result_tile(ctx: KernelContext, shape, dtype, dst: Tensor | None, op_name: str, engine: Engine = E_VECTOR,
+                buf: Buf = B_SBUF) -> Tensor:
+    """The tile a compute instruction writes: a fresh provisional result, or ``dst`` (the current API's dst-first
+    calls), which must be on chip, writable by ``engine`` and hold the result's partitions and elements per
+    partition (its own dtype is the result's: "The float32 computation results are cast to dst.dtype",
+    nki.isa.tensor_scalar)."""
+    if dst is None:
+        return new_result(ctx, shape, dtype, buf)
+    dst = need_tensor(dst, op_name, "dst")
+    need_on_chip(dst, op_name, "dst")
+    if engine == E_GPSIMD and dst.kind == B_PSUM:
+        fail("nkisim_gpsimd_psum", op=op_name, operand="dst")
+    check_writable(dst)
+    p = shape[0] if shape else 1
+    n = 1
+    for d in shape:
+        n *= d
+    if parts_of(dst) != p or free_of(dst) * parts_of(dst) != n:
+        fail("nkisim_dst_mismatch", op=op_name, dst=list(dst.shape), result=list(shape),
+             detail=" (same partitions and elements per partition)")
+    return dst
+
+
+def deliver(ctx: KernelContext, ins, out: Tensor, values, mask, dst: Tensor | None) -> Tensor:
+    """End of a compute instruction: a fresh result is finished (:func:`finish`: written lazily, retargetable); a
+    destination is written now, cast to its dtype, and its PSUM elements count as written."""
+    if dst is None:
+        return finish(ctx, ins, out, values, mask)
+    if values is not None:
+        v = np.asarray(values)
+        if v.shape != out.shape:
+            v = v.reshape(out.shape)
+        write(out, execute.cast(v, out.dtype), mask)
+        mark_written(out, mask)
+    return out
+
+
 def finish(ctx: KernelContext, ins, out: Tensor, values, mask=None) -> Tensor:
     """Write computed values (full mode) into the fresh result tile and make it retargetable."""
     ctx.remember(ins, out, values)

@@ -167,9 +167,11 @@ def store(dst: Tensor, value, *, mask=None) -> None:
     dma_copy(value, dst, via="store", mask=mask, ctx=ctx)
 
 
-def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None, two_byte_only: bool = False) -> Tensor:
-    """DMA-engine transpose into a new SBUF tile (2-D (1,0), 3-D (2,1,0), 4-D (3,1,2,0)); ``two_byte_only`` for the
-    explicit hwdge/swdge lowerings, which take 2-byte dtypes only."""
+def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None, two_byte_only: bool = False,
+                  dst: Tensor | None = None) -> Tensor:
+    """DMA-engine transpose into a new SBUF tile (2-D (1,0), 3-D (2,1,0), 4-D (3,1,2,0)) or into ``dst`` (the
+    current API: "dst.shape matches the transposed src.shape exactly, including rank", NKI 0.4 migration guide);
+    ``two_byte_only`` for the explicit hwdge/swdge lowerings, which take 2-byte dtypes only."""
     ctx = current("dma_transpose")
     ctx.settle()
     src = need_tensor(src, "dma_transpose", "src")
@@ -187,9 +189,22 @@ def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None, two_byte_onl
     shape = tuple(src.shape[a] for a in axes)
     if shape[0] > ctx.limits.pmax:
         fail("err_num_partition_exceed_arch_limit", n=shape[0], limit=ctx.limits.pmax)
+    if dst is not None:
+        dst = need_tensor(dst, "dma_transpose", "dst")
+        need_on_chip(dst, "dma_transpose", "dst", (B_HBM, B_SBUF))
+        check_writable(dst)
+        if tuple(dst.shape) != shape:
+            fail("nkisim_dst_mismatch", op="dma_transpose", dst=list(dst.shape), result=list(shape),
+                 detail=" (the transposed source shape, rank included)")
+        dtype = dst.dtype
     dt = dtypes.to_dtype(dtype) if dtype is not None else src.dtype
-    out = new_result(ctx, shape, dt)
+    out = new_result(ctx, shape, dt) if dst is None else dst
     ins = ctx.emit("dma_copy", E_DMA, (src,), (out,), {"bytes": math.prod(shape) * dt.itemsize,
                                                              "via": "dma_transpose", "cast": dt != src.dtype})
     values = np.transpose(read(src), axes) if ctx.full else None
-    return finish(ctx, ins, out, values, transposed_mask(mask, src, shape, lambda m: np.transpose(m, axes)))
+    m = transposed_mask(mask, src, shape, lambda m: np.transpose(m, axes))
+    if dst is None:
+        return finish(ctx, ins, out, values, m)
+    if values is not None:
+        write(dst, execute.cast(execute.to_f32(values) if dt != src.dtype else values, dst.dtype), m)
+    return dst

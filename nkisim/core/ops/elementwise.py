@@ -16,6 +16,7 @@ from nkisim.core.ops.common import (
     begin,
     check_partitions,
     check_writable,
+    deliver,
     engine_checks,
     f32_values,
     finish,
@@ -30,10 +31,11 @@ from nkisim.core.ops.common import (
     parts_of,
     per_partition_values,
     reduce_registers,
+    result_tile,
     scalar_operand,
     shape_str,
 )
-from nkisim.core.rules import fail
+from nkisim.core.rules import applies, fail
 from nkisim.core.tensor import Tensor, parse_shape
 
 
@@ -146,7 +148,7 @@ def _scalar_engine_alu(ctx: KernelContext, op_name: str, op0, op1) -> None:
 
 def tensor_scalar(data, op0: str, operand0, reverse0: bool = False, op1: str | None = None, operand1=None,
                   reverse1: bool = False, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None,
-                  op_name: str = "tensor_scalar") -> Tensor:
+                  op_name: str = "tensor_scalar", dst: Tensor | None = None) -> Tensor:
     ctx = current(op_name)
     ctx.settle()
     data = need_tensor(data, op_name, "data")
@@ -172,7 +174,7 @@ def tensor_scalar(data, op0: str, operand0, reverse0: bool = False, op1: str | N
     o1, t1 = scalar_operand(ctx, op_name, data, operand1, "operand1")
     srcs = [data] + [t for t in (t0, t1) if t is not None]
     out_dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
-    out = new_result(ctx, data.shape, out_dt)
+    out = result_tile(ctx, data.shape, out_dt, dst, op_name, engine)
     m = mask_values(mask, out.shape, *srcs)
     attrs = {"alu0": op0}
     if op1 is not None:
@@ -188,7 +190,7 @@ def tensor_scalar(data, op0: str, operand0, reverse0: bool = False, op1: str | N
             s = f32_values(ox).reshape(pshape) if isinstance(ox, Tensor) else np.float32(ox)
             v = execute.alu(opx, s, v) if rev else execute.alu(opx, v, s)
         values = v
-    return finish(ctx, ins, out, values, m)
+    return deliver(ctx, ins, out, values, m, dst)
 
 
 # ---- arithmetic ------------------------------------------------------------------------------------------------
@@ -224,6 +226,8 @@ def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: 
     # casting the input tile to FP32 internally and then casting from FP32 to the output dtype", nki.isa.tensor_copy,
     # 2.21 and 2.26 docs; only the later, non-legacy API says "not supported on the Scalar Engine" for NC-v2)
     cast_via_f32 = engine == E_SCALAR and ctx.target == "trn1"
+    if cast_via_f32 and applies("nkisim_scalar_engine_copy", ctx.era):
+        fail("nkisim_scalar_engine_copy", target=ctx.target)
     engine_checks(op_name, engine, [(src, "src")], ctx)
     out_dt = dtypes.to_dtype(dtype) if dtype is not None else src.dtype
     target_shape = tuple(shape) if shape is not None else src.shape
@@ -335,7 +339,8 @@ def tensor_copy_dynamic(src, dst=None, *, which: str, dtype=None, engine: Engine
 
 
 def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, reduce_op=None,
-               reduce_res: Tensor | None = None, reduce_cmd: int = 0, op_name: str = "activation") -> Tensor:
+               reduce_res: Tensor | None = None, reduce_cmd: int = 0, op_name: str = "activation",
+               dst: Tensor | None = None) -> Tensor:
     ctx = current(op_name)
     ctx.settle()
     data = need_tensor(data, op_name, "data")
@@ -362,7 +367,7 @@ def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, 
     bi, tb = scalar_operand(ctx, op_name, data, bias, "bias")
     srcs = [data] + [t for t in (ts, tb) if t is not None]
     out_dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
-    out = new_result(ctx, data.shape, out_dt)
+    out = result_tile(ctx, data.shape, out_dt, dst, op_name, E_SCALAR)
     ins = ctx.emit("activation", E_SCALAR, srcs, (out,), {"func": func,
                                                                 "reduce": reduce_res is not None})
     values = None
@@ -372,7 +377,7 @@ def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, 
         s = f32_values(sc).reshape(pshape) if isinstance(sc, Tensor) else np.float32(sc if sc is not None else 1.0)
         b = f32_values(bi).reshape(pshape) if isinstance(bi, Tensor) else np.float32(bi or 0.0)
         values = execute.activation(func, v * s + b)
-    out = finish(ctx, ins, out, values, mask_values(mask, out.shape, *srcs))
+    out = deliver(ctx, ins, out, values, mask_values(mask, out.shape, *srcs), dst)
     if ctx.full and (reduce_res is not None or reduce_cmd):
         regs = reduce_registers(ctx, E_SCALAR, reduce_cmd, reduce_op or "add", values.reshape(p, -1))
         if reduce_res is not None:
@@ -406,7 +411,7 @@ def invert(x, *, dtype=None, mask=None) -> Tensor:
     return tensor_scalar(x, "bitwise_xor", ones, dtype=dtype, mask=mask, op_name="invert")
 
 
-def select(condition, x, y, *, dtype=None, mask=None) -> Tensor:
+def select(condition, x, y, *, dtype=None, mask=None, dst: Tensor | None = None) -> Tensor:
     """nl.where: one VectorE instruction reading the predicate and both value operands."""
     ctx = current("where")
     ctx.settle()
@@ -417,14 +422,14 @@ def select(condition, x, y, *, dtype=None, mask=None) -> Tensor:
     ref = max(tiles, key=lambda t: math.prod(t.shape))
     dts = [t.dtype for t in (x, y) if isinstance(t, Tensor)] or [F32]
     out_dt = dtypes.to_dtype(dtype) if dtype is not None else (dts[0] if len(dts) == 1 else dtypes.promote(*dts))
-    out = new_result(ctx, ref.shape, out_dt)
+    out = result_tile(ctx, ref.shape, out_dt, dst, "where")
     ins = ctx.emit("tensor_tensor", E_VECTOR, tiles, (out,), {"alu": "select"})
     values = None
     if ctx.full:
         def val(v):
             return pad_dims(execute.to_f32(read(v)), ref.shape) if isinstance(v, Tensor) else np.float32(v)
         values = np.where(val(condition) != 0, val(x), val(y))
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape, *tiles))
+    return deliver(ctx, ins, out, values, mask_values(mask, out.shape, *tiles), dst)
 
 
 def broadcast_to(src: Tensor, shape) -> Tensor:
@@ -444,6 +449,23 @@ def memset_into(ctx: KernelContext, dst: Tensor, value, engine: Engine = E_VECTO
         mark_written(dst)
     del ins
     return dst
+
+
+def memset_dst(dst: Tensor, value, *, engine: Engine = E_UNKNOWN, strict: bool = False) -> Tensor:
+    """``nisa.memset(dst, value)``: fill an existing tile.  ``strict``: the value must suit dst's dtype (the current
+    API: an integer tensor takes an integer value)."""
+    ctx = current("memset")
+    ctx.settle()
+    dst = need_tensor(dst, "memset", "dst")
+    check_writable(dst)
+    if engine == E_UNKNOWN:
+        engine = E_VECTOR
+    if engine == E_GPSIMD and dst.kind == B_PSUM:
+        fail("nkisim_gpsimd_psum", op="memset", operand="dst")
+    if strict and dst.dtype.kind in "iub" and not isinstance(value, (int, np.integer, bool, np.bool_)) \
+            and applies("nkisim_memset_value", ctx.era):
+        fail("nkisim_memset_value", value=value, name=dst.name, dtype=dst.dtype.name)
+    return memset_into(ctx, dst, value, engine)
 
 
 def memset(shape, value, dtype, *, engine: Engine = E_UNKNOWN, mask=None) -> Tensor:

@@ -10,7 +10,7 @@ from nkisim.core.access import mark_written, read, write
 from nkisim.core.context import current
 from nkisim.core.dtypes import F32
 from nkisim.core.indexing import IndexExpr
-from nkisim.core.instr import E_GPSIMD, E_VECTOR
+from nkisim.core.instr import B_SBUF, E_GPSIMD, E_VECTOR
 from nkisim.core.ops.common import (
     as_rows,
     begin,
@@ -21,6 +21,7 @@ from nkisim.core.ops.common import (
     free_of,
     mask_values,
     need_on_chip,
+    need_tensor,
     new_result,
     out_dtype,
     parts_of,
@@ -48,6 +49,65 @@ def iota(expr, dtype, *, mask=None) -> Tensor:
     values = vals.astype(np.int32).astype(F32) if ctx.full and dtypes.is_float(out.dtype) else (
         vals.astype(np.int64) if ctx.full else None)
     return finish(ctx, ins, out, values, mask_values(mask, out.shape))
+
+
+def _affine_values(op: str, dst: Tensor, pattern, offset, channel_multiplier) -> np.ndarray:
+    """``offset + p * channel_multiplier + sum_k step_k * i_k`` per element of ``dst`` (int64), the free positions
+    walked by ``pattern = [[step, num], ...]`` in row-major order (nki.isa.iota / affine_select, NKI 0.6: "the number
+    of elements per partition in dst matches the product" of the nums)."""
+    pairs = [(int(st), int(n)) for st, n in pattern]
+    if not pairs or len(pairs) > 4 or any(n < 1 for _, n in pairs):
+        fail("nkisim_bad_argument", op=op, detail=f"pattern {pattern!r} must be 1 to 4 [step, num] pairs, nums >= 1")
+    count = 1
+    for _, n in pairs:
+        count *= n
+    if count != free_of(dst):
+        fail("nkisim_dst_mismatch", op=op, dst=list(dst.shape), result=[parts_of(dst), count],
+             detail=f" (the pattern's {count} elements per partition)")
+    free = np.zeros(1, dtype=np.int64)
+    for st, n in pairs:
+        free = (free[:, None] + st * np.arange(n, dtype=np.int64)[None, :]).reshape(-1)
+    rows = np.arange(parts_of(dst), dtype=np.int64)[:, None] * int(channel_multiplier)
+    return (int(offset) + rows + free[None, :]).reshape(dst.shape)
+
+
+def iota_pattern(dst: Tensor, pattern, offset=0, channel_multiplier=0) -> Tensor:
+    """``nisa.iota(dst, pattern, offset, channel_multiplier)`` (the current API): int32 arithmetic, cast to dst's
+    dtype; dst in SBUF (GpSimdE)."""
+    ctx = current("iota")
+    ctx.settle()
+    dst = need_tensor(dst, "iota", "dst")
+    need_on_chip(dst, "iota", "dst", (B_SBUF,))
+    check_writable(dst)
+    check_partitions(dst, ctx.limits.pmax)
+    values = _affine_values("iota", dst, pattern, offset, channel_multiplier)  # validates pattern in timing mode too
+    ctx.emit("iota", E_GPSIMD, (), (dst,), {})
+    if ctx.full:
+        v = values.astype(np.int32)
+        write(dst, execute.cast(v.astype(F32) if dtypes.is_float(dst.dtype) else v.astype(np.int64), dst.dtype))
+    return dst
+
+
+def affine_select_pattern(dst: Tensor, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op: str,
+                          offset=0) -> Tensor:
+    """``nisa.affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op, offset)`` (the
+    current API): ``dst = on_true_tile where cmp_op(affine, 0) else on_false_value`` (GpSimdE; dst and on_true_tile
+    in SBUF; selected inputs of another dtype go through fp32)."""
+    ctx, (src,) = begin("affine_select", E_GPSIMD, [(on_true_tile, "on_true_tile")])
+    dst = need_tensor(dst, "affine_select", "dst")
+    need_on_chip(dst, "affine_select", "dst", (B_SBUF,))
+    need_on_chip(src, "affine_select", "on_true_tile", (B_SBUF,))
+    check_writable(dst)
+    if parts_of(src) != parts_of(dst) or free_of(src) != free_of(dst):
+        fail("nkisim_dst_mismatch", op="affine_select", dst=list(dst.shape), result=list(src.shape),
+             detail=" (on_true_tile's partitions and elements per partition)")
+    affine = _affine_values("affine_select", dst, pattern, offset, channel_multiplier)
+    ctx.emit("affine_select", E_GPSIMD, (src,), (dst,), {"value": float(on_false_value)})
+    if ctx.full:
+        keep = execute.alu(cmp_op, affine.astype(F32), np.float32(0)).astype(bool)
+        vals = np.where(keep, f32_values(src).reshape(dst.shape), np.float32(on_false_value))
+        write(dst, execute.cast(vals, dst.dtype))
+    return dst
 
 
 # ---- selects ---------------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from nkisim.core.ops.common import (
     as_rows,
     begin,
     check_writable,
+    deliver,
     engine_checks,
     f32_values,
     finish,
@@ -27,15 +28,16 @@ from nkisim.core.ops.common import (
     parts_of,
     per_partition_values,
     reduce_registers,
+    result_tile,
     scalar_operand,
     write_side,
 )
-from nkisim.core.rules import NKIError, fail
+from nkisim.core.rules import NKIError, applies, fail
 from nkisim.core.tensor import Tensor
 
 
 def tensor_reduce(op: str, data, axis, *, negate: bool = False, keepdims: bool = False, dtype=None, mask=None,
-                  op_name: str = "tensor_reduce") -> Tensor:
+                  op_name: str = "tensor_reduce", dst: Tensor | None = None) -> Tensor:
     ctx = current(op_name)
     ctx.settle()
     data = need_tensor(data, op_name, "data")
@@ -50,6 +52,8 @@ def tensor_reduce(op: str, data, axis, *, negate: bool = False, keepdims: bool =
         if ax == 0 or not 0 < ax < nd:
             fail("nkisim_reduce_partition_axis", op=op_name, axis=axis)
         norm.append(ax)
+    if sorted(norm) != list(range(nd - len(norm), nd)) and applies("nkisim_reduce_axes", ctx.era):
+        fail("nkisim_reduce_axes", op=op_name, axes=tuple(axes), ndim=nd)
     if op not in execute.REDUCE:
         fail("nkisim_bad_argument", op=op_name, detail=f"'{op}' is not a reduction operator")
     if execute.ALU[op][1]:  # bitvec reductions: "the input/output data types must be integer types" (isa docs)
@@ -59,7 +63,7 @@ def tensor_reduce(op: str, data, axis, *, negate: bool = False, keepdims: bool =
     if len(out_shape) == 1:
         out_shape = out_shape  # (P,) result of a full free-axis reduction
     out_dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
-    out = new_result(ctx, out_shape, out_dt)
+    out = result_tile(ctx, out_shape, out_dt, dst, op_name)
     ins = ctx.emit("tensor_reduce", E_VECTOR, (data,), (out,), {"alu": op, "axes": tuple(norm)})
     m_out, m_in = _reduce_mask(mask, out.shape, data, op)
     values = None
@@ -71,7 +75,7 @@ def tensor_reduce(op: str, data, axis, *, negate: bool = False, keepdims: bool =
         values = np.asarray(values, dtype=v.dtype if v.dtype.kind in "iub" else F32)
         if negate:
             values = -values
-    return finish(ctx, ins, out, values, m_out)
+    return deliver(ctx, ins, out, values, m_out, dst)
 
 
 _REDUCE_IDENTITY = {"add": 0, "maximum": -np.inf, "minimum": np.inf, "multiply": 1}

@@ -8,13 +8,14 @@ from __future__ import annotations
 import numpy as np
 
 from nkisim.core import dtypes, execute
-from nkisim.core.access import read
+from nkisim.core.access import psum_write, read
 from nkisim.core.context import KernelContext, current
 from nkisim.core.dtypes import F32
 from nkisim.core.instr import B_PSUM, B_SBUF, E_TENSOR, E_UNKNOWN, E_VECTOR, Engine
 from nkisim.core.ops.common import (
     ENGINE_LABEL,
     check_partitions,
+    deliver,
     finish,
     free_of,
     mask_values,
@@ -32,6 +33,11 @@ from nkisim.core.tensor import Tensor
 _MATMUL_DTYPES = {"float8_e4m3", "float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32"}
 
 
+# Toolchains that stage a PSUM matmul operand through SBUF (the legacy compiler: see stage_psum_operand); the current
+# API says the operands "must be SBUF tiles" (nki.isa.nc_matmul, NKI 0.6): there a PSUM operand is an error.
+STAGING_ERAS = frozenset({"2024", "2025"})
+
+
 def stage_psum_operand(ctx: KernelContext, t: Tensor, op_name: str, name: str) -> Tensor:
     """A matmul operand must sit in SBUF: TensorE reads only SBUF ("The nc_matmul instruction must read inputs
     from SBUF", nki.isa.nc_matmul, Neuron 2.21 docs). AWS's own legacy kernels nevertheless hand a PSUM tile
@@ -40,12 +46,38 @@ def stage_psum_operand(ctx: KernelContext, t: Tensor, op_name: str, name: str) -
     nki.simulate_kernel, so the legacy compiler stages the tile through SBUF. nkisim does the same with an explicit
     VectorE PSUM->SBUF tensor_copy, so the copy is costed and shows in the profile under this op's name.  Direct
     allocation leaves no compiler-owned SBUF to stage through: there the documented error stands."""
-    if t.kind == B_PSUM and not ctx.direct_alloc:
+    if t.kind == B_PSUM and not ctx.direct_alloc and ctx.era in STAGING_ERAS:
         staged = tensor_copy(t, op_name=op_name)
         ctx.settle()  # the copy's values land now: the matmul reads them below
         return staged
     need_on_chip(t, op_name, name, (B_SBUF,))
     return t
+
+
+def check_pe_tiling(stationary: Tensor, tile_position, tile_size) -> None:
+    """PE tiling requirements of nki.isa.nc_matmul (2.2x docs): both ``tile_position`` and ``tile_size`` set, (row,
+    column) values that are multiples of 32, ``tile_size`` at least the stationary tile ([K, M]), not 32 x 32 on
+    NeuronCore-v2; the tile must fit the 128 x 128 PE array.  Values only: the model does not time PE tiling."""
+    def bad(why: str):
+        fail("nkisim_bad_argument", op="nc_matmul", detail=f"tile_position={tuple(tile_position)!r}, "
+              f"tile_size={tuple(tile_size)!r}: {why}")
+    if not tile_position or not tile_size:
+        bad("both must be set to enable PE tiling")
+    pos, size = tuple(int(v) for v in tile_position), tuple(int(v) for v in tile_size)
+    if len(pos) != 2 or len(size) != 2:
+        bad("each is a (row, column) pair")
+    if any(v % 32 for v in pos + size) or min(size) <= 0:
+        bad("values must be multiples of 32")
+    if pos[0] + size[0] > 128 or pos[1] + size[1] > 128:
+        bad("the tile must fit the 128 x 128 PE array")
+    k, m = stationary.shape[0], 1
+    for d in stationary.shape[1:]:
+        m *= d
+    if size[0] < k or size[1] < m:
+        bad(f"tile_size must be at least the stationary tile [{k}, {m}]")
+    ctx = current("nc_matmul")
+    if ctx.target == "trn1" and size == (32, 32):
+        bad("row and column sizes cannot both be 32 on NeuronCore-v2")
 
 
 def check_psum_bank(ctx: KernelContext, dst: Tensor, op: str) -> None:
@@ -59,7 +91,10 @@ def check_psum_bank(ctx: KernelContext, dst: Tensor, op: str) -> None:
 
 def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False, mask=None,
               op_name: str = "nc_matmul", double_row: bool = False, is_stationary_onezero: bool = False,
-              is_moving_onezero: bool = False) -> Tensor:
+              is_moving_onezero: bool = False, dst: Tensor | None = None, accumulate: bool | None = None) -> Tensor:
+    """``stationary.T @ moving`` into a fresh fp32 PSUM tile, or into ``dst`` (the current API): ``accumulate``
+    None -- the first write to a PSUM location overwrites, later ones accumulate; True -- accumulate; False --
+    overwrite (nki.isa.nc_matmul, "Accumulation mode")."""
     ctx = current(op_name)
     ctx.settle()
     stationary = need_tensor(stationary, op_name, "stationary")
@@ -76,7 +111,7 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
         fail("err_num_partition_mismatch", params=f"{shape_str(stationary, 'stationary')}, "
              f"{shape_str(moving, 'moving')}", op=op_name)
     if double_row:
-        return _double_row_matmul(ctx, stationary, moving, k1, mask, op_name)
+        return _double_row_matmul(ctx, stationary, moving, k1, mask, op_name, dst, accumulate)
     m = free_of(stationary)
     n = free_of(moving)
     if m > lim.gemm_stationary_fmax:
@@ -90,9 +125,9 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
     if (d1 == "float32") != (d2 == "float32"):
         fail("nkisim_matmul_dtype", detail=f"fp32/tf32 operands must pair with fp32/tf32, got {d1} and {d2}")
     out_shape = (m,) + tuple(moving.shape[1:]) if moving.ndim > 1 else (m, 1)
-    out = new_result(ctx, out_shape, F32, B_PSUM)
-    check_psum_bank(ctx, out, op_name)
-    attrs = {"K": k1, "M": m, "N": n, "accumulate": False, "is_transpose": bool(is_transpose)}
+    out = _matmul_out(ctx, out_shape, dst, op_name)
+    attrs = {"K": k1, "M": m, "N": n, "accumulate": dst is not None and accumulate is not False,
+             "is_transpose": bool(is_transpose)}
     # the ones/zeros hints make an fp32 matmul up to 2x faster (nki.isa.nc_matmul docs, is_*_onezero): the cost
     # model reads them (perf/model.py), so they travel with the instruction
     if is_stationary_onezero:
@@ -107,7 +142,7 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
         if is_stationary_onezero or is_moving_onezero or is_transpose:
             _check_matmul_promises(ctx, op_name, attrs, (s, d1, is_stationary_onezero), (mv, d2, is_moving_onezero))
         values = (s.T @ mv).reshape(out_shape)
-    return finish(ctx, ins, out, values, mask_values(mask, out_shape, stationary, moving))
+    return _matmul_done(ctx, ins, out, values, mask_values(mask, out_shape, stationary, moving), dst, accumulate)
 
 
 def _check_matmul_promises(ctx: KernelContext, op_name: str, attrs: dict, stationary: tuple, moving: tuple) -> None:
@@ -143,7 +178,42 @@ def _check_matmul_promises(ctx: KernelContext, op_name: str, attrs: dict, statio
                 fail("nkisim_matmul_transpose_mode", op=op_name, shape=[k, n], why=why)
 
 
-def _double_row_matmul(ctx: KernelContext, stationary: Tensor, moving: Tensor, k: int, mask, op_name: str) -> Tensor:
+def _matmul_out(ctx: KernelContext, out_shape: tuple, dst: Tensor | None, op_name: str) -> Tensor:
+    """The PSUM tile a matmul writes: fresh, or ``dst`` (fp32 on NeuronCore-v2/v3: "The dst tile must be a float32
+    tile in NeuronCore-v2 and NeuronCore-v3", nki.isa.nc_matmul)."""
+    if dst is None:
+        out = new_result(ctx, out_shape, F32, B_PSUM)
+    else:
+        out = need_tensor(dst, op_name, "dst")
+        need_on_chip(out, op_name, "dst", (B_PSUM,))
+        if out.dtype != F32:
+            fail("nkisim_matmul_dtype", detail=f"dst '{out.name}' is {out.dtype}: the matmul output must be a "
+                 "float32 PSUM tile on NeuronCore-v2 and -v3")
+        if parts_of(out) != out_shape[0] or free_of(out) * parts_of(out) != out_shape[0] * free_of_shape(out_shape):
+            fail("nkisim_dst_mismatch", op=op_name, dst=list(out.shape), result=list(out_shape),
+                 detail=" (the stationary's free size x the moving's free size)")
+    check_psum_bank(ctx, out, op_name)
+    return out
+
+
+def free_of_shape(shape: tuple) -> int:
+    n = 1
+    for d in shape[1:]:
+        n *= d
+    return n
+
+
+def _matmul_done(ctx: KernelContext, ins, out: Tensor, values, mask, dst: Tensor | None, accumulate) -> Tensor:
+    if dst is None:
+        return finish(ctx, ins, out, values, mask)
+    if values is not None:
+        psum_write(dst, np.asarray(values).reshape(dst.shape), accumulate is not False, mask,
+                   force=accumulate is True)
+    return dst
+
+
+def _double_row_matmul(ctx: KernelContext, stationary: Tensor, moving: Tensor, k: int, mask, op_name: str,
+                       dst: Tensor | None = None, accumulate: bool | None = None) -> Tensor:
     """FP8 double-row mode (NeuronCore-v3): stationary [K, 2, M] and moving [K, 2, N] hold two K-rows of fp8 per
     partition; the result [M, N] is st[:, 0].T @ mv[:, 0] + st[:, 1].T @ mv[:, 1] (contraction 2K) at the cycle cost
     of one [K, M] x [K, N] matmul ("Double FP8 mode, 2x matmul throughput by packing two FP8 weight/ifmap element
@@ -164,21 +234,22 @@ def _double_row_matmul(ctx: KernelContext, stationary: Tensor, moving: Tensor, k
     if n > lim.gemm_moving_fmax:
         fail("nkisim_matmul_moving_fmax", n=n, limit=lim.gemm_moving_fmax, shape=list(moving.shape))
     out_shape = (m, n)
-    out = new_result(ctx, out_shape, F32, B_PSUM)
-    check_psum_bank(ctx, out, op_name)
+    out = _matmul_out(ctx, out_shape, dst, op_name)
     ins = ctx.emit("nc_matmul", E_TENSOR, (stationary, moving), (out,),
-                   {"K": 2 * k, "M": m, "N": n, "accumulate": False, "is_transpose": False,
-                    "perf_mode": "double_row"})
+                   {"K": 2 * k, "M": m, "N": n, "accumulate": dst is not None and accumulate is not False,
+                    "is_transpose": False, "perf_mode": "double_row"})
     values = None
     if ctx.full:
         s = execute.to_f32(read(stationary)).reshape(k, 2, m)
         mv = execute.to_f32(read(moving)).reshape(k, 2, n)
         values = s[:, 0].T @ mv[:, 0] + s[:, 1].T @ mv[:, 1]
-    return finish(ctx, ins, out, values, mask_values(mask, out_shape, stationary, moving))
+    return _matmul_done(ctx, ins, out, values, mask_values(mask, out_shape, stationary, moving), dst, accumulate)
 
 
 def nc_transpose(data: Tensor, *, engine: Engine = E_UNKNOWN, dtype=None, mask=None,
-                 op_name: str = "nc_transpose") -> Tensor:
+                 op_name: str = "nc_transpose", dst: Tensor | None = None) -> Tensor:
+    """The partition axis and the (flattened) free axes of ``data`` swapped, into a fresh tile (TensorE: PSUM,
+    VectorE: SBUF) or into ``dst`` (the current API: same dtype as ``data``)."""
     ctx = current(op_name)
     ctx.settle()
     data = need_tensor(data, op_name, "data")
@@ -186,8 +257,11 @@ def nc_transpose(data: Tensor, *, engine: Engine = E_UNKNOWN, dtype=None, mask=N
     f = free_of(data)
     lim = ctx.limits
     if engine == E_UNKNOWN:
-        engine = E_TENSOR if (p > lim.vector_transpose_max or f > lim.vector_transpose_max
-                                   or data.kind == B_SBUF) else E_VECTOR
+        small = p <= lim.vector_transpose_max and f <= lim.vector_transpose_max
+        if dst is None:
+            engine = E_VECTOR if small and data.kind != B_SBUF else E_TENSOR
+        else:  # TensorE writes PSUM only: an SBUF destination needs the Vector Engine
+            engine = E_VECTOR if small and (data.kind != B_SBUF or dst.kind == B_SBUF) else E_TENSOR
     limit = lim.pmax if engine == E_TENSOR else lim.vector_transpose_max
     if p > limit or f > limit:
         fail("nkisim_transpose_limit", engine=ENGINE_LABEL.get(engine, str(engine)), shape=list(data.shape),
@@ -201,10 +275,24 @@ def nc_transpose(data: Tensor, *, engine: Engine = E_UNKNOWN, dtype=None, mask=N
         need_on_chip(data, op_name, "data")
         out_buf = B_SBUF
     dt = dtypes.to_dtype(dtype) if dtype is not None else data.dtype
-    out = new_result(ctx, (f, p), data.dtype, out_buf)
+    if dst is None:
+        out = new_result(ctx, (f, p), data.dtype, out_buf)
+    else:
+        out = need_tensor(dst, op_name, "dst")
+        need_on_chip(out, op_name, "dst", (B_PSUM,) if engine == E_TENSOR else (B_SBUF, B_PSUM))
+        if out.dtype != data.dtype:
+            fail("nkisim_dst_mismatch", op=op_name, dst=f"{list(out.shape)} {out.dtype}",
+                 result=f"{[f, p]} {data.dtype}", detail=" (the output has the input's dtype)")
+        if parts_of(out) != f or free_of(out) != p:
+            fail("nkisim_dst_mismatch", op=op_name, dst=list(out.shape), result=[f, p], detail="")
+        if engine == E_TENSOR:
+            check_psum_bank(ctx, out, op_name)
     ins = ctx.emit("nc_transpose", engine, (data,), (out,), {"P": p, "F": f})
     values = execute.to_f32(read(data)).reshape(p, f).T if ctx.full else None
-    out = finish(ctx, ins, out, values, transposed_mask(mask, data, (f, p), lambda m: m.reshape(p, f).T))
+    tmask = transposed_mask(mask, data, (f, p), lambda m: m.reshape(p, f).T)
+    if dst is not None:
+        return deliver(ctx, ins, out, values, tmask, dst)
+    out = finish(ctx, ins, out, values, tmask)
     if dt != data.dtype:
         # nki.isa.nc_transpose docs: "if [dtype is] specified and it's different from the data type of input tile
         # data, an additional nki.isa.cast instruction will be inserted to cast the transposed data"

@@ -1,0 +1,230 @@
+"""Strided views over a tensor's storage: the current NKI API's view algebra (``NkiTensor.ap``, ``permute``,
+``broadcast``, ``select``, ``reshape_dim``, ``view(dtype)``, ... in nki/api/nki/language/__init__.py, NKI 0.6).
+
+A view is an element offset plus ``[stride, count]`` pairs over the *storage* of its allocation ("the element
+addressed by (i0, ..., in-1) sits at offset + sum_k strides[k] * i_k", NKI Language Guide, "Anatomy of a tensor").
+Storage is the allocation in its physical layout (partition axis first for SBUF/PSUM, row-major for HBM), so a
+pattern's partition stride is the number of elements per partition ("Partition stride is 1024 (storage's free-dim
+count), NOT 1", same guide, "Low-level raw access pattern").  Every function here returns a view of the same
+class as its input sharing the storage (writes through it are visible through every other view): NumPy strided
+arrays, which the rest of the core (operands, values, bounds) already handles.
+
+With :mod:`nkisim.core.tensor` and :mod:`nkisim.core.access`, this module reads a view's private slots.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nkisim.core.instr import B_HBM
+from nkisim.core.rules import fail
+from nkisim.core.tensor import Tensor
+
+
+def _basic(t: Tensor, what: str) -> None:
+    if t._ix is not None:
+        fail("nkisim_view", name=t.name, op=what, detail="the view is an indirect (gathered) access")
+
+
+def element_strides(t: Tensor) -> tuple[int, ...]:
+    """Strides of the view in elements of its dtype."""
+    _basic(t, "strides")
+    isz = t._v.itemsize
+    return tuple(s // isz for s in t._v.strides)
+
+
+def element_offset(t: Tensor) -> int:
+    """Offset of the view's first element from the start of its storage, in elements of its dtype."""
+    return t._off // t._v.itemsize
+
+
+def get_pattern(t: Tensor) -> list[list[int]]:
+    """``[[stride, count], ...]`` of the view, one pair per dimension (``NkiTensor.get_pattern``)."""
+    return [[s, n] for s, n in zip(element_strides(t), t.shape)]
+
+
+def is_contiguous(t: Tensor) -> bool:
+    """Dense row-major over its dimensions; for on-chip tensors the partition dim is skipped
+    (``NkiTensor.is_contiguous``: "partitions are physically independent memory banks")."""
+    if t._ix is not None:
+        return False
+    want = 1
+    dims = range(len(t.shape) - 1, 0 if t.kind != B_HBM else -1, -1)
+    strides = element_strides(t)
+    for d in dims:
+        n = t.shape[d]
+        if n != 1 and strides[d] != want:
+            return False
+        want *= n
+    return True
+
+
+def _new(t: Tensor, arr: np.ndarray, off_bytes: int | None = None) -> Tensor:
+    return t.__class__(t._a, arr, 0, off=t._off if off_bytes is None else off_bytes)
+
+
+def _on_chip_dim0(t: Tensor, dim: int, op: str, what: str) -> None:
+    if t.kind != B_HBM and dim == 0:
+        fail("nkisim_view", name=t.name, op=op, detail=f"{what} the partition dimension (dim 0) of an on-chip tensor")
+
+
+def _axis(t: Tensor, dim: int, op: str, extra: int = 0) -> int:
+    nd = len(t.shape) + extra
+    d = int(dim)
+    if not -nd <= d < nd:
+        fail("nkisim_view", name=t.name, op=op, detail=f"dimension {dim} out of range for {nd} dimensions")
+    return d % nd
+
+
+def permute(t: Tensor, dims) -> Tensor:
+    """Reorder dimensions; on-chip tensors keep the partition dim first (``dims[0] == 0``)."""
+    _basic(t, "permute")
+    dims = tuple(int(d) for d in dims)
+    if sorted(dims) != list(range(len(t.shape))):
+        fail("nkisim_view", name=t.name, op="permute", detail=f"{dims} is not a permutation of {len(t.shape)} dims")
+    if t.kind != B_HBM and dims[0] != 0:
+        fail("nkisim_view", name=t.name, op="permute", detail="an on-chip tensor keeps its partition dimension "
+             f"first (dims[0] must be 0, got {dims})")
+    return _new(t, t._v.transpose(dims))
+
+
+def broadcast(t: Tensor, dim: int, size: int) -> Tensor:
+    """Repeat a size-1 dimension ``size`` times (stride 0); never the partition dim of an on-chip tensor."""
+    _basic(t, "broadcast")
+    d = _axis(t, dim, "broadcast")
+    _on_chip_dim0(t, d, "broadcast", "cannot broadcast")
+    if t.shape[d] != 1:
+        fail("nkisim_view", name=t.name, op="broadcast", detail=f"dimension {d} has size {t.shape[d]}, not 1")
+    shape = list(t.shape)
+    shape[d] = int(size)
+    strides = list(t._v.strides)
+    strides[d] = 0
+    return _new(t, np.lib.stride_tricks.as_strided(t._v, shape=shape, strides=strides))
+
+
+def expand_dim(t: Tensor, dim: int) -> Tensor:
+    """Insert a size-1 dimension at ``dim`` (not before the partition dim of an on-chip tensor)."""
+    _basic(t, "expand_dim")
+    d = _axis(t, dim, "expand_dim", extra=1)
+    _on_chip_dim0(t, d, "expand_dim", "cannot insert a dimension before")
+    return _new(t, np.expand_dims(t._v, d))
+
+
+def squeeze_dim(t: Tensor, dim: int) -> Tensor:
+    """Remove a size-1 dimension (not the partition dim of an on-chip tensor)."""
+    _basic(t, "squeeze_dim")
+    d = _axis(t, dim, "squeeze_dim")
+    _on_chip_dim0(t, d, "squeeze_dim", "cannot remove")
+    if t.shape[d] != 1:
+        fail("nkisim_view", name=t.name, op="squeeze_dim", detail=f"dimension {d} has size {t.shape[d]}, not 1")
+    return _new(t, np.squeeze(t._v, axis=d))
+
+
+def reshape_dim(t: Tensor, dim: int, shape) -> Tensor:
+    """Split dimension ``dim`` into ``shape`` (one entry may be -1)."""
+    d = _axis(t, dim, "reshape_dim")
+    parts = [int(s) for s in shape]
+    n = t.shape[d]
+    if parts.count(-1) > 1:
+        fail("nkisim_view", name=t.name, op="reshape_dim", detail=f"at most one -1 in {tuple(parts)}")
+    if -1 in parts:
+        known = int(np.prod([p for p in parts if p != -1]))
+        if known == 0 or n % known:
+            fail("nkisim_view", name=t.name, op="reshape_dim", detail=f"{tuple(parts)} cannot split size {n}")
+        parts[parts.index(-1)] = n // known
+    if int(np.prod(parts)) != n:
+        fail("nkisim_view", name=t.name, op="reshape_dim", detail=f"{tuple(parts)} does not multiply to {n}")
+    if t.kind != B_HBM and d == 0 and len(parts) != 1:
+        fail("nkisim_view", name=t.name, op="reshape_dim", detail="cannot split the partition dimension")
+    return t.reshape(tuple(t.shape[:d]) + tuple(parts) + tuple(t.shape[d + 1:]))
+
+
+def flatten_dims(t: Tensor, start_dim: int, end_dim: int) -> Tensor:
+    """Merge dimensions ``start_dim..end_dim`` (inclusive), which must be contiguous in memory."""
+    s, e = _axis(t, start_dim, "flatten_dims"), _axis(t, end_dim, "flatten_dims")
+    if e < s:
+        fail("nkisim_view", name=t.name, op="flatten_dims", detail=f"end_dim {end_dim} < start_dim {start_dim}")
+    _on_chip_dim0(t, s, "flatten_dims", "cannot merge")
+    merged = int(np.prod(t.shape[s:e + 1]))
+    return t.reshape(tuple(t.shape[:s]) + (merged,) + tuple(t.shape[e + 1:]))
+
+
+def slice_dim(t: Tensor, dim: int, start: int, end: int, step: int = 1) -> Tensor:
+    """``t[..., start:end:step, ...]`` along ``dim`` (``NkiTensor.slice``: 0 <= start < end <= size, step >= 1)."""
+    d = _axis(t, dim, "slice")
+    n = t.shape[d]
+    if not (0 <= int(start) < int(end) <= n) or int(step) < 1:
+        fail("nkisim_view", name=t.name, op="slice", detail=f"[{start}:{end}:{step}] of dimension {d} (size {n}) "
+             "needs 0 <= start < end <= size and step >= 1")
+    return t[(slice(None),) * d + (slice(int(start), int(end), int(step)),)]
+
+
+def select(t: Tensor, dim: int, index: int) -> Tensor:
+    """``t[..., index, ...]`` along ``dim``, removing the dimension (static index)."""
+    d = _axis(t, dim, "select")
+    n = t.shape[d]
+    i = int(index)
+    if not 0 <= i < n:
+        fail("err_tensor_access_out_of_bound", name=t.name, dim=d, lo=i, hi=i, size=n)
+    _on_chip_dim0(t, d, "select", "cannot remove")
+    return t[(slice(None),) * d + (i,)]
+
+
+def view_dtype(t: Tensor, dtype) -> Tensor:
+    """Reinterpret the bits as ``dtype``; the last dimension is scaled by the size ratio and must be contiguous
+    (``NkiTensor.view``)."""
+    from nkisim.core.dtypes import to_dtype
+
+    _basic(t, "view")
+    dt = to_dtype(dtype)
+    v = t._v
+    if v.ndim == 0 or (v.shape[-1] > 1 and v.strides[-1] != v.itemsize):
+        fail("nkisim_view", name=t.name, op="view", detail="the last dimension must be contiguous")
+    if dt.itemsize < v.itemsize or (v.shape[-1] * v.itemsize) % dt.itemsize == 0:
+        try:
+            return _new(t, v.view(dt))
+        except ValueError:
+            pass
+    fail("nkisim_view", name=t.name, op="view", detail=f"the last dimension ({v.shape[-1]} x {v.dtype}) does not "
+         f"divide into {dt}")
+    return t
+
+
+def ap(t: Tensor, pattern, offset: int | None = None, dtype=None) -> Tensor:
+    """The view ``[[stride, count], ...]`` at element ``offset`` of the storage (``NkiTensor.ap``): ``offset`` None
+    keeps this view's storage offset, an integer adds to it.  The partition stride of an on-chip tensor is its
+    elements per partition; the pattern must stay inside the storage."""
+    from nkisim.core.dtypes import to_dtype
+
+    a = t._a
+    base = a.base
+    if base.dtype != t._v.dtype or not base.flags.c_contiguous:
+        fail("nkisim_view", name=t.name, op="ap", detail="nkisim does not support .ap() on directly placed or "
+             "reinterpreted tensors yet")
+    dt = base.dtype if dtype is None else to_dtype(dtype)
+    flat = base.reshape(-1)
+    if dt != base.dtype:
+        flat = flat.view(np.uint8).view(dt)
+    isz = dt.itemsize
+    start = t._off // isz + (int(offset) if offset is not None else 0)
+    pairs = [(int(s), int(c)) for s, c in pattern]
+    if not pairs or any(c < 1 for _, c in pairs):
+        fail("nkisim_view", name=t.name, op="ap", detail=f"pattern {pattern!r} needs [stride, count] pairs with "
+             "counts >= 1")
+    lo = start + sum(s * (c - 1) for s, c in pairs if s < 0)
+    hi = start + sum(s * (c - 1) for s, c in pairs if s > 0)
+    if lo < 0 or hi >= flat.size:
+        fail("err_tensor_access_out_of_bound", name=t.name, dim=0, lo=lo, hi=hi, size=flat.size)
+    if t.kind != B_HBM:
+        parts = pairs[0][1]
+        if parts > a.base.shape[0] or (parts > 1 and pairs[0][0] * isz != base.strides[0]):
+            fail("nkisim_view", name=t.name, op="ap", detail=f"the first pair {list(pairs[0])} must walk the "
+                 f"partitions: stride {base.strides[0] // isz} (elements per partition), count <= "
+                 f"{a.base.shape[0]}")
+    shape, strides = tuple(c for _, c in pairs), tuple(s * isz for s, _ in pairs)
+    origin = flat[start:]
+    if origin.dtype.str == "<f1":  # ml_dtypes fp8: as_strided cannot rebuild typestr '<f1' (see tensor._strided)
+        arr = np.lib.stride_tricks.as_strided(origin.view(np.uint8), shape=shape, strides=strides).view(dt)
+    else:
+        arr = np.lib.stride_tricks.as_strided(origin, shape=shape, strides=strides)
+    return t.__class__(a, arr, 0, off=start * isz)
