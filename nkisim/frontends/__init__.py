@@ -4,7 +4,8 @@ A front end is the public API of one NKI generation, as thin adapters over nkisi
 (``nkisim/core``: tensors, access patterns, dtype rules, constraint checks, the instruction stream) and its one
 performance model (``nkisim/perf``).  This record says everything the rest of nkisim needs to know about it:
 
-* where kernels import it from (``namespace``: ``neuronxcc.nki`` or ``nki``) and which nkisim package serves it,
+* where kernels import it from (``namespace``: ``neuronxcc.nki`` -> :data:`LEGACY`, ``nki`` -> :data:`NKI`) and
+  which nkisim package serves it,
   so the import fallback (``nkisim/_hook.py``), the static screen (``nkisim/check``), the grader's import policy
   and ``python -m nkisim info`` / ``apicoverage`` read the names from here, never from literals;
 * which rules apply to its kernels (:meth:`FrontEnd.era`, the ``eras`` of ``nkisim/core/rules.py``);
@@ -101,7 +102,23 @@ LEGACY = FrontEnd(
     docs="Neuron SDK 2.20-2.26 NKI docs",
 )
 
-FRONT_ENDS: tuple[FrontEnd, ...] = (LEGACY,)
+NKI = FrontEnd(
+    key="nki",
+    title="current NKI API (nki, NKI 0.6 / Neuron SDK 2.32)",
+    namespace="nki",
+    package="nkisim.frontends.nki",
+    top="nkisim.frontends.nki.nki",
+    submodules=("language", "isa", "typing", "collectives"),
+    prefixes={"nki": "", "nl": "language", "nisa": "isa", "nt": "typing", "ncol": "collectives"},
+    symbols_file="symbols.txt",
+    distributions=("nki",),
+    tensor="nkisim.frontends.nki.tensor:NkiTensor",
+    semantics="nkisim.frontends.nki.semantics:NkiSemantics",
+    docs="aws-neuron-sdk nki/api stubs, NKI 0.6",
+    fixed_era="nki",
+)
+
+FRONT_ENDS: tuple[FrontEnd, ...] = (LEGACY, NKI)
 BY_KEY = {fe.key: fe for fe in FRONT_ENDS}
 BY_NAMESPACE = {fe.namespace: fe for fe in FRONT_ENDS}
 

@@ -1,4 +1,4 @@
-"""neuronxcc.nki.typing (``nt``) as nkisim implements it: kernel parameter annotations.
+"""``nt`` (``neuronxcc.nki.typing`` and ``nki.typing``) as nkisim implements it: kernel parameter annotations.
 
 ``x: nt.tensor[128, 512]`` / ``nt.tensor[[128, 512], nl.bfloat16]`` in a kernel signature declares the expected
 shape (and dtype) of an HBM argument; ``nt.mutable_tensor`` (or ``nt.tensor[nt.mutable]``) marks a parameter the
@@ -81,12 +81,3 @@ def _parse(item, is_mutable: bool, base: TensorType | None = None) -> TensorType
 
 tensor = TensorType(None, None, False)
 mutable_tensor = TensorType(None, None, True)
-
-
-def __getattr__(name: str):
-    from nkisim.frontends import LEGACY, _unsupported
-
-    return _unsupported.missing(LEGACY, "nt", name)
-
-
-del annotations  # the __future__ import must not leak as an NKI name

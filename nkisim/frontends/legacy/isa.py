@@ -113,39 +113,13 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
 
     ``perf_mode='double_row_gen3'`` (the 2.2x spelling; 'double_row' later) is the FP8 double-row mode."""
     if tile_position or tile_size:
-        _check_pe_tile(stationary, tile_position, tile_size)
+        _te.check_pe_tiling(stationary, tile_position, tile_size)
     mode = str(getattr(perf_mode, "name", perf_mode) or "none")
     if mode not in ("none", "double_row", "double_row_gen3"):
         raise ValueError(f"nc_matmul: unknown perf_mode {perf_mode!r} (expected None or 'double_row_gen3')")
     return _te.nc_matmul(stationary, moving, is_transpose=is_transpose, mask=mask,
                           double_row=mode != "none", is_stationary_onezero=is_stationary_onezero,
                           is_moving_onezero=is_moving_onezero)
-
-
-def _check_pe_tile(stationary, tile_position, tile_size) -> None:
-    """PE tiling requirements of nki.isa.nc_matmul (2.2x docs): both ``tile_position`` and ``tile_size`` set, (row,
-    column) values that are multiples of 32, ``tile_size`` at least the stationary tile ([K, M]), not 32 x 32 on
-    NeuronCore-v2; the tile must fit the 128 x 128 PE array.  Values only: the model does not time PE tiling."""
-    def bad(why: str):
-        _fail("nkisim_bad_argument", op="nc_matmul", detail=f"tile_position={tuple(tile_position)!r}, "
-              f"tile_size={tuple(tile_size)!r}: {why}")
-    if not tile_position or not tile_size:
-        bad("both must be set to enable PE tiling")
-    pos, size = tuple(int(v) for v in tile_position), tuple(int(v) for v in tile_size)
-    if len(pos) != 2 or len(size) != 2:
-        bad("each is a (row, column) pair")
-    if any(v % 32 for v in pos + size) or min(size) <= 0:
-        bad("values must be multiples of 32")
-    if pos[0] + size[0] > 128 or pos[1] + size[1] > 128:
-        bad("the tile must fit the 128 x 128 PE array")
-    k, m = stationary.shape[0], 1
-    for d in stationary.shape[1:]:
-        m *= d
-    if size[0] < k or size[1] < m:
-        bad(f"tile_size must be at least the stationary tile [{k}, {m}]")
-    ctx = _ctx.current("nc_matmul")
-    if ctx.target == "trn1" and size == (32, 32):
-        bad("row and column sizes cannot both be 32 on NeuronCore-v2")
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **kwargs):

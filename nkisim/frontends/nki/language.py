@@ -1,0 +1,478 @@
+"""``nki.language`` (``nl``) of the current API (NKI 0.6, Neuron SDK 2.32) as nkisim implements it.
+
+Thin adapters over ``nkisim.core``: tensor creation (``nl.ndarray`` is uninitialised: nkisim fills it with NaN /
+4 as AWS's CPU simulator does, nki/guides/nki_simulator.rst "Uninitialized Memory Detection"), the memory regions
+(``nl.hbm`` is an alias of ``nl.private_hbm``; kernel outputs live in ``nl.shared_hbm``), ``nl.tile_size``, the
+convenience wrappers that return a new tile (``nl.load``, ``nl.add``, ``nl.sum``, ``nl.matmul``, ...: the same core
+operations as the legacy ``nl``), the loop ranges and the SPMD queries.  ``nl.arange``, ``nl.mgrid`` and
+``nl.par_dim`` were removed from the API (NKI 0.2): using them is an error naming the replacement.  Only NKI names
+are public: helpers are underscored.
+"""
+
+from __future__ import annotations
+
+import numpy as _np
+
+from nkisim.core import buffers as _buffers
+from nkisim.core import composites as _comp
+from nkisim.core import config as _config
+from nkisim.core import context as _ctx
+from nkisim.core import dtypes as _dt
+from nkisim.core import semantics as _sem
+from nkisim.core.access import read as _read
+from nkisim.core.instr import Buf as _Buf
+from nkisim.core.ops import dma as _dma
+from nkisim.core.ops import elementwise as _ew
+from nkisim.core.ops import gpsimd as _gps
+from nkisim.core.ops import reduce as _red
+from nkisim.frontends.nki.tensor import NkiTensor  # noqa: F401  (public NKI name)
+
+# ---- data types (nki.language dtypes; the packed MX types are placeholders) -----------------------------------
+bool_ = _dt.bool_
+int8, int16, int32 = _dt.int8, _dt.int16, _dt.int32
+uint8, uint16, uint32 = _dt.uint8, _dt.uint16, _dt.uint32
+float16 = _dt.float16
+float32 = _dt.float32
+bfloat16 = _dt.bfloat16
+tfloat32 = _dt.tfloat32
+float8_e4m3 = _dt.float8_e4m3
+float8_e5m2 = _dt.float8_e5m2
+float8_e4m3fn = _np.dtype("float8_e4m3fn") if hasattr(_np, "float8_e4m3fn") else __import__("ml_dtypes").float8_e4m3fn
+
+# ---- memory regions -------------------------------------------------------------------------------------------
+sbuf = _buffers.BufferSpec(_Buf.SBUF, "sbuf")
+psum = _buffers.BufferSpec(_Buf.PSUM, "psum")
+private_hbm = _buffers.BufferSpec(_Buf.HBM, "private_hbm")
+hbm = private_hbm  # "HBM - Alias of private_hbm"
+shared_hbm = _buffers.BufferSpec(_Buf.HBM, "shared_hbm")
+
+
+class MemoryRegion:
+    """Memory region constants for NKI tensors (``nl.MemoryRegion.sbuf is nl.sbuf``)."""
+
+    sbuf = sbuf
+    psum = psum
+    private_hbm = private_hbm
+    shared_hbm = shared_hbm
+
+
+def is_hbm(buffer) -> bool:
+    return getattr(buffer, "kind", None) == _Buf.HBM
+
+
+def is_on_chip(buffer) -> bool:
+    return getattr(buffer, "kind", None) in (_Buf.SBUF, _Buf.PSUM)
+
+
+def is_psum(buffer) -> bool:
+    return getattr(buffer, "kind", None) == _Buf.PSUM
+
+
+def is_sbuf(buffer) -> bool:
+    return getattr(buffer, "kind", None) == _Buf.SBUF
+
+
+def _buffer(buffer):
+    if isinstance(buffer, str):
+        raise TypeError(f"buffer={buffer!r}: NKI 0.3+ takes buffer objects, not strings: use nl.{buffer} (NKI "
+                        "migration guide, 'String buffer names no longer supported')")
+    return buffer
+
+
+class NKIObject:
+    """Base class for kernel dataclasses and configuration objects (their fields are keyword arguments)."""
+
+    def __init__(self, **kwargs) -> None:
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+
+
+class _TileSize(NKIObject):
+    """``nl.tile_size``: hardware tile limits of the current target (nki.language docs, NKI 0.6)."""
+
+    pmax = 128
+    psum_fmax = 512  # deprecated 0.4: same as psum_bank_fmax
+    psum_bank_fmax = 512
+    psum_bank_fmax_bytes = 2048
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    psum_min_align = 4
+    sbuf_min_align = 1
+
+    @property
+    def psum_num_banks(self) -> int:
+        return _limits().psum_banks
+
+    @property
+    def sbuf_size_bytes(self) -> int:
+        """Total SBUF capacity in bytes (all partitions combined)."""
+        lim = _limits()
+        return lim.pmax * lim.sbuf_bytes_per_partition
+
+    @property
+    def sbuf_fmax_bytes(self) -> int:
+        """Usable SBUF free size per partition, in bytes."""
+        return _limits().sbuf_usable_bytes
+
+    @property
+    def sbuf_fmax(self) -> int:
+        return _limits().sbuf_usable_bytes // 4
+
+    @property
+    def total_available_sbuf_size(self) -> int:
+        """Deprecated (0.4): usable SBUF per partition, in bytes (= sbuf_fmax_bytes)."""
+        return _limits().sbuf_usable_bytes
+
+
+def _limits():
+    ctx = _ctx.active()
+    return ctx.limits if ctx is not None else _config.limits()
+
+
+tile_size = _TileSize()
+
+
+# ---- tensor creation ------------------------------------------------------------------------------------------
+def ndarray(shape, dtype, buffer=sbuf, name="", address=None) -> NkiTensor:
+    """A new uninitialised tensor (nkisim fills it with NaN / 4, as AWS's simulator does)."""
+    if address is not None:
+        from nkisim.frontends._unsupported import NkisimUnsupportedError
+
+        raise NkisimUnsupportedError("nkisim does not support nl.ndarray(address=...) yet (direct allocation of the "
+                                     "nki API); leave address unset")
+    return _buffers.allocate(_shape(shape), dtype, _buffer(buffer), name=name)
+
+
+def _shape(shape):
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    for d in dims:
+        if type(d).__name__ == "ParDim":
+            raise TypeError("nl.par_dim was removed in NKI 0.2: the partition dimension is always the first one")
+    return dims
+
+
+def zeros(shape, dtype, buffer=sbuf, name="") -> NkiTensor:
+    return _comp.filled(_shape(shape), dtype, _buffer(buffer), name, 0)
+
+
+def ones(shape, dtype, buffer=sbuf, name="") -> NkiTensor:
+    return _comp.filled(_shape(shape), dtype, _buffer(buffer), name, 1)
+
+
+def full(shape, fill_value, dtype, buffer=sbuf, name="") -> NkiTensor:
+    return _comp.filled(_shape(shape), dtype, _buffer(buffer), name, fill_value)
+
+
+def zeros_like(x, dtype=None, buffer=None, name="") -> NkiTensor:
+    return _comp.filled(x.shape, dtype or x.dtype, _buffer(buffer) if buffer is not None else sbuf, name, 0)
+
+
+def empty_like(x, dtype=None, buffer=None, name="") -> NkiTensor:
+    return _buffers.allocate(x.shape, dtype or x.dtype, _buffer(buffer) if buffer is not None else x.buffer,
+                             name=name)
+
+
+def shared_constant(constant):
+    """A shared HBM tensor holding constant data (a NumPy array, or the path of a .npy file)."""
+    ctx = _ctx.current("shared_constant")
+    ctx.settle()
+    arr = _np.load(constant) if isinstance(constant, str) else _np.asarray(constant)
+    return _buffers.wrap_host(ctx, arr, "shared_constant")
+
+
+def shared_identity_matrix(n, dtype=uint8, dst=None):
+    """An n x n identity matrix (a shared HBM constant; copied into ``dst`` when given)."""
+    ident = shared_constant(_np.identity(int(n)).astype(_dt.to_dtype(dtype)))
+    if dst is None:
+        return ident
+    _dma.dma_copy(ident, dst)
+    return dst
+
+
+# ---- loops (Python semantics: NKI 0.2+ runs loop bodies as Python does) -----------------------------------------
+def _range(start, stop=None, step=1) -> range:
+    if stop is None:
+        start, stop = 0, start
+    return range(int(start), int(stop), int(step))
+
+
+def affine_range(start, stop=None, step=1) -> range:
+    """Deprecated alias of ``range`` (fully unrolled)."""
+    return _range(start, stop, step)
+
+
+def sequential_range(start, stop=None, step=1) -> range:
+    """Deprecated alias of ``range`` (fully unrolled)."""
+    return _range(start, stop, step)
+
+
+def static_range(start, stop=None, step=1) -> range:
+    """Deprecated alias of ``range`` (fully unrolled)."""
+    return _range(start, stop, step)
+
+
+def dynamic_range(start, stop=None, step=1) -> range:
+    """A loop the device runs with runtime bounds; nkisim runs the same iterations (integer bounds)."""
+    for b in (start, stop):
+        if b is not None and not isinstance(b, (int, _np.integer)):
+            from nkisim.frontends._unsupported import NkisimUnsupportedError
+
+            raise NkisimUnsupportedError("nkisim does not support nl.dynamic_range with register bounds yet "
+                                         "(nisa.register_*); integer bounds work")
+    return _range(start, stop, step)
+
+
+def ds(start, size) -> slice:
+    """Dynamic slice ``[start, start + size)`` of one axis: ``t[:, nl.ds(i * 512, 512)]``."""
+    return slice(start, start + size)
+
+
+class _NoReorder:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def no_reorder():
+    """Keep the block's operations in program order (nkisim runs everything in program order anyway)."""
+    return _NoReorder()
+
+
+# ---- data movement --------------------------------------------------------------------------------------------
+def load(src, dtype=None) -> NkiTensor:
+    return _dma.load(src, dtype=dtype)
+
+
+def load_transpose2d(src, dtype=None) -> NkiTensor:
+    return _dma.load(src, dtype=dtype, transpose=True)
+
+
+def store(dst, value) -> None:
+    _dma.store(dst, value)
+
+
+def copy(x, dtype=None) -> NkiTensor:
+    return _ew.tensor_copy(x, dtype=dtype, op_name="copy")
+
+
+def broadcast_to(x, shape, dtype=None) -> NkiTensor:
+    out = _ew.broadcast_to(x, shape)
+    if dtype is not None and _dt.to_dtype(dtype) != out.dtype:
+        out = _ew.tensor_copy(out, dtype=dtype, op_name="broadcast_to")
+    return out
+
+
+def expand_dims(x, axis):
+    return x.expand_dims(axis)
+
+
+# ---- element-wise -----------------------------------------------------------------------------------------------
+def _binary(alu: str):
+    def fn(x, y, dtype=None):
+        return _sem.binary(alu, x, y, dtype=dtype)
+
+    fn.__name__ = fn.__qualname__ = alu
+    fn.nki_alu = alu
+    return fn
+
+
+add = _binary("add")
+subtract = _binary("subtract")
+multiply = _binary("multiply")
+divide = _binary("divide")
+power = _binary("power")
+maximum = _binary("maximum")
+minimum = _binary("minimum")
+fmod = _binary("fmod")
+mod = _binary("mod")
+bitwise_and = _binary("bitwise_and")
+bitwise_or = _binary("bitwise_or")
+bitwise_xor = _binary("bitwise_xor")
+left_shift = _binary("left_shift")
+right_shift = _binary("right_shift")
+equal = _binary("equal")
+not_equal = _binary("not_equal")
+greater = _binary("greater")
+greater_equal = _binary("greater_equal")
+less = _binary("less")
+less_equal = _binary("less_equal")
+logical_and = _binary("logical_and")
+logical_or = _binary("logical_or")
+logical_xor = _binary("logical_xor")
+abs_max = _binary("abs_max")
+abs_min = _binary("abs_min")
+
+
+def _unary(func: str):
+    def fn(x, dtype=None):
+        return _ew.activation(func, x, dtype=dtype, op_name=func)
+
+    fn.__name__ = fn.__qualname__ = func
+    fn.nki_act = func
+    return fn
+
+
+exp = _unary("exp")
+log = _unary("log")
+sqrt = _unary("sqrt")
+rsqrt = _unary("rsqrt")
+sin = _unary("sin")
+cos = _unary("cos")
+tan = _unary("tan")
+tanh = _unary("tanh")
+arctan = _unary("arctan")
+sigmoid = _unary("sigmoid")
+relu = _unary("relu")
+gelu = _unary("gelu")
+gelu_apprx_tanh = _unary("gelu_apprx_tanh")
+gelu_apprx_sigmoid = _unary("gelu_apprx_sigmoid")
+gelu_dx = _unary("gelu_dx")
+silu = _unary("silu")
+silu_dx = _unary("silu_dx")
+erf = _unary("erf")
+erf_dx = _unary("erf_dx")
+softplus = _unary("softplus")
+mish = _unary("mish")
+square = _unary("square")
+abs = _unary("abs")  # noqa: A001 - NKI name
+sign = _unary("sign")
+negative = _unary("negative")
+trunc = _unary("trunc")
+floor = _unary("floor")
+ceil = _unary("ceil")
+reciprocal = _unary("reciprocal")
+copy.nki_act = "copy"
+
+
+def invert(x, dtype=None) -> NkiTensor:
+    return _ew.invert(x, dtype=dtype)
+
+
+def logical_not(x, dtype=None) -> NkiTensor:
+    return _ew.tensor_scalar(x, "equal", 0, dtype=dtype if dtype is not None else bool_, op_name="logical_not")
+
+
+# ---- reductions and composites --------------------------------------------------------------------------------
+def _reduction(alu: str, name: str):
+    def fn(x, axis, dtype=None, keepdims=False):
+        return _red.tensor_reduce(alu, x, axis, dtype=dtype, keepdims=keepdims, op_name=name)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.nki_alu = alu
+    return fn
+
+
+sum = _reduction("add", "sum")  # noqa: A001 - NKI name
+max = _reduction("maximum", "max")  # noqa: A001
+min = _reduction("minimum", "min")  # noqa: A001
+prod = _reduction("multiply", "prod")
+
+
+def all(x, axis, dtype=None):  # noqa: A001 - NKI name
+    return _red.tensor_reduce("logical_and", x, axis, dtype=dtype if dtype is not None else bool_, op_name="all")
+
+
+all.nki_alu = "logical_and"
+
+
+def mean(x, axis, dtype=None, keepdims=False) -> NkiTensor:
+    return _comp.mean(x, axis, dtype=dtype, keepdims=keepdims)
+
+
+def var(x, axis, dtype=None, keepdims=False) -> NkiTensor:
+    out = _comp.var(x, axis, dtype=dtype)
+    return out if not keepdims else out.expand_dims(axis)
+
+
+def softmax(x, axis=-1, dtype=None) -> NkiTensor:
+    return _comp.softmax(x, axis if axis >= 0 else axis + x.ndim, dtype=dtype)
+
+
+def rms_norm(x, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=None) -> NkiTensor:
+    return _comp.rms_norm(x, w, axis, n, epsilon, dtype=dtype, compute_dtype=compute_dtype)
+
+
+def where(condition, x, y, dtype=None) -> NkiTensor:
+    return _ew.select(condition, x, y, dtype=dtype)
+
+
+def dropout(x, rate, dtype=None) -> NkiTensor:
+    return _gps.dropout(x, rate, dtype=dtype)
+
+
+def transpose(x, dtype=None) -> NkiTensor:
+    return _comp.transpose(x, dtype=dtype)
+
+
+def matmul(x, y, transpose_x=False) -> NkiTensor:
+    return _comp.matmul(x, y, transpose_x=transpose_x)
+
+
+def gather_flattened(data, indices, axis=0, dtype=None) -> NkiTensor:
+    return _gps.gather_flattened(data, indices, dtype=dtype)
+
+
+def rand(shape, dtype, buffer=sbuf, name="") -> NkiTensor:
+    return _gps.rand(_shape(shape), dtype)
+
+
+def random_seed(seed) -> None:
+    _gps.random_seed(seed)
+
+
+def device_print(print_prefix, tensor) -> None:
+    """Print a tile's values (the simulator prints them; compiled kernels print nothing)."""
+    ctx = _ctx.current("device_print")
+    ctx.settle()
+    if ctx.full:
+        print(print_prefix, _np.array(_read(tensor)))
+
+
+# ---- SPMD ---------------------------------------------------------------------------------------------------------
+def program_id(axis=0) -> int:
+    """Index of the running program along ``axis`` (LNC=2: 0 and 1 along axis 0)."""
+    ctx = _ctx.current("program_id")
+    return ctx.program_ids[int(axis)] if ctx.grid and int(axis) < len(ctx.grid) else 0
+
+
+def num_programs(axes=0) -> int:
+    ctx = _ctx.current("num_programs")
+    axes = axes if isinstance(axes, (tuple, list)) else (axes,)
+    n = 1
+    for a in axes:
+        n *= ctx.grid[int(a)] if ctx.grid and int(a) < len(ctx.grid) else 1
+    return n
+
+
+def program_ndim() -> int:
+    return len(_ctx.current("program_ndim").grid)
+
+
+# ---- removed from the API, with their replacements (NKI migration guide, 0.1 -> 0.2) ------------------------------
+_REMOVED = {
+    "arange": "index with slices (t[0:128, 0:512]), nl.ds(start, size), or an access pattern t.ap([[stride, count], "
+              "...]) (NKI 0.2 removed nl.arange/nl.mgrid)",
+    "mgrid": "index with slices (t[0:128, 0:512]), nl.ds(start, size), or an access pattern t.ap([[stride, count], "
+             "...]) (NKI 0.2 removed nl.arange/nl.mgrid)",
+    "par_dim": "the partition dimension is always the first one; keep blocks in a Python list of tensors or in a "
+               "free dimension (NKI 0.2 removed block dimensions)",
+    "loop_reduce": "reduce in place with nisa.tensor_tensor(dst=acc, data1=acc, data2=x, op=...)",
+    "atomic_rmw": "nisa.dma_compute(dst, [src, dst], reduce_op=nl.add)",
+    "ones_like": "nl.full(x.shape, 1, x.dtype)",
+    "static_cast": "numpy's astype on the host arrays",
+}
+
+
+def __getattr__(name: str):
+    if name in _REMOVED:
+        raise AttributeError(f"module 'nki.language' has no attribute '{name}' (it belongs to the legacy "
+                             f"neuronxcc.nki API): {_REMOVED[name]}")
+    from nkisim.frontends import NKI, _unsupported
+
+    return _unsupported.missing(NKI, "nl", name)
+
+
+del annotations  # the __future__ import must not leak as an NKI name

@@ -1,0 +1,139 @@
+"""``nki`` (NKI 0.6, Neuron SDK 2.32) as nkisim implements it: ``nki.jit`` and ``nki.simulate``.
+
+``@nki.jit`` kernels called with NumPy arrays run on nkisim and return NumPy arrays; ``kernel[lnc](...)`` launches
+with a Logical NeuronCore degree (1, or 2: two programs on two NeuronCores, ``nl.program_id(0)`` 0 and 1, inputs
+in ``nl.shared_hbm``); ``nki.simulate(kernel)(*arrays)`` and ``NKI_SIMULATOR=1`` run in AWS's CPU-simulator mode
+(capacity limits the compiler enforces only warn: nki/guides/nki_simulator.rst, "Memory Model").  As in AWS's
+simulator, "input arrays are updated in-place if the kernel modified the corresponding HBM tensors" (same guide,
+"Execution"), and the compiler's ``nki.jit(mode=...)`` / ``platform_target=`` are errors (NKI 0.3 migration guide:
+both are breaking changes; set ``NEURON_PLATFORM_TARGET_OVERRIDE`` instead).
+"""
+
+from __future__ import annotations
+
+import functools as _functools
+import os as _os
+
+from nkisim.core import context as _ctx
+from nkisim.core import runtime as _rt
+from nkisim.frontends import NKI as _NKI
+from nkisim.frontends.nki import collectives, isa, language, typing  # noqa: F401  (nki.language, nki.isa, ...)
+
+# nkisim serves this `nki` (the import hook, `python -m nkisim info`): a real nki never carries the marker
+__nkisim_fallback__ = True
+
+SIMULATOR_ENV = "NKI_SIMULATOR"
+
+
+def _simulator_on() -> bool:
+    """``NKI_SIMULATOR=1``: every @nki.jit kernel runs on the CPU simulator (nki_simulator.rst, "Usage")."""
+    return _os.environ.get(SIMULATOR_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+class _KernelBase:
+    """What every nki launcher shares: the front end, inputs updated in place, ``kernel[lnc]``."""
+
+    # pytest must not collect a kernel named test_* (it would unwrap __wrapped__ and ask for fixtures)
+    __test__ = False
+    nki_frontend = _NKI  # the kernel is an nki kernel (core.runtime.frontend_of)
+    nki_writes_args = True  # kernel arguments are HBM tensors the kernel may write; the caller's arrays see it
+
+    def __getitem__(self, lnc):
+        return _Launch(self, lnc)
+
+
+class Kernel(_KernelBase):
+    """The object ``nki.jit`` returns."""
+
+    def __init__(self, func, **options) -> None:
+        self.func = func
+        self.options = options
+        _functools.update_wrapper(self, func, updated=())
+
+    def __call__(self, *args, **kwargs):
+        if _ctx.active() is not None:
+            raise TypeError(
+                f"@nki.jit kernel '{self.__name__}' called from inside a running kernel: NKI 0.2+ compiles only the "
+                "top-level kernel, so remove the @nki.jit decorator from sub-kernels (or decorate at the call "
+                "site: nki.jit(my_kernel)(...)) (NKI migration guide, 'Remove nki.jit decorator on sub-kernels')")
+        return _rt.run_kernel(self, args, kwargs, mode="full", simulate=_simulator_on()).outputs
+
+    def __repr__(self) -> str:
+        return f"<nki.jit kernel {getattr(self.func, '__name__', '?')}>"
+
+
+class _Launch(_KernelBase):
+    """``kernel[lnc]``: a launch with a Logical NeuronCore degree (1 or 2)."""
+
+    def __init__(self, launcher, lnc) -> None:
+        if isinstance(lnc, tuple) or isinstance(lnc, bool) or not isinstance(lnc, int) or lnc not in (1, 2):
+            raise ValueError(f"kernel[{lnc!r}]: the bracket sets the Logical NeuronCore degree, 1 or 2 (nki.jit docs: "
+                             "'kernel[lnc](args)', LNC=1 by default); SPMD launch grids kernel[b, h] are the legacy "
+                             "neuronxcc.nki API")
+        self.func = launcher
+        self.lnc = lnc
+        # LNC=2: two programs, one per physical NeuronCore, in parallel (program_id 0 and 1)
+        self.nki_grid, self.nki_cores = ((2,), [0, 1]) if lnc == 2 else ((), None)
+        _functools.update_wrapper(self, _rt.unwrap(launcher), updated=())
+
+    def __call__(self, *args, **kwargs):
+        if _ctx.active() is not None:
+            raise TypeError("a launch kernel[lnc](...) cannot be called from inside a running kernel")
+        simulate = isinstance(self.func, _Simulated) or _simulator_on()
+        return _rt.run_kernel(self, args, kwargs, mode="full", simulate=simulate).outputs
+
+
+def jit(fn=None, **kwargs):
+    """Decorate a top-level NKI kernel; usable bare (``@nki.jit``) or with options (``@nki.jit(...)``)."""
+    for removed, why in (("mode", "the NKI compiler detects the framework from the arguments; run on the CPU "
+                                  "simulator with nki.simulate(kernel)(...) or NKI_SIMULATOR=1"),
+                         ("platform_target", "set the NEURON_PLATFORM_TARGET_OVERRIDE environment variable")):
+        if removed in kwargs:
+            raise TypeError(f"nki.jit({removed}=...) is not accepted from NKI 0.3 on (NKI migration guide: a "
+                            f"breaking change): {why}")
+    if fn is None:
+        return lambda f: Kernel(f, **kwargs)
+    return Kernel(fn, **kwargs)
+
+
+class _Simulated(_KernelBase):
+    """``nki.simulate(kernel)``: call it with NumPy arrays; returns NumPy arrays."""
+
+    def __init__(self, kernel) -> None:
+        self.func = kernel
+        _functools.update_wrapper(self, _rt.unwrap(kernel), updated=())
+
+    def __call__(self, *args, **kwargs):
+        if _ctx.active() is not None:
+            raise TypeError("nki.simulate(kernel)(...) cannot be called from inside a running kernel")
+        return _rt.run_kernel(self.func, args, kwargs, mode="full", simulate=True).outputs
+
+
+def simulate(kernel):
+    """A CPU-simulated version of ``kernel`` (``nki.simulate(kernel)(a, b)``, ``nki.simulate(kernel[2])(a, b)``); a
+    plain function is wrapped with ``nki.jit`` first."""
+    if not isinstance(kernel, _KernelBase):
+        kernel = Kernel(kernel)
+    return _Simulated(kernel)
+
+
+_REMOVED = {
+    "baremetal": "call the @nki.jit kernel with NumPy arrays",
+    "benchmark": "time kernels with neuron-profile on Trainium; on nkisim, nkisim.run_kernel + nkisim.estimate",
+    "simulate_kernel": "nki.simulate(kernel)(*arrays)",
+    "trace": "decorate with @nki.jit (sub-kernels are plain functions)",
+    "profile": "neuron-profile on Trainium; on nkisim, nkisim.estimate",
+    "tensor": "nki.language.NkiTensor",
+}
+
+
+def __getattr__(name: str):
+    if name in _REMOVED:
+        raise AttributeError(f"module 'nki' has no attribute '{name}': it belongs to the legacy neuronxcc.nki API; "
+                             f"in nki use {_REMOVED[name]}")
+    from nkisim.frontends import _unsupported
+
+    return _unsupported.missing(_NKI, "nki", name)
+
+
+del annotations  # the __future__ import must not leak as an NKI name

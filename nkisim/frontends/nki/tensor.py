@@ -1,0 +1,171 @@
+"""``nki.language.NkiTensor``: the tensor kernels of the current API hold.
+
+The core's tensor with the current API's surface (nki/api/nki/language/__init__.py, NKI 0.6, ``class NkiTensor``):
+its attributes (``strides``, ``offset``, ``size``, ``buffer`` as a memory-region object), its view methods (``ap``,
+``permute``, ``broadcast``, ``select``, ``slice``, ``reshape_dim``, ``flatten_dims``, ``expand_dim``,
+``squeeze_dim``, ``view``, ``get_pattern``, ``is_contiguous``, ``is_indirect``), all of them
+``nkisim.core.aps`` views of the same storage, and its indexing rules: negative indices count from the end, an
+integer on the partition dim of an on-chip tensor keeps it as size 1 ("Result is always at least 2D"), and tensors
+are not index expressions (``nl.ds`` is a slice).  No view copies data.
+"""
+
+from __future__ import annotations
+
+from nkisim.core import aps
+from nkisim.core.access import allocation, is_gather
+from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF
+from nkisim.core.tensor import Tensor
+from nkisim.frontends._unsupported import NkisimUnsupportedError
+
+
+def _normalize(t: NkiTensor, idx) -> tuple:
+    """The index with negative positions made positive and an integer on an on-chip partition dim kept as a
+    size-1 slice; tensors as indices are refused (the API addresses dynamically through ``.ap``/``select``)."""
+    items = idx if isinstance(idx, tuple) else (idx,)
+    shape = t.shape
+    n_real = sum(1 for it in items if it is not Ellipsis and it is not None)
+    out = []
+    dim = 0
+    on_chip = t.kind != B_HBM
+    for it in items:
+        if it is Ellipsis:
+            skip = len(shape) - n_real
+            out.append(Ellipsis)
+            dim += max(skip, 0)
+            continue
+        if isinstance(it, Tensor):
+            raise TypeError(f"NkiTensor '{t.name}': a tensor cannot index a tensor in the nki API; address "
+                            "dynamically with .ap(pattern, scalar_offset=..., vector_offset=...) or .select(dim, "
+                            "index_tensor)")
+        n = shape[dim] if dim < len(shape) else 0
+        if isinstance(it, slice):
+            start, stop = it.start, it.stop
+            if isinstance(start, int) and start < 0:
+                start += n
+            if isinstance(stop, int) and stop < 0:
+                stop += n
+            out.append(slice(start, stop, it.step))
+        elif isinstance(it, int) or hasattr(it, "__index__") and not isinstance(it, bool):
+            i = int(it)
+            if i < 0:
+                i += n
+            out.append(slice(i, i + 1) if on_chip and dim == 0 else i)
+        else:
+            out.append(it)
+        dim += 1
+    return tuple(out)
+
+
+def _unsupported_method(fn):
+    fn.nkisim_unsupported = True  # python -m nkisim.apicoverage counts it as missing
+    return fn
+
+
+class NkiTensor(Tensor):
+    """A view of an HBM, SBUF or PSUM tensor of the current NKI API."""
+
+    __slots__ = ()
+
+    # ---- attributes of the API ----------------------------------------------------------------------------
+    @property
+    def buffer(self):
+        """The memory region (``t.buffer == nl.sbuf``)."""
+        from nkisim.frontends.nki import language
+
+        if self.kind == B_SBUF:
+            return language.sbuf
+        if self.kind == B_PSUM:
+            return language.psum
+        return language.shared_hbm if allocation(self).space == "shared_hbm" else language.private_hbm
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return aps.element_strides(self)
+
+    @property
+    def offset(self) -> int:
+        return aps.element_offset(self)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def __repr__(self) -> str:
+        return f"<NkiTensor '{self.name}' shape={self.shape} dtype={self.dtype} buffer={self.buffer!r}>"
+
+    # ---- indexing -----------------------------------------------------------------------------------------
+    def __getitem__(self, idx) -> NkiTensor:
+        if type(idx) is slice:
+            start, stop = idx.start, idx.stop
+            if (start is None or (type(start) is int and start >= 0)) and \
+                    (stop is None or (type(stop) is int and stop >= 0)):
+                return Tensor.__getitem__(self, idx)  # the common case: unchanged
+        return Tensor.__getitem__(self, _normalize(self, idx))
+
+    # ---- views (nkisim.core.aps) --------------------------------------------------------------------------
+    def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
+        """Explicit ``[[stride, count], ...]`` access pattern over the storage (offset: elements)."""
+        if scalar_offset is not None or vector_offset is not None:
+            raise NkisimUnsupportedError(
+                "nkisim does not support NkiTensor.ap(scalar_offset=..., vector_offset=...) yet (indirect access "
+                "patterns); static patterns work")
+        return aps.ap(self, pattern, offset, dtype)
+
+    def permute(self, dims):
+        return aps.permute(self, dims)
+
+    def broadcast(self, dim, size):
+        return aps.broadcast(self, dim, size)
+
+    def expand_dim(self, dim):
+        return aps.expand_dim(self, dim)
+
+    def squeeze_dim(self, dim):
+        return aps.squeeze_dim(self, dim)
+
+    def reshape_dim(self, dim, shape):
+        return aps.reshape_dim(self, dim, shape)
+
+    def flatten_dims(self, start_dim, end_dim):
+        return aps.flatten_dims(self, start_dim, end_dim)
+
+    def slice(self, dim, start, end, step=1):
+        return aps.slice_dim(self, dim, start, end, step)
+
+    def select(self, dim, index):
+        if isinstance(index, Tensor):
+            raise NkisimUnsupportedError("nkisim does not support NkiTensor.select(dim, <tensor index>) yet "
+                                         "(dynamic selection); a static integer index works")
+        return aps.select(self, dim, index)
+
+    def view(self, dtype):
+        return aps.view_dtype(self, dtype)
+
+    reinterpret_cast = view
+
+    def get_pattern(self) -> list[list[int]]:
+        return aps.get_pattern(self)
+
+    def is_contiguous(self) -> bool:
+        return aps.is_contiguous(self)
+
+    def is_indirect(self) -> bool:
+        return is_gather(self)
+
+    @_unsupported_method
+    def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None):
+        raise NkisimUnsupportedError("nkisim does not support NkiTensor.rearrange yet: use reshape_dim, permute "
+                                     "and flatten_dims")
+
+    @_unsupported_method
+    def vector_select(self, dim, vector_offset):
+        raise NkisimUnsupportedError("nkisim does not support NkiTensor.vector_select yet (per-partition indirect "
+                                     "addressing)")
+
+    @_unsupported_method
+    def indirect(self, index, num_elem=None):
+        raise NkisimUnsupportedError("nkisim does not support NkiTensor.indirect yet (tensor indirection is "
+                                     "NeuronCore-v4, which nkisim does not model)")
