@@ -30,6 +30,15 @@ import neuronxcc.nki.language as nl
 """
 
 
+NKI_HEADER = """#!raw
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+"""
+
+
 def _case(body: str) -> str:
     if body.startswith("#!raw\n"):  # no import header (e.g. a coding declaration must come first)
         return body.removeprefix("#!raw\n")
@@ -201,6 +210,17 @@ CASES: list[tuple[str, str, str]] = [
         "NKI-TRY",
     ),
     ("utf7-cookie", "#!raw\n# -*- coding: utf-7 -*-  # <-\nx = 1\n", "SANDBOX-ENCODING"),
+    # --- the current nki API's compiler (files that import nki)
+    ("mixed-namespaces", "import nki.isa as nisa2  # <-\n", "NKI-MIXED-NAMESPACES"),
+    ("nki-arange", NKI_HEADER + "@nki.jit\ndef k(a):\n    i = nl.arange(128)  # <-\n    return a\n",
+     "NKI-REMOVED-API"),
+    ("nki-mask", NKI_HEADER + "@nki.jit\ndef k(a, t):\n    nisa.memset(t, 0, mask=None)  # <-\n    return a\n",
+     "NKI-REMOVED-API"),
+    ("nki-kwonly", NKI_HEADER + "@nki.jit\ndef k(a, *, flag=True):  # <-\n    return a\n", "NKI-KWONLY-PARAM"),
+    ("nki-is", NKI_HEADER + "@nki.jit\ndef k(a, f=None):\n    if f is None:  # <-\n        pass\n    return a\n",
+     "NKI-IS-COMPARISON"),
+    ("nki-subkernel", NKI_HEADER + "@nki.jit\ndef s(a):\n    return a\n\n\n@nki.jit\ndef k(a):\n    return s(a)  # <-\n",
+     "NKI-SUBKERNEL-JIT"),
     # --- syntax
     ("syntax", "def k(a:  # <-\n", "SYNTAX-ERROR"),
 ]
@@ -229,10 +249,13 @@ def test_rule_table_is_consistent() -> None:
     codes = [r.code for r in RULES]
     assert len(codes) == len(set(codes))
     for rule in RULES:
-        assert rule.kind in ("sandbox", "nki-subset", "syntax")
+        assert rule.kind in ("sandbox", "nki-subset", "syntax", "api")
         assert rule.severity in ("error", "warning", "info")
-        # The grader zeroes on sandbox/syntax findings; NKI-subset findings never block a score.
-        assert (rule.kind in ("sandbox", "syntax")) == (rule.severity == "error")
+        # The grader zeroes on sandbox/syntax findings; NKI-subset findings never block a score; API misuse is an
+        # error the compiler reports (and the kernel hits when it runs), never blocking either.
+        assert (rule.kind in ("sandbox", "syntax", "api")) == (rule.severity == "error")
+        assert Violation(rule.severity, rule.kind, 1, 1, "", None, rule.code).blocking == (
+            rule.kind in ("sandbox", "syntax"))
         assert rule.description
 
 

@@ -14,6 +14,11 @@ runs it) and reports:
 * **nki-subset** findings (``warning`` or ``info``), inside ``@nki.jit`` kernels and the module-level helpers
   they call: constructs the NKI compiler may reject or rewrite (nested functions, classes, try/with,
   generators, recursion, Python ``range``...).  nkisim runs them anyway; they never change a score.
+* **api** findings (``error``, never blocking): NKI API misuse the compiler rejects -- a file importing both
+  ``neuronxcc.nki`` and ``nki``; in files written against the current ``nki`` API, names it removed
+  (``nl.arange``, ``mask=``, ...), keyword-only kernel parameters, ``is`` comparisons, ``@nki.jit`` sub-kernels.
+  Which API a file is written against is the namespace it imports (``nkisim.frontends``); each rule names the
+  APIs it applies to.
 
 Sources for the NKI-subset rules: the NKI Language Guide ("not all Python constructs and libraries are
 supported within a NKI function"), the ``nki.language.sequential_range`` notes ("any use of Python range(...)
@@ -40,6 +45,7 @@ from typing import Any
 
 from nkisim.check.analysis import ModuleFacts
 from nkisim.check.rules import (
+    API,
     ERROR,
     INFO,
     NKI_SUBSET,
@@ -55,7 +61,7 @@ from nkisim.check.rules import (
 from nkisim.check.sandbox import CODING, SAFE_ENCODINGS
 from nkisim.check.walker import Checker
 
-__all__ = ["ERROR", "INFO", "NKI_SUBSET", "RULES", "RULES_BY_CODE", "SANDBOX", "SYNTAX", "WARNING", "Rule",
+__all__ = ["API", "ERROR", "INFO", "NKI_SUBSET", "RULES", "RULES_BY_CODE", "SANDBOX", "SYNTAX", "WARNING", "Rule",
            "Violation", "blocking", "check_kernel"]
 
 

@@ -161,6 +161,14 @@ class ModuleFacts:
                 self.kernels.add(id(node))
         self.calls = self._call_graph()
         self.kernel_code: dict[int, str] = self._kernel_closure()  # id(def) -> "kernel" | "kernel helper"
+        # which NKI API the file is written against: the front end of the one namespace it imports (legacy when
+        # it imports none, or both: that is a finding of its own)
+        self.namespaces = namespaces_imported(tree)
+        self.api = next(iter(self.namespaces)).key if len(self.namespaces) == 1 else "legacy"
+
+    def is_kernel(self, name: str) -> bool:
+        """Whether a module-level function of that name is decorated as a kernel (``@nki.jit``)."""
+        return any(id(fdef) in self.kernels for fdef in self.functions.get(name, ()))
 
     # imports and aliases -----------------------------------------------------------------------------------
     def _collect_imports(self) -> None:

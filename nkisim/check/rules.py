@@ -1,7 +1,8 @@
 """The screen's rule table: every finding it can report, with its stable code, kind and severity.
 
 ``python -m nkisim check --list-rules`` prints it.  Kinds: ``sandbox`` (the grader scores a part 0 on any of them),
-``syntax`` (likewise), ``nki-subset`` (Python the NKI compiler may reject or rewrite: never changes a score).
+``syntax`` (likewise), ``nki-subset`` (Python the NKI compiler may reject or rewrite: warnings, never change a score),
+``api`` (NKI API misuse the compiler rejects: errors, but never blocking, as the kernel also fails when it runs).
 """
 
 from __future__ import annotations
@@ -12,18 +13,21 @@ from typing import Any
 
 SANDBOX = "sandbox"
 NKI_SUBSET = "nki-subset"
+API = "api"  # API misuse the NKI compiler rejects (an error; the kernel fails when it runs too, so never blocking)
 SYNTAX = "syntax"
 ERROR, WARNING, INFO = "error", "warning", "info"
 
 
 @dataclass(frozen=True)
 class Rule:
-    """One check: stable ``code``, ``kind`` (sandbox | nki-subset | syntax), ``severity``, what it catches."""
+    """One check: stable ``code``, ``kind`` (sandbox | nki-subset | syntax), ``severity``, what it catches, and the
+    APIs (front-end keys, ``nkisim.frontends``) whose kernel files it applies to."""
 
     code: str
     kind: str
     severity: str
     description: str
+    apis: tuple[str, ...] = ("legacy", "nki")
 
 
 RULES: tuple[Rule, ...] = (
@@ -126,8 +130,9 @@ RULES: tuple[Rule, ...] = (
         NKI_SUBSET,
         WARNING,
         "function defined inside a kernel (define kernels and helpers at module level)",
+        apis=("legacy",),
     ),
-    Rule("NKI-CLASS", NKI_SUBSET, WARNING, "class defined inside a kernel"),
+    Rule("NKI-CLASS", NKI_SUBSET, WARNING, "class defined inside a kernel", apis=("legacy",)),
     Rule("NKI-TRY", NKI_SUBSET, WARNING, "try/except/finally inside a kernel"),
     Rule("NKI-WITH", NKI_SUBSET, WARNING, "with-statement inside a kernel"),
     Rule("NKI-GENERATOR", NKI_SUBSET, WARNING, "yield inside a kernel (kernels cannot be generators)"),
@@ -150,6 +155,7 @@ RULES: tuple[Rule, ...] = (
         NKI_SUBSET,
         INFO,
         "Python range() in a kernel: the compiler rewrites it to nl.sequential_range",
+        apis=("legacy",),
     ),
     Rule(
         "NKI-WHILE",
@@ -158,6 +164,43 @@ RULES: tuple[Rule, ...] = (
         "while-loop in a kernel: its condition must be a trace-time value, not tensor data",
     ),
     Rule("NKI-COMPREHENSION", NKI_SUBSET, INFO, "comprehension or generator expression in a kernel"),
+    Rule(
+        "NKI-MIXED-NAMESPACES",
+        API,
+        ERROR,
+        "the file imports both neuronxcc.nki and nki: a kernel file uses one NKI API (NKI 0.4+: neuronxcc.nki inside "
+        "nki kernels is a compilation error)",
+    ),
+    Rule(
+        "NKI-REMOVED-API",
+        API,
+        ERROR,
+        "a name the nki API removed (nl.arange, nl.mgrid, nl.par_dim, nl.loop_reduce, mask=, nki.benchmark, ...): the "
+        "message names the replacement (NKI migration guide)",
+        apis=("nki",),
+    ),
+    Rule(
+        "NKI-KWONLY-PARAM",
+        API,
+        ERROR,
+        "keyword-only separator (*) in a kernel signature: the NKI 0.3+ compiler does not support it",
+        apis=("nki",),
+    ),
+    Rule(
+        "NKI-IS-COMPARISON",
+        API,
+        ERROR,
+        "`is` / `is not` in kernel code: the NKI 0.3+ compiler does not support them (use == / !=)",
+        apis=("nki",),
+    ),
+    Rule(
+        "NKI-SUBKERNEL-JIT",
+        API,
+        ERROR,
+        "a kernel calls another @nki.jit function: NKI 0.2+ compiles the top-level kernel only; remove the decorator "
+        "from sub-kernels",
+        apis=("nki",),
+    ),
 )
 RULES_BY_CODE: dict[str, Rule] = {rule.code: rule for rule in RULES}
 

@@ -19,6 +19,20 @@ import ast
 from nkisim.check.analysis import namespace_of
 
 _PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "property"})
+# Names the current API removed, with the replacement (NKI migration guide; nkisim's nki modules say the same when
+# a kernel reaches them at run time)
+REMOVED = {
+    "language.arange": "index with slices, nl.ds(start, size) or an access pattern t.ap([[stride, count], ...])",
+    "language.mgrid": "index with slices, nl.ds(start, size) or an access pattern t.ap([[stride, count], ...])",
+    "language.par_dim": "the partition dimension is always the first one (block dimensions were removed)",
+    "language.loop_reduce": "nisa.tensor_tensor(dst=acc, data1=acc, data2=x, op=...)",
+    "language.atomic_rmw": "nisa.dma_compute(dst, [src, dst], reduce_op=nl.add)",
+    "benchmark": "profile with neuron-profile on Trainium (nkisim: nkisim.estimate)",
+    "baremetal": "call the @nki.jit kernel with NumPy arrays",
+    "simulate_kernel": "nki.simulate(kernel)(*arrays)",
+    "compiler": "the nki API has no compiler directives module (allocation: nl.ndarray(..., address=...))",
+    "mask=": "the mask parameter was removed in NKI 0.2: slice the operands instead",
+}
 
 
 class SubsetRules:
@@ -53,6 +67,14 @@ class SubsetRules:
                 current = self.current_function()
                 if current is not None and self.facts.reaches(func.id, current):
                     self.report_kernel("NKI-RECURSION", node, f"recursive call to '{func.id}'")
+                elif self.facts.is_kernel(func.id):
+                    self.report_kernel("NKI-SUBKERNEL-JIT", node, f"'{func.id}' is an @nki.jit kernel called from a "
+                                       "kernel: remove its decorator (NKI migration guide, 'Remove nki.jit decorator "
+                                       "on sub-kernels')")
+        if self.facts.api == "nki" and any(kw.arg == "mask" for kw in node.keywords):
+            path = self.facts.canonical(func)
+            if path is not None and path.startswith(("nki.isa.", "nki.language.")):
+                self.report_kernel("NKI-REMOVED-API", node, f"'{ast.unparse(func)}(mask=...)': {REMOVED['mask=']}")
         if not self.in_function():
             path = self.facts.canonical(func)
             fe = namespace_of(path) if path is not None else None
@@ -64,7 +86,40 @@ class SubsetRules:
                     "kernels is not supported.",
                 )
 
+    def subset_module(self, node: ast.Module) -> None:
+        spaces = self.facts.namespaces
+        if len(spaces) > 1:
+            (first, l1), (second, l2) = sorted(spaces.items(), key=lambda kv: kv[1])[:2]
+            where = ast.Module(body=[], type_ignores=[])
+            where.lineno, where.col_offset = l2, 0
+            self.report("NKI-MIXED-NAMESPACES", where, f"this file imports {first.namespace} (line {l1}) and "
+                        f"{second.namespace} (line {l2}): a kernel file is written against one NKI API; "
+                        f"{first.namespace} inside {second.namespace} kernels is a compilation error (NKI 0.4+), so "
+                        "use one namespace for every import")
+
+    def subset_attribute(self, node: ast.Attribute) -> None:
+        """A removed name of the current API, through any import alias (``nl.arange``, ``nki.benchmark``)."""
+        if self.facts.api != "nki":
+            return
+        path = self.facts.canonical(node)
+        if path is None:
+            return
+        why = REMOVED.get(path.removeprefix("nki."))
+        if why is not None:
+            self.report("NKI-REMOVED-API", node, f"'{ast.unparse(node)}' was removed from the nki API: {why}")
+
+    def subset_arguments(self, node: ast.FunctionDef | ast.AsyncFunctionDef, role: str | None) -> None:
+        if role == "kernel" and node.args.kwonlyargs:
+            self.report("NKI-KWONLY-PARAM", node, f"kernel '{node.name}' has keyword-only parameters (after *): "
+                        "move parameters with defaults to the end of a plain signature (NKI 0.3 migration guide)")
+
     # nodes only the NKI-subset rules look at ------------------------------------------------------------------
+    def visit_Compare(self, node: ast.Compare) -> None:
+        if any(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops):
+            self.report_kernel("NKI-IS-COMPARISON", node, "'is' / 'is not' is not supported by the NKI compiler: "
+                               "use == / != (NKI 0.3 migration guide)")
+        self.generic_visit(node)
+
     def visit_While(self, node: ast.While) -> None:
         self.report_kernel("NKI-WHILE", node, "while-loop: its condition must not depend on tensor values")
         self.generic_visit(node)

@@ -38,6 +38,8 @@ class Walker(ast.NodeVisitor):
     # reporting ---------------------------------------------------------------------------------------------
     def report(self, code: str, node: ast.AST, message: str) -> None:
         rule = RULES_BY_CODE[code]
+        if self.facts.api not in rule.apis:  # a rule of the other NKI API
+            return
         names = [s.name for s in self.scopes if s.name]
         self.out.append(
             Violation(
@@ -97,6 +99,7 @@ class Checker(SandboxRules, SubsetRules, Walker):
         role = self.facts.kernel_code.get(id(node))
         nested = bool(self.kernel_stack)
         self.subset_function(node, nested, role)
+        self.subset_arguments(node, role)
         if nested or role is None:
             self._visit_scope(node, "function", node.name)
             return
@@ -136,4 +139,12 @@ class Checker(SandboxRules, SubsetRules, Walker):
     def visit_Call(self, node: ast.Call) -> None:
         self.sandbox_call(node)
         self.subset_call(node)
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        self.subset_attribute(node)
+        super().visit_Attribute(node)
+
+    def visit_Module(self, node: ast.Module) -> None:
+        self.subset_module(node)
         self.generic_visit(node)
