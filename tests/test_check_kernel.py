@@ -219,7 +219,8 @@ CASES: list[tuple[str, str, str]] = [
     ("nki-kwonly", NKI_HEADER + "@nki.jit\ndef k(a, *, flag=True):  # <-\n    return a\n", "NKI-KWONLY-PARAM"),
     ("nki-is", NKI_HEADER + "@nki.jit\ndef k(a, f=None):\n    if f is None:  # <-\n        pass\n    return a\n",
      "NKI-IS-COMPARISON"),
-    ("nki-subkernel", NKI_HEADER + "@nki.jit\ndef s(a):\n    return a\n\n\n@nki.jit\ndef k(a):\n    return s(a)  # <-\n",
+    ("nki-subkernel",
+     NKI_HEADER + "@nki.jit\ndef s(a):\n    return a\n\n\n@nki.jit\ndef k(a):\n    return s(a)  # <-\n",
      "NKI-SUBKERNEL-JIT"),
     # --- syntax
     ("syntax", "def k(a:  # <-\n", "SYNTAX-ERROR"),

@@ -10,8 +10,9 @@ from nki_equivalence import REPO, compare, load_file
 
 REFERENCE = REPO / "grader" / "reference"
 TWINS = REPO / "tests" / "kernels" / "reference_nki"
-pytestmark = pytest.mark.skipif(not (TWINS / "conv2d.py").is_file() or not (REFERENCE / "part2" / "conv2d.py").is_file(),
-                                reason="staff reference solutions are not part of the student release")
+pytestmark = pytest.mark.skipif(
+    not (TWINS / "conv2d.py").is_file() or not (REFERENCE / "part2" / "conv2d.py").is_file(),
+    reason="staff reference solutions are not part of the student release")
 
 
 @pytest.fixture(scope="module")
