@@ -313,3 +313,90 @@ def test_installed_pth_hook(tmp_path: Path) -> None:
     code = "import sys\nprint(any(getattr(f, 'nkisim_fallback', False) for f in sys.meta_path))"
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert result.stdout.strip() == "True", result
+
+
+# ---- the current `nki` namespace -------------------------------------------------------------------------------
+NKI_PLACEHOLDER = FIXTURES / "nki_placeholder"
+NKI_REAL = FIXTURES / "nki_real"
+
+
+def test_nki_is_served_by_nkisim_when_absent(tmp_path: Path) -> None:
+    out = run_python(
+        """
+        import importlib, json
+        import nkisim._hook as h
+        h.uninstall()
+        h.install()
+        import nki, nki.language as nl, nki.isa as nisa, nki.typing, nki.collectives
+        assert nki is importlib.import_module("nkisim.frontends.nki.nki") and nki.__nkisim_fallback__
+        assert nl is importlib.import_module("nkisim.frontends.nki.language") and nki.language is nl
+        assert nisa is importlib.import_module("nkisim.frontends.nki.isa")
+        try:
+            import nki.nki
+        except ModuleNotFoundError:
+            pass
+        else:
+            raise AssertionError("nki.nki must not exist")
+        from nkisim.fallback import backend_info
+        print(json.dumps(backend_info()["namespaces"]["nki"]))
+        """,
+        tmp_path,
+    )
+    info = json.loads(out)
+    assert info["backend"] == "nkisim" and info["reason"] == "fallback: nki not installed"
+
+
+def test_pypi_placeholder_nki_is_bypassed_not_touched(tmp_path: Path) -> None:
+    """PyPI's nki 0.0.1 raises ImportError("WRONG PACKAGE ...") on import: nkisim serves nki instead (the files stay
+    as they are), and `info` says why."""
+    before = (NKI_PLACEHOLDER / "nki" / "__init__.py").read_bytes()
+    out = run_python(
+        """
+        import json
+        import nkisim._hook as h
+        h.uninstall()
+        h.install()
+        import nki, nki.isa
+        assert nki.__nkisim_fallback__ and nki.isa.nc_matmul
+        from nkisim.fallback import backend_info, describe
+        info = backend_info()
+        print(json.dumps([info["namespaces"]["nki"], describe(info)]))
+        """,
+        tmp_path,
+        NKI_PLACEHOLDER,
+    )
+    info, text = json.loads(out)
+    assert info["backend"] == "nkisim"
+    assert "placeholder" in info["reason"] and "WRONG PACKAGE" in info["reason"] and "bypassed" in info["reason"]
+    assert "nki:" in text and "neuronxcc.nki:" in text
+    assert (NKI_PLACEHOLDER / "nki" / "__init__.py").read_bytes() == before
+
+
+def test_real_nki_is_never_shadowed(tmp_path: Path) -> None:
+    out = run_python(
+        """
+        import json
+        import nkisim._hook as h
+        h.uninstall()
+        h.install()
+        import nki, nki.language as nl
+        try:
+            import nki.isa  # absent from the real (fake) package: must not come from nkisim
+        except ModuleNotFoundError:
+            isa = "missing"
+        else:
+            isa = "served"
+        from nkisim.fallback import backend_info
+        print(json.dumps([nki.FAKE_REAL_MARKER, nl.FAKE_REAL_MARKER, isa, backend_info()["namespaces"]["nki"]]))
+        """,
+        tmp_path,
+        NKI_REAL,
+    )
+    marker, nl_marker, isa, info = json.loads(out)
+    assert (marker, nl_marker, isa) == ("real nki", "real nki.language", "missing")
+    assert info["backend"] == "neuron" and info["location"].startswith(str(NKI_REAL))
+
+
+def test_info_reports_both_namespaces(tmp_path: Path) -> None:
+    text = run_python("", tmp_path, args=("-m", "nkisim", "info"))
+    assert "neuronxcc.nki:" in text and "\n  nki:" in text
