@@ -200,13 +200,14 @@ def describe(info: dict[str, Any] | None = None) -> str:
         numpy_version = numpy.__version__
     except ImportError:
         numpy_version = "not installed"
-    lines = [f"backend:        {backend}"]
+    lines = [f"backend:        {backend}", "namespaces:"]
     for ns, sub in (info.get("namespaces") or {}).items():
         who = {"neuron": f"real {sub['version']}", "nkisim": f"nkisim {sub['version']}"}.get(sub["backend"], "none")
-        lines.append(f"  {ns + ':':14s}{who} ({sub['reason']})")
+        lines.append(f"  {ns:16s}{who} ({sub['reason']})")
     lines += [
         f"target:         {info['target']}",
         f"toolchain era:  {info.get('toolchain_era', _era_text())}",
+        "                 (neuronxcc.nki kernels; nki kernels always follow the 'nki' rules: NKI 0.6)",
         f"{PRECISE_FP_ENV}:  {precise_fp_text()}",
         f"fallback hook:  {'active' if info['hook_installed'] else 'not active'}"
         + (f" (disabled by {_hook.DISABLE_ENV})" if _hook.disabled() else ""),

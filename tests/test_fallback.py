@@ -368,7 +368,7 @@ def test_pypi_placeholder_nki_is_bypassed_not_touched(tmp_path: Path) -> None:
     info, text = json.loads(out)
     assert info["backend"] == "nkisim"
     assert "placeholder" in info["reason"] and "WRONG PACKAGE" in info["reason"] and "bypassed" in info["reason"]
-    assert "nki:" in text and "neuronxcc.nki:" in text
+    assert "\n  nki " in text and "\n  neuronxcc.nki " in text
     assert (NKI_PLACEHOLDER / "nki" / "__init__.py").read_bytes() == before
 
 
@@ -399,4 +399,4 @@ def test_real_nki_is_never_shadowed(tmp_path: Path) -> None:
 
 def test_info_reports_both_namespaces(tmp_path: Path) -> None:
     text = run_python("", tmp_path, args=("-m", "nkisim", "info"))
-    assert "neuronxcc.nki:" in text and "\n  nki:" in text
+    assert "namespaces:\n  neuronxcc.nki   " in text and "\n  nki             " in text
