@@ -1,10 +1,12 @@
 """Interpreter and performance-model speed: ``python -m nkisim.bench``.
 
-Prints, for each workload and mode (full = NumPy values, timing = trace only): wall and CPU seconds of the
-kernel run, instruction count, CPU microseconds per instruction, and the CPU time ``nkisim.perf.estimate`` takes
-(scheduler + report, us per instruction).  CPU time is reported because wall time is meaningless on a loaded host.
-Workloads: vector_add_tiled ROW_CHUNK=1 on n=25600 (102,400 instructions) and the course's
-224x224 conv (grader/reference/part2/conv2d.py, when that reference exists).
+Prints, for each workload, front end and mode (full = NumPy values, timing = trace only): wall and CPU seconds of
+the kernel run, instruction count, CPU microseconds per instruction, and the CPU time ``nkisim.perf.estimate``
+takes (scheduler + report, us per instruction).  CPU time is reported because wall time is meaningless on a loaded
+host.  Workloads: vector_add_tiled ROW_CHUNK=1 on n=25600 (102,400 instructions) and the course's 224x224 conv
+(grader/reference/part2/conv2d.py, when that reference exists), each in the legacy ``neuronxcc.nki`` API and in
+the current ``nki`` API (tests/kernels/vector_add_nki.py, tests/kernels/reference_nki/conv2d.py when present);
+both front ends emit the same instruction stream, so the per-instruction costs compare the front ends directly.
 """
 
 from __future__ import annotations
@@ -20,16 +22,22 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONV = os.path.join(REPO, "grader", "reference", "part2", "conv2d.py")
+CONV_NKI = os.path.join(REPO, "tests", "kernels", "reference_nki", "conv2d.py")
+VECTOR_ADD_NKI = os.path.join(REPO, "tests", "kernels", "vector_add_nki.py")
 
 
-def _conv_kernel():
+def _load(path: str, name: str):
     from nkisim import _hook
 
     _hook.install()
-    spec = importlib.util.spec_from_file_location("nkisim_bench_conv", CONV)
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.fused_conv2d_maxpool
+    return mod
+
+
+def _conv_kernel(path: str = CONV):
+    return _load(path, f"nkisim_bench_conv_{os.path.basename(os.path.dirname(path))}").fused_conv2d_maxpool
 
 
 def measure(kernel, args, kwargs, mode: str, target: str = "trn2") -> dict:
@@ -68,26 +76,44 @@ def main(argv: list[str] | None = None) -> int:
     K = load_kernels()
     a = np.random.rand(25600).astype(np.float32)
     b = np.random.rand(25600).astype(np.float32)
+    adds = [("legacy", K.vector_add_tiled_2025)]
+    if os.path.exists(VECTOR_ADD_NKI):
+        adds.append(("nki", _load(VECTOR_ADD_NKI, "nkisim_bench_vector_add_nki").vector_add_tiled))
     for mode in ("full", "timing"):
-        m = measure(K.vector_add_tiled_2025, (a, b), {"ROW_CHUNK": 1}, mode)
-        rows.append(["vector_add_tiled ROW_CHUNK=1 n=25600", *m.values()])
-        print(f"done: vector_add_tiled {mode}", file=sys.stderr, flush=True)
+        for api, kernel in adds:
+            m = measure(kernel, (a, b), {"ROW_CHUNK": 1}, mode)
+            rows.append(["vector_add_tiled ROW_CHUNK=1 n=25600", api, *m.values()])
+            print(f"done: vector_add_tiled {api} {mode}", file=sys.stderr, flush=True)
     if os.path.exists(CONV):
-        conv = _conv_kernel()
+        convs = [("legacy", _conv_kernel(CONV))]
+        if os.path.exists(CONV_NKI):
+            convs.append(("nki", _conv_kernel(CONV_NKI)))
         rng = np.random.default_rng(0)
         dt = np.dtype(args.dtype)
         x = rng.random((1, 256, 224, 224)).astype(dt)
         w = rng.random((256, 256, 3, 3)).astype(dt)
         bias = rng.random((256,)).astype(dt)
         for mode in ("timing",) if args.skip_conv_full else ("timing", "full"):
-            m = measure(conv, (x, w, bias), {"pool_size": 1}, mode)
-            rows.append([f"conv2d 224x224 {args.dtype} (reference)", *m.values()])
-            print(f"done: conv {mode}", file=sys.stderr, flush=True)
+            for api, conv in convs:
+                m = measure(conv, (x, w, bias), {"pool_size": 1}, mode)
+                rows.append([f"conv2d 224x224 {args.dtype} (reference)", api, *m.values()])
+                print(f"done: conv {api} {mode}", file=sys.stderr, flush=True)
     else:
         print(f"(no {CONV}: conv workload skipped)", file=sys.stderr)
-    print(tabulate(rows, headers=["workload", "mode", "instrs", "run wall s", "run CPU s", "run us/instr (CPU)",
+    print(tabulate(rows, headers=["workload", "API", "mode", "instrs", "run wall s", "run CPU s", "run us/instr (CPU)",
                                   "estimate CPU s", "estimate us/instr", "modelled us"], floatfmt=".2f"))
+    _ratios(rows)
     return 0
+
+
+def _ratios(rows: list) -> None:
+    """The nki front end's CPU cost per instruction relative to the legacy one's, per workload and mode."""
+    by = {(r[0], r[1], r[2]): r[6] for r in rows}
+    lines = [f"  {w} {mode}: nki / legacy = {by[(w, 'nki', mode)] / by[(w, 'legacy', mode)]:.3f}"
+             for (w, api, mode) in by if api == "legacy" and (w, "nki", mode) in by]
+    if lines:
+        print("\nper-instruction CPU cost of the nki front end relative to the legacy one (1.0 = equal):")
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":
