@@ -55,7 +55,6 @@ class KernelContext:
         self.last_mask: np.ndarray | None = None  # mask= of the last retargetable result (set by ops.common.finish)
         self.acc_spelling = None  # (matmul result ref, acc view, materialize): 2024 `acc + nl.matmul(..)`
         self._where: dict = {}
-        self._api_of: dict = {}  # code object of an emulator function -> its front end, False for the core
         self.loc: str = "?"
         self.site = None
         self.kernel_code = None  # code object of the top-level kernel function (shared_hbm scope rule)
@@ -102,27 +101,34 @@ class KernelContext:
         self.last_values = None
         f = sys._getframe(2)  # skip settle and its caller (always an ops or api function)
         pkg = EMULATOR_DIRS
-        last = None
         while f is not None and f.f_code.co_filename.startswith(pkg):
-            last = f
             f = f.f_back
-        if last is not None:  # the API function the kernel called: is it the kernel's own front end's?
-            fe = self._api_of.get(last.f_code)
-            if fe is None:
-                fe = self._api_of[last.f_code] = _front_end_of_file(last.f_code.co_filename)
-            if fe is not False and fe is not self.frontend:
-                mod = last.f_code.co_filename.rsplit(os.sep, 1)[-1].removesuffix(".py")
-                where = fe.namespace if mod in ("nki", "__init__") else f"{fe.namespace}.{mod}"
-                fail("nkisim_mixed_namespaces", call=f"{where}.{last.f_code.co_name}", used=fe.namespace,
-                     kernel=self.frontend.namespace)
         if f is None:
             self.loc, self.site = "?", None
             return
         key = (f.f_code, f.f_lineno)
         w = self._where.get(key)
-        if w is None:
+        if w is None:  # a kernel statement seen for the first time
+            self._check_namespace(sys._getframe(2))
             w = self._where[key] = f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}"
         self.loc, self.site = w, key
+
+    def _check_namespace(self, f) -> None:
+        """The API function the kernel statement called belongs to the kernel's own front end (or the core):
+        "Using the deprecated neuronxcc.nki.* namespace inside NKI kernels now raises a compilation error" (NKI 0.4
+        migration guide).  Checked once per kernel statement (settle caches statements)."""
+        last = None
+        while f is not None and f.f_code.co_filename.startswith(EMULATOR_DIRS):
+            last = f
+            f = f.f_back
+        if last is None:
+            return
+        fe = _front_end_of_file(last.f_code.co_filename)
+        if fe is not False and fe is not self.frontend:
+            mod = last.f_code.co_filename.rsplit(os.sep, 1)[-1].removesuffix(".py")
+            where = fe.namespace if mod in ("nki", "__init__") else f"{fe.namespace}.{mod}"
+            fail("nkisim_mixed_namespaces", call=f"{where}.{last.f_code.co_name}", used=fe.namespace,
+                 kernel=self.frontend.namespace)
 
     def spill(self, alloc: Allocation) -> None:
         """Cost the compiler's spill of a PSUM tile that got no bank (MemoryTracker.charge): one VectorE
