@@ -16,6 +16,7 @@ float32 = np.float32
 float16 = np.float16
 bfloat16 = ml_dtypes.bfloat16
 float8_e4m3 = getattr(ml_dtypes, "float8_e4m3", ml_dtypes.float8_e4m3fn)
+float8_e4m3fn = ml_dtypes.float8_e4m3fn
 float8_e5m2 = ml_dtypes.float8_e5m2
 # tfloat32 is stored as float32 (its 10-bit mantissa only matters inside TensorE's multipliers).
 tfloat32 = np.float32

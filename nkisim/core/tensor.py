@@ -98,6 +98,9 @@ class Tensor(StorageView):
     __slots__ = ("_v", "_off", "_ix", "_opnd", "_par", "_pix", "_map", "_axv", "shape", "dtype", "kind", "pdim", "oob",
                  "__weakref__")
     _is_tile = True  # IndexExpr + tile defers to Tensor.__radd__ (a dynamic index)
+    # a front end's index rules (NkiTensor: negative positions, integer partition index): ``hook(tensor, idx)`` ->
+    # the index to apply; it sees every index but the fast path's in-bounds unit-step slice of the leading axis
+    index_hook = None
     __array_ufunc__ = None  # numpy must not treat tensors as arrays
 
     def __init__(self, alloc: Allocation, view: np.ndarray, pdim: int = 0, ix=None, shape=None,
@@ -201,6 +204,8 @@ class Tensor(StorageView):
                            self._off + start * self._v.strides[0], self)
                 t._pix = idx
                 return t
+        if self.index_hook is not None:
+            idx = self.index_hook(idx)
         if not isinstance(idx, tuple):
             idx = (idx,)
         shape = self.shape

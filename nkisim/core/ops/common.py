@@ -158,10 +158,14 @@ def result_tile(ctx: KernelContext, shape, dtype, dst: Tensor | None, op_name: s
     if dst is None:
         return new_result(ctx, shape, dtype, buf)
     dst = need_tensor(dst, op_name, "dst")
-    need_on_chip(dst, op_name, "dst")
-    if engine == E_GPSIMD and dst.kind == B_PSUM:
+    kind = dst.kind
+    if kind != B_SBUF and kind != B_PSUM:
+        need_on_chip(dst, op_name, "dst")
+    if kind == B_PSUM and engine == E_GPSIMD:
         fail("nkisim_gpsimd_psum", op=op_name, operand="dst")
     check_writable(dst)
+    if dst.pdim == 0 and dst.shape == shape:  # the common case
+        return dst
     p = shape[0] if shape else 1
     n = 1
     for d in shape:

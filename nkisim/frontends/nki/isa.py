@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from enum import Enum as _Enum
 
-import numpy as _np
-
 from nkisim.core import config as _config
 from nkisim.core import context as _ctx
 from nkisim.core.instr import Engine as _Engine
@@ -87,9 +85,15 @@ class NkiValidationError(Exception):
     """Raised when hardware constraints are violated."""
 
 
-_ENGINE = {engine.unknown: _Engine.UNKNOWN, engine.tensor: _Engine.TENSOR, engine.vector: _Engine.VECTOR,
-           engine.scalar: _Engine.SCALAR, engine.gpsimd: _Engine.GPSIMD, engine.dma: _Engine.DMA,
-           engine.sync: _Engine.SYNC}
+# the core engine of each member, as a plain attribute: the per-instruction path reads it without hashing the Enum
+for _m, _e in ((engine.unknown, _Engine.UNKNOWN), (engine.tensor, _Engine.TENSOR), (engine.vector, _Engine.VECTOR),
+               (engine.scalar, _Engine.SCALAR), (engine.gpsimd, _Engine.GPSIMD), (engine.dma, _Engine.DMA),
+               (engine.sync, _Engine.SYNC)):
+    _m.core = _e
+del _m, _e
+# module aliases: the parameters of the same names shadow the enum classes inside the instruction functions
+_DgeMode, _OobMode = dge_mode, oob_mode
+_HWDGE, _OOB_SKIP, _OOB_ERROR, _DGE_UNKNOWN = dge_mode.hwdge, oob_mode.skip, oob_mode.error, dge_mode.unknown
 
 
 def _member(value, enum, param: str, op: str):
@@ -100,7 +104,9 @@ def _member(value, enum, param: str, op: str):
 
 
 def _engine(value, op: str) -> _Engine:
-    return _ENGINE[_member(value, engine, "engine", op)]
+    if value.__class__ is engine:
+        return value.core
+    return _member(value, engine, "engine", op).core
 
 
 def _removed(op: str, extra: dict) -> None:
@@ -124,9 +130,12 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     """Copy ``src`` to ``dst`` on the DMA engines (HBM/SBUF; casts through fp32 when the dtypes differ)."""
     if removed:
         _removed("dma_copy", removed)
-    _member(dge_mode, globals()["dge_mode"], "dge_mode", "dma_copy")
-    skip = _member(oob_mode, globals()["oob_mode"], "oob_mode", "dma_copy") is globals()["oob_mode"].skip
-    if dge_mode is globals()["dge_mode"].hwdge and getattr(src, "dtype", None) != getattr(dst, "dtype", None):
+    if dge_mode is _DGE_UNKNOWN and oob_mode is _OOB_ERROR:  # the defaults: the per-instruction fast path
+        _dma.dma_copy(src, dst, oob_skip=False)
+        return
+    _member(dge_mode, _DgeMode, "dge_mode", "dma_copy")
+    skip = _member(oob_mode, _OobMode, "oob_mode", "dma_copy") is _OOB_SKIP
+    if dge_mode is _HWDGE and getattr(src, "dtype", None) != getattr(dst, "dtype", None):
         # "NKI 0.3.0 enforces that source and destination element types must match when using
         # dge_mode=dge_mode.hwdge" (migration guide): the hardware DGE moves raw bytes
         _fail("nkisim_bad_argument", op="dma_copy", detail=f"dge_mode=hwdge moves raw bytes: src ({src.dtype}) and "
@@ -139,8 +148,8 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
     """Transpose ``src`` into ``dst`` on the DMA engines (2-D (1,0), 3-D (2,1,0), 4-D (3,1,2,0))."""
     if removed:
         _removed("dma_transpose", removed)
-    mode = _member(dge_mode, globals()["dge_mode"], "dge_mode", "dma_transpose")
-    _dma.dma_transpose(src, axes, dst=dst, two_byte_only=mode is globals()["dge_mode"].hwdge)
+    mode = _member(dge_mode, _DgeMode, "dge_mode", "dma_transpose")
+    _dma.dma_transpose(src, axes, dst=dst, two_byte_only=mode is _HWDGE)
 
 
 # ---- TensorE --------------------------------------------------------------------------------------------------
@@ -379,9 +388,6 @@ def get_nc_version() -> nc_version:
 def get_nc_sub_version() -> int:
     """Silicon revision within the generation (nkisim models the first: 0)."""
     return 0
-
-
-_np_unused = _np  # NumPy operators (np.add, np.exp) are accepted through nkisim.frontends._operators
 
 
 def __getattr__(name: str):

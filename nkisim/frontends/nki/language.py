@@ -37,7 +37,7 @@ bfloat16 = _dt.bfloat16
 tfloat32 = _dt.tfloat32
 float8_e4m3 = _dt.float8_e4m3
 float8_e5m2 = _dt.float8_e5m2
-float8_e4m3fn = _np.dtype("float8_e4m3fn") if hasattr(_np, "float8_e4m3fn") else __import__("ml_dtypes").float8_e4m3fn
+float8_e4m3fn = _dt.float8_e4m3fn
 
 # ---- memory regions -------------------------------------------------------------------------------------------
 sbuf = _buffers.BufferSpec(_Buf.SBUF, "sbuf")
@@ -141,15 +141,13 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None) -> NkiTensor:
 
         raise NkisimUnsupportedError("nkisim does not support nl.ndarray(address=...) yet (direct allocation of the "
                                      "nki API); leave address unset")
-    return _buffers.allocate(_shape(shape), dtype, _buffer(buffer), name=name)
+    if buffer.__class__ is str:
+        _buffer(buffer)
+    return _buffers.allocate(shape, dtype, buffer, name=name)
 
 
 def _shape(shape):
-    dims = (shape,) if isinstance(shape, int) else tuple(shape)
-    for d in dims:
-        if type(d).__name__ == "ParDim":
-            raise TypeError("nl.par_dim was removed in NKI 0.2: the partition dimension is always the first one")
-    return dims
+    return (shape,) if isinstance(shape, int) else tuple(shape)
 
 
 def zeros(shape, dtype, buffer=sbuf, name="") -> NkiTensor:

@@ -96,14 +96,8 @@ class NkiTensor(Tensor):
     def __repr__(self) -> str:
         return f"<NkiTensor '{self.name}' shape={self.shape} dtype={self.dtype} buffer={self.buffer!r}>"
 
-    # ---- indexing -----------------------------------------------------------------------------------------
-    def __getitem__(self, idx) -> NkiTensor:
-        if type(idx) is slice:
-            start, stop = idx.start, idx.stop
-            if (start is None or (type(start) is int and start >= 0)) and \
-                    (stop is None or (type(stop) is int and stop >= 0)):
-                return Tensor.__getitem__(self, idx)  # the common case: unchanged
-        return Tensor.__getitem__(self, _normalize(self, idx))
+    # ---- indexing: Tensor.__getitem__ applies _normalize to every index but an in-bounds leading slice ---------
+    index_hook = _normalize
 
     # ---- views (nkisim.core.aps) --------------------------------------------------------------------------
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
