@@ -288,6 +288,28 @@ def test_nc_matmul_accumulate_modes():
         np.testing.assert_allclose(got, factor * one, rtol=1e-5, err_msg=mode)
 
 
+def test_nc_matmul_accumulate_true_needs_initialised_psum():
+    """"Using accumulate=True on an uninitialized PSUM location is undefined behavior on all targets": an error,
+    not NaN + product (or a silently right answer on zeros nkisim happened to keep)."""
+
+    def k(st, mv, first):
+        s = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+        m = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=st)
+        nisa.dma_copy(dst=m, src=mv)
+        acc = nl.ndarray((32, 128), dtype=nl.float32, buffer=nl.psum)
+        if first:
+            nisa.nc_matmul(dst=acc[:, 0:64], stationary=s, moving=m, accumulate=False)
+        nisa.nc_matmul(dst=acc[:, 0:64], stationary=s, moving=m, accumulate=True)
+        nisa.nc_matmul(dst=acc[:, 32:96], stationary=s, moving=m, accumulate=True)  # half of it never written
+
+    st, mv = _f32(128, 32), _f32(128, 64)
+    with raises_rule("nkisim_matmul_accumulate_uninit", "[32, 64]", "accumulate=False"):
+        run_kernel(k, (st, mv), {"first": False}, frontend=NKI)
+    with raises_rule("nkisim_matmul_accumulate_uninit", "[32, 64]"):
+        run_kernel(k, (st, mv), {"first": True}, frontend=NKI)
+
+
 def test_nc_matmul_writes_psum_fp32_only():
     def k(x, where):
         t = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)
@@ -528,3 +550,40 @@ def test_unknown_names_stay_attribute_errors():
         with pytest.raises(AttributeError, match="has no attribute 'no_such_symbol'"):
             mod.no_such_symbol  # noqa: B018
     assert ml_dtypes.bfloat16 is nl.bfloat16
+
+
+def test_no_reorder_block_is_timed_in_program_order():
+    """nl.no_reorder() is the legacy ncc.no_reorder() (grading security G9): the block keeps program order."""
+    from nkisim.perf import estimate
+
+    big = np.random.default_rng(8).random((128, 8192), dtype=np.float32)
+    small = np.random.default_rng(9).random((128, 512), dtype=np.float32)
+
+    def kernel(a, b, guarded):
+        t_small = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        t_big = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t_small, src=b)  # arrives long before the big load
+        nisa.dma_copy(dst=t_big, src=a)
+        first = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        second = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        if guarded:
+            with nl.no_reorder():
+                nisa.tensor_copy(dst=first, src=t_big[:, 0:512], engine=nisa.engine.vector)  # waits for the DMA
+                nisa.tensor_scalar(dst=second, data=t_small, op0=nl.add, operand0=1.0)  # ready at once
+        else:
+            nisa.tensor_copy(dst=first, src=t_big[:, 0:512], engine=nisa.engine.vector)
+            nisa.tensor_scalar(dst=second, data=t_small, op0=nl.add, operand0=1.0)
+        nisa.tensor_tensor(dst=first, data1=first, data2=second, op=nl.add)
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=first)
+        return out
+
+    starts = {}
+    for guarded in (False, True):
+        run = run_kernel(kernel, (big, small), {"guarded": guarded}, frontend=NKI)
+        np.testing.assert_allclose(run.outputs, big[:, 0:512] + small + 1.0, rtol=1e-6)
+        estimate(run.trace)
+        by_op = {i.op: i for i in run.trace.instrs}
+        starts[guarded] = (by_op["tensor_copy"].start_ns, by_op["tensor_scalar"].start_ns)
+    assert starts[False][1] < starts[False][0]  # reordered: the ready instruction runs first
+    assert starts[True][1] >= starts[True][0]  # in program order inside the block

@@ -293,6 +293,16 @@ def mark_written(t: View, mask: np.ndarray | None = None) -> None:
     flags[tuple(ix)] = True
 
 
+def holds_data(t: View) -> bool:
+    """Whether every element of ``t`` has been written (the accumulation-group flags of PSUM are all set)."""
+    if t._a.acc is None:
+        return True
+    flags = acc_view(t)
+    if t._ix is not None:
+        flags = flags[tuple(np.broadcast_to(a, t.shape) for a in t._ix)]
+    return bool(flags.all())
+
+
 def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray | None = None,
                force: bool = False) -> None:
     """Matmul accumulation group semantics: the first write to a region overwrites, later ones add (fp32);

@@ -1,7 +1,7 @@
 """The instruction stream: the one record every layer consumes.
 
-The NKI front end (nkisim.api) validates a call and turns it into an :class:`Instr`.  Consumers are separate
-layers over the same stream:
+The instruction builders (nkisim.core.ops, called by the front ends in nkisim.frontends) validate a call and turn
+it into an :class:`Instr`.  Consumers are separate layers over the same stream:
 
 * the value executor (nkisim.core.execute) computes NumPy results (skipped in timing-only mode);
 * the trace recorder appends the record to :class:`Trace` in program order;

@@ -267,6 +267,11 @@ _RULE_LIST = [
        "spelling of it (or launch the kernel with {used}'s nki.jit)",
        "NKI 0.4 migration guide: 'Using the deprecated neuronxcc.nki.* namespace inside NKI kernels now raises a "
        "compilation error'"),
+    _r("nkisim_matmul_accumulate_uninit",
+       "{op}: accumulate=True adds to the PSUM destination {dst}, but part of it holds no data yet: the first "
+       "matmul into a PSUM location must overwrite it (accumulate=False, or None to let the compiler choose)",
+       "nki.isa.nc_matmul (NKI 0.6), 'Accumulation mode': \"Using accumulate=True on an uninitialized PSUM "
+       "location is undefined behavior on all targets\"", eras=("nki",)),
     _r("nkisim_dst_mismatch",
        "{op}: dst {dst} does not match the result {result}{detail}",
        "nki.isa (NKI 0.2+): ISA calls write their destination; its partitions and elements per partition are the "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from nkisim.core import dtypes, execute
-from nkisim.core.access import psum_write, read
+from nkisim.core.access import holds_data, psum_write, read
 from nkisim.core.context import KernelContext, current
 from nkisim.core.dtypes import F32
 from nkisim.core.instr import B_PSUM, B_SBUF, E_TENSOR, E_UNKNOWN, E_VECTOR, Engine
@@ -207,6 +207,8 @@ def _matmul_done(ctx: KernelContext, ins, out: Tensor, values, mask, dst: Tensor
     if dst is None:
         return finish(ctx, ins, out, values, mask)
     if values is not None:
+        if accumulate is True and not holds_data(dst):
+            fail("nkisim_matmul_accumulate_uninit", op=ins.op, dst=list(dst.shape))
         psum_write(dst, np.asarray(values).reshape(dst.shape), accumulate is not False, mask,
                    force=accumulate is True)
     return dst

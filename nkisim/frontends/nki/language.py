@@ -226,17 +226,10 @@ def ds(start, size) -> slice:
     return slice(start, start + size)
 
 
-class _NoReorder:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def no_reorder():
-    """Keep the block's operations in program order (nkisim runs everything in program order anyway)."""
-    return _NoReorder()
+    """``with nl.no_reorder():``: the block's instructions keep program order on each engine (the scheduler does
+    not fill gaps with them)."""
+    return _ctx.NoReorder()
 
 
 # ---- data movement --------------------------------------------------------------------------------------------
