@@ -68,15 +68,18 @@ class SbufModAlloc:
         return ctx.tensor_type(alloc, view, pdim)
 
 
-def _sbuf_arena(ctx: KernelContext) -> Allocation:
-    arena = ctx.sbuf_arena
-    if arena is None:
-        lim = ctx.limits
-        base = np.full((lim.pmax, lim.sbuf_bytes_per_partition), 0xFF, dtype=np.uint8)  # NaN-poisoned
-        arena = Allocation(Buf.SBUF, base, ctx.mem.new_phys(), None, "sbuf_arena", 0, None)
-        arena.row_bytes = lim.sbuf_bytes_per_partition
-        ctx.sbuf_arena = arena
+def _arena(ctx: KernelContext, buf: Buf, row_bytes: int) -> Allocation:
+    """The kernel's byte arena of one on-chip memory (every partition, ``row_bytes`` per partition), NaN-poisoned."""
+    base = np.full((ctx.limits.pmax, row_bytes), 0xFF, dtype=np.uint8)
+    arena = Allocation(buf, base, ctx.mem.new_phys(), None, f"{buf.name.lower()}_arena", 0, None)
+    arena.row_bytes = row_bytes
     return arena
+
+
+def _sbuf_arena(ctx: KernelContext) -> Allocation:
+    if ctx.sbuf_arena is None:
+        ctx.sbuf_arena = _arena(ctx, Buf.SBUF, ctx.limits.sbuf_bytes_per_partition)
+    return ctx.sbuf_arena
 
 
 class PsumModAlloc:
@@ -252,11 +255,6 @@ def _fresh_groups(ctx: KernelContext, parts: int, starts: list[int], tile_bytes:
 
 
 def _psum_arena(ctx: KernelContext) -> Allocation:
-    arena = ctx.psum_arena
-    if arena is None:
-        lim = ctx.limits
-        base = np.full((lim.pmax, lim.psum_bytes_per_partition), 0xFF, dtype=np.uint8)  # NaN-poisoned
-        arena = Allocation(Buf.PSUM, base, ctx.mem.new_phys(), None, "psum_arena", 0, None)
-        arena.row_bytes = lim.psum_bytes_per_partition
-        ctx.psum_arena = arena
-    return arena
+    if ctx.psum_arena is None:
+        ctx.psum_arena = _arena(ctx, Buf.PSUM, ctx.limits.psum_bytes_per_partition)
+    return ctx.psum_arena

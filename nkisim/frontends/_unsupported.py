@@ -64,12 +64,16 @@ class Unsupported:
         return f"<unsupported {self.nki_symbol}>"
 
 
-def missing(frontend: FrontEnd, prefix: str, name: str):
+def missing(frontend: FrontEnd, prefix: str, name: str, removed: dict[str, str] | None = None):
     """Module ``__getattr__`` body of the module ``prefix`` of ``frontend`` (``nl``, ``nisa``, ...): a placeholder
-    for documented names, AttributeError for the rest."""
+    for documented names, AttributeError for the rest; ``removed`` maps names another API version had to what
+    replaced them (the error says so)."""
     symbol = f"{prefix}.{name}"
     if not name.startswith("_") and symbol in _documented_set(frontend):
         return Unsupported(symbol, frontend.title)
     sub = frontend.prefixes.get(prefix, "")
     module = frontend.namespace + (f".{sub}" if sub else "")
+    if removed and name in removed:
+        raise AttributeError(f"module '{module}' has no attribute '{name}' (it belongs to the legacy neuronxcc.nki "
+                             f"API): {removed[name]}")
     raise AttributeError(f"module '{module}' has no attribute '{name}'")

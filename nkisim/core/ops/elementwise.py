@@ -110,12 +110,7 @@ def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = E_UNKNO
             values = np.broadcast_to(values, out_shape)
         if out.shape != tuple(out_shape):
             values = np.asarray(values).reshape(out.shape)
-    if dst is not None:
-        if values is not None:
-            write(out, execute.cast(np.asarray(values), out.dtype), m)
-            mark_written(out, m)
-        return out
-    return finish(ctx, ins, out, values, m)
+    return deliver(ctx, ins, out, values, m, dst)
 
 
 # Operators GpSimd runs: the "Supported Engine" column of the NKI ALU operator table (nki.api.shared @2.26,
@@ -258,12 +253,7 @@ def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: 
                 except ValueError:
                     fail("nkisim_shape_mismatch", op=op_name, shapes=[list(src.shape), list(out.shape)], detail="")
         values = v
-    if dst is not None:
-        if values is not None:
-            write(out, execute.cast(np.asarray(values), out.dtype), m)
-            mark_written(out, m)
-        return out
-    return finish(ctx, ins, out, values, m)
+    return deliver(ctx, ins, out, values, m, dst)
 
 
 def tensor_copy_predicated(src, dst: Tensor, predicate, *, reverse_pred: bool = False, dtype=None,

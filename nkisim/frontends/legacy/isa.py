@@ -69,16 +69,6 @@ class reduce_cmd(_IntEnum):  # noqa: N801
     reset_reduce = 3
 
 
-_NP_ALU = {
-    _np.add: "add", _np.subtract: "subtract", _np.multiply: "multiply", _np.divide: "divide",
-    _np.true_divide: "divide", _np.maximum: "maximum", _np.minimum: "minimum", _np.max: "maximum",
-    _np.min: "minimum", _np.amax: "maximum", _np.amin: "minimum", _np.power: "power", _np.mod: "mod",
-    _np.fmod: "fmod", _np.equal: "equal", _np.not_equal: "not_equal", _np.greater: "greater",
-    _np.greater_equal: "greater_equal", _np.less: "less", _np.less_equal: "less_equal",
-    _np.logical_and: "logical_and", _np.logical_or: "logical_or", _np.logical_xor: "logical_xor",
-    _np.bitwise_and: "bitwise_and", _np.bitwise_or: "bitwise_or", _np.bitwise_xor: "bitwise_xor",
-    _np.left_shift: "left_shift", _np.right_shift: "right_shift", _np.sum: "add", _np.prod: "multiply",
-}
 def dma_copy(*args, dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error,
              dge_mode=dge_mode.unknown, **kwargs) -> None:
     """Copy src to dst on the DMA engines (HBM/SBUF only; casts via fp32 when dtypes differ)."""

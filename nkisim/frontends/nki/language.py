@@ -458,12 +458,9 @@ _REMOVED = {
 
 
 def __getattr__(name: str):
-    if name in _REMOVED:
-        raise AttributeError(f"module 'nki.language' has no attribute '{name}' (it belongs to the legacy "
-                             f"neuronxcc.nki API): {_REMOVED[name]}")
     from nkisim.frontends import NKI, _unsupported
 
-    return _unsupported.missing(NKI, "nl", name)
+    return _unsupported.missing(NKI, "nl", name, _REMOVED)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

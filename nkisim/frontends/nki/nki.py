@@ -120,20 +120,17 @@ def simulate(kernel):
 _REMOVED = {
     "baremetal": "call the @nki.jit kernel with NumPy arrays",
     "benchmark": "time kernels with neuron-profile on Trainium; on nkisim, nkisim.run_kernel + nkisim.estimate",
-    "simulate_kernel": "nki.simulate(kernel)(*arrays)",
+    "simulate_kernel": "use nki.simulate(kernel)(*arrays)",
     "trace": "decorate with @nki.jit (sub-kernels are plain functions)",
     "profile": "neuron-profile on Trainium; on nkisim, nkisim.estimate",
-    "tensor": "nki.language.NkiTensor",
+    "tensor": "use nki.language.NkiTensor",
 }
 
 
 def __getattr__(name: str):
-    if name in _REMOVED:
-        raise AttributeError(f"module 'nki' has no attribute '{name}': it belongs to the legacy neuronxcc.nki API; "
-                             f"in nki use {_REMOVED[name]}")
     from nkisim.frontends import _unsupported
 
-    return _unsupported.missing(_NKI, "nki", name)
+    return _unsupported.missing(_NKI, "nki", name, _REMOVED)
 
 
 del annotations  # the __future__ import must not leak as an NKI name
