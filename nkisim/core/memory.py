@@ -154,7 +154,9 @@ class MemoryTracker:
         return self._cost(alloc.buf, bb)
 
     def _note_sbuf(self) -> None:
-        if self.position is not None:
+        # only kernels with block-dimension tensors need the history (from their first one on): keep it off the
+        # allocation path of every other kernel
+        if self.block_records and self.position is not None:
             self.sbuf_events.append((self.position(), self.live[B_SBUF]))
 
     def track_blocks(self, alloc: Allocation, nblocks: int) -> None:
@@ -164,6 +166,7 @@ class MemoryTracker:
         rec = BlockRecord(alloc.phys, alloc.buf, alloc.block_bytes, nblocks, alloc.name, alloc.site,
                           self.position() if self.position is not None else 0)
         self.block_records.append(rec)
+        self._note_sbuf()  # the live bytes when the history starts
         alloc.block_record = rec
         self._block_extra += (nblocks - 1) * alloc.block_bytes
         self.block_upper_peak = max(self.block_upper_peak, self.live[B_SBUF] + self._block_extra)
