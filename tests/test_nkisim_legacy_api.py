@@ -932,3 +932,19 @@ def test_one_dimensional_partition_tile_broadcasts_against_p_by_1():
     b = rng.standard_normal((128, 1)).astype(np.float32)
     out = run_kernel(_sink_gradient, (a, b)).outputs
     np.testing.assert_allclose(out, -(a.sum(axis=1, keepdims=True) * b), rtol=1e-5, atol=1e-5)
+
+
+@nki.jit
+def _store_one_element(a):
+    out = nl.ndarray((2, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        for j in nl.affine_range(3):
+            t = nl.load(a[i:i + 1, j:j + 1])
+            nl.store(out[i, j], value=nl.multiply(t, 2.0))  # an integer on every axis of the HBM tensor
+    return out
+
+
+def test_store_to_an_element_of_an_hbm_tensor():
+    """``out[b, h]`` (AWS's flash_attn_bwd stores its per-head dsinks so) is the 0-d element, written in place."""
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(run_kernel(_store_one_element, (a,)).outputs, 2 * a)
