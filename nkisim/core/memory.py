@@ -195,7 +195,7 @@ class MemoryTracker:
             return False
         alloc.charged = True
         buf = alloc.buf
-        cost = self.charged_bytes(alloc)
+        cost = self.charged_bytes(alloc) if alloc.block_bytes else self._cost(buf, alloc.bytes_pp)
         self.live[buf] += cost
         self.live_allocs[id(alloc)] = (buf, alloc.name, alloc.base.dtype, alloc.bytes_pp, alloc.site)
         capacity = self._capacity(buf)
@@ -214,7 +214,7 @@ class MemoryTracker:
             return True
         if self.live[buf] > self.peak[buf]:
             self.peak[buf] = self.live[buf]
-        if buf == B_SBUF:
+        if buf == B_SBUF and self.block_records:  # block-dimension bookkeeping (core.blocks), else nothing
             self._note_sbuf()
             if self.live[buf] + self._block_extra > self.block_upper_peak:
                 self.block_upper_peak = self.live[buf] + self._block_extra
@@ -264,12 +264,13 @@ class MemoryTracker:
                 self._free_phys.setdefault((site, buf), []).append(alloc.phys)
             return
         alloc.charged = False
-        cost = self.charged_bytes(alloc)
+        cost = self.charged_bytes(alloc) if alloc.block_bytes else self._cost(buf, alloc.bytes_pp)
         self.live[buf] -= cost
         self.live_allocs.pop(id(alloc), None)
-        self._released(alloc)
-        if buf == B_SBUF:
-            self._note_sbuf()
+        if self.block_records:  # block-dimension bookkeeping (core.blocks), else nothing
+            self._released(alloc)
+            if buf == B_SBUF:
+                self._note_sbuf()
         if site is not None and not self.closed:
             key = (site, buf)
             self._free_phys.setdefault(key, []).append(alloc.phys)
