@@ -279,8 +279,14 @@ def matmul(x, y, *, transpose_x: bool = False, mask=None, **kwargs) -> _Tensor:
             _fail("err_exceed_max_supported_dimension", param=f"x{list(x.shape)}", op="matmul", limit=2)
         # the compiler's transpose of x reads SBUF: a PSUM x is staged first, as for transpose_x=True
         x = _ops.stage_psum_operand(ctx, _ops.need_tensor(x, "matmul", "x"), "matmul", "x")
-        xt = _ops.nc_transpose(x, engine=_Engine.TENSOR, op_name="matmul")
-        x = _ops.tensor_copy(xt, op_name="matmul")
+        hoisted = _rt.hoisted_transpose(ctx, x)
+        if hoisted is not None:
+            x = hoisted
+        else:
+            src = x
+            xt = _ops.nc_transpose(x, engine=_Engine.TENSOR, op_name="matmul")
+            x = _ops.tensor_copy(xt, op_name="matmul")
+            _rt.remember_transpose(ctx, src, x)
     return _ops.nc_matmul(x, y, mask=mask, op_name="matmul")
 
 

@@ -353,6 +353,9 @@ def _check_psum_bank(ctx: KernelContext, dst: Tensor, op: str) -> None:
     opnd = dst.operand()
     bank = ctx.limits.psum_bank_bytes
     r = opnd.region
+    bb = dst._a.block_bytes
+    if 0 < bb <= bank and r.b_lo // bb == (r.b_hi - 1) // bb:
+        return  # one block of a block-dimension tensor: a (P, F) tile of its own, placed within one bank
     if r.b_lo // bank != (r.b_hi - 1) // bank:
         fail("nkisim_matmul_psum_bank", op=op, shape=list(dst.shape), nbytes=r.b_hi - r.b_lo, offset=r.b_lo,
              bank=bank)
@@ -784,6 +787,12 @@ def _align(op: str, a: Tensor, b: Tensor, allow_partition_broadcast: bool):
     if sa == sb:
         return sa, None
     if fb == fa and pa == pb:
+        if len(sb) > len(sa) and sb[:len(sa)] == sa and all(d == 1 for d in sb[len(sa):]):
+            # a [P] tile (a reduction without keepdims: "the input tile's shape with the specified axes
+            # removed", nki.language.max/sum) against [P, 1]: tiles align on their first, partition, dimension
+            # ("NKI infers the first dimension ... as the partition dimension", programming model), so the
+            # result keeps the unit free axis: [P, 1], as AWS's flash_attn_bwd (nki-samples) relies on
+            return sb, "swap"
         return sa, sa
     if fa == fb == 1 or (fb == 1 and pa == pb):
         return sa, (pb,) + (1,) * (len(sa) - 1)

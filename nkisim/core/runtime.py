@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nkisim.core import config, dtypes, execute
+from nkisim.core import blocks, config, dtypes, execute
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf, Engine, Instr, Trace
 from nkisim.core.memory import Allocation, MemoryTracker, make_storage
 from nkisim.core.rules import NKICapacityWarning, NKISimulationWarning, applies, fail
@@ -40,6 +40,7 @@ class KernelContext:
         self.full = mode == "full"
         self.trace = Trace(self.target, name)
         self.mem = MemoryTracker(self.limits, self.target)
+        self.mem.position = self.trace.instrs.__len__
         self.pending: weakref.ref | None = None  # provisional result allocation, charged at the next call
         self.last_instr: Instr | None = None
         self.last_result: weakref.ref | None = None
@@ -67,6 +68,10 @@ class KernelContext:
         self.sym_loops: list[list[int]] = []
         self.traced: dict = {}
         self.traced_seen: dict = {}
+        # neuronx-cc's middle end runs (no skip_middle_end_transformations) and, per statement, the transpose the
+        # compiler inserted for nl.matmul's stationary at its previous execution (see hoisted_transpose)
+        self.middle_end = True
+        self.inserted_transposes: dict = {}
 
     # ---- bookkeeping shared by every front-end call -----------------------------------------------------
     def settle(self) -> None:
@@ -290,7 +295,21 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
     # leaves elements unwritten), so it skips the poison fill.
     base, view = make_storage(dims, pdim, dt, fill, not ctx.full or provisional)
     mem = ctx.mem
+    nblocks = 1
+    for d in dims[:pdim]:
+        nblocks *= d
+    if nblocks > 1 and kind == B_SBUF and not provisional:
+        # block dimensions are logical tiles, not physical ones (nki.compiler.sbuf.alloc; NKI Block Dimension
+        # Migration Guide): charge one block now, check per-block liveness at the end of the run (core.blocks)
+        block_pp = bytes_pp // nblocks
+        alloc = Allocation(kind, base, mem.phys_for(site, kind, block_pp), site, name, bytes_pp, mem)
+        alloc.block_bytes = block_pp
+        mem.track_blocks(alloc, nblocks)
+        mem.charge(alloc)
+        return Tensor(alloc, view, pdim, off=0)
     alloc = Allocation(kind, base, mem.phys_for(site, kind, bytes_pp, provisional), site, name, bytes_pp, mem)
+    if nblocks > 1:
+        alloc.block_bytes = bytes_pp // nblocks  # PSUM: each block is a tile of its own, within one bank
     if not provisional and mem.charge(alloc):
         ctx.spill(alloc)
     if kind == B_PSUM and ctx.full and not provisional:
@@ -420,6 +439,7 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         target = declared_target(kernel)
     ctx = KernelContext(target, mode, name)
     ctx.mem.simulate = simulate
+    ctx.middle_end = not has_directive(kernel, "skip_middle_end_transformations")
     ctx.kernel_code = ctx.mem.stop_code = getattr(fn, "__code__", None)
     kwargs = dict(kwargs or {})
     _STACK.append(ctx)
@@ -444,6 +464,7 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         else:
             ret = fn(*hbm_args, **hbm_kwargs)
         ctx.settle()
+        blocks.finish(ctx.mem, ctx.trace)
         _check_outputs_written(ctx, ret)
         ctx.trace.meta["outputs"] = [
             {"phys": t._a.phys, "shape": list(t.shape), "dtype": t.dtype.name, "bytes": t._a.base.nbytes}
@@ -472,6 +493,51 @@ def _warn_capacity(name: str, overflows: list[str]) -> None:
     warnings.warn(NKICapacityWarning(
         f"kernel '{name}': {overflows[0]}{more}. nki.simulate_kernel does not check capacity, as AWS's simulator "
         "does not; compiling it (nki.baremetal, nki.benchmark, the grader, Trainium) fails"), stacklevel=3)
+
+
+def has_directive(kernel, name: str) -> bool:
+    """Whether a compiler directive (``nki.compiler.skip_middle_end_transformations``, ...) wraps the kernel."""
+    seen = 0
+    while kernel is not None and seen < 8:
+        if getattr(kernel, "directive", None) == name:
+            return True
+        kernel = getattr(kernel, "func", None)
+        seen += 1
+    return False
+
+
+def hoisted_transpose(ctx: KernelContext, src: Tensor) -> Tensor | None:
+    """The SBUF copy of the transpose the compiler inserted for ``nl.matmul(x, y)`` (no ``transpose_x``) at this
+    statement's previous execution, when ``x`` is the same, unchanged view: a loop-invariant computation of the
+    loops iterating between the two executions, which the 2024 toolchain's middle end hoists out of them
+    (MODEL.md, "Issue 27, nl.matmul's inserted transpose").  None: transpose again (trn2's 2025 toolchain, or
+    under skip_middle_end_transformations, keeps the instruction where the kernel put it)."""
+    if ctx.era != "2024" or not ctx.middle_end:
+        return None
+    hit = ctx.inserted_transposes.get(ctx.site)
+    if hit is None:
+        return None
+    key, pos, tile = hit
+    if key != _view_key(src):
+        return None
+    reg = src.operand().region
+    for ins in ctx.trace.instrs[pos:]:
+        for d in ins.dsts:
+            r = d.region
+            if r.phys == reg.phys and r.buf == reg.buf and r.p_lo < reg.p_hi and reg.p_lo < r.p_hi \
+                    and r.b_lo < reg.b_hi and reg.b_lo < r.b_hi:
+                return None  # written since: not invariant
+    return tile
+
+
+def remember_transpose(ctx: KernelContext, src: Tensor, tile: Tensor) -> None:
+    if ctx.era == "2024" and ctx.middle_end:
+        ctx.inserted_transposes[ctx.site] = (_view_key(src), len(ctx.trace.instrs), tile)
+
+
+def _view_key(t: Tensor) -> tuple:
+    op = t.operand()
+    return (id(t._a), op.region, tuple(t.shape), t._v.strides)
 
 
 def declared_target(kernel) -> str | None:
