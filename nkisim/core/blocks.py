@@ -182,24 +182,38 @@ def _assign_slots(records, first, last, live_blocks, total, capacity, instrs, n)
             remap[r.phys] = (r, slot)
     if not remap:
         return
-    done: set[int] = set()
     lo_i = min(r.start for r, _ in remap.values())
     for i in range(lo_i, n):
         ins = instrs[i]
-        for op in ins.srcs + ins.dsts:
-            reg = op.region
-            if reg.buf != B_SBUF or reg.phys not in remap or id(op) in done:
-                continue
-            r, slot = remap[reg.phys]
-            if not (r.start <= i and (r.end is None or i < r.end)):
-                continue
-            done.add(id(op))
-            bb = r.block_bytes
-            b0 = min(reg.b_lo // bb, r.nblocks - 1)
-            b1 = min(max(reg.b_hi - 1, reg.b_lo) // bb, r.nblocks - 1)
-            if b0 == b1:
-                base = int(slot[b0]) * bb - b0 * bb
-                op.region = Region(reg.buf, reg.phys, reg.p_lo, reg.p_hi, reg.b_lo + base, reg.b_hi + base)
-            else:
-                s = slot[b0:b1 + 1]
-                op.region = Region(reg.buf, reg.phys, reg.p_lo, reg.p_hi, int(s.min()) * bb, (int(s.max()) + 1) * bb)
+        srcs = _remapped(ins.srcs, remap, i)
+        dsts = _remapped(ins.dsts, remap, i)
+        if srcs is not None:
+            ins.srcs = srcs
+        if dsts is not None:
+            ins.dsts = dsts
+
+
+def _remapped(ops: tuple, remap: dict, i: int) -> tuple | None:
+    """The operands of instruction ``i`` with their block regions moved onto physical slots (None: unchanged).
+    Operands are immutable (grading security), so a remapped operand is a new one."""
+    out = None
+    for k, op in enumerate(ops):
+        reg = op.region
+        if reg.buf != B_SBUF or reg.phys not in remap:
+            continue
+        r, slot = remap[reg.phys]
+        if not (r.start <= i and (r.end is None or i < r.end)):
+            continue
+        bb = r.block_bytes
+        b0 = min(reg.b_lo // bb, r.nblocks - 1)
+        b1 = min(max(reg.b_hi - 1, reg.b_lo) // bb, r.nblocks - 1)
+        if b0 == b1:
+            base = int(slot[b0]) * bb - b0 * bb
+            region = Region(reg.buf, reg.phys, reg.p_lo, reg.p_hi, reg.b_lo + base, reg.b_hi + base)
+        else:
+            s = slot[b0:b1 + 1]
+            region = Region(reg.buf, reg.phys, reg.p_lo, reg.p_hi, int(s.min()) * bb, (int(s.max()) + 1) * bb)
+        if out is None:
+            out = list(ops)
+        out[k] = op._replace(region=region)
+    return tuple(out) if out is not None else None
