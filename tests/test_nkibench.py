@@ -253,7 +253,9 @@ def test_nkisim_gives_what_nki_benchmark_gives_ordinary_and_profiled(part1, tmp_
         return bm.benchmark_result.nc_latency.get_latency_percentile(99)
 
     assert m.timing.p99_us == m.timing.p50_us == bench()
-    assert m.profiled.p99_us == bench(additional_compile_opt="--disable-dge") > m.timing.p99_us
+    # DGE off changes what the DMAs cost, in either direction: with model round 3 this kernel's 8-byte rows
+    # (FREE_DIM=2) are cheaper as pre-built static descriptors than through the DGE.
+    assert m.profiled.p99_us == bench(additional_compile_opt="--disable-dge") != m.timing.p99_us
     t, p = m.timing, m.profiled
     assert (t.backend, t.label, t.api, t.measured, t.dge_disabled, t.profiled) == (
         "nkisim", "nkisim estimate, trn2", "legacy", False, False, False)

@@ -902,3 +902,43 @@ def test_on_chip_result_only_under_simulation():
         nki.jit(_sbuf_result)(a)
     with pytest.raises(TypeError, match="top-level kernel outputs must be HBM"):
         nki.baremetal(_sbuf_result)(a)
+
+
+@nki.jit
+def _sink_gradient(a, b):
+    """The shape chain of AWS's flash_attn_bwd sink gradient (nki-samples 0898a77): a reduction without keepdims
+    ([P]), times a [P, 1] tile, reduced again over axis 1."""
+    out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    p = nl.load(b)
+    row = nisa.tensor_reduce(np.add, x, axis=(1,), dtype=nl.float32)
+    assert tuple(row.shape) == (128,)  # "the input tile's shape with the specified axes removed"
+    z = nl.multiply(nl.multiply(row, -1.0), p)
+    assert tuple(z.shape) == (128, 1)  # partition-aligned: [P] against [P, 1] is [P, 1], not NumPy's [P, P]
+    zz = nisa.tensor_reduce(np.add, data=z, axis=(1,), dtype=nl.float32)
+    nl.store(out[:, 0], zz)
+    return out
+
+
+def test_one_dimensional_partition_tile_broadcasts_against_p_by_1():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    b = rng.standard_normal((128, 1)).astype(np.float32)
+    out = run_kernel(_sink_gradient, (a, b)).outputs
+    np.testing.assert_allclose(out, -(a.sum(axis=1, keepdims=True) * b), rtol=1e-5, atol=1e-5)
+
+
+@nki.jit
+def _store_one_element(a):
+    out = nl.ndarray((2, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(2):
+        for j in nl.affine_range(3):
+            t = nl.load(a[i:i + 1, j:j + 1])
+            nl.store(out[i, j], value=nl.multiply(t, 2.0))  # an integer on every axis of the HBM tensor
+    return out
+
+
+def test_store_to_an_element_of_an_hbm_tensor():
+    """``out[b, h]`` (AWS's flash_attn_bwd stores its per-head dsinks so) is the 0-d element, written in place."""
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(run_kernel(_store_one_element, (a,)).outputs, 2 * a)

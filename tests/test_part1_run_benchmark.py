@@ -68,7 +68,7 @@ def test_a_profiled_latency_is_labelled_and_printed_beside_the_ordinary_one(tmp_
     profiled = PROFILED.search(proc.stdout)
     assert profiled is not None, proc.stdout
     assert float(profiled.group(2)) == ordinary
-    assert float(profiled.group(1)) > ordinary  # trn2 streams pay the static-descriptor cost with DGE off
+    assert float(profiled.group(1)) != ordinary  # DGE off changes what this stream's DMAs cost on trn2
     assert "--disable-dge" in proc.stdout
     for page in ("s.summary.txt", "s.html"):  # the files say it too, with the ordinary latency
         text = (tmp_path / page).read_text(encoding="utf-8").replace("&#x27;", "'")

@@ -193,7 +193,12 @@ def corpus_rows(measured: dict[str, dict]) -> list[CalRow]:
             r = measured.get(hw.row_id)
             us = hw.us
             target = "trn2"
+            metric, dge = "nc_latency", None
             if r is not None:
+                # the row's metric text says what was measured: a neuron-profile total_time or nki.benchmark's
+                # latency, and whether the kernel was compiled with --disable-dge (the course's --profile runs)
+                metric = "total_time" if "total_time" in r["metric"] else "nc_latency"
+                dge = False if "--disable-dge" in r["metric"] else None
                 m = re.match(r"\s*(?:about\s+)?([0-9][0-9,.]*)", r["measured_us"])
                 if m:
                     us = float(m.group(1).replace(",", ""))
@@ -208,6 +213,6 @@ def corpus_rows(measured: dict[str, dict]) -> list[CalRow]:
                     return (np.empty((cfg.rows, cfg.cols), dtype=np.dtype(cfg.dtype)),)
                 knobs, kwargs, group = cfg.key, {}, f"{target}:corpus-transpose"
             kwargs.update(k.kwargs)
-            out.append(CalRow(hw.row_id, target, f"corpus:{k.id}", kwargs, make, us, "nc_latency", None, "training",
+            out.append(CalRow(hw.row_id, target, f"corpus:{k.id}", kwargs, make, us, metric, dge, "training",
                               group, knobs, hw.note))
     return out

@@ -93,7 +93,21 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
     # leaves elements unwritten), so it skips the poison fill.
     base, view = make_storage(dims, pdim, dt, fill, not ctx.full or provisional)
     mem = ctx.mem
+    nblocks = 1
+    for d in dims[:pdim]:
+        nblocks *= d
+    if nblocks > 1 and kind == B_SBUF and not provisional:
+        # block dimensions are logical tiles, not physical ones (nki.compiler.sbuf.alloc; NKI Block Dimension
+        # Migration Guide): charge one block now, check per-block liveness at the end of the run (core.blocks)
+        block_pp = bytes_pp // nblocks
+        alloc = Allocation(kind, base, mem.phys_for(site, kind, block_pp), site, name, bytes_pp, mem)
+        alloc.block_bytes = block_pp
+        mem.track_blocks(alloc, nblocks)
+        mem.charge(alloc)
+        return ctx.tensor_type(alloc, view, pdim, off=0)
     alloc = Allocation(kind, base, mem.phys_for(site, kind, bytes_pp, provisional), site, name, bytes_pp, mem)
+    if nblocks > 1:
+        alloc.block_bytes = bytes_pp // nblocks  # PSUM: each block is a tile of its own, within one bank
     if not provisional and mem.charge(alloc):
         ctx.spill(alloc)
     if kind == B_PSUM and ctx.full and not provisional:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from nkisim.core.access import allocation, array
 from nkisim.core.buffers import BufferSpec, allocate
-from nkisim.core.context import current
+from nkisim.core.context import KernelContext, current
 from nkisim.core.dtypes import F32
 from nkisim.core.instr import B_HBM, E_TENSOR, E_VECTOR
 from nkisim.core.ops import dma, elementwise, reduce, tensor_engine
@@ -49,9 +50,48 @@ def matmul(x, y, *, transpose_x: bool = False, mask=None) -> Tensor:
         if x.ndim != 2:
             fail("err_exceed_max_supported_dimension", param=f"x{list(x.shape)}", op="matmul", limit=2)
         x = tensor_engine.stage_psum_operand(ctx, need_tensor(x, "matmul", "x"), "matmul", "x")
-        xt = tensor_engine.nc_transpose(x, engine=E_TENSOR, op_name="matmul")
-        x = elementwise.tensor_copy(xt, op_name="matmul")
+        hoisted = hoisted_transpose(ctx, x)
+        if hoisted is not None:
+            x = hoisted
+        else:
+            src = x
+            xt = tensor_engine.nc_transpose(x, engine=E_TENSOR, op_name="matmul")
+            x = elementwise.tensor_copy(xt, op_name="matmul")
+            remember_transpose(ctx, src, x)
     return tensor_engine.nc_matmul(x, y, mask=mask, op_name="matmul")
+
+
+def hoisted_transpose(ctx: KernelContext, src: Tensor) -> Tensor | None:
+    """The SBUF copy of the transpose the compiler inserted for ``nl.matmul(x, y)`` (no ``transpose_x``) at this
+    statement's previous execution, when ``x`` is the same, unchanged view: a loop-invariant computation of the
+    loops iterating between the two executions, which the 2024 toolchain's middle end hoists out of them
+    (MODEL.md, "Issue 27, nl.matmul's inserted transpose").  None: transpose again (trn2's 2025 toolchain, or
+    under skip_middle_end_transformations, keeps the instruction where the kernel put it)."""
+    if ctx.era != "2024" or not ctx.middle_end:
+        return None
+    hit = ctx.inserted_transposes.get(ctx.site)
+    if hit is None:
+        return None
+    key, pos, tile = hit
+    if key != _view_key(src):
+        return None
+    reg = src.operand().region
+    for ins in ctx.trace.instrs[pos:]:
+        for d in ins.dsts:
+            r = d.region
+            if r.phys == reg.phys and r.buf == reg.buf and r.p_lo < reg.p_hi and reg.p_lo < r.p_hi \
+                    and r.b_lo < reg.b_hi and reg.b_lo < r.b_hi:
+                return None  # written since: not invariant
+    return tile
+
+
+def remember_transpose(ctx: KernelContext, src: Tensor, tile: Tensor) -> None:
+    if ctx.era == "2024" and ctx.middle_end:
+        ctx.inserted_transposes[ctx.site] = (_view_key(src), len(ctx.trace.instrs), tile)
+
+
+def _view_key(t: Tensor) -> tuple:
+    return (id(allocation(t)), t.operand().region, tuple(t.shape), array(t).strides)
 
 
 def transpose(x, *, dtype=None, mask=None) -> Tensor:

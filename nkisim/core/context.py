@@ -47,6 +47,7 @@ class KernelContext:
         self.full = mode == "full"
         self.trace = Trace(self.target, name)
         self.mem = MemoryTracker(self.limits, self.target)
+        self.mem.position = self.trace.instrs.__len__
         self.pending: weakref.ref | None = None  # provisional result allocation, charged at the next call
         self.last_instr: Instr | None = None
         self.last_result: weakref.ref | None = None
@@ -78,6 +79,10 @@ class KernelContext:
         # direct placements their first iteration made (see traced_once)
         self.sym_loops: list[list[int]] = []
         self.traced: dict = {}
+        # neuronx-cc's middle end runs (no skip_middle_end_transformations) and, per statement, the transpose the
+        # compiler inserted for nl.matmul's stationary at its previous execution (composites.hoisted_transpose)
+        self.middle_end = True
+        self.inserted_transposes: dict = {}
         self.traced_seen: dict = {}
 
     # ---- bookkeeping shared by every front-end call -----------------------------------------------------

@@ -35,7 +35,7 @@ class Allocation:
 
     __slots__ = (
         "buf", "base", "addr", "row_bytes", "phys", "site", "name", "immutable", "bytes_pp", "tracker",
-        "acc", "charged", "block_mod", "slot_owner", "space", "__weakref__",
+        "acc", "charged", "block_mod", "slot_owner", "space", "block_bytes", "block_record", "__weakref__",
     )
 
     def __init__(self, buf: Buf, base: np.ndarray, phys: int, site, name: str, bytes_pp: int,
@@ -55,6 +55,10 @@ class Allocation:
         self.block_mod = 0  # direct allocation: block index wraps modulo num_free_tiles
         self.slot_owner: dict | None = None  # wrapped PSUM blocks: physical slot -> logical block that last wrote it
         self.space = BUF_NAMES[buf]  # the memory space it was created in: 'sbuf', 'psum', 'hbm', 'shared_hbm', ...
+        # automatically allocated tensor with block dimensions: bytes per partition of one (P, F) block (SBUF: all
+        # it is charged at allocation, per-block liveness is checked at the end of the run, core.blocks)
+        self.block_bytes = 0
+        self.block_record = None
 
     def __del__(self) -> None:
         tracker = self.tracker
@@ -89,6 +93,13 @@ class MemoryTracker:
         # over-subscriptions are collected here as messages instead of raised
         self.simulate = False
         self.overflows: list[str] = []
+        # per-block liveness of block-dimension tensors (core.blocks): SBUF live bytes after every change, keyed by
+        # the trace position; the tensors' records; an upper bound on the peak (every block live at once)
+        self.position = None  # () -> number of instructions traced so far (set by the kernel context)
+        self.sbuf_events: list[tuple[int, int]] = []
+        self.block_records: list = []
+        self._block_extra = 0
+        self.block_upper_peak = 0
 
     # -- physical ids -------------------------------------------------------------------------------------
     def phys_for(self, site, buf: Buf = B_SBUF, bytes_pp: int = 0, provisional: bool = False) -> int:
@@ -140,6 +151,35 @@ class MemoryTracker:
         assert taken is not None
         return taken
 
+    def charged_bytes(self, alloc: Allocation) -> int:
+        """What ``alloc`` is charged while live: one block of an SBUF block-dimension tensor (core.blocks checks
+        the rest), a whole bank per block of a PSUM one (each block is a tile of its own, within one bank), else
+        all its bytes."""
+        bb = alloc.block_bytes
+        if not bb:
+            return self._cost(alloc.buf, alloc.bytes_pp)
+        if alloc.buf == B_PSUM:
+            return (alloc.bytes_pp // bb) * self._cost(B_PSUM, bb)
+        return self._cost(alloc.buf, bb)
+
+    def _note_sbuf(self) -> None:
+        # only kernels with block-dimension tensors need the history (from their first one on): keep it off the
+        # allocation path of every other kernel
+        if self.block_records and self.position is not None:
+            self.sbuf_events.append((self.position(), self.live[B_SBUF]))
+
+    def track_blocks(self, alloc: Allocation, nblocks: int) -> None:
+        """Record a block-dimension tensor for the end-of-run per-block liveness check (core.blocks)."""
+        from nkisim.core.blocks import BlockRecord
+
+        rec = BlockRecord(alloc.phys, alloc.buf, alloc.block_bytes, nblocks, alloc.name, alloc.site,
+                          self.position() if self.position is not None else 0)
+        self.block_records.append(rec)
+        self._note_sbuf()  # the live bytes when the history starts
+        alloc.block_record = rec
+        self._block_extra += (nblocks - 1) * alloc.block_bytes
+        self.block_upper_peak = max(self.block_upper_peak, self.live[B_SBUF] + self._block_extra)
+
     def _cost(self, buf: Buf, bytes_pp: int) -> int:
         """Bytes per partition a tile occupies: PSUM tiles take whole 2 KiB banks."""
         if buf == B_PSUM:
@@ -164,7 +204,7 @@ class MemoryTracker:
             return False
         alloc.charged = True
         buf = alloc.buf
-        cost = self._cost(buf, alloc.bytes_pp)
+        cost = self.charged_bytes(alloc) if alloc.block_bytes else self._cost(buf, alloc.bytes_pp)
         self.live[buf] += cost
         self.live_allocs[id(alloc)] = (buf, alloc.name, alloc.base.dtype, alloc.bytes_pp, alloc.site, alloc.base.shape)
         capacity = self._capacity(buf)
@@ -183,6 +223,10 @@ class MemoryTracker:
             return True
         if self.live[buf] > self.peak[buf]:
             self.peak[buf] = self.live[buf]
+        if buf == B_SBUF and self.block_records:  # block-dimension bookkeeping (core.blocks), else nothing
+            self._note_sbuf()
+            if self.live[buf] + self._block_extra > self.block_upper_peak:
+                self.block_upper_peak = self.live[buf] + self._block_extra
         if self.live[buf] > capacity:
             peak = self.live[buf]
             tiles = self.largest(buf) + self.partition_hint(buf)
@@ -207,8 +251,11 @@ class MemoryTracker:
             if alloc is keep or alloc.buf != buf or not alloc.charged or alloc.tracker is not self:
                 continue
             alloc.charged = False
-            self.live[buf] -= self._cost(buf, alloc.bytes_pp)
+            self.live[buf] -= self.charged_bytes(alloc)
             self.live_allocs.pop(aid, None)
+            self._released(alloc)
+        if buf == B_SBUF:
+            self._note_sbuf()
 
     def largest(self, buf: Buf, n: int = 5) -> str:
         allocs = sorted((a for a in self.live_allocs.values() if a[0] == buf), key=lambda a: -a[3])[:n]
@@ -248,14 +295,25 @@ class MemoryTracker:
                 self._free_phys.setdefault((site, buf), []).append(alloc.phys)
             return
         alloc.charged = False
-        cost = self._cost(buf, alloc.bytes_pp)
+        cost = self.charged_bytes(alloc) if alloc.block_bytes else self._cost(buf, alloc.bytes_pp)
         self.live[buf] -= cost
         self.live_allocs.pop(id(alloc), None)
+        if self.block_records:  # block-dimension bookkeeping (core.blocks), else nothing
+            self._released(alloc)
+            if buf == B_SBUF:
+                self._note_sbuf()
         if site is not None and not self.closed:
             key = (site, buf)
             self._free_phys.setdefault(key, []).append(alloc.phys)
             self._dead[buf][alloc.phys] = (key, cost)
             self._dead_bytes[buf] += cost
+
+    def _released(self, alloc: Allocation) -> None:
+        """A block-dimension tensor stops being live: close its record's window."""
+        rec = alloc.block_record
+        if rec is not None and rec.end is None:
+            rec.end = self.position() if self.position is not None else 0
+            self._block_extra -= (rec.nblocks - 1) * rec.block_bytes
 
 
 def _layout(shape: tuple[int, ...]) -> str:

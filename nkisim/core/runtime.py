@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nkisim import frontends
+from nkisim.core import blocks
 from nkisim.core.access import allocation, read
 from nkisim.core.buffers import wrap_host
 from nkisim.core.context import KernelContext, pop, push
@@ -98,6 +99,7 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         frontend = frontend_of(kernel)
     ctx = KernelContext(target, mode, name, frontend)
     ctx.mem.simulate = simulate
+    ctx.middle_end = not has_directive(kernel, "skip_middle_end_transformations")
     ctx.kernel_code = ctx.mem.stop_code = getattr(fn, "__code__", None)
     kwargs = dict(kwargs or {})
     push(ctx)
@@ -122,6 +124,7 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
         else:
             ret = fn(*hbm_args, **hbm_kwargs)
         ctx.settle()
+        blocks.finish(ctx.mem, ctx.trace)
         _check_outputs_written(ctx, ret)
         _check_output_buffers(ctx, ret, simulate)
         ctx.trace.meta["outputs"] = [
@@ -152,6 +155,17 @@ def _warn_capacity(name: str, overflows: list[str]) -> None:
     warnings.warn(NKICapacityWarning(
         f"kernel '{name}': {overflows[0]}{more}. nki.simulate_kernel does not check capacity, as AWS's simulator "
         "does not; compiling it (nki.baremetal, nki.benchmark, the grader, Trainium) fails"), stacklevel=3)
+
+
+def has_directive(kernel, name: str) -> bool:
+    """Whether a compiler directive (``nki.compiler.skip_middle_end_transformations``, ...) wraps the kernel."""
+    seen = 0
+    while kernel is not None and seen < 8:
+        if getattr(kernel, "directive", None) == name:
+            return True
+        kernel = getattr(kernel, "func", None)
+        seen += 1
+    return False
 
 
 def frontend_of(kernel) -> frontends.FrontEnd:

@@ -86,7 +86,8 @@ class TargetCosts:
     dma_run_efficiency: tuple[tuple[int, float], ...] = ()
     dma_issue_dge_ns: float = 0.0  # per-DMA hardware-DGE issue cost (v3: ~600 ns each, A3/DGE); 0 = no HW DGE
     dma_issue_dge_per_desc_ns: float = 0.0  # DGE builds descriptors on the fly: cost per descriptor [FIT]
-    dma_issue_queues: int = 1  # DMA trigger/descriptor-issue resources that serialise the issue cost [FIT]
+    dma_issue_queues: int = 1  # hardware-DGE issue resources that serialise the DGE issue cost [FIT]
+    dma_static_queues: int = 1  # static-descriptor DMA queues working through their rings in parallel
     dge_default_on: bool = False  # whether kernels use the hardware DGE unless compiled with --disable-dge
     # --- whole kernel ---------------------------------------------------------------------------------------
     launch_overhead_us: float = 12.0  # NEFF start/stop inside profiler total_time; undocumented (§6) [FIT]
@@ -182,6 +183,14 @@ TRN2 = TargetCosts(
     # nki-dma-intro-1): throughput of back-to-back 128-partition DMAs is proportional to size up to ~2 KiB per
     # partition; max(0.85 us, bytes / 368 GB/s) reproduces every point (1.4% at 32 B ... 81% at 2 KiB) [INFERRED]
     dma_issue_static_ns=850.0,
+    # static descriptors are worked through per DMA queue, not for the whole core: "DMA transfers within a queue on
+    # the same DMA engine are executed in order. DMA transfers from different DMA queues are scheduled in a round
+    # robin fashion" and "the queue ID is typically tied to the trigger engine" (DMA overview); "DMA engines process
+    # descriptors from up to 16 DMA rings in HBM using a round-robin arbitration scheme" (runtime,
+    # compute-comm-overlap); static DMAs may be triggered by any of the five sequencers (TensorE, VectorE, ScalarE,
+    # GpSimdE, SyncE; A2/DMA "any engine sequencer"): five queues, each paying the per-DMA cost above in turn.
+    # MODEL.md, "Issue 27, static descriptors".
+    dma_static_queues=5,
     # [FIT] DMA fixed latency: with the DGE issue, trigger -> first byte = 0.93 us (DMA figures: 0.74-1.0 us)
     dma_pre_latency_ns=500.0,
     dma_post_latency_ns=350.0,

@@ -60,6 +60,7 @@ class DmaCost:
     engines: tuple[int, ...]  # DMA engines (rings) the transfer is spread over
     per_engine_ns: float  # transfer time on each of them
     issue_ns: float  # serial issue cost (DGE or static descriptor ring)
+    static: bool  # issued from pre-built (static) descriptor rings, not by the hardware DGE
     pre_ns: float  # overlappable fixed latency: trigger -> first byte
     post_ns: float  # last byte -> completion visible to the waiting engine
     nbytes: int
@@ -314,17 +315,30 @@ class CostModel:
         # per-partition data is not contiguous).  A DMA transpose is done by the DMA hardware in blocks, so only
         # the on-chip side's rows count (A3: all 16 engines write a [128, 16] block at a time).
         chunk = nbytes
+        narrow = None  # the operand with the shortest contiguous runs
         for o in ((side,) if transpose and side is not None else (src, dst)):
-            if o is not None and o.contiguous_bytes > 0:
-                chunk = min(chunk, int(o.contiguous_bytes))
+            if o is not None and o.contiguous_bytes > 0 and int(o.contiguous_bytes) < chunk:
+                chunk = int(o.contiguous_bytes)
+                narrow = o
         per_row = max(1, nbytes // rows)
         chunk = max(1, min(chunk, per_row))
         ndesc = max(rows, -(-nbytes // chunk))
         neng = len(engines)
         bytes_e = nbytes / neng
         desc_e = ndesc / neng
-        # a descriptor smaller than one HBM burst still moves a whole burst [INFERRED]
-        eff_bytes_e = desc_e * tc.dma_min_burst_bytes if chunk < tc.dma_min_burst_bytes else bytes_e
+        burst = tc.dma_min_burst_bytes
+        if chunk >= burst:
+            eff_bytes_e = bytes_e
+        elif narrow is not None and per_row > chunk and not transpose:
+            # element-granular rows (e.g. W[o0:o1, i0:i1, kh, kw]: every element its own 2-4 B run): the runs of a
+            # row are one strided access pattern and the engine reads the HBM bursts they span, so elements
+            # closer together than a burst share it [INFERRED]; each run stays a DMA buffer with its own
+            # overhead (A2: "data within a DMA buffer must be continuous")
+            runs = -(-per_row // chunk)
+            span = (runs - 1) * max(int(narrow.inner_stride_bytes), chunk) + chunk
+            eff_bytes_e = rows / neng * min(runs, -(-span // burst)) * burst
+        else:
+            eff_bytes_e = desc_e * burst  # a run smaller than one HBM burst still moves a whole burst [INFERRED]
         per_engine = eff_bytes_e / (tc.dma_bw_bytes_per_ns * run_efficiency(tc, chunk)) + desc_e * tc.dma_desc_ns
         if transpose:
             if tc.dma_issue_dge_ns > 0:  # v3: HBM->SBUF transpose up to 90% of copy throughput, SBUF->SBUF 50% (A3)
@@ -335,10 +349,14 @@ class CostModel:
         dge = a.get("dge")
         use_dge = self.dge if dge is None else (bool(dge) and tc.dma_issue_dge_ns > 0)
         if use_dge:
-            issue = tc.dma_issue_dge_ns + tc.dma_issue_dge_per_desc_ns * ndesc
+            # the DGE writes one descriptor per partition row whatever the row's access pattern (descriptors carry
+            # up to 4-D access patterns: NEFF engine json ``from_steps``/``from_sizes``; "each DGE-based DMA
+            # instruction takes about 600 ns", A3/DGE), so element-granular rows cost no more to issue
+            issue = tc.dma_issue_dge_ns + tc.dma_issue_dge_per_desc_ns * rows
         else:
             issue = tc.dma_issue_static_ns
-        return DmaCost(engines, per_engine, issue, tc.dma_pre_latency_ns, tc.dma_post_latency_ns, nbytes, ndesc)
+        return DmaCost(engines, per_engine, issue, not use_dge, tc.dma_pre_latency_ns, tc.dma_post_latency_ns, nbytes,
+                       ndesc)
 
 
 def run_efficiency(tc: TargetCosts, run_bytes: int) -> float:

@@ -318,7 +318,8 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
     # read = [p_lo, p_hi, b_lo, b_hi, t_read_done, idx]
     access: dict[int, list[list]] = {}  # key: phys * 4 + buf kind
     dma_eng = DmaEngines(tc.dma_engines)
-    issue_q = [GapResource() for _ in range(max(1, tc.dma_issue_queues))]
+    issue_q = [GapResource() for _ in range(max(1, tc.dma_issue_queues))]  # hardware DGE instances
+    static_q = [GapResource() for _ in range(max(1, tc.dma_static_queues))]  # static descriptor rings
     last_stationary = None
     tensor_last_end = -1e30
     warm_begin = 0.0
@@ -420,12 +421,13 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
             p = dep_pred
             if c.issue_ns > 0:
                 best = None
-                for qi, q in enumerate(issue_q):
+                queues = static_q if c.static else issue_q
+                for qi, q in enumerate(queues):
                     s, pos = q.find(dep, c.issue_ns)
                     if best is None or s < best[0]:
                         best = (s, pos, qi)
                 s, pos, qi = best
-                q = issue_q[qi]
+                q = queues[qi]
                 if s > dep + _EPS:
                     o_ = q.owner_before(s, pos)
                     if o_ >= 0:

@@ -80,6 +80,7 @@ class Expectation:
     min_ratio: float | None = None
     dtype: str | None = None
     height: int | None = None
+    target: str = "trn2"  # the generation the statement is about (the staff reference is modelled on it too)
 
     def applies(self, config: ConvConfig | TransposeConfig) -> bool:
         if self.dtype is not None and config.dtype != self.dtype:
@@ -307,6 +308,75 @@ KERNELS += (
             "weight slice before every matmul; block rows as nl2024-block."),
         configs=ALL_CONV,
         expectations=_PER_ITER_TRANSPOSE,
+    ),
+)
+
+
+KERNELS += (
+    CorpusKernel(
+        id="nl-matmul-no-transpose-rows",
+        family="conv",
+        module="nl2024",
+        function="fused_conv2d_maxpool_no_transpose_rows",
+        description=(
+            "2024 style, nl.matmul(w_slice, x) without transpose_x on the natural weight slice (as "
+            "nl-matmul-no-transpose), but a group of up to four output rows accumulated in separate PSUM tiles "
+            "with the row loop innermost, so the weight slice (and the transpose the compiler inserts for it) is "
+            "the same for every row of the group."),
+        configs=ALL_CONV,
+        expectations=(
+            Expectation("trn1 2024 toolchain (no skip decorator): the inserted transpose is loop-invariant in the "
+                        "innermost row loop and hoisted out of it, so it costs one 128-column TensorE transpose and "
+                        "one PSUM->SBUF copy per group of rows, not per row; the one-row matmuls (222 columns) cost "
+                        "what the reference's do per column: 0.9-1.6x the reference", max_ratio=1.6, min_ratio=0.9,
+                        height=224, target="trn1"),
+        ),
+    ),
+)
+
+
+KERNELS += (
+    CorpusKernel(
+        id="weight-slices-per-block",
+        family="conv",
+        module="naive",
+        function="fused_conv2d_maxpool_weight_slices",
+        description=(
+            "2025 style, block rows as block-rows-nc-matmul, but every 128x128 weight slice W[o0:o1, i0:i1, kh, kw] "
+            "loaded straight from the OIHW weight tensor inside the loops, for every block of rows (each element its "
+            "own 2-4-byte run, thousands of such DMAs), then transposed on TensorE and copied back to SBUF before "
+            "its matmul."),
+        configs=ALL_CONV,
+        expectations=(
+            Expectation("3,996 element-granular weight DMAs at 224x224 (36 per block of two rows): each DGE DMA "
+                        "instruction takes ~600 ns to issue (A3/DGE) on one of two DGE instances, so >= 1.2 ms, while "
+                        "no element costs more than a 4-byte packet's 7 ns (PGf29) on its engine (1,024 per engine "
+                        "and DMA: <= 29 ms): 1.4-35x the reference in fp16", min_ratio=1.4, max_ratio=35.0,
+                        dtype="float16", height=224),
+            Expectation("fp32: TensorE work at least the reference's, the weight DMAs as in fp16 (<= 29 ms): 1-8.2x",
+                        min_ratio=1.0, max_ratio=8.2, dtype="float32", height=224),
+            Expectation("32x16: 36 element-granular weight DMAs (<= 7.2 us each on their engines, <= 7 ns per "
+                        "element) on top of the reference's work: 1-11x", min_ratio=1.0, max_ratio=11.0, height=32),
+        ),
+    ),
+    CorpusKernel(
+        id="naive-fresh-dmas",
+        family="conv",
+        module="naive",
+        function="fused_conv2d_maxpool_naive",
+        description=(
+            "the naive baseline, 2025 style: one output row per PSUM tile, fresh DMAs for both operands at every "
+            "filter position (the shifted input row, and the element-granular weight slice, transposed on TensorE "
+            "and copied back)."),
+        configs=ALL_CONV,
+        expectations=(
+            Expectation("32x16: 1,080 input-row DMAs and 1,080 element-granular weight DMAs: >= 2,160 DGE issues of "
+                        "~600 ns on two DGE instances (>= 0.65 ms), and no element costs more than a 4-byte packet's "
+                        "7 ns on its engine (<= 7.8 ms for the weights): 24-330x the reference in fp16 (27 us "
+                        "modelled), 12-165x in fp32 (54 us)", min_ratio=24.0, max_ratio=330.0, dtype="float16",
+                        height=32),
+            Expectation("fp32, as above", min_ratio=12.0, max_ratio=165.0, dtype="float32", height=32),
+        ),
     ),
 )
 

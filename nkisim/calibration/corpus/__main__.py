@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             ratio_ref = None if r_us is None else us / r_us
             bounds, ok = [], []
             for e in entry.expectations:
-                if e.applies(config):
+                if e.applies(config) and e.target == (args.target or "trn2"):
                     bounds.append(f"[{_fmt(e.min_ratio, '.2f')},{_fmt(e.max_ratio, '.2f')}]")
                     if ratio_ref is not None:
                         ok.append((e.min_ratio is None or ratio_ref >= e.min_ratio)

@@ -162,3 +162,55 @@ def fused_conv2d_maxpool_no_transpose(X, W, bias, pool_size=1):
                 else:
                     nl.store(X_out[b, co * P:(co + 1) * P, out_r0:out_r0 + rows, :], value=conv)
     return X_out
+
+
+@nki.jit
+def fused_conv2d_maxpool_no_transpose_rows(X, W, bias, pool_size=1):
+    """2024 style, ``nl.matmul(w_slice, x)`` without ``transpose_x`` (as ``_no_transpose``), but a group of up to
+    four output rows accumulated in separate PSUM tiles with the row loop innermost: the weight slice, and so the
+    transpose the compiler inserts for it, is the same for every row of the group."""
+    batch_size, in_channels, input_height, input_width = X.shape
+    out_channels, _, K, _ = W.shape
+    P = nl.tile_size.pmax
+    n_in, n_out = in_channels // P, out_channels // P
+    out_height, out_width = input_height - K + 1, input_width - K + 1
+    assert pool_size == 1 or out_width % 2 == 0
+    out_pool_height, out_pool_width = out_height // pool_size, out_width // pool_size
+    conv_rows = out_pool_height * pool_size
+    group = 4 // pool_size * pool_size
+    while conv_rows % group:
+        group -= pool_size
+
+    X_out = nl.ndarray((batch_size, out_channels, out_pool_height, out_pool_width), dtype=X.dtype,
+                       buffer=nl.shared_hbm)
+
+    w_sb = nl.ndarray((n_out, nl.par_dim(P), in_channels, K, K), dtype=W.dtype, buffer=nl.sbuf)
+    for co in nl.affine_range(n_out):
+        w_sb[co] = nl.load(W[co * P:(co + 1) * P, :, :, :])
+    bias_cols = bias.reshape((n_out, P, 1))
+
+    for b in nl.affine_range(batch_size):
+        for g in nl.affine_range(conv_rows // group):
+            r0 = g * group
+            x_blk = nl.ndarray((n_in, nl.par_dim(P), group + K - 1, input_width), dtype=X.dtype, buffer=nl.sbuf)
+            for ci in nl.affine_range(n_in):
+                x_blk[ci] = nl.load(X[b, ci * P:(ci + 1) * P, r0:r0 + group + K - 1, :])
+            for co in nl.affine_range(n_out):
+                bias_tile = nl.load(bias_cols[co])
+                acc = nl.zeros((group, nl.par_dim(P), out_width), nl.float32, buffer=nl.psum)
+                for ci in nl.affine_range(n_in):
+                    for kh in nl.affine_range(K):
+                        for kw in nl.affine_range(K):
+                            for r in nl.affine_range(group):
+                                acc[r] += nl.matmul(w_sb[co, :, ci * P:(ci + 1) * P, kh, kw],
+                                                    x_blk[ci, :, r + kh, kw:kw + out_width])
+                conv = nl.ndarray((P, group, out_width), dtype=nl.float32, buffer=nl.sbuf)
+                for r in nl.affine_range(group):
+                    conv[:, r, :] = nl.add(acc[r], bias_tile)
+                out_r0 = r0 // pool_size
+                if pool_size == 2:
+                    pooled = nl.max(conv.reshape((P, group // 2, 2, out_pool_width, 2)), axis=[2, 4])
+                    nl.store(X_out[b, co * P:(co + 1) * P, out_r0:out_r0 + group // 2, :], value=pooled)
+                else:
+                    nl.store(X_out[b, co * P:(co + 1) * P, out_r0:out_r0 + group, :], value=conv)
+    return X_out

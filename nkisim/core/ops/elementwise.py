@@ -49,6 +49,12 @@ def _align(op: str, a: Tensor, b: Tensor, allow_partition_broadcast: bool):
     if sa == sb:
         return sa, None
     if fb == fa and pa == pb:
+        if len(sb) > len(sa) and sb[:len(sa)] == sa and all(d == 1 for d in sb[len(sa):]):
+            # a [P] tile (a reduction without keepdims: "the input tile's shape with the specified axes
+            # removed", nki.language.max/sum) against [P, 1]: tiles align on their first, partition, dimension
+            # ("NKI infers the first dimension ... as the partition dimension", programming model), so the
+            # result keeps the unit free axis: [P, 1], as AWS's flash_attn_bwd (nki-samples) relies on
+            return sb, "swap"
         return sa, sa
     if fa == fb == 1 or (fb == 1 and pa == pb):
         return sa, (pb,) + (1,) * (len(sa) - 1)

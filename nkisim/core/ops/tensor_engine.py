@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from nkisim.core import dtypes, execute
-from nkisim.core.access import holds_data, psum_write, read
+from nkisim.core.access import allocation, holds_data, psum_write, read
 from nkisim.core.context import KernelContext, current
 from nkisim.core.dtypes import F32
 from nkisim.core.instr import B_PSUM, B_SBUF, E_TENSOR, E_UNKNOWN, E_VECTOR, Engine
@@ -84,6 +84,9 @@ def check_psum_bank(ctx: KernelContext, dst: Tensor, op: str) -> None:
     opnd = dst.operand()
     bank = ctx.limits.psum_bank_bytes
     r = opnd.region
+    bb = allocation(dst).block_bytes
+    if 0 < bb <= bank and r.b_lo // bb == (r.b_hi - 1) // bb:
+        return  # one block of a block-dimension tensor: a (P, F) tile of its own, placed within one bank
     if r.b_lo // bank != (r.b_hi - 1) // bank:
         fail("nkisim_matmul_psum_bank", op=op, shape=list(dst.shape), nbytes=r.b_hi - r.b_lo, offset=r.b_lo,
              bank=bank)
