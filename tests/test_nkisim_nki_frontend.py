@@ -310,6 +310,44 @@ def test_nc_matmul_accumulate_true_needs_initialised_psum():
         run_kernel(k, (st, mv), {"first": True}, frontend=NKI)
 
 
+def test_nc_matmul_accumulate_true_onto_value_initialised_psum():
+    """NeuronCore-v2/v3 cannot accumulate a matmul onto PSUM that a memset or copy initialised (nc_matmul's
+    note): an error there, while nl.zeros + the default accumulate (the architecture guide's pattern), an
+    overwrite that starts the group stay allowed (nkisim models v2 and v3 only)."""
+
+    def k(st, mv, init, mode):
+        s = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+        m = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=st)
+        nisa.dma_copy(dst=m, src=mv)
+        acc = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.psum)
+        if init == "memset":
+            nisa.memset(dst=acc, value=0.0)
+        elif init == "copy":
+            z = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=z, value=1.0)
+            nisa.tensor_copy(dst=acc, src=z)
+        if mode == "overwrite_first":
+            nisa.nc_matmul(dst=acc, stationary=s, moving=m, accumulate=False)
+        nisa.nc_matmul(dst=acc, stationary=s, moving=m, accumulate=True if mode != "auto" else None)
+        res = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        out = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    st, mv = _f32(128, 32), _f32(128, 64)
+    one = st.T.astype(np.float64) @ mv
+    for init in ("memset", "copy"):
+        for target in ("trn2", "trn1"):
+            with raises_rule("nkisim_matmul_accumulate_value_init", "non-matmul", target):
+                run_kernel(k, (st, mv), {"init": init, "mode": "true"}, frontend=NKI, target=target)
+    got = run_kernel(k, (st, mv), {"init": "memset", "mode": "auto"}, frontend=NKI).outputs
+    np.testing.assert_allclose(got, one, rtol=1e-5)
+    got = run_kernel(k, (st, mv), {"init": "copy", "mode": "overwrite_first"}, frontend=NKI).outputs
+    np.testing.assert_allclose(got, 2 * one, rtol=1e-5)
+
+
 def test_nc_matmul_writes_psum_fp32_only():
     def k(x, where):
         t = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)

@@ -267,30 +267,56 @@ def acc_view(t: View) -> np.ndarray:
     a = t._a
     if a.acc is None:  # a provisional result: written in full by the instruction that produced it
         a.acc = np.ones(a.base.shape, dtype=bool)
+    return _flags_of(t, a.acc)
+
+
+def _flags_of(t: View, flags: np.ndarray) -> np.ndarray:
     isz = t._v.itemsize
     # the ndarray constructor over the flags' buffer (one byte per element) is much cheaper than as_strided,
     # and checks the view stays inside the flags
-    return np.ndarray(t._v.shape, dtype=np.bool_, buffer=a.acc, offset=t._off // isz,
+    return np.ndarray(t._v.shape, dtype=np.bool_, buffer=flags, offset=t._off // isz,
                       strides=tuple(s // isz for s in t._v.strides))
 
 
-def mark_written(t: View, mask: np.ndarray | None = None) -> None:
-    """A PSUM region written by a non-matmul instruction holds data: a later ``+=`` matmul accumulates onto it
-    instead of starting a fresh accumulation group (only never-written PSUM is overwritten by the first matmul)."""
-    if t._a.acc is None:
-        return
+def _set_flags(t: View, flags: np.ndarray, mask: np.ndarray | None, value: bool) -> None:
+    """Set per-element flags (one byte per element of the allocation) over the elements ``t`` (and ``mask``) address."""
     if t._ix is None and mask is None:
-        acc_view(t)[...] = True
+        flags[...] = value
         return
-    flags = acc_view(t)
     if t._ix is None:
-        flags[np.broadcast_to(mask, t.shape)] = True
+        flags[np.broadcast_to(mask, t.shape)] = value
         return
     ix = [np.broadcast_to(a, t.shape) for a in t._ix]
     if mask is not None:
         m = np.broadcast_to(mask, t.shape)
         ix = [a[m] for a in ix]
-    flags[tuple(ix)] = True
+    flags[tuple(ix)] = value
+
+
+def mark_written(t: View, mask: np.ndarray | None = None, by_matmul: bool = False) -> None:
+    """A PSUM region written by a non-matmul instruction holds data: a later ``+=`` matmul accumulates onto it
+    instead of starting a fresh accumulation group (only never-written PSUM is overwritten by the first matmul).
+    Such writes are also remembered as value-initialisations (``Allocation.vinit``): on NeuronCore-v2/v3 a matmul
+    accumulating onto them is not supported (nki.isa.nc_matmul, NKI 0.6)."""
+    a = t._a
+    if a.acc is None:
+        return
+    _set_flags(t, acc_view(t), mask, True)
+    if not by_matmul:
+        if a.vinit is None:
+            a.vinit = np.zeros(a.base.shape, dtype=bool)
+        _set_flags(t, _flags_of(t, a.vinit), mask, True)
+
+
+def holds_value_init(t: View) -> bool:
+    """Whether any element of the PSUM region ``t`` was last initialised by a non-matmul instruction."""
+    a = t._a
+    if a.vinit is None:
+        return False
+    flags = _flags_of(t, a.vinit)
+    if t._ix is not None:
+        flags = flags[tuple(np.broadcast_to(x, t.shape) for x in t._ix)]
+    return bool(flags.any())
 
 
 def holds_data(t: View) -> bool:
@@ -318,9 +344,11 @@ def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray |
                 acc_view(dst)[...] = True
             return
         acc_view(dst)  # flags exist; the general path below adds where flagged, so flag the region first
-        mark_written(dst, mask)
+        mark_written(dst, mask, by_matmul=True)
     if dst._a.block_mod:
         _claim_slot(dst)
+    if not accumulate and dst._a.vinit is not None:  # a matmul overwrite starts a group: no value-init left
+        _set_flags(dst, _flags_of(dst, dst._a.vinit), mask, False)
     if dst._ix is not None or mask is not None:
         flags = acc_view(dst)
         vals = np.broadcast_to(vals, dst.shape)

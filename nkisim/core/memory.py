@@ -35,7 +35,7 @@ class Allocation:
 
     __slots__ = (
         "buf", "base", "addr", "row_bytes", "phys", "site", "name", "immutable", "bytes_pp", "tracker",
-        "acc", "charged", "block_mod", "slot_owner", "space", "block_bytes", "block_record", "__weakref__",
+        "acc", "vinit", "charged", "block_mod", "slot_owner", "space", "block_bytes", "block_record", "__weakref__",
     )
 
     def __init__(self, buf: Buf, base: np.ndarray, phys: int, site, name: str, bytes_pp: int,
@@ -51,6 +51,7 @@ class Allocation:
         self.bytes_pp = bytes_pp
         self.tracker = tracker
         self.acc = None  # PSUM: per-element "written by a matmul" flags (accumulation groups)
+        self.vinit = None  # PSUM: per-element "value-initialised by a non-matmul instruction" flags (lazy)
         self.charged = False
         self.block_mod = 0  # direct allocation: block index wraps modulo num_free_tiles
         self.slot_owner: dict | None = None  # wrapped PSUM blocks: physical slot -> logical block that last wrote it

@@ -272,6 +272,14 @@ _RULE_LIST = [
        "matmul into a PSUM location must overwrite it (accumulate=False, or None to let the compiler choose)",
        "nki.isa.nc_matmul (NKI 0.6), 'Accumulation mode': \"Using accumulate=True on an uninitialized PSUM "
        "location is undefined behavior on all targets\"", eras=("nki",)),
+    _r("nkisim_matmul_accumulate_value_init",
+       "{op}: accumulate=True adds to the PSUM destination {dst}, but part of it was initialised by a non-matmul "
+       "instruction (memset, tensor_copy, ...): on {target} (NeuronCore-v2/v3) a matmul cannot accumulate onto "
+       "such values; start the accumulation group with a matmul (accumulate=False, or None to let the compiler "
+       "choose) and add other values after it",
+       "nki.isa.nc_matmul (NKI 0.6), 'Accumulation mode' note: \"On NeuronCore-v2 and NeuronCore-v3, matmul "
+       "accumulating into a PSUM location that was value-initialized by a non-matmul instruction (e.g., memset, "
+       "tensor_copy) is not supported and is undefined behavior on hardware\"", eras=("nki",)),
     _r("nkisim_dst_mismatch",
        "{op}: dst {dst} does not match the result {result}{detail}",
        "nki.isa (NKI 0.2+): ISA calls write their destination; its partitions and elements per partition are the "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from nkisim.core import dtypes, execute
-from nkisim.core.access import allocation, holds_data, psum_write, read
+from nkisim.core.access import allocation, holds_data, holds_value_init, psum_write, read
 from nkisim.core.context import KernelContext, current
 from nkisim.core.dtypes import F32
 from nkisim.core.instr import B_PSUM, B_SBUF, E_TENSOR, E_UNKNOWN, E_VECTOR, Engine
@@ -27,7 +27,7 @@ from nkisim.core.ops.common import (
     transposed_mask,
 )
 from nkisim.core.ops.elementwise import tensor_copy
-from nkisim.core.rules import fail
+from nkisim.core.rules import applies, fail
 from nkisim.core.tensor import Tensor
 
 _MATMUL_DTYPES = {"float8_e4m3", "float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32"}
@@ -212,6 +212,9 @@ def _matmul_done(ctx: KernelContext, ins, out: Tensor, values, mask, dst: Tensor
     if values is not None:
         if accumulate is True and not holds_data(dst):
             fail("nkisim_matmul_accumulate_uninit", op=ins.op, dst=list(dst.shape))
+        # every target nkisim models (trn1, trn2) is NeuronCore-v2/v3, where the note below applies
+        if accumulate is True and holds_value_init(dst) and applies("nkisim_matmul_accumulate_value_init", ctx.era):
+            fail("nkisim_matmul_accumulate_value_init", op=ins.op, dst=list(dst.shape), target=ctx.target)
         psum_write(dst, np.asarray(values).reshape(dst.shape), accumulate is not False, mask,
                    force=accumulate is True)
     return dst
