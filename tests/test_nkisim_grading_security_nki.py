@@ -1,0 +1,117 @@
+"""The grading-security gaps (docs/grading-security.md) through the current ``nki`` front end: the same
+kernel-controlled inputs reach the same core checks, so a kernel written in the new API buys no modelled speed or
+exactness that the legacy spelling could not (tests/test_nkisim_grading_security.py is the legacy side)."""
+
+from __future__ import annotations
+
+import nki.isa as nisa
+import nki.language as nl
+import numpy as np
+import pytest
+from nkisim_util import raises_rule
+
+from nkisim.core.runtime import run_kernel
+from nkisim.frontends import NKI
+from nkisim.perf import estimate
+
+RNG = np.random.default_rng(11)
+
+
+def _run(kernel, args, target="trn2", mode="full", **kwargs):
+    run = run_kernel(kernel, args, kwargs, mode=mode, target=target, frontend=NKI)
+    estimate(run.trace, target)
+    return run
+
+
+def _load(src):
+    t = nl.ndarray(src.shape, dtype=src.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=src)
+    return t
+
+
+def _store(out, t):
+    res = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=t)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+def test_g1_a_broadcast_operand_placed_first_costs_the_full_tile():
+    a = RNG.random((128, 2048), dtype=np.float32)
+    b = np.ones((128, 1), dtype=np.float32)
+
+    def kernel(x, y, small_first):
+        big, col = _load(x), _load(y)
+        r = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.sbuf)
+        if small_first:
+            nisa.tensor_tensor(dst=r, data1=col, data2=big, op=nl.add)
+        else:
+            nisa.tensor_tensor(dst=r, data1=big, data2=col, op=nl.add)
+        out = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    costs = []
+    for small_first in (False, True):
+        run = _run(kernel, (a, b), mode="timing", small_first=small_first)
+        costs.append(max(i.cost_ns for i in run.trace.instrs if i.op == "tensor_tensor"))
+    assert costs[1] == pytest.approx(costs[0]) and costs[0] > 1000, costs
+
+
+def _mm(**hints):
+    def kernel(st, mv):
+        acc = nl.ndarray((st.shape[1], mv.shape[1]), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=_load(st), moving=_load(mv), **hints)
+        return _store(nl.ndarray(acc.shape, dtype=acc.dtype, buffer=nl.shared_hbm), acc)
+
+    return kernel
+
+
+def test_g3_a_onezero_hint_is_a_promise_checked_on_the_values():
+    st, mv = RNG.random((128, 128), dtype=np.float32), RNG.random((128, 512), dtype=np.float32)
+    with raises_rule("nkisim_matmul_onezero_hint", "is_moving_onezero=True", "moving tile (float32)"):
+        _run(_mm(is_moving_onezero=True), (st, mv))
+    ones = (st < 0.5).astype(np.float32)
+    plain, hinted = _run(_mm(), (ones, mv)), _run(_mm(is_stationary_onezero=True), (ones, mv))
+    np.testing.assert_array_equal(hinted.outputs, plain.outputs)
+    plain_ns, hinted_ns = (next(i.cost_ns for i in r.trace.instrs if i.op == "nc_matmul") for r in (plain, hinted))
+    assert hinted_ns < 0.6 * plain_ns
+
+
+def test_g4_transpose_mode_needs_the_identity_on_trn2():
+    st, mv = RNG.random((128, 128), dtype=np.float32), RNG.random((128, 128), dtype=np.float32)
+    with raises_rule("nkisim_matmul_transpose_mode", "is not the identity"):
+        _run(_mm(is_transpose=True), (st, mv))
+    eye = np.eye(128, dtype=np.float32)
+    np.testing.assert_array_equal(_run(_mm(is_transpose=True), (st, eye)).outputs, st.T)
+
+
+def test_g8_gpsimd_runs_only_its_operators():
+    a = RNG.random((128, 64), dtype=np.float32)
+
+    def kernel(x, op):
+        t = _load(x)
+        r = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=r, data1=t, data2=t, op=op, engine=nisa.engine.gpsimd)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    with raises_rule("nkisim_engine_op_unsupported", "GpSimd runs only add, multiply, power and rsqrt"):
+        _run(kernel, (a,), op=nl.maximum)
+    np.testing.assert_allclose(_run(kernel, (a,), op=nl.multiply).outputs, a * a, rtol=1e-6)
+
+
+def test_matmul_accumulation_onto_a_memset_is_refused_not_timed():
+    """A kernel cannot replace the first matmul of a group by a cheap memset + accumulate: undefined on v2/v3."""
+    st, mv = RNG.random((128, 128), dtype=np.float32), RNG.random((128, 512), dtype=np.float32)
+
+    def kernel(s, m):
+        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        nisa.memset(dst=acc, value=0.0)
+        nisa.nc_matmul(dst=acc, stationary=_load(s), moving=_load(m), accumulate=True)
+        return _store(nl.ndarray(acc.shape, dtype=acc.dtype, buffer=nl.shared_hbm), acc)
+
+    for target in ("trn2", "trn1"):
+        with raises_rule("nkisim_matmul_accumulate_value_init", target):
+            _run(kernel, (st, mv), target=target)
