@@ -623,9 +623,12 @@ def _prefetch_thresholds(config: GradeConfig) -> None:
     rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
     if not any(t.kind == "performance" and t.thresholds.get("source") != "fixed" for t in rubric.tests):
         return  # fixed targets need no reference timings
+    from grader.staff import available_apis
+
     backend = resolve_backend(config.backend)
     if backend == "nkisim":
-        ensure_reference_timings(backend, config.target)
+        for api in available_apis():  # a class may hand in either API (each is timed against its own staff kernel)
+            ensure_reference_timings(backend, config.target, api)
 
 
 def summarize(results: Iterable[JobResult]) -> dict[str, int]:
