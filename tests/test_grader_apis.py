@@ -95,6 +95,30 @@ def test_a_files_imports_say_its_api(source, found, api):
     assert (got.found, got.api, got.error) == (found, api, None)
 
 
+IMPORT_FORMS = ["import nki", "import nki.language as nl", "from nki import isa", "from nki.language import par_dim",
+                "import neuronxcc.nki as nki", "from neuronxcc import nki", "import neuronxcc.nki.isa as nisa",
+                "from neuronxcc.nki.language import par_dim", "import neuronxcc", "import numpy as np",
+                "from . import nki", "import nkisim", "import nki_helpers"]
+
+
+@pytest.mark.parametrize("first", IMPORT_FORMS)
+@pytest.mark.parametrize("second", IMPORT_FORMS)
+def test_the_grader_and_the_static_screen_agree_on_a_files_api(first, second):
+    """The grader's detection (nkibench.detect) and the screen's (nkisim.check, from the front-end registry) name
+    the same API, and a mixed file is both the grader's rejection and the screen's NKI-MIXED-NAMESPACES."""
+    import ast
+
+    from nkisim.check import check_kernel
+    from nkisim.check.analysis import namespaces_imported
+
+    source = f"{first}\n{second}\n"
+    found = apis.detect_file("k.py", source.encode()).found
+    spaces = {fe.key for fe in namespaces_imported(ast.parse(source))}
+    assert found == ("mixed" if len(spaces) > 1 else next(iter(spaces), "none"))
+    screened = any(v.code == "NKI-MIXED-NAMESPACES" for v in check_kernel(source, filename="k.py"))
+    assert screened == (found == "mixed")
+
+
 def test_a_file_importing_both_namespaces_is_named_with_both_lines():
     got = apis.detect_file("part1/kernels.py", b"import nki\nimport numpy as np\nfrom neuronxcc import nki as old\n")
     assert (got.found, got.api) == ("mixed", None)
