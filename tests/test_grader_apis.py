@@ -454,3 +454,92 @@ def test_the_child_reports_a_missing_hardware_step_as_the_runs_error(fake_device
     status = _run_child(tmp_path, env, LEGACY_TRANSPOSE, "matrix_transpose", (a,), "legacy")
     assert not status["ok"] and "hardware_p99_us" not in status
     assert status["error_type"] == "HardwareError" and "nothing was timed" in status["error"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the whole grading on (fake) Trainium: pipeline -> sandboxed child -> nkibench -> the fake SDK
+# ---------------------------------------------------------------------------------------------------------------
+NKI_TRANSPOSE = '''
+import nki
+
+
+@nki.jit
+def matrix_transpose(a_tensor):
+    return a_tensor.T.copy()  # the fake nki runs the body on NumPy arrays
+'''
+
+
+@pytest.fixture
+def fake_trainium_sandbox(monkeypatch, fake_device, tmp_path):  # noqa: F811
+    """The sandbox as on a Trainium host whose SDK sits on PYTHONPATH (the fakes): the child without ``-I`` so it
+    sees them, the fake device's variables passed on, no namespaces or uid change (the fake device's files are
+    the test's).  Everything else -- the pipeline, runner, child, nkibench and the reports -- is the real one."""
+    from grader import runner, sandbox
+
+    monkeypatch.setenv("GRADER_NO_NAMESPACES", "1")
+    monkeypatch.setenv("GRADER_SANDBOX_USER", "no-such-user-asst4")
+    sandbox.detect_isolation.cache_clear()
+    original = runner.run_sandboxed
+
+    def run(argv, **kw):
+        extra = {k: os.environ[k] for k in ("PYTHONPATH", "FAKE_NEURON_DEVICE", "FAKE_NEURON_LOG")}
+        return original([a for a in argv if a != "-I"], **{**kw, "env_extra": {**kw["env_extra"], **extra}})
+
+    monkeypatch.setattr(runner, "run_sandboxed", run)
+    yield
+    sandbox.detect_isolation.cache_clear()
+
+
+def _grade_on_hardware(sub: Path, out: Path):
+    from grader.pipeline import grade_submission
+    from grader.records import GradeConfig
+
+    return grade_submission(sub, out, GradeConfig(backend="neuron", only=("part1.*",)))
+
+
+def test_a_legacy_submission_is_graded_on_legacy_trainium(legacy_sdk, fake_trainium_sandbox, fake_device,  # noqa: F811
+                                                          tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FIX / "legacy"), str(ROOT)]))
+    record = _grade_on_hardware(submission(tmp_path / "sub", part1=LEGACY_TRANSPOSE), tmp_path / "out")
+    tests = {t.id: t for t in record.tests}
+    assert record.status == "graded" and record.backend == "neuron", record.error
+    assert tests["part1.transpose"].status == "passed", tests["part1.transpose"].message  # 3 cases, on the device
+    ec = tests["part1.transpose_ec"]
+    p99 = 1.02 * (2.0 + 4096 * 4096 * 4 / 65536)  # the fake device's nki.benchmark p99 for 64 MiB in
+    assert ec.latency_us == pytest.approx(p99) and ec.status == "failed"
+    assert ec.message.startswith(f"p99 latency {p99:.1f} us is above the target 700.0 us")  # the published one
+    benchmarks = [c for c in _calls(fake_device) if c["call"] == "benchmark"]
+    assert [c["options"] for c in benchmarks] == [{"warmup": 5, "iters": 20}]
+    assert record.toolchains["legacy"]["sdk"] == "neuronx-cc 2.21.0.fake"
+    assert record.versions["neuronx-cc"] == "2.21.0.fake"
+    _says_api(tmp_path / "out", "API neuronxcc.nki (legacy) (part1/kernels.py), timed on Trainium by neuron-legacy "
+                                "(neuronx-cc 2.21.0.fake)")
+
+
+def test_a_current_api_submission_is_graded_on_current_trainium(new_sdk, fake_trainium_sandbox,  # noqa: F811
+                                                                fake_device, tmp_path):  # noqa: F811
+    record = _grade_on_hardware(submission(tmp_path / "sub", part1=NKI_TRANSPOSE), tmp_path / "out")
+    tests = {t.id: t for t in record.tests}
+    assert record.status == "graded" and record.backend == "neuron", record.error
+    assert tests["part1.transpose"].status == "passed", tests["part1.transpose"].message
+    bench = [c for c in _calls(fake_device) if c["call"] == "nrtpy.benchmark"]
+    assert len(bench) == 1 and (bench[0]["warmup_iter"], bench[0]["benchmark_iter"]) == (5, 20)
+    assert tests["part1.transpose_ec"].latency_us == max(d * 1000.0 for d in bench[0]["durations_ms"])
+    assert record.toolchains["nki"]["sdk"] == "nki 0.6.0" and record.versions["nki"] == "0.6.0"
+    _says_api(tmp_path / "out", "API nki (part1/kernels.py), timed on Trainium by neuron-nki (nki 0.6.0)")
+
+
+def test_hardware_without_the_files_sdk_is_an_autograder_error(legacy_sdk, tmp_path):
+    """A current-API file on a machine with only the legacy SDK: not the student's fault, never a score."""
+    from grader.pipeline import grade_loaded
+    from grader.records import GradeConfig
+    from grader.submission import load_submission
+
+    sub = submission(tmp_path / "sub", part1=NKI_TRANSPOSE)
+    if nkibench.detect.nki_toolchain().kind == "neuron":
+        pytest.skip("a real nki package is installed here")
+    record = grade_loaded(load_submission(sub), GradeConfig(backend="neuron", only=("part1.*",)))
+    assert record.status == "error"
+    message = {t.id: t for t in record.tests}["part1.transpose"].message
+    assert message.startswith("autograder error (not your fault): this machine cannot run nki API kernels on "
+                              "Trainium")
