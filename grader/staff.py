@@ -78,13 +78,16 @@ def relaxed_conv_file(api: str) -> Path | None:
     return reference_file(api, RELAXED_CONV, relaxed=True)
 
 
-def reference_available(api: str) -> bool:
-    """Whether this tree has ``api``'s staff conv (the kernel every reference-based target comes from)."""
+def reference_available(api: str | None = None) -> bool:
+    """Whether this tree has ``api``'s staff conv (the kernel every reference-based target comes from); without
+    ``api``: any API's (the staff tree, as opposed to the student release)."""
+    if api is None:
+        return bool(available_apis())
     return reference_file(api, RELAXED_CONV) is not None
 
 
 def available_apis() -> tuple[str, ...]:
-    return tuple(api for api in APIS if reference_available(api))
+    return tuple(api for api in APIS if reference_file(api, RELAXED_CONV) is not None)
 
 
 def reference_fingerprint(api: str) -> str | None:
