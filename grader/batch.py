@@ -82,6 +82,7 @@ class JobResult:
     graded_seconds: float = 0.0  # how long the grading itself took, in whichever run made it
     timings: dict[str, float] = field(default_factory=dict)  # where that time went (screen, imports, tests)
     test_cpu: dict[str, float] = field(default_factory=dict)  # test id -> its kernel processes' CPU seconds
+    apis: dict[str, str] = field(default_factory=dict)  # file -> the NKI API its imports name (grader/apis.py)
 
     @classmethod
     def from_record(cls, record: dict[str, Any], status: str, out_dir: str | None, seconds: float) -> JobResult:
@@ -105,6 +106,7 @@ class JobResult:
             graded_seconds=float(record.get("seconds", 0.0) or 0.0),
             timings={str(k): float(v) for k, v in (record.get("timings") or {}).items() if isinstance(v, int | float)},
             test_cpu={t["id"]: sum(float(c.get("cpu_seconds") or 0.0) for c in t.get("cases", [])) for t in tests},
+            apis={str(k): str(v) for k, v in (record.get("apis") or {}).items()},
         )
 
 
@@ -403,6 +405,7 @@ def write_gradebook(results: list[JobResult], test_ids: list[str], path: Path) -
             "result_dir",
             "error",
             "near_boundary",
+            "api",
         ]
     )
     for r in sorted(results, key=lambda r: r.student):
@@ -419,6 +422,7 @@ def write_gradebook(results: list[JobResult], test_ids: list[str], path: Path) -
                 r.out_dir or "",
                 (r.error or "").splitlines()[0][:200] if r.error else "",
                 " ".join(sorted(r.near_boundary)),
+                " ".join(f"{name}={api}" for name, api in sorted(r.apis.items())),
             ]
         )
     atomic_write(path, buf.getvalue())
@@ -623,9 +627,12 @@ def _prefetch_thresholds(config: GradeConfig) -> None:
     rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
     if not any(t.kind == "performance" and t.thresholds.get("source") != "fixed" for t in rubric.tests):
         return  # fixed targets need no reference timings
+    from grader.staff import available_apis
+
     backend = resolve_backend(config.backend)
     if backend == "nkisim":
-        ensure_reference_timings(backend, config.target)
+        for api in available_apis():  # a class may hand in either API (each is timed against its own staff kernel)
+            ensure_reference_timings(backend, config.target, api)
 
 
 def summarize(results: Iterable[JobResult]) -> dict[str, int]:

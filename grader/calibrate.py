@@ -1,9 +1,9 @@
 """Recompute the reference timings behind the latency targets (``python -m grader calibrate``).
 
-Runs the staff kernels (grader/reference: optimized; grader/reference/relaxed: the relaxed conv) through exactly
-the path student kernels take -- sandboxed child, timing-mode trace, cost model in the parent -- on every
-performance case of the rubric, and stores the modelled latencies per (backend, target, tool version) through
-grader/thresholds.py.  Layering: calibrate -> runner, thresholds, staff (never the other way round).
+Runs the staff kernels of one NKI API (grader/staff.py: the optimized kernels and the relaxed conv) through
+exactly the path student kernels take -- sandboxed child, timing-mode trace, cost model in the parent -- on every
+performance case of the rubric, and stores the modelled latencies per (backend, target, API, tool version)
+through grader/thresholds.py.  Layering: calibrate -> runner, thresholds, staff (never the other way round).
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ from pathlib import Path
 from grader import problems, thresholds
 from grader.rubric import Rubric, load_rubric
 from grader.runner import run_case
-from grader.staff import reference_available, reference_dir, relaxed_conv_file
+from grader.staff import reference_available, reference_file, relaxed_conv_file
 
 _COMPUTE_LOCK = threading.Lock()
 
 
 def _measure(
-    source: bytes, rel_file: str, function: str, inv, backend: str, target: str, rubric: Rubric, timeout_s: float
+    source: bytes, rel_file: str, function: str, inv, backend: str, target: str, rubric: Rubric, timeout_s: float,
+    api: str,
 ) -> float:
     run = run_case(
         source,
@@ -34,6 +35,7 @@ def _measure(
         want_trace=True,
         backend=backend,
         target=target,
+        api=api,
         limits=rubric.limits,
         timeout_s=timeout_s,
     )
@@ -51,24 +53,26 @@ def calibrate(
     *,
     backend: str = "nkisim",
     target: str = "trn2",
+    api: str | None = None,
     cache_file: Path | None = None,
     rubric: Rubric | None = None,
     verbose: bool = False,
 ) -> dict[str, float]:
-    """Measure every performance case of the rubric with the reference kernels; store and return the timings."""
+    """Measure every performance case of the rubric with ``api``'s reference kernels; store and return the
+    timings."""
+    api = thresholds.api_or_default(api)
     rubric = rubric or load_rubric()
-    ref = reference_dir()
     timings: dict[str, float] = {}
     failures: dict[str, str] = {}
-    relaxed = relaxed_conv_file()
+    relaxed = relaxed_conv_file(api)
     for test in rubric.tests:
         if test.kind != "performance":
             continue
         case = test.cases[0]
         inv = problems.make_invocation(test.problem, case, rubric.seed)
-        main_file = ref / test.file
-        if not main_file.exists():
-            raise FileNotFoundError(f"staff reference {main_file} is missing; cannot calibrate")
+        main_file = reference_file(api, test.file)
+        if main_file is None:
+            raise FileNotFoundError(f"no staff reference {test.file} in the {api} API here; cannot calibrate")
         variants = [("optimized", main_file)]
         if test.problem == "conv2d" and relaxed is not None:
             variants.append(("relaxed", relaxed))
@@ -89,6 +93,7 @@ def calibrate(
                     target,
                     rubric,
                     max(test.timeout_s, 300),
+                    api,
                 )
             except RuntimeError as exc:
                 # A staff kernel that cannot run on this target: its tests fall back to the published targets.
@@ -98,34 +103,36 @@ def calibrate(
             if verbose:
                 print(f"  {key:45s} {timings[key]:10.1f} us")
     if cache_file is not None:
-        entry = thresholds.describe_entry(timings)
+        entry = thresholds.describe_entry(timings, api)
         if failures:
             entry["failures"] = failures
-        thresholds.write_cache_entry(cache_file, thresholds.cache_key(backend, target), entry)
+        thresholds.write_cache_entry(cache_file, thresholds.cache_key(backend, target, api), entry)
     thresholds.reference_timings.cache_clear()
     ensure_reference_timings.cache_clear()
     return timings
 
 
-@functools.lru_cache(maxsize=8)
-def ensure_reference_timings(backend: str, target: str) -> dict[str, float]:
-    """The reference timings for this (backend, target, tool version): cached ones, else measured now (when the
-    staff kernels are here) and stored in the per-user cache, else :func:`thresholds.reference_timings`'s
-    fallback (another version's entry, or none)."""
+@functools.lru_cache(maxsize=16)
+def ensure_reference_timings(backend: str, target: str, api: str | None = None) -> dict[str, float]:
+    """The reference timings for this (backend, target, API, tool version): cached ones, else measured now (when
+    ``api``'s staff kernels are here) and stored in the per-user cache, else :func:`thresholds.reference_timings`'s
+    fallback (another version's entry, the other API's, or none; each with a warning)."""
+    api = thresholds.api_or_default(api)
     with _COMPUTE_LOCK:  # tests graded in parallel threads must not calibrate twice
-        found = thresholds.cached_timings(backend, target)
-        if found is not None or not reference_available():
-            return found if found is not None else thresholds.reference_timings(backend, target)
+        found = thresholds.cached_timings(backend, target, api)
+        if found is not None or not reference_available(api):
+            return found if found is not None else thresholds.reference_timings(backend, target, api)
         cache = thresholds.user_cache_file()
         cache.parent.mkdir(parents=True, exist_ok=True)
         # Batch workers (other processes) may miss the cache at the same moment: one computes, the others wait.
         with open(cache.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            found = thresholds.cached_timings(backend, target)
+            found = thresholds.cached_timings(backend, target, api)
             if found is not None:
                 return found
             print(
-                f"[grader] no reference timings for {thresholds.cache_key(backend, target)}; computing them once ...",
+                f"[grader] no reference timings for {thresholds.cache_key(backend, target, api)}; computing them "
+                "once ...",
                 file=sys.stderr,
             )
-            return calibrate(backend=backend, target=target, cache_file=cache)
+            return calibrate(backend=backend, target=target, api=api, cache_file=cache)

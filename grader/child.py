@@ -2,8 +2,8 @@
 
 Started by grader/sandbox.py as ``python -I -B grader/child.py`` (isolated mode: no PYTHONPATH, no user site,
 no script directory on sys.path) behind prlimit/setpriv/unshare.  It is deliberately standalone: it imports the
-standard library, NumPy and nkisim only -- never the grader package, the rubric or the staff reference (its
-sys.path gets a directory holding nothing but a link to nkisim).
+standard library, NumPy, nkisim and (on Trainium) nkibench only -- never the grader package, the rubric or the
+staff reference (its sys.path gets a directory holding nothing but links to nkisim and nkibench).
 
 Protocol (the parent is the only one that knows where results go):
 1. The parent writes one JSON job to stdin; it is read and stdin closed before any student code exists.  The
@@ -15,7 +15,9 @@ Protocol (the parent is the only one that knows where results go):
    whose imports are limited to views of numpy, math, typing and neuronxcc.nki (no module attribute that
    leads to os/sys, no NumPy file I/O).  The static screen (nkisim.check_kernel) ran before all this.
    With ``mode = "import"`` (the import check) the child stops here and reports which functions are missing.
-4. The kernel runs through nkisim's runtime (or the real NKI launchers with ``backend = neuron``).
+4. The kernel runs through nkisim's runtime, or on Trainium (``backend = neuron``) through nkibench, the timing
+   layer the course scripts use: nki.baremetal / nki.benchmark for ``neuronxcc.nki`` kernels, nki.jit's NEFF
+   timed by the Neuron runtime (nrtpy) for ``import nki`` kernels (job ``api``: the file's API).
 5. Outputs are written as .npy, the trace with nkisim.core.traceio, then a small status.json -- each file via
    tmp + os.replace.  Nothing printed counts; the parent judges the arrays itself and costs the trace itself.
 """
@@ -318,11 +320,14 @@ def _load_student_module(path: str, module_name: str) -> types.ModuleType:
     return module
 
 
-def _ensure_nki_importable(backend: str) -> None:
-    """Make ``neuronxcc.nki`` resolve (to nkisim unless the real toolchain is requested and present)."""
-    try:
-        import neuronxcc.nki  # noqa: F401
+def _ensure_nki_importable(backend: str, api: str | None) -> None:
+    """Make the namespace of the file's API (``nki`` / ``neuronxcc.nki``; the legacy one when the job names none)
+    resolve: to nkisim unless the real toolchain is requested and present."""
+    import importlib
 
+    namespace = _frontends().get(api or "legacy").namespace
+    try:
+        importlib.import_module(namespace)
         return
     except ImportError:
         if backend == "neuron":
@@ -330,8 +335,8 @@ def _ensure_nki_importable(backend: str) -> None:
     from nkisim import _hook
 
     if _hook.install() is None:
-        raise ImportError("neuronxcc.nki is not importable and the nkisim import fallback is disabled")
-    import neuronxcc.nki  # noqa: F401
+        raise ImportError(f"{namespace} is not importable and the nkisim import fallback is disabled")
+    importlib.import_module(namespace)
 
 
 def _run_nkisim(kernel, args, kwargs, mode: str, target: str):
@@ -341,20 +346,26 @@ def _run_nkisim(kernel, args, kwargs, mode: str, target: str):
     return run.outputs, run.trace
 
 
-def _run_neuron(kernel, args, kwargs, mode: str, want_latency: bool):
-    """Real hardware: outputs from nki.baremetal, latency from nki.benchmark (neuron-bench, out of process).
+# The course harness's timing counts (part2/test_harness.py: warmup 5, 20 timed iterations; p99 in microseconds).
+HARDWARE_WARMUP = 5
+HARDWARE_ITERATIONS = 20
 
-    Untested here (no Trainium): follows the course harness (warmup 5, iters 20, p99 in microseconds).
-    """
-    import neuronxcc.nki as nki
 
-    outputs = nki.baremetal(kernel)(*args, **kwargs) if mode == "full" else None
+def _run_neuron(kernel, args, kwargs, mode: str, want_latency: bool, api: str | None = None):
+    """Real hardware through nkibench (the course scripts' timing layer): outputs from one launch, latency from a
+    timed measurement.  ``api`` (the file's, as the parent detected it) picks the backend: ``neuron-legacy``
+    (nki.baremetal / nki.benchmark) or ``neuron-nki`` (nki.jit keeping the NEFF, timed by nrtpy).  Returns
+    (outputs, p99 us, {"backend": ..., "versions": {...}}); anything missing raises nkibench's errors, which
+    name the step (no latency is ever made up).  Tested with nkibench's fakes (tests/fixtures/nkibench)."""
+    import nkibench
+
+    backend = nkibench.backend_for(kernel, api=api)
+    outputs = backend.launch(kernel, tuple(args), kwargs) if mode == "full" else None
     latency = None
     if want_latency:
-        bench = nki.benchmark(warmup=5, iters=20)(kernel)
-        bench(*args, **kwargs)
-        latency = float(bench.benchmark_result.nc_latency.get_latency_percentile(99))
-    return outputs, latency
+        m = backend.measure(kernel, tuple(args), kwargs, warmup=HARDWARE_WARMUP, iterations=HARDWARE_ITERATIONS)
+        latency = float(m.timing.p99_us)
+    return outputs, latency, {"backend": backend.name, "versions": dict(backend.versions())}
 
 
 class _Done(Exception):  # noqa: N818 - control flow, never an error
@@ -372,7 +383,7 @@ def main() -> int:
     try:
         import numpy as np
 
-        _ensure_nki_importable(job["backend"])
+        _ensure_nki_importable(job["backend"], job.get("api"))
         traceio = None
         if job["backend"] == "nkisim":
             import nkisim.core.runtime  # noqa: F401 - imported before student code, never by it
@@ -410,7 +421,9 @@ def main() -> int:
             outputs, trace = _run_nkisim(kernel, args, kwargs, job["mode"], job["target"])
             latency = None
         else:
-            outputs, latency = _run_neuron(kernel, args, kwargs, job["mode"], bool(job.get("want_trace")))
+            outputs, latency, status["hardware"] = _run_neuron(
+                kernel, args, kwargs, job["mode"], bool(job.get("want_trace")), job.get("api")
+            )
             trace = None
         status["kernel_seconds"] = time.perf_counter() - t0
 

@@ -14,7 +14,8 @@ import stat
 import zipfile
 from pathlib import Path
 
-INCLUDE = ("pyproject.toml", "README.md", "LICENSE", "nkisim", "grader")
+# nkibench: the timing layer the sandboxed child runs kernels through on Trainium (grader/child.py)
+INCLUDE = ("pyproject.toml", "README.md", "LICENSE", "nkisim", "nkibench", "grader")
 EXCLUDE_PARTS = {"__pycache__", ".pytest_cache", ".ruff_cache"}
 
 

@@ -70,6 +70,12 @@ class Row:
     shown: str = ""
     rank: int | None = None
     near: list[str] = field(default_factory=list)
+    api: str = ""  # the NKI API(s) of the submission's files (grader/apis.py), e.g. "nki" or "legacy"
+
+
+def _apis(record: dict[str, Any]) -> str:
+    found = record.get("apis")
+    return "+".join(sorted({str(v) for v in found.values()})) if isinstance(found, dict) else ""
 
 
 # ----------------------------------------------------------------------------------------------- records ----
@@ -143,6 +149,7 @@ def rank(records: list[dict[str, Any]], rubric: Rubric, fp: str | None) -> tuple
             row = Row(str(rec.get("student", "")), ranking.score(latencies, rubric.leaderboard),
                       float(rec.get("score", 0.0)), cells)
             row.near = [t for t, c in cells.items() if c.near]
+            row.api = _apis(rec)
             rows.append(row)
             continue
         left_out[reason] = left_out.get(reason, 0) + 1
@@ -276,6 +283,8 @@ def render(rows: list[Row], rubric: Rubric, *, left_out: dict[str, int], fp: str
         _th("points", numeric=True, first="descending"),
         _th("near a target", numeric=True, first="descending",
             title=f"performance results within {rubric.borderline_margin:.0%} of a tier target"),
+        _th("API", numeric=False, title="the NKI API the submission's files import (nki: current; legacy: "
+            "neuronxcc.nki); each file is timed against the staff kernel of its own API"),
     ]
     body = []
     for r in rows:
@@ -286,6 +295,7 @@ def render(rows: list[Row], rubric: Rubric, *, left_out: dict[str, int], fp: str
             *[_test_cell(r.cells[t.id]) for t in perf],
             f'<td data-v="{r.points:g}">{r.points:g}</td>',
             f'<td data-v="{len(r.near)}" title="{html.escape(", ".join(r.near))}">{len(r.near) or ""}</td>',
+            f'<td data-v="{html.escape(r.api)}">{html.escape(r.api)}</td>',
         ]
         body.append("<tr>" + "".join(cells) + "</tr>")
     ranked = sum(1 for r in rows if r.rank is not None)

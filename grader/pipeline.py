@@ -1,11 +1,12 @@
 """grade_submission(): the one grading function every front end (CLI, batch, Gradescope, CI, Ray) calls.
 
-Order of work: read the two files -> static screen (nkisim.check_kernel) -> import check (each file imported
-once in the sandbox with a short limit; a file that fails it fails every test needing it at once) -> correctness
-tests -> performance tests (each only if its required correctness tests passed).  A kernel call that times out or
-runs out of memory marks its function: later calls of it on inputs at least as large are not made.  Every kernel
-call runs in its own sandboxed child (grader/runner.py); the parent generates inputs, computes references, judges
-outputs and costs traces.
+Order of work: read the two files -> which NKI API each is written in (grader/apis.py: a file importing both
+namespaces scores 0, the other file is graded) -> static screen (nkisim.check_kernel) -> import check (each file
+imported once in the sandbox with a short limit; a file that fails it fails every test needing it at once) ->
+correctness tests -> performance tests (each only if its required correctness tests passed).  A kernel call that
+times out or runs out of memory marks its function: later calls of it on inputs at least as large are not made.
+Every kernel call runs in its own sandboxed child (grader/runner.py); the parent generates inputs, computes
+references, judges outputs and costs traces.
 Failures of the submission are verdicts (score 0 for that test); failures of the grader make the record's
 status 'error' (Gradescope shows "autograder error", the CLI exits non-zero).
 """
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from grader import plausibility, policy, problems, ranking, refcache, seeds, thresholds
+from grader import apis, plausibility, policy, problems, ranking, refcache, seeds, thresholds
 from grader.calibrate import ensure_reference_timings
 from grader.judge import judge_output
 from grader.records import CaseRecord, GradeConfig, GradeRecord, TestResult
@@ -42,16 +43,20 @@ class GraderError(RuntimeError):
 
 
 def resolve_backend(name: str) -> str:
+    """'nkisim' or 'neuron' (real Trainium: either API's real toolchain is installed; nkibench.detect decides)."""
     if name not in ("auto", "nkisim", "neuron"):
         raise GraderError(f"--backend must be auto, nkisim or neuron, got {name!r}")
     if name == "nkisim":
         return name
-    from nkisim.fallback import backend_info
+    from nkibench.detect import toolchain
 
-    info = backend_info()
-    if name == "neuron" and info["backend"] != "neuron":
-        raise GraderError(f"--backend neuron needs the real neuronx-cc toolchain: {info['reason']}")
-    return "neuron" if info["backend"] == "neuron" else "nkisim"
+    chains = [toolchain(api) for api in ("nki", "legacy")]
+    if any(tc.kind == "neuron" for tc in chains):
+        return "neuron"
+    if name == "neuron":
+        raise GraderError("--backend neuron needs a real NKI toolchain (the `nki` package, or neuronx-cc with "
+                          "neuronxcc.nki): " + "; ".join(f"{tc.api}: {tc.detail}" for tc in chains))
+    return "nkisim"
 
 
 def _now() -> str:
@@ -67,6 +72,8 @@ def _input_key(problem: str, case: dict[str, Any]) -> str:
 class _Grading:
     def __init__(self, sub: Submission, rubric: Rubric, config: GradeConfig, backend: str, seed: int):
         self.sub = sub
+        self.apis = apis.detect_files(sub.files)
+        self.toolchains = apis.toolchains({n: a.found for n, a in self.apis.items()}, backend)
         self.rubric = rubric
         self.config = config
         self.backend = backend
@@ -135,7 +142,7 @@ class _Grading:
         seconds each check took.  Files the static screen rejected are not imported at all."""
         wanted: dict[str, list[str]] = {}
         for t in tests:
-            if t.file in self.sub.files and t.file not in self.blocking:
+            if t.file in self.sub.files and t.file not in self.blocking and self._api_problem(t.file) is None:
                 names = wanted.setdefault(t.file, [])
                 if t.function not in names:
                     names.append(t.function)
@@ -148,6 +155,7 @@ class _Grading:
                 functions,
                 backend=self.backend,
                 target=self.config.target,
+                api=self._api_of(name),
                 limits=self.rubric.limits,
                 timeout_s=self.rubric.limits.import_timeout_s,
                 tmp_root=self.config.tmp_root,
@@ -162,6 +170,24 @@ class _Grading:
             done = [check(item) for item in items]
         self.imports = dict(done)
         return {name: c.wall_seconds for name, c in done}
+
+    def _api_problem(self, name: str) -> tuple[str, str] | None:
+        """(status, message) when ``name`` cannot be graded because of its API: it imports both namespaces (its
+        tests score 0), or this machine's hardware has no toolchain for it (not the student's fault)."""
+        found = self.apis.get(name)
+        if found is None:
+            return None
+        if found.error:
+            return "rejected", found.error
+        chain = self.toolchains.get(found.api or "")
+        if self.backend == "neuron" and chain is not None and chain["backend"] == "none":
+            return "grader-error", (f"autograder error (not your fault): this machine cannot run {found.api} API "
+                                    f"kernels on Trainium: {chain['detail']}")
+        return None
+
+    def _api_of(self, name: str) -> str | None:
+        found = self.apis.get(name)
+        return found.api if found is not None else None
 
     def _import_problem(self, test: TestSpec) -> tuple[str, str] | None:
         """(status, message) when the one-time import check already decided this test."""
@@ -204,6 +230,8 @@ class _Grading:
         try:
             if test.file not in self.sub.files:
                 res.status, res.message = "missing", self.sub.problems.get(test.file, f"{test.file} is missing")
+            elif (api_problem := self._api_problem(test.file)) is not None:
+                res.status, res.message = api_problem
             elif test.file in self.blocking:
                 res.status, res.message = "rejected", self._screen_message(test.file)
             elif (failed := self._import_problem(test)) is not None:
@@ -254,6 +282,7 @@ class _Grading:
             want_trace=want_trace,
             backend=self.backend,
             target=self.config.target,
+            api=self._api_of(test.file),
             limits=self.rubric.limits,
             timeout_s=test.timeout_s * self.config.timeout_scale,
             tmp_root=self.config.tmp_root,
@@ -318,7 +347,7 @@ class _Grading:
                 self.backend,
                 self.config.target,
                 factor=factor,
-                timings=self._reference_timings(),
+                timings=self._reference_timings(test.file),
                 basis=spec.get("basis"),
             )
         single = thresholds.transpose_threshold(
@@ -327,15 +356,16 @@ class _Grading:
             self.config.target,
             float(spec.get("hardware_us", 0)),
             factor=factor,
-            timings=self._reference_timings(),
+            timings=self._reference_timings(test.file),
             basis=spec.get("basis", "published"),
         )
         return single, single
 
-    def _reference_timings(self) -> dict[str, float]:
+    def _reference_timings(self, name: str) -> dict[str, float]:
+        """The modelled latencies of the staff kernels of ``name``'s API (each API is timed against its own)."""
         if self.backend != "nkisim":
             return {}  # hardware: the published targets; no modelled latencies
-        return ensure_reference_timings(self.backend, self.config.target)
+        return ensure_reference_timings(self.backend, self.config.target, self._api_of(name))
 
     def _skip_case(self, test: TestSpec, case: dict[str, Any], res: TestResult, index: int, n: int) -> bool:
         why = self._not_run(test, case)
@@ -538,7 +568,9 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
             "cpu:grader_s": cpu_grader,
             "cpu:kernels_s": cpu_kernels,
         },
-        versions=tool_versions(backend),
+        versions=tool_versions(backend, grading.toolchains),
+        apis={name: found.found for name, found in grading.apis.items()},
+        toolchains=grading.toolchains,
         seed_mode=config.seed_mode,
         leaderboard=ranking.gradescope_entries(
             [_ranking_view(r) for r in results], rubric.leaderboard, ranked=config.seed_mode == "secret"
@@ -567,7 +599,7 @@ def effective_seed(rubric: Rubric, content_hash: str, config: GradeConfig) -> in
     return problems.submission_seed(rubric.seed, content_hash) if config.seed is None else int(config.seed)
 
 
-def tool_versions(backend: str) -> dict[str, str]:
+def tool_versions(backend: str, toolchains: dict[str, dict[str, str]] | None = None) -> dict[str, str]:
     import nkisim
 
     versions = {
@@ -577,10 +609,10 @@ def tool_versions(backend: str) -> dict[str, str]:
         "numpy": np.__version__,
         "python": platform.python_version(),
     }
-    if backend == "neuron":
-        from nkisim.fallback import backend_info
-
-        versions["neuronx-cc"] = str(backend_info().get("version"))
+    for chain in (toolchains or {}).values():  # the SDK that ran each API's kernels on Trainium
+        if chain["backend"].startswith("neuron-") and chain.get("sdk"):
+            tool, _, version = chain["sdk"].partition(" ")
+            versions[tool] = version
     return versions
 
 

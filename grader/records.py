@@ -107,6 +107,18 @@ class GradeRecord:
     seed_mode: str = "submission"  # "secret": the class seed of a batch (a ranked run); see GradeConfig
     seed_fingerprint: str = ""  # a secret class seed's public name (grader/seeds.py: fingerprint)
     leaderboard: list[dict[str, Any]] = field(default_factory=list)  # Gradescope's items (grader/ranking.py)
+    # file -> the NKI API its imports say: 'nki' | 'legacy' | 'mixed' | 'none' (grader/apis.py)
+    apis: dict[str, str] = field(default_factory=dict)
+    # API -> {"backend": nkisim | neuron-nki | neuron-legacy | none, "version": ..., "detail": ...}
+    toolchains: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def api_summary(self) -> str:
+        """The APIs and what timed them, as every report states them."""
+        from grader.apis import summary, toolchain_summary
+
+        timed = toolchain_summary(self.toolchains)
+        return summary(self.apis) + (f", {timed}" if timed else "")
 
     @property
     def seed_label(self) -> str:

@@ -95,7 +95,7 @@ def gradescope_results(record: GradeRecord) -> dict[str, Any]:
     header = (
         f"{record.rubric_title}\nScore: {_fmt_points(record.score)} / {_fmt_points(record.base_points)} "
         f"(+ up to {_fmt_points(record.max_score - record.base_points)} extra credit). Backend {record.backend}, "
-        f"target {record.target}, seed {record.seed_label}."
+        f"target {record.target}, seed {record.seed_label}.\n{record.api_summary}."
     )
     if record.status == "error":
         header = (
@@ -113,6 +113,8 @@ def gradescope_results(record: GradeRecord) -> dict[str, Any]:
         "extra_data": {
             "content_hash": record.content_hash,
             "tool_version": record.tool_version,
+            "apis": dict(record.apis),
+            "toolchains": {api: dict(tc) for api, tc in record.toolchains.items()},
             "status": record.status,
             "seed": record.seed_label,
             "ranked": record.seed_mode == "secret",
@@ -153,6 +155,7 @@ def junit_xml(record: GradeRecord) -> str:
     for key in ("student", "content_hash", "backend", "target", "tool_version", "status"):
         ET.SubElement(props, "property", name=key, value=str(getattr(record, key)))
     ET.SubElement(props, "property", name="seed", value=record.seed_label)
+    ET.SubElement(props, "property", name="api", value=record.api_summary)
     ET.SubElement(props, "property", name="score", value=f"{record.score:g}/{record.base_points:g}")
     for t in record.tests:
         case = ET.SubElement(suite, "testcase", classname=f"part{t.part}.{t.kind}", name=t.id, time=f"{t.seconds:.3f}")
@@ -220,7 +223,7 @@ def text_table(record: GradeRecord) -> str:
         f"Total: {points_total(record.score, record.base_points, record.max_score - record.base_points)}   "
         f"backend {record.backend}, target {record.target}, seed {record.seed_label}, {record.seconds:.1f} s"
     )
-    lines = [body, "", total]
+    lines = [body, "", total, record.api_summary]
     if record.status == "error":
         lines.append(f"AUTOGRADER ERROR: {record.error}")
     return "\n".join(lines)
@@ -235,6 +238,8 @@ def summary_markdown(record: GradeRecord) -> str:
         f"{record.rubric_title}. Extra credit possible: {_fmt_points(record.max_score - record.base_points)}. "
         f"Backend `{record.backend}`, target `{record.target}`, seed `{record.seed_label}`, "
         f"tool `{record.tool_version}`, graded in {record.seconds:.1f} s.",
+        "",
+        f"{record.api_summary}.",
         "",
     ]
     if record.status == "error":

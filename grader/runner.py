@@ -120,12 +120,35 @@ def _nkisim_dir() -> Path:
     return Path(nkisim.__file__).resolve().parent
 
 
+def _nkibench_dir() -> Path:
+    import nkibench
+
+    return Path(nkibench.__file__).resolve().parent
+
+
+# Passed to the kernel's process on Trainium only: what the Neuron runtime, nki.jit and the nrtpy/profiler steps
+# of nkibench read (nkibench/envcheck.py names the documented ones; NRTPY_PYTHON: nkibench/detect.py).
+NEURON_ENV_PREFIXES = ("NEURON_", "NKI_", "NRTPY_")
+NEURON_ENV_NAMES = ("LD_LIBRARY_PATH",)
+NEURON_BIN = "/opt/aws/neuron/bin"
+
+
+def hardware_env(environ: dict[str, str] | os._Environ[str] | None = None) -> dict[str, str]:
+    """The Neuron part of the grader's environment, for a kernel run on Trainium (nkisim runs get none of it)."""
+    environ = os.environ if environ is None else environ
+    env = {k: v for k, v in environ.items() if k.startswith(NEURON_ENV_PREFIXES) or k in NEURON_ENV_NAMES}
+    env["PATH"] = os.pathsep.join([environ.get("PATH", "/usr/bin:/bin"), NEURON_BIN])
+    return env
+
+
 def _prepare_dirs(root: Path, iso: Isolation) -> tuple[Path, Path, Path]:
-    # lib/ holds only a link to the nkisim package: the child imports the same nkisim as the parent (whose
-    # traceio reads the child's trace) without the grader package or the staff reference on its sys.path.
+    # lib/ holds only links to the nkisim and nkibench packages: the child imports the same nkisim as the parent
+    # (whose traceio reads the child's trace) and, on Trainium, times kernels through nkibench, without the
+    # grader package or the staff reference on its sys.path.
     lib = root / "lib"
     lib.mkdir()
     (lib / "nkisim").symlink_to(_nkisim_dir(), target_is_directory=True)
+    (lib / "nkibench").symlink_to(_nkibench_dir(), target_is_directory=True)
     os.chmod(lib, 0o755)
     work = root / "work"
     inputs = root / f"in-{secrets.token_hex(16)}"
@@ -150,6 +173,7 @@ def _launch(
     *,
     backend: str,
     target: str,
+    api: str | None,
     limits: Limits,
     timeout_s: float,
     tmp_root: str | None,
@@ -175,6 +199,7 @@ def _launch(
         job = {
             "backend": backend,
             "target": target,
+            "api": api,
             "inputs": input_paths,
             "kwargs": inv.kwargs if inv is not None else {},
             "module_path": str(module_file),
@@ -191,7 +216,9 @@ def _launch(
             **job_fields,
         }
         env = {"NEURON_PLATFORM_TARGET_OVERRIDE": target, "NKISIM_TARGET": target}
-        if os.environ.get("NEURON_RT_VISIBLE_CORES"):  # the NeuronCore a Ray task was given (ray_executor.py)
+        if backend == "neuron":  # includes NEURON_RT_VISIBLE_CORES, the NeuronCore a Ray task was given
+            env = {**hardware_env(), **env}
+        elif os.environ.get("NEURON_RT_VISIBLE_CORES"):
             env["NEURON_RT_VISIBLE_CORES"] = os.environ["NEURON_RT_VISIBLE_CORES"]
         proc: ProcessResult = run_sandboxed(
             [sys.executable, "-I", "-B", CHILD_SCRIPT],
@@ -223,6 +250,7 @@ def run_case(
     timeout_s: float,
     tmp_root: str | None = None,
     hidden: tuple[str, ...] = (),
+    api: str | None = None,
 ) -> CaseRun:
     """Run ``function`` from the student's ``rel_file`` on ``inv`` in a fresh sandboxed process."""
     return _launch(
@@ -232,6 +260,7 @@ def run_case(
         {"mode": mode, "want_trace": want_trace, "function": function},
         backend=backend,
         target=target,
+        api=api,
         limits=limits,
         timeout_s=timeout_s,
         tmp_root=tmp_root,
@@ -268,6 +297,7 @@ def check_import(
     timeout_s: float,
     tmp_root: str | None = None,
     hidden: tuple[str, ...] = (),
+    api: str | None = None,
 ) -> ImportCheck:
     """Import the student's ``rel_file`` once in the sandbox (no kernel call) within ``timeout_s`` seconds of
     import time, and report which of ``functions`` it lacks."""
@@ -278,6 +308,7 @@ def check_import(
         {"mode": "import", "want_trace": False, "function": "", "functions": list(functions)},
         backend=backend,
         target=target,
+        api=api,
         limits=limits,
         timeout_s=timeout_s,
         tmp_root=tmp_root,

@@ -20,11 +20,14 @@ On nkisim a target is one of two things (``basis``):
 Where a generation has no published target of its own (trn1: the 32x16 images and the transpose), the course's
 trn2 targets stand in, on hardware and on nkisim alike.
 
-The modelled staff latencies are computed once per (backend, target, tool version) and cached in
+Each NKI API has its own staff kernels (grader/staff.py), and a submission is timed against the staff kernel of
+its own API: the modelled staff latencies are computed once per (backend, target, API, tool version) and cached in
 ``grader/reference_timings.json`` (committed; ``python -m grader calibrate`` rewrites it) or, when that file has
 no entry for this tool version, in a per-user cache.  Tool version = nkisim.__version__ + a hash of nkisim's
 sources (cost model and front end): any change to either invalidates the cached reference timings; so does a
-change of the staff kernels (their hash is stored in the entry and checked wherever they are present).
+change of the staff kernels (their hash is stored in the entry and checked wherever they are present).  An API
+with no entry at all borrows the other API's (the two staff kernels run the same algorithm and model within 2%
+of each other), with a warning; with none at all the published targets apply, with a warning.
 
 Layering: this module only reads and writes the caches (it depends on grader/staff.py and nkisim, nothing else
 of the grader); grader/calibrate.py measures the staff kernels and fills them.
@@ -43,11 +46,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from grader.staff import reference_available, reference_fingerprint
+from grader.staff import APIS, reference_available, reference_fingerprint
 
 __all__ = [
     "CACHE_FORMAT",
     "PACKAGE_CACHE",
+    "api_or_default",
     "boundary_distance",
     "cache_key",
     "cached_timings",
@@ -122,8 +126,30 @@ def tool_version() -> str:
     return f"nkisim-{nkisim.__version__}+{perf_fingerprint()}"
 
 
-def cache_key(backend: str, target: str) -> str:
-    return f"{backend}|{target}|{tool_version()}"
+def api_or_default(api: str | None) -> str:
+    """``api``, or the API of kernels that import no NKI namespace (nkibench.detect.DEFAULT_API)."""
+    if api is None:
+        from nkibench.detect import DEFAULT_API
+
+        api = DEFAULT_API
+    if api not in APIS:
+        raise ValueError(f"unknown NKI API {api!r} (expected one of {', '.join(APIS)})")
+    return api
+
+
+def cache_key(backend: str, target: str, api: str | None = None) -> str:
+    return f"{backend}|{target}|{api_or_default(api)}|{tool_version()}"
+
+
+def _key_fields(key: str) -> tuple[str, str, str] | None:
+    """(backend, target, api) of a cache key; keys written before the per-API split (format 1,
+    ``backend|target|version``) are the legacy API's: the only staff kernels there were then."""
+    parts = key.split("|")
+    if len(parts) == 3:
+        return parts[0], parts[1], "legacy"
+    if len(parts) == 4 and parts[2] in APIS:
+        return parts[0], parts[1], parts[2]
+    return None
 
 
 def conv_key(dtype: str, image_h: int, image_w: int, pool: int, variant: str) -> str:
@@ -153,10 +179,11 @@ def write_cache_entry(path: Path, key: str, entry: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def cached_timings(backend: str, target: str) -> dict[str, float] | None:
-    """Reference timings for this (backend, target, tool version) from the package or user cache."""
-    key = cache_key(backend, target)
-    ref = reference_fingerprint()
+def cached_timings(backend: str, target: str, api: str | None = None) -> dict[str, float] | None:
+    """Reference timings for this (backend, target, API, tool version) from the package or user cache."""
+    api = api_or_default(api)
+    key = cache_key(backend, target, api)
+    ref = reference_fingerprint(api)
     for path in (PACKAGE_CACHE, user_cache_file()):
         entry = _read_cache(path).get(key)
         if entry and isinstance(entry.get("timings_us"), dict):
@@ -166,35 +193,49 @@ def cached_timings(backend: str, target: str) -> dict[str, float] | None:
     return None
 
 
-def _stale_timings(backend: str, target: str) -> tuple[str, dict[str, float]] | None:
-    """The newest entry for this backend and target under another tool version (last resort)."""
+def _stale_timings(backend: str, target: str, api: str) -> tuple[str, dict[str, float]] | None:
+    """The newest entry for this backend, target and API under another tool version (last resort)."""
     best = None
     for path in (PACKAGE_CACHE, user_cache_file()):
         for key, entry in _read_cache(path).items():
-            if key.startswith(f"{backend}|{target}|") and isinstance(entry.get("timings_us"), dict):
+            if _key_fields(key) == (backend, target, api) and isinstance(entry.get("timings_us"), dict):
                 stamp = str(entry.get("created", ""))
                 if best is None or stamp > best[0]:
                     best = (stamp, key, entry["timings_us"])
     return (best[1], {k: float(v) for k, v in best[2].items()}) if best else None
 
 
-@functools.lru_cache(maxsize=8)
-def reference_timings(backend: str, target: str) -> dict[str, float]:
-    """Reference timings from the caches, else the newest entry of another tool version (with a warning), else {}.
+@functools.lru_cache(maxsize=16)
+def reference_timings(backend: str, target: str, api: str | None = None) -> dict[str, float]:
+    """Reference timings from the caches, else the newest entry of another tool version, else the other API's
+    staff kernel's (each with a warning), else {} (the callers then warn and use the published targets).
 
     Never measures anything: computing missing timings is grader/calibrate.py's job
     (:func:`grader.calibrate.ensure_reference_timings`), which callers that may calibrate use instead.
     """
-    found = cached_timings(backend, target)
+    api = api_or_default(api)
+    found = cached_timings(backend, target, api)
     if found is not None:
         return found
-    stale = _stale_timings(backend, target)
+    stale = _stale_timings(backend, target, api)
     if stale is not None:
         warnings.warn(
-            f"reference timings for {cache_key(backend, target)} are not cached; using the entry for {stale[0]}",
+            f"reference timings for {cache_key(backend, target, api)} are not cached; using the entry for {stale[0]}",
             stacklevel=2,
         )
         return stale[1]
+    for other in (a for a in APIS if a != api):
+        borrowed = cached_timings(backend, target, other)
+        label = cache_key(backend, target, other)
+        if borrowed is None and (stale := _stale_timings(backend, target, other)) is not None:
+            label, borrowed = stale
+        if borrowed is not None:
+            warnings.warn(
+                f"no reference timings of the {api} API's staff kernels for {backend}/{target}; timing against the "
+                f"{other} API's ({label}): run `python -m grader calibrate`",
+                stacklevel=2,
+            )
+            return borrowed
     return {}
 
 
@@ -213,13 +254,14 @@ def conv_thresholds(
     factor: float = THRESHOLD_FACTOR,
     timings: Mapping[str, float] | None = None,
     basis: str | None = None,
+    api: str | None = None,
 ) -> tuple[float, float]:
     """(relaxed_us, optimized_us) latency targets for the conv2d performance test of this configuration.
 
     Full credit at or below ``optimized_us``, partial credit at or below ``relaxed_us``.  The extra-credit
     small-image tests have a single target (relaxed == optimized), as in the course harness.  ``basis``:
     "reference" or "published" (default: :func:`default_conv_basis`).  ``timings``: the reference timings to
-    use (default: :func:`reference_timings`, which never calibrates).
+    use (default: :func:`reference_timings` of ``api``, which never calibrates).
     """
     dtype = str(dtype)
     if dtype not in ("float32", "float16"):
@@ -240,7 +282,7 @@ def conv_thresholds(
     if basis == "published":
         return published
     if timings is None:
-        timings = reference_timings(backend, target)
+        timings = reference_timings(backend, target, api)
     width = IMAGE_WIDTH[image_h]
     opt = timings.get(conv_key(dtype, image_h, width, pool, "optimized"))
     rel = timings.get(conv_key(dtype, image_h, width, pool, "relaxed"))
@@ -276,6 +318,7 @@ def transpose_threshold(
     factor: float = THRESHOLD_FACTOR,
     timings: Mapping[str, float] | None = None,
     basis: str = "published",
+    api: str | None = None,
 ) -> float:
     """Single latency target of the transpose extra credit: the hardware target itself (``basis="published"``,
     see the module docstring), else ``factor`` x the staff transpose's modelled latency."""
@@ -283,7 +326,7 @@ def transpose_threshold(
         raise ValueError(f"transpose_threshold: basis must be one of {BASES}, got {basis!r}")
     if backend == "neuron" or (basis == "published" and hardware_us > 0):
         return float(hardware_us)
-    ref = (reference_timings(backend, target) if timings is None else timings).get(key)
+    ref = (reference_timings(backend, target, api) if timings is None else timings).get(key)
     if ref is None:
         warnings.warn(f"no modelled reference latency for {key}; using the hardware target", stacklevel=2)
         return float(hardware_us)
@@ -308,9 +351,11 @@ def boundary_distance(latency_us: float, relaxed_us: float, optimized_us: float,
     return min((abs(latency_us / t - 1.0) for t in targets), default=float("inf"))
 
 
-def describe_entry(timings: dict[str, float]) -> dict[str, Any]:
+def describe_entry(timings: dict[str, float], api: str | None = None) -> dict[str, Any]:
+    api = api_or_default(api)
     return {
+        "api": api,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "reference": reference_fingerprint(),
+        "reference": reference_fingerprint(api),
         "timings_us": timings,
     }

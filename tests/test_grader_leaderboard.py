@@ -101,6 +101,17 @@ def test_ranking_of_a_class(tmp_path):
     assert rows[0].near == ["part2.perf_fp16"]
 
 
+def test_the_page_says_each_submissions_nki_api(tmp_path):
+    both = {"part1/kernels.py": "legacy", "part2/conv2d.py": "nki"}
+    recs = [record("alice", latencies(3000, 900)) | {"apis": {"part1/kernels.py": "nki", "part2/conv2d.py": "nki"}},
+            record("bob", latencies(3500, 900)) | {"apis": both}, record("carol", latencies(3600, 900))]
+    out = write_batch(tmp_path / "out", recs)
+    rows, _ = leaderboard.rank(leaderboard.load_records(out), load_rubric(), seeds.fingerprint(SEED))
+    assert {r.student: r.api for r in rows} == {"alice": "nki", "bob": "legacy+nki", "carol": ""}
+    page = leaderboard.write_leaderboard(out)[0].read_text()
+    assert '<button type="button">API</button>' in page and '<td data-v="legacy+nki">legacy+nki</td>' in page
+
+
 def test_without_a_gradebook_the_newest_result_per_student_is_used(tmp_path):
     old = record("alice", latencies(9000, 900))
     new = record("alice", latencies(3000, 900)) | {"started_at": "2026-02-01T00:00:00Z"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import tarfile
@@ -316,11 +317,13 @@ def test_default_basis_follows_the_hardware_evidence():
 def test_committed_cache_covers_both_targets_for_this_tool_version():
     assert thresholds.PACKAGE_CACHE.exists(), "run: python -m grader calibrate"
     entries = json.loads(thresholds.PACKAGE_CACHE.read_text())["entries"]
-    for target in ("trn2", "trn1"):
-        key = thresholds.cache_key("nkisim", target)
+    from grader.staff import available_apis
+
+    for api, target in itertools.product(available_apis(), ("trn2", "trn1")):
+        key = thresholds.cache_key("nkisim", target, api)
         if key not in entries:
             pytest.skip(f"reference timings for {key} not calibrated yet (python -m grader calibrate)")
-        ref = thresholds.reference_fingerprint()
+        ref = thresholds.reference_fingerprint(api)
         if ref is not None and entries[key].get("reference") != ref:
             pytest.skip(f"the staff kernels changed since {key} was calibrated (python -m grader calibrate)")
         timings, failures = entries[key]["timings_us"], entries[key].get("failures", {})
