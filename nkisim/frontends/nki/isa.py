@@ -16,15 +16,18 @@ from nkisim.core import config as _config
 from nkisim.core import context as _ctx
 from nkisim.core.instr import Engine as _Engine
 from nkisim.core.ops import assign as _assign
+from nkisim.core.ops import collectives as _col
 from nkisim.core.ops import dma as _dma
 from nkisim.core.ops import elementwise as _ew
 from nkisim.core.ops import gpsimd as _gps
 from nkisim.core.ops import reduce as _red
+from nkisim.core.ops import registers as _reg
 from nkisim.core.ops import tensor_engine as _te
 from nkisim.core.rules import fail as _fail
 from nkisim.frontends._operators import act as _act
 from nkisim.frontends._operators import alu as _alu
 from nkisim.frontends.nki.language import NKIObject, NkiTensor, equal, maximum  # noqa: F401  (as the stub does)
+from nkisim.frontends.nki.language import is_on_chip as _is_on_chip
 
 
 # ---- enums ----------------------------------------------------------------------------------------------------
@@ -375,6 +378,141 @@ def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None, **removed) 
     if removed:
         _removed("nc_match_replace8", removed)
     _assign.into(dst, _red.nc_match_replace8(data, vals, imm, dst_idx=dst_idx, dtype=dst.dtype))
+
+
+# ---- added in NKI 0.4-0.6 -------------------------------------------------------------------------------------
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce, name=None,
+                             **removed) -> None:
+    """``reg = op1(op0(src[i], imm0), reg); dst[i] = reg`` along each partition (VectorE running scan)."""
+    if removed:
+        _removed("tensor_scalar_cumulative", removed)
+    _red.tensor_scalar_cumulative(src, dst, _alu(op0, "tensor_scalar_cumulative"), imm0,
+                                  _alu(op1, "tensor_scalar_cumulative"), imm1,
+                                  reduce_cmd=_reduce_cmd(reduce_cmd, "tensor_scalar_cumulative"))
+
+
+def nc_n_gather(dst, data, indices, name=None, **removed) -> None:
+    """``dst[p, j] = data[p].flatten()[indices[p, j]]`` within each partition (GpSimdE, uint32 indices); ``dst`` has
+    ``data``'s dtype and ``indices``' shape."""
+    if removed:
+        _removed("nc_n_gather", removed)
+    if getattr(dst, "dtype", None) != getattr(data, "dtype", None):
+        _fail("nkisim_bad_argument", op="nc_n_gather", detail=f"dst ({dst.dtype}) must have data's dtype "
+              f"({data.dtype})")
+    _assign.into(dst, _gps.gather_flattened(data, indices, dtype=dst.dtype))
+
+
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None, **removed) -> None:
+    """Indices of the nonzero elements (+ index_offset), padding, then their count, on partitions 0, 16, ..., 112
+    (GpSimdE, NeuronCore-v3+)."""
+    if removed:
+        _removed("nonzero_with_count", removed)
+    _gps.nonzero_with_count(src, dst, index_offset, padding_val)
+
+
+def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error, name=None,
+                **removed) -> None:
+    """``dst = srcs[0] + srcs[1] + ...`` computed by the DMA engines in fp32 (``reduce_op`` nl.add and ``scales``
+    all 1.0 are the only documented values)."""
+    if removed:
+        _removed("dma_compute", removed)
+    op = _alu(reduce_op, "dma_compute")
+    if op != "add":
+        _fail("nkisim_bad_argument", op="dma_compute", detail=f"reduce_op must be nl.add (the only supported "
+              f"operation), not {op}")
+    if scales is not None and any(float(x) != 1.0 for x in scales):
+        _fail("nkisim_bad_argument", op="dma_compute", detail="every scale must be 1.0 (or scales=None)")
+    if not unique_indices:
+        _fail("nkisim_bad_argument", op="dma_compute", detail="unique_indices must be True")
+    _member(oob_mode, _OobMode, "oob_mode", "dma_compute")
+    _col.dma_compute(dst, srcs, op, scales)
+
+
+def rng(dst, engine=engine.vector, name=None, **removed) -> None:
+    """32 random bits per element of the integer tile ``dst`` (their least significant bits), on VectorE or
+    (NeuronCore-v3+) GpSimdE."""
+    if removed:
+        _removed("rng", removed)
+    eng = _engine(engine, "rng")
+    if eng not in (_Engine.VECTOR, _Engine.GPSIMD):
+        _fail("nkisim_bad_argument", op="rng", detail="engine must be nisa.engine.vector or nisa.engine.gpsimd")
+    _gps.rng(dst, eng)
+
+
+def set_rng_seed(src_seeds, name=None, **removed) -> None:
+    """Seed VectorE's generator with the 32-bit value of a [1, 1] SBUF/PSUM tensor."""
+    if removed:
+        _removed("set_rng_seed", removed)
+    if tuple(getattr(src_seeds, "shape", ())) != (1, 1) or src_seeds.dtype.itemsize != 4 \
+            or not _is_on_chip(src_seeds.buffer):
+        _fail("nkisim_bad_argument", op="set_rng_seed", detail="src_seeds must be a [1, 1] tensor of a 32-bit dtype "
+              "in SBUF or PSUM")
+    _gps.random_seed(src_seeds)
+
+
+def rand_set_state(src_seeds, engine=engine.gpsimd, name=None, **removed) -> None:
+    """Seed each GpSimd lane's XORWOW generator from its partition of ``src_seeds`` ([P, 6] uint32, SBUF)."""
+    if removed:
+        _removed("rand_set_state", removed)
+    _gps.rand_set_state(src_seeds, _engine(engine, "rand_set_state"))
+
+
+def rand_get_state(dst, engine=engine.gpsimd, name=None, **removed) -> None:
+    """Store each GpSimd lane's XORWOW state into its partition of ``dst`` ([P, 6] uint32, SBUF)."""
+    if removed:
+        _removed("rand_get_state", removed)
+    _gps.rand_get_state(dst, _engine(engine, "rand_get_state"))
+
+
+# ---- engine-sequencer registers ----------------------------------------------------------------------------------
+class VirtualRegister(NKIObject, _reg.Register):
+    """A virtual register on an engine sequencer: a 32-bit integer (``nisa.register_alloc``), used for dynamic loop
+    bounds (``nl.dynamic_range``, ``nl.fori_loop``), while-loop conditions (``nl.while_loop``) and the results of
+    ``ncol.rank_id``.  nkisim runs the kernel eagerly: a register holds its value (``None`` until written); using it
+    in Python control flow is the tracer's ``TypeError`` (nki.isa.VirtualRegister: "using a register in Python
+    control flow ... or converting it with int() / range() raises TypeError")."""
+
+    __slots__ = ()
+
+    def __init__(self, state=None, frozen=False) -> None:
+        _reg.Register.__init__(self, state)
+
+    def _python_control_flow(self, *args):
+        raise TypeError("a VirtualRegister's value is not known while the kernel is built: use nl.fori_loop / "
+                        "nl.while_loop / nl.dynamic_range, or nisa.register_store it into a tensor "
+                        "(nki.isa.VirtualRegister)")
+
+    __bool__ = __int__ = __index__ = _python_control_flow
+
+
+def register_alloc(x=None) -> VirtualRegister:
+    """A new virtual register, uninitialised (``None``) or holding the integer ``x`` (no instruction: the compiler
+    allocates registers; a value is an immediate)."""
+    if x is not None and (isinstance(x, bool) or not isinstance(x, int)):
+        raise TypeError(f"nisa.register_alloc: x must be None or an integer, got {type(x).__name__}")
+    _ctx.current("register_alloc")
+    return VirtualRegister(x)
+
+
+def register_move(dst, src) -> None:
+    """``dst = src``: an immediate integer or another register (no memory access)."""
+    _reg.register_move(_need_register(dst, "register_move"), src)
+
+
+def register_load(dst, src) -> None:
+    """Load the one element of ``src`` (SBUF/HBM, shape [1] or [1, 1], up to 32 bits) into register ``dst``."""
+    _reg.register_load(_need_register(dst, "register_load"), src)
+
+
+def register_store(dst, src) -> None:
+    """Store register ``src`` into the one element of ``dst`` (SBUF/HBM), cast to dst's dtype."""
+    _reg.register_store(dst, _need_register(src, "register_store"))
+
+
+def _need_register(r, op: str):
+    if not isinstance(r, _reg.Register):
+        raise TypeError(f"nisa.{op}: expected a VirtualRegister (nisa.register_alloc()), got {type(r).__name__}")
+    return r
 
 
 # ---- the target -----------------------------------------------------------------------------------------------------
