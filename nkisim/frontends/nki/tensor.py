@@ -149,10 +149,9 @@ class NkiTensor(Tensor):
     def is_indirect(self) -> bool:
         return is_gather(self)
 
-    @_unsupported_method
     def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None):
-        raise NkisimUnsupportedError("nkisim does not support NkiTensor.rearrange yet: use reshape_dim, permute "
-                                     "and flatten_dims")
+        """einops-style split / reorder / merge of dimensions (a view)."""
+        return aps.rearrange(self, src_pattern, dst_pattern, fixed_sizes)
 
     @_unsupported_method
     def vector_select(self, dim, vector_offset):
