@@ -351,3 +351,83 @@ def test_rearrange_keeps_the_partition_dim_first_on_chip():
 
     with pytest.raises(Exception, match="partition dimension"):
         k(np.zeros((4, 4), np.float32))
+
+
+# ---- NkiTensor.vector_select ------------------------------------------------------------------------------------
+@nki.jit
+def embedding_rows(table, idx):
+    """Each partition p reads row idx[p] of an HBM table (per-partition indirect DMA)."""
+    out = nl.ndarray((idx.shape[0],) + table.shape[1:], dtype=table.dtype, buffer=nl.shared_hbm)
+    ix = nl.ndarray(idx.shape, dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ix, src=idx)
+    rows = nl.ndarray((idx.shape[0],) + table.shape[1:], dtype=table.dtype, buffer=nl.sbuf)
+    view = table.vector_select(0, ix)
+    assert view.is_indirect() and view.shape == rows.shape
+    nisa.dma_copy(dst=rows, src=view)
+    nisa.dma_copy(dst=out, src=rows)
+    return out
+
+
+@pytest.mark.parametrize("shape", [(64, 32), (50, 4, 8)])
+def test_vector_select_gathers_rows_per_partition(shape):
+    table = RNG.random(shape).astype(np.float32)
+    idx = RNG.integers(0, shape[0], size=(128, 1)).astype(np.int32)
+    np.testing.assert_array_equal(embedding_rows(table, idx), table[idx[:, 0]])
+    run = run_kernel(embedding_rows, (table, idx))
+    assert len(run.trace.instrs[1].srcs) == 2  # the gather DMA also reads the index tile
+
+
+def test_vector_select_rules():
+    @nki.jit
+    def on_chip(x):
+        t = _sb(x)
+        ix = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=ix, value=0)
+        t.vector_select(0, ix)
+        return x
+
+    with pytest.raises(Exception, match="only HBM tensors"):
+        on_chip(np.zeros((4, 4), np.float32))
+
+
+# ---- NkiInstruction ---------------------------------------------------------------------------------------------
+@nki.jit
+def ordered(a, edge):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    x = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    y = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    load = nisa.dma_copy(dst=x, src=a)
+    fill = nisa.memset(dst=y, value=1.0)
+    assert isinstance(load, nisa.NkiInstruction) and isinstance(fill, nisa.NkiInstruction)
+    if edge:
+        assert fill.depends_on(load) is fill
+    nisa.tensor_tensor(dst=x, data1=x, data2=y, op=nl.add)
+    nisa.dma_copy(dst=out, src=x)
+    return out
+
+
+def test_depends_on_orders_independent_instructions():
+    a = RNG.random((128, 512)).astype(np.float32)
+    free = run_kernel(ordered, (a, False))
+    tied = run_kernel(ordered, (a, True))
+    np.testing.assert_array_equal(tied.outputs, a + 1)
+    estimate(free.trace)
+    estimate(tied.trace)
+    load, fill = free.trace.instrs[0], free.trace.instrs[1]
+    assert fill.start_ns < load.end_ns  # without the edge the memset overlaps the load
+    load, fill = tied.trace.instrs[0], tied.trace.instrs[1]
+    assert tied.trace.instrs[1].attrs["after"] == (0,)
+    assert fill.start_ns >= load.end_ns
+
+
+def test_depends_on_needs_an_earlier_producer():
+    @nki.jit
+    def k(a):
+        x = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        first = nisa.memset(dst=x, value=0.0)
+        second = nisa.memset(dst=x, value=1.0)
+        first.depends_on(second)
+        return a
+
+    with pytest.raises(ValueError, match="issued before"):
+        k(np.zeros((4, 4), np.float32))

@@ -158,3 +158,54 @@ def test_fori_loop_step_must_be_positive():
 
     with pytest.raises(ValueError, match="positive"):
         k(np.zeros((1, 1), np.float32))
+
+
+N_ELEMS = 16
+
+
+@nki.jit
+def fori_copy_prefix(data, ub_input):
+    """The nl.fori_loop docs' example: copy element i of data to element i of the output for i < ub, addressing
+    both through ``.ap(..., scalar_offset=i, indirect_dim=1)``."""
+    output = nl.ndarray((1, N_ELEMS), dtype=nl.float32, buffer=nl.shared_hbm)
+    ub_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ub_sb, src=ub_input)
+    ub_reg = nisa.register_alloc()
+    nisa.register_load(ub_reg, ub_sb)
+    zeros = nl.zeros((1, N_ELEMS), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=output, src=zeros)
+    temp = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+
+    def body(i):
+        nisa.dma_copy(dst=temp, src=data.ap([[1, 1], [1, 1]], scalar_offset=i, indirect_dim=1))
+        nisa.dma_copy(dst=output.ap([[1, 1], [1, 1]], scalar_offset=i, indirect_dim=1), src=temp)
+
+    nl.fori_loop(0, ub_reg, body)
+    return output
+
+
+@pytest.mark.parametrize("ub", [0, 5, N_ELEMS])
+def test_fori_loop_docs_example_with_scalar_offsets(ub):
+    data = np.arange(1, N_ELEMS + 1, dtype=np.float32).reshape(1, N_ELEMS)
+    got = fori_copy_prefix(data, np.array([[ub]], np.int32))
+    want = np.where(np.arange(N_ELEMS) < ub, data, 0).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+@nki.jit
+def offset_from_tensor(x, k_input):
+    """``.ap(scalar_offset=<one-element SBUF tensor>)``: the row at a run-time index."""
+    out = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    k_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=k_sb, src=k_input)
+    row = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=row, src=x.ap([[x.shape[1], 1], [1, x.shape[1]]], scalar_offset=k_sb, indirect_dim=0))
+    nisa.dma_copy(dst=out, src=row)
+    return out
+
+
+def test_ap_scalar_offset_from_a_tensor_and_in_timing_mode():
+    x = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    np.testing.assert_array_equal(offset_from_tensor(x, np.array([[3]], np.int32)), x[3:4])
+    timed = run_kernel(offset_from_tensor, (x, np.array([[3]], np.int32)), mode="timing")
+    assert timed.outputs is None and len(timed.trace.instrs) == 3

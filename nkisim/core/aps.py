@@ -275,3 +275,31 @@ def rearrange(t: Tensor, src_pattern, dst_pattern, fixed_sizes=None) -> Tensor:
             fail("nkisim_view", name=t.name, op="rearrange", detail="cannot merge into the partition dimension")
         v = v.reshape(merged)
     return v
+
+
+def vector_select(t: Tensor, dim: int, vector_offset: Tensor) -> Tensor:
+    """``NkiTensor.vector_select``: row ``p`` of the result is ``t[vector_offset[p, 0], ...]`` (per-partition
+    indirect addressing of an HBM tensor's dim 0 by an SBUF ``(P, 1)`` integer tile).  The result is a gather view
+    whose index tile is a source of every DMA that reads or writes it (indirect DMA: the descriptors are built from
+    it); its indices are read when the view is made, as for the legacy API's dynamic indices."""
+    from nkisim.core.access import is_gather
+    from nkisim.core.instr import B_SBUF
+
+    if int(dim) != 0:
+        fail("nkisim_view", name=t.name, op="vector_select", detail=f"dim must be 0, got {dim}")
+    if t.kind != B_HBM:
+        fail("nkisim_view", name=t.name, op="vector_select", detail="only HBM tensors take a vector_select")
+    if is_gather(t):
+        fail("nkisim_view", name=t.name, op="vector_select", detail="the tensor is already indirect (one dynamic "
+             "select per tensor: check is_indirect())")
+    if not isinstance(vector_offset, Tensor) or vector_offset.kind != B_SBUF or len(vector_offset.shape) != 2 \
+            or vector_offset.shape[1] != 1 or vector_offset.dtype.kind not in "iu":
+        fail("nkisim_view", name=t.name, op="vector_select", detail="vector_offset must be an integer SBUF tensor "
+             "of shape (num_partitions, 1)")
+    nd = len(t.shape)
+    index = vector_offset
+    for _ in range(nd - 2):
+        index = index.expand_dims(index.ndim)  # (P, 1, ..., 1): broadcasts against the other dims' ranges
+    items = [index] + [np.arange(n).reshape((1,) * (k + 1) + (n,) + (1,) * (nd - k - 2))
+                       for k, n in enumerate(t.shape[1:])]
+    return t._advanced(tuple(items))

@@ -143,3 +143,21 @@ def while_loop(init: Register, body, make_register) -> None:
             raise TypeError("nl.while_loop: the body must return the next condition register (a VirtualRegister), "
                             f"got {type(nxt).__name__}")
         r = nxt
+
+
+def scalar_value(x, op: str) -> int:
+    """A run-time scalar (``.ap(scalar_offset=...)``): a register, or one integer element of an SBUF/HBM tensor, read
+    when the access is made (instructions execute in program order).  A timing run has no values:
+    :class:`ValuesNeeded` makes ``run_kernel`` compute them."""
+    if isinstance(x, Register):
+        return x.known(op)
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return int(x)
+    t = _one_element(x, op, "scalar_offset")
+    if t.dtype.kind not in "iu":
+        fail("nkisim_bad_argument", op=op, detail=f"scalar_offset must hold an integer, not {t.dtype}")
+    ctx = current(op)
+    ctx.settle()
+    if not ctx.full:
+        raise ValuesNeeded(f"{op}: a run-time offset read from memory needs the values (timing mode)")
+    return int(np.asarray(read(t)).reshape(-1)[0])

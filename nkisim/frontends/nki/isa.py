@@ -515,6 +515,60 @@ def _need_register(r, op: str):
     return r
 
 
+# ---- instruction handles ---------------------------------------------------------------------------------------
+class NkiInstruction(NKIObject):
+    """Handle of the instruction(s) one ``nisa`` call emitted (every ``nisa`` instruction returns one).
+
+    ``consumer.depends_on(*producers)`` adds scheduling edges: the consumer starts only after every producer has
+    completed ("A dependency is not a trace-time hint: it lowers to a hardware semaphore wait", nki.isa.
+    NkiInstruction).  nkisim records the edges in the trace (``attrs['after']``) and the scheduler honours them on
+    top of the data dependencies.  A producer must come earlier in program order (nkisim's trace is in program
+    order; an edge to a later instruction would be a wait on something not yet issued)."""
+
+    __slots__ = ("_instrs",)
+
+    def __init__(self, handle) -> None:
+        self._instrs = tuple(handle)
+
+    def depends_on(self, *producers) -> NkiInstruction:
+        if not self._instrs:
+            return self
+        first = min(i.seq for i in self._instrs)
+        for prod in producers:
+            if not isinstance(prod, NkiInstruction):
+                raise TypeError(f"depends_on takes NkiInstruction handles (what nisa calls return), got "
+                                f"{type(prod).__name__}")
+            if not prod._instrs:
+                continue
+            last = max(i.seq for i in prod._instrs)
+            if last >= first:
+                raise ValueError("depends_on: the producer must be an instruction issued before the consumer "
+                                 "(nkisim traces in program order)")
+            for ins in self._instrs:
+                ins.attrs = {**ins.attrs, "after": tuple(ins.attrs.get("after", ())) + (last,)}  # never shared
+        return self
+
+    def __repr__(self) -> str:
+        return f"NkiInstruction({', '.join(i.op for i in self._instrs) or 'no instruction'})"
+
+
+def _returns_instruction(fn):
+    """Wrap a nisa instruction so that it returns the handle of what it emitted."""
+    def call(*args, **kwargs):
+        ctx = _ctx.active()
+        if ctx is None:
+            return fn(*args, **kwargs)  # raises "outside a kernel" as the function itself does
+        instrs = ctx.trace.instrs
+        n0 = len(instrs)
+        fn(*args, **kwargs)
+        return NkiInstruction(instrs[n0:])
+
+    call.__name__ = call.__qualname__ = fn.__name__
+    call.__doc__ = fn.__doc__
+    call.__wrapped__ = fn
+    return call
+
+
 # ---- the target -----------------------------------------------------------------------------------------------------
 def get_nc_version() -> nc_version:
     """Generation of the target NeuronCore: gen2 (trn1), gen3 (trn2)."""
@@ -526,6 +580,18 @@ def get_nc_version() -> nc_version:
 def get_nc_sub_version() -> int:
     """Silicon revision within the generation (nkisim models the first: 0)."""
     return 0
+
+
+for _name in ("dma_copy", "dma_transpose", "nc_matmul", "nc_transpose", "tensor_copy", "tensor_tensor", "tensor_scalar",
+              "scalar_tensor_tensor", "activation", "activation_reduce", "reciprocal", "memset",
+              "tensor_copy_predicated", "iota", "affine_select", "dropout", "nc_stream_shuffle", "local_gather",
+              "sequence_bounds", "tensor_reduce", "tensor_partition_reduce", "tensor_scalar_reduce",
+              "tensor_tensor_scan", "bn_stats", "bn_aggr", "range_select", "select_reduce", "max8", "nc_find_index8",
+              "nc_match_replace8", "tensor_scalar_cumulative", "nc_n_gather", "nonzero_with_count", "dma_compute",
+              "rng", "set_rng_seed", "rand_set_state", "rand_get_state", "register_move", "register_load",
+              "register_store"):
+    globals()[_name] = _returns_instruction(globals()[_name])
+del _name
 
 
 def __getattr__(name: str):
