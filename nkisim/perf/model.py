@@ -78,6 +78,8 @@ RESOURCE_OF = {
 }
 
 
+_GUESSED_N_OPS = frozenset({"tensor_scalar_cumulative", "nonzero_with_count", "rng", "rand_set_state",
+                            "rand_get_state"})
 _REGISTER_OPS = frozenset({"register_move", "register_load", "register_store"})
 _MIN_II_DYNAMIC = 600  # engine cycles before an instruction with a run-time address starts (ISA-226)
 
@@ -260,6 +262,11 @@ class CostModel:
             work = 13 * (n / 3)
         elif op in ("scalar_tensor_tensor", "tensor_tensor_scan", "tensor_copy_predicated"):
             work = 2 * n
+        elif op in _GUESSED_N_OPS:
+            # [GUESS] NKI 0.4-0.6 instructions without an ISA cost formula in the docs (tensor_scalar_cumulative,
+            # nonzero_with_count, rng, rand_set_state/rand_get_state): one element per engine cycle, as the
+            # documented max(MIN_II, N) of the other one-pass VectorE/GpSimd instructions (GPSIMD_START added below)
+            work = n
         else:
             # every other VectorE/ScalarE/GpSimd instruction in ISA-226 costs max(MIN_II, N)
             work = n

@@ -4,6 +4,7 @@ Every instruction takes its destination first and writes it in place (``nisa.ten
 op)``); the result dtype is the destination's ("The float32 computation results are cast to ``dst.dtype``",
 nki.isa.tensor_scalar docs).  Each function is a thin adapter: it resolves the operator and enum arguments and calls
 the same core instruction builder as the legacy ``neuronxcc.nki.isa`` (``nkisim.core.ops``), with ``dst=``.
+Every instruction returns an ``NkiInstruction`` handle (``.depends_on(*producers)`` adds scheduling edges).
 Parameters the API removed (``mask=``, ``dtype=``) are errors naming what replaced them, and enum parameters take
 the named members only ("Raw integer values (e.g., dge_mode=2) are no longer accepted", NKI 0.3 migration guide).
 """
