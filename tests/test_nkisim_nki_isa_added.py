@@ -431,3 +431,44 @@ def test_depends_on_needs_an_earlier_producer():
 
     with pytest.raises(ValueError, match="issued before"):
         k(np.zeros((4, 4), np.float32))
+
+
+# ---- tensor_scalar_reduce's accumulator (NKI 0.6: reduce_res=None on non-final steps, load_reduce, negate) ---------
+@nki.jit
+def scalar_reduce_chain(a, b, c, op, negate):
+    res = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    res2 = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    outs = []
+    for k, x in enumerate((a, b, c)):
+        t = _sb(x)
+        d = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_reduce(dst=d, data=t, op0=nl.multiply, operand0=2.0, reduce_op=op,
+                                  reduce_res=res if k == 2 else None,
+                                  reduce_cmd=nisa.reduce_cmd.reset_reduce if k == 0 else nisa.reduce_cmd.reduce,
+                                  reduce_res_negate=negate)
+        outs.append(d)
+    t = _sb(a)
+    d = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar_reduce(dst=d, data=t, op0=nl.add, operand0=1.0, reduce_op=op, reduce_res=res2,
+                              reduce_cmd=nisa.reduce_cmd.load_reduce, reduce_init=10.0)
+    o0 = nl.ndarray(res.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=o0, src=res)
+    o1 = nl.ndarray(res.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=o1, src=res2)
+    o2 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=o2, src=outs[1])
+    return o0, o1, o2
+
+
+@pytest.mark.parametrize("op,ref", [("add", np.sum), ("maximum", np.max)])
+@pytest.mark.parametrize("negate", [False, True])
+def test_tensor_scalar_reduce_chains_through_the_registers(op, ref, negate):
+    a, b, c = (RNG.random((16, 12)).astype(np.float32) for _ in range(3))
+    chained, loaded, mid = scalar_reduce_chain(a, b, c, getattr(nl, op), negate)
+    both = np.concatenate([a, b, c], axis=1) * 2
+    want = ref(both, axis=1, keepdims=True)
+    np.testing.assert_allclose(chained, -want if negate else want, rtol=1e-5)
+    start = np.full((16, 1), 10.0, np.float32)
+    fold = {"add": np.add, "maximum": np.maximum}[op]
+    np.testing.assert_allclose(loaded, fold(start, ref(a + 1, axis=1, keepdims=True)), rtol=1e-5)
+    np.testing.assert_allclose(mid, b * 2, rtol=1e-6)

@@ -97,23 +97,49 @@ def _reduce_mask(mask, out_shape, data: Tensor, op: str):
         return None, mask_values(mask, data.shape, data)
 
 
-def tensor_scalar_reduce(data, op0: str, operand0, reduce_op: str, reduce_res: Tensor, *, reverse0: bool = False,
-                         dtype=None, mask=None) -> Tensor:
-    """out = data op0 operand0, and reduce_res[p] = reduce_op over the free axes of out (VectorE)."""
-    ctx, (d, r) = begin("tensor_scalar_reduce", E_VECTOR, [(data, "data"), (reduce_res, "reduce_res")])
-    if parts_of(r) != parts_of(d) or free_of(r) != 1:
-        fail("nkisim_scalar_operand_shape", op="tensor_scalar_reduce", operand="reduce_res", p=parts_of(d),
-             shape=list(r.shape))
-    s0, t0 = scalar_operand(ctx, "tensor_scalar_reduce", d, operand0, "operand0")
+def tensor_scalar_reduce(data, op0: str, operand0, reduce_op: str, reduce_res: Tensor | None, *,
+                         reverse0: bool = False, reduce_cmd: int = RESET_REDUCE, reduce_init=None,
+                         negate: bool = False, dtype=None, mask=None) -> Tensor:
+    """out = data op0 operand0, reduced over the free axes into VectorE's accumulation registers (VectorE).
+
+    ``reduce_cmd`` (NKI 0.6 nki.isa.tensor_scalar_reduce, "Accumulator behavior"): reset_reduce restarts the
+    registers from this result, reduce accumulates onto them, load_reduce starts from ``reduce_init``; the registers
+    are shared with range_select, select_reduce and tensor_scalar_cumulative.  ``reduce_res`` (one element per
+    partition) reads them out, negated if ``negate`` ("does not modify the internal reduction registers"); None
+    leaves the result in the registers (a reduction chain's non-final steps)."""
+    op = "tensor_scalar_reduce"
+    tiles = [(data, "data")] + ([(reduce_res, "reduce_res")] if reduce_res is not None else [])
+    ctx, checked = begin(op, E_VECTOR, tiles)
+    d, r = checked[0], (checked[1] if reduce_res is not None else None)
+    if r is not None and (parts_of(r) != parts_of(d) or free_of(r) != 1):
+        fail("nkisim_scalar_operand_shape", op=op, operand="reduce_res", p=parts_of(d), shape=list(r.shape))
+    cmd = int(reduce_cmd)
+    if cmd not in (REDUCE, RESET_REDUCE, LOAD_REDUCE):
+        fail("nkisim_bad_argument", op=op, detail="reduce_cmd must be reset_reduce, reduce or load_reduce")
+    if (cmd == LOAD_REDUCE) != (reduce_init is not None):
+        fail("nkisim_bad_argument", op=op, detail="reduce_init is given exactly when reduce_cmd is load_reduce")
+    s0, t0 = scalar_operand(ctx, op, d, operand0, "operand0")
+    si, ti = scalar_operand(ctx, op, d, reduce_init, "reduce_init")
     out = new_result(ctx, d.shape, out_dtype(dtype, d))
-    ins = ctx.emit("tensor_scalar", E_VECTOR, [d] + ([t0] if t0 is not None else []), (out, r),
+    srcs = [d] + [t for t in (t0, ti) if t is not None]
+    ins = ctx.emit("tensor_scalar", E_VECTOR, srcs, (out, r) if r is not None else (out,),
                    {"alu0": op0, "reduce": True})
     values = None
     if ctx.full:
         v, s = f32_values(d), per_partition_values(s0, d)
         values = execute.alu(op0, s, v) if reverse0 else execute.alu(op0, v, s)
-        write_side(r, execute.REDUCE[reduce_op](as_rows(np.asarray(values, dtype=F32)), axis=1, keepdims=True))
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, r, out))
+        rows = as_rows(np.asarray(values, dtype=F32))
+        p = rows.shape[0]
+        if cmd == LOAD_REDUCE:
+            regs = ctx.reduce_regs.get(E_VECTOR)
+            if regs is None:
+                regs = ctx.reduce_regs[E_VECTOR] = np.zeros((128, 1), dtype=F32)
+            init = per_partition_values(si, d).reshape(-1, 1) if isinstance(si, Tensor) else np.float32(si)
+            regs[:p] = np.broadcast_to(init, (p, 1))
+        regs = reduce_registers(ctx, E_VECTOR, REDUCE if cmd == LOAD_REDUCE else cmd, reduce_op, rows)
+        if r is not None:
+            write_side(r, -regs if negate else regs)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, *[t for t in (d, r, out) if t is not None]))
 
 
 def tensor_partition_reduce(op: str, data, *, dtype=None, mask=None) -> Tensor:

@@ -308,17 +308,15 @@ def tensor_partition_reduce(dst, op, data, name=None, **removed) -> None:
 def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
                          reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False, name=None,
                          **removed) -> None:
+    """``dst = data op0 operand0`` and its free-axis reduction into VectorE's registers (``reduce_res``: read out)."""
     if removed:
         _removed("tensor_scalar_reduce", removed)
-    if reduce_res is None or _reduce_cmd(reduce_cmd, "tensor_scalar_reduce") != 3 or reduce_init is not None \
-            or reduce_res_negate:
-        from nkisim.frontends._unsupported import NkisimUnsupportedError
-
-        raise NkisimUnsupportedError("nkisim does not support nisa.tensor_scalar_reduce with reduce_cmd other than "
-                                     "reset_reduce, reduce_init, reduce_res_negate or without reduce_res yet")
     _assign.into(dst, _red.tensor_scalar_reduce(data, _alu(op0, "tensor_scalar_reduce"), operand0,
                                                 _alu(reduce_op, "tensor_scalar_reduce"), reduce_res,
-                                                reverse0=reverse0, dtype=dst.dtype))
+                                                reverse0=reverse0,
+                                                reduce_cmd=_reduce_cmd(reduce_cmd, "tensor_scalar_reduce"),
+                                                reduce_init=reduce_init, negate=bool(reduce_res_negate),
+                                                dtype=dst.dtype))
 
 
 def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None,
