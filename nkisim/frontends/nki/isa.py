@@ -524,26 +524,34 @@ class NkiInstruction(NKIObject):
     top of the data dependencies.  A producer must come earlier in program order (nkisim's trace is in program
     order; an edge to a later instruction would be a wait on something not yet issued)."""
 
-    __slots__ = ("_instrs",)
+    __slots__ = ("_span",)  # (trace list, first index, end index): resolved only when depends_on needs it
 
     def __init__(self, handle) -> None:
-        self._instrs = tuple(handle)
+        handle = list(handle)
+        self._span = (handle, 0, len(handle))
+
+    @property
+    def _instrs(self) -> list:
+        instrs, lo, hi = self._span
+        return instrs[lo:hi]
 
     def depends_on(self, *producers) -> NkiInstruction:
-        if not self._instrs:
+        mine = self._instrs
+        if not mine:
             return self
-        first = min(i.seq for i in self._instrs)
+        first = min(i.seq for i in mine)
         for prod in producers:
             if not isinstance(prod, NkiInstruction):
                 raise TypeError(f"depends_on takes NkiInstruction handles (what nisa calls return), got "
                                 f"{type(prod).__name__}")
-            if not prod._instrs:
+            theirs = prod._instrs
+            if not theirs:
                 continue
-            last = max(i.seq for i in prod._instrs)
+            last = max(i.seq for i in theirs)
             if last >= first:
                 raise ValueError("depends_on: the producer must be an instruction issued before the consumer "
                                  "(nkisim traces in program order)")
-            for ins in self._instrs:
+            for ins in mine:
                 ins.attrs = {**ins.attrs, "after": tuple(ins.attrs.get("after", ())) + (last,)}  # never shared
         return self
 
@@ -552,15 +560,21 @@ class NkiInstruction(NKIObject):
 
 
 def _returns_instruction(fn):
-    """Wrap a nisa instruction so that it returns the handle of what it emitted."""
+    """Wrap a nisa instruction so that it returns the handle of what it emitted (kept lean: it sits on the
+    per-instruction path, ``python -m nkisim.bench``)."""
+    stack = _ctx._STACK
+    new = object.__new__
+    cls = NkiInstruction
+
     def call(*args, **kwargs):
-        ctx = _ctx.active()
-        if ctx is None:
+        if not stack:
             return fn(*args, **kwargs)  # raises "outside a kernel" as the function itself does
-        instrs = ctx.trace.instrs
+        instrs = stack[-1].trace.instrs
         n0 = len(instrs)
         fn(*args, **kwargs)
-        return NkiInstruction(instrs[n0:])
+        h = new(cls)
+        h._span = (instrs, n0, len(instrs))
+        return h
 
     call.__name__ = call.__qualname__ = fn.__name__
     call.__doc__ = fn.__doc__
@@ -568,7 +582,6 @@ def _returns_instruction(fn):
     return call
 
 
-# ---- the target -----------------------------------------------------------------------------------------------------
 def get_nc_version() -> nc_version:
     """Generation of the target NeuronCore: gen2 (trn1), gen3 (trn2)."""
     ctx = _ctx.active()
