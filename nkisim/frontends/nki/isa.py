@@ -606,10 +606,18 @@ for _name in ("dma_copy", "dma_transpose", "nc_matmul", "nc_transpose", "tensor_
 del _name
 
 
+_V4 = "a NeuronCore-v4 (trn3) instruction; nkisim models trn1 and trn2, where the compiler rejects it"
+_LNC2 = ("cross-core synchronisation of an LNC=2 launch; nkisim runs the two programs one after the other, so it "
+         "cannot honour a barrier or an exchange between them")
+_WHY = {"activate2": _V4, "exponential": _V4, "rand2": _V4, "nc_matmul_mx": _V4, "quantize_mx": _V4,
+        "core_barrier": _LNC2, "sendrecv": _LNC2,
+        "topk": "the docs do not say how the K results are laid out over a 16-partition snake group"}
+
+
 def __getattr__(name: str):
     from nkisim.frontends import NKI, _unsupported
 
-    return _unsupported.missing(NKI, "nisa", name)
+    return _unsupported.missing(NKI, "nisa", name, why=_WHY)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

@@ -475,10 +475,16 @@ _REMOVED = {
 }
 
 
+_MX = "an MX type of nisa.nc_matmul_mx / quantize_mx, NeuronCore-v4 (trn3) only; nkisim models trn1 and trn2"
+_NOT_MODELLED = {"float8_e5m2_x4": _MX, "float8_e4m3fn_x4": _MX, "float4_e2m1fn_x4": _MX, "float8_e8m0fnu": _MX,
+                 "prelu": "an operator of nisa.activate2, a NeuronCore-v4 (trn3) instruction",
+                 "bypass": "an operator of nisa.activate2, a NeuronCore-v4 (trn3) instruction"}
+
+
 def __getattr__(name: str):
     from nkisim.frontends import NKI, _unsupported
 
-    return _unsupported.missing(NKI, "nl", name, _REMOVED)
+    return _unsupported.missing(NKI, "nl", name, _REMOVED, why=_NOT_MODELLED)
 
 
 del annotations  # the __future__ import must not leak as an NKI name
