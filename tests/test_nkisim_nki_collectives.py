@@ -87,7 +87,7 @@ def test_sbuf_collectives_ring_of_one_and_rank_ids():
 
 
 @nki.jit
-def variable_gather(x, meta, to_all):
+def variable_gather(x, meta, to_all, known=False):
     """all_gather_v / all_to_all_v of one rank: the chunk src[displ : displ + count] lands in dst at slot 0 (or at
     recv_displ, all_to_all_v with has_rdispls); row 2 of the metadata receives the count."""
     g = ncol.ReplicaGroup(ONE)
@@ -98,9 +98,9 @@ def variable_gather(x, meta, to_all):
     md = nl.ndarray(meta.shape, dtype=nl.uint32, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=md, src=meta)
     if to_all:
-        ncol.all_to_all_v([x], [out], g, md, has_rdispls=meta.shape[0] == 4)
+        ncol.all_to_all_v([x], [out], g, md, recv_counts_known=known, has_rdispls=meta.shape[0] == 4)
     else:
-        ncol.all_gather_v([x], [out], g, md)
+        ncol.all_gather_v([x], [out], g, md, recv_counts_known=known)
     return out, md
 
 
@@ -118,6 +118,13 @@ def test_variable_length_collectives(to_all, meta, start):
     want[start:start + count] = x[displ:displ + count]
     np.testing.assert_array_equal(out, want)
     assert int(md_out[2, 0]) == count
+
+
+@pytest.mark.parametrize("to_all", [False, True])
+def test_recv_counts_known_leaves_row_2_alone(to_all):
+    x = _x(20)
+    _, md_out = variable_gather(x, np.array([[5], [3], [99]], np.uint32), to_all, True)
+    assert int(md_out[2, 0]) == 99
 
 
 @pytest.mark.parametrize("groups", [[[0, 1]], [[0], [1]], [[1]]])

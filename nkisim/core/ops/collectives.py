@@ -143,7 +143,8 @@ def variable(srcs, dsts, groups, metadata_tensor, recv_counts_known: bool, has_r
     else:
         count = sd = rd = 0
         nbytes = min(n_src, n_dst) * d.dtype.itemsize  # timing mode: the counts are data; the whole slot is priced
-    ctx.emit("dma_copy", E_DMA, (s, metadata_tensor), (d,), {"bytes": nbytes, "via": op, "cast": s.dtype != d.dtype})
+    dsts = (d,) if recv_counts_known else (d, metadata_tensor)  # row 2 receives the count
+    ctx.emit("dma_copy", E_DMA, (s, metadata_tensor), dsts, {"bytes": nbytes, "via": op, "cast": s.dtype != d.dtype})
     if md is not None:
         flat = np.array(read(d)).reshape(-1)
         flat[rd:rd + count] = execute.cast(execute.to_f32(np.asarray(read(s)).reshape(-1)[sd:sd + count])
