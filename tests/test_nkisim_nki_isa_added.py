@@ -420,6 +420,18 @@ def test_depends_on_orders_independent_instructions():
     assert fill.start_ns >= load.end_ns
 
 
+def test_depends_on_edges_survive_a_trace_file(tmp_path):
+    """The grader costs traces out of process (core.traceio): the edges travel with them."""
+    from nkisim.core import traceio
+
+    a = RNG.random((128, 512)).astype(np.float32)
+    run = run_kernel(ordered, (a, True), mode="timing")
+    traceio.dump(run.trace, tmp_path / "t.json")
+    loaded = traceio.load(tmp_path / "t.json")
+    assert estimate(loaded).total_us == pytest.approx(estimate(run.trace).total_us)
+    assert estimate(loaded).total_us > estimate(run_kernel(ordered, (a, False), mode="timing").trace).total_us
+
+
 def test_depends_on_needs_an_earlier_producer():
     @nki.jit
     def k(a):
