@@ -20,7 +20,7 @@ LAYERS = [
     {"aps", "buffers"},
     {"ops.common"},
     {"ops.elementwise"},
-    {"ops.dma", "ops.tensor_engine", "ops.reduce", "ops.gpsimd"},
+    {"ops.dma", "ops.tensor_engine", "ops.reduce", "ops.gpsimd", "ops.registers", "ops.collectives"},
     {"ops.assign"},
     {"placement", "semantics", "composites"},
     {"runtime"},

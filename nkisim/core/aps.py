@@ -228,3 +228,78 @@ def ap(t: Tensor, pattern, offset: int | None = None, dtype=None) -> Tensor:
     else:
         arr = np.lib.stride_tricks.as_strided(origin, shape=shape, strides=strides)
     return t.__class__(a, arr, 0, off=start * isz)
+
+
+def rearrange(t: Tensor, src_pattern, dst_pattern, fixed_sizes=None) -> Tensor:
+    """einops-style ``NkiTensor.rearrange``: split the grouped dimensions of ``src_pattern`` (sizes from
+    ``fixed_sizes``, at most one inferred per group), reorder the named dimensions to ``dst_pattern``'s order and
+    merge its groups: ``t.rearrange(('b', ('h', 'w')), ('b', 'w', 'h'), {'h': 4})`` on (128, 24) -> (128, 6, 4).
+    Built from :func:`reshape_dim`, :func:`permute` and ``reshape``, so the view rules (partition dim first on
+    chip, merges of contiguous dims) are theirs."""
+    sizes = dict(fixed_sizes or {})
+    src = [tuple(g) if isinstance(g, (tuple, list)) else (g,) for g in src_pattern]
+    dst = [tuple(g) if isinstance(g, (tuple, list)) else (g,) for g in dst_pattern]
+    names = [n for g in src for n in g]
+    if len(src) != len(t.shape):
+        fail("nkisim_view", name=t.name, op="rearrange", detail=f"src_pattern {tuple(src_pattern)} names "
+             f"{len(src)} dimensions, the tensor has {len(t.shape)}")
+    if len(set(names)) != len(names) or sorted(names) != sorted(n for g in dst for n in g):
+        fail("nkisim_view", name=t.name, op="rearrange", detail=f"src_pattern and dst_pattern must name the same "
+             f"dimensions once each ({tuple(src_pattern)} -> {tuple(dst_pattern)})")
+    split_shape: list[int] = []
+    for g, n in zip(src, t.shape):
+        unknown = [x for x in g if x not in sizes or sizes[x] == -1]
+        if len(unknown) > 1:
+            fail("nkisim_view", name=t.name, op="rearrange", detail=f"group {g}: give the sizes of all but one "
+                 "dimension in fixed_sizes")
+        known = int(np.prod([sizes[x] for x in g if x not in unknown]))
+        if unknown:
+            if known == 0 or n % known:
+                fail("nkisim_view", name=t.name, op="rearrange", detail=f"group {g} cannot split size {n}")
+            sizes[unknown[0]] = n // known
+        elif known != n:
+            fail("nkisim_view", name=t.name, op="rearrange", detail=f"group {g} has size {known}, the dimension {n}")
+        split_shape.extend(int(sizes[x]) for x in g)
+    v = t
+    d = 0
+    for g in src:  # split each group in place
+        if len(g) > 1:
+            v = reshape_dim(v, d, [sizes[x] for x in g])
+        d += len(g)
+    order = [names.index(n) for g in dst for n in g]
+    if order != list(range(len(order))):
+        v = permute(v, order)
+    merged = tuple(int(np.prod([sizes[x] for x in g])) for g in dst)
+    if merged != tuple(v.shape):
+        if t.kind != B_HBM and len(dst[0]) > 1:
+            fail("nkisim_view", name=t.name, op="rearrange", detail="cannot merge into the partition dimension")
+        v = v.reshape(merged)
+    return v
+
+
+def vector_select(t: Tensor, dim: int, vector_offset: Tensor) -> Tensor:
+    """``NkiTensor.vector_select``: row ``p`` of the result is ``t[vector_offset[p, 0], ...]`` (per-partition
+    indirect addressing of an HBM tensor's dim 0 by an SBUF ``(P, 1)`` integer tile).  The result is a gather view
+    whose index tile is a source of every DMA that reads or writes it (indirect DMA: the descriptors are built from
+    it); its indices are read when the view is made, as for the legacy API's dynamic indices."""
+    from nkisim.core.access import is_gather
+    from nkisim.core.instr import B_SBUF
+
+    if int(dim) != 0:
+        fail("nkisim_view", name=t.name, op="vector_select", detail=f"dim must be 0, got {dim}")
+    if t.kind != B_HBM:
+        fail("nkisim_view", name=t.name, op="vector_select", detail="only HBM tensors take a vector_select")
+    if is_gather(t):
+        fail("nkisim_view", name=t.name, op="vector_select", detail="the tensor is already indirect (one dynamic "
+             "select per tensor: check is_indirect())")
+    if not isinstance(vector_offset, Tensor) or vector_offset.kind != B_SBUF or len(vector_offset.shape) != 2 \
+            or vector_offset.shape[1] != 1 or vector_offset.dtype.kind not in "iu":
+        fail("nkisim_view", name=t.name, op="vector_select", detail="vector_offset must be an integer SBUF tensor "
+             "of shape (num_partitions, 1)")
+    nd = len(t.shape)
+    index = vector_offset
+    for _ in range(nd - 2):
+        index = index.expand_dims(index.ndim)  # (P, 1, ..., 1): broadcasts against the other dims' ranges
+    items = [index] + [np.arange(n).reshape((1,) * (k + 1) + (n,) + (1,) * (nd - k - 2))
+                       for k, n in enumerate(t.shape[1:])]
+    return t._advanced(tuple(items))

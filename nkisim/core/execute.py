@@ -62,6 +62,9 @@ ALU = {
     # nki.language.abs_max / abs_min (NKI 0.6): the larger / smaller magnitude, max(|x|, |y|) / min(|x|, |y|)
     "abs_max": (lambda x, y: np.maximum(np.abs(x), np.abs(y)), False),
     "abs_min": (lambda x, y: np.minimum(np.abs(x), np.abs(y)), False),
+    # nki.language.average: a reduction operator ("the reduction operator (add, average, max, bitwise_or,
+    # bitwise_and)", nki.isa.tensor_partition_reduce); element-wise, the mean of the two operands
+    "average": (lambda x, y: (x + y) * np.float32(0.5), False),
 }
 
 def _fold(ufunc):
@@ -89,6 +92,7 @@ REDUCE = {
     "maximum": np.max,
     "minimum": np.min,
     "multiply": np.prod,
+    "average": np.mean,
     "bitwise_and": np.bitwise_and.reduce,
     "bitwise_or": np.bitwise_or.reduce,
     "bitwise_xor": np.bitwise_xor.reduce,
@@ -100,6 +104,12 @@ def _gelu_dx(x):
     cdf = 0.5 * (1.0 + _erf(x / np.sqrt(2.0)))
     pdf = np.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi)
     return (cdf + x * pdf).astype(F32)
+
+
+def _gelu_sigmoid_dx(x):
+    """d/dx of gelu_apprx_sigmoid, x * sigmoid(1.702 x): s + 1.702 x s (1 - s)."""
+    s = _sigmoid(1.702 * x)
+    return (s + 1.702 * x * s * (1.0 - s)).astype(F32)
 
 
 def _silu_dx(x):
@@ -121,6 +131,7 @@ ACTIVATION = {
     "gelu": _gelu,
     "gelu_apprx_tanh": _gelu_tanh,
     "gelu_apprx_sigmoid": lambda x: x * _sigmoid(1.702 * x),
+    "gelu_apprx_sigmoid_dx": _gelu_sigmoid_dx,
     "silu": lambda x: x * _sigmoid(x),
     "softplus": _softplus,
     "mish": lambda x: x * np.tanh(_softplus(x)),

@@ -20,6 +20,7 @@ from nkisim.core.access import allocation, read
 from nkisim.core.buffers import wrap_host
 from nkisim.core.context import KernelContext, pop, push
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Trace
+from nkisim.core.ops.registers import ValuesNeeded
 from nkisim.core.rules import NKICapacityWarning, NKISimulationWarning, applies, fail, message
 from nkisim.core.tensor import Tensor
 
@@ -84,12 +85,28 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
                simulate: bool = False, frontend: frontends.FrontEnd | None = None) -> KernelRun:
     """Run a kernel on NumPy inputs; returns its outputs and instruction trace.
 
+    A timing run of a kernel whose control flow depends on data (a dynamic loop over a register loaded from
+    memory: ``nl.while_loop``, ``nl.fori_loop``) computes the values after all: it runs again in full mode, and its
+    outputs are still None.
+
     A kernel launched on an SPMD grid (``kernel[b, h]``) runs once per program, in row-major order, on the same
     inputs; ``trace.meta['spmd']`` records where each program's instructions start and which core runs it.
     ``simulate`` is ``nki.simulate_kernel`` / ``nki.jit(mode='simulation')``: capacity limits the compiler enforces
     only warn (:class:`~nkisim.core.rules.NKICapacityWarning`), and so does returning an on-chip tile
     (:class:`~nkisim.core.rules.NKISimulationWarning`).
     """
+    if mode == "timing":
+        try:
+            return _run_kernel(kernel, args, kwargs, mode, target, simulate, frontend)
+        except ValuesNeeded:
+            run = _run_kernel(kernel, args, kwargs, "full", target, simulate, frontend)
+            run.outputs = None
+            return run
+    return _run_kernel(kernel, args, kwargs, mode, target, simulate, frontend)
+
+
+def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: bool,
+                frontend: frontends.FrontEnd | None) -> KernelRun:
     fn = unwrap(kernel)
     grid, cores = launch_grid(kernel)
     name = getattr(fn, "__name__", "kernel")

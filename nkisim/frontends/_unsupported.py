@@ -38,15 +38,17 @@ def _documented_set(frontend: FrontEnd) -> frozenset[str]:
 class Unsupported:
     """Stands in for a documented symbol nkisim lacks: calling it or reading an attribute raises."""
 
-    __slots__ = ("nki_symbol", "nki_api")
+    __slots__ = ("nki_symbol", "nki_api", "why")
 
-    def __init__(self, symbol: str, api: str) -> None:
+    def __init__(self, symbol: str, api: str, why: str = "") -> None:
         self.nki_symbol = symbol
         self.nki_api = api
+        self.why = why
 
     def _raise(self):
         raise NkisimUnsupportedError(
-            f"nkisim does not support {self.nki_symbol} yet (it is part of the {self.nki_api}; see docs/nkisim.md "
+            f"nkisim does not support {self.nki_symbol} yet ({self.why + '; ' if self.why else ''}it is part of "
+            f"the {self.nki_api}; see docs/nkisim.md "
             "'Unsupported API' for what is missing and `python -m nkisim.apicoverage` for the full list)")
 
     def __call__(self, *args, **kwargs):
@@ -64,13 +66,14 @@ class Unsupported:
         return f"<unsupported {self.nki_symbol}>"
 
 
-def missing(frontend: FrontEnd, prefix: str, name: str, removed: dict[str, str] | None = None):
+def missing(frontend: FrontEnd, prefix: str, name: str, removed: dict[str, str] | None = None,
+            why: dict[str, str] | None = None):
     """Module ``__getattr__`` body of the module ``prefix`` of ``frontend`` (``nl``, ``nisa``, ...): a placeholder
-    for documented names, AttributeError for the rest; ``removed`` maps names another API version had to what
-    replaced them (the error says so)."""
+    for documented names (``why`` maps some of them to the reason nkisim lacks them), AttributeError for the rest;
+    ``removed`` maps names another API version had to what replaced them (the error says so)."""
     symbol = f"{prefix}.{name}"
     if not name.startswith("_") and symbol in _documented_set(frontend):
-        return Unsupported(symbol, frontend.title)
+        return Unsupported(symbol, frontend.title, (why or {}).get(name, ""))
     sub = frontend.prefixes.get(prefix, "")
     module = frontend.namespace + (f".{sub}" if sub else "")
     if removed and name in removed:

@@ -51,6 +51,9 @@ class TargetCosts:
     stride_penalty_factor: float = 2.0
     gpsimd_start_cycles: int = 150  # GPSIMD_START (ISA-226 iota/affine_select/local_gather formulas)
     act_reduce_readout_cycles: int = 64  # ActReadAccumulator ~64 ScalarE cycles (A2, ISA)
+    # [GUESS] a sequencer register instruction (nisa.register_move/load/store, ncol.rank_id): no ISA cost formula is
+    # documented; taken as one MIN_II on the base clock with no extra result latency (a 32-bit scalar move)
+    register_op_cycles: int = 64
     act_table_load_ns: float = 368.0  # ACT_TABLE_LOAD on a function-set switch [FIGURE PIMG]
     vector_gpsimd_share_sbuf: bool = False  # v2: VectorE and GpSimdE cannot access SBUF at once (A2 §4.4)
     vector_scalar_share_psum: bool = False  # v2: VectorE and ScalarE cannot access PSUM at once (A2 §4.4)

@@ -34,6 +34,7 @@ _ACT_TABLE = {
     "gelu_dx": "gelu_and_others",
     "gelu_apprx_tanh": "gelu_and_others",
     "gelu_apprx_sigmoid": "gelu_and_others",
+    "gelu_apprx_sigmoid_dx": "gelu_and_others",
     "silu": "gelu_and_others",
     "silu_dx": "gelu_and_others",
     "sigmoid": "gelu_and_others",
@@ -77,6 +78,9 @@ RESOURCE_OF = {
 }
 
 
+_GUESSED_N_OPS = frozenset({"tensor_scalar_cumulative", "nonzero_with_count", "rng", "rand_set_state",
+                            "rand_get_state"})
+_REGISTER_OPS = frozenset({"register_move", "register_load", "register_store"})
 _MIN_II_DYNAMIC = 600  # engine cycles before an instruction with a run-time address starts (ISA-226)
 
 
@@ -184,6 +188,8 @@ class CostModel:
         srcs, dsts = ins.srcs, ins.dsts
         first = srcs[0] if srcs else (dsts[0] if dsts else None)
         ops = srcs + dsts
+        if op in _REGISTER_OPS:  # sequencer register instructions: a guessed fixed cost (costs.register_op_cycles)
+            return ComputeCost(RESOURCE_OF.get(eng, "SyncE"), tc.register_op_cycles / tc.base_clock_ghz, 0.0)
         if first is None:  # no operands (a barrier-like instruction): MIN_II
             ghz = tc.scalar_ghz if eng == Engine.SCALAR else tc.vector_ghz
             return ComputeCost(RESOURCE_OF.get(eng, "VectorE"), tc.min_ii_cycles / ghz, 0.0)
@@ -256,6 +262,11 @@ class CostModel:
             work = 13 * (n / 3)
         elif op in ("scalar_tensor_tensor", "tensor_tensor_scan", "tensor_copy_predicated"):
             work = 2 * n
+        elif op in _GUESSED_N_OPS:
+            # [GUESS] NKI 0.4-0.6 instructions without an ISA cost formula in the docs (tensor_scalar_cumulative,
+            # nonzero_with_count, rng, rand_set_state/rand_get_state): one element per engine cycle, as the
+            # documented max(MIN_II, N) of the other one-pass VectorE/GpSimd instructions (GPSIMD_START added below)
+            work = n
         else:
             # every other VectorE/ScalarE/GpSimd instruction in ISA-226 costs max(MIN_II, N)
             work = n

@@ -402,6 +402,12 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
                     dep = rd[4]
                     dep_pred = rd[5]
 
+        after = ins.attrs.get("after") if ins.attrs else None
+        if after:  # explicit edges (nisa NkiInstruction.depends_on): wait for each producer's completion
+            for j in after:
+                if 0 <= j < i and instrs[j].end_ns > dep:
+                    dep, dep_pred = instrs[j].end_ns, j
+
         if zeros_read is not None and not (ins.op == "tensor_copy" and src_const and ins.dsts
                                            and ins.dsts[0].region.buf == PSUM):
             # the zeros are read as data, not overwritten by a matmul: the zero-init is a real instruction

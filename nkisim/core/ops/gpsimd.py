@@ -295,3 +295,137 @@ def dropout(data, prob, *, dtype=None, mask=None) -> Tensor:
         drop = _rng(ctx).random(d.shape, dtype=np.float32) < per_partition_values(pr, d)
         values = np.where(drop, np.float32(0.0), f32_values(d))
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, out))
+
+
+# ---- index extraction --------------------------------------------------------------------------------------------
+def nonzero_with_count(src, dst: Tensor, index_offset: int = 0, padding_val: int = -1) -> Tensor:
+    """On partitions 0, 16, ..., 112 (each GpSimd core's first partition): ``dst[p] = [indices of the nonzero
+    elements of src[p] + index_offset, padding_val ..., count]`` (nki.isa.nonzero_with_count, NeuronCore-v3+); the
+    other partitions of ``dst`` are left as they are."""
+    op = "nonzero_with_count"
+    ctx, (s, d) = begin(op, E_GPSIMD, [(src, "src"), (dst, "dst")])
+    check_writable(d)
+    if ctx.target == "trn1":
+        fail("nkisim_engine_op_unsupported", op=op, engine="GpSimd Engine", target=ctx.target,
+             detail="nonzero_with_count exists from NeuronCore-v3 (trn2) on")
+    for t, name in ((s, "src"), (d, "dst")):
+        if t.kind != B_SBUF:
+            need_on_chip(t, op, name, (B_SBUF,))
+    if s.dtype.name not in ("float32", "int32"):
+        fail("nkisim_dtype_not_supported", op=op, dtype=s.dtype.name, operand="src", detail=" (float32 or int32)")
+    if d.dtype.name != "int32":
+        fail("nkisim_dtype_not_supported", op=op, dtype=d.dtype.name, operand="dst", detail=" (int32)")
+    if parts_of(s) != parts_of(d) or free_of(d) != free_of(s) + 1:
+        fail("nkisim_shape_mismatch", op=op, shapes=[list(s.shape), list(d.shape)],
+             detail=": dst has src's partitions and one more element per partition (the count)")
+    ctx.emit(op, E_GPSIMD, (s,), (d,), {})
+    if ctx.full:
+        v = as_rows(np.asarray(read(s)))
+        out = as_rows(np.asarray(read(d))).copy()
+        f = v.shape[1]
+        for p in range(0, v.shape[0], 16):
+            idx = np.flatnonzero(v[p] != 0)
+            row = np.full(f + 1, int(padding_val), dtype=np.int64)
+            row[:idx.size] = idx + int(index_offset)
+            row[f] = idx.size
+            out[p] = row.astype(np.int32)
+        write(d, out.reshape(d.shape))
+        mark_written(d)
+    return d
+
+
+# ---- the GpSimd lanes' XORWOW generators ---------------------------------------------------------------------------
+XORWOW_WORDS = 6  # "src_seeds element count for XORWOW must be 6 elements (GpSimd)" (nki.isa.rand_set_state)
+
+
+def xorwow_step(state: np.ndarray) -> np.ndarray:
+    """One XORWOW step (Marsaglia 2003, "Xorshift RNGs") of every lane; ``state`` [lanes, 6] uint32 as (x, y, z, w,
+    v, d), updated in place; returns the 32-bit outputs ``v + d``.  The word order in SBUF is nkisim's choice: the
+    docs name the algorithm and the count of 6, not the layout."""
+    x = state[:, 0]
+    t = x ^ (x >> np.uint32(2))
+    state[:, 0:4] = state[:, 1:5]
+    v = state[:, 4]
+    state[:, 4] = (v ^ (v << np.uint32(4))) ^ (t ^ (t << np.uint32(1)))
+    state[:, 5] += np.uint32(362437)
+    return state[:, 4] + state[:, 5]
+
+
+def _lanes(ctx) -> np.ndarray:
+    st = getattr(ctx, "gpsimd_rng", None)
+    if st is None:  # an unseeded engine: undocumented start state; nkisim derives one from its own generator
+        st = ctx.gpsimd_rng = _rng(ctx).integers(1, 2 ** 32, size=(128, XORWOW_WORDS), dtype=np.uint32)
+    return st
+
+
+def _state_tile(t: Tensor, op: str, name: str) -> None:
+    if t.dtype != np.uint32 or free_of(t) != XORWOW_WORDS:
+        fail("nkisim_bad_argument", op=op, detail=f"{name} must be uint32 with {XORWOW_WORDS} elements per partition "
+             f"(the GpSimd XORWOW state), got {t.dtype}{list(t.shape)}")
+
+
+def _gpsimd_rng_only(ctx, op: str, engine) -> None:
+    if engine != E_GPSIMD:
+        fail("nkisim_engine_op_unsupported", op=op, engine="Vector Engine", target=ctx.target,
+             detail="the Vector Engine's PRNG state is accessible from NeuronCore-v4 (trn3) on: use the GpSimd "
+             "engine")
+    if ctx.target == "trn1":
+        fail("nkisim_engine_op_unsupported", op=op, engine="GpSimd Engine", target=ctx.target,
+             detail="PRNG state access exists from NeuronCore-v3 (trn2) on")
+
+
+def rand_set_state(src_seeds, engine=E_GPSIMD) -> None:
+    """Seed lane p's XORWOW generator with row p of ``src_seeds`` [P, 6] uint32 (SBUF)."""
+    op = "rand_set_state"
+    ctx, (s,) = begin(op, E_GPSIMD, [(src_seeds, "src_seeds")])
+    _gpsimd_rng_only(ctx, op, engine)
+    need_on_chip(s, op, "src_seeds", (B_SBUF,))
+    _state_tile(s, op, "src_seeds")
+    ctx.emit(op, E_GPSIMD, (s,), (), {})
+    if ctx.full:
+        _lanes(ctx)[:parts_of(s)] = as_rows(np.asarray(read(s)))
+
+
+def rand_get_state(dst: Tensor, engine=E_GPSIMD) -> Tensor:
+    """Store lane p's XORWOW state into row p of ``dst`` [P, 6] uint32 (SBUF)."""
+    op = "rand_get_state"
+    ctx, (d,) = begin(op, E_GPSIMD, [(dst, "dst")])
+    _gpsimd_rng_only(ctx, op, engine)
+    check_writable(d)
+    _state_tile(d, op, "dst")
+    ctx.emit(op, E_GPSIMD, (), (d,), {})
+    if ctx.full:
+        write(d, _lanes(ctx)[:parts_of(d)].copy().reshape(d.shape))
+        mark_written(d)
+    return d
+
+
+def rng(dst: Tensor, engine=E_VECTOR) -> Tensor:
+    """32 random bits per element of ``dst``, truncated to its (integer) dtype's least significant bits
+    (nki.isa.rng).  GpSimd: lane p's XORWOW generator fills partition p's elements in order (NeuronCore-v3+).
+    Vector: nkisim's own generator (``set_rng_seed``), whose bits differ from the hardware's (the Vector PRNG's
+    algorithm and seeding are not documented)."""
+    op = "rng"
+    ctx, (d,) = begin(op, engine, [(dst, "dst")])
+    check_writable(d)
+    if d.dtype.name not in ("int8", "int16", "int32", "uint8", "uint16", "uint32"):
+        fail("nkisim_dtype_not_supported", op=op, dtype=d.dtype.name, operand="dst",
+             detail=" (int8, int16, int32, uint8, uint16 or uint32)")
+    if engine == E_GPSIMD and ctx.target == "trn1":
+        fail("nkisim_engine_op_unsupported", op=op, engine="GpSimd Engine", target=ctx.target,
+             detail="rng runs on GpSimd from NeuronCore-v3 (trn2) on; use the Vector Engine")
+    ctx.emit(op, engine, (), (d,), {})
+    if ctx.full:
+        p, f = parts_of(d), free_of(d)
+        if engine == E_GPSIMD:
+            lanes = _lanes(ctx)
+            bits = np.empty((p, f), dtype=np.uint32)
+            sub = lanes[:p].copy()
+            for i in range(f):
+                bits[:, i] = xorwow_step(sub)
+            lanes[:p] = sub
+        else:
+            bits = _rng(ctx).integers(0, 2 ** 32, size=(p, f), dtype=np.uint32)
+        write(d, bits.astype(d.dtype).reshape(d.shape))  # astype keeps the low bits (two's complement)
+        mark_written(d)
+    return d

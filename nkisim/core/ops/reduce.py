@@ -12,6 +12,8 @@ from nkisim.core.context import current
 from nkisim.core.dtypes import F32
 from nkisim.core.instr import E_GPSIMD, E_VECTOR
 from nkisim.core.ops.common import (
+    REDUCE,
+    RESET_REDUCE,
     as_rows,
     begin,
     check_writable,
@@ -95,23 +97,49 @@ def _reduce_mask(mask, out_shape, data: Tensor, op: str):
         return None, mask_values(mask, data.shape, data)
 
 
-def tensor_scalar_reduce(data, op0: str, operand0, reduce_op: str, reduce_res: Tensor, *, reverse0: bool = False,
-                         dtype=None, mask=None) -> Tensor:
-    """out = data op0 operand0, and reduce_res[p] = reduce_op over the free axes of out (VectorE)."""
-    ctx, (d, r) = begin("tensor_scalar_reduce", E_VECTOR, [(data, "data"), (reduce_res, "reduce_res")])
-    if parts_of(r) != parts_of(d) or free_of(r) != 1:
-        fail("nkisim_scalar_operand_shape", op="tensor_scalar_reduce", operand="reduce_res", p=parts_of(d),
-             shape=list(r.shape))
-    s0, t0 = scalar_operand(ctx, "tensor_scalar_reduce", d, operand0, "operand0")
+def tensor_scalar_reduce(data, op0: str, operand0, reduce_op: str, reduce_res: Tensor | None, *,
+                         reverse0: bool = False, reduce_cmd: int = RESET_REDUCE, reduce_init=None,
+                         negate: bool = False, dtype=None, mask=None) -> Tensor:
+    """out = data op0 operand0, reduced over the free axes into VectorE's accumulation registers (VectorE).
+
+    ``reduce_cmd`` (NKI 0.6 nki.isa.tensor_scalar_reduce, "Accumulator behavior"): reset_reduce restarts the
+    registers from this result, reduce accumulates onto them, load_reduce starts from ``reduce_init``; the registers
+    are shared with range_select, select_reduce and tensor_scalar_cumulative.  ``reduce_res`` (one element per
+    partition) reads them out, negated if ``negate`` ("does not modify the internal reduction registers"); None
+    leaves the result in the registers (a reduction chain's non-final steps)."""
+    op = "tensor_scalar_reduce"
+    tiles = [(data, "data")] + ([(reduce_res, "reduce_res")] if reduce_res is not None else [])
+    ctx, checked = begin(op, E_VECTOR, tiles)
+    d, r = checked[0], (checked[1] if reduce_res is not None else None)
+    if r is not None and (parts_of(r) != parts_of(d) or free_of(r) != 1):
+        fail("nkisim_scalar_operand_shape", op=op, operand="reduce_res", p=parts_of(d), shape=list(r.shape))
+    cmd = int(reduce_cmd)
+    if cmd not in (REDUCE, RESET_REDUCE, LOAD_REDUCE):
+        fail("nkisim_bad_argument", op=op, detail="reduce_cmd must be reset_reduce, reduce or load_reduce")
+    if (cmd == LOAD_REDUCE) != (reduce_init is not None):
+        fail("nkisim_bad_argument", op=op, detail="reduce_init is given exactly when reduce_cmd is load_reduce")
+    s0, t0 = scalar_operand(ctx, op, d, operand0, "operand0")
+    si, ti = scalar_operand(ctx, op, d, reduce_init, "reduce_init")
     out = new_result(ctx, d.shape, out_dtype(dtype, d))
-    ins = ctx.emit("tensor_scalar", E_VECTOR, [d] + ([t0] if t0 is not None else []), (out, r),
+    srcs = [d] + [t for t in (t0, ti) if t is not None]
+    ins = ctx.emit("tensor_scalar", E_VECTOR, srcs, (out, r) if r is not None else (out,),
                    {"alu0": op0, "reduce": True})
     values = None
     if ctx.full:
         v, s = f32_values(d), per_partition_values(s0, d)
         values = execute.alu(op0, s, v) if reverse0 else execute.alu(op0, v, s)
-        write_side(r, execute.REDUCE[reduce_op](as_rows(np.asarray(values, dtype=F32)), axis=1, keepdims=True))
-    return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, r, out))
+        rows = as_rows(np.asarray(values, dtype=F32))
+        p = rows.shape[0]
+        if cmd == LOAD_REDUCE:
+            regs = ctx.reduce_regs.get(E_VECTOR)
+            if regs is None:
+                regs = ctx.reduce_regs[E_VECTOR] = np.zeros((128, 1), dtype=F32)
+            init = per_partition_values(si, d).reshape(-1, 1) if isinstance(si, Tensor) else np.float32(si)
+            regs[:p] = np.broadcast_to(init, (p, 1))
+        regs = reduce_registers(ctx, E_VECTOR, REDUCE if cmd == LOAD_REDUCE else cmd, reduce_op, rows)
+        if r is not None:
+            write_side(r, -regs if negate else regs)
+    return finish(ctx, ins, out, values, mask_values(mask, out.shape, *[t for t in (d, r, out) if t is not None]))
 
 
 def tensor_partition_reduce(op: str, data, *, dtype=None, mask=None) -> Tensor:
@@ -331,3 +359,70 @@ def nc_match_replace8(data, vals, imm, *, dst_idx: Tensor | None = None, dtype=N
         if dst_idx is not None:
             write_side(dst_idx, pos)
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, v8, out))
+
+
+# ---- cumulative tensor-scalar ----------------------------------------------------------------------------------
+_CUMULATIVE_OPS = ("add", "subtract", "multiply", "maximum", "minimum")
+_CUMULATIVE_RESET = {"add": 0.0, "subtract": 0.0, "multiply": 1.0, "maximum": -np.inf, "minimum": np.inf}
+LOAD_REDUCE = 4  # nisa.reduce_cmd.load_reduce
+
+
+def tensor_scalar_cumulative(src, dst: Tensor, op0: str, imm0, op1: str, imm1=None, *, reduce_cmd: int = 3) -> Tensor:
+    """``reg = op1(op0(src[i], imm0), reg); dst[i] = reg`` along each partition's (flattened) free elements
+    (VectorE, nki.isa.tensor_scalar_cumulative, NKI 0.6).  ``reduce_cmd``: reset_reduce starts ``reg`` at op1's
+    identity (0 for add/subtract, 1 for multiply, -inf/+inf for max/min), reduce continues from VectorE's
+    accumulation registers (shared with range_select, select_reduce, tensor_scalar_reduce), load_reduce starts at
+    ``imm1``; the final ``reg`` stays in the registers."""
+    op = "tensor_scalar_cumulative"
+    ctx, (s, d) = begin(op, E_VECTOR, [(src, "src"), (dst, "dst")])
+    check_writable(d)
+    if op1 not in _CUMULATIVE_OPS:
+        fail("nkisim_bad_argument", op=op, detail=f"op1 must be add, subtract, multiply, maximum or minimum, got "
+             f"'{op1}'")
+    if execute.ALU.get(op0, (None, True))[1]:
+        fail("nkisim_bad_argument", op=op, detail=f"op0 must be an arithmetic operator, got '{op0}'")
+    for t, name in ((s, "src"), (d, "dst")):
+        if t.dtype.name in ("int32", "uint32", "bool"):
+            fail("nkisim_dtype_not_supported", op=op, dtype=t.dtype.name, operand=name,
+                 detail=" (BF16, FP16, FP32, FP8, UINT8, UINT16, INT8, INT16 only: INT32/UINT32 are an ISA "
+                 "limitation)")
+    if parts_of(s) != parts_of(d) or free_of(s) != free_of(d):
+        fail("nkisim_shape_mismatch", op=op, shapes=[list(s.shape), list(d.shape)],
+             detail=": src and dst must have the same partitions and elements per partition")
+    cmd = int(reduce_cmd)
+    if cmd not in (REDUCE, RESET_REDUCE, LOAD_REDUCE):
+        fail("nkisim_bad_argument", op=op, detail="reduce_cmd must be reset_reduce, reduce or load_reduce")
+    if cmd == LOAD_REDUCE and imm1 is None:
+        fail("nkisim_bad_argument", op=op, detail="reduce_cmd=load_reduce needs imm1 (the accumulator's start)")
+    s0, t0 = scalar_operand(ctx, op, s, imm0, "imm0")
+    s1, t1 = scalar_operand(ctx, op, s, imm1, "imm1")
+    srcs = [s] + [t for t in (t0, t1) if t is not None]
+    ctx.emit(op, E_VECTOR, srcs, (d,), {"alu0": op0, "alu1": op1})
+    if ctx.full:
+        p = parts_of(s)
+        v = as_rows(f32_values(s))
+        scal = per_partition_values(s0, s).reshape(-1, 1) if isinstance(s0, Tensor) else np.float32(s0)
+        x = np.asarray(execute.alu(op0, v, scal), dtype=F32)
+        regs = ctx.reduce_regs.get(E_VECTOR)
+        if regs is None:
+            regs = ctx.reduce_regs[E_VECTOR] = np.zeros((128, 1), dtype=F32)
+        if cmd == RESET_REDUCE:
+            reg = np.full((p, 1), _CUMULATIVE_RESET[op1], dtype=F32)
+        elif cmd == LOAD_REDUCE:
+            reg = np.broadcast_to(per_partition_values(s1, s).reshape(-1, 1) if isinstance(s1, Tensor)
+                                  else np.float32(s1), (p, 1)).astype(F32)
+        else:
+            reg = regs[:p].copy()
+        out = np.empty_like(x)
+        if op1 == "subtract":  # reg = x[i] - reg: no NumPy accumulate for it
+            for i in range(x.shape[1]):
+                reg = x[:, i:i + 1] - reg
+                out[:, i:i + 1] = reg
+        else:
+            ufunc = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum, "minimum": np.minimum}[op1]
+            out = ufunc.accumulate(np.concatenate([reg, x], axis=1), axis=1, dtype=F32)[:, 1:]
+        if out.shape[1]:
+            regs[:p] = out[:, -1:]
+        write(d, execute.cast(out.reshape(d.shape), d.dtype))
+        mark_written(d)
+    return d

@@ -4,6 +4,7 @@ Every instruction takes its destination first and writes it in place (``nisa.ten
 op)``); the result dtype is the destination's ("The float32 computation results are cast to ``dst.dtype``",
 nki.isa.tensor_scalar docs).  Each function is a thin adapter: it resolves the operator and enum arguments and calls
 the same core instruction builder as the legacy ``neuronxcc.nki.isa`` (``nkisim.core.ops``), with ``dst=``.
+Every instruction returns an ``NkiInstruction`` handle (``.depends_on(*producers)`` adds scheduling edges).
 Parameters the API removed (``mask=``, ``dtype=``) are errors naming what replaced them, and enum parameters take
 the named members only ("Raw integer values (e.g., dge_mode=2) are no longer accepted", NKI 0.3 migration guide).
 """
@@ -16,15 +17,18 @@ from nkisim.core import config as _config
 from nkisim.core import context as _ctx
 from nkisim.core.instr import Engine as _Engine
 from nkisim.core.ops import assign as _assign
+from nkisim.core.ops import collectives as _col
 from nkisim.core.ops import dma as _dma
 from nkisim.core.ops import elementwise as _ew
 from nkisim.core.ops import gpsimd as _gps
 from nkisim.core.ops import reduce as _red
+from nkisim.core.ops import registers as _reg
 from nkisim.core.ops import tensor_engine as _te
 from nkisim.core.rules import fail as _fail
 from nkisim.frontends._operators import act as _act
 from nkisim.frontends._operators import alu as _alu
 from nkisim.frontends.nki.language import NKIObject, NkiTensor, equal, maximum  # noqa: F401  (as the stub does)
+from nkisim.frontends.nki.language import is_on_chip as _is_on_chip
 
 
 # ---- enums ----------------------------------------------------------------------------------------------------
@@ -304,17 +308,15 @@ def tensor_partition_reduce(dst, op, data, name=None, **removed) -> None:
 def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
                          reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False, name=None,
                          **removed) -> None:
+    """``dst = data op0 operand0`` and its free-axis reduction into VectorE's registers (``reduce_res``: read out)."""
     if removed:
         _removed("tensor_scalar_reduce", removed)
-    if reduce_res is None or _reduce_cmd(reduce_cmd, "tensor_scalar_reduce") != 3 or reduce_init is not None \
-            or reduce_res_negate:
-        from nkisim.frontends._unsupported import NkisimUnsupportedError
-
-        raise NkisimUnsupportedError("nkisim does not support nisa.tensor_scalar_reduce with reduce_cmd other than "
-                                     "reset_reduce, reduce_init, reduce_res_negate or without reduce_res yet")
     _assign.into(dst, _red.tensor_scalar_reduce(data, _alu(op0, "tensor_scalar_reduce"), operand0,
                                                 _alu(reduce_op, "tensor_scalar_reduce"), reduce_res,
-                                                reverse0=reverse0, dtype=dst.dtype))
+                                                reverse0=reverse0,
+                                                reduce_cmd=_reduce_cmd(reduce_cmd, "tensor_scalar_reduce"),
+                                                reduce_init=reduce_init, negate=bool(reduce_res_negate),
+                                                dtype=dst.dtype))
 
 
 def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None,
@@ -377,7 +379,209 @@ def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None, **removed) 
     _assign.into(dst, _red.nc_match_replace8(data, vals, imm, dst_idx=dst_idx, dtype=dst.dtype))
 
 
-# ---- the target -----------------------------------------------------------------------------------------------------
+# ---- added in NKI 0.4-0.6 -------------------------------------------------------------------------------------
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=reduce_cmd.reset_reduce, name=None,
+                             **removed) -> None:
+    """``reg = op1(op0(src[i], imm0), reg); dst[i] = reg`` along each partition (VectorE running scan)."""
+    if removed:
+        _removed("tensor_scalar_cumulative", removed)
+    _red.tensor_scalar_cumulative(src, dst, _alu(op0, "tensor_scalar_cumulative"), imm0,
+                                  _alu(op1, "tensor_scalar_cumulative"), imm1,
+                                  reduce_cmd=_reduce_cmd(reduce_cmd, "tensor_scalar_cumulative"))
+
+
+def nc_n_gather(dst, data, indices, name=None, **removed) -> None:
+    """``dst[p, j] = data[p].flatten()[indices[p, j]]`` within each partition (GpSimdE, uint32 indices); ``dst`` has
+    ``data``'s dtype and ``indices``' shape."""
+    if removed:
+        _removed("nc_n_gather", removed)
+    if getattr(dst, "dtype", None) != getattr(data, "dtype", None):
+        _fail("nkisim_bad_argument", op="nc_n_gather", detail=f"dst ({dst.dtype}) must have data's dtype "
+              f"({data.dtype})")
+    _assign.into(dst, _gps.gather_flattened(data, indices, dtype=dst.dtype))
+
+
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None, **removed) -> None:
+    """Indices of the nonzero elements (+ index_offset), padding, then their count, on partitions 0, 16, ..., 112
+    (GpSimdE, NeuronCore-v3+)."""
+    if removed:
+        _removed("nonzero_with_count", removed)
+    _gps.nonzero_with_count(src, dst, index_offset, padding_val)
+
+
+def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error, name=None,
+                **removed) -> None:
+    """``dst = srcs[0] + srcs[1] + ...`` computed by the DMA engines in fp32 (``reduce_op`` nl.add and ``scales``
+    all 1.0 are the only documented values)."""
+    if removed:
+        _removed("dma_compute", removed)
+    op = _alu(reduce_op, "dma_compute")
+    if op != "add":
+        _fail("nkisim_bad_argument", op="dma_compute", detail=f"reduce_op must be nl.add (the only supported "
+              f"operation), not {op}")
+    if scales is not None and any(float(x) != 1.0 for x in scales):
+        _fail("nkisim_bad_argument", op="dma_compute", detail="every scale must be 1.0 (or scales=None)")
+    if not unique_indices:
+        _fail("nkisim_bad_argument", op="dma_compute", detail="unique_indices must be True")
+    _member(oob_mode, _OobMode, "oob_mode", "dma_compute")
+    _col.dma_compute(dst, srcs, op, scales)
+
+
+def rng(dst, engine=engine.vector, name=None, **removed) -> None:
+    """32 random bits per element of the integer tile ``dst`` (their least significant bits), on VectorE or
+    (NeuronCore-v3+) GpSimdE."""
+    if removed:
+        _removed("rng", removed)
+    eng = _engine(engine, "rng")
+    if eng not in (_Engine.VECTOR, _Engine.GPSIMD):
+        _fail("nkisim_bad_argument", op="rng", detail="engine must be nisa.engine.vector or nisa.engine.gpsimd")
+    _gps.rng(dst, eng)
+
+
+def set_rng_seed(src_seeds, name=None, **removed) -> None:
+    """Seed VectorE's generator with the 32-bit value of a [1, 1] SBUF/PSUM tensor."""
+    if removed:
+        _removed("set_rng_seed", removed)
+    if tuple(getattr(src_seeds, "shape", ())) != (1, 1) or src_seeds.dtype.itemsize != 4 \
+            or not _is_on_chip(src_seeds.buffer):
+        _fail("nkisim_bad_argument", op="set_rng_seed", detail="src_seeds must be a [1, 1] tensor of a 32-bit dtype "
+              "in SBUF or PSUM")
+    _gps.random_seed(src_seeds)
+
+
+def rand_set_state(src_seeds, engine=engine.gpsimd, name=None, **removed) -> None:
+    """Seed each GpSimd lane's XORWOW generator from its partition of ``src_seeds`` ([P, 6] uint32, SBUF)."""
+    if removed:
+        _removed("rand_set_state", removed)
+    _gps.rand_set_state(src_seeds, _engine(engine, "rand_set_state"))
+
+
+def rand_get_state(dst, engine=engine.gpsimd, name=None, **removed) -> None:
+    """Store each GpSimd lane's XORWOW state into its partition of ``dst`` ([P, 6] uint32, SBUF)."""
+    if removed:
+        _removed("rand_get_state", removed)
+    _gps.rand_get_state(dst, _engine(engine, "rand_get_state"))
+
+
+# ---- engine-sequencer registers ----------------------------------------------------------------------------------
+class VirtualRegister(NKIObject, _reg.Register):
+    """A virtual register on an engine sequencer: a 32-bit integer (``nisa.register_alloc``), used for dynamic loop
+    bounds (``nl.dynamic_range``, ``nl.fori_loop``), while-loop conditions (``nl.while_loop``) and the results of
+    ``ncol.rank_id``.  nkisim runs the kernel eagerly: a register holds its value (``None`` until written); using it
+    in Python control flow is the tracer's ``TypeError`` (nki.isa.VirtualRegister: "using a register in Python
+    control flow ... or converting it with int() / range() raises TypeError")."""
+
+    __slots__ = ()
+
+    def __init__(self, state=None, frozen=False) -> None:
+        _reg.Register.__init__(self, state)
+
+    def _python_control_flow(self, *args):
+        raise TypeError("a VirtualRegister's value is not known while the kernel is built: use nl.fori_loop / "
+                        "nl.while_loop / nl.dynamic_range, or nisa.register_store it into a tensor "
+                        "(nki.isa.VirtualRegister)")
+
+    __bool__ = __int__ = __index__ = _python_control_flow
+
+
+def register_alloc(x=None) -> VirtualRegister:
+    """A new virtual register, uninitialised (``None``) or holding the integer ``x`` (no instruction: the compiler
+    allocates registers; a value is an immediate)."""
+    if x is not None and (isinstance(x, bool) or not isinstance(x, int)):
+        raise TypeError(f"nisa.register_alloc: x must be None or an integer, got {type(x).__name__}")
+    _ctx.current("register_alloc")
+    return VirtualRegister(x)
+
+
+def register_move(dst, src) -> None:
+    """``dst = src``: an immediate integer or another register (no memory access)."""
+    _reg.register_move(_need_register(dst, "register_move"), src)
+
+
+def register_load(dst, src) -> None:
+    """Load the one element of ``src`` (SBUF/HBM, shape [1] or [1, 1], up to 32 bits) into register ``dst``."""
+    _reg.register_load(_need_register(dst, "register_load"), src)
+
+
+def register_store(dst, src) -> None:
+    """Store register ``src`` into the one element of ``dst`` (SBUF/HBM), cast to dst's dtype."""
+    _reg.register_store(dst, _need_register(src, "register_store"))
+
+
+def _need_register(r, op: str):
+    if not isinstance(r, _reg.Register):
+        raise TypeError(f"nisa.{op}: expected a VirtualRegister (nisa.register_alloc()), got {type(r).__name__}")
+    return r
+
+
+# ---- instruction handles ---------------------------------------------------------------------------------------
+class NkiInstruction(NKIObject):
+    """Handle of the instruction(s) one ``nisa`` call emitted (every ``nisa`` instruction returns one).
+
+    ``consumer.depends_on(*producers)`` adds scheduling edges: the consumer starts only after every producer has
+    completed ("A dependency is not a trace-time hint: it lowers to a hardware semaphore wait", nki.isa.
+    NkiInstruction).  nkisim records the edges in the trace (``attrs['after']``) and the scheduler honours them on
+    top of the data dependencies.  A producer must come earlier in program order (nkisim's trace is in program
+    order; an edge to a later instruction would be a wait on something not yet issued)."""
+
+    __slots__ = ("_span",)  # (trace list, first index, end index): resolved only when depends_on needs it
+
+    def __init__(self, handle) -> None:
+        handle = list(handle)
+        self._span = (handle, 0, len(handle))
+
+    @property
+    def _instrs(self) -> list:
+        instrs, lo, hi = self._span
+        return instrs[lo:hi]
+
+    def depends_on(self, *producers) -> NkiInstruction:
+        mine = self._instrs
+        if not mine:
+            return self
+        first = min(i.seq for i in mine)
+        for prod in producers:
+            if not isinstance(prod, NkiInstruction):
+                raise TypeError(f"depends_on takes NkiInstruction handles (what nisa calls return), got "
+                                f"{type(prod).__name__}")
+            theirs = prod._instrs
+            if not theirs:
+                continue
+            last = max(i.seq for i in theirs)
+            if last >= first:
+                raise ValueError("depends_on: the producer must be an instruction issued before the consumer "
+                                 "(nkisim traces in program order)")
+            for ins in mine:
+                ins.attrs = {**ins.attrs, "after": tuple(ins.attrs.get("after", ())) + (last,)}  # never shared
+        return self
+
+    def __repr__(self) -> str:
+        return f"NkiInstruction({', '.join(i.op for i in self._instrs) or 'no instruction'})"
+
+
+def _returns_instruction(fn):
+    """Wrap a nisa instruction so that it returns the handle of what it emitted (kept lean: it sits on the
+    per-instruction path, ``python -m nkisim.bench``)."""
+    stack = _ctx._STACK
+    new = object.__new__
+    cls = NkiInstruction
+
+    def call(*args, **kwargs):
+        if not stack:
+            return fn(*args, **kwargs)  # raises "outside a kernel" as the function itself does
+        instrs = stack[-1].trace.instrs
+        n0 = len(instrs)
+        fn(*args, **kwargs)
+        h = new(cls)
+        h._span = (instrs, n0, len(instrs))
+        return h
+
+    call.__name__ = call.__qualname__ = fn.__name__
+    call.__doc__ = fn.__doc__
+    call.__wrapped__ = fn
+    return call
+
+
 def get_nc_version() -> nc_version:
     """Generation of the target NeuronCore: gen2 (trn1), gen3 (trn2)."""
     ctx = _ctx.active()
@@ -390,10 +594,30 @@ def get_nc_sub_version() -> int:
     return 0
 
 
+for _name in ("dma_copy", "dma_transpose", "nc_matmul", "nc_transpose", "tensor_copy", "tensor_tensor", "tensor_scalar",
+              "scalar_tensor_tensor", "activation", "activation_reduce", "reciprocal", "memset",
+              "tensor_copy_predicated", "iota", "affine_select", "dropout", "nc_stream_shuffle", "local_gather",
+              "sequence_bounds", "tensor_reduce", "tensor_partition_reduce", "tensor_scalar_reduce",
+              "tensor_tensor_scan", "bn_stats", "bn_aggr", "range_select", "select_reduce", "max8", "nc_find_index8",
+              "nc_match_replace8", "tensor_scalar_cumulative", "nc_n_gather", "nonzero_with_count", "dma_compute",
+              "rng", "set_rng_seed", "rand_set_state", "rand_get_state", "register_move", "register_load",
+              "register_store"):
+    globals()[_name] = _returns_instruction(globals()[_name])
+del _name
+
+
+_V4 = "a NeuronCore-v4 (trn3) instruction; nkisim models trn1 and trn2, where the compiler rejects it"
+_LNC2 = ("cross-core synchronisation of an LNC=2 launch; nkisim runs the two programs one after the other, so it "
+         "cannot honour a barrier or an exchange between them")
+_WHY = {"activate2": _V4, "exponential": _V4, "rand2": _V4, "nc_matmul_mx": _V4, "quantize_mx": _V4,
+        "core_barrier": _LNC2, "sendrecv": _LNC2,
+        "topk": "the docs do not say how the K results are laid out over a 16-partition snake group"}
+
+
 def __getattr__(name: str):
     from nkisim.frontends import NKI, _unsupported
 
-    return _unsupported.missing(NKI, "nisa", name)
+    return _unsupported.missing(NKI, "nisa", name, why=_WHY)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

@@ -25,6 +25,7 @@ from nkisim.core.ops import dma as _dma
 from nkisim.core.ops import elementwise as _ew
 from nkisim.core.ops import gpsimd as _gps
 from nkisim.core.ops import reduce as _red
+from nkisim.core.ops import registers as _reg
 from nkisim.frontends.nki.tensor import NkiTensor  # noqa: F401  (public NKI name)
 
 # ---- data types (nki.language dtypes; the packed MX types are placeholders) -----------------------------------
@@ -211,14 +212,29 @@ def static_range(start, stop=None, step=1) -> range:
 
 
 def dynamic_range(start, stop=None, step=1) -> range:
-    """A loop the device runs with runtime bounds; nkisim runs the same iterations (integer bounds)."""
-    for b in (start, stop):
-        if b is not None and not isinstance(b, (int, _np.integer)):
-            from nkisim.frontends._unsupported import NkisimUnsupportedError
+    """A loop the device runs with runtime bounds (integers or ``VirtualRegister``s); nkisim runs the same
+    iterations, so a register bound must hold a value (it does in full mode)."""
+    if stop is None:
+        start, stop = 0, start
+    return range(_reg.bound(start, "nl.dynamic_range"), _reg.bound(stop, "nl.dynamic_range"), int(step))
 
-            raise NkisimUnsupportedError("nkisim does not support nl.dynamic_range with register bounds yet "
-                                         "(nisa.register_*); integer bounds work")
-    return _range(start, stop, step)
+
+def fori_loop(lower, upper, body_fun, step=1) -> None:
+    """``for i in range(lower, upper, step): body_fun(i)`` with dynamic bounds (ints or registers); ``i`` is a
+    fresh ``VirtualRegister`` each iteration (by value: writing it does not change the loop)."""
+    from nkisim.frontends.nki.isa import VirtualRegister
+
+    _ctx.current("fori_loop")
+    _reg.fori_loop(lower, upper, body_fun, step, VirtualRegister)
+
+
+def while_loop(init, body_fun) -> None:
+    """``r = init; while r != 0: r = body_fun(r)``: checked before each iteration; the body gets the condition
+    register by value and returns the next one."""
+    from nkisim.frontends.nki.isa import VirtualRegister
+
+    _ctx.current("while_loop")
+    _reg.while_loop(init, body_fun, VirtualRegister)
 
 
 def ds(start, size) -> slice:
@@ -295,6 +311,7 @@ logical_or = _binary("logical_or")
 logical_xor = _binary("logical_xor")
 abs_max = _binary("abs_max")
 abs_min = _binary("abs_min")
+average = _binary("average")  # a reduction operator (nisa.tensor_reduce / tensor_partition_reduce: the mean)
 
 
 def _unary(func: str):
@@ -320,6 +337,7 @@ relu = _unary("relu")
 gelu = _unary("gelu")
 gelu_apprx_tanh = _unary("gelu_apprx_tanh")
 gelu_apprx_sigmoid = _unary("gelu_apprx_sigmoid")
+gelu_apprx_sigmoid_dx = _unary("gelu_apprx_sigmoid_dx")
 gelu_dx = _unary("gelu_dx")
 silu = _unary("silu")
 silu_dx = _unary("silu_dx")
@@ -457,10 +475,16 @@ _REMOVED = {
 }
 
 
+_MX = "an MX type of nisa.nc_matmul_mx / quantize_mx, NeuronCore-v4 (trn3) only; nkisim models trn1 and trn2"
+_NOT_MODELLED = {"float8_e5m2_x4": _MX, "float8_e4m3fn_x4": _MX, "float4_e2m1fn_x4": _MX, "float8_e8m0fnu": _MX,
+                 "prelu": "an operator of nisa.activate2, a NeuronCore-v4 (trn3) instruction",
+                 "bypass": "an operator of nisa.activate2, a NeuronCore-v4 (trn3) instruction"}
+
+
 def __getattr__(name: str):
     from nkisim.frontends import NKI, _unsupported
 
-    return _unsupported.missing(NKI, "nl", name, _REMOVED)
+    return _unsupported.missing(NKI, "nl", name, _REMOVED, why=_NOT_MODELLED)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

@@ -14,6 +14,7 @@ from __future__ import annotations
 from nkisim.core import aps
 from nkisim.core.access import allocation, is_gather
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF
+from nkisim.core.ops import registers as _reg
 from nkisim.core.tensor import Tensor
 from nkisim.frontends._unsupported import NkisimUnsupportedError
 
@@ -101,11 +102,17 @@ class NkiTensor(Tensor):
 
     # ---- views (nkisim.core.aps) --------------------------------------------------------------------------
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
-        """Explicit ``[[stride, count], ...]`` access pattern over the storage (offset: elements)."""
-        if scalar_offset is not None or vector_offset is not None:
+        """Explicit ``[[stride, count], ...]`` access pattern over the storage (offset: elements).  ``scalar_offset``
+        (a register or a one-element integer tensor) adds ``scalar_offset * stride of dim indirect_dim``, read when
+        the view is made."""
+        if vector_offset is not None:
             raise NkisimUnsupportedError(
-                "nkisim does not support NkiTensor.ap(scalar_offset=..., vector_offset=...) yet (indirect access "
-                "patterns); static patterns work")
+                "nkisim does not support NkiTensor.ap(vector_offset=...) yet (per-partition indirect access "
+                "patterns); use .vector_select(0, offsets) on an HBM tensor, or scalar_offset")
+        if scalar_offset is not None:
+            value = _reg.scalar_value(scalar_offset, "NkiTensor.ap")
+            stride = aps.element_strides(self)[int(indirect_dim)]
+            offset = (offset or 0) + value * stride
         return aps.ap(self, pattern, offset, dtype)
 
     def permute(self, dims):
@@ -149,15 +156,13 @@ class NkiTensor(Tensor):
     def is_indirect(self) -> bool:
         return is_gather(self)
 
-    @_unsupported_method
     def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None):
-        raise NkisimUnsupportedError("nkisim does not support NkiTensor.rearrange yet: use reshape_dim, permute "
-                                     "and flatten_dims")
+        """einops-style split / reorder / merge of dimensions (a view)."""
+        return aps.rearrange(self, src_pattern, dst_pattern, fixed_sizes)
 
-    @_unsupported_method
     def vector_select(self, dim, vector_offset):
-        raise NkisimUnsupportedError("nkisim does not support NkiTensor.vector_select yet (per-partition indirect "
-                                     "addressing)")
+        """Per-partition indirect addressing: row p reads ``self[vector_offset[p, 0], ...]`` (HBM, dim 0)."""
+        return aps.vector_select(self, dim, vector_offset)
 
     @_unsupported_method
     def indirect(self, index, num_elem=None):

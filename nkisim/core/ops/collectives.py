@@ -1,0 +1,245 @@
+"""Collective communication (``nki.collectives``) and DMA-engine arithmetic (``nisa.dma_compute``).
+
+nkisim models one NeuronCore, so the only collectives it can run honestly are those of a replica group of one rank:
+rank 0 alone.  For that group every collective is well defined by its documentation (nki.collectives, NKI 0.6):
+``all_reduce`` reduces one contribution (a copy), ``all_gather`` concatenates one chunk, ``reduce_scatter`` and
+``all_to_all`` keep the only chunk, a ring of one sends to itself, ``rank_id`` is 0.  Each moves its data with the
+DMA engines as one DMA per tensor (collectives run on the DMA rings: nki.collectives "priority: DMA
+quality-of-service"); the cost is that of the copy, without the collective runtime's synchronisation, which a
+one-rank group does not need.  A group with more ranks, or a launch on several NeuronCores, is an error naming the
+limit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nkisim.core import execute
+from nkisim.core.access import check_writable, mark_written, read, write
+from nkisim.core.context import current
+from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_DMA
+from nkisim.core.ops.common import need_on_chip, need_tensor
+from nkisim.core.ops.dma import dma_copy
+from nkisim.core.rules import fail
+from nkisim.core.tensor import Tensor
+
+ONE_CORE = ("nkisim models one NeuronCore: a collective can only run on a replica group of one rank ([[0]]), "
+            "where it is a local copy")
+_REDUCE_OPS = ("add", "minimum", "maximum")
+
+
+def check_group(groups, op: str) -> None:
+    """The replica group must be rank 0 alone, and the kernel an LNC=1 launch."""
+    ctx = current(op)
+    ranks = [list(g) for g in groups]
+    flat = [int(r) for g in ranks for r in g]
+    if ranks != [[0]] or flat != [0]:
+        raise NotImplementedError(f"ncol.{op}: replica group {ranks} has {len(flat)} rank(s) in {len(ranks)} "
+                                  f"group(s); {ONE_CORE}")
+    if ctx.grid:
+        raise NotImplementedError(f"ncol.{op}: the kernel runs on {math.prod(ctx.grid)} programs (kernel[lnc]); "
+                                  f"{ONE_CORE} and an LNC=1 launch")
+
+
+def _pairs(srcs, dsts, op: str, sbuf_ok: bool = True) -> list[tuple[Tensor, Tensor]]:
+    srcs, dsts = list(srcs), list(dsts)
+    if not srcs or len(srcs) != len(dsts):
+        fail("nkisim_bad_argument", op=op, detail=f"srcs and dsts must be lists of the same length >= 1 (got "
+             f"{len(srcs)} and {len(dsts)})")
+    tiles = [need_tensor(t, op, "srcs") for t in srcs] + [need_tensor(t, op, "dsts") for t in dsts]
+    kinds = {t.kind for t in tiles}
+    if B_PSUM in kinds:
+        need_on_chip(next(t for t in tiles if t.kind == B_PSUM), op, "srcs/dsts", (B_HBM, B_SBUF))
+    if len(kinds) > 1:
+        fail("nkisim_bad_argument", op=op, detail="all tensors must be on HBM or all on SBUF (mixing memory spaces "
+             "is not supported)")
+    if B_SBUF in kinds and (not sbuf_ok or len(srcs) > 1):
+        fail("nkisim_bad_argument", op=op, detail="SBUF tensors are not supported here" if not sbuf_ok else
+             "coalesced collectives (several tensors) need HBM tensors")
+    return list(zip(srcs, dsts))
+
+
+def _copy(src: Tensor, dst: Tensor, op: str) -> None:
+    """One rank's contribution lands in its own destination: a DMA of the same elements."""
+    if math.prod(src.shape) != math.prod(dst.shape):
+        fail("nkisim_dma_element_mismatch", src=list(src.shape), dst=list(dst.shape))
+    dma_copy(src, dst, via=op)
+
+
+def all_reduce(srcs, dsts, groups, op: str) -> None:
+    check_group(groups, "all_reduce")
+    if op not in _REDUCE_OPS:
+        fail("nkisim_bad_argument", op="all_reduce", detail=f"op must be nl.add, nl.minimum or nl.maximum, not {op}")
+    for s, d in _pairs(srcs, dsts, "all_reduce"):
+        _copy(s, d, "all_reduce")
+
+
+def _split_dim(s: Tensor, d: Tensor, dim: int, op: str, allowed: tuple[int, ...]) -> None:
+    if int(dim) not in allowed:
+        fail("nkisim_bad_argument", op=op, detail=f"collective_dim {dim} is not supported here (supported: "
+             f"{', '.join(map(str, allowed))})")
+    if tuple(s.shape) != tuple(d.shape):  # one rank: the concatenation / split of one chunk is the chunk
+        fail("nkisim_shape_mismatch", op=op, shapes=[list(s.shape), list(d.shape)],
+             detail=" (with one rank, dst has src's shape)")
+
+
+def all_gather(srcs, dsts, groups, collective_dim: int) -> None:
+    check_group(groups, "all_gather")
+    for s, d in _pairs(srcs, dsts, "all_gather"):
+        _split_dim(s, d, collective_dim, "all_gather", (0,) if s.kind == B_HBM else (0, 1))
+        _copy(s, d, "all_gather")
+
+
+def reduce_scatter(srcs, dsts, groups, collective_dim: int, op: str) -> None:
+    check_group(groups, "reduce_scatter")
+    if op not in _REDUCE_OPS:
+        fail("nkisim_bad_argument", op="reduce_scatter", detail=f"op must be nl.add, nl.minimum or nl.maximum, "
+             f"not {op}")
+    for s, d in _pairs(srcs, dsts, "reduce_scatter"):
+        _split_dim(s, d, collective_dim, "reduce_scatter", (0,))
+        _copy(s, d, "reduce_scatter")
+
+
+def all_to_all(srcs, dsts, groups, collective_dim: int) -> None:
+    check_group(groups, "all_to_all")
+    for s, d in _pairs(srcs, dsts, "all_to_all", sbuf_ok=False):
+        _split_dim(s, d, collective_dim, "all_to_all", (0,))
+        _copy(s, d, "all_to_all")
+
+
+def _metadata(md: Tensor, rows: int, op: str) -> np.ndarray | None:
+    md = need_tensor(md, op, "metadata_tensor")
+    want = (rows, 1) if md.kind == B_HBM else (1, rows, 1)
+    if tuple(md.shape) != want or md.dtype != np.uint32:
+        fail("nkisim_bad_argument", op=op, detail=f"metadata_tensor must be uint32 of shape {list(want)} for one "
+             f"rank on {'HBM' if md.kind == B_HBM else 'SBUF'}, got {md.dtype}{list(md.shape)}")
+    ctx = current(op)
+    return np.asarray(read(md)).reshape(rows).astype(np.int64) if ctx.full else None
+
+
+def variable(srcs, dsts, groups, metadata_tensor, recv_counts_known: bool, has_rdispls: bool, op: str) -> None:
+    """``all_gather_v`` / ``all_to_all_v`` of one rank: ``dst.flat[rd : rd + n] = src.flat[sd : sd + n]`` with
+    ``n = send_count``, ``sd = send_displ`` (rows 0/1), ``rd = recv_displs[0]`` (row 3) or 0 (slot 0); row 2 gets
+    the received count unless ``recv_counts_known``."""
+    check_group(groups, op)
+    ctx = current(op)
+    ctx.settle()
+    (s, d), = _one(srcs, dsts, op)
+    if s.kind != B_HBM or d.kind != B_HBM:
+        fail("nkisim_bad_argument", op=op, detail="srcs and dsts must be HBM tensors")
+    rows = 4 if has_rdispls else 3
+    md = _metadata(metadata_tensor, rows, op)
+    check_writable(d)
+    n_src, n_dst = math.prod(s.shape), math.prod(d.shape)
+    if md is not None:
+        count, sd = int(md[0]), int(md[1])
+        rd = int(md[3]) if has_rdispls else 0
+        if sd + count > n_src or rd + count > n_dst or count < 0:
+            fail("nkisim_bad_argument", op=op, detail=f"send_count {count} at send_displ {sd} / recv_displ {rd} "
+                 f"runs past src ({n_src} elements) or dst ({n_dst} elements)")
+        nbytes = count * d.dtype.itemsize
+    else:
+        count = sd = rd = 0
+        nbytes = min(n_src, n_dst) * d.dtype.itemsize  # timing mode: the counts are data; the whole slot is priced
+    dsts = (d,) if recv_counts_known else (d, metadata_tensor)  # row 2 receives the count
+    ctx.emit("dma_copy", E_DMA, (s, metadata_tensor), dsts, {"bytes": nbytes, "via": op, "cast": s.dtype != d.dtype})
+    if md is not None:
+        flat = np.array(read(d)).reshape(-1)
+        flat[rd:rd + count] = execute.cast(execute.to_f32(np.asarray(read(s)).reshape(-1)[sd:sd + count])
+                                           if s.dtype != d.dtype else np.asarray(read(s)).reshape(-1)[sd:sd + count],
+                                           d.dtype)
+        write(d, flat.reshape(d.shape))
+        if not recv_counts_known:
+            mdv = np.asarray(read(metadata_tensor)).copy().reshape(rows)
+            mdv[2] = count
+            write(metadata_tensor, mdv.reshape(metadata_tensor.shape))
+            mark_written(metadata_tensor)
+
+
+def _one(srcs, dsts, op: str):
+    pairs = _pairs(srcs, dsts, op)
+    if len(pairs) != 1:
+        fail("nkisim_bad_argument", op=op, detail="exactly one src and one dst tensor are supported")
+    return pairs
+
+
+def collective_permute(srcs, dsts, source_target_pairs) -> None:
+    """Explicit (source, target) pairs: with one rank only ``(0, 0)`` exists (a copy); no pair leaves dst alone."""
+    ctx = current("collective_permute")
+    if ctx.grid:
+        check_group([[0]], "collective_permute")
+    pairs = [tuple(int(x) for x in p) for p in source_target_pairs]
+    if any(p != (0, 0) for p in pairs):
+        raise NotImplementedError(f"ncol.collective_permute: source_target_pairs {pairs} name ranks other than 0; "
+                                  f"{ONE_CORE}")
+    (s, d), = _one(srcs, dsts, "collective_permute")
+    if s.kind != B_HBM:
+        fail("nkisim_bad_argument", op="collective_permute", detail="tensors must be on HBM")
+    if pairs:
+        _copy(s, d, "collective_permute")
+
+
+def _channels(by_channel, channel_ids, op: str) -> list[Tensor]:
+    ids = [int(c) for c in channel_ids]
+    if ids != list(range(len(ids))):
+        fail("nkisim_bad_argument", op=op, detail=f"channel_ids must be consecutive integers from 0, got {ids}")
+    lists = [list(x) for x in by_channel]
+    if len(lists) != len(ids) or any(len(x) != 1 for x in lists):
+        fail("nkisim_bad_argument", op=op, detail=f"one list of exactly one tensor per channel ({len(ids)} "
+             "channel(s))")
+    return [x[0] for x in lists]
+
+
+def collective_permute_implicit(srcs_by_channel, dsts_by_channel, groups, channel_ids) -> None:
+    """A ring of one: each rank's successor is itself."""
+    check_group(groups, "collective_permute_implicit")
+    srcs = _channels(srcs_by_channel, channel_ids, "collective_permute_implicit")
+    dsts = _channels(dsts_by_channel, channel_ids, "collective_permute_implicit")
+    for s, d in zip(srcs, dsts):
+        _copy(s, d, "collective_permute_implicit")
+
+
+def collective_permute_implicit_reduce(srcs0, srcs1, dsts, groups, op: str, channel_ids) -> None:
+    """A ring of one: ``dst = op(src0, src1)`` computed by the DMA engines and sent to the rank itself."""
+    name = "collective_permute_implicit_reduce"
+    check_group(groups, name)
+    if op not in _REDUCE_OPS:
+        fail("nkisim_bad_argument", op=name, detail=f"op must be nl.add, nl.minimum or nl.maximum, not {op}")
+    a = _channels(srcs0, channel_ids, name)
+    b = _channels(srcs1, channel_ids, name)
+    d = _channels(dsts, channel_ids, name)
+    for x, y, z in zip(a, b, d):
+        dma_compute(z, [x, y], op, via=name)
+
+
+def dma_compute(dst: Tensor, srcs, op: str, scales=None, *, via: str = "dma_compute") -> None:
+    """``dst = op(srcs[0] * scales[0], srcs[1] * scales[1], ...)`` element-wise in fp32 on the DMA engines, cast to
+    dst's dtype (nki.isa.dma_compute: "The DMA engines perform all computations in float32 precision internally").
+    One DMA instruction reading every source (its byte count: all of them)."""
+    ctx = current(via)
+    ctx.settle()
+    dst = need_tensor(dst, via, "dst")
+    srcs = [need_tensor(s, via, "srcs") for s in srcs]
+    if not 1 <= len(srcs) <= 16:
+        fail("nkisim_bad_argument", op=via, detail=f"1 to 16 source tensors, got {len(srcs)}")
+    scales = [1.0] * len(srcs) if scales is None else [float(x) for x in scales]
+    if len(scales) != len(srcs):
+        fail("nkisim_bad_argument", op=via, detail="scales must have one entry per source tensor")
+    n = math.prod(dst.shape)
+    for t in srcs + [dst]:
+        if t.kind == B_PSUM:
+            need_on_chip(t, via, "srcs/dst", (B_HBM, B_SBUF))
+        if math.prod(t.shape) != n:
+            fail("nkisim_dma_element_mismatch", src=list(t.shape), dst=list(dst.shape))
+    check_writable(dst)
+    nbytes = sum(math.prod(t.shape) * t.dtype.itemsize for t in srcs)
+    ctx.emit("dma_copy", E_DMA, tuple(srcs), (dst,), {"bytes": nbytes, "via": via, "cast": True})
+    if ctx.full:
+        acc = None
+        for t, sc in zip(srcs, scales):
+            v = execute.to_f32(np.asarray(read(t))).astype(np.float32).reshape(dst.shape) * np.float32(sc)
+            acc = v if acc is None else execute.alu(op, acc, v)
+        write(dst, execute.cast(np.asarray(acc, dtype=np.float32), dst.dtype))
+        mark_written(dst)

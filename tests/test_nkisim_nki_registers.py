@@ -1,0 +1,211 @@
+"""Engine-sequencer registers and dynamic loops of the current API (``nisa.register_*``, ``nisa.VirtualRegister``,
+``nl.fori_loop``, ``nl.while_loop``, ``nl.dynamic_range`` over a register), in the style of the NKI 0.6 API
+reference's own examples, checked against NumPy."""
+
+from __future__ import annotations
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+import numpy as np
+import pytest
+
+from nkisim.core.runtime import run_kernel
+from nkisim.perf import estimate
+
+
+@nki.jit
+def count_down(data, count_input):
+    """The nl.while_loop docs' example: add ``data`` to an accumulator ``count`` times, the loop condition being
+    the count reloaded into the register after each decrement."""
+    out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    val = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=val, src=data)
+    acc = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    count_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=count_sb, src=count_input)
+    one_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=one_sb, value=1)
+    reg = nisa.register_alloc()
+    nisa.register_load(reg, count_sb)
+
+    def body(r):
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=val, op=nl.add)
+        nisa.tensor_tensor(dst=count_sb, data1=count_sb, data2=one_sb, op=nl.subtract)
+        nisa.register_load(r, count_sb)
+        return r
+
+    nl.while_loop(reg, body)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@pytest.mark.parametrize("count", [0, 1, 5])
+def test_while_loop_runs_while_the_register_is_nonzero(count):
+    got = count_down(np.array([[2.5]], np.float32), np.array([[count]], np.int32))
+    np.testing.assert_array_equal(got, np.array([[2.5 * count]], np.float32))
+
+
+def test_a_timing_run_of_a_data_dependent_loop_computes_the_values():
+    args = (np.array([[1.0]], np.float32), np.array([[3]], np.int32))
+    full = run_kernel(count_down, args)
+    timed = run_kernel(count_down, args, mode="timing")
+    assert timed.outputs is None
+    assert [i.op for i in timed.trace] == [i.op for i in full.trace]
+    assert sum(i.op == "register_load" for i in full.trace) == 4  # the first load and one per iteration
+    assert estimate(timed.trace).total_us == pytest.approx(estimate(full.trace).total_us)
+
+
+@nki.jit
+def running_rows(x, n_input):
+    """nl.fori_loop up to a bound loaded into a register: row i of the output is row i of x plus i (the loop
+    register stored into a tensor), rows past the bound stay zero."""
+    rows, cols = x.shape
+    out = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.shared_hbm)
+    zeros = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=zeros, value=0.0)
+    nisa.dma_copy(dst=out, src=zeros)
+    n_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=n_sb, src=n_input)
+    ub = nisa.register_alloc()
+    nisa.register_load(ub, n_sb)
+    row = nl.ndarray((1, cols), dtype=nl.float32, buffer=nl.sbuf)
+    i_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    i_f = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+    visits = []
+
+    def body(i):
+        visits.append(i)
+        nisa.register_store(i_sb, i)
+        nisa.tensor_copy(dst=i_f, src=i_sb)
+        k = len(visits) - 1  # the iteration's row (Python knows it too: the loop runs in order)
+        nisa.dma_copy(dst=row, src=x[k:k + 1, :])
+        nisa.tensor_scalar(dst=row, data=row, op0=nl.add, operand0=i_f)
+        nisa.dma_copy(dst=out[k:k + 1, :], src=row)
+
+    nl.fori_loop(0, ub, body)
+    return out
+
+
+def test_fori_loop_with_a_register_bound_matches_numpy():
+    x = np.arange(6 * 4, dtype=np.float32).reshape(6, 4)
+    got = running_rows(x, np.array([[4]], np.int32))
+    want = np.zeros_like(x)
+    want[:4] = x[:4] + np.arange(4, dtype=np.float32)[:, None]
+    np.testing.assert_array_equal(got, want)
+
+
+@nki.jit
+def registers_roundtrip(x):
+    """register_alloc(int), register_move (immediate and register), register_load (float truncates) and
+    register_store (cast to the destination), dynamic_range over a register."""
+    out = nl.ndarray((1, 4), dtype=nl.int32, buffer=nl.shared_hbm)
+    res = nl.ndarray((1, 4), dtype=nl.int32, buffer=nl.sbuf)
+    a = nisa.register_alloc(7)
+    b = nisa.register_alloc()
+    nisa.register_move(b, a)
+    c = nisa.register_alloc()
+    nisa.register_move(c, -3)
+    xs = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=xs, src=x)
+    d = nisa.register_alloc()
+    nisa.register_load(d, xs)
+    n = 0
+    for _ in nl.dynamic_range(c, b):  # -3 .. 6
+        n += 1
+    e = nisa.register_alloc(n)
+    for j, r in enumerate((b, c, d, e)):
+        nisa.register_store(res[0:1, j:j + 1], r)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+def test_register_moves_loads_and_stores():
+    got = registers_roundtrip(np.array([[9.75]], np.float32))
+    np.testing.assert_array_equal(got, np.array([[7, -3, 9, 10]], np.int32))
+
+
+def test_registers_refuse_python_control_flow():
+    @nki.jit
+    def k(x):
+        r = nisa.register_alloc(3)
+        for _ in range(r):
+            pass
+        return x
+
+    with pytest.raises(TypeError, match="not known while the kernel is built"):
+        k(np.zeros((1, 1), np.float32))
+
+
+def test_register_load_needs_one_element():
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((1, 2), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=0)
+        nisa.register_load(nisa.register_alloc(), t)
+        return x
+
+    with pytest.raises(Exception, match="exactly one element"):
+        k(np.zeros((1, 1), np.float32))
+
+
+def test_fori_loop_step_must_be_positive():
+    @nki.jit
+    def k(x):
+        nl.fori_loop(0, 4, lambda i: None, step=0)
+        return x
+
+    with pytest.raises(ValueError, match="positive"):
+        k(np.zeros((1, 1), np.float32))
+
+
+N_ELEMS = 16
+
+
+@nki.jit
+def fori_copy_prefix(data, ub_input):
+    """The nl.fori_loop docs' example: copy element i of data to element i of the output for i < ub, addressing
+    both through ``.ap(..., scalar_offset=i, indirect_dim=1)``."""
+    output = nl.ndarray((1, N_ELEMS), dtype=nl.float32, buffer=nl.shared_hbm)
+    ub_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ub_sb, src=ub_input)
+    ub_reg = nisa.register_alloc()
+    nisa.register_load(ub_reg, ub_sb)
+    zeros = nl.zeros((1, N_ELEMS), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=output, src=zeros)
+    temp = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+
+    def body(i):
+        nisa.dma_copy(dst=temp, src=data.ap([[1, 1], [1, 1]], scalar_offset=i, indirect_dim=1))
+        nisa.dma_copy(dst=output.ap([[1, 1], [1, 1]], scalar_offset=i, indirect_dim=1), src=temp)
+
+    nl.fori_loop(0, ub_reg, body)
+    return output
+
+
+@pytest.mark.parametrize("ub", [0, 5, N_ELEMS])
+def test_fori_loop_docs_example_with_scalar_offsets(ub):
+    data = np.arange(1, N_ELEMS + 1, dtype=np.float32).reshape(1, N_ELEMS)
+    got = fori_copy_prefix(data, np.array([[ub]], np.int32))
+    want = np.where(np.arange(N_ELEMS) < ub, data, 0).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+@nki.jit
+def offset_from_tensor(x, k_input):
+    """``.ap(scalar_offset=<one-element SBUF tensor>)``: the row at a run-time index."""
+    out = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    k_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=k_sb, src=k_input)
+    row = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=row, src=x.ap([[x.shape[1], 1], [1, x.shape[1]]], scalar_offset=k_sb, indirect_dim=0))
+    nisa.dma_copy(dst=out, src=row)
+    return out
+
+
+def test_ap_scalar_offset_from_a_tensor_and_in_timing_mode():
+    x = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    np.testing.assert_array_equal(offset_from_tensor(x, np.array([[3]], np.int32)), x[3:4])
+    timed = run_kernel(offset_from_tensor, (x, np.array([[3]], np.int32)), mode="timing")
+    assert timed.outputs is None and len(timed.trace.instrs) == 3
