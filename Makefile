@@ -60,9 +60,12 @@ gradescope: setup
 	$(PY) -m grader gradescope --out autograder.zip
 
 # The student repository (release/asst4-trainium/ and release/asst4-trainium.tar.gz) without staff files
-# (grader/reference/ and .release-exclude's paths), with README.student.md as its README.
+# (grader/reference/, editions/ and .release-exclude's paths), with README.student.md as its README.  API=nki (the
+# default: the current `import nki` API, Neuron SDK 2.30+) or API=legacy (neuronxcc.nki, SDK <= 2.29: the
+# editions/legacy/ starters, into release/asst4-trainium-legacy/); the handouts keep that edition's api blocks.
+API ?= nki
 release:
-	$(PYTHON) tools/release.py --out release
+	$(PYTHON) tools/release.py --out release --api $(API)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis release out asst4.tar.gz autograder.zip

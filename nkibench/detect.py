@@ -22,9 +22,14 @@ import shutil
 import sys
 from dataclasses import dataclass
 
-# A kernel whose file imports neither namespace (a helper defined in a test, say) is taken to use this API.
-# The repository's kernels are in the legacy API today; switch this when the current API becomes the default.
-DEFAULT_API = "legacy"
+# A kernel whose file imports neither namespace (a helper defined in a test, say) is taken to use this API: the
+# course's default edition (part1/, part2/ are in the current API; the legacy edition lives in editions/legacy/).
+DEFAULT_API = "nki"
+# What each API is and which SDK compiles it (the scripts' "Kernel API:" line, the release's README).
+API_NAMES = {
+    "nki": "current NKI (`import nki`; NKI 0.4+, Neuron SDK 2.30+)",
+    "legacy": "legacy NKI (`import neuronxcc.nki`; Neuron SDK 2.29 or older)",
+}
 NRTPY_PYTHON_ENV = "NRTPY_PYTHON"
 
 
@@ -65,6 +70,11 @@ def api_of_source(source: str, filename: str = "<kernel>") -> str | None:
             f"(`neuronxcc.nki`, line {found['legacy']}): a kernel file must use one of them"
         )
     return next(iter(found), None)
+
+
+def api_line(kernel) -> str:
+    """``Kernel API: ...``, the line the course's scripts print before running a kernel."""
+    return f"Kernel API: {API_NAMES[api_of_kernel(kernel)]}"
 
 
 def kernel_function(kernel):

@@ -4,8 +4,9 @@ Prints, for each workload, front end and mode (full = NumPy values, timing = tra
 the kernel run, instruction count, CPU microseconds per instruction, and the CPU time ``nkisim.perf.estimate``
 takes (scheduler + report, us per instruction).  CPU time is reported because wall time is meaningless on a loaded
 host.  Workloads: vector_add_tiled ROW_CHUNK=1 on n=25600 (102,400 instructions) and the course's 224x224 conv
-(grader/reference/part2/conv2d.py, when that reference exists), each in the legacy ``neuronxcc.nki`` API and in
-the current ``nki`` API (tests/kernels/vector_add_nki.py, tests/kernels/reference_nki/conv2d.py when present);
+(the staff references of both editions, when they exist), each in the legacy ``neuronxcc.nki`` API
+(grader/reference/legacy/part2/conv2d.py) and in the current ``nki`` API (tests/kernels/vector_add_nki.py,
+grader/reference/part2/conv2d.py);
 both front ends emit the same instruction stream, so the per-instruction costs compare the front ends directly.
 """
 
@@ -21,8 +22,8 @@ import time
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONV = os.path.join(REPO, "grader", "reference", "part2", "conv2d.py")
-CONV_NKI = os.path.join(REPO, "tests", "kernels", "reference_nki", "conv2d.py")
+CONV = os.path.join(REPO, "grader", "reference", "legacy", "part2", "conv2d.py")
+CONV_NKI = os.path.join(REPO, "grader", "reference", "part2", "conv2d.py")
 VECTOR_ADD_NKI = os.path.join(REPO, "tests", "kernels", "vector_add_nki.py")
 
 
@@ -37,7 +38,8 @@ def _load(path: str, name: str):
 
 
 def _conv_kernel(path: str = CONV):
-    return _load(path, f"nkisim_bench_conv_{os.path.basename(os.path.dirname(path))}").fused_conv2d_maxpool
+    edition = "legacy" if os.sep + "legacy" + os.sep in path else "nki"
+    return _load(path, f"nkisim_bench_conv_{edition}").fused_conv2d_maxpool
 
 
 def measure(kernel, args, kwargs, mode: str, target: str = "trn2") -> dict:

@@ -1,19 +1,24 @@
 """Part 1 kernels: vector addition three ways, and a matrix transpose for you to write.
 
-Every kernel is a plain NKI kernel (``neuronxcc.nki``).  On a Trainium instance it is compiled by neuronx-cc and
-runs on a NeuronCore; anywhere else the same file runs on nkisim, the course's emulator.  Run them with
+Every kernel is a plain NKI kernel in the current API (``import nki``: NKI 0.4+, Neuron SDK 2.30+).  On a
+Trainium instance it is compiled by the Neuron compiler and runs on a NeuronCore; anywhere else the same file
+runs on nkisim, the course's emulator.  Run them with
 ``python part1/run_benchmark.py --kernel {naive,tiled,stream,transpose} -n N``.
 
-``skip_middle_end_transformations`` keeps the compiler from reordering or fusing your loops, so what you write
-is what runs (and ``affine_range`` behaves like ``sequential_range``).
+Three rules of this API show in every kernel (handout, section 2):
+
+* ISA calls write a destination you allocated: ``nisa.tensor_scalar(dst=tile, data=..., ...)`` returns nothing;
+* ``nl.ndarray`` allocates explicitly and leaves the memory uninitialised (reading it before writing gives NaN
+  on nkisim); kernel outputs are allocated in ``nl.shared_hbm``;
+* loops (``nl.affine_range``) are unrolled at compile time in the order you write them, so what you write is
+  what runs.
 """
 
-import neuronxcc.nki as nki
-import neuronxcc.nki.isa as nisa
-import neuronxcc.nki.language as nl
+import nki
+import nki.isa as nisa
+import nki.language as nl
 
 
-@nki.compiler.skip_middle_end_transformations
 @nki.jit
 def vector_add_naive(a_vec, b_vec):
     """Adds two 1-D vectors in a single shot.
@@ -21,25 +26,25 @@ def vector_add_naive(a_vec, b_vec):
     The whole vector becomes one SBUF tile with one element per partition, so this only works while the
     vector fits in the 128 partitions of SBUF (N <= 128).
     """
-    out = nl.ndarray(shape=a_vec.shape, dtype=a_vec.dtype, buffer=nl.hbm)
+    out = nl.ndarray(a_vec.shape, dtype=a_vec.dtype, buffer=nl.shared_hbm)
 
     # One element per partition: shape (N, 1).
-    a_sbuf = nl.ndarray(shape=(a_vec.shape[0], 1), dtype=a_vec.dtype, buffer=nl.sbuf)
-    b_sbuf = nl.ndarray(shape=(b_vec.shape[0], 1), dtype=b_vec.dtype, buffer=nl.sbuf)
+    a_sbuf = nl.ndarray((a_vec.shape[0], 1), dtype=a_vec.dtype, buffer=nl.sbuf)
+    b_sbuf = nl.ndarray((b_vec.shape[0], 1), dtype=b_vec.dtype, buffer=nl.sbuf)
 
     # HBM -> SBUF.
-    nisa.dma_copy(src=a_vec, dst=a_sbuf)
-    nisa.dma_copy(src=b_vec, dst=b_sbuf)
+    nisa.dma_copy(dst=a_sbuf, src=a_vec)
+    nisa.dma_copy(dst=b_sbuf, src=b_vec)
 
     # a + b, with b used as a per-partition scalar (one value per partition).
-    sum_sbuf = nisa.tensor_scalar(a_sbuf, nl.add, b_sbuf)
+    sum_sbuf = nl.ndarray((a_vec.shape[0], 1), dtype=a_vec.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=sum_sbuf, data=a_sbuf, op0=nl.add, operand0=b_sbuf)
 
     # SBUF -> HBM.
-    nisa.dma_copy(src=sum_sbuf, dst=out)
+    nisa.dma_copy(dst=out, src=sum_sbuf)
     return out
 
 
-@nki.compiler.skip_middle_end_transformations
 @nki.jit
 def vector_add_tiled(a_vec, b_vec):
     """Adds two 1-D vectors ROW_CHUNK elements at a time (one element per partition).
@@ -51,23 +56,23 @@ def vector_add_tiled(a_vec, b_vec):
 
     (N,) = a_vec.shape
     assert N % ROW_CHUNK == 0, f"vector length {N} must be a multiple of ROW_CHUNK={ROW_CHUNK}"
-    out = nl.ndarray(shape=a_vec.shape, dtype=a_vec.dtype, buffer=nl.hbm)
+    out = nl.ndarray(a_vec.shape, dtype=a_vec.dtype, buffer=nl.shared_hbm)
 
     for chunk in nl.affine_range(N // ROW_CHUNK):
         lo = chunk * ROW_CHUNK
-        a_tile = nl.ndarray(shape=(ROW_CHUNK, 1), dtype=a_vec.dtype, buffer=nl.sbuf)
-        b_tile = nl.ndarray(shape=(ROW_CHUNK, 1), dtype=b_vec.dtype, buffer=nl.sbuf)
+        a_tile = nl.ndarray((ROW_CHUNK, 1), dtype=a_vec.dtype, buffer=nl.sbuf)
+        b_tile = nl.ndarray((ROW_CHUNK, 1), dtype=b_vec.dtype, buffer=nl.sbuf)
 
-        nisa.dma_copy(src=a_vec[lo : lo + ROW_CHUNK], dst=a_tile)
-        nisa.dma_copy(src=b_vec[lo : lo + ROW_CHUNK], dst=b_tile)
+        nisa.dma_copy(dst=a_tile, src=a_vec[lo : lo + ROW_CHUNK])
+        nisa.dma_copy(dst=b_tile, src=b_vec[lo : lo + ROW_CHUNK])
 
-        sum_tile = nisa.tensor_scalar(a_tile, nl.add, b_tile)
+        sum_tile = nl.ndarray((ROW_CHUNK, 1), dtype=a_vec.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=sum_tile, data=a_tile, op0=nl.add, operand0=b_tile)
 
-        nisa.dma_copy(src=sum_tile, dst=out[lo : lo + ROW_CHUNK])
+        nisa.dma_copy(dst=out[lo : lo + ROW_CHUNK], src=sum_tile)
     return out
 
 
-@nki.compiler.skip_middle_end_transformations
 @nki.jit
 def vector_add_stream(a_vec, b_vec):
     """Adds two 1-D vectors as a stream of (128, FREE_DIM) tiles.
@@ -85,23 +90,23 @@ def vector_add_stream(a_vec, b_vec):
 
     a_mat = a_vec.reshape((PARTITIONS, COLS))
     b_mat = b_vec.reshape((PARTITIONS, COLS))
-    out = nl.ndarray(shape=(PARTITIONS, COLS), dtype=a_vec.dtype, buffer=nl.hbm)
+    out = nl.ndarray((PARTITIONS, COLS), dtype=a_vec.dtype, buffer=nl.shared_hbm)
 
     for col_tile in nl.affine_range(COLS // FREE_DIM):
         lo = col_tile * FREE_DIM
-        a_tile = nl.ndarray(shape=(PARTITIONS, FREE_DIM), dtype=a_vec.dtype, buffer=nl.sbuf)
-        b_tile = nl.ndarray(shape=(PARTITIONS, FREE_DIM), dtype=b_vec.dtype, buffer=nl.sbuf)
+        a_tile = nl.ndarray((PARTITIONS, FREE_DIM), dtype=a_vec.dtype, buffer=nl.sbuf)
+        b_tile = nl.ndarray((PARTITIONS, FREE_DIM), dtype=b_vec.dtype, buffer=nl.sbuf)
 
-        nisa.dma_copy(src=a_mat[:, lo : lo + FREE_DIM], dst=a_tile)
-        nisa.dma_copy(src=b_mat[:, lo : lo + FREE_DIM], dst=b_tile)
+        nisa.dma_copy(dst=a_tile, src=a_mat[:, lo : lo + FREE_DIM])
+        nisa.dma_copy(dst=b_tile, src=b_mat[:, lo : lo + FREE_DIM])
 
-        sum_tile = nisa.tensor_tensor(a_tile, b_tile, op=nl.add)
+        sum_tile = nl.ndarray((PARTITIONS, FREE_DIM), dtype=a_vec.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=sum_tile, data1=a_tile, data2=b_tile, op=nl.add)
 
-        nisa.dma_copy(src=sum_tile, dst=out[:, lo : lo + FREE_DIM])
+        nisa.dma_copy(dst=out[:, lo : lo + FREE_DIM], src=sum_tile)
     return out.reshape(a_vec.shape)
 
 
-@nki.compiler.skip_middle_end_transformations
 @nki.jit
 def matrix_transpose(a_tensor):
     """Returns the transpose of the (M, N) matrix ``a_tensor`` as a new (N, M) HBM tensor.
@@ -111,11 +116,12 @@ def matrix_transpose(a_tensor):
     you); move data with ``nisa.dma_copy`` and ``nisa.tensor_copy``.
     """
     M, N = a_tensor.shape
-    out = nl.ndarray(shape=(N, M), dtype=a_tensor.dtype, buffer=nl.hbm)
+    out = nl.ndarray((N, M), dtype=a_tensor.dtype, buffer=nl.shared_hbm)
 
-    # YOUR CODE HERE: for every 128x128 block of a_tensor, load it into SBUF, transpose it with
-    # nisa.nc_transpose (the result lands in PSUM), copy it to SBUF with nisa.tensor_copy and store it into
-    # the mirrored block of `out`.  Then delete the line below.
+    # YOUR CODE HERE: for every 128x128 block of a_tensor, load it into an SBUF tile (nisa.dma_copy), transpose
+    # it into a PSUM tile you allocate (nisa.nc_transpose(dst=..., data=...)), copy that to SBUF
+    # (nisa.tensor_copy(dst=..., src=...)) and store it into the mirrored block of `out`.  Then delete the line
+    # below.
     raise NotImplementedError(
         "matrix_transpose is not implemented yet: write it in part1/kernels.py (load 128x128 blocks with "
         "nisa.dma_copy, transpose them with nisa.nc_transpose, copy PSUM -> SBUF with nisa.tensor_copy, "

@@ -6,7 +6,8 @@ performance model ("nkisim estimate, trn2").  ``--profile_name NAME`` also write
 Trainium; nkisim's trace, summary and HTML page otherwise) and says where they are.  A profile run is compiled
 with DGE off, as the course's are: its latency is printed on its own line, labelled, beside the ordinary one.
 
-Running and timing go through ``nkibench`` (the repository's timing layer), which picks the backend.
+Running and timing go through ``nkibench`` (the repository's timing layer), which picks the backend from the API
+that part1/kernels.py imports (``Kernel API:`` line): the same script serves both editions of the course.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ for _path in (HERE, HERE.parent):
 import kernels  # noqa: E402
 
 import nkibench  # noqa: E402
+from nkibench import detect  # noqa: E402
 from nkibench.labels import profiled_line  # noqa: E402
 
 KERNELS = {
@@ -132,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Backend: none\n{exc}")
         return 1
     print(f"Backend: {chosen.describe()}")
+    print(detect.api_line(kernel_fn))
     try:
         passed, why = check_correctness(kernel_fn, args.kernel, inputs)
     except nkibench.BenchError as exc:  # the toolchain, not the kernel: say what is missing

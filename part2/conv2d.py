@@ -1,14 +1,15 @@
 """Part 2: a fused 2-D convolution + bias + max-pool kernel for one NeuronCore.
 
+Current NKI API (``import nki``: NKI 0.4+, Neuron SDK 2.30+): ISA calls write a destination you allocate
+(``nisa.nc_matmul(dst=psum_tile, stationary=..., moving=...)``), and ``nl.ndarray`` tiles start uninitialised.
 Check and time it with ``python part2/test_harness.py`` (add ``--test_maxpool`` once pooling works).
 """
 
-import neuronxcc.nki as nki
-import neuronxcc.nki.isa as nisa  # noqa: F401 - you will need it
-import neuronxcc.nki.language as nl
+import nki
+import nki.isa as nisa  # noqa: F401 - you will need it
+import nki.language as nl
 
 
-@nki.compiler.skip_middle_end_transformations
 @nki.jit
 def fused_conv2d_maxpool(X, W, bias, pool_size=1):
     """Computes maxpool(conv2d(X, W) + bias) and returns it as a new HBM tensor.
@@ -45,15 +46,17 @@ def fused_conv2d_maxpool(X, W, bias, pool_size=1):
     out_pool_height = out_height // pool_size
     out_pool_width = out_width // pool_size
 
-    X_out = nl.ndarray(shape=(batch_size, out_channels, out_pool_height, out_pool_width), dtype=X.dtype, buffer=nl.hbm)
+    X_out = nl.ndarray(shape=(batch_size, out_channels, out_pool_height, out_pool_width), dtype=X.dtype,
+                       buffer=nl.shared_hbm)
 
     # YOUR CODE HERE.  The mapping (handout, part 2): for each filter tap (p, q), the conv is a matmul that contracts
     # over input channels, so the 128 input channels of a channel tile lie on the partitions of both operands:
     #   stationary = W[co tile, ci tile, p, q] transposed to [128 ci, 128 co] (W is stored out-channels first);
     #   moving     = X[b, ci tile, y + p, q : q + out_width]: [128 ci, out_width], output row y shifted by the tap;
     #   all filter_height * filter_width * (in_channels / 128) products of one output tile accumulate in one
-    #   fp32 PSUM tile ([128 co, out_width], at most 512 fp32 per partition), which leaves PSUM once: + bias,
-    #   max-pool, cast to X.dtype, store.
+    #   fp32 PSUM tile ([128 co, out_width], at most 512 fp32 per partition): nisa.nc_matmul(dst=acc, ...)
+    #   overwrites acc on its first write and adds to it afterwards; acc leaves PSUM once: + bias, max-pool,
+    #   cast to X.dtype, store.
     # Start with the handout's starting point (for each image, output row, out-channel tile, in-channel tile and
     # tap: load the weight block, transpose it, load the input window, matmul into the row's PSUM tile); get it
     # correct, then make it fast one step at a time ("Making it fast"), comparing profiles as you go.

@@ -1,10 +1,12 @@
 """Correctness and performance tests for part 2: ``python part2/test_harness.py [--test_maxpool]``.
 
 Flags as in the course: ``--test_maxpool`` adds the pooling tests, ``--simulate`` runs the correctness tests
-through the API's CPU simulator (``nki.simulate_kernel``), ``--profile NAME`` saves profiles of the performance
-runs (compiled with DGE off, as the course's are: their latency is printed labelled, beside the ordinary one,
-which is the one scored), ``--seed`` (42) fixes the random inputs.  Kernels run and are timed through
-``nkibench``, the repository's timing layer (nkisim, or Trainium with the kernel's own API).  The test
+through the API's CPU simulator (``nki.simulate``; ``nki.simulate_kernel`` in the legacy API), ``--profile NAME``
+saves profiles of the performance runs (compiled with DGE off, as the course's are: their latency is printed
+labelled, beside the ordinary one, which is the one scored), ``--seed`` (42) fixes the random inputs.  Kernels
+run and are timed through ``nkibench``, the repository's timing layer (nkisim, or Trainium with the kernel's own
+API); the harness serves both editions of the course and prints the API the kernel file imports (``Kernel
+API:``).  The test
 definitions (``correctness_tests``, ``performance_tests``) and the runners (``run_correctness``,
 ``run_performance``, ``run_harness``) are importable, so the grader and the repository's tests drive the same
 logic against any submission directory.
@@ -40,6 +42,7 @@ for _path in (HERE, REPO_ROOT):
 from conv2d_numpy import conv2d, maxpool2d  # noqa: E402
 
 import nkibench  # noqa: E402
+from nkibench import detect  # noqa: E402
 from nkibench.labels import profiled_line  # noqa: E402
 
 # Performance scoring (course README): full credit at or below the optimized threshold (120% of the course
@@ -274,6 +277,15 @@ def backend_label(kernel: Callable | None = None) -> str:
         return nkibench.backend_for(kernel).describe()
     except nkibench.NoBackendError as exc:
         return f"none ({exc})"
+
+
+def kernel_api_line(kernel: Callable) -> str:
+    """``Kernel API: ...``: which NKI API the kernel file imports (the legacy and current editions share this
+    harness), or why it cannot say (a file importing both)."""
+    try:
+        return detect.api_line(kernel)
+    except detect.MixedAPIError as exc:
+        return f"Kernel API: {exc}"
 
 
 def conv_thresholds(dtype: str, image_height: int, pool: int, backend: str | None = None) -> tuple[float, float, str]:
@@ -536,6 +548,7 @@ def run_harness(
     report = HarnessReport(backend_label(kernel))
     bank = InputBank(seed)
     log(f"Backend: {report.backend}")
+    log(kernel_api_line(kernel))
     chosen = [t for t in correctness_tests() if test_maxpool or not t.needs_maxpool]
     report.correctness = run_correctness(kernel, chosen, bank, simulate, log)
     if not all(r.passed for r in report.correctness):
@@ -575,7 +588,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Part 2 correctness and performance tests")
     parser.add_argument("--test_maxpool", action="store_true", help="also test pool_size=2")
     parser.add_argument("--profile", default=None, metavar="NAME", help="save profiles as NAME[_pool]_<dtype>*")
-    parser.add_argument("--simulate", action="store_true", help="run correctness tests with nki.simulate_kernel")
+    parser.add_argument("--simulate", action="store_true",
+                        help="run correctness tests in the CPU simulator (nki.simulate; legacy: nki.simulate_kernel)")
     parser.add_argument("--seed", type=int, default=42, help="random seed for the inputs (default 42)")
     parser.add_argument(
         "--submission",

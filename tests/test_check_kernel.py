@@ -272,6 +272,10 @@ COURSE_KERNEL_FILES = [
     "part2/conv2d.py",
     "grader/reference/part1/kernels.py",
     "grader/reference/part2/conv2d.py",
+    "editions/legacy/part1/kernels.py",
+    "editions/legacy/part2/conv2d.py",
+    "grader/reference/legacy/part1/kernels.py",
+    "grader/reference/legacy/part2/conv2d.py",
 ]
 
 

@@ -10,6 +10,7 @@ import inspect
 import json
 import math
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -183,8 +184,16 @@ def test_the_course_kernels_take_the_model_here_and_the_info_command_says_so(tmp
         import kernels
     finally:
         sys.path.remove(str(REPO / "part1"))
-    assert detect.api_of_kernel(kernels.vector_add_stream) == "legacy"
+    assert detect.api_of_kernel(kernels.vector_add_stream) == detect.DEFAULT_API == "nki"
+    assert detect.api_line(kernels.vector_add_stream).startswith("Kernel API: current NKI (`import nki`")
     assert nkibench.backend_for(kernels.vector_add_stream).name == "nkisim"
+    spec = importlib.util.spec_from_file_location("nkibench_test_legacy_part1",
+                                                  REPO / "editions" / "legacy" / "part1" / "kernels.py")
+    legacy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(legacy)
+    assert detect.api_of_kernel(legacy.vector_add_stream) == "legacy"
+    assert "Neuron SDK 2.29 or older" in detect.api_line(legacy.vector_add_stream)
+    assert nkibench.backend_for(legacy.vector_add_stream).name == "nkisim"
     out = subprocess.run([sys.executable, "-m", "nkisim", "info"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=120, check=True).stdout
     assert "timing paths:\n  neuronxcc.nki kernels: nkisim's performance model" in out
@@ -232,11 +241,11 @@ def test_a_sane_neuron_environment_passes():
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def part1():
-    sys.path.insert(0, str(REPO / "part1"))
-    try:
-        import kernels
-    finally:
-        sys.path.remove(str(REPO / "part1"))
+    """The legacy edition's part 1 starters: what nki.benchmark (and its DGE-off profile runs) time."""
+    spec = importlib.util.spec_from_file_location("nkibench_test_legacy_part1_kernels",
+                                                  REPO / "editions" / "legacy" / "part1" / "kernels.py")
+    kernels = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kernels)
     return kernels
 
 
@@ -546,7 +555,12 @@ def _legacy_env(tmp_path: Path, fake_device: Path, **extra: str) -> dict[str, st
 
 
 def _part1(args: list[str], tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(REPO / "part1" / "run_benchmark.py"), *args], cwd=tmp_path, env=env,
+    """part1/run_benchmark.py as the legacy edition ships it: next to the legacy starters."""
+    script_dir = tmp_path / "legacy_part1"
+    script_dir.mkdir(exist_ok=True)
+    shutil.copy2(REPO / "part1" / "run_benchmark.py", script_dir / "run_benchmark.py")
+    shutil.copy2(REPO / "editions" / "legacy" / "part1" / "kernels.py", script_dir / "kernels.py")
+    return subprocess.run([sys.executable, str(script_dir / "run_benchmark.py"), *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -37,3 +37,28 @@ def test_no_hint_when_the_partition_axis_is_already_full():
     with raises_rule("nkisim_sbuf_capacity", "'big' float32 [128 partitions] x (61440,)") as info:
         run_kernel(k, ())
     assert "par_dim" not in str(info.value)
+
+
+def test_the_current_api_hint_puts_the_partitions_first_without_par_dim(tmp_path):
+    """NKI 0.4+ has no nl.par_dim (block dimensions are gone): the hint names only the fix that exists there."""
+    import importlib.util
+
+    import numpy as np
+    import pytest
+
+    from nkisim.core.rules import NKICapacityError
+
+    path = tmp_path / "current_api_kernel.py"
+    path.write_text(
+        "import nki\nimport nki.isa as nisa\nimport nki.language as nl\n\n\n@nki.jit\ndef k(x):\n"
+        "    out = nl.ndarray((128, 4), dtype=x.dtype, buffer=nl.shared_hbm)\n"
+        "    w_t = nl.ndarray((2, 128, 9, 256), dtype=nl.float16, buffer=nl.sbuf, name='w_t')\n"
+        "    nisa.dma_copy(dst=out, src=x)\n    return out\n")
+    spec = importlib.util.spec_from_file_location("capacity_hint_current_api", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(NKICapacityError) as info:
+        module.k(np.zeros((128, 4), np.float16))
+    text = str(info.value)
+    assert "make it the first axis, (128, 2, 9, 256) (in this API the partition axis is always the first)" in text
+    assert "par_dim" not in text

@@ -1,8 +1,11 @@
-"""part1/run_benchmark.py: the course's command line, its printed lines, exit codes and profile files."""
+"""part1/run_benchmark.py: the course's command line, its printed lines, exit codes and profile files, in the default
+edition (current `import nki` API) and, on fewer cases, in the legacy one (the same script next to
+editions/legacy/part1/kernels.py, as `make release API=legacy` ships it)."""
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,10 +22,29 @@ PROFILED = re.compile(r"^Profiled run: ([0-9]+\.[0-9]+) \u03bcs \(p99 of 10 iter
                       r"course's profiles are; not scored: the ordinary run took ([0-9]+\.[0-9]+) \u03bcs\)$", re.M)
 
 
-def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+API_LINE = {"nki": "Kernel API: current NKI (`import nki`; NKI 0.4+, Neuron SDK 2.30+)",
+            "legacy": "Kernel API: legacy NKI (`import neuronxcc.nki`; Neuron SDK 2.29 or older)"}
+
+
+def run(args: list[str], cwd: Path, script: Path = SCRIPT) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args], cwd=cwd, capture_output=True, text=True, timeout=300, encoding="utf-8"
+        [sys.executable, str(script), *args], cwd=cwd, capture_output=True, text=True, timeout=300, encoding="utf-8"
     )
+
+
+@pytest.fixture(scope="module")
+def legacy_script(tmp_path_factory) -> Path:
+    """part1/ of the legacy edition: the same script beside the legacy starters."""
+    part1 = tmp_path_factory.mktemp("legacy_edition") / "part1"
+    part1.mkdir()
+    shutil.copy2(SCRIPT, part1 / "run_benchmark.py")
+    shutil.copy2(REPO / "editions" / "legacy" / "part1" / "kernels.py", part1 / "kernels.py")
+    return part1 / "run_benchmark.py"
+
+
+@pytest.fixture(params=["nki", "legacy"])
+def edition(request) -> tuple[str, Path]:
+    return request.param, SCRIPT if request.param == "nki" else request.getfixturevalue("legacy_script")
 
 
 @pytest.mark.parametrize("cwd", [REPO, REPO / "part1"], ids=["repo-root", "part1"])
@@ -39,6 +61,17 @@ def test_stream_prints_correctness_latency_and_backend(cwd):
     assert backend.group(1) == latency.group(2) == "nkisim estimate, trn2"
     assert re.fullmatch(r"nkisim [0-9.]+", backend.group(2))  # every output names the tool version
     assert "Profiled run" not in out  # no profile asked: one latency, the ordinary one
+    assert API_LINE["nki"] in out
+
+
+def test_both_editions_check_and_time_the_stream_kernel_alike(edition):
+    """The same command in either edition: the API is said, and the modelled latency is the same (same model)."""
+    api, script = edition
+    proc = run(["--kernel", "stream", "-n", "25600"], script.parent, script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert API_LINE[api] in proc.stdout and CORRECTNESS.search(proc.stdout).group(1) == "True"
+    reference = run(["--kernel", "stream", "-n", "25600"], REPO)
+    assert LATENCY.search(proc.stdout).group(1) == LATENCY.search(reference.stdout).group(1)
 
 
 def test_target_override_is_reported(monkeypatch):
@@ -58,10 +91,19 @@ def test_profile_name_writes_the_files_and_says_where(tmp_path):
     assert not (tmp_path / "file.neff").exists()
 
 
-def test_a_profiled_latency_is_labelled_and_printed_beside_the_ordinary_one(tmp_path):
-    """Issue 26: the DGE-off profile run's latency never stands alone or unlabelled; the ordinary one is scored."""
-    plain = run(["--kernel", "stream", "-n", "25600"], tmp_path)
+def test_a_current_api_profile_is_of_the_timed_program_and_says_so(tmp_path):
+    """The current API has no DGE compiler switch: one latency, and the script says the profile is of it."""
     proc = run(["--kernel", "stream", "-n", "25600", "--profile_name", "s"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Profiled run" not in proc.stdout and LATENCY.search(proc.stdout) is not None
+    assert "Profile: of the timed NEFF itself" in proc.stdout
+
+
+def test_a_profiled_latency_is_labelled_and_printed_beside_the_ordinary_one(tmp_path, legacy_script):
+    """Issue 26: the DGE-off profile run's latency (the legacy course's profiles) never stands alone or unlabelled;
+    the ordinary one is scored."""
+    plain = run(["--kernel", "stream", "-n", "25600"], tmp_path, legacy_script)
+    proc = run(["--kernel", "stream", "-n", "25600", "--profile_name", "s"], tmp_path, legacy_script)
     assert plain.returncode == proc.returncode == 0, proc.stderr
     ordinary = float(LATENCY.search(proc.stdout).group(1))
     assert ordinary == float(LATENCY.search(plain.stdout).group(1))  # profiling does not move the ordinary figure
@@ -84,8 +126,10 @@ def test_naive_beyond_128_reports_failure_without_timing():
     assert LATENCY.search(proc.stdout) is None
 
 
-def test_transpose_stub_fails_with_the_intended_message():
-    proc = run(["--kernel", "transpose", "-n", "256", "-m", "128"], REPO)
+def test_transpose_stub_fails_with_the_intended_message(edition):
+    api, script = edition
+    proc = run(["--kernel", "transpose", "-n", "256", "-m", "128"], REPO, script)
+    assert API_LINE[api] in proc.stdout
     assert proc.returncode == 1
     assert "(128, 256)" in proc.stdout
     assert "Correctness passed? False" in proc.stdout
@@ -121,7 +165,7 @@ def _run_benchmark_module():
 
 
 def test_a_failed_correctness_check_says_why():
-    import neuronxcc.nki.language as nl
+    import neuronxcc.nki.language as nl  # helpers in the legacy API (nl.load / nl.store) are enough here
     import numpy as np
 
     rb = _run_benchmark_module()

@@ -1,4 +1,5 @@
-"""part2: the NumPy references, the harness's test definitions and scoring, and the stub's clean failure."""
+"""part2: the NumPy references, the harness's test definitions and scoring, and the stub's clean failure in both
+editions (current API part2/conv2d.py, legacy editions/legacy/part2/conv2d.py)."""
 
 from __future__ import annotations
 
@@ -135,10 +136,16 @@ def test_fp16_comparison_tolerates_rounding_but_not_errors():
     assert not harness.outputs_match(np.full((2, 2), 600.01, np.float32), ref.astype(np.float32), "float32")
 
 
-def test_stub_scores_zero_without_crashing():
-    kernel = harness.load_kernel(REPO / "part2" / "conv2d.py")
+STUBS = {"nki": REPO / "part2" / "conv2d.py", "legacy": REPO / "editions" / "legacy" / "part2" / "conv2d.py"}
+
+
+@pytest.mark.parametrize("api", list(STUBS))
+def test_stub_scores_zero_without_crashing(api):
+    kernel = harness.load_kernel(STUBS[api])
     lines: list[str] = []
     report = harness.run_harness(kernel, test_maxpool=True, log=lines.append)
+    assert harness.kernel_api_line(kernel) in lines and f"`import {'nki' if api == 'nki' else 'neuronxcc.nki'}" \
+        in harness.kernel_api_line(kernel)
     assert all(not r.passed for r in report.correctness)
     assert all(
         "NotImplementedError: fused_conv2d_maxpool is not implemented yet" in r.detail for r in report.correctness
@@ -150,9 +157,12 @@ def test_stub_scores_zero_without_crashing():
     assert report.score("extra credit") == (0.0, 5.0)
 
 
-def test_command_line_prints_verdicts_and_score_lines():
+@pytest.mark.parametrize("api", ["nki", "legacy"])
+def test_command_line_prints_verdicts_and_score_lines(api):
+    """`python part2/test_harness.py` on the default edition's stub; the legacy edition's through --submission."""
+    extra = [] if api == "nki" else ["--submission", str(REPO / "editions" / "legacy")]
     proc = subprocess.run(
-        [sys.executable, str(REPO / "part2" / "test_harness.py")],
+        [sys.executable, str(REPO / "part2" / "test_harness.py"), *extra],
         cwd=REPO / "part2",
         capture_output=True,
         text=True,
@@ -168,6 +178,7 @@ def test_command_line_prints_verdicts_and_score_lines():
         "Part 2 total": (0.0, 42.5, 2.5),
     }
     assert "Backend: nkisim estimate, trn2" in proc.stdout
+    assert ("Kernel API: current NKI (`import nki`" if api == "nki" else "Kernel API: legacy NKI") in proc.stdout
     assert proc.stdout.count("FAILED") == 3
 
 

@@ -1,6 +1,6 @@
-"""The staff references (grader/reference) and their current-API twins (tests/kernels/reference_nki) compute the same
-bits, emit the same instructions and have the same modelled latency (within 1%).  Staff only: skipped in the student
-release, which has neither."""
+"""The staff references of the two editions, current API (grader/reference) and legacy (grader/reference/legacy),
+compute the same bits, emit the same instructions and have the same modelled latency (within 1%).  Staff only:
+skipped in the student release, which has neither."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from nki_equivalence import REPO, compare, load_file
 
-REFERENCE = REPO / "grader" / "reference"
-TWINS = REPO / "tests" / "kernels" / "reference_nki"
+REFERENCE = REPO / "grader" / "reference" / "legacy"
+TWINS = REPO / "grader" / "reference"
 pytestmark = pytest.mark.skipif(
-    not (TWINS / "conv2d.py").is_file() or not (REFERENCE / "part2" / "conv2d.py").is_file(),
+    not (TWINS / "part2" / "conv2d.py").is_file() or not (REFERENCE / "part2" / "conv2d.py").is_file(),
     reason="staff reference solutions are not part of the student release")
 
 
@@ -19,9 +19,9 @@ pytestmark = pytest.mark.skipif(
 def kernels():
     return {
         "transpose": (load_file(REFERENCE / "part1" / "kernels.py", "nkisim_test_ref_part1").matrix_transpose,
-                      load_file(TWINS / "part1.py", "nkisim_test_ref_nki_part1").matrix_transpose),
+                      load_file(TWINS / "part1" / "kernels.py", "nkisim_test_ref_nki_part1").matrix_transpose),
         "conv": (load_file(REFERENCE / "part2" / "conv2d.py", "nkisim_test_ref_conv").fused_conv2d_maxpool,
-                 load_file(TWINS / "conv2d.py", "nkisim_test_ref_nki_conv").fused_conv2d_maxpool),
+                 load_file(TWINS / "part2" / "conv2d.py", "nkisim_test_ref_nki_conv").fused_conv2d_maxpool),
     }
 
 

@@ -1,6 +1,7 @@
 """make release / make submission: the student repository has no staff content, keeps what students need, and
 its `make test` (the installation check) passes whatever state the student's files are in; the submission
-tarball holds exactly the two kernel files."""
+tarball holds exactly the two kernel files.  Both editions: the default (current `import nki` API) and
+`make release API=legacy` (neuronxcc.nki starters from editions/legacy/, the handout's legacy blocks)."""
 
 from __future__ import annotations
 
@@ -16,19 +17,36 @@ REPO = Path(__file__).resolve().parents[1]
 STAFF_REPO = (REPO / "grader" / "reference").is_dir()
 sys.path.insert(0, str(REPO / "tools"))
 import release  # noqa: E402
+from nkibench.detect import api_of_source  # noqa: E402
+
+# The staff solutions of each edition: a finished student's files.
+SOLUTIONS = {"nki": REPO / "grader" / "reference", "legacy": REPO / "grader" / "reference" / "legacy"}
+
+
+def _build(tmp_path_factory, api: str):
+    if not STAFF_REPO:
+        pytest.skip("already a student release (no grader/reference to strip)")
+    out = tmp_path_factory.mktemp(f"release-{api}")
+    return release.build(out, api=api)
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    if not STAFF_REPO:
-        pytest.skip("already a student release (no grader/reference to strip)")
-    out = tmp_path_factory.mktemp("release")
-    tree, tarball = release.build(out)
-    return tree, tarball
+    return _build(tmp_path_factory, "nki")
 
 
-def test_release_strips_reference_solutions_and_keeps_student_files(built):
-    tree, tarball = built
+@pytest.fixture(scope="module")
+def built_legacy(tmp_path_factory):
+    return _build(tmp_path_factory, "legacy")
+
+
+@pytest.fixture(params=["nki", "legacy"])
+def edition(request):
+    return request.param, request.getfixturevalue("built" if request.param == "nki" else "built_legacy")
+
+
+def test_release_strips_reference_solutions_and_keeps_student_files(edition):
+    api, (tree, tarball) = edition
     files = {str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file() or p.is_symlink()}
     assert not any(f.startswith("grader/reference/") for f in files)
     assert not any(f.startswith("tests/test_reference") for f in files)
@@ -53,14 +71,59 @@ def test_release_strips_reference_solutions_and_keeps_student_files(built):
         if not (tree / f).is_symlink():
             assert release.STAFF_MARKER not in (tree / f).read_text(errors="ignore"), f
     assert "NotImplementedError" in (tree / "part2" / "conv2d.py").read_text()
+    assert not any(f.startswith("editions/") for f in files)
     # the staff suite (whose fixtures include working kernels) and the ladder stay home; the check goes out
     assert {f for f in files if f.startswith("tests/")} == {"tests/conftest.py", "tests/test_setup_check.py"}
     assert not any(f.startswith("staff/") or f == "docs/staff-notes.md" for f in files)
-    assert (tree / "README.md").read_text() == (REPO / "README.student.md").read_text()
+    assert (tree / "README.md").read_text() == release.render_api_blocks(
+        (REPO / "README.student.md").read_text(), api)
     assert "README.student.md" not in files
+    assert tree.name == release.release_name(api) and tarball.name == f"{tree.name}.tar.gz"
     with tarfile.open(tarball) as tar:
-        names = {n.removeprefix(f"{release.NAME}/") for n in tar.getnames()}
+        names = {n.removeprefix(f"{tree.name}/") for n in tar.getnames()}
     assert names == files
+
+
+def test_each_edition_ships_its_own_starters_handout_and_readme(edition):
+    api, (tree, _) = edition
+    for starter in ("part1/kernels.py", "part2/conv2d.py"):
+        source = (tree / starter).read_text()
+        assert api_of_source(source, starter) == api, starter
+        expected = REPO / ("editions/legacy/" + starter if api == "legacy" else starter)
+        assert source == expected.read_text(), starter
+    detect_src = (tree / "nkibench" / "detect.py").read_text()
+    assert f'DEFAULT_API = "{api}"\n' in detect_src
+    readme = (tree / "README.md").read_text()
+    sdk = {"nki": "Neuron SDK 2.30 or newer (NKI 0.4+)", "legacy": "Neuron SDK 2.29\nor older"}
+    assert sdk[api] in readme and sdk["legacy" if api == "nki" else "nki"] not in readme
+    handout = (tree / "handouts" / "handout.md").read_text()
+    assert "<!-- api:" not in handout and "<!-- api:" not in readme
+    other = "nki" if api == "legacy" else "legacy"
+    staff_handout = (REPO / "handouts" / "handout.md").read_text()
+    assert f"<!-- api:{api} begin" in staff_handout and f"<!-- api:{other} begin" in staff_handout
+    if api == "nki":
+        assert "import nki\n" in handout and "neuronxcc.nki as nki" not in handout
+        assert "nki.benchmark(" not in handout and "nisa.nc_matmul(dst=" in handout
+    else:
+        assert "import neuronxcc.nki as nki" in handout and "\nimport nki\n" not in handout
+        assert "nl.par_dim" in handout
+
+
+def test_api_blocks_render_per_edition_and_refuse_malformed_markers():
+    text = ("a\n<!-- api:nki begin -->\nnew\n<!-- api:nki end -->\n"
+            "<!-- api:legacy begin: why -->\nold\n<!-- api:legacy end -->\nz\n")
+    assert release.render_api_blocks(text, "nki") == "a\nnew\nz\n"
+    assert release.render_api_blocks(text, "legacy") == "a\nold\nz\n"
+    for bad, why in (("<!-- api:nki begin -->\nx\n", "never closed"),
+                     ("<!-- api:nki end -->\n", "without its begin"),
+                     ("<!-- api:nki begin -->\n<!-- api:legacy begin -->\n", "inside"),
+                     ("<!-- api:jax begin -->\n", "unknown API")):
+        with pytest.raises(release.ReleaseError, match=why):
+            release.render_api_blocks(bad, "nki")
+    quoted = "write `<!-- api:nki begin -->` ... `<!-- api:nki end -->` pairs\n"  # a marker quoted in text
+    assert release.render_api_blocks(quoted, "legacy") == quoted
+    with pytest.raises(release.ReleaseError, match="unknown API"):
+        release.build(Path("/nonexistent"), api="jax")
 
 
 def test_release_refuses_to_leak_marked_files(tmp_path):
@@ -113,19 +176,24 @@ def _release_check(tree: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_release_check_passes_on_finished_and_on_broken_student_files(built, tmp_path):
-    """A student who has done the assignment (the staff solutions copied in), or whose files do not even parse
-    yet, gets a passing `make test`: it checks the installation, never their kernels (`make grade` does)."""
-    tree, _ = built
+@pytest.mark.parametrize("api", ["nki", "legacy"])
+def test_release_check_passes_on_finished_and_on_broken_student_files(api, request, tmp_path):
+    """A student who has done the assignment (the edition's staff solutions copied in), or whose files do not even
+    parse yet, gets a passing `make test`: it checks the installation, never their kernels (`make grade` does).
+    The legacy edition runs the finished case only (the broken case reads no kernel in either edition)."""
+    tree, _ = request.getfixturevalue("built" if api == "nki" else "built_legacy")
     done = tmp_path / "done"
     shutil.copytree(tree, done, symlinks=True)
-    shutil.copy2(REPO / "grader" / "reference" / "part1" / "kernels.py", done / "part1" / "kernels.py")
-    shutil.copy2(REPO / "grader" / "reference" / "part2" / "conv2d.py", done / "part2" / "conv2d.py")
-    broken = tmp_path / "broken"
-    shutil.copytree(tree, broken, symlinks=True)
-    (broken / "part1" / "kernels.py").write_text("def matrix_transpose(a:\n")
-    (broken / "part2" / "conv2d.py").write_text("raise SystemExit('half-written')\n")
-    for root in (done, broken):
+    shutil.copy2(SOLUTIONS[api] / "part1" / "kernels.py", done / "part1" / "kernels.py")
+    shutil.copy2(SOLUTIONS[api] / "part2" / "conv2d.py", done / "part2" / "conv2d.py")
+    roots = [done]
+    if api == "nki":
+        broken = tmp_path / "broken"
+        shutil.copytree(tree, broken, symlinks=True)
+        (broken / "part1" / "kernels.py").write_text("def matrix_transpose(a:\n")
+        (broken / "part2" / "conv2d.py").write_text("raise SystemExit('half-written')\n")
+        roots.append(broken)
+    for root in roots:
         proc = _release_check(root)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         assert " passed" in proc.stdout and "failed" not in proc.stdout

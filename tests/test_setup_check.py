@@ -1,10 +1,12 @@
 """The installation check: what `make test` runs in the student release (and, with everything else, here).
 
-It checks that the environment and the course's tools work: the packages, the `neuronxcc.nki` backend (the real
-toolchain or nkisim), a kernel of its own through `nki.baremetal` and `nki.benchmark`, the hardware rules, the
-part 1 and part 2 scripts, the autograder's sandbox and the static screen, the HTML profile.  It never reads the
-student's files (part1/kernels.py, part2/conv2d.py): whatever state they are in, this passes on a working
-installation.  `make grade` is how a student checks their kernels.  Budget: well under a minute on 2 cores.
+It checks that the environment and the course's tools work for the edition's NKI API (the scripts' default,
+``nkibench.detect.DEFAULT_API``: the current ``import nki`` API, or ``neuronxcc.nki`` in the legacy edition): the
+packages, the API's backend (the real toolchain or nkisim), a kernel of its own run and timed through nkibench
+(the scripts' timing layer), the hardware rules, the part 1 and part 2 scripts, the autograder's sandbox and the
+static screen, the HTML profile.  It never reads the student's files (part1/kernels.py, part2/conv2d.py):
+whatever state they are in, this passes on a working installation.  `make grade` is how a student checks their
+kernels.  Budget: well under a minute on 2 cores.
 """
 
 from __future__ import annotations
@@ -19,10 +21,56 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+import nkibench
+from nkibench import detect
 
-# Kernels of this check's own (never the student's).  The vector adds are the starter's, with the knobs set.
-VECTOR_ADDS = '''
+REPO = Path(__file__).resolve().parents[1]
+API = detect.DEFAULT_API
+
+# Kernels of this check's own (never the student's), in each API.  The vector adds are the starter's, with the
+# knobs set.
+VECTOR_ADDS = {
+    "nki": '''
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def vector_add_naive(a_vec, b_vec):
+    out = nl.ndarray(a_vec.shape, dtype=a_vec.dtype, buffer=nl.shared_hbm)
+    a = nl.ndarray((a_vec.shape[0], 1), dtype=a_vec.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((b_vec.shape[0], 1), dtype=b_vec.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=a_vec)
+    nisa.dma_copy(dst=b, src=b_vec)
+    nisa.tensor_scalar(dst=a, data=a, op0=nl.add, operand0=b)
+    nisa.dma_copy(dst=out, src=a)
+    return out
+
+
+@nki.jit
+def vector_add_stream(a_vec, b_vec):
+    FREE_DIM = 200
+    P = nl.tile_size.pmax
+    (N,) = a_vec.shape
+    cols = N // P
+    a_mat = a_vec.reshape((P, cols))
+    b_mat = b_vec.reshape((P, cols))
+    out = nl.ndarray((P, cols), dtype=a_vec.dtype, buffer=nl.shared_hbm)
+    for t in nl.affine_range(cols // FREE_DIM):
+        lo = t * FREE_DIM
+        a = nl.ndarray((P, FREE_DIM), dtype=a_vec.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((P, FREE_DIM), dtype=b_vec.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=a_mat[:, lo : lo + FREE_DIM])
+        nisa.dma_copy(dst=b, src=b_mat[:, lo : lo + FREE_DIM])
+        nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.add)
+        nisa.dma_copy(dst=out[:, lo : lo + FREE_DIM], src=a)
+    return out.reshape(a_vec.shape)
+
+
+vector_add_tiled = vector_add_naive
+''',
+    "legacy": '''
 import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
@@ -61,10 +109,29 @@ def vector_add_stream(a_vec, b_vec):
 
 
 vector_add_tiled = vector_add_naive
-'''
+''',
+}
 
 # A transpose that is wrong on purpose (it copies one block everywhere): the grader must run it and say so.
-WRONG_TRANSPOSE = '''
+WRONG_TRANSPOSE = {
+    "nki": '''
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def matrix_transpose(a_tensor):
+    M, N = a_tensor.shape
+    out = nl.ndarray((N, M), dtype=a_tensor.dtype, buffer=nl.shared_hbm)
+    tile = nl.ndarray((128, 128), dtype=a_tensor.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=a_tensor[0:128, 0:128])
+    for i in nl.affine_range(N // 128):
+        for j in nl.affine_range(M // 128):
+            nisa.dma_copy(dst=out[i * 128 : (i + 1) * 128, j * 128 : (j + 1) * 128], src=tile)
+    return out
+''',
+    "legacy": '''
 import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
@@ -80,10 +147,31 @@ def matrix_transpose(a_tensor):
         for j in nl.affine_range(M // 128):
             nisa.dma_copy(src=tile, dst=out[i * 128 : (i + 1) * 128, j * 128 : (j + 1) * 128])
     return out
-'''
+''',
+}
 
 # A conv "kernel" that writes zeros of the right shape: the part 2 harness must judge it wrong, cleanly.
-ZEROS_CONV = '''
+ZEROS_CONV = {
+    "nki": '''
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def fused_conv2d_maxpool(X, W, bias, pool_size=1):
+    batch, _, height, width = X.shape
+    out_channels, _, k, _ = W.shape
+    out_h, out_w = (height - k + 1) // pool_size, (width - k + 1) // pool_size
+    X_out = nl.ndarray((batch, out_channels, out_h, out_w), dtype=X.dtype, buffer=nl.shared_hbm)
+    for b in nl.affine_range(batch):
+        for co in nl.affine_range(out_channels // 128):
+            zeros = nl.ndarray((128, out_h, out_w), dtype=X.dtype, buffer=nl.sbuf)
+            nisa.memset(dst=zeros, value=0.0)
+            nisa.dma_copy(dst=X_out[b, co * 128 : (co + 1) * 128, :, :], src=zeros)
+    return X_out
+''',
+    "legacy": '''
 import neuronxcc.nki as nki
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
@@ -100,7 +188,8 @@ def fused_conv2d_maxpool(X, W, bias, pool_size=1):
             zeros = nl.zeros((128, out_h, out_w), dtype=X.dtype, buffer=nl.sbuf)
             nisa.dma_copy(src=zeros, dst=X_out[b, co * 128 : (co + 1) * 128, :, :])
     return X_out
-'''
+''',
+}
 
 
 def _run(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -118,21 +207,19 @@ def _module_from(path: Path, name: str):
 
 
 def _on_nkisim() -> bool:
-    import neuronxcc.nki as nki
-
-    return "nkisim" in (getattr(nki, "__file__", "") or "") or nki.__name__.startswith("nkisim")
+    return nkibench.backend_for(api=API).name == "nkisim"
 
 
 @pytest.fixture(scope="module")
 def own_kernels(tmp_path_factory):
     path = tmp_path_factory.mktemp("kernels") / "setup_check_kernels.py"
-    path.write_text(VECTOR_ADDS)
+    path.write_text(VECTOR_ADDS[API])
     return _module_from(path, "setup_check_kernels")
 
 
 def test_python_and_the_packages_the_course_needs():
     assert sys.version_info >= (3, 10), f"Python {sys.version.split()[0]}: the course needs 3.10 or newer"
-    for name in ("numpy", "ml_dtypes", "tabulate", "threadpoolctl", "bokeh", "nkisim", "grader"):
+    for name in ("numpy", "ml_dtypes", "tabulate", "threadpoolctl", "bokeh", "nkisim", "grader", "nkibench"):
         importlib.import_module(name)
 
 
@@ -140,43 +227,39 @@ def test_the_nki_backend_is_reported():
     proc = _run(["-m", "nkisim", "info"], REPO)
     assert proc.returncode == 0, proc.stderr
     assert "backend:" in proc.stdout
-    import neuronxcc.nki as nki  # the real toolchain where installed, else nkisim through the import hook
-
+    # the real toolchain where installed, else nkisim through the import hook
+    nki = importlib.import_module("nki" if API == "nki" else "neuronxcc.nki")
     assert callable(nki.jit)
+    print(f"edition: {detect.API_NAMES[API]}; backend: {nkibench.backend_for(api=API).describe()}")
 
 
 def test_a_kernel_runs_and_matches_numpy(own_kernels):
-    import neuronxcc.nki as nki
-
     rng = np.random.default_rng(0)
     a, b = rng.random(25600, dtype=np.float32), rng.random(25600, dtype=np.float32)
-    out = nki.baremetal(own_kernels.vector_add_stream)(a, b)
+    assert detect.api_of_kernel(own_kernels.vector_add_stream) == API
+    out = nkibench.launch(own_kernels.vector_add_stream, (a, b))
     np.testing.assert_allclose(np.asarray(out), a + b)
 
 
 def test_the_hardware_rules_are_enforced(own_kernels):
-    import neuronxcc.nki as nki
-
     ones = np.ones(256, dtype=np.float32)
     with pytest.raises(Exception, match="partition"):  # a (256, 1) tile: more partitions than the 128 there are
-        nki.baremetal(own_kernels.vector_add_naive)(ones, ones)
+        nkibench.launch(own_kernels.vector_add_naive, (ones, ones))
 
 
 def test_a_kernel_is_timed(own_kernels):
-    import neuronxcc.nki as nki
-
     a = np.ones(25600, dtype=np.float32)
-    bench = nki.benchmark(warmup=1, iters=2)(own_kernels.vector_add_stream)
-    bench(a, a)
-    assert bench.benchmark_result.nc_latency.get_latency_percentile(99) > 0
+    timing = nkibench.measure(own_kernels.vector_add_stream, (a, a), warmup=1, iterations=2).timing
+    assert timing.p99_us > 0
 
 
 def test_part1_script_checks_and_times_a_kernel(tmp_path):
     shutil.copy2(REPO / "part1" / "run_benchmark.py", tmp_path / "run_benchmark.py")
-    (tmp_path / "kernels.py").write_text(VECTOR_ADDS)  # the script imports the kernels.py next to it
+    (tmp_path / "kernels.py").write_text(VECTOR_ADDS[API])  # the script imports the kernels.py next to it
     proc = _run([str(tmp_path / "run_benchmark.py"), "--kernel", "stream", "-n", "25600"], tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Correctness passed? True" in proc.stdout
+    assert f"Kernel API: {detect.API_NAMES[API]}" in proc.stdout
     assert "nkisim estimate" in proc.stdout or "Trainium" in proc.stdout
 
 
@@ -186,7 +269,7 @@ def test_part2_harness_judges_a_kernel(tmp_path):
         harness = importlib.import_module("test_harness")
     finally:
         sys.path.remove(str(REPO / "part2"))
-    (tmp_path / "conv2d.py").write_text(ZEROS_CONV)
+    (tmp_path / "conv2d.py").write_text(ZEROS_CONV[API])
     kernel = harness.load_kernel(tmp_path / "conv2d.py")
     case = harness.ConvCase(1, 128, 128, 8, 7)
     test = harness.CorrectnessTest("setup check", (case,), 2.5)
@@ -200,8 +283,8 @@ def test_autograder_grades_a_submission_in_its_sandbox(tmp_path):
     sub = tmp_path / "submission"
     (sub / "part1").mkdir(parents=True)
     (sub / "part2").mkdir()
-    (sub / "part1" / "kernels.py").write_text(WRONG_TRANSPOSE)
-    (sub / "part2" / "conv2d.py").write_text(ZEROS_CONV)
+    (sub / "part1" / "kernels.py").write_text(WRONG_TRANSPOSE[API])
+    (sub / "part2" / "conv2d.py").write_text(ZEROS_CONV[API])
     out = tmp_path / "report"
     proc = _run(["-m", "grader", "grade", str(sub), "--out", str(out), "--only", "part1.transpose"], REPO, 180)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -213,7 +296,7 @@ def test_autograder_grades_a_submission_in_its_sandbox(tmp_path):
 
 def test_static_screen_names_a_forbidden_call(tmp_path):
     bad = tmp_path / "kernels.py"
-    bad.write_text(WRONG_TRANSPOSE + "\n\ndef leak():\n    return open('/etc/passwd').read()\n")
+    bad.write_text(WRONG_TRANSPOSE[API] + "\n\ndef leak():\n    return open('/etc/passwd').read()\n")
     proc = _run(["-m", "nkisim", "check", str(bad)], REPO)
     assert proc.returncode == 1 and "open" in proc.stdout, proc.stdout + proc.stderr
 
@@ -221,14 +304,10 @@ def test_static_screen_names_a_forbidden_call(tmp_path):
 def test_html_profile_is_written(tmp_path, own_kernels):
     if not _on_nkisim():
         pytest.skip("the HTML profile is nkisim's; on Trainium use neuron-profile")
-    import neuronxcc.nki as nki
-
-    from nkisim.perf.html_profile import write_run_html
-
     a = np.ones(25600, dtype=np.float32)
-    bench = nki.benchmark(warmup=1, iters=2)(own_kernels.vector_add_stream)
-    bench(a, a)
-    page = tmp_path / "profile.html"
-    write_run_html(bench.benchmark_result.trace, bench.benchmark_result.report, page)
-    text = page.read_text(encoding="utf-8")
+    stem = str(tmp_path / "profile")
+    measured = nkibench.measure(own_kernels.vector_add_stream, (a, a), warmup=1, iterations=2,
+                                profile=nkibench.ProfileRequest(stem))
+    assert stem + ".html" in measured.profile_files
+    text = Path(stem + ".html").read_text(encoding="utf-8")
     assert text.lstrip().lower().startswith("<!doctype html") and "vector_add_stream" in text

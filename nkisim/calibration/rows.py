@@ -92,8 +92,8 @@ def load_rows(path: str = MEASUREMENTS) -> list[CalRow]:
     with open(path, encoding="utf-8") as f:
         raw = list(csv.DictReader(f, delimiter="\t"))
     rows: list[CalRow] = []
-    conv = os.path.join(REPO_ROOT, "grader", "reference", "part2", "conv2d.py")
-    part1 = os.path.join(REPO_ROOT, "grader", "reference", "part1", "kernels.py")
+    conv = os.path.join(REPO_ROOT, "grader", "reference", "legacy", "part2", "conv2d.py")  # legacy-era rows
+    part1 = os.path.join(REPO_ROOT, "grader", "reference", "legacy", "part1", "kernels.py")
     for r in raw:
         rid = r["id"].strip()
         if rid.startswith(("t1-", "t2-")):

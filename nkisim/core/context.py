@@ -47,6 +47,7 @@ class KernelContext:
         self.full = mode == "full"
         self.trace = Trace(self.target, name)
         self.mem = MemoryTracker(self.limits, self.target)
+        self.mem.block_dimensions = frontend.key == "legacy"  # nl.par_dim exists in neuronxcc.nki only
         self.mem.position = self.trace.instrs.__len__
         self.pending: weakref.ref | None = None  # provisional result allocation, charged at the next call
         self.last_instr: Instr | None = None

@@ -76,6 +76,8 @@ class MemoryTracker:
     def __init__(self, limits, target: str) -> None:
         self.limits = limits
         self.target = target
+        # legacy namespace only: block dimensions (nl.par_dim) exist; the current API puts partitions first always
+        self.block_dimensions = True
         self.live = {B_SBUF: 0, B_PSUM: 0}
         self.peak = {B_SBUF: 0, B_PSUM: 0}
         self.live_allocs: dict[int, tuple] = {}  # id -> (buf, name, dtype, bytes, site, shape); no strong refs
@@ -280,12 +282,14 @@ class MemoryTracker:
             axis = 1 + max(later, key=lambda i: rest[i])
             first = (shape[axis], *shape[:axis], *shape[axis + 1 :])
             marked = ", ".join(f"nl.par_dim({d})" if i == axis else str(d) for i, d in enumerate(shape))
-            return (
+            hint = (
                 f". '{name or 'tile'}' {tuple(shape)} was taken with its first axis on the partitions: {parts} "
                 f"partitions, each holding the {_count(rest)} elements of the other axes. If axis {axis} (size "
-                f"{shape[axis]}) is the one to spread over the partitions, make it the first axis, {first}, or mark "
-                f"it: ({marked}), which makes the axes before it block dimensions"
+                f"{shape[axis]}) is the one to spread over the partitions, make it the first axis, {first}"
             )
+            if not self.block_dimensions:  # NKI 0.4+: no nl.par_dim, the first axis is always the partition axis
+                return hint + " (in this API the partition axis is always the first)"
+            return hint + f", or mark it: ({marked}), which makes the axes before it block dimensions"
         return ""
 
     def release(self, alloc: Allocation) -> None:

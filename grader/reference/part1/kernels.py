@@ -1,20 +1,16 @@
 # STAFF-ONLY: excluded from the student release (tools/release.py checks for this marker).
 """Staff reference for part 1 (not distributed): the starter kernels unchanged, plus a fast matrix_transpose.
 
-Every kernel is a plain NKI kernel (``neuronxcc.nki``).  On a Trainium instance it is compiled by neuronx-cc and
-runs on a NeuronCore; anywhere else the same file runs on nkisim, the course's emulator.  Run them with
-``python part1/run_benchmark.py --kernel {naive,tiled,stream,transpose} -n N``.
-
-``skip_middle_end_transformations`` keeps the compiler from reordering or fusing your loops, so what you write
-is what runs (and ``affine_range`` behaves like ``sequential_range``).
+Current NKI API (``import nki``); the legacy edition's twin is grader/reference/legacy/part1/kernels.py, statement
+for statement the same kernel (tests/test_reference_nki_twins.py checks both compute the same bits at the same
+modelled latency).  Run them with ``python part1/run_benchmark.py --kernel {naive,tiled,stream,transpose} -n N``.
 """
 
-import neuronxcc.nki as nki
-import neuronxcc.nki.isa as nisa
-import neuronxcc.nki.language as nl
+import nki
+import nki.isa as nisa
+import nki.language as nl
 
 
-@nki.compiler.skip_middle_end_transformations
 @nki.jit
 def vector_add_naive(a_vec, b_vec):
     """Adds two 1-D vectors in a single shot.
@@ -22,25 +18,25 @@ def vector_add_naive(a_vec, b_vec):
     The whole vector becomes one SBUF tile with one element per partition, so this only works while the
     vector fits in the 128 partitions of SBUF (N <= 128).
     """
-    out = nl.ndarray(shape=a_vec.shape, dtype=a_vec.dtype, buffer=nl.hbm)
+    out = nl.ndarray(a_vec.shape, dtype=a_vec.dtype, buffer=nl.shared_hbm)
 
     # One element per partition: shape (N, 1).
-    a_sbuf = nl.ndarray(shape=(a_vec.shape[0], 1), dtype=a_vec.dtype, buffer=nl.sbuf)
-    b_sbuf = nl.ndarray(shape=(b_vec.shape[0], 1), dtype=b_vec.dtype, buffer=nl.sbuf)
+    a_sbuf = nl.ndarray((a_vec.shape[0], 1), dtype=a_vec.dtype, buffer=nl.sbuf)
+    b_sbuf = nl.ndarray((b_vec.shape[0], 1), dtype=b_vec.dtype, buffer=nl.sbuf)
 
     # HBM -> SBUF.
-    nisa.dma_copy(src=a_vec, dst=a_sbuf)
-    nisa.dma_copy(src=b_vec, dst=b_sbuf)
+    nisa.dma_copy(dst=a_sbuf, src=a_vec)
+    nisa.dma_copy(dst=b_sbuf, src=b_vec)
 
     # a + b, with b used as a per-partition scalar (one value per partition).
-    sum_sbuf = nisa.tensor_scalar(a_sbuf, nl.add, b_sbuf)
+    sum_sbuf = nl.ndarray((a_vec.shape[0], 1), dtype=a_vec.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=sum_sbuf, data=a_sbuf, op0=nl.add, operand0=b_sbuf)
 
     # SBUF -> HBM.
-    nisa.dma_copy(src=sum_sbuf, dst=out)
+    nisa.dma_copy(dst=out, src=sum_sbuf)
     return out
 
 
-@nki.compiler.skip_middle_end_transformations
 @nki.jit
 def vector_add_tiled(a_vec, b_vec):
     """Adds two 1-D vectors ROW_CHUNK elements at a time (one element per partition).
@@ -52,23 +48,23 @@ def vector_add_tiled(a_vec, b_vec):
 
     (N,) = a_vec.shape
     assert N % ROW_CHUNK == 0, f"vector length {N} must be a multiple of ROW_CHUNK={ROW_CHUNK}"
-    out = nl.ndarray(shape=a_vec.shape, dtype=a_vec.dtype, buffer=nl.hbm)
+    out = nl.ndarray(a_vec.shape, dtype=a_vec.dtype, buffer=nl.shared_hbm)
 
     for chunk in nl.affine_range(N // ROW_CHUNK):
         lo = chunk * ROW_CHUNK
-        a_tile = nl.ndarray(shape=(ROW_CHUNK, 1), dtype=a_vec.dtype, buffer=nl.sbuf)
-        b_tile = nl.ndarray(shape=(ROW_CHUNK, 1), dtype=b_vec.dtype, buffer=nl.sbuf)
+        a_tile = nl.ndarray((ROW_CHUNK, 1), dtype=a_vec.dtype, buffer=nl.sbuf)
+        b_tile = nl.ndarray((ROW_CHUNK, 1), dtype=b_vec.dtype, buffer=nl.sbuf)
 
-        nisa.dma_copy(src=a_vec[lo : lo + ROW_CHUNK], dst=a_tile)
-        nisa.dma_copy(src=b_vec[lo : lo + ROW_CHUNK], dst=b_tile)
+        nisa.dma_copy(dst=a_tile, src=a_vec[lo : lo + ROW_CHUNK])
+        nisa.dma_copy(dst=b_tile, src=b_vec[lo : lo + ROW_CHUNK])
 
-        sum_tile = nisa.tensor_scalar(a_tile, nl.add, b_tile)
+        sum_tile = nl.ndarray((ROW_CHUNK, 1), dtype=a_vec.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=sum_tile, data=a_tile, op0=nl.add, operand0=b_tile)
 
-        nisa.dma_copy(src=sum_tile, dst=out[lo : lo + ROW_CHUNK])
+        nisa.dma_copy(dst=out[lo : lo + ROW_CHUNK], src=sum_tile)
     return out
 
 
-@nki.compiler.skip_middle_end_transformations
 @nki.jit
 def vector_add_stream(a_vec, b_vec):
     """Adds two 1-D vectors as a stream of (128, FREE_DIM) tiles.
@@ -86,23 +82,23 @@ def vector_add_stream(a_vec, b_vec):
 
     a_mat = a_vec.reshape((PARTITIONS, COLS))
     b_mat = b_vec.reshape((PARTITIONS, COLS))
-    out = nl.ndarray(shape=(PARTITIONS, COLS), dtype=a_vec.dtype, buffer=nl.hbm)
+    out = nl.ndarray((PARTITIONS, COLS), dtype=a_vec.dtype, buffer=nl.shared_hbm)
 
     for col_tile in nl.affine_range(COLS // FREE_DIM):
         lo = col_tile * FREE_DIM
-        a_tile = nl.ndarray(shape=(PARTITIONS, FREE_DIM), dtype=a_vec.dtype, buffer=nl.sbuf)
-        b_tile = nl.ndarray(shape=(PARTITIONS, FREE_DIM), dtype=b_vec.dtype, buffer=nl.sbuf)
+        a_tile = nl.ndarray((PARTITIONS, FREE_DIM), dtype=a_vec.dtype, buffer=nl.sbuf)
+        b_tile = nl.ndarray((PARTITIONS, FREE_DIM), dtype=b_vec.dtype, buffer=nl.sbuf)
 
-        nisa.dma_copy(src=a_mat[:, lo : lo + FREE_DIM], dst=a_tile)
-        nisa.dma_copy(src=b_mat[:, lo : lo + FREE_DIM], dst=b_tile)
+        nisa.dma_copy(dst=a_tile, src=a_mat[:, lo : lo + FREE_DIM])
+        nisa.dma_copy(dst=b_tile, src=b_mat[:, lo : lo + FREE_DIM])
 
-        sum_tile = nisa.tensor_tensor(a_tile, b_tile, op=nl.add)
+        sum_tile = nl.ndarray((PARTITIONS, FREE_DIM), dtype=a_vec.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=sum_tile, data1=a_tile, data2=b_tile, op=nl.add)
 
-        nisa.dma_copy(src=sum_tile, dst=out[:, lo : lo + FREE_DIM])
+        nisa.dma_copy(dst=out[:, lo : lo + FREE_DIM], src=sum_tile)
     return out.reshape(a_vec.shape)
 
 
-@nki.compiler.skip_middle_end_transformations
 @nki.jit
 def matrix_transpose(a_tensor):
     """Returns the transpose of the (M, N) matrix ``a_tensor`` as a new (N, M) HBM tensor (M, N multiples of 128).
@@ -118,7 +114,7 @@ def matrix_transpose(a_tensor):
     BLOCKS_PER_BANK = 4  # 4 x 128 fp32 = 512 values per partition = one 2 KiB PSUM bank
     M, N = a_tensor.shape
     assert M % P == 0 and N % P == 0, f"matrix_transpose needs multiples of {P}, got {a_tensor.shape}"
-    out = nl.ndarray(shape=(N, M), dtype=a_tensor.dtype, buffer=nl.hbm)
+    out = nl.ndarray((N, M), dtype=a_tensor.dtype, buffer=nl.shared_hbm)
 
     row_blocks = M // P
     band = next(b for b in (8, 4, 2, 1) if row_blocks % b == 0)
@@ -135,21 +131,21 @@ def matrix_transpose(a_tensor):
             col0 = chunk * cols
             in_tile = nl.ndarray((P, band, cols), dtype=a_tensor.dtype, buffer=nl.sbuf)
             for r in nl.affine_range(band):
-                nisa.dma_copy(src=a_tensor[row0 + r * P : row0 + (r + 1) * P, col0 : col0 + cols], dst=in_tile[:, r, :])
+                nisa.dma_copy(dst=in_tile[:, r, :], src=a_tensor[row0 + r * P : row0 + (r + 1) * P, col0 : col0 + cols])
             for cb in nl.affine_range(col_blocks):
                 t_sbuf = nl.ndarray((P, band * P), dtype=a_tensor.dtype, buffer=nl.sbuf)
                 for bank in nl.static_range(banks):  # trace-time int: picks the copy engine
                     t_psum = nl.ndarray((P, per_bank * P), dtype=a_tensor.dtype, buffer=nl.psum)
                     for r in nl.affine_range(per_bank):
                         block = in_tile[:, bank * per_bank + r, cb * P : (cb + 1) * P]
-                        t_psum[:, r * P : (r + 1) * P] = nisa.nc_transpose(block)
+                        nisa.nc_transpose(dst=t_psum[:, r * P : (r + 1) * P], data=block)
                     lo = bank * per_bank * P
                     # alternate the PSUM evictions between VectorE and ScalarE (activation(copy) runs on
                     # ScalarE on trn1 too, where ScalarE has no tensor_copy)
                     if bank % 2 == 0:
-                        t_sbuf[:, lo : lo + per_bank * P] = nisa.tensor_copy(t_psum, engine=nisa.vector_engine)
+                        nisa.tensor_copy(dst=t_sbuf[:, lo : lo + per_bank * P], src=t_psum, engine=nisa.engine.vector)
                     else:
-                        t_sbuf[:, lo : lo + per_bank * P] = nisa.activation(op=nl.copy, data=t_psum)
+                        nisa.activation(dst=t_sbuf[:, lo : lo + per_bank * P], op=nl.copy, data=t_psum)
                 out_row0 = col0 + cb * P
-                nisa.dma_copy(src=t_sbuf, dst=out[out_row0 : out_row0 + P, row0 : row0 + band * P])
+                nisa.dma_copy(dst=out[out_row0 : out_row0 + P, row0 : row0 + band * P], src=t_sbuf)
     return out

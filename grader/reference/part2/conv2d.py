@@ -1,5 +1,13 @@
 # STAFF-ONLY: excluded from the student release (tools/release.py checks for this marker).
-"""Staff reference for part 2 (not distributed to students): fused conv2d + bias + max-pool.
+"""Staff reference for part 2 (not distributed to students), in the current NKI API (``import nki``).
+
+Statement for statement the legacy edition's kernel (grader/reference/legacy/part2/conv2d.py), translated as the
+NKI migration guide says (destination-first ISA calls, ``nisa.nc_matmul(dst=acc, ...)`` accumulating into PSUM,
+outputs in ``nl.shared_hbm``, reductions over trailing axes after a free ``permute`` view);
+tests/test_reference_nki_twins.py checks both compute the same bits at the same
+modelled latency.
+
+Fused conv2d + bias + max-pool.
 
 Design (see handouts/handout.md, part 2):
 * Weights are loaded once in their natural layout (out-channel partitions), transposed on the Tensor Engine
@@ -13,9 +21,9 @@ Design (see handouts/handout.md, part 2):
   one DMA per 128-channel output tile.
 """
 
-import neuronxcc.nki as nki
-import neuronxcc.nki.isa as nisa
-import neuronxcc.nki.language as nl
+import nki
+import nki.isa as nisa
+import nki.language as nl
 
 # Output rows per band: input DMAs of (BAND_ROWS + 2) full rows per partition (>= 2 KiB for the course shapes).
 BAND_ROWS = 16
@@ -30,7 +38,7 @@ def _load_weights(W, w_t, in_tiles, out_tiles, taps):
     w_rows = W.reshape((out_channels, in_channels * taps))
     for co in nl.affine_range(out_tiles):
         w_nat = nl.ndarray((P, in_channels, taps), dtype=W.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(src=w_rows[co * P : (co + 1) * P, :], dst=w_nat.reshape((P, in_channels * taps)))
+        nisa.dma_copy(dst=w_nat.reshape((P, in_channels * taps)), src=w_rows[co * P : (co + 1) * P, :])
         # Four transposed 128x128 blocks share one PSUM bank and leave it with one copy (fewer, larger copies
         # keep the Tensor Engine from waiting on PSUM buffers).  static_range gives trace-time ints, so the
         # grouping and the engine choice are plain Python on the real compiler too.
@@ -39,12 +47,13 @@ def _load_weights(W, w_t, in_tiles, out_tiles, taps):
                 n = min(TRANSPOSES_PER_BANK, taps - t0)
                 w_psum = nl.ndarray((P, n, P), dtype=W.dtype, buffer=nl.psum)
                 for j in nl.static_range(n):
-                    w_psum[:, j, :] = nisa.nc_transpose(w_nat[:, ci * P : (ci + 1) * P, t0 + j])
+                    nisa.nc_transpose(dst=w_psum[:, j, :], data=w_nat[:, ci * P : (ci + 1) * P, t0 + j])
                 # alternate the PSUM evictions between VectorE and ScalarE (activation(copy): ScalarE on trn1 too)
                 if (t0 // TRANSPOSES_PER_BANK) % 2 == 0:
-                    w_t[:, ci, t0 : t0 + n, co * P : (co + 1) * P] = nisa.tensor_copy(w_psum, engine=nisa.vector_engine)
+                    nisa.tensor_copy(dst=w_t[:, ci, t0 : t0 + n, co * P : (co + 1) * P], src=w_psum,
+                                     engine=nisa.engine.vector)
                 else:
-                    w_t[:, ci, t0 : t0 + n, co * P : (co + 1) * P] = nisa.activation(op=nl.copy, data=w_psum)
+                    nisa.activation(dst=w_t[:, ci, t0 : t0 + n, co * P : (co + 1) * P], op=nl.copy, data=w_psum)
 
 
 def _load_bias(bias, bias_sb, out_tiles):
@@ -52,22 +61,24 @@ def _load_bias(bias, bias_sb, out_tiles):
     P = nl.tile_size.pmax
     bias_rows = bias.reshape((out_tiles, P))
     for co in nl.affine_range(out_tiles):
-        nisa.dma_copy(src=bias_rows[co], dst=bias_sb[:, co : co + 1])
+        nisa.dma_copy(dst=bias_sb[:, co : co + 1], src=bias_rows[co])
 
 
 def _evacuate_rows(acc, bias_col, out_rows, use_scalar):
     """out_rows (SBUF, X dtype) = acc (PSUM) + bias, on ScalarE or VectorE."""
     if use_scalar:
-        out_rows[...] = nisa.activation(op=nl.copy, data=acc, bias=bias_col, scale=1.0, dtype=out_rows.dtype)
+        nisa.activation(dst=out_rows, op=nl.copy, data=acc, bias=bias_col, scale=1.0)
     else:
-        out_rows[...] = nisa.tensor_scalar(acc, nl.add, bias_col, dtype=out_rows.dtype)
+        nisa.tensor_scalar(dst=out_rows, data=acc, op0=nl.add, operand0=bias_col)
 
 
 def _evacuate_pooled(acc, bias_col, out_rows, rows, width):
     """out_rows = maxpool2x2(acc) + bias; acc holds an even number of rows of an even width."""
-    windows = acc.reshape((nl.tile_size.pmax, rows // 2, 2, width // 2, 2))
-    pooled = nisa.tensor_reduce(nl.max, windows, axis=(2, 4), dtype=nl.float32)
-    out_rows[...] = nisa.tensor_scalar(pooled, nl.add, bias_col, dtype=out_rows.dtype)
+    # the pool window's two axes last (a free view): the reduction runs over trailing axes
+    windows = acc.reshape((nl.tile_size.pmax, rows // 2, 2, width // 2, 2)).permute((0, 1, 3, 2, 4))
+    pooled = nl.ndarray((nl.tile_size.pmax, rows // 2, width // 2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=pooled, op=nl.max, data=windows, axis=(3, 4))
+    nisa.tensor_scalar(dst=out_rows, data=pooled, op0=nl.add, operand0=bias_col)
 
 
 def _evacuate_pooled_generic(acc_top, acc_bottom, bias_col, out_row, width):
@@ -76,10 +87,10 @@ def _evacuate_pooled_generic(acc_top, acc_bottom, bias_col, out_row, width):
     P = nl.tile_size.pmax
     used_w = (width // 2) * 2
     staged = nl.ndarray((P, 2, used_w), dtype=nl.float32, buffer=nl.sbuf)
-    staged[:, 0:1, :] = nisa.tensor_scalar(acc_top[:, :, 0:used_w], nl.add, bias_col)
-    staged[:, 1:2, :] = nisa.tensor_scalar(acc_bottom[:, :, 0:used_w], nl.add, bias_col)
-    windows = staged.reshape((P, 1, 2, used_w // 2, 2))
-    out_row[...] = nisa.tensor_reduce(nl.max, windows, axis=(2, 4), dtype=out_row.dtype)
+    nisa.tensor_scalar(dst=staged[:, 0:1, :], data=acc_top[:, :, 0:used_w], op0=nl.add, operand0=bias_col)
+    nisa.tensor_scalar(dst=staged[:, 1:2, :], data=acc_bottom[:, :, 0:used_w], op0=nl.add, operand0=bias_col)
+    windows = staged.reshape((P, 1, 2, used_w // 2, 2)).permute((0, 1, 3, 2, 4))
+    nisa.tensor_reduce(dst=out_row, op=nl.max, data=windows, axis=(3, 4))
 
 
 def _accumulate(acc, x_band, w_t, co, row0, rows, in_tiles, filter_size, out_width):
@@ -88,9 +99,10 @@ def _accumulate(acc, x_band, w_t, co, row0, rows, in_tiles, filter_size, out_wid
     for ci in nl.affine_range(in_tiles):
         for p in nl.affine_range(filter_size):
             for q in nl.affine_range(filter_size):
-                acc += nisa.nc_matmul(
-                    w_t[:, ci, p * filter_size + q, co * P : (co + 1) * P],
-                    x_band[:, ci, row0 + p : row0 + p + rows, q : q + out_width],
+                nisa.nc_matmul(
+                    dst=acc,
+                    stationary=w_t[:, ci, p * filter_size + q, co * P : (co + 1) * P],
+                    moving=x_band[:, ci, row0 + p : row0 + p + rows, q : q + out_width],
                 )
 
 
@@ -105,7 +117,7 @@ def _conv_band(X, X_out, w_t, bias_sb, x_band, b, rows, pool_size, rows_per_mm, 
     in_rows = band_rows + filter_size - 1
 
     for ci in nl.affine_range(in_tiles):
-        nisa.dma_copy(src=X[b, ci * P : (ci + 1) * P, conv_row0 : conv_row0 + in_rows, :], dst=x_band[:, ci, :, :])
+        nisa.dma_copy(dst=x_band[:, ci, :, :], src=X[b, ci * P : (ci + 1) * P, conv_row0 : conv_row0 + in_rows, :])
 
     pooled_w = out_width // pool_size
     out_band_rows = band_rows // pool_size
@@ -175,7 +187,7 @@ def _conv_band(X, X_out, w_t, bias_sb, x_band, b, rows, pool_size, rows_per_mm, 
                 _accumulate(acc_top, x_band, w_t, co, pair * 2, 1, in_tiles, filter_size, out_width)
                 _accumulate(acc_bottom, x_band, w_t, co, pair * 2 + 1, 1, in_tiles, filter_size, out_width)
                 _evacuate_pooled_generic(acc_top, acc_bottom, bias_col, out_band[:, pair : pair + 1, :], out_width)
-        nisa.dma_copy(src=out_band, dst=X_out[b, co * P : (co + 1) * P, out_row0 : out_row0 + out_band_rows, :])
+        nisa.dma_copy(dst=X_out[b, co * P : (co + 1) * P, out_row0 : out_row0 + out_band_rows, :], src=out_band)
 
 
 def _band_plan(conv_rows, rows_per_mm, pool_size):
@@ -196,9 +208,27 @@ def _band_plan(conv_rows, rows_per_mm, pool_size):
     return head, band_rows, full_bands, (tail, last)
 
 
-@nki.compiler.skip_middle_end_transformations
 @nki.jit
 def fused_conv2d_maxpool(X, W, bias, pool_size=1):
+    """Computes maxpool(conv2d(X, W) + bias) and returns it as a new HBM tensor.
+
+    Inputs (HBM tensors, all of the same dtype: float32 or float16):
+      X:    (batch_size, in_channels, input_height, input_width)
+      W:    (out_channels, in_channels, filter_height, filter_width), filter_height == filter_width
+      bias: (out_channels,)
+      pool_size: 1 (no pooling) or 2 (2x2 max-pool with stride 2); a Python int.
+
+    Guarantees you may rely on:
+      * in_channels and out_channels are multiples of 128 (nl.tile_size.pmax);
+      * the convolution has stride 1 and no padding, so out_height = input_height - filter_height + 1 and
+        out_width = input_width - filter_width + 1;
+      * out_width <= 512 (nl.tile_size.gemm_moving_fmax): one output row fits the moving side of a matmul;
+      * pooling uses a pool_size x pool_size window with stride pool_size; an odd last row/column is dropped.
+
+    Output: (batch_size, out_channels, out_height // pool_size, out_width // pool_size), dtype X.dtype,
+    i.e. out[b, o, i, j] = max over the pool window of (bias[o] + sum_{c, p, q} W[o, c, p, q] * X[b, c, y + p, x + q]).
+    Accumulate in float32 (PSUM does) and round to X.dtype only when writing the result.
+    """
     batch_size, in_channels, input_height, input_width = X.shape
     out_channels, in_channels_w, filter_height, filter_width = W.shape
     P = nl.tile_size.pmax
@@ -212,7 +242,8 @@ def fused_conv2d_maxpool(X, W, bias, pool_size=1):
     taps = filter_height * filter_width
 
     X_out = nl.ndarray(
-        (batch_size, out_channels, out_height // pool_size, out_width // pool_size), dtype=X.dtype, buffer=nl.hbm
+        (batch_size, out_channels, out_height // pool_size, out_width // pool_size), dtype=X.dtype,
+        buffer=nl.shared_hbm,
     )
 
     w_t = nl.ndarray((P, in_tiles, taps, out_channels), dtype=W.dtype, buffer=nl.sbuf)
