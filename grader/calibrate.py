@@ -17,7 +17,7 @@ from pathlib import Path
 from grader import problems, thresholds
 from grader.rubric import Rubric, load_rubric
 from grader.runner import run_case
-from grader.staff import reference_available, reference_file, relaxed_conv_file
+from grader.staff import APIS, reference_available, reference_file, relaxed_conv_file
 
 _COMPUTE_LOCK = threading.Lock()
 
@@ -64,7 +64,10 @@ def calibrate(
     rubric = rubric or load_rubric()
     timings: dict[str, float] = {}
     failures: dict[str, str] = {}
-    relaxed = relaxed_conv_file(api)
+    # The relaxed tier is a latency bar, not an API feature: where ``api`` has no relaxed conv of its own, the other
+    # API's is timed (the same algorithm models identically in both, tests/test_reference_nki_twins.py), so both
+    # editions score against the same partial-credit targets.
+    relaxed = relaxed_conv_file(api) or next(filter(None, (relaxed_conv_file(a) for a in APIS)), None)
     for test in rubric.tests:
         if test.kind != "performance":
             continue

@@ -288,10 +288,12 @@ def kernel_api_line(kernel: Callable) -> str:
         return f"Kernel API: {exc}"
 
 
-def conv_thresholds(dtype: str, image_height: int, pool: int, backend: str | None = None) -> tuple[float, float, str]:
+def conv_thresholds(dtype: str, image_height: int, pool: int, backend: str | None = None,
+                    api: str | None = None) -> tuple[float, float, str]:
     """(relaxed_us, optimized_us, source) for this backend and target: the grader's targets when it is
-    importable (grader/thresholds.py: published, or scaled by the staff kernels' modelled latency), else the
-    course's published trn2 numbers.  ``backend``: an nkibench backend name (default: the default API's here)."""
+    importable (grader/thresholds.py: published, or scaled by the modelled latency of the staff kernels of
+    ``api``, the kernel's NKI API), else the course's published trn2 numbers.  ``backend``: an nkibench
+    backend name (default: the default API's here)."""
     if backend is None:
         backend = "nkisim" if on_nkisim() else "neuron"
     backend = "nkisim" if backend == "nkisim" else "neuron"
@@ -300,7 +302,7 @@ def conv_thresholds(dtype: str, image_height: int, pool: int, backend: str | Non
         from grader.thresholds import default_conv_basis  # type: ignore[import-not-found]
 
         target = target_name()
-        relaxed, optimized = calibrated(dtype, image_height, pool, backend, target)
+        relaxed, optimized = calibrated(dtype, image_height, pool, backend, target, api=api)
         if backend == "nkisim" and default_conv_basis(target, image_height) == "reference":
             source = f"reference kernels on nkisim {target}"
         else:
@@ -470,9 +472,13 @@ def run_performance(
     notes_shown = False
     if thresholds is None:
         backend = nkibench.backend_for(kernel).name
+        try:
+            api = detect.api_of_kernel(kernel)
+        except detect.MixedAPIError:
+            api = None
 
         def thresholds(dtype: str, height: int, pool: int) -> tuple[float, float, str]:
-            return conv_thresholds(dtype, height, pool, backend)
+            return conv_thresholds(dtype, height, pool, backend, api)
 
     for test in tests:
         case = test.case

@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 STAFF_REPO = (REPO / "grader" / "reference").is_dir()
 sys.path.insert(0, str(REPO / "tools"))
 import release  # noqa: E402
+
 from nkibench.detect import api_of_source  # noqa: E402
 
 # The staff solutions of each edition: a finished student's files.
