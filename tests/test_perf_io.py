@@ -50,6 +50,8 @@ def test_trace_roundtrip_gives_same_estimate(tmp_path):
 def _mutate(data: bytes, member: str, fn) -> bytes:
     src = zipfile.ZipFile(io.BytesIO(data))
     arrays = {n[:-4]: np.load(io.BytesIO(src.read(n)), allow_pickle=False) for n in src.namelist()}
+    # dump writes each column in its narrowest signed dtype; a hostile writer may use any integer dtype
+    arrays = {k: a.astype(np.int64) if k != "strings" else a for k, a in arrays.items()}
     fn(arrays)
     out = io.BytesIO()
     np.savez(out, **arrays)
@@ -69,6 +71,8 @@ def _mutate(data: bytes, member: str, fn) -> bytes:
         (lambda a: a.__setitem__("strings", np.frombuffer(b"{not json", np.uint8)), "JSON"),
         (lambda a: a.__setitem__("o_b_hi", a["o_b_lo"] - 1), "out of order"),
         (lambda a: a.__setitem__("i_seq", a["i_seq"].astype(np.float64)), "integer"),
+        # uint64 columns are read as int64: a value past 2**63 is negative, not a huge unsigned index
+        (lambda a: a.__setitem__("o_phys", a["o_phys"].astype(np.uint64) + np.uint64(2**63)), "negative"),
     ],
 )
 def test_load_rejects_malformed_traces(tmp_path, mutation, message):

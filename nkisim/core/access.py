@@ -380,9 +380,9 @@ def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray |
     if accumulate and dst._v.dtype == F32 and flags.all():
         dst._v += vals  # the common case: accumulate in place in fp32
         return
-    if accumulate:
+    if accumulate and flags.any():
         new = np.where(flags, dst._v.astype(F32) + vals, vals)
-    else:
+    else:  # overwrite, or the first matmul of an accumulation group (no element written yet): the values as they are
         new = vals
     dst._v[...] = execute.cast(np.asarray(new, dtype=F32), dst.dtype)
     flags[...] = True

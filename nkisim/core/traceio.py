@@ -64,38 +64,60 @@ class _Interner:
         return i
 
 
+def _narrow(values) -> np.ndarray:
+    """An integer column in the narrowest signed dtype that holds it (``load`` widens every column to int64)."""
+    a = np.asarray(values, dtype=np.int64)
+    if a.size:
+        lo, hi = int(a.min()), int(a.max())
+        for dt in (np.int8, np.int16, np.int32):
+            info = np.iinfo(dt)
+            if info.min <= lo and hi <= info.max:
+                return a.astype(dt)
+    return a
+
+
+# attrs values whose class and equality fix their JSON text: an attrs dict made only of these (under str keys) is
+# looked up by its items instead of being serialised again (floats are left out: -0.0 == 0.0, but not as JSON)
+_PLAIN = frozenset({int, bool, str, type(None)})
+
+
 def _columns(trace: Trace) -> tuple[dict[str, np.ndarray], dict]:
     ops, wheres, dts, shapes, attrs = _Interner(), _Interner(), _Interner(), _Interner(), _Interner()
     icol = {k: [] for k in _I_COLS}
-    ocol = {k: [] for k in _O_COLS}
+    seq, op_col, eng, where_col, attr_col = (icol[k] for k in _I_COLS)
+    rows: list[tuple] = []  # one row per operand, in _O_COLS order (np.array turns the ints into int64)
+    dt_index: dict = {}  # fast paths of the dts / shapes interners, keyed by the operand's own values
+    shape_index: dict = {}
+    attr_memo: dict[tuple, int] = {}
+    plain = _PLAIN
     for idx, ins in enumerate(trace.instrs):
-        icol["seq"].append(int(ins.seq))
-        icol["op"].append(ops(str(ins.op)))
-        icol["engine"].append(int(ins.engine))
-        icol["where"].append(wheres(str(ins.where)))
-        a = json.dumps(_jsonable(ins.attrs), sort_keys=True, separators=(",", ":"))
-        icol["attrs"].append(attrs(a))
+        seq.append(int(ins.seq))
+        op_col.append(ops(str(ins.op)))
+        eng.append(int(ins.engine))
+        where_col.append(wheres(str(ins.where)))
+        a = ins.attrs
+        key = tuple((k, v.__class__, v) for k, v in a.items())
+        cacheable = all(k.__class__ is str and c in plain for k, c, _ in key)
+        j = attr_memo.get(key) if cacheable else None
+        if j is None:
+            j = attrs(json.dumps(_jsonable(a), sort_keys=True, separators=(",", ":")))
+            if cacheable:
+                attr_memo[key] = j
+        attr_col.append(j)
         for role, group in ((0, ins.srcs), (1, ins.dsts)):
             for o in group:
-                r = o.region
-                ocol["instr"].append(idx)
-                ocol["role"].append(role)
-                ocol["buf"].append(int(r.buf))
-                ocol["phys"].append(int(r.phys))
-                ocol["p_lo"].append(int(r.p_lo))
-                ocol["p_hi"].append(int(r.p_hi))
-                ocol["b_lo"].append(int(r.b_lo))
-                ocol["b_hi"].append(int(r.b_hi))
-                ocol["itemsize"].append(int(o.itemsize))
-                ocol["partitions"].append(int(o.partitions))
-                ocol["free_elems"].append(int(o.free_elems))
-                ocol["inner_stride"].append(int(o.inner_stride_bytes))
-                ocol["contiguous"].append(int(o.contiguous_bytes))
-                ocol["dtype"].append(dts(str(o.dtype)))
-                shp = tuple(int(x) for x in o.shape)
-                ocol["shape"].append(shapes(shp, list(shp)))
-    arrays = {f"i_{k}": np.asarray(v, dtype=np.int64) for k, v in icol.items()}
-    arrays.update({f"o_{k}": np.asarray(v, dtype=np.int64) for k, v in ocol.items()})
+                d = dt_index.get(o.dtype)
+                if d is None:
+                    d = dt_index[o.dtype] = dts(str(o.dtype))
+                sh = shape_index.get(o.shape)
+                if sh is None:
+                    shp = tuple(int(x) for x in o.shape)
+                    sh = shape_index[o.shape] = shapes(shp, list(shp))
+                rows.append((idx, role, *o.region, o.itemsize, o.partitions, o.free_elems, o.inner_stride_bytes,
+                             o.contiguous_bytes, d, sh))
+    arrays = {f"i_{k}": _narrow(v) for k, v in icol.items()}
+    table = np.array(rows, dtype=np.int64).reshape(len(rows), len(_O_COLS))
+    arrays.update({f"o_{k}": _narrow(table[:, c]) for c, k in enumerate(_O_COLS)})
     strings = {
         "format": FORMAT,
         "version": VERSION,
@@ -207,6 +229,7 @@ def _loads(data: bytes) -> Trace:
     for k, a in cols.items():
         if a.ndim != 1 or a.dtype.kind not in "iu":
             _bad(f"column {k} must be a 1-D integer array")
+        cols[k] = a.astype(np.int64)  # dump writes narrow columns; checks and arithmetic below are on int64
     n = len(cols["i_seq"])
     if n > MAX_INSTRS:
         _bad(f"too many instructions ({n})")
@@ -281,34 +304,22 @@ def _loads(data: bytes) -> Trace:
     engines = {int(e): e for e in Engine}
     bufs = {int(b): b for b in Buf}
     shape_t = [tuple(s) for s in shapes]
-    o = {k: cols[f"o_{k}"].tolist() for k in _O_COLS}
-    i_cols = {k: cols[f"i_{k}"].tolist() for k in _I_COLS}
     srcs_of: list[list] = [[] for _ in range(n)]
     dsts_of: list[list] = [[] for _ in range(n)]
-    for j in range(m):
-        op_ = Operand(
-            region=Region(bufs[o["buf"][j]], o["phys"][j], o["p_lo"][j], o["p_hi"][j], o["b_lo"][j], o["b_hi"][j]),
-            shape=shape_t[o["shape"][j]],
-            dtype=dts[o["dtype"][j]],
-            itemsize=o["itemsize"][j],
-            partitions=o["partitions"][j],
-            free_elems=o["free_elems"][j],
-            inner_stride_bytes=o["inner_stride"][j],
-            contiguous_bytes=o["contiguous"][j],
-        )
-        (srcs_of if o["role"][j] == 0 else dsts_of)[o["instr"][j]].append(op_)
-    for i in range(n):
-        trace.instrs.append(
-            Instr(
-                seq=i_cols["seq"][i],
-                op=ops[i_cols["op"][i]],
-                engine=engines[i_cols["engine"][i]],
-                srcs=tuple(srcs_of[i]),
-                dsts=tuple(dsts_of[i]),
-                attrs=dict(attrs[i_cols["attrs"][i]]),
-                where=wheres[i_cols["where"][i]],
-            )
-        )
+    # Operands are immutable (NamedTuples): equal rows share one object, as the recording run's trace shares them
+    made: dict[tuple, Operand] = {}
+    new = tuple.__new__
+    for instr, role, *row in zip(*(cols[f"o_{k}"].tolist() for k in _O_COLS)):
+        key = tuple(row)
+        op_ = made.get(key)
+        if op_ is None:
+            buf, phys, p_lo, p_hi, b_lo, b_hi, isz, parts, free, inner, contig, dt, shp = row
+            op_ = made[key] = new(Operand, (new(Region, (bufs[buf], phys, p_lo, p_hi, b_lo, b_hi)), shape_t[shp],
+                                            dts[dt], isz, parts, free, inner, contig))
+        (srcs_of if role == 0 else dsts_of)[instr].append(op_)
+    append = trace.instrs.append
+    for i, (s, op, e, w, a) in enumerate(zip(*(cols[f"i_{k}"].tolist() for k in _I_COLS))):
+        append(Instr(s, ops[op], engines[e], tuple(srcs_of[i]), tuple(dsts_of[i]), dict(attrs[a]), wheres[w]))
     return trace
 
 
