@@ -1,7 +1,8 @@
 """Interpreter and performance-model speed: ``python -m nkisim.bench``.
 
 Prints, for each workload, front end and mode (full = NumPy values, timing = trace only): wall and CPU seconds of
-the kernel run, instruction count, CPU microseconds per instruction, and the CPU time ``nkisim.perf.estimate``
+the kernel run (the least of ``--repeat`` interleaved runs), instruction count, CPU microseconds per instruction,
+and the CPU time ``nkisim.perf.estimate``
 takes (scheduler + report, us per instruction).  CPU time is reported because wall time is meaningless on a loaded
 host.  Workloads: vector_add_tiled ROW_CHUNK=1 on n=25600 (102,400 instructions) and the course's 224x224 conv
 (the staff references of both editions, when they exist), each in the legacy ``neuronxcc.nki`` API
@@ -69,7 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m nkisim.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--skip-conv-full", action="store_true", help="skip the (slow) full-mode conv run")
     ap.add_argument("--dtype", default="float32", choices=("float32", "float16"))
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs per workload, API and mode, interleaved across APIs; the least CPU is kept (other "
+                         "processes on a shared machine only ever add time)")
     args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
     from tabulate import tabulate
 
     from nkisim.calibration import load_kernels
@@ -82,8 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     if os.path.exists(VECTOR_ADD_NKI):
         adds.append(("nki", _load(VECTOR_ADD_NKI, "nkisim_bench_vector_add_nki").vector_add_tiled))
     for mode in ("full", "timing"):
-        for api, kernel in adds:
-            m = measure(kernel, (a, b), {"ROW_CHUNK": 1}, mode)
+        def add_run(kernel, mode=mode):
+            return measure(kernel, (a, b), {"ROW_CHUNK": 1}, mode)
+
+        for api, m in _least(adds, add_run, args.repeat):
             rows.append(["vector_add_tiled ROW_CHUNK=1 n=25600", api, *m.values()])
             print(f"done: vector_add_tiled {api} {mode}", file=sys.stderr, flush=True)
     if os.path.exists(CONV):
@@ -96,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         w = rng.random((256, 256, 3, 3)).astype(dt)
         bias = rng.random((256,)).astype(dt)
         for mode in ("timing",) if args.skip_conv_full else ("timing", "full"):
-            for api, conv in convs:
-                m = measure(conv, (x, w, bias), {"pool_size": 1}, mode)
+            for api, m in _least(convs, lambda conv, mode=mode: measure(conv, (x, w, bias), {"pool_size": 1}, mode),
+                                 args.repeat):
                 rows.append([f"conv2d 224x224 {args.dtype} (reference)", api, *m.values()])
                 print(f"done: conv {api} {mode}", file=sys.stderr, flush=True)
     else:
@@ -106,6 +114,18 @@ def main(argv: list[str] | None = None) -> int:
                                   "estimate CPU s", "estimate us/instr", "modelled us"], floatfmt=".2f"))
     _ratios(rows)
     return 0
+
+
+def _least(kernels: list, run, repeat: int) -> list:
+    """(api, measurement) per kernel: ``repeat`` rounds that run every API once each (so load drifts hit both
+    alike), keeping each API's run with the least CPU."""
+    best: dict[str, dict] = {}
+    for _ in range(repeat):
+        for api, kernel in kernels:
+            m = run(kernel)
+            if api not in best or m["run_cpu_s"] < best[api]["run_cpu_s"]:
+                best[api] = m
+    return [(api, best[api]) for api, _ in kernels]
 
 
 def _ratios(rows: list) -> None:
