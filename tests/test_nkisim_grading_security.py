@@ -262,3 +262,28 @@ def test_a_placement_that_is_not_a_fixed_stride_is_recorded():
     scattered = run_kernel(lambda x: kernel(x, (0, 4096, 1024)), (a,))
     np.testing.assert_array_equal(scattered.outputs, a)
     assert scattered.trace.meta["unaliased_placements"] == 1
+
+
+# ---- D1-D5: DMA costs the kernel chooses (charged on the conservative side where undocumented) -------------------
+
+
+def _dma_run(kernel, args, target="trn2"):
+    run = run_kernel(kernel, args, {}, mode="timing", target=target)
+    report = estimate(run.trace, target)
+    return run, report, [i for i in run.trace.instrs if i.op == "dma_copy"]
+
+
+def test_d1_a_casting_load_is_charged_the_larger_side():
+    """fp32 HBM -> fp16 SBUF reads 4 bytes an element: it moves no faster than the fp32 load."""
+    a = np.zeros((128, 2048), dtype=np.float32)
+
+    def kernel(x, dtype):
+        t = nl.load(x, dtype=dtype)
+        out = nl.ndarray((128, 2048), dtype=dtype, buffer=nl.hbm)
+        nl.store(out, t)
+        return out
+
+    _, _, plain = _dma_run(lambda x: kernel(x, nl.float32), (a,))
+    _, _, cast = _dma_run(lambda x: kernel(x, nl.float16), (a,))
+    assert cast[0].attrs["cast"] and cast[0].attrs["bytes"] == a.nbytes
+    assert cast[0].cost_ns >= plain[0].cost_ns  # (a few ns more: the fp16 rows are shorter descriptors)

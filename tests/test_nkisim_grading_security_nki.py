@@ -115,3 +115,27 @@ def test_matmul_accumulation_onto_a_memset_is_refused_not_timed():
     for target in ("trn2", "trn1"):
         with raises_rule("nkisim_matmul_accumulate_value_init", target):
             _run(kernel, (st, mv), target=target)
+
+
+# ---- D1-D4: DMA costs the kernel chooses (docs/grading-security.md) --------------------------------------------
+
+
+def _dmas(run):
+    return [i for i in run.trace.instrs if i.op == "dma_copy"]
+
+
+def test_d1_a_casting_dma_copy_is_charged_the_larger_side():
+    a = np.zeros((128, 2048), dtype=np.float32)
+
+    def loader(dtype):
+        def kernel(x):
+            t = nl.ndarray((128, 2048), dtype=dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            out = nl.ndarray((128, 2048), dtype=dtype, buffer=nl.shared_hbm)
+            return _store(out, t)
+
+        return kernel
+
+    plain = _dmas(_run(loader(nl.float32), (a,), mode="timing"))[0]
+    cast = _dmas(_run(loader(nl.float16), (a,), mode="timing"))[0]
+    assert cast.attrs["bytes"] == a.nbytes and cast.cost_ns >= plain.cost_ns
