@@ -287,3 +287,30 @@ def test_d1_a_casting_load_is_charged_the_larger_side():
     _, _, cast = _dma_run(lambda x: kernel(x, nl.float16), (a,))
     assert cast[0].attrs["cast"] and cast[0].attrs["bytes"] == a.nbytes
     assert cast[0].cost_ns >= plain[0].cost_ns  # (a few ns more: the fp16 rows are shorter descriptors)
+
+
+def _copies(dge_mode, n=8):
+    def kernel(x):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.hbm)
+        for _ in range(n):
+            t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x, dge_mode=dge_mode)
+        nl.store(out, t)
+        return out
+
+    return kernel
+
+
+def test_d2_dge_mode_is_costed():
+    """dge_mode=none issues from static rings (850 ns per DMA on trn2), swdge also builds descriptors on GpSimd;
+    neither is timed as the hardware DGE any more."""
+    a = np.zeros((128, 512), dtype=np.float32)
+    times, gpsimd = {}, {}
+    for mode in ("unknown", "hwdge", "none", "swdge"):
+        _, report, _ = _dma_run(_copies(getattr(nisa.dge_mode, mode)), (a,))
+        times[mode] = report.total_us
+        gpsimd[mode] = report.engine_busy_us.get("GpSimdE", 0.0)
+    assert times["hwdge"] == pytest.approx(times["unknown"])
+    assert times["none"] > times["unknown"] + 0.3, times
+    assert times["swdge"] > times["none"], times
+    assert gpsimd["swdge"] > 0 and gpsimd["none"] == gpsimd["unknown"] == 0, gpsimd

@@ -139,3 +139,25 @@ def test_d1_a_casting_dma_copy_is_charged_the_larger_side():
     plain = _dmas(_run(loader(nl.float32), (a,), mode="timing"))[0]
     cast = _dmas(_run(loader(nl.float16), (a,), mode="timing"))[0]
     assert cast.attrs["bytes"] == a.nbytes and cast.cost_ns >= plain.cost_ns
+
+
+def test_d2_dge_mode_none_and_swdge_are_costed():
+    a = np.zeros((128, 512), dtype=np.float32)
+
+    def copies(mode):
+        def kernel(x):
+            for _ in range(8):
+                t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=t, src=x, dge_mode=mode)
+            out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+            return _store(out, t)
+
+        return kernel
+
+    rep = {}
+    for mode in ("unknown", "hwdge", "none", "swdge"):
+        run = run_kernel(copies(getattr(nisa.dge_mode, mode)), (a,), {}, mode="timing", frontend=NKI)
+        rep[mode] = estimate(run.trace)
+    t = {m: r.total_us for m, r in rep.items()}
+    assert t["hwdge"] == pytest.approx(t["unknown"]) and t["none"] > t["unknown"] + 0.3 and t["swdge"] > t["none"], t
+    assert rep["swdge"].engine_busy_us.get("GpSimdE", 0.0) > 0

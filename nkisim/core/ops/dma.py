@@ -29,7 +29,9 @@ from nkisim.core.tensor import Tensor
 
 
 def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_rmw_op: str | None = None,
-             ctx: KernelContext | None = None, oob_skip: bool = False) -> None:
+             ctx: KernelContext | None = None, oob_skip: bool = False, dge: str | None = None) -> None:
+    """``dge``: the ``dge_mode`` the kernel asked for ("none", "swdge", "hwdge"; None = the compiler's choice),
+    recorded for the cost model (grading security D2)."""
     if ctx is None:
         ctx = current("dma_copy")
         ctx.settle()
@@ -68,6 +70,7 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
     ins = ctx.emit("dma_copy", E_DMA, srcs, (dst,), {"bytes": n_dst * itemsize, "via": via, "cast": cast})
     if dst_rmw_op is not None:
         ins.attrs["rmw"] = dst_rmw_op
+    _mark_descriptors(ins.attrs, dge)
     if ctx.full:
         vals = read(src)
         if vals.shape != dst.shape:
@@ -80,6 +83,17 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
         elif vals.dtype != dst.dtype:
             vals = execute.to_f32(vals)
         write(dst, execute.cast(vals, dst.dtype), m)
+
+
+def _mark_descriptors(attrs: dict, dge: str | None) -> None:
+    """Record how the DMA's descriptors are built (grading security D2; MODEL.md "DMA descriptor modes"):
+    ``dge_mode=swdge`` is software DGE (GpSimd builds the descriptors); ``dge_mode=none`` uses host-built static
+    descriptors; ``hwdge`` and the compiler's choice keep the target's default."""
+    if dge == "swdge":
+        attrs["dge"] = False
+        attrs["swdge"] = True
+    elif dge == "none":
+        attrs["dge"] = False
 
 
 def _oob_skip_mask(mask, src: Tensor, dst: Tensor) -> np.ndarray:
