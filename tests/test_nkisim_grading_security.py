@@ -314,3 +314,23 @@ def test_d2_dge_mode_is_costed():
     assert times["none"] > times["unknown"] + 0.3, times
     assert times["swdge"] > times["none"], times
     assert gpsimd["swdge"] > 0 and gpsimd["none"] == gpsimd["unknown"] == 0, gpsimd
+
+
+def test_d3_an_indirect_dma_pays_software_dge_on_gpsimd():
+    table = np.random.default_rng(1).random((256, 512), dtype=np.float32)
+
+    def kernel(t, indirect):
+        i_f = nl.arange(512)[None, :]
+        idx = nisa.iota(2 * nl.arange(128)[:, None], dtype=nl.int32)
+        rows = nl.load(t[idx, i_f]) if indirect else nl.load(t[0:128, :])
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.hbm)
+        nl.store(out, rows)
+        return out
+
+    for target in ("trn2", "trn1"):
+        runs = {ind: _dma_run(lambda t, ind=ind: kernel(t, ind), (table,), target) for ind in (False, True)}
+        gather = runs[True][2][0]
+        assert gather.attrs.get("swdge") and len(gather.srcs) == 2
+        busy = runs[True][1].engine_busy_us.get("GpSimdE", 0.0) - runs[False][1].engine_busy_us.get("GpSimdE", 0.0)
+        assert busy > 0.5, (target, busy)  # 128 descriptors: GPSIMD_START + 6 cycles each [guess, MODEL.md]
+        assert runs[True][1].total_us > runs[False][1].total_us + 0.5

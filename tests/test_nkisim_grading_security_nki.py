@@ -161,3 +161,24 @@ def test_d2_dge_mode_none_and_swdge_are_costed():
     t = {m: r.total_us for m, r in rep.items()}
     assert t["hwdge"] == pytest.approx(t["unknown"]) and t["none"] > t["unknown"] + 0.3 and t["swdge"] > t["none"], t
     assert rep["swdge"].engine_busy_us.get("GpSimdE", 0.0) > 0
+
+
+def test_d3_an_indirect_gather_pays_software_dge_on_gpsimd():
+    table = RNG.random((256, 512)).astype(np.float32)
+    idx = (2 * np.arange(128, dtype=np.int32))[:, None]
+
+    def kernel(tbl, ix, indirect):
+        i = _load(ix)
+        rows = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=rows, src=tbl.vector_select(0, i) if indirect else tbl[0:128, :])
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        return _store(out, rows)
+
+    reps = {}
+    for indirect in (False, True):
+        run = run_kernel(kernel, (table, idx), {"indirect": indirect}, mode="timing", frontend=NKI)
+        reps[indirect] = estimate(run.trace)
+        if indirect:
+            assert _dmas(run)[1].attrs.get("swdge")
+    assert reps[True].engine_busy_us.get("GpSimdE", 0.0) > 0.5
+    assert reps[True].total_us > reps[False].total_us + 0.5

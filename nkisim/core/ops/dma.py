@@ -61,8 +61,10 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
         if src.oob:
             mask_values(mask, src.shape, src)
     srcs = (src,)
+    indirect = ()
     if ctx.dyn:  # indirect DMA: the index tiles are read too (software DGE builds the descriptors from them)
-        srcs += dynamic_tiles(ctx, src) + dynamic_tiles(ctx, dst)
+        indirect = dynamic_tiles(ctx, src) + dynamic_tiles(ctx, dst)
+        srcs += indirect
     cast = src.dtype != dst.dtype
     # a casting DMA reads the source's bytes and writes the destination's; which side bounds its rate is not
     # documented ("Cost not given": DMA, ISA; facts 5.2): charge the larger (grading security D1)
@@ -70,7 +72,7 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
     ins = ctx.emit("dma_copy", E_DMA, srcs, (dst,), {"bytes": n_dst * itemsize, "via": via, "cast": cast})
     if dst_rmw_op is not None:
         ins.attrs["rmw"] = dst_rmw_op
-    _mark_descriptors(ins.attrs, dge)
+    _mark_descriptors(ins.attrs, bool(indirect), dge)
     if ctx.full:
         vals = read(src)
         if vals.shape != dst.shape:
@@ -85,11 +87,12 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
         write(dst, execute.cast(vals, dst.dtype), m)
 
 
-def _mark_descriptors(attrs: dict, dge: str | None) -> None:
-    """Record how the DMA's descriptors are built (grading security D2; MODEL.md "DMA descriptor modes"):
-    ``dge_mode=swdge`` is software DGE (GpSimd builds the descriptors); ``dge_mode=none`` uses host-built static
-    descriptors; ``hwdge`` and the compiler's choice keep the target's default."""
-    if dge == "swdge":
+def _mark_descriptors(attrs: dict, indirect: bool, dge: str | None) -> None:
+    """Record how the DMA's descriptors are built (grading security D2, D3; MODEL.md "DMA descriptor modes"):
+    an indirect DMA or ``dge_mode=swdge`` is software DGE (GpSimd builds the descriptors: hardware DGE "cannot
+    do indirect gather/scatter", A3/DGE); ``dge_mode=none`` uses host-built static descriptors; ``hwdge`` and the
+    compiler's choice keep the target's default."""
+    if indirect or dge == "swdge":
         attrs["dge"] = False
         attrs["swdge"] = True
     elif dge == "none":
@@ -157,9 +160,12 @@ def load(src: Tensor, *, mask=None, dtype=None, transpose: bool = False) -> Tens
         m = transposed_mask(mask, src, out.shape, np.transpose)
     else:
         m = mask_values(mask, out.shape, src)
-    ins = ctx.emit("dma_copy", E_DMA, (src,) + dynamic_tiles(ctx, src) if ctx.dyn else (src,), (out,),
+    idx = dynamic_tiles(ctx, src) if ctx.dyn else ()
+    ins = ctx.emit("dma_copy", E_DMA, (src,) + idx, (out,),
                    {"bytes": math.prod(shape) * max(dt.itemsize, src.dtype.itemsize),  # D1: see dma_copy
                     "via": "load_transpose2d" if transpose else "load", "cast": dt != src.dtype})
+    if idx:
+        _mark_descriptors(ins.attrs, True, None)
     values = None
     if ctx.full:
         v = read(src)
