@@ -334,3 +334,21 @@ def test_d3_an_indirect_dma_pays_software_dge_on_gpsimd():
         busy = runs[True][1].engine_busy_us.get("GpSimdE", 0.0) - runs[False][1].engine_busy_us.get("GpSimdE", 0.0)
         assert busy > 0.5, (target, busy)  # 128 descriptors: GPSIMD_START + 6 cycles each [guess, MODEL.md]
         assert runs[True][1].total_us > runs[False][1].total_us + 0.5
+
+
+def test_d4_dma_compute_runs_at_half_the_copy_rate():
+    a = np.zeros((128, 2048), dtype=np.float32)
+
+    def kernel(x, rmw):
+        t = nl.load(x)
+        out = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.hbm)
+        nl.store(out, t)
+        nisa.dma_copy(dst=out, src=t, dst_rmw_op=np.add if rmw else None)
+        return out
+
+    for target in ("trn2", "trn1"):
+        plain = _dma_run(lambda x: kernel(x, False), (a,), target)[2][-1]
+        rmw = _dma_run(lambda x: kernel(x, True), (a,), target)[2][-1]
+        assert rmw.attrs["rmw"] == "add"
+        # cost_ns = engine time + completion latency: the engine time doubles
+        assert rmw.cost_ns > 1.8 * plain.cost_ns - 1000, (target, plain.cost_ns, rmw.cost_ns)

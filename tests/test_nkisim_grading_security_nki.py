@@ -182,3 +182,24 @@ def test_d3_an_indirect_gather_pays_software_dge_on_gpsimd():
             assert _dmas(run)[1].attrs.get("swdge")
     assert reps[True].engine_busy_us.get("GpSimdE", 0.0) > 0.5
     assert reps[True].total_us > reps[False].total_us + 0.5
+
+
+def test_d4_dma_compute_runs_at_half_the_copy_rate():
+    a = np.zeros((128, 2048), dtype=np.float32)
+
+    def kernel(x, y, compute):
+        out = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.shared_hbm)
+        if compute:
+            nisa.dma_compute(dst=out, srcs=[x, y], reduce_op=nl.add)
+        else:
+            t = _load(x)
+            nisa.dma_copy(dst=out, src=t)
+            u = _load(y)
+            nisa.dma_copy(dst=out, src=u)
+        return out
+
+    for target in ("trn2", "trn1"):
+        copies = _dmas(_run(kernel, (a, a), target=target, mode="timing", compute=False))
+        comp = _dmas(_run(kernel, (a, a), target=target, mode="timing", compute=True))[0]
+        # the same bytes as the two loads, at half the rate
+        assert comp.cost_ns > 1.8 * (copies[0].cost_ns + copies[2].cost_ns) - 2000, (target, comp.cost_ns)

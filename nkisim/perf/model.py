@@ -292,7 +292,7 @@ class CostModel:
                                       src.contiguous_bytes, src.free_elems, src.itemsize),
             None if dst is None else (dst.region.buf, dst.region.p_lo, dst.region.p_hi, dst.partitions,
                                       dst.contiguous_bytes, dst.free_elems, dst.itemsize),
-            a.get("bytes"), a.get("via"), a.get("transpose"), a.get("dge"), a.get("swdge"),
+            a.get("bytes"), a.get("via"), a.get("transpose"), a.get("dge"), a.get("swdge"), a.get("rmw"),
         )
         hit = self._dma_memo.get(key)
         if hit is None:
@@ -358,6 +358,9 @@ class CostModel:
                 per_engine /= 0.9 if from_hbm else 0.5
             else:  # v2 load_transpose2d: "much lower DMA bandwidth" (PG), no number: taken as half [INFERRED]
                 per_engine *= 2.0
+        if a.get("rmw") is not None or via == "dma_compute":
+            # DMA compute (read-modify-write, dma_compute): 50% of copy throughput before v4 (A4; grading security D4)
+            per_engine *= tc.dma_compute_slowdown
         dge = a.get("dge")
         use_dge = self.dge if dge is None else (bool(dge) and tc.dma_issue_dge_ns > 0)
         gpsimd = 0.0
