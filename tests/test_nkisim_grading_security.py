@@ -352,3 +352,22 @@ def test_d4_dma_compute_runs_at_half_the_copy_rate():
         assert rmw.attrs["rmw"] == "add"
         # cost_ns = engine time + completion latency: the engine time doubles
         assert rmw.cost_ns > 1.8 * plain.cost_ns - 1000, (target, plain.cost_ns, rmw.cost_ns)
+
+
+def test_d5_an_sbuf_to_sbuf_dma_is_no_cheaper_than_a_load():
+    """SBUF -> SBUF DMA bandwidth is undocumented (facts 10 gap 7): it is charged the documented HBM -> SBUF
+    path's time for the same tile, never less."""
+    a = np.zeros((128, 1024), dtype=np.float32)
+
+    def kernel(x):
+        t = nl.load(x)
+        u = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=u, src=t)
+        out = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.hbm)
+        nl.store(out, u)
+        return out
+
+    for target in ("trn2", "trn1"):
+        load, s2s, _ = _dma_run(kernel, (a,), target)[2]
+        assert s2s.srcs[0].region.buf == s2s.dsts[0].region.buf
+        assert s2s.cost_ns >= load.cost_ns - 1e-6
