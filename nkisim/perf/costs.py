@@ -92,6 +92,16 @@ class TargetCosts:
     dma_issue_queues: int = 1  # hardware-DGE issue resources that serialise the DGE issue cost [FIT]
     dma_static_queues: int = 1  # static-descriptor DMA queues working through their rings in parallel
     dge_default_on: bool = False  # whether kernels use the hardware DGE unless compiled with --disable-dge
+    # software DGE (indirect DMAs, dge_mode=swdge): GpSimd builds the descriptors, "uses GpSimd cycles" (DGE; facts
+    # 5.2), cost not quantified.  [GUESS, conservative: grading security D2/D3] GPSIMD_START plus this many GpSimd
+    # cycles per descriptor (partition row), GpSimd busy before the DMA is issued from a ring like a static one.
+    # Bound: a [128, 128] bf16 qGpSimdDynamic DMA (128 rows) showed trigger -> first byte ~0.74 us in all (DMA fig
+    # nki-dma-intro-5, trn2; facts 5.3): (0.74 us x 1.2 GHz - 150) / 128 = 5.8 cycles if all of it were GpSimd; the
+    # model charges that in full and the static issue and fixed latency on top.
+    dma_swdge_desc_cycles: int = 6
+    # DMA compute (dst_rmw_op, atomic_rmw, dma_compute): "ran at 50% of DMA throughput before v4" (A4 near-memory
+    # accumulation; facts 5.4): the per-engine transfer time is multiplied by this on NC-v2/v3 (grading security D4)
+    dma_compute_slowdown: float = 2.0
     # --- whole kernel ---------------------------------------------------------------------------------------
     launch_overhead_us: float = 12.0  # NEFF start/stop inside profiler total_time; undocumented (§6) [FIT]
     nc_latency_extra_us: float = 0.0  # nc_latency minus total_time (host-visible part) [FIT]

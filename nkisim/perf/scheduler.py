@@ -245,6 +245,26 @@ def _ramp_extra(x0: float, work: float, win: float, r0: float) -> float:
     return (x - x0) - work
 
 
+def _occupy_gpsimd(d: float, t: float, i: int, gaps: dict[str, GapResource], engine_free: dict[str, float],
+                   busy: dict[str, float], reorder: bool) -> float:
+    """Run ``d`` ns of software-DGE descriptor generation for DMA ``i`` on GpSimdE, no earlier than ``t`` (in its
+    earliest idle gap when the engines list-schedule, after its last instruction otherwise); returns the end."""
+    res = "GpSimdE"
+    if reorder:
+        gr = gaps.get(res)
+        if gr is None:
+            gr = gaps[res] = GapResource()
+        s, pos = gr.find(t, d)
+        gr.insert(s, d, pos, i)
+    else:
+        s = max(t, engine_free.get(res, 0.0))
+    end = s + d
+    if end > engine_free.get(res, 0.0):
+        engine_free[res] = end
+    busy[res] = busy.get(res, 0.0) + d
+    return end
+
+
 def _materialize(w: list, instrs: list[Instr], model: CostModel, gaps: dict, engine_free: dict, busy: dict,
                  reorder: bool) -> float:
     """Schedule an elided PSUM zero-init after all: a later instruction reads its zeros as data.
@@ -423,8 +443,10 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
             dma_count += 1
             dma_bytes += c.nbytes
             dma_desc += c.descriptors
-            t_issue = dep
             p = dep_pred
+            if c.gpsimd_ns > 0:  # software DGE: the descriptors are built on GpSimd before the DMA is issued
+                dep = _occupy_gpsimd(c.gpsimd_ns, dep, i, gaps, engine_free, busy, reorder)
+            t_issue = dep
             if c.issue_ns > 0:
                 best = None
                 queues = static_q if c.static else issue_q

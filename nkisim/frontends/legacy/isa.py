@@ -51,6 +51,7 @@ class dge_mode(_IntEnum):  # noqa: N801
     hwdge = 3
 
 
+_DGE_NAMES = {int(dge_mode.none): "none", int(dge_mode.swdge): "swdge", int(dge_mode.hwdge): "hwdge"}  # cost model
 _DGE_LOWERED = (int(dge_mode.swdge), int(dge_mode.hwdge))  # explicit DGE lowerings (dma_transpose: 2-byte only)
 
 
@@ -85,7 +86,7 @@ def dma_copy(*args, dst=None, src=None, mask=None, dst_rmw_op=None, oob_mode=oob
     if skip and rmw is not None:  # 2.26 docs: "If dst_rmw_op is specified, only oob_mode=oob_mode.error is allowed."
         _fail("nkisim_bad_argument", op="dma_copy", detail="dst_rmw_op cannot be combined with oob_mode=skip (only "
               "oob_mode.error is allowed with a read-modify-write)")
-    _dma.dma_copy(src, dst, mask=mask, dst_rmw_op=rmw, oob_skip=skip)
+    _dma.dma_copy(src, dst, mask=mask, dst_rmw_op=rmw, oob_skip=skip, dge=_DGE_NAMES.get(int(dge_mode)))
 
 
 def dma_transpose(src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.unknown, **kwargs):

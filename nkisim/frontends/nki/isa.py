@@ -144,7 +144,7 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
         # dge_mode=dge_mode.hwdge" (migration guide): the hardware DGE moves raw bytes
         _fail("nkisim_bad_argument", op="dma_copy", detail=f"dge_mode=hwdge moves raw bytes: src ({src.dtype}) and "
               f"dst ({dst.dtype}) must have the same dtype (reinterpret with .view(dtype))")
-    _dma.dma_copy(src, dst, oob_skip=skip)
+    _dma.dma_copy(src, dst, oob_skip=skip, dge=None if dge_mode is _DGE_UNKNOWN else dge_mode.name)
 
 
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown, oob_mode=oob_mode.error,
