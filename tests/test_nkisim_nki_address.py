@@ -184,6 +184,8 @@ def test_one_address_for_two_live_tiles_clobbers_as_on_hardware():
 def partition_offsets(a):
     """A 32-partition tile at partition 32 and a slice of it: the operands carry absolute partitions."""
     t = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.sbuf, address=(32, 512))
+    assert t.address == (32, 512) and t[8:16, 4:].address == (40, 528)
+    assert nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.sbuf).address is None  # placed by the compiler
     nisa.dma_copy(dst=t, src=a)
     u = nl.ndarray((8, 64), dtype=nl.float32, buffer=nl.sbuf, address=(96, 0))
     nisa.tensor_copy(dst=u, src=t[8:16, :])

@@ -359,3 +359,18 @@ class AddressPlacement:
         alloc.row_bytes = arena.row_bytes
         ctx.mem.reserve(self.kind, f0, end)
         return ctx.tensor_type(alloc, view, pdim)
+
+
+def placed_address(t: Tensor) -> tuple[int, int] | None:
+    """(first partition, byte offset in each partition) of a view of a placed tensor in the running kernel's arena;
+    None for tensors the compiler places (and outside a kernel run)."""
+    from nkisim.core.context import active
+
+    ctx = active()
+    if ctx is None or t.kind == Buf.HBM:
+        return None
+    arena = ctx.sbuf_arena if t.kind == Buf.SBUF else ctx.psum_arena
+    region = t.operand().region
+    if arena is None or region.phys != arena.phys:
+        return None
+    return region.p_lo, region.b_lo
