@@ -1,5 +1,8 @@
 """Direct allocation: tensors the kernel places itself at real SBUF byte offsets / PSUM banks.
 
+The current API spells it ``nl.ndarray(..., address=(partition_offset, free_offset))`` (:func:`placed`,
+:class:`AddressPlacement`, at the end of this module).
+
 The legacy API spells it ``buffer=ncc.sbuf.mod_alloc(base_addr=..., num_free_tiles=...)``,
 ``ncc.psum.mod_alloc(base_bank=..., num_bank_tiles=...)`` and ``ncc.sbuf.alloc(func)`` / ``ncc.psum.alloc(func)``
 (``nkisim/frontends/legacy/compiler.py`` wraps these classes in :class:`~nkisim.core.buffers.BufferSpec`s);
