@@ -103,6 +103,9 @@ class MemoryTracker:
         self.block_records: list = []
         self._block_extra = 0
         self.block_upper_peak = 0
+        # explicit placements (nl.ndarray(address=...), core.placement.AddressPlacement): the merged byte ranges per
+        # partition they cover, per memory, reserved against automatic allocation for the rest of the kernel
+        self._reserved: dict[Buf, list[tuple[int, int]]] = {}
 
     # -- physical ids -------------------------------------------------------------------------------------
     def phys_for(self, site, buf: Buf = B_SBUF, bytes_pp: int = 0, provisional: bool = False) -> int:
@@ -201,6 +204,47 @@ class MemoryTracker:
         return pid
 
     # -- capacity -----------------------------------------------------------------------------------------
+    def reserve(self, buf: Buf, lo: int, hi: int) -> None:
+        """Hold bytes [lo, hi) per partition of ``buf`` for an explicit placement, for the rest of the kernel.
+
+        The current API lets a kernel mix explicit and automatic placement (AWS's nki-library does: its
+        FlashAttention forward places its pipeline buffers with ``address=`` and leaves ``SoftmaxState``
+        "compiler-placed"); the docs do not say how the compiler shares the memory.  nkisim assumes it allocates
+        around every explicitly placed byte range, so the union of those ranges (whole 2 KiB banks in PSUM) counts
+        as live: automatic tiles get what is left (SBUF over-subscription is the usual error, PSUM spills)."""
+        if self.closed or buf not in self.live:
+            return
+        if buf == B_PSUM:
+            lo, hi = lo // self._bank * self._bank, -(-hi // self._bank) * self._bank
+        spans = self._reserved.setdefault(buf, [])
+        before = sum(b - a for a, b in spans)
+        merged: list[tuple[int, int]] = []
+        for a, b in sorted(spans + [(lo, hi)]):
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        spans[:] = merged
+        grow = sum(b - a for a, b in merged) - before
+        if not grow:
+            return
+        self.live[buf] += grow
+        total = before + grow
+        self.live_allocs[-int(buf)] = (buf, "explicit placements (nl.ndarray address=)", np.dtype(np.uint8), total,
+                                       None, (self.limits.pmax, total))
+        if self.live[buf] > self.peak[buf]:
+            self.peak[buf] = self.live[buf]
+        if buf == B_SBUF:
+            self._note_sbuf()
+            capacity = self._capacity(buf)
+            if self.live[buf] > capacity:
+                fields = dict(target=self.target, peak=self.live[buf], capacity=capacity,
+                              tiles=self.largest(buf) + self.partition_hint(buf))
+                if self.simulate:
+                    self.overflows.append(message("nkisim_sbuf_capacity", **fields))
+                else:
+                    fail("nkisim_sbuf_capacity", **fields)
+
     def charge(self, alloc: Allocation) -> bool:
         """Count ``alloc`` as live; True when it is a PSUM tile the compiler spills (no bank left)."""
         if alloc.charged or alloc.buf == B_HBM or self.closed:

@@ -1,5 +1,8 @@
 """Direct allocation: tensors the kernel places itself at real SBUF byte offsets / PSUM banks.
 
+The current API spells it ``nl.ndarray(..., address=(partition_offset, free_offset))`` (:func:`placed`,
+:class:`AddressPlacement`, at the end of this module).
+
 The legacy API spells it ``buffer=ncc.sbuf.mod_alloc(base_addr=..., num_free_tiles=...)``,
 ``ncc.psum.mod_alloc(base_bank=..., num_bank_tiles=...)`` and ``ncc.sbuf.alloc(func)`` / ``ncc.psum.alloc(func)``
 (``nkisim/frontends/legacy/compiler.py`` wraps these classes in :class:`~nkisim.core.buffers.BufferSpec`s);
@@ -244,17 +247,133 @@ class CallbackAlloc:
         return ctx.tensor_type(alloc, view, pdim)
 
 
-def _fresh_groups(ctx: KernelContext, parts: int, starts: list[int], tile_bytes: int) -> None:
+def _fresh_groups(ctx: KernelContext, parts: int, starts: list[int], tile_bytes: int, p0: int = 0) -> None:
     """A newly allocated PSUM tensor starts new accumulation groups: its first nc_matmul overwrites, as for an
     automatically allocated one, even where an earlier tensor (e.g. the previous iteration's) used the same bank
     (AWS's allocated SD attention re-declares ``attn_res_psum`` per q tile and accumulates with ``+=``)."""
     for dt, flags in ctx.psum_arena_acc.items():
         isz = np.dtype(dt).itemsize
         for a in starts:
-            flags[:parts, a // isz:-(-(a + tile_bytes) // isz)] = False
+            flags[p0:p0 + parts, a // isz:-(-(a + tile_bytes) // isz)] = False
 
 
 def _psum_arena(ctx: KernelContext) -> Allocation:
     if ctx.psum_arena is None:
         ctx.psum_arena = _arena(ctx, Buf.PSUM, ctx.limits.psum_bytes_per_partition)
     return ctx.psum_arena
+
+
+# ---- explicit placement of the current API: nl.ndarray(..., address=(partition_offset, free_offset)) ----------
+# Sources (aws-neuron-sdk @HEAD): nki/api/nki/language/__init__.py ``def ndarray`` ("address: optional memory address
+# (partition_offset, free_offset)"); nki/migration/index.rst "Improved allocation API" (the partition offset is a
+# physical partition lane; PSUM is 128 partitions x 16 KB in 8 banks of 2 KB; "The allocation for PSUM tensors must
+# start at the beginning of each bank -- the compiler will throw an error otherwise").
+#
+# free_offset is a BYTE offset within each partition here.  The migration guide's prose says "element offset" and
+# its first example comment "offset by 128 elements of your data type", but every worked example with a size in it
+# counts bytes: its PSUM bank example (``bank_id * PSUM_BANK_SIZE`` with PSUM_BANK_SIZE = 2048, the bank's bytes, for
+# a bfloat16 tensor), its NKI 0.1 translation ("lists of virtual byte addresses", ``... * n_k * 2`` for bfloat16),
+# nki/library/kernel-utils/allocator.rst (``addr += 512 * 2  # 1024`` after a (128, 512) bfloat16 tensor), AWS's
+# nki-library SbufManager (src/nkilib_src/nkilib/core/utils/allocator.py: ``address=(base_partition,
+# self.stack_curr_addr)`` with the stack address advanced by bytes per partition) and its kernels ("Offset by one PSUM
+# bank: psum_fmax elements * 4 bytes per float32"), nki/get-started/about/data-representation-overview.rst (the free
+# offset "1024 bytes from the beginning of each partition") and nl.tile_size.sbuf_min_align / psum_min_align
+# ("Minimum byte alignment requirement for ... free dimension address").
+
+
+def placed(buffer, address):
+    """The buffer spec of ``nl.ndarray(..., buffer=buffer, address=address)``: ``buffer`` with an
+    :class:`AddressPlacement` (rules ``nkisim_address_form``, ``nkisim_address_negative``, ``nkisim_address_hbm``)."""
+    from nkisim.core.buffers import BufferSpec
+
+    try:
+        pair = tuple(address)
+    except TypeError:
+        pair = ()
+    if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                                 for v in pair):
+        fail("nkisim_address_form", got=repr(address))
+    p0, f0 = int(pair[0]), int(pair[1])
+    if p0 < 0 or f0 < 0:
+        fail("nkisim_address_negative", p=p0, f=f0)
+    kind = getattr(buffer, "kind", None)
+    if kind not in (Buf.SBUF, Buf.PSUM):
+        fail("nkisim_address_hbm", buffer=getattr(buffer, "name", repr(buffer)), p=p0, f=f0)
+    return BufferSpec(kind, buffer.name, AddressPlacement(kind, p0, f0))
+
+
+class AddressPlacement:
+    """A tensor the kernel placed at partitions [partition_offset, partition_offset + P) and bytes [free_offset,
+    free_offset + bytes per partition) of SBUF or PSUM: a view of the kernel's arena of that memory, as the legacy
+    placements are, so overlapping placements alias values and hazards (one physical buffer id per arena) and the
+    operands' regions carry absolute partitions and byte offsets.  The bytes it covers stay reserved against
+    automatic allocation for the rest of the kernel (``MemoryTracker.reserve``)."""
+
+    def __init__(self, kind: Buf, partition_offset: int, free_offset: int) -> None:
+        self.kind = kind
+        self.p0 = partition_offset
+        self.f0 = free_offset
+
+    def place(self, ctx: KernelContext, dims, pdim, dt, name, bytes_pp) -> Tensor:
+        lim = ctx.limits
+        p0, f0 = self.p0, self.f0
+        parts = dims[pdim]
+        label = name or "tile"
+        if p0 + parts > lim.pmax:
+            fail("nkisim_address_partitions", name=label, p=p0, parts=parts, limit=lim.pmax)
+        end = f0 + bytes_pp
+        if self.kind == Buf.PSUM:
+            bank = lim.psum_bank_bytes
+            if f0 % bank:
+                fail("nkisim_address_psum_bank", name=label, f=f0, bank=bank, lo=f0 // bank * bank,
+                     hi=-(-f0 // bank) * bank)
+            if end > lim.psum_bytes_per_partition:
+                fail("nkisim_address_psum_range", name=label, f=f0, end=end, nbytes=bytes_pp,
+                     limit=lim.psum_bytes_per_partition, banks=lim.psum_banks, bank=bank)
+            arena = _psum_arena(ctx)
+        else:
+            if end > lim.sbuf_usable_bytes:
+                text = message("nkisim_address_sbuf_range", name=label, f=f0, end=end, nbytes=bytes_pp,
+                               target=ctx.mem.target, limit=lim.sbuf_usable_bytes)
+                # nki.simulate_kernel does not check capacity (rules.NKICapacityWarning): past the usable bytes but
+                # inside the physical partition it warns, as for the legacy mod_alloc
+                if ctx.mem.simulate and end <= lim.sbuf_bytes_per_partition:
+                    ctx.mem.overflows.append(text)
+                else:
+                    fail("nkisim_address_sbuf_range", name=label, f=f0, end=end, nbytes=bytes_pp,
+                         target=ctx.mem.target, limit=lim.sbuf_usable_bytes)
+            arena = _sbuf_arena(ctx)
+        raw = arena.base[p0:p0 + parts, f0:end]
+        view = raw.view(dt).reshape((parts,) + tuple(dims[pdim + 1:]))
+        if pdim:  # the current API has no block dimensions (partition axis first); kept general for the core
+            view = np.moveaxis(view, 0, pdim)
+        if self.kind == Buf.PSUM:
+            typed = arena.base.view(dt)
+            alloc = Allocation(Buf.PSUM, typed, arena.phys, None, name, bytes_pp, None)
+            if ctx.full:  # accumulation-group flags shared by the tensors of one dtype placed in the arena
+                flags = ctx.psum_arena_acc.get(dt)
+                if flags is None:
+                    flags = ctx.psum_arena_acc[dt] = np.zeros(typed.shape, dtype=bool)
+                alloc.acc = flags
+                _fresh_groups(ctx, parts, [f0], bytes_pp, p0)
+        else:
+            alloc = Allocation(Buf.SBUF, arena.base, arena.phys, None, name, bytes_pp, None)
+        alloc.addr = base_addr(arena)
+        alloc.row_bytes = arena.row_bytes
+        ctx.mem.reserve(self.kind, f0, end)
+        return ctx.tensor_type(alloc, view, pdim)
+
+
+def placed_address(t: Tensor) -> tuple[int, int] | None:
+    """(first partition, byte offset in each partition) of a view of a placed tensor in the running kernel's arena;
+    None for tensors the compiler places (and outside a kernel run)."""
+    from nkisim.core.context import active
+
+    ctx = active()
+    if ctx is None or t.kind == Buf.HBM:
+        return None
+    arena = ctx.sbuf_arena if t.kind == Buf.SBUF else ctx.psum_arena
+    region = t.operand().region
+    if arena is None or region.phys != arena.phys:
+        return None
+    return region.p_lo, region.b_lo

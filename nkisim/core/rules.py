@@ -233,6 +233,46 @@ _RULE_LIST = [
     _r("nkisim_direct_alloc",
        "direct allocation: {detail}",
        "nki.compiler.sbuf.mod_alloc; nki_direct_allocation_guide.rst"),
+    # --- explicit placement of the current API: nl.ndarray(..., address=(partition_offset, free_offset)) ---
+    # (core.placement.placed / AddressPlacement; free_offset counts bytes: see the note there)
+    _r("nkisim_address_form",
+       "nl.ndarray: address={got} must be a (partition_offset, free_offset) pair of integers (the partition lane "
+       "and the byte offset within each partition)",
+       "nki.language.ndarray (nki/api/nki/language/__init__.py, NKI 0.6): 'address: optional memory address "
+       "(partition_offset, free_offset)'", eras=("nki",)),
+    _r("nkisim_address_negative",
+       "nl.ndarray: address=({p}, {f}) has a negative offset: partition_offset and free_offset count from the "
+       "first partition and from the first byte of each partition",
+       "nki.language.ndarray; NKI migration guide 'Improved allocation API' (physical partition lane, offset "
+       "within each partition)", eras=("nki",)),
+    _r("nkisim_address_hbm",
+       "nl.ndarray: address=({p}, {f}) places a tensor in the two-dimensional on-chip memories (nl.sbuf, nl.psum); "
+       "a tensor in {buffer} is placed by the runtime: leave address unset",
+       "NKI data representation overview (nki/get-started/about): an HBM tensor has 'only one offset and size', "
+       "SBUF and PSUM tensors a (partition, free) pair; NKI migration guide 'Improved allocation API' (SBUF and "
+       "PSUM addresses only). No compiler wording found", eras=("nki",)),
+    _r("nkisim_address_partitions",
+       "nl.ndarray: tensor '{name}' at partition_offset {p} with {parts} partitions needs partitions [{p}, "
+       "{p} + {parts}), beyond the {limit} partitions of the memory",
+       "NKI migration guide 'Improved allocation API': the partition offset 'corresponds to a physical partition "
+       "lane'; SBUF and PSUM have 128 partitions (trainium arch guides)", eras=("nki",)),
+    _r("nkisim_address_sbuf_range",
+       "nl.ndarray: SBUF tensor '{name}' at free_offset {f} needs bytes [{f}, {end}) of each partition ({nbytes} "
+       "per partition), beyond the {limit} usable on {target} (nl.tile_size.sbuf_fmax_bytes)",
+       "nki.language.tile_size.sbuf_fmax_bytes ('Usable SBUF free size per partition, in bytes'); "
+       "nki_direct_allocation_guide.rst (2.26): a byte address from 0 to the physical partition size minus the "
+       "compiler's reserve (exclusive)", eras=("nki",)),
+    _r("nkisim_address_psum_bank",
+       "nl.ndarray: PSUM tensor '{name}' at free_offset {f} does not start at the beginning of a {bank}-byte bank "
+       "(the nearest bank starts are {lo} and {hi})",
+       "NKI migration guide 'Improved allocation API': 'The allocation for PSUM tensors must start at the "
+       "beginning of each bank -- the compiler will throw an error otherwise' (error text not published)",
+       eras=("nki",)),
+    _r("nkisim_address_psum_range",
+       "nl.ndarray: PSUM tensor '{name}' at free_offset {f} needs bytes [{f}, {end}) of each partition ({nbytes} "
+       "per partition), beyond the {limit} bytes of PSUM ({banks} banks of {bank} bytes)",
+       "NKI migration guide 'Improved allocation API': PSUM is 128 partitions of 16KB, 8 banks of 2KB each",
+       eras=("nki",)),
     _r("nkisim_bad_argument",
        "{op}: {detail}",
        "nki API signatures"),

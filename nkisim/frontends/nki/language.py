@@ -18,6 +18,7 @@ from nkisim.core import composites as _comp
 from nkisim.core import config as _config
 from nkisim.core import context as _ctx
 from nkisim.core import dtypes as _dt
+from nkisim.core import placement as _placement
 from nkisim.core import semantics as _sem
 from nkisim.core.access import read as _read
 from nkisim.core.instr import Buf as _Buf
@@ -136,14 +137,13 @@ tile_size = _TileSize()
 
 # ---- tensor creation ------------------------------------------------------------------------------------------
 def ndarray(shape, dtype, buffer=sbuf, name="", address=None) -> NkiTensor:
-    """A new uninitialised tensor (nkisim fills it with NaN / 4, as AWS's simulator does)."""
-    if address is not None:
-        from nkisim.frontends._unsupported import NkisimUnsupportedError
-
-        raise NkisimUnsupportedError("nkisim does not support nl.ndarray(address=...) yet (direct allocation of the "
-                                     "nki API); leave address unset")
+    """A new uninitialised tensor (nkisim fills it with NaN / 4, as AWS's simulator does).  ``address=
+    (partition_offset, free_offset)`` places an SBUF / PSUM tensor at that partition and byte offset of each
+    partition (``nkisim.core.placement.placed``): overlapping placements share memory as on hardware."""
     if buffer.__class__ is str:
         _buffer(buffer)
+    if address is not None:
+        buffer = _placement.placed(buffer, address)
     return _buffers.allocate(shape, dtype, buffer, name=name)
 
 

@@ -15,6 +15,7 @@ from nkisim.core import aps
 from nkisim.core.access import allocation, is_gather
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF
 from nkisim.core.ops import registers as _reg
+from nkisim.core.placement import placed_address
 from nkisim.core.tensor import Tensor
 from nkisim.frontends._unsupported import NkisimUnsupportedError
 
@@ -86,6 +87,13 @@ class NkiTensor(Tensor):
     @property
     def offset(self) -> int:
         return aps.element_offset(self)
+
+    @property
+    def address(self) -> tuple[int, int] | None:
+        """``(partition_offset, free_offset)`` (bytes) where an explicitly placed on-chip tensor (``nl.ndarray(...,
+        address=...)``) or a view of it starts; None where the compiler places the tensor.  Not in the API stubs:
+        AWS's nki-library allocator reference prints it (nki/library/kernel-utils/allocator.rst)."""
+        return placed_address(self)
 
     @property
     def size(self) -> int:
