@@ -342,6 +342,28 @@ class _Gradings:
             self.done[key] = {t.id: t for t in record.tests}
         return self.done[key]
 
+    def trace(self, name: str, target: str = "trn2"):
+        """The timed run's trace of a submission's transpose on the fast rubric's timed shape, run in this process
+        (a fraction of a grading's time; the latency does not depend on the values)."""
+        import importlib.util
+
+        from nkisim.core.runtime import run_kernel
+        from nkisim.frontends import NKI
+
+        spec = importlib.util.spec_from_file_location(name, GAMING / name / "part1" / "kernels.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        a = np.zeros((512, 512), np.float32)
+        return run_kernel(module.matrix_transpose, (a,), {}, mode="timing", target=target, frontend=NKI).trace
+
+    def timed_us(self, name: str, target: str = "trn2") -> float:
+        from nkisim.perf import estimate
+
+        key = ("timed", name, target)
+        if key not in self.done:
+            self.done[key] = float(estimate(self.trace(name, target), target).nc_latency_us)
+        return self.done[key]
+
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> _Gradings:
@@ -353,7 +375,7 @@ def _never_scores_above_its_twin(graded: _Gradings, hostile: str, twin: str, loo
     """The hostile kernel passes correctness and, with targets just below its honest twin's latency (where a
     cheaper timing would buy full credit instead of partial), scores no more than the twin; returns both timed
     latencies (hostile, twin)."""
-    latency = graded(twin, loose=loose, target=target)[SPEED].latency_us
+    latency = graded.timed_us(twin, target)  # what the grader will time it at (checked below)
     tight = {"optimized": 0.995 * latency, "relaxed": 10 * latency, "loose": loose, "target": target}
     bad, good = graded(hostile, **tight), graded(twin, **tight)
     assert bad[CORRECT].status == "passed", bad[CORRECT].message
@@ -391,24 +413,13 @@ def test_d2_dge_mode_none_is_timed_as_static_descriptors(graded):
     descriptors: 850 ns per DMA and trigger queue, calibrated on hardware --disable-dge profiles).  For 20 small
     DMAs that is faster than the hardware DGE's serial issue, on Trainium too, so the speed-up is kept (before:
     dge_mode was ignored and the kernel timed as the twin)."""
-    import importlib.util
-
-    from nkisim.core.runtime import run_kernel
-    from nkisim.frontends import NKI
     from nkisim.perf import estimate
 
     none = graded("dge_none_nki")
-    honest = graded("dma_honest_nki")
     assert none[CORRECT].status == "passed" and none[SPEED].status == "passed"
-    spec = importlib.util.spec_from_file_location("dma_honest_nki", GAMING / "dma_honest_nki" / "part1" / "kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    a = np.zeros((512, 512), np.float32)  # the fast rubric's timed case
-    run = run_kernel(module.matrix_transpose, (a,), {}, mode="timing", target="trn2", frontend=NKI)
-    assert estimate(run.trace, "trn2").nc_latency_us == pytest.approx(honest[SPEED].latency_us, rel=1e-9)
-    static = estimate(run.trace, "trn2", dge=False).nc_latency_us
+    static = estimate(graded.trace("dma_honest_nki"), "trn2", dge=False).nc_latency_us
     assert none[SPEED].latency_us == pytest.approx(static, rel=1e-9)
-    assert none[SPEED].latency_us < honest[SPEED].latency_us
+    assert none[SPEED].latency_us < graded("dma_honest_nki")[SPEED].latency_us
 
 
 @pytest.mark.parametrize("target", ["trn2", "trn1"])
@@ -462,5 +473,5 @@ def test_an_indirect_dma_compute_buys_nothing(graded):
     target between them)."""
     tests = graded("gather_dma_compute_nki")
     if tests[CORRECT].status == "passed":
-        copy_gather = graded("gather_identity_nki")[SPEED].latency_us
+        copy_gather = graded.timed_us("gather_identity_nki")
         assert tests[SPEED].latency_us >= copy_gather
