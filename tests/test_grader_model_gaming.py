@@ -90,7 +90,7 @@ def test_every_model_gaming_submission_is_tested():
     assert on_disk == {"broadcast_first", "broadcast_first_honest", "operand_tamper", "onezero_lie",
                        "onezero_honest", "onezero_when_timed", "conv_onezero", "conv_transpose_mode",
                        "conv_honest", "psum_zero_scratch", "psum_zero_scratch_honest", "gpsimd_max",
-                       "scattered_placement"}
+                       "scattered_placement"} | DMA_AND_NKI_SET
 
 
 def _scores_like_its_twin(tmp_path: Path, hostile: str, twin: str) -> None:
@@ -302,3 +302,176 @@ def test_a_placement_nkisim_cannot_alias_earns_no_timing_credit():
     res = records.TestResult("x", "x", 2, "performance", 2.0, False, "visible", [], latency_us=5000.0)
     assert plausibility.withhold_credit(res, inv, "trn2", trace) and res.score == 0
     assert plausibility.findings(inv, 5000.0, "trn2", SimpleNamespace(meta={}, instrs=[])) == []
+
+
+# ---- the DMA closures (D1-D4) and the current API's column of the hostile set -------------------------------------
+# Current-API (``import nki``) submissions: D1-D4 on the part 1 transpose, and ports of legacy ones (``_nki``).
+# Each (submission, rubric, target) is graded once per module; the tests share the gradings.
+
+DMA_AND_NKI_SET = {"dma_honest_nki", "dge_none_nki", "dge_swdge_nki", "gather_identity_nki", "cast_load_nki",
+                   "cast_load_honest_nki", "dma_compute_hbm_nki", "dma_copy_hbm_nki", "onezero_lie_nki",
+                   "onezero_honest_nki", "gpsimd_max_nki", "accumulate_memset_nki", "gather_dma_compute_nki"}
+LOOSE_FP32 = "float32 = { rtol = 1e-2, atol = 1e-2 }"  # the float16 tests' tolerance: an fp16 cast survives it
+
+
+class _Gradings:
+    """Grades each (submission, targets, tolerance, target) once; returns the tests by id."""
+
+    def __init__(self, root: Path):
+        self.root, self.done = root, {}
+
+    def rubric(self, optimized: float = 1e6, relaxed: float = 2e6, loose: bool = False) -> str:
+        path = Path(_transpose_rubric(self.root, optimized, relaxed))
+        if not loose:
+            return str(path)
+        text = path.read_text()
+        assert 'float32 = { rtol = 1e-5, atol = 1e-8 }' in text
+        return _rubric(self.root, text.replace('float32 = { rtol = 1e-5, atol = 1e-8 }', LOOSE_FP32),
+                       f"loose-{path.name}")
+
+    def __call__(self, name: str, optimized: float = 1e6, relaxed: float = 2e6, loose: bool = False,
+                 target: str = "trn2") -> dict:
+        key = (name, round(optimized, 6), round(relaxed, 6), loose, target)
+        if key not in self.done:
+            rubric = self.rubric(optimized, relaxed, loose)
+            out = self.root / f"out-{len(self.done)}-{name}"
+            cfg = GradeConfig(rubric_path=rubric, timeout_scale=1.0, target=target)
+            record = grade_submission(GAMING / name, out, cfg)
+            assert record.status == "graded", record.error
+            check_reports(out, load_rubric(rubric).total_points)
+            self.done[key] = {t.id: t for t in record.tests}
+        return self.done[key]
+
+    def trace(self, name: str, target: str = "trn2"):
+        """The timed run's trace of a submission's transpose on the fast rubric's timed shape, run in this process
+        (a fraction of a grading's time; the latency does not depend on the values)."""
+        import importlib.util
+
+        from nkisim.core.runtime import run_kernel
+        from nkisim.frontends import NKI
+
+        spec = importlib.util.spec_from_file_location(name, GAMING / name / "part1" / "kernels.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        a = np.zeros((512, 512), np.float32)
+        return run_kernel(module.matrix_transpose, (a,), {}, mode="timing", target=target, frontend=NKI).trace
+
+    def timed_us(self, name: str, target: str = "trn2") -> float:
+        from nkisim.perf import estimate
+
+        key = ("timed", name, target)
+        if key not in self.done:
+            self.done[key] = float(estimate(self.trace(name, target), target).nc_latency_us)
+        return self.done[key]
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> _Gradings:
+    return _Gradings(tmp_path_factory.mktemp("hostile-nki"))
+
+
+def _never_scores_above_its_twin(graded: _Gradings, hostile: str, twin: str, loose: bool = False,
+                                 target: str = "trn2") -> tuple[float, float]:
+    """The hostile kernel passes correctness and, with targets just below its honest twin's latency (where a
+    cheaper timing would buy full credit instead of partial), scores no more than the twin; returns both timed
+    latencies (hostile, twin)."""
+    latency = graded.timed_us(twin, target)  # what the grader will time it at (checked below)
+    tight = {"optimized": 0.995 * latency, "relaxed": 10 * latency, "loose": loose, "target": target}
+    bad, good = graded(hostile, **tight), graded(twin, **tight)
+    assert bad[CORRECT].status == "passed", bad[CORRECT].message
+    assert good[SPEED].status == "partial" and good[SPEED].latency_us == pytest.approx(latency, rel=1e-9)
+    assert bad[SPEED].status in ("partial", "failed") and bad[SPEED].score <= good[SPEED].score
+    return bad[SPEED].latency_us, latency
+
+
+def _swdge_descriptor_us(target: str) -> float:
+    """GpSimd time nkisim charges to build one 128-row DMA's descriptors in software (MODEL.md "DMA descriptor
+    modes": GPSIMD_START + 6 cycles a row, the conservative guess)."""
+    from nkisim.perf.costs import costs_for
+
+    tc = costs_for(target)
+    return (tc.gpsimd_start_cycles + tc.dma_swdge_desc_cycles * 128) / tc.gpsimd_ghz / 1e3
+
+
+def test_d1_a_casting_load_fails_where_the_cast_loses_precision(graded):
+    """D1 on the course's float32 tolerance: fp32 -> fp16 loads change the values, so no credit, as on hardware."""
+    tests = graded("cast_load_nki")
+    assert tests[CORRECT].status == "failed" and "values differ from the reference" in tests[CORRECT].message
+    assert tests[SPEED].status == "skipped" and tests[SPEED].score == 0
+
+
+def test_d1_a_casting_load_buys_no_dma_time_where_the_tolerance_survives(graded):
+    """D1 where the fp16 values pass (the float16 tests' tolerance): the casting loads are charged the fp32 bytes
+    they read (cost undocumented: the larger side), so the DMA-bound kernel is never timed faster than its fp32
+    twin (charged the fp16 bytes, trn2 timed 20.48 us against the twin's 21.18: full credit instead of partial)."""
+    hostile, twin = _never_scores_above_its_twin(graded, "cast_load_nki", "cast_load_honest_nki", loose=True)
+    assert hostile >= twin
+
+
+def test_d2_dge_mode_none_is_timed_as_static_descriptors(graded):
+    """D2: dge_mode=none on every DMA is timed exactly as its twin compiled with --disable-dge (static
+    descriptors: 850 ns per DMA and trigger queue, calibrated on hardware --disable-dge profiles).  For 20 small
+    DMAs that is faster than the hardware DGE's serial issue, on Trainium too, so the speed-up is kept (before:
+    dge_mode was ignored and the kernel timed as the twin)."""
+    from nkisim.perf import estimate
+
+    none = graded("dge_none_nki")
+    assert none[CORRECT].status == "passed" and none[SPEED].status == "passed"
+    static = estimate(graded.trace("dma_honest_nki"), "trn2", dge=False).nc_latency_us
+    assert none[SPEED].latency_us == pytest.approx(static, rel=1e-9)
+    assert none[SPEED].latency_us < graded("dma_honest_nki")[SPEED].latency_us
+
+
+@pytest.mark.parametrize("target", ["trn2", "trn1"])
+def test_d2_software_dge_buys_nothing(graded, target):
+    """D2: dge_mode=swdge pays GpSimd descriptor time on top of a static issue (undocumented cost: the
+    conservative side), so the kernel is slower than its twin (before: timed as the twin)."""
+    hostile, twin = _never_scores_above_its_twin(graded, "dge_swdge_nki", "dma_honest_nki", target=target)
+    assert hostile >= twin + _swdge_descriptor_us(target)
+
+
+def test_d3_an_identity_gather_buys_nothing(graded):
+    """D3: loading rows through an index tile is software DGE (the hardware DGE cannot gather), so at least one
+    descriptor build lies on the critical path (before: costed as a plain load, trn2 26.94 us against the
+    twin's 26.52; on trn1 the gather is slower than its twin for more than D3: no test of the closure there)."""
+    hostile, twin = _never_scores_above_its_twin(graded, "gather_identity_nki", "dma_honest_nki")
+    assert hostile >= twin + _swdge_descriptor_us("trn2")
+
+
+@pytest.mark.parametrize("target", ["trn2", "trn1"])
+def test_d4_dma_compute_moves_at_half_the_copy_rate(graded, target):
+    """D4: an HBM -> HBM transpose by nisa.dma_compute (documented: 50% of DMA throughput before v4) takes
+    nearly twice its dma_copy twin's time (before: the twin's)."""
+    hostile, twin = _never_scores_above_its_twin(graded, "dma_compute_hbm_nki", "dma_copy_hbm_nki", target=target)
+    assert hostile > 1.7 * twin
+
+
+def test_current_api_ports_of_the_hostile_set(graded, tmp_path):
+    """G3, G8 and the PSUM accumulate-onto-memset rule in the current API: 0 where the hardware would compute
+    something else or not compile; the honest onezero kernel keeps its hint and is timed as its legacy twin."""
+    lie = graded("onezero_lie_nki")
+    assert lie[CORRECT].status == "error"
+    assert "is_stationary_onezero=True but the stationary tile (float32)" in lie[CORRECT].message
+    assert lie[SPEED].status == "skipped"
+    honest = graded("onezero_honest_nki")
+    assert honest[CORRECT].status == "passed" and honest[SPEED].status == "passed"
+    _, legacy, _ = _grade(tmp_path, "onezero_honest", _transpose_rubric(tmp_path))
+    assert honest[SPEED].latency_us == pytest.approx(legacy[SPEED].latency_us, rel=1e-6)
+    gpsimd = graded("gpsimd_max_nki")
+    assert gpsimd[CORRECT].status == "error" and "GpSimd runs only add, multiply" in gpsimd[CORRECT].message
+    memset = graded("accumulate_memset_nki")
+    assert memset[CORRECT].status == "error" and memset[SPEED].status == "skipped"
+    assert "initialised by a non-matmul instruction" in memset[CORRECT].message
+
+
+@pytest.mark.xfail(strict=True, reason="open gap: nisa.dma_compute through a vector_select source is costed with the "
+                   "target's default descriptors (hardware DGE on trn2), without waiting for its index tile, and "
+                   "its one-source form is accepted; the docs allow only software DGE and the two-source gather")
+def test_an_indirect_dma_compute_buys_nothing(graded):
+    """The identity gather by DMA compute: refused (the documented gather form has two sources), or timed no faster
+    than the dma_copy gather that pays the software DGE (now: trn2 27.98 us against 28.04, full credit under a
+    target between them)."""
+    tests = graded("gather_dma_compute_nki")
+    if tests[CORRECT].status == "passed":
+        copy_gather = graded.timed_us("gather_identity_nki")
+        assert tests[SPEED].latency_us >= copy_gather
