@@ -203,3 +203,35 @@ def test_d4_dma_compute_runs_at_half_the_copy_rate():
         comp = _dmas(_run(kernel, (a, a), target=target, mode="timing", compute=True))[0]
         # the same bytes as the two loads, at half the rate
         assert comp.cost_ns > 1.8 * (copies[0].cost_ns + copies[2].cost_ns) - 2000, (target, comp.cost_ns)
+
+
+def test_d6_dma_compute_descriptors_follow_the_documented_modes():
+    """nki.isa.dma_compute (NKI 0.6): "The only supported DGE mode for read-modify-write (scatter/gather) is SW DGE.
+    For dma_compute without vector_offset, the only supported DGE mode is None (static DMA)."  The gather RMW waits
+    for its index tile and pays software DGE; an indirect form that is not one of the two RMW forms is refused."""
+    a = RNG.random((256, 64), dtype=np.float32)
+    rows_idx = np.arange(64, 192, dtype=np.int32).reshape(128, 1)
+
+    def kernel(x, idx, form):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=acc, value=1.0)
+        rows = _load(idx)
+        if form == "gather":
+            nisa.dma_compute(dst=acc, srcs=[acc, x.vector_select(0, rows)], reduce_op=nl.add)
+        elif form == "one_source":
+            nisa.dma_compute(dst=acc, srcs=[x.vector_select(0, rows)], reduce_op=nl.add)
+        else:
+            nisa.dma_compute(dst=acc, srcs=[acc, x[64:192, :]], reduce_op=nl.add)
+        nisa.dma_copy(dst=out, src=acc)
+        return out
+
+    for form in ("gather", "direct"):
+        run = _run(kernel, (a, rows_idx), form=form)
+        np.testing.assert_allclose(run.outputs, a[64:192] + 1.0, rtol=1e-6)
+        comp = [i for i in run.trace.instrs if i.attrs.get("via") == "dma_compute"][0]
+        assert comp.attrs.get("dge") is False
+        assert bool(comp.attrs.get("swdge")) == (form == "gather"), form
+        assert (len(comp.srcs) == 3) == (form == "gather")  # the index tile is read: the DMA waits for it
+    with raises_rule("nkisim_bad_argument", "only the two read-modify-write forms"):
+        _run(kernel, (a, rows_idx), form="one_source")

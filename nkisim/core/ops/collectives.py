@@ -17,11 +17,11 @@ import math
 import numpy as np
 
 from nkisim.core import execute
-from nkisim.core.access import check_writable, mark_written, read, write
+from nkisim.core.access import check_writable, dynamic_tiles, mark_written, read, same_view, write
 from nkisim.core.context import current
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_DMA
 from nkisim.core.ops.common import need_on_chip, need_tensor
-from nkisim.core.ops.dma import dma_copy
+from nkisim.core.ops.dma import _mark_descriptors, dma_copy
 from nkisim.core.rules import fail
 from nkisim.core.tensor import Tensor
 
@@ -214,6 +214,21 @@ def collective_permute_implicit_reduce(srcs0, srcs1, dsts, groups, op: str, chan
         dma_compute(z, [x, y], op, via=name)
 
 
+def _check_rmw_form(dst: Tensor, srcs: list[Tensor], via: str) -> None:
+    """An indirect (vector_offset) dma_compute is one of the two documented read-modify-write forms, each with
+    exactly two sources (nki.isa.dma_compute, NKI 0.6): scatter, ``dst(HBM)[indices] += src(SBUF)`` (one source
+    is dst itself), or gather, ``dst(SBUF) += src(HBM)[indices]`` (the other source is dst itself)."""
+    if len(srcs) == 2:
+        other = srcs[1] if same_view(srcs[0], dst) else srcs[0] if same_view(srcs[1], dst) else None
+        if other is not None and dst.kind == B_HBM and other.kind == B_SBUF:
+            return
+        if other is not None and dst.kind == B_SBUF and other.kind == B_HBM:
+            return
+    fail("nkisim_bad_argument", op=via, detail="with an indirect (vector_offset) access only the two read-modify-"
+         "write forms are supported, each with exactly 2 sources: scatter dst(HBM)[indices] = dst(HBM)[indices] + "
+         "src(SBUF), or gather dst(SBUF) = dst(SBUF) + src(HBM)[indices]")
+
+
 def dma_compute(dst: Tensor, srcs, op: str, scales=None, *, via: str = "dma_compute") -> None:
     """``dst = op(srcs[0] * scales[0], srcs[1] * scales[1], ...)`` element-wise in fp32 on the DMA engines, cast to
     dst's dtype (nki.isa.dma_compute: "The DMA engines perform all computations in float32 precision internally").
@@ -234,8 +249,17 @@ def dma_compute(dst: Tensor, srcs, op: str, scales=None, *, via: str = "dma_comp
         if math.prod(t.shape) != n:
             fail("nkisim_dma_element_mismatch", src=list(t.shape), dst=list(dst.shape))
     check_writable(dst)
+    index_tiles: tuple = ()
+    for t in srcs + [dst]:
+        index_tiles += dynamic_tiles(ctx, t)
+    if index_tiles:
+        _check_rmw_form(dst, srcs, via)
     nbytes = sum(math.prod(t.shape) * t.dtype.itemsize for t in srcs)
-    ctx.emit("dma_copy", E_DMA, tuple(srcs), (dst,), {"bytes": nbytes, "via": via, "cast": True})
+    ins = ctx.emit("dma_copy", E_DMA, tuple(srcs) + index_tiles, (dst,), {"bytes": nbytes, "via": via, "cast": True})
+    # "The only supported DGE mode for read-modify-write (scatter/gather) is SW DGE.  For dma_compute without
+    # vector_offset, the only supported DGE mode is None (static DMA)" (nki.isa.dma_compute, NKI 0.6; grading
+    # security D6): the indirect form waits for its index tiles and pays software DGE, the direct one is static
+    _mark_descriptors(ins.attrs, bool(index_tiles), None if index_tiles else "none")
     if ctx.full:
         acc = None
         for t, sc in zip(srcs, scales):
