@@ -110,9 +110,11 @@ def _matmul(ctx: KernelContext, ones: Tensor, moving: Tensor, dst: Tensor, parts
               "is_stationary_onezero": True, _ATTR: True})
 
 
-def _scratch(ctx: KernelContext, parts: int, f: int, dtype, buf: Buf) -> Tensor:
+def _scratch(ctx: KernelContext, parts: int, f: int, dtype, buf: Buf, site=None) -> Tensor:
+    """A compiler temporary: provisional (never charged to capacity), with physical buffers of its own that rotate
+    like any statement's tiles (``MemoryTracker.phys_for``), not shared with the consuming statement's result."""
     return allocate((parts, f), dtype, PSUM_SPEC if buf == B_PSUM else SBUF_SPEC, provisional=True, ctx=ctx,
-                    name=_ATTR)
+                    name=_ATTR, site=(ctx.site, _ATTR) if site is None else site)
 
 
 def _ones(ctx: KernelContext, parts: int, dtype) -> Tensor:
@@ -122,7 +124,7 @@ def _ones(ctx: KernelContext, parts: int, dtype) -> Tensor:
     key = (parts, dtypes.name(dt))
     t = ctx.partition_ones.get(key)
     if t is None:
-        t = ctx.partition_ones[key] = _scratch(ctx, 1, parts, dt, B_SBUF)
+        t = ctx.partition_ones[key] = _scratch(ctx, 1, parts, dt, B_SBUF, site=("ones",) + key)
         ctx.emit("memset", E_VECTOR, (), (t,), {"value": 1.0, _ATTR: True})
         if ctx.full:
             write(t, execute.cast(np.ones((1, parts), dtype=F32), t.dtype))
