@@ -393,6 +393,9 @@ def _broadcast_kernel(form: str, f: int):
             s = nl.add(nl.broadcast_to(row, shape=(128, f)), t)
         elif form == "method":
             s = nl.maximum(t, row.broadcast_to((128, f)))
+        elif form == "predicated":
+            s = nl.copy(t)
+            nisa.tensor_copy_predicated(src=row, dst=s, predicate=nl.greater(t, 0.5, dtype=nl.uint8))
         else:  # "assign"
             s = nl.ndarray((128, f), dtype=nl.float32, buffer=nl.sbuf)
             s[...] = row
@@ -406,10 +409,12 @@ def _broadcast_kernel(form: str, f: int):
 
 def _reference(form: str, a: np.ndarray, r: np.ndarray) -> np.ndarray:
     return {"add": a + r, "row_first": r * a, "operator": a - r, "where": np.where(a > 0.5, r, a),
-            "broadcast_to": r + a, "method": np.maximum(a, r), "assign": r + a}[form]
+            "broadcast_to": r + a, "method": np.maximum(a, r), "assign": r + a,
+            "predicated": np.where(a > 0.5, r, a)}[form]
 
 
-@pytest.mark.parametrize("form", ["add", "row_first", "operator", "where", "broadcast_to", "method", "assign"])
+@pytest.mark.parametrize("form", ["add", "row_first", "operator", "where", "broadcast_to", "method", "assign",
+                                  "predicated"])
 @pytest.mark.parametrize("target", ["trn2", "trn1"])
 def test_a_partition_broadcast_is_a_tensor_engine_matmul(form, target):
     f = 1536

@@ -283,7 +283,11 @@ def tensor_copy_predicated(src, dst: Tensor, predicate, *, reverse_pred: bool = 
     ctx, checked = begin("tensor_copy_predicated", E_VECTOR, tiles)
     s, d, p = (np.float32(src), *checked) if scalar else checked
     check_writable(d)
-    ctx.emit("tensor_copy_predicated", E_VECTOR, (p, d) if scalar else (s, p, d), (d,), {})
+    srcs = (p, d) if scalar else (s, p, d)
+    parts = parts_of(d)
+    if parts > 1 and (parts_of(p) == 1 or (not scalar and parts_of(s) == 1)):  # a [1, F] src/predicate (G6)
+        srcs = broadcast_operands(ctx, srcs, parts, E_VECTOR)
+    ctx.emit("tensor_copy_predicated", E_VECTOR, srcs, (d,), {})
     m = mask_values(mask, d.shape, p, d) if scalar else mask_values(mask, d.shape, s, p, d)  # bounds-checks too
     if ctx.full:
         cond = f32_values(p, d.shape) != 0
