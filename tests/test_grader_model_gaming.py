@@ -90,7 +90,7 @@ def test_every_model_gaming_submission_is_tested():
     assert on_disk == {"broadcast_first", "broadcast_first_honest", "operand_tamper", "onezero_lie",
                        "onezero_honest", "onezero_when_timed", "conv_onezero", "conv_transpose_mode",
                        "conv_honest", "psum_zero_scratch", "psum_zero_scratch_honest", "gpsimd_max",
-                       "scattered_placement"} | DMA_AND_NKI_SET
+                       "scattered_placement", "partition_broadcast", "partition_broadcast_honest"} | DMA_AND_NKI_SET
 
 
 def _scores_like_its_twin(tmp_path: Path, hostile: str, twin: str) -> None:
@@ -302,6 +302,12 @@ def test_a_placement_nkisim_cannot_alias_earns_no_timing_credit():
     res = records.TestResult("x", "x", 2, "performance", 2.0, False, "visible", [], latency_us=5000.0)
     assert plausibility.withhold_credit(res, inv, "trn2", trace) and res.score == 0
     assert plausibility.findings(inv, 5000.0, "trn2", SimpleNamespace(meta={}, instrs=[])) == []
+
+
+def test_a_partition_broadcast_buys_nothing(tmp_path):
+    """G6: a [1, F] row added over the partitions pays the compiler's TensorE broadcast and its PSUM eviction,
+    as the same kernel with the ones-matmul written out does."""
+    _scores_like_its_twin(tmp_path, "partition_broadcast", "partition_broadcast_honest")
 
 
 # ---- the DMA closures (D1-D4) and the current API's column of the hostile set -------------------------------------

@@ -371,3 +371,160 @@ def test_d5_an_sbuf_to_sbuf_dma_is_no_cheaper_than_a_load():
         load, s2s, _ = _dma_run(kernel, (a,), target)[2]
         assert s2s.srcs[0].region.buf == s2s.dsts[0].region.buf
         assert s2s.cost_ns >= load.cost_ns - 1e-6
+
+
+# ---- G6: a partition broadcast is a TensorE matmul against a ones vector ----------------------------------------
+
+
+def _broadcast_kernel(form: str, f: int):
+    """``t [128, f] (op) row [1, f]`` in each spelling that broadcasts over partitions."""
+
+    def kernel(a, r):
+        t, row = nl.load(a), nl.load(r)
+        if form == "add":
+            s = nl.add(t, row)
+        elif form == "row_first":
+            s = nl.multiply(row, t)
+        elif form == "operator":
+            s = t - row
+        elif form == "where":
+            s = nl.where(nl.greater(t, 0.5), row, t)
+        elif form == "broadcast_to":
+            s = nl.add(nl.broadcast_to(row, shape=(128, f)), t)
+        elif form == "method":
+            s = nl.maximum(t, row.broadcast_to((128, f)))
+        elif form == "predicated":
+            s = nl.copy(t)
+            nisa.tensor_copy_predicated(src=row, dst=s, predicate=nl.greater(t, 0.5, dtype=nl.uint8))
+        else:  # "assign"
+            s = nl.ndarray((128, f), dtype=nl.float32, buffer=nl.sbuf)
+            s[...] = row
+            s[...] = nl.add(s, t)
+        out = nl.ndarray((128, f), dtype=nl.float32, buffer=nl.hbm)
+        nl.store(out, s)
+        return out
+
+    return kernel
+
+
+def _reference(form: str, a: np.ndarray, r: np.ndarray) -> np.ndarray:
+    return {"add": a + r, "row_first": r * a, "operator": a - r, "where": np.where(a > 0.5, r, a),
+            "broadcast_to": r + a, "method": np.maximum(a, r), "assign": r + a,
+            "predicated": np.where(a > 0.5, r, a)}[form]
+
+
+@pytest.mark.parametrize("form", ["add", "row_first", "operator", "where", "broadcast_to", "method", "assign",
+                                  "predicated"])
+@pytest.mark.parametrize("target", ["trn2", "trn1"])
+def test_a_partition_broadcast_is_a_tensor_engine_matmul(form, target):
+    f = 1536
+    rng = np.random.default_rng(60)
+    a, r = rng.random((128, f), dtype=np.float32), rng.random((1, f), dtype=np.float32)
+    run = run_kernel(_broadcast_kernel(form, f), (a, r), {}, mode="full", target=target)
+    estimate(run.trace, target)
+    np.testing.assert_array_equal(run.outputs, _reference(form, a, r))  # exact: x * 1.0 in fp32
+    mms = [i for i in run.trace.instrs if i.op == "nc_matmul"]
+    assert len(mms) == 3, [i.op for i in run.trace.instrs]  # one per PSUM bank: 512 fp32 columns each
+    assert all(i.attrs["K"] == 1 and i.attrs["M"] == 128 and i.attrs["N"] == 512 for i in mms)
+    row_load = next(i for i in run.trace.instrs if i.op == "dma_copy" and i.dsts[0].shape == (1, f))
+    consumers = [i for i in run.trace.instrs if i.seq > mms[-1].seq and i.op != "dma_copy"]
+    assert consumers and all(m.start_ns >= row_load.end_ns for m in mms)  # after the row's load
+    assert consumers[0].start_ns >= max(m.end_ns for m in mms)  # the consumer waits for the broadcast
+    assert run.trace.instrs[-1].start_ns >= max(m.end_ns for m in mms)
+
+
+def test_a_free_axis_broadcast_stays_one_vector_instruction():
+    rng = np.random.default_rng(61)
+    a, col = rng.random((128, 2048), dtype=np.float32), rng.random((128, 1), dtype=np.float32)
+    row = rng.random((1, 2048), dtype=np.float32)
+    free = run_kernel(_broadcast_kernel("add", 2048), (a, col), {}, mode="full")  # [128, 1] against [128, F]
+    np.testing.assert_array_equal(free.outputs, a + col)
+    assert [i.op for i in free.trace.instrs if i.op != "dma_copy"] == ["tensor_tensor"]
+    part = run_kernel(_broadcast_kernel("add", 2048), (a, row), {}, mode="full")
+    assert [i.op for i in part.trace.instrs if i.op != "dma_copy"] == ["memset"] + ["nc_matmul"] * 4 + \
+        ["tensor_tensor"]
+
+
+def _by_hand_kernel(f: int):
+    """The same ``t + row`` with the broadcast written out as AWS's architecture guide shows it: a ones [1, 128]
+    stationary, ``nc_matmul(ones, row, is_stationary_onezero=True)`` per PSUM bank, the add reading PSUM."""
+
+    def kernel(a, r):
+        t, row = nl.load(a), nl.load(r)
+        ones = nisa.memset((1, 128), 1.0, nl.float32)
+        s = nl.ndarray((128, f), dtype=nl.float32, buffer=nl.sbuf)
+        for c in nl.affine_range(f // 512):
+            b = nisa.nc_matmul(ones, row[:, c * 512:(c + 1) * 512], is_stationary_onezero=True)
+            s[:, c * 512:(c + 1) * 512] = nl.add(t[:, c * 512:(c + 1) * 512], b)
+        out = nl.ndarray((128, f), dtype=nl.float32, buffer=nl.hbm)
+        nl.store(out, s)
+        return out
+
+    return kernel
+
+
+@pytest.mark.parametrize("target", ["trn2", "trn1"])
+@pytest.mark.parametrize("f", [512, 2048])
+def test_an_implicit_partition_broadcast_costs_what_the_explicit_one_does(target, f):
+    """Written with ``nl.add(t, row)`` or with the ones-matmul by hand, the kernel models the same (one bank:
+    the same instructions) and never cheaper implicitly (several banks: one consumer reading them all waits for
+    every matmul, where the hand-written loop overlaps bank i's add with bank i+1's matmul)."""
+    rng = np.random.default_rng(62)
+    a, r = rng.random((128, f), dtype=np.float32), rng.random((1, f), dtype=np.float32)
+    runs, tensor_busy = {}, {}
+    for name, kernel in (("implicit", _broadcast_kernel("add", f)), ("by_hand", _by_hand_kernel(f))):
+        run = run_kernel(kernel, (a, r), {}, mode="full", target=target)
+        np.testing.assert_array_equal(run.outputs, a + r)
+        report = estimate(run.trace, target)
+        runs[name], tensor_busy[name] = report.total_us, report.engine_busy_us["TensorE"]
+    assert tensor_busy["implicit"] == pytest.approx(tensor_busy["by_hand"], rel=1e-9), tensor_busy
+    assert runs["implicit"] >= runs["by_hand"] - 1e-9, runs
+    assert runs["implicit"] == pytest.approx(runs["by_hand"], rel=1e-9 if f == 512 else 0.08), runs
+
+
+def test_partition_broadcasts_of_other_dtypes_keep_their_values():
+    """bf16 rows pair with a bf16 ones vector; integer and bool rows are broadcast as fp32 (charged as such);
+    a row in PSUM is staged to SBUF first (TensorE reads SBUF only)."""
+    rng = np.random.default_rng(63)
+    a = rng.integers(-1000, 1000, (128, 256)).astype(np.int32)
+    r = rng.integers(-(2 ** 30), 2 ** 30, (1, 256)).astype(np.int32)
+
+    def kernel(x, y, h):
+        t, row, hrow = nl.load(x), nl.load(y), nl.load(h)
+        s = nl.bitwise_xor(t, row)
+        mask_row = nl.greater(row, 0)
+        picked = nl.where(mask_row, t, 0)
+        half = nl.multiply(nl.load(x, dtype=nl.bfloat16), hrow)
+        col_sum = nisa.nc_matmul(nl.ones((128, 1), dtype=nl.float32), nl.load(x, dtype=nl.float32))  # [1, 256]
+        again = nl.add(nl.load(x, dtype=nl.float32), col_sum)
+        outs = [nl.ndarray((128, 256), dtype=d, buffer=nl.hbm) for d in (nl.int32, nl.int32, nl.bfloat16,
+                                                                          nl.float32)]
+        for o, v in zip(outs, (s, picked, half, again)):
+            nl.store(o, v)
+        return tuple(outs)
+
+    h = rng.random((1, 256), dtype=np.float32).astype(nl.bfloat16)
+    run = run_kernel(kernel, (a, r, h), {}, mode="full")
+    s, picked, half, again = run.outputs
+    np.testing.assert_array_equal(s, a ^ r)
+    np.testing.assert_array_equal(picked, np.where(r > 0, a, 0))
+    np.testing.assert_array_equal(half.astype(np.float32),
+                                  (a.astype(nl.bfloat16).astype(np.float32) * h.astype(np.float32))
+                                  .astype(nl.bfloat16).astype(np.float32))
+    np.testing.assert_array_equal(again, a.astype(np.float32) + a.astype(np.float32).sum(axis=0, keepdims=True))
+    mms = [i for i in run.trace.instrs if i.op == "nc_matmul" and i.attrs.get("partition_broadcast")]
+    assert len(mms) == 4
+    assert [(i.srcs[0].dtype, i.srcs[1].dtype) for i in mms] == [
+        ("float32", "int32"), ("float32", "bool"), ("bfloat16", "bfloat16"), ("float32", "float32")]
+    staged = [i for i in run.trace.instrs if i.op == "tensor_copy" and i.attrs.get("partition_broadcast")]
+    assert any(i.srcs[0].region.buf.name == "PSUM" and i.srcs[0].partitions == 1 for i in staged)
+
+
+def test_unchecked_promise_hints_keep_the_compiler_s_own_ones():
+    """A timing-only grade drops the onezero hints kernels give (G3); the broadcast's ones are nkisim's own."""
+    from grader.plausibility import without_unchecked_promises
+
+    a, r = np.zeros((128, 512), dtype=np.float32), np.zeros((1, 512), dtype=np.float32)
+    run = run_kernel(_broadcast_kernel("add", 512), (a, r), {}, mode="timing")
+    (mm,) = [i for i in without_unchecked_promises(run.trace).instrs if i.op == "nc_matmul"]
+    assert mm.attrs["is_stationary_onezero"] is True

@@ -235,3 +235,73 @@ def test_d6_dma_compute_descriptors_follow_the_documented_modes():
         assert (len(comp.srcs) == 3) == (form == "gather")  # the index tile is read: the DMA waits for it
     with raises_rule("nkisim_bad_argument", "only the two read-modify-write forms"):
         _run(kernel, (a, rows_idx), form="one_source")
+
+
+# ---- G6: a partition broadcast is a TensorE matmul against a ones vector ----------------------------------------
+
+
+def _g6_kernel(form: str, f: int):
+    def kernel(x, y):
+        t, row = _load(x), _load(y)
+        if form == "add":
+            s = nl.add(t, row)
+        elif form == "where":
+            s = nl.where(nl.greater(t, 0.5), row, t)
+        elif form == "broadcast_to":
+            s = nl.subtract(t, nl.broadcast_to(row, (128, f)))
+        elif form == "method":
+            s = nl.multiply(row.broadcast_to((128, f)), t)
+        else:  # "by_hand": the ones-matmul written out, one [128, f] PSUM tensor read by one add
+            ones = nl.ndarray((1, 128), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=ones, value=1.0)
+            b = nl.ndarray((128, f), dtype=nl.float32, buffer=nl.psum)
+            for c in range(f // 512):
+                nisa.nc_matmul(dst=b[:, c * 512:(c + 1) * 512], stationary=ones, moving=row[:, c * 512:(c + 1) * 512],
+                               is_stationary_onezero=True)
+            s = nl.ndarray((128, f), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_tensor(dst=s, data1=t, data2=b, op=nl.add)
+        out = nl.ndarray((128, f), dtype=nl.float32, buffer=nl.shared_hbm)
+        return _store(out, s)
+
+    return kernel
+
+
+@pytest.mark.parametrize("target", ["trn2", "trn1"])
+def test_g6_a_partition_broadcast_is_a_tensor_engine_matmul(target):
+    f = 1024
+    a, r = RNG.random((128, f), dtype=np.float32), RNG.random((1, f), dtype=np.float32)
+    expect = {"add": a + r, "where": np.where(a > 0.5, r, a), "broadcast_to": a - r, "method": r * a, "by_hand": a + r}
+    total = {}
+    for form, ref in expect.items():
+        run = _run(_g6_kernel(form, f), (a, r), target)
+        np.testing.assert_array_equal(run.outputs, ref)
+        mms = [i for i in run.trace.instrs if i.op == "nc_matmul"]
+        assert [(i.attrs["K"], i.attrs["M"], i.attrs["N"]) for i in mms] == [(1, 128, 512)] * 2, form
+        assert all(i.attrs["is_stationary_onezero"] for i in mms)
+        total[form] = estimate(run.trace, target).total_us
+    # the same instructions as the broadcast written out by hand
+    assert total["add"] == pytest.approx(total["by_hand"], rel=1e-9), total
+
+
+def test_g6_a_free_axis_broadcast_stays_one_vector_instruction():
+    a, col = RNG.random((128, 1024), dtype=np.float32), RNG.random((128, 1), dtype=np.float32)
+    run = _run(_g6_kernel("add", 1024), (a, col))
+    np.testing.assert_array_equal(run.outputs, a + col)
+    assert [i.op for i in run.trace.instrs if i.op != "dma_copy"] == ["tensor_tensor", "tensor_copy"]
+    row = _run(_g6_kernel("add", 1024), (a, col.reshape(1, 128).repeat(8, axis=1)))
+    assert [i.op for i in row.trace.instrs if i.op != "dma_copy"] == ["memset", "nc_matmul", "nc_matmul",
+                                                                      "tensor_tensor", "tensor_copy"]
+
+
+def test_g6_the_isa_instruction_does_not_broadcast():
+    """nisa.tensor_tensor needs equal partition counts: AWS's err_num_partition_mismatch example (nki.errors)."""
+    def kernel(x, y):
+        t, row = _load(x), _load(y)
+        z = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=z, data1=t, data2=row, op=nl.add)
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        return _store(out, z)
+
+    with raises_rule("err_num_partition_mismatch", "number of partitions (dimension 0 size of a tile) mismatch in "
+                     "parameters (data1[128, 512], data2[1, 512]) of 'tensor_tensor'"):
+        _run(kernel, (np.zeros((128, 512), dtype=np.float32), np.zeros((1, 512), dtype=np.float32)))

@@ -18,7 +18,7 @@ LAYERS = [
     {"context"},
     {"tensor"},
     {"aps", "buffers"},
-    {"ops.common"},
+    {"ops.common", "ops.partition_broadcast"},
     {"ops.elementwise"},
     {"ops.dma", "ops.tensor_engine", "ops.reduce", "ops.gpsimd", "ops.registers", "ops.collectives"},
     {"ops.assign"},

@@ -61,6 +61,7 @@ class KernelContext:
         self.site = None
         self.kernel_code = None  # code object of the top-level kernel function (shared_hbm scope rule)
         self.reduce_regs: dict = {}  # engine -> its 128 reduction registers (ops.reduce.reduce_registers)
+        self.partition_ones: dict = {}  # (P, dtype) -> the [1, P] ones stationary of partition broadcasts
         self.rng: np.random.Generator | None = None  # the engines' random number generator (ops.gpsimd)
         self.dyn: dict = {}  # id(view) -> (weakref, index tiles) of dynamically indexed views (tensor.dynamic_tiles)
         # direct allocation (core.placement): whether the kernel places SBUF tensors itself (None: undecided), the

@@ -35,6 +35,7 @@ from nkisim.core.ops.common import (
     scalar_operand,
     shape_str,
 )
+from nkisim.core.ops.partition_broadcast import broadcast_operands
 from nkisim.core.rules import applies, fail
 from nkisim.core.tensor import Tensor, parse_shape
 
@@ -101,7 +102,12 @@ def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = E_UNKNO
         if math.prod(out.shape) < math.prod(out_shape):
             fail("err_store_dst_shape_smaller_than_other_shape", dst=list(out.shape), src=list(out_shape))
     m = mask_values(mask, out.shape, a, b, out)
-    ins = ctx.emit("tensor_tensor", engine, (a, b), (out,), {"alu": op})
+    srcs = (a, b)
+    if partition_broadcast:
+        pa, pb = parts_of(a), parts_of(b)
+        if pa != pb:  # one of them is 1 (_align): a TensorE broadcast first (G6)
+            srcs = broadcast_operands(ctx, srcs, max(pa, pb), engine)
+    ins = ctx.emit("tensor_tensor", engine, srcs, (out,), {"alu": op})
     values = None
     if ctx.full:
         va, vb = f32_values(a), f32_values(b)
@@ -242,7 +248,11 @@ def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: 
         if math.prod(out.shape) < math.prod(src.shape):
             fail("err_store_dst_shape_smaller_than_other_shape", dst=list(out.shape), src=list(src.shape))
     m = mask_values(mask, out.shape, src, out)
-    ins = ctx.emit("tensor_copy", engine, (src,), (out,), {"auto_engine": True} if auto else {})
+    read_from = src
+    if out.shape != src.shape and parts_of(src) == 1 and parts_of(out) > 1:
+        # broadcast_to / `t[...] = row` over partitions: the TensorE broadcast, this copy evicts it (G6)
+        (read_from,) = broadcast_operands(ctx, (src,), parts_of(out), engine)
+    ins = ctx.emit("tensor_copy", engine, (read_from,), (out,), {"auto_engine": True} if auto else {})
     values = None
     if ctx.full:
         v = read(src)
@@ -273,7 +283,11 @@ def tensor_copy_predicated(src, dst: Tensor, predicate, *, reverse_pred: bool = 
     ctx, checked = begin("tensor_copy_predicated", E_VECTOR, tiles)
     s, d, p = (np.float32(src), *checked) if scalar else checked
     check_writable(d)
-    ctx.emit("tensor_copy_predicated", E_VECTOR, (p, d) if scalar else (s, p, d), (d,), {})
+    srcs = (p, d) if scalar else (s, p, d)
+    parts = parts_of(d)
+    if parts > 1 and (parts_of(p) == 1 or (not scalar and parts_of(s) == 1)):  # a [1, F] src/predicate (G6)
+        srcs = broadcast_operands(ctx, srcs, parts, E_VECTOR)
+    ctx.emit("tensor_copy_predicated", E_VECTOR, srcs, (d,), {})
     m = mask_values(mask, d.shape, p, d) if scalar else mask_values(mask, d.shape, s, p, d)  # bounds-checks too
     if ctx.full:
         cond = f32_values(p, d.shape) != 0
@@ -419,7 +433,11 @@ def select(condition, x, y, *, dtype=None, mask=None, dst: Tensor | None = None)
     dts = [t.dtype for t in (x, y) if isinstance(t, Tensor)] or [F32]
     out_dt = dtypes.to_dtype(dtype) if dtype is not None else (dts[0] if len(dts) == 1 else dtypes.promote(*dts))
     out = result_tile(ctx, ref.shape, out_dt, dst, "where")
-    ins = ctx.emit("tensor_tensor", E_VECTOR, tiles, (out,), {"alu": "select"})
+    srcs = tiles
+    parts = parts_of(ref)
+    if parts > 1 and any(parts_of(t) == 1 for t in tiles):  # a [1, F] operand: a TensorE broadcast first (G6)
+        srcs = broadcast_operands(ctx, tiles, parts, E_VECTOR)
+    ins = ctx.emit("tensor_tensor", E_VECTOR, srcs, (out,), {"alu": "select"})
     values = None
     if ctx.full:
         def val(v):
