@@ -5,6 +5,8 @@ cross-partition move before, values exact and costed as a plain copy."""
 
 from __future__ import annotations
 
+import neuronxcc.nki as lnki
+import neuronxcc.nki.language as lnl
 import nki.isa as nisa
 import nki.language as nl
 import numpy as np
@@ -50,3 +52,42 @@ def test_a_free_walk_from_inside_the_row_cannot_run_past_its_end():
         _run([[32, 64], [1, 32]], (64, 32), offset=16)
     with raises_rule("nkisim_view", "reach elements [-8, 7]"):
         _run([[32, 64], [-1, 16]], (64, 16), offset=32 + 7)
+
+
+# ---- index expressions of the legacy API ---------------------------------------------------------------------
+SQUARE = np.arange(128 * 128, dtype=np.float32).reshape(128, 128)
+
+
+def _legacy_copy(a, form):
+    out = lnl.ndarray((128, 128) if form != "diagonal" else (128, 1), dtype=a.dtype, buffer=lnl.shared_hbm)
+    t = lnl.load(a)
+    i_p = lnl.arange(128)[:, None]
+    i_f = lnl.arange(128)[None, :]
+    if form == "transpose":
+        lnl.store(out, lnl.copy(t[i_f, i_p]))  # partition index along the free axis: a one-instruction transpose
+    elif form == "diagonal":
+        lnl.store(out, lnl.copy(t[i_p, i_p]))  # partition p reads element p of its row
+    elif form == "store_transpose":
+        lnl.store(out, t[i_f, i_p])  # the same view feeding a DMA: the queues address every byte
+    elif form == "regular":
+        lnl.store(out, lnl.copy(t[i_p, 127 - i_f]))  # a reversed free walk, the same in every partition
+    return out
+
+
+def _legacy_run(form):
+    return lnki.simulate_kernel(lnki.jit(_legacy_copy), SQUARE, form)
+
+
+def test_an_index_expression_that_transposes_is_not_an_engine_operand():
+    with raises_rule("nkisim_partition_lanes", "tensor_copy on vector", "varies along free axis 1", "transpose"):
+        _legacy_run("transpose")
+
+
+def test_a_partition_dependent_free_offset_is_not_an_engine_operand():
+    with raises_rule("nkisim_partition_lanes", "partition axis steps 516 bytes", "not one partition (512 bytes)"):
+        _legacy_run("diagonal")
+
+
+def test_the_same_views_feed_dmas_and_regular_walks_feed_engines():
+    np.testing.assert_array_equal(np.asarray(_legacy_run("store_transpose")), SQUARE.T)
+    np.testing.assert_array_equal(np.asarray(_legacy_run("regular")), SQUARE[:, ::-1])
