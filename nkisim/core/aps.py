@@ -221,6 +221,7 @@ def ap(t: Tensor, pattern, offset: int | None = None, dtype=None) -> Tensor:
             fail("nkisim_view", name=t.name, op="ap", detail=f"the first pair {list(pairs[0])} must walk the "
                  f"partitions: stride {base.strides[0] // isz} (elements per partition), count <= "
                  f"{a.base.shape[0]}")
+        _check_free_pattern_in_row(t, pairs, start, base.strides[0] // isz)
     shape, strides = tuple(c for _, c in pairs), tuple(s * isz for s, _ in pairs)
     origin = flat[start:]
     if origin.dtype.str == "<f1":  # ml_dtypes fp8: as_strided cannot rebuild typestr '<f1' (see tensor._strided)
@@ -228,6 +229,26 @@ def ap(t: Tensor, pattern, offset: int | None = None, dtype=None) -> Tensor:
     else:
         arr = np.lib.stride_tricks.as_strided(origin, shape=shape, strides=strides)
     return t.__class__(a, arr, 0, off=start * isz)
+
+
+def _check_free_pattern_in_row(t: Tensor, pairs: list[tuple[int, int]], start: int, row: int) -> None:
+    """The free pairs of an on-chip pattern must stay inside one partition's row of the storage.
+
+    On the hardware an access pattern is a run of partitions plus one free pattern that every partition walks in
+    its own memory (trainium_inferentia2_arch.rst, "Access patterns": no P-dimension striding, the same free
+    pattern on every active partition).  A free stride that steps past the row does not reach the next partition
+    there: it reads bytes further along the same partition.  Over nkisim's compact (P, row) storage it would read
+    the next partition's row instead, a cross-partition move no engine makes (docs/grading-security.md, G11), so
+    it is refused."""
+    in_row = start % row
+    lo = in_row + sum(s * (c - 1) for s, c in pairs[1:] if s < 0)
+    hi = in_row + sum(s * (c - 1) for s, c in pairs[1:] if s > 0)
+    if lo < 0 or hi >= row:
+        fail("nkisim_view", name=t.name, op="ap", detail=f"the free pairs {[list(p) for p in pairs[1:]]} starting "
+             f"at element {in_row} of a partition reach elements [{lo}, {hi}], but each partition of this tensor "
+             f"holds {row} elements: a free access pattern stays inside its own partition (every partition walks "
+             "the same free pattern in its own memory), so it cannot reach another partition's data; move data "
+             "across partitions with a DMA or a TensorE transpose/matmul")
 
 
 def rearrange(t: Tensor, src_pattern, dst_pattern, fixed_sizes=None) -> Tensor:

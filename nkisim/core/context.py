@@ -19,7 +19,8 @@ import numpy as np
 
 from nkisim import frontends
 from nkisim.core import config, dtypes, execute
-from nkisim.core.instr import B_SBUF, Engine, Instr, Trace
+from nkisim.core.access import dynamic_tiles, lane_violation
+from nkisim.core.instr import B_SBUF, E_DMA, Engine, Instr, Trace
 from nkisim.core.memory import Allocation, MemoryTracker
 from nkisim.core.rules import fail
 
@@ -155,6 +156,13 @@ class KernelContext:
             so = tuple([t.operand() for t in srcs])
         do = (dsts[0].operand(),) if len(dsts) == 1 else tuple([t.operand() for t in dsts])
         ins = Instr(len(instrs), op, engine, so, do, attrs, self.loc)
+        if engine != E_DMA:
+            for side, views in (("source", srcs), ("destination", dsts)):
+                for t in views:
+                    why = lane_violation(t)
+                    if why is not None and not (t._ix is not None and dynamic_tiles(self, t)):
+                        fail("nkisim_partition_lanes", op=op, engine=engine.name.lower(), side=side,
+                             shape=list(t.shape), name=t._a.name, why=why)
         instrs.append(ins)
         return ins
 

@@ -276,6 +276,13 @@ _RULE_LIST = [
     _r("nkisim_bad_argument",
        "{op}: {detail}",
        "nki API signatures"),
+    _r("nkisim_partition_lanes",
+       "{op} on {engine}: the {side} {shape} view of '{name}' cannot be an engine operand: {why}. An engine "
+       "instruction reads a contiguous run of partitions, every partition walking the same free pattern in its "
+       "own memory; move data across partitions with a DMA (nl.load/nl.store, dma_copy) or a TensorE transpose "
+       "(nc_transpose)",
+       "trainium_inferentia2_arch.rst 'Accessing SBUF/PSUM tensors using compute engines' (no P-dimension "
+       "striding; a continuous run of partitions; one free pattern); message wording is nkisim's"),
     # --- rules of the current API (nki, NKI 0.2+) ---
     _r("nkisim_view",
        "{op} of '{name}': {detail}",
