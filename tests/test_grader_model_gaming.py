@@ -90,7 +90,8 @@ def test_every_model_gaming_submission_is_tested():
     assert on_disk == {"broadcast_first", "broadcast_first_honest", "operand_tamper", "onezero_lie",
                        "onezero_honest", "onezero_when_timed", "conv_onezero", "conv_transpose_mode",
                        "conv_honest", "psum_zero_scratch", "psum_zero_scratch_honest", "gpsimd_max",
-                       "scattered_placement", "partition_broadcast", "partition_broadcast_honest"} | DMA_AND_NKI_SET
+                       "scattered_placement", "partition_broadcast", "partition_broadcast_honest",
+                       "index_transpose"} | DMA_AND_NKI_SET
 
 
 def _scores_like_its_twin(tmp_path: Path, hostile: str, twin: str) -> None:
@@ -302,6 +303,15 @@ def test_a_placement_nkisim_cannot_alias_earns_no_timing_credit():
     res = records.TestResult("x", "x", 2, "performance", 2.0, False, "visible", [], latency_us=5000.0)
     assert plausibility.withhold_credit(res, inv, "trn2", trace) and res.score == 0
     assert plausibility.findings(inv, 5000.0, "trn2", SimpleNamespace(meta={}, instrs=[])) == []
+
+
+def test_a_transposing_index_expression_earns_nothing(tmp_path):
+    """G11: ``nl.copy(tile[i_f, i_p])`` transposed a block in one VectorE copy (before: 12.0 at 32.63 us); no engine
+    moves data across partitions like that, so the kernel is refused as it would not run on Trainium."""
+    record, tests, _ = _grade(tmp_path, "index_transpose", _transpose_rubric(tmp_path))
+    assert record.score == 0
+    assert tests[CORRECT].status == "error" and "cannot be an engine operand" in tests[CORRECT].message
+    assert "varies along free axis 1" in tests[CORRECT].message and tests[SPEED].status == "skipped"
 
 
 def test_a_partition_broadcast_buys_nothing(tmp_path):
