@@ -18,9 +18,10 @@ import weakref
 import numpy as np
 
 from nkisim import frontends
-from nkisim.core import config, dtypes, execute
-from nkisim.core.instr import B_SBUF, Engine, Instr, Trace
+from nkisim.core import config, dtypes, execute, partitions
+from nkisim.core.instr import B_SBUF, E_DMA, Engine, Instr, Trace
 from nkisim.core.memory import Allocation, MemoryTracker
+from nkisim.core.partitions import starts_ok
 from nkisim.core.rules import fail
 
 _NKISIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -154,6 +155,9 @@ class KernelContext:
             so = tuple([t.operand() for t in srcs])
         do = (dsts[0].operand(),) if len(dsts) == 1 else tuple([t.operand() for t in dsts])
         ins = Instr(len(instrs), op, engine, so, do, attrs, self.loc)
+        if engine != E_DMA and not (starts_ok(so) and starts_ok(do)):
+            # start-partition rule of compute engines (G10); a fresh result's place is decided when it is retargeted
+            partitions.check(ins, fresh=len(dsts) == 1 and dsts[0]._a.provisional)
         instrs.append(ins)
         return ins
 

@@ -1,0 +1,102 @@
+"""The start-partition rule of compute-engine operands, and the cross-partition moves it allows (G10).
+
+A compute engine (TensorE, VectorE, ScalarE, GpSimdE) reads and writes SBUF/PSUM through fixed partition lanes:
+"a valid src/dst tensor of an instruction must occupy a continuous number of partitions. In addition, the hardware
+further enforces which partition a tensor can start from (start_partition) based on the number of partitions the
+tensor occupies (num_partition)": 64 < P <= 128 starts at 0; 32 < P <= 64 at 0 or 64; 0 < P <= 32 at 0, 32, 64
+or 96 (aws-neuron-sdk nki/guides/architecture/trainium_inferentia2_arch.rst, "Accessing SBUF/PSUM tensors using
+compute engines"; facts §4.3; the same rule in nki.isa.nc_stream_shuffle).  Cross-partition movement by
+Vector/Scalar/GpSimd follows from it ("Cross-Partition Connectivity": none when P > 64, cross-half for
+32 < P <= 64, cross-quadrant for P <= 32, each source partition one-to-one onto a destination partition): an
+instruction whose source and destination occupy the same number of partitions at legal starts moves data in one
+of exactly those patterns, so a move is illegal exactly when one of its starts is.  The trainium2 guide states no
+change for NeuronCore-v3, so the rule holds for both targets.
+
+DMA instructions are exempt: the DMA queues reach every partition.  ``Region.p_lo`` of an automatically allocated
+tile is the offset inside the tile; the allocator places whole tiles at legal starts (multiples of the tile's own
+granularity, which is a multiple of any smaller slice's), so a slice is legal exactly when its offset is.  A
+directly placed tensor's region carries its absolute partition.
+
+A violation is an error (``nkisim_partition_start`` / ``nkisim_cross_partition``) raised when the instruction is
+built (:meth:`~nkisim.core.context.KernelContext.emit`) and again when a fresh result is retargeted into its
+destination (``dst[5:37] = nl.copy(src[0:32])``, :mod:`nkisim.core.ops.assign`).
+"""
+
+from __future__ import annotations
+
+from nkisim.core.instr import ENGINE_NAMES, Instr, Operand
+from nkisim.core.memory import BUF_NAMES
+from nkisim.core.rules import fail
+
+
+def legal_start(start: int, count: int) -> bool:
+    """Whether ``count`` partitions may start at partition ``start`` (the three documented cases)."""
+    if count > 64:
+        return start == 0
+    if count > 32:
+        return start in (0, 64)
+    return start in (0, 32, 64, 96)
+
+
+def legal_starts(count: int) -> str:
+    if count > 64:
+        return "0"
+    if count > 32:
+        return "0 or 64"
+    return "0, 32, 64 or 96"
+
+
+def starts_ok(operands: tuple[Operand, ...]) -> bool:
+    """Fast path of the per-instruction check (a few integer operations per operand): True when every on-chip
+    operand starts at a legal partition for its size.  Start 0 is always legal; HBM (buf 0) has no partitions."""
+    for o in operands:
+        r = o.region
+        s = r.p_lo
+        if s and r.buf:
+            n = r.p_hi - s
+            if n > 64 or s & (31 if n <= 32 else 63):
+                return False
+    return True
+
+
+def check(ins: Instr, fresh: bool = False) -> None:
+    """Raise the rule a compute instruction breaks (call only when :func:`starts_ok` failed for its operands).
+    ``fresh``: the destination is a fresh result tile, placed by the allocator (legal), or retargeted into the
+    kernel's destination later (checked then)."""
+    bad = violation(ins, fresh)
+    if bad is not None:
+        fail(bad[0], **bad[1])
+
+
+def violation(ins: Instr, fresh: bool = False) -> tuple | None:
+    """(rule code, message fields) of the first broken rule of ``ins``, or None.
+
+    A destination and a source of the same partition count at different starts, one of them illegal, is reported
+    as an illegal cross-partition move (both ranges); any other illegal start as the operand's own."""
+    engine = ENGINE_NAMES.get(ins.engine, str(ins.engine))
+    dsts = () if fresh else ins.dsts
+    for d in dsts:
+        rd = d.region
+        if not rd.buf:
+            continue
+        nd = rd.p_hi - rd.p_lo
+        for s in ins.srcs:
+            rs = s.region
+            if rs.buf and rs.p_hi - rs.p_lo == nd and rs.p_lo != rd.p_lo and not (
+                    legal_start(rs.p_lo, nd) and legal_start(rd.p_lo, nd)):
+                return "nkisim_cross_partition", dict(
+                    op=ins.op, engine=engine, n=nd, src=_describe(s), dst=_describe(d), s_lo=rs.p_lo,
+                    s_hi=rs.p_hi, d_lo=rd.p_lo, d_hi=rd.p_hi, legal=legal_starts(nd))
+    for side, operands in (("source", ins.srcs), ("destination", dsts)):
+        for i, o in enumerate(operands):
+            r = o.region
+            if r.buf and not legal_start(r.p_lo, r.p_hi - r.p_lo):
+                name = side if len(operands) == 1 else f"{side} {i + 1}"
+                return "nkisim_partition_start", dict(
+                    op=ins.op, engine=engine, operand=f"{name} {_describe(o)}", start=r.p_lo, n=r.p_hi - r.p_lo,
+                    legal=legal_starts(r.p_hi - r.p_lo))
+    return None
+
+
+def _describe(o: Operand) -> str:
+    return f"{BUF_NAMES[o.region.buf]}{list(o.shape)} {o.dtype}"
