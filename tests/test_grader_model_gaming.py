@@ -90,7 +90,7 @@ def test_every_model_gaming_submission_is_tested():
     assert on_disk == {"broadcast_first", "broadcast_first_honest", "operand_tamper", "onezero_lie",
                        "onezero_honest", "onezero_when_timed", "conv_onezero", "conv_transpose_mode",
                        "conv_honest", "psum_zero_scratch", "psum_zero_scratch_honest", "gpsimd_max",
-                       "scattered_placement"}
+                       "scattered_placement", "partition_shift"}
 
 
 def _scores_like_its_twin(tmp_path: Path, hostile: str, twin: str) -> None:
@@ -302,3 +302,12 @@ def test_a_placement_nkisim_cannot_alias_earns_no_timing_credit():
     res = records.TestResult("x", "x", 2, "performance", 2.0, False, "visible", [], latency_us=5000.0)
     assert plausibility.withhold_credit(res, inv, "trn2", trace) and res.score == 0
     assert plausibility.findings(inv, 5000.0, "trn2", SimpleNamespace(meta={}, instrs=[])) == []
+
+
+def test_a_cross_partition_vector_copy_earns_nothing(tmp_path):
+    """G10: a VectorE copy from partitions [28, 128) to [0, 100) is no instruction of the engines (a DMA or a matmul
+    moves rows across partitions): the kernel does not compile on Trainium."""
+    record, tests, _ = _grade(tmp_path, "partition_shift", _transpose_rubric(tmp_path))
+    assert record.score == 0
+    assert tests[CORRECT].status == "error"
+    assert "100 partition(s) starting at partition 28" in tests[CORRECT].message
