@@ -499,3 +499,27 @@ def test_g10_the_check_agrees_with_the_documented_rule(start_count):
         assert not legal and e.code == "nkisim_partition_start", e
     else:
         assert legal
+
+
+def test_g10_simulation_warns_and_compiling_fails():
+    """AWS's simulator runs its own nl.gather_flattened doc example, which fills an index tile element by element
+    (``indices[i, j] = j * 5``: a one-partition memset at every partition); the allocator enforces the rule when the
+    kernel is compiled.  So nki.simulate_kernel warns once per run, with the first violation and a count."""
+    import neuronxcc.nki as nki
+
+    from nkisim.core.rules import NKISimulationWarning
+
+    def kernel():
+        idx = nl.zeros((32, 4), dtype=nl.uint32)
+        for i in nl.static_range(32):
+            for j in nl.static_range(4):
+                idx[i, j] = j * 5
+        out = nl.ndarray((32, 4), dtype=nl.uint32, buffer=nl.hbm)
+        nl.store(out, idx)
+        return out
+
+    with pytest.warns(NKISimulationWarning, match=r"starting at partition 1;.*\(123 more instruction"):
+        got = nki.simulate_kernel(nki.jit(kernel))
+    np.testing.assert_array_equal(got, np.tile(np.arange(4, dtype=np.uint32) * 5, (32, 1)))
+    with raises_rule("nkisim_partition_start", "memset on VectorE", "starting at partition 1"):
+        run_kernel(kernel, ())

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from nkisim.core.instr import ENGINE_NAMES, Instr, Operand
 from nkisim.core.memory import BUF_NAMES
-from nkisim.core.rules import fail
+from nkisim.core.rules import fail, message
 
 
 def legal_start(start: int, count: int) -> bool:
@@ -59,13 +59,25 @@ def starts_ok(operands: tuple[Operand, ...]) -> bool:
     return True
 
 
-def check(ins: Instr, fresh: bool = False) -> None:
+def check(ins: Instr, simulate: bool, meta: dict, fresh: bool = False) -> None:
     """Raise the rule a compute instruction breaks (call only when :func:`starts_ok` failed for its operands).
     ``fresh``: the destination is a fresh result tile, placed by the allocator (legal), or retargeted into the
-    kernel's destination later (checked then)."""
+    kernel's destination later (checked then).
+
+    Under ``nki.simulate_kernel`` the violation is recorded in ``meta`` instead (``partition_rule``: the first
+    message and a count) and the run warns once at its end: AWS's simulator runs such kernels (its own
+    ``nl.gather_flattened`` doc test fills an index tile element by element, ``indices[i, j] = j * 5``, a
+    one-partition memset at every partition), the compiler's allocator is what enforces the rule."""
     bad = violation(ins, fresh)
-    if bad is not None:
+    if bad is None:
+        return
+    if not simulate:
         fail(bad[0], **bad[1])
+    rec = meta.get("partition_rule")
+    if rec is None:
+        meta["partition_rule"] = {"first": message(bad[0], **bad[1]), "where": ins.where, "count": 1}
+    else:
+        rec["count"] += 1
 
 
 def violation(ins: Instr, fresh: bool = False) -> tuple | None:
