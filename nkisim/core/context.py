@@ -157,7 +157,8 @@ class KernelContext:
         ins = Instr(len(instrs), op, engine, so, do, attrs, self.loc)
         if engine != E_DMA and not (starts_ok(so) and starts_ok(do)):
             # start-partition rule of compute engines (G10); a fresh result's place is decided when it is retargeted
-            partitions.check(ins, self.mem.simulate, self.trace.meta, len(dsts) == 1 and dsts[0]._a.provisional)
+            partitions.check(ins, self.mem.simulate, self.trace.meta, len(dsts) == 1 and dsts[0]._a.provisional,
+                             srcs, dsts)
         instrs.append(ins)
         return ins
 

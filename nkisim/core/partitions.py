@@ -59,16 +59,30 @@ def starts_ok(operands: tuple[Operand, ...]) -> bool:
     return True
 
 
-def check(ins: Instr, simulate: bool, meta: dict, fresh: bool = False) -> None:
+def physical(t) -> bool:
+    """Whether view ``t``'s partition axis walks the physical partitions (stride one partition row), so that its
+    region's [p_lo, p_hi) is the partition range the engines access.  Not so for a partition broadcast (stride 0),
+    an advanced-indexed gather (a bounding box), or a legacy tensor whose leading axis nkisim stores on partitions
+    while an integer index leaves a tile inside one partition (``nl.zeros((2, 128, 96))[1]``)."""
+    if t._ix is not None or not t.shape:
+        return False
+    return t.shape[t.pdim] == 1 or t._v.strides[t.pdim] == t._a.row_bytes
+
+
+def check(ins: Instr, simulate: bool, meta: dict, fresh: bool = False, srcs=None, dsts=None) -> None:
     """Raise the rule a compute instruction breaks (call only when :func:`starts_ok` failed for its operands).
     ``fresh``: the destination is a fresh result tile, placed by the allocator (legal), or retargeted into the
-    kernel's destination later (checked then).
+    kernel's destination later (checked then).  ``srcs`` / ``dsts``: the operands' views, when known, to skip
+    operands whose region is not a physical partition range (:func:`physical`); otherwise a region past partition
+    128 is skipped.
 
     Under ``nki.simulate_kernel`` the violation is recorded in ``meta`` instead (``partition_rule``: the first
     message and a count) and the run warns once at its end: AWS's simulator runs such kernels (its own
     ``nl.gather_flattened`` doc test fills an index tile element by element, ``indices[i, j] = j * 5``, a
     one-partition memset at every partition), the compiler's allocator is what enforces the rule."""
-    bad = violation(ins, fresh)
+    use_src = None if srcs is None else tuple(physical(t) for t in srcs)
+    use_dst = None if dsts is None else tuple(physical(t) for t in dsts)
+    bad = violation(ins, fresh, use_src, use_dst)
     if bad is None:
         return
     if not simulate:
@@ -80,30 +94,35 @@ def check(ins: Instr, simulate: bool, meta: dict, fresh: bool = False) -> None:
         rec["count"] += 1
 
 
-def violation(ins: Instr, fresh: bool = False) -> tuple | None:
+def _checked(operands: tuple[Operand, ...], use) -> list[tuple[int, Operand]]:
+    """The on-chip operands whose region is a physical partition range, with their index."""
+    return [(i, o) for i, o in enumerate(operands)
+            if o.region.buf and (o.region.p_hi <= 128 if use is None else use[i])]
+
+
+def violation(ins: Instr, fresh: bool = False, use_src=None, use_dst=None) -> tuple | None:
     """(rule code, message fields) of the first broken rule of ``ins``, or None.
 
     A destination and a source of the same partition count at different starts, one of them illegal, is reported
     as an illegal cross-partition move (both ranges); any other illegal start as the operand's own."""
     engine = ENGINE_NAMES.get(ins.engine, str(ins.engine))
-    dsts = () if fresh else ins.dsts
-    for d in dsts:
+    srcs = _checked(ins.srcs, use_src)
+    dsts = [] if fresh else _checked(ins.dsts, use_dst)
+    for _, d in dsts:
         rd = d.region
-        if not rd.buf:
-            continue
         nd = rd.p_hi - rd.p_lo
-        for s in ins.srcs:
+        for _, s in srcs:
             rs = s.region
-            if rs.buf and rs.p_hi - rs.p_lo == nd and rs.p_lo != rd.p_lo and not (
+            if rs.p_hi - rs.p_lo == nd and rs.p_lo != rd.p_lo and not (
                     legal_start(rs.p_lo, nd) and legal_start(rd.p_lo, nd)):
                 return "nkisim_cross_partition", dict(
                     op=ins.op, engine=engine, n=nd, src=_describe(s), dst=_describe(d), s_lo=rs.p_lo,
                     s_hi=rs.p_hi, d_lo=rd.p_lo, d_hi=rd.p_hi, legal=legal_starts(nd))
-    for side, operands in (("source", ins.srcs), ("destination", dsts)):
-        for i, o in enumerate(operands):
+    for side, checked, total in (("source", srcs, len(ins.srcs)), ("destination", dsts, len(ins.dsts))):
+        for i, o in checked:
             r = o.region
-            if r.buf and not legal_start(r.p_lo, r.p_hi - r.p_lo):
-                name = side if len(operands) == 1 else f"{side} {i + 1}"
+            if not legal_start(r.p_lo, r.p_hi - r.p_lo):
+                name = side if total == 1 else f"{side} {i + 1}"
                 return "nkisim_partition_start", dict(
                     op=ins.op, engine=engine, operand=f"{name} {_describe(o)}", start=r.p_lo, n=r.p_hi - r.p_lo,
                     legal=legal_starts(r.p_hi - r.p_lo))

@@ -73,7 +73,7 @@ def _retarget(ctx: KernelContext, dst: Tensor, accumulate: bool) -> None:
         check_oob(dst, mask)
     ins.dsts = (dst.operand(),)
     if engine != E_DMA and not starts_ok(ins.dsts):
-        partitions.check(ins, ctx.mem.simulate, ctx.trace.meta)  # the destination's start, the move (G10)
+        partitions.check(ins, ctx.mem.simulate, ctx.trace.meta, dsts=(dst,))  # the destination's start, the move
     if accumulate and op == "nc_matmul":
         ins.attrs["accumulate"] = True
     ctx.pending = None
