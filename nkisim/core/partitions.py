@@ -24,6 +24,7 @@ destination (``dst[5:37] = nl.copy(src[0:32])``, :mod:`nkisim.core.ops.assign`).
 
 from __future__ import annotations
 
+from nkisim.core.access import physical
 from nkisim.core.instr import ENGINE_NAMES, Instr, Operand
 from nkisim.core.memory import BUF_NAMES
 from nkisim.core.rules import fail, message
@@ -57,16 +58,6 @@ def starts_ok(operands: tuple[Operand, ...]) -> bool:
             if n > 64 or s & (31 if n <= 32 else 63):
                 return False
     return True
-
-
-def physical(t) -> bool:
-    """Whether view ``t``'s partition axis walks the physical partitions (stride one partition row), so that its
-    region's [p_lo, p_hi) is the partition range the engines access.  Not so for a partition broadcast (stride 0),
-    an advanced-indexed gather (a bounding box), or a legacy tensor whose leading axis nkisim stores on partitions
-    while an integer index leaves a tile inside one partition (``nl.zeros((2, 128, 96))[1]``)."""
-    if t._ix is not None or not t.shape:
-        return False
-    return t.shape[t.pdim] == 1 or t._v.strides[t.pdim] == t._a.row_bytes
 
 
 def check(ins: Instr, simulate: bool, meta: dict, fresh: bool = False, srcs=None, dsts=None) -> None:
