@@ -91,7 +91,7 @@ def test_every_model_gaming_submission_is_tested():
                        "onezero_honest", "onezero_when_timed", "conv_onezero", "conv_transpose_mode",
                        "conv_honest", "psum_zero_scratch", "psum_zero_scratch_honest", "gpsimd_max",
                        "scattered_placement", "partition_broadcast", "partition_broadcast_honest",
-                       "index_transpose"} | DMA_AND_NKI_SET
+                       "index_transpose", "partition_shift"} | DMA_AND_NKI_SET
 
 
 def _scores_like_its_twin(tmp_path: Path, hostile: str, twin: str) -> None:
@@ -487,3 +487,12 @@ def test_an_indirect_dma_compute_buys_nothing(graded):
     tests = graded("gather_dma_compute_nki")
     assert tests[CORRECT].status == "error" and tests[SPEED].status == "skipped"
     assert "only the two read-modify-write forms are supported" in tests[CORRECT].message
+
+
+def test_a_cross_partition_vector_copy_earns_nothing(tmp_path):
+    """G10: a VectorE copy from partitions [28, 128) to [0, 100) is no instruction of the engines (a DMA or a matmul
+    moves rows across partitions): the kernel does not compile on Trainium."""
+    record, tests, _ = _grade(tmp_path, "partition_shift", _transpose_rubric(tmp_path))
+    assert record.score == 0
+    assert tests[CORRECT].status == "error"
+    assert "100 partition(s) starting at partition 28" in tests[CORRECT].message

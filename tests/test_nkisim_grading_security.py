@@ -7,8 +7,13 @@ import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nkisim_util import raises_rule
 
+from nkisim.core.instr import B_SBUF, Operand, Region
+from nkisim.core.partitions import legal_start, starts_ok
+from nkisim.core.rules import NKIError
 from nkisim.core.runtime import run_kernel
 from nkisim.perf import estimate
 
@@ -528,3 +533,150 @@ def test_unchecked_promise_hints_keep_the_compiler_s_own_ones():
     run = run_kernel(_broadcast_kernel("add", 512), (a, r), {}, mode="timing")
     (mm,) = [i for i in without_unchecked_promises(run.trace).instrs if i.op == "nc_matmul"]
     assert mm.attrs["is_stationary_onezero"] is True
+
+
+# ---- G10: the start partition of compute-engine operands, and the cross-partition moves it allows ----------------
+
+
+def _documented_start_rule(start: int, count: int) -> bool:
+    """trainium_inferentia2_arch.rst, 'Accessing SBUF/PSUM tensors using compute engines', transcribed."""
+    if 64 < count <= 128:
+        return start == 0
+    if 32 < count <= 64:
+        return start in (0, 64)
+    return start in (0, 32, 64, 96)
+
+
+def _exp_of_rows(start: int, count: int):
+    """A VectorE/ScalarE read of partitions [start, start + count) of a loaded tile (the result is a fresh tile)."""
+
+    def kernel(a):
+        t = nl.load(a)
+        r = nl.exp(t[start:start + count, :])
+        out = nl.ndarray((count, 64), dtype=nl.float32, buffer=nl.hbm)
+        nl.store(out, r)
+        return out
+
+    return kernel
+
+
+def _copy_rows(src: tuple[int, int], dst: tuple[int, int]):
+    """``d[dst] = nl.copy(t[src])``: one compute-engine copy from partitions ``src`` to partitions ``dst``."""
+
+    def kernel(a):
+        t = nl.load(a)
+        d = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        d[dst[0]:dst[1], :] = nl.copy(t[src[0]:src[1], :])
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.hbm)
+        nl.store(out, d)
+        return out
+
+    return kernel
+
+
+_ROWS = np.random.default_rng(25).random((128, 64), dtype=np.float32)
+
+
+@pytest.mark.parametrize(("start", "count"), [(5, 32), (32, 64), (28, 100)])
+def test_g10_an_operand_at_an_illegal_start_partition_is_an_error(start, count):
+    legal = {32: "0, 32, 64 or 96", 64: "0 or 64", 100: "0"}[count]
+    with raises_rule("nkisim_partition_start", f"occupies {count} partition(s) starting at partition {start}",
+                     f"must start at partition {legal}"):
+        run_kernel(_exp_of_rows(start, count), (_ROWS,))
+
+
+@pytest.mark.parametrize(("src", "dst", "code", "fragment"), [
+    ((28, 128), (0, 100), "nkisim_partition_start", "100 partition(s) starting at partition 28"),
+    ((0, 32), (5, 37), "nkisim_cross_partition", "moves partitions [0, 32) of the source"),
+    ((7, 8), (3, 4), "nkisim_partition_start", "1 partition(s) starting at partition 7"),
+    ((0, 1), (3, 4), "nkisim_cross_partition", "to partitions [3, 4) of the destination"),
+])
+def test_g10_an_illegal_cross_partition_move_is_an_error(src, dst, code, fragment):
+    """The legacy API builds ``nl.copy(t[src])`` before it knows its destination: an illegal source start is
+    reported when the copy is built, an illegal destination when the result is written into ``d[dst]``."""
+    with raises_rule(code, fragment):
+        run_kernel(_copy_rows(src, dst), (_ROWS,))
+
+
+@pytest.mark.parametrize(("src", "dst"), [
+    ((96, 128), (96, 128)),  # P = 32 at 96
+    ((0, 64), (64, 128)),  # cross-half
+    ((64, 128), (0, 64)),
+    ((32, 64), (96, 128)),  # cross-quadrant
+    ((0, 128), (0, 128)),
+    ((0, 1), (96, 97)),  # one partition, quadrant to quadrant
+])
+def test_g10_legal_starts_and_moves_run(src, dst):
+    got = run_kernel(_copy_rows(src, dst), (_ROWS,)).outputs
+    want = np.zeros_like(_ROWS)
+    want[dst[0]:dst[1]] = _ROWS[src[0]:src[1]]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_g10_dma_reaches_every_partition_and_tensor_engine_operands_are_checked():
+    """DMA queues reach any partition (a shifted SBUF -> SBUF dma_copy is legal); a TensorE operand follows the
+    start rule like any compute-engine operand."""
+
+    def shifted_dma(a):
+        t = nl.load(a)
+        d = nl.zeros((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(src=t[7:8, :], dst=d[3:4, :])
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.hbm)
+        nl.store(out, d)
+        return out
+
+    want = np.zeros_like(_ROWS)
+    want[3] = _ROWS[7]
+    np.testing.assert_array_equal(run_kernel(shifted_dma, (_ROWS,)).outputs, want)
+
+    def matmul_at(a, k0):
+        t = nl.load(a)
+        p = nisa.nc_matmul(t[k0:k0 + 32, 0:32], t[k0:k0 + 32, :])
+        out = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.hbm)
+        nl.store(out, nl.copy(p))
+        return out
+
+    with raises_rule("nkisim_partition_start", "nc_matmul on TensorE", "starting at partition 5"):
+        run_kernel(lambda a: matmul_at(a, 5), (_ROWS,))
+    got = run_kernel(lambda a: matmul_at(a, 32), (_ROWS,)).outputs
+    np.testing.assert_allclose(got, _ROWS[32:64, 0:32].T @ _ROWS[32:64], rtol=1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 127).flatmap(lambda s: st.tuples(st.just(s), st.integers(1, 128 - s))))
+def test_g10_the_check_agrees_with_the_documented_rule(start_count):
+    start, count = start_count
+    legal = _documented_start_rule(start, count)
+    region = Region(B_SBUF, 0, start, start + count, 0, 4)
+    assert starts_ok((Operand(region, (count, 1), "float32", 4, count, 1, 4, 4),)) == legal
+    assert legal_start(start, count) == legal
+    try:
+        run_kernel(_exp_of_rows(start, count), (_ROWS,), mode="timing")
+    except NKIError as e:
+        assert not legal and e.code == "nkisim_partition_start", e
+    else:
+        assert legal
+
+
+def test_g10_simulation_warns_and_compiling_fails():
+    """AWS's simulator runs its own nl.gather_flattened doc example, which fills an index tile element by element
+    (``indices[i, j] = j * 5``: a one-partition memset at every partition); the allocator enforces the rule when the
+    kernel is compiled.  So nki.simulate_kernel warns once per run, with the first violation and a count."""
+    import neuronxcc.nki as nki
+
+    from nkisim.core.rules import NKISimulationWarning
+
+    def kernel():
+        idx = nl.zeros((32, 4), dtype=nl.uint32)
+        for i in nl.static_range(32):
+            for j in nl.static_range(4):
+                idx[i, j] = j * 5
+        out = nl.ndarray((32, 4), dtype=nl.uint32, buffer=nl.hbm)
+        nl.store(out, idx)
+        return out
+
+    with pytest.warns(NKISimulationWarning, match=r"starting at partition 1;.*\(123 more instruction"):
+        got = nki.simulate_kernel(nki.jit(kernel))
+    np.testing.assert_array_equal(got, np.tile(np.arange(4, dtype=np.uint32) * 5, (32, 1)))
+    with raises_rule("nkisim_partition_start", "memset on VectorE", "starting at partition 1"):
+        run_kernel(kernel, ())

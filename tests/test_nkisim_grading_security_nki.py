@@ -305,3 +305,78 @@ def test_g6_the_isa_instruction_does_not_broadcast():
     with raises_rule("err_num_partition_mismatch", "number of partitions (dimension 0 size of a tile) mismatch in "
                      "parameters (data1[128, 512], data2[1, 512]) of 'tensor_tensor'"):
         _run(kernel, (np.zeros((128, 512), dtype=np.float32), np.zeros((1, 512), dtype=np.float32)))
+
+
+
+# ---- G10: the start partition of compute-engine operands, and the cross-partition moves it allows ----------------
+
+_ROWS = RNG.random((128, 64), dtype=np.float32)
+
+
+def _copy_rows(x, src, dst, engine=None):
+    t = _load(x)
+    d = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=d, value=0.0)
+    kw = {} if engine is None else {"engine": engine}
+    nisa.tensor_copy(dst=d[dst[0]:dst[1], :], src=t[src[0]:src[1], :], **kw)
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=d)
+    return out
+
+
+@pytest.mark.parametrize(("start", "count"), [(5, 32), (32, 64), (28, 100)])
+def test_g10_an_operand_at_an_illegal_start_partition_is_an_error(start, count):
+    def kernel(x):
+        t = _load(x)
+        r = nl.ndarray((count, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=r, op=nl.exp, data=t[start:start + count, :])
+        out = nl.ndarray((count, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    legal = {32: "0, 32, 64 or 96", 64: "0 or 64", 100: "0"}[count]
+    with raises_rule("nkisim_cross_partition", f"moves partitions [{start}, {start + count}) of the source",
+                     f"only between the starts {legal}"):
+        _run(kernel, (_ROWS,))
+
+    def in_place(x):  # same partitions in and out: the start rule alone
+        t = _load(x)
+        nisa.activation(dst=t[start:start + count, :], op=nl.exp, data=t[start:start + count, :])
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    with raises_rule("nkisim_partition_start", "activation on ScalarE",
+                     f"occupies {count} partition(s) starting at partition {start}"):
+        _run(in_place, (_ROWS,))
+
+
+@pytest.mark.parametrize(("src", "dst"), [((28, 128), (0, 100)), ((7, 8), (3, 4)), ((0, 32), (5, 37))])
+def test_g10_an_illegal_cross_partition_move_is_an_error(src, dst):
+    with raises_rule("nkisim_cross_partition", f"moves partitions [{src[0]}, {src[1]}) of the source",
+                     f"to partitions [{dst[0]}, {dst[1]}) of the destination", "DMA"):
+        _run(_copy_rows, (_ROWS,), src=src, dst=dst)
+
+
+@pytest.mark.parametrize(("src", "dst"), [((96, 128), (96, 128)), ((0, 64), (64, 128)), ((64, 128), (0, 64)),
+                                          ((32, 64), (96, 128)), ((0, 128), (0, 128))])
+def test_g10_legal_starts_and_moves_run(src, dst):
+    want = np.zeros_like(_ROWS)
+    want[dst[0]:dst[1]] = _ROWS[src[0]:src[1]]
+    for engine in (None, nisa.engine.gpsimd):
+        np.testing.assert_array_equal(_run(_copy_rows, (_ROWS,), src=src, dst=dst, engine=engine).outputs, want)
+
+
+def test_g10_a_dma_moves_rows_across_partitions():
+    def kernel(x):
+        t = _load(x)
+        d = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=d, value=0.0)
+        nisa.dma_copy(dst=d[0:100, :], src=t[28:128, :])
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+
+    want = np.zeros_like(_ROWS)
+    want[0:100] = _ROWS[28:128]
+    np.testing.assert_array_equal(_run(kernel, (_ROWS,)).outputs, want)

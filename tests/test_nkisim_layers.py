@@ -14,7 +14,7 @@ NKISIM = Path(__file__).resolve().parents[1] / "nkisim"
 LAYERS = [
     {"instr", "config", "rules", "dtypes", "indexing", "views", "stmt", "liveness", "execute", "traceio"},
     {"memory", "blocks"},
-    {"access"},
+    {"access", "partitions"},
     {"context"},
     {"tensor"},
     {"aps", "buffers"},

@@ -859,7 +859,10 @@ def _fill_by_element(a):
 
 def test_element_of_an_on_chip_tile_is_a_unit_tile():
     a = RNG.integers(-50, 50, (6, 5)).astype(np.int32)
-    out, corner = _fill_by_element(a)
+    # elements at every partition: one-partition memsets off the legal starts, as AWS's gather_flattened example
+    # writes them; its simulator runs them, compiling refuses them (docs/grading-security.md G10)
+    with pytest.warns(NKISimulationWarning, match="starting at partition 1"):
+        out, corner = nki.simulate_kernel(_fill_by_element, a)
     i, j = np.mgrid[0:6, 0:5]
     np.testing.assert_array_equal(out, a + 3 * i - j)
     np.testing.assert_array_equal(corner, [[3 * 5 - 4]])

@@ -4,6 +4,8 @@ destinations) gives bit-identical results whichever way a kernel spells its acce
 
 from __future__ import annotations
 
+import warnings
+
 import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 import numpy as np
@@ -12,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nkisim_util import raises_rule
 
+from nkisim.core.rules import NKISimulationWarning
 from nkisim.core.runtime import run_kernel
 
 STYLES = ("slice", "arange", "mgrid", "composed", "overlong")
@@ -41,8 +44,12 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 
 def _run_both(make_kernel, args, style_a: str, style_b: str, target: str = "trn2"):
-    ra = run_kernel(make_kernel(style_a), args, target=target)
-    rb = run_kernel(make_kernel(style_b), args, target=target)
+    # windows at any partition: view semantics, run as AWS's simulator runs them (compiling refuses an operand off
+    # the legal start partitions, docs/grading-security.md G10; simulation warns)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NKISimulationWarning)
+        ra = run_kernel(make_kernel(style_a), args, target=target, simulate=True)
+        rb = run_kernel(make_kernel(style_b), args, target=target, simulate=True)
     outs_a = ra.outputs if isinstance(ra.outputs, tuple) else (ra.outputs,)
     outs_b = rb.outputs if isinstance(rb.outputs, tuple) else (rb.outputs,)
     for a, b in zip(outs_a, outs_b):
@@ -174,11 +181,12 @@ def test_index_expressions_and_slices_are_bit_identical(op, style, p0, np_, f0, 
 
 @pytest.mark.parametrize("op", OPS)
 def test_every_op_and_style_agree_on_one_ragged_window(op, monkeypatch):
-    """Every (op, style) pair at least once, on a window that starts off the origin and ends off the edges."""
+    """Every (op, style) pair at least once, on a window that starts off the origin (at partition 64, a legal start
+    for 61 partitions, docs/grading-security.md G10) and ends off the edges."""
     monkeypatch.delenv("NKISIM_TOOLCHAIN_ERA", raising=False)
     target = "trn1" if op == "acc_plus_matmul" else "trn2"
     for style in STYLES[1:]:
-        _run_both(make(op, 3, 61, 5, 27, 40), (X, Y, W), "slice", style, target)
+        _run_both(make(op, 64, 61, 5, 27, 40), (X, Y, W), "slice", style, target)
 
 
 def test_matmul_accumulates_into_index_expression_psum_destination():
@@ -218,7 +226,8 @@ def test_overlong_window_sliced_back_in_bounds():
         del row
         return out
 
-    out = run_kernel(k, (a,)).outputs
+    with pytest.warns(NKISimulationWarning, match="starting at partition"):  # t[3:5][1]: partition 4 (G10)
+        out = run_kernel(k, (a,), simulate=True).outputs
     np.testing.assert_array_equal(out[:, 0:8], a[:, 32:40])
     np.testing.assert_array_equal(out[0, 8:12], a[1, 36:40])
 

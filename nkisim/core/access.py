@@ -168,6 +168,16 @@ def write(t: View, values: np.ndarray, mask: np.ndarray | None = None) -> None:
 _new_region = tuple.__new__
 
 
+def physical(t) -> bool:
+    """Whether view ``t``'s partition axis walks the physical partitions (stride one partition row), so that its
+    region's [p_lo, p_hi) is the partition range the engines access.  Not so for a partition broadcast (stride 0),
+    an advanced-indexed gather (a bounding box), or a legacy tensor whose leading axis nkisim stores on partitions
+    while an integer index leaves a tile inside one partition (``nl.zeros((2, 128, 96))[1]``)."""
+    if t._ix is not None or not t.shape:
+        return False
+    return t.shape[t.pdim] == 1 or t._v.strides[t.pdim] == t._a.row_bytes
+
+
 def make_operand(t: View) -> Operand:
     """Describe a view for the cost model (called once per view, cached; hot path: keep it lean)."""
     if t._ix is not None:

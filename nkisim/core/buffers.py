@@ -106,6 +106,7 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
         mem.charge(alloc)
         return ctx.tensor_type(alloc, view, pdim, off=0)
     alloc = Allocation(kind, base, mem.phys_for(site, kind, bytes_pp, provisional), site, name, bytes_pp, mem)
+    alloc.provisional = provisional
     if nblocks > 1:
         alloc.block_bytes = bytes_pp // nblocks  # PSUM: each block is a tile of its own, within one bank
     if not provisional and mem.charge(alloc):

@@ -18,10 +18,11 @@ import weakref
 import numpy as np
 
 from nkisim import frontends
-from nkisim.core import config, dtypes, execute
+from nkisim.core import config, dtypes, execute, partitions
 from nkisim.core.access import dynamic_tiles, lane_violation
 from nkisim.core.instr import B_SBUF, E_DMA, Engine, Instr, Trace
 from nkisim.core.memory import Allocation, MemoryTracker
+from nkisim.core.partitions import starts_ok
 from nkisim.core.rules import fail
 
 _NKISIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -157,12 +158,17 @@ class KernelContext:
         do = (dsts[0].operand(),) if len(dsts) == 1 else tuple([t.operand() for t in dsts])
         ins = Instr(len(instrs), op, engine, so, do, attrs, self.loc)
         if engine != E_DMA:
+            # partition lanes (G11): a run of partitions, one free pattern; DMAs address every byte
             for side, views in (("source", srcs), ("destination", dsts)):
                 for t in views:
                     why = lane_violation(t)
                     if why is not None and not (t._ix is not None and dynamic_tiles(self, t)):
                         fail("nkisim_partition_lanes", op=op, engine=engine.name.lower(), side=side,
                              shape=list(t.shape), name=t._a.name, why=why)
+            if not (starts_ok(so) and starts_ok(do)):
+                # start-partition rule (G10); a fresh result's place is decided when it is retargeted
+                partitions.check(ins, self.mem.simulate, self.trace.meta,
+                                 len(dsts) == 1 and dsts[0]._a.provisional, srcs, dsts)
         instrs.append(ins)
         return ins
 

@@ -35,7 +35,8 @@ class Allocation:
 
     __slots__ = (
         "buf", "base", "addr", "row_bytes", "phys", "site", "name", "immutable", "bytes_pp", "tracker",
-        "acc", "vinit", "charged", "block_mod", "slot_owner", "space", "block_bytes", "block_record", "__weakref__",
+        "acc", "vinit", "charged", "block_mod", "slot_owner", "space", "block_bytes", "block_record", "provisional",
+        "__weakref__",
     )
 
     def __init__(self, buf: Buf, base: np.ndarray, phys: int, site, name: str, bytes_pp: int,
@@ -60,6 +61,7 @@ class Allocation:
         # it is charged at allocation, per-block liveness is checked at the end of the run, core.blocks)
         self.block_bytes = 0
         self.block_record = None
+        self.provisional = False  # a fresh instruction result (ops.common.new_result), until retargeted or kept
 
     def __del__(self) -> None:
         tracker = self.tracker

@@ -207,6 +207,20 @@ _RULE_LIST = [
        "nki.isa.tensor_scalar engine notes (ScalarE: multiply / add / multiply->add only; on trn1 not in the "
        "2025 era, SH-226 'Add/Multiply on ScalarE only from NC-v3'; trn1 ScalarE tensor_copy copies through fp32); "
        "GpSimd runs add, multiply, power and rsqrt only (SH-226 ALU operator table, supported engines)"),
+    _r("nkisim_partition_start",
+       "{op} on {engine}: the {operand} occupies {n} partition(s) starting at partition {start}; a compute-engine "
+       "SBUF/PSUM operand of {n} partition(s) must start at partition {legal} (start-partition rule: 64 < P <= 128 "
+       "at 0, 32 < P <= 64 at 0 or 64, P <= 32 at 0/32/64/96)",
+       "trainium_inferentia2_arch.rst 'Accessing SBUF/PSUM tensors using compute engines' (start_partition / "
+       "num_partition; the trainium2 guide states no change for NeuronCore-v3); nki.isa.nc_stream_shuffle. DMA "
+       "instructions are exempt (grading security, G10)"),
+    _r("nkisim_cross_partition",
+       "{op} on {engine}: moves partitions [{s_lo}, {s_hi}) of the source {src} to partitions [{d_lo}, {d_hi}) of "
+       "the destination {dst}; compute engines move {n} partition(s) across partitions only between the starts "
+       "{legal} (none for P > 64, cross-half for 32 < P <= 64, cross-quadrant for P <= 32): move the data with "
+       "a DMA (nisa.dma_copy) or a TensorE matmul/transpose instead",
+       "trainium_inferentia2_arch.rst 'Cross-Partition Connectivity' and the start-partition rule (grading "
+       "security, G10)"),
     _r("nkisim_dma_element_mismatch",
        "dma_copy: source {src} and destination {dst} must have the same number of elements",
        "nki.isa.dma_copy"),

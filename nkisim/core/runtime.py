@@ -158,6 +158,8 @@ def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: b
             _copy_back(args, hbm_args, kwargs, hbm_kwargs)
         if ctx.mem.overflows:
             _warn_capacity(name, ctx.mem.overflows)
+        if "partition_rule" in ctx.trace.meta:
+            _warn_partition_rule(name, ctx.trace.meta["partition_rule"])
     finally:
         if blas is not None:
             blas.restore_original_limits()
@@ -177,6 +179,17 @@ def _warn_capacity(name: str, overflows: list[str]) -> None:
     warnings.warn(NKICapacityWarning(
         f"kernel '{name}': {overflows[0]}{more}. nki.simulate_kernel does not check capacity, as AWS's simulator "
         "does not; compiling it (nki.baremetal, nki.benchmark, the grader, Trainium) fails"), stacklevel=3)
+
+
+def _warn_partition_rule(name: str, rec: dict) -> None:
+    """One warning per simulated run that breaks the start-partition rule (core.partitions): the first violation
+    and a count."""
+    import warnings
+
+    more = f" ({rec['count'] - 1} more instruction(s) break it)" if rec["count"] > 1 else ""
+    warnings.warn(NKISimulationWarning(
+        f"kernel '{name}', {rec['where']}: {rec['first']}{more}. AWS's simulator runs it; compiling it (nki.baremetal, "
+        "nki.benchmark, the grader, Trainium) fails"), stacklevel=3)
 
 
 def has_directive(kernel, name: str) -> bool:

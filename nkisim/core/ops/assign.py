@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from nkisim.core import execute
+from nkisim.core import execute, partitions
 from nkisim.core.access import check_oob, check_writable, mark_written, psum_write, same_view, write
 from nkisim.core.context import KernelContext, current
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_DMA, E_GPSIMD, E_TENSOR, E_UNKNOWN
@@ -19,6 +19,7 @@ from nkisim.core.ops.common import need_on_chip, parts_of
 from nkisim.core.ops.dma import dma_copy
 from nkisim.core.ops.elementwise import memset_into, tensor_copy, tensor_tensor
 from nkisim.core.ops.tensor_engine import check_psum_bank
+from nkisim.core.partitions import starts_ok
 from nkisim.core.rules import fail
 from nkisim.core.tensor import Tensor
 
@@ -71,6 +72,8 @@ def _retarget(ctx: KernelContext, dst: Tensor, accumulate: bool) -> None:
     if dst.oob:
         check_oob(dst, mask)
     ins.dsts = (dst.operand(),)
+    if engine != E_DMA and not starts_ok(ins.dsts):
+        partitions.check(ins, ctx.mem.simulate, ctx.trace.meta, dsts=(dst,))  # the destination's start, the move
     if accumulate and op == "nc_matmul":
         ins.attrs["accumulate"] = True
     ctx.pending = None
