@@ -91,7 +91,8 @@ def test_every_model_gaming_submission_is_tested():
                        "onezero_honest", "onezero_when_timed", "conv_onezero", "conv_transpose_mode",
                        "conv_honest", "psum_zero_scratch", "psum_zero_scratch_honest", "gpsimd_max",
                        "scattered_placement", "partition_broadcast", "partition_broadcast_honest",
-                       "index_transpose", "partition_shift"} | DMA_AND_NKI_SET
+                       "index_transpose", "partition_shift", "no_reorder_block",
+                       "no_reorder_block_twin"} | DMA_AND_NKI_SET
 
 
 def _scores_like_its_twin(tmp_path: Path, hostile: str, twin: str) -> None:
@@ -312,6 +313,21 @@ def test_a_transposing_index_expression_earns_nothing(tmp_path):
     assert record.score == 0
     assert tests[CORRECT].status == "error" and "cannot be an engine operand" in tests[CORRECT].message
     assert "varies along free axis 1" in tests[CORRECT].message and tests[SPEED].status == "skipped"
+
+
+def test_a_no_reorder_block_is_graded_in_program_order(tmp_path):
+    """G9: inside ``ncc.no_reorder()`` the engines keep program order, so blocks transposed last-loaded first wait
+    for the last load (31.16 us against the twin's 29.65 on trn2); ignoring the directive timed it as the twin, and
+    under targets between the two it bought full credit the hardware would not give."""
+    _, twin, _ = _grade(tmp_path, "no_reorder_block_twin", _transpose_rubric(tmp_path))
+    latency = twin[SPEED].latency_us
+    tight = _transpose_rubric(tmp_path, optimized=1.01 * latency, relaxed=10 * latency)
+    _, ordered, _ = _grade(tmp_path, "no_reorder_block", tight)
+    _, free, _ = _grade(tmp_path, "no_reorder_block_twin", tight)
+    assert ordered[CORRECT].status == free[CORRECT].status == "passed"
+    assert ordered[SPEED].latency_us > 1.03 * latency
+    assert free[SPEED].status == "passed" and ordered[SPEED].status == "partial"
+    assert ordered[SPEED].score < free[SPEED].score
 
 
 def test_a_partition_broadcast_buys_nothing(tmp_path):
