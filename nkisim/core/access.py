@@ -192,11 +192,16 @@ def make_operand(t: View) -> Operand:
     span = 0
     fspan = 0
     k = 0
+    rb = a.row_bytes if a.buf != B_HBM else 0
+    lanes = True
     for n in shape:
         size *= n
         if n > 1:
             st = strides[k]
-            d = (n - 1) * (st if st > 0 else -st)
+            d = st if st > 0 else -st
+            if rb and d >= rb and (k != pd or st != rb):
+                lanes = False  # steps across partitions other than one per partition-axis step (lane_violation)
+            d *= n - 1
             span += d
             if k != pd:
                 fspan += d
@@ -227,7 +232,7 @@ def make_operand(t: View) -> Operand:
         region = _new_region(Region, (a.buf, a.phys, p_lo, p_lo + (parts or 1), b_lo, b_lo + fspan + isz))
     if not parts:
         parts = 1
-    return Operand(region, shape, dtype_name(v.dtype), isz, parts, size // parts, inner, contig)
+    return Operand(region, shape, dtype_name(v.dtype), isz, parts, size // parts, inner, contig, lanes)
 
 
 def _gather_operand(t: View) -> Operand:
@@ -263,7 +268,8 @@ def _gather_operand(t: View) -> Operand:
         row = sum(np.broadcast_to(arr, shape)[first].astype(np.int64) * st for arr, st in zip(t._ix, v.strides))
         if bool(np.all(np.diff(row) == isz)):
             contig = shape[-1] * isz
-    return Operand(region, tuple(shape), dtype_name(v.dtype), isz, parts, size // parts, isz, contig)
+    lanes = a.buf == B_HBM or _gather_violation(t) is None
+    return Operand(region, tuple(shape), dtype_name(v.dtype), isz, parts, size // parts, isz, contig, lanes)
 
 
 # ---- partition lanes of engine operands --------------------------------------------------------------------

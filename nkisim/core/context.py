@@ -159,18 +159,26 @@ class KernelContext:
         ins = Instr(len(instrs), op, engine, so, do, attrs, self.loc)
         if engine != E_DMA:
             # partition lanes (G11): a run of partitions, one free pattern; DMAs address every byte
-            for side, views in (("source", srcs), ("destination", dsts)):
-                for t in views:
-                    why = lane_violation(t)
-                    if why is not None and not (t._ix is not None and dynamic_tiles(self, t)):
-                        fail("nkisim_partition_lanes", op=op, engine=engine.name.lower(), side=side,
-                             shape=list(t.shape), name=t._a.name, why=why)
+            for o in so + do:
+                if not o.lanes:
+                    self._check_lanes(op, engine, srcs, dsts)
+                    break
             if not (starts_ok(so) and starts_ok(do)):
                 # start-partition rule (G10); a fresh result's place is decided when it is retargeted
                 partitions.check(ins, self.mem.simulate, self.trace.meta,
                                  len(dsts) == 1 and dsts[0]._a.provisional, srcs, dsts)
         instrs.append(ins)
         return ins
+
+    def _check_lanes(self, op: str, engine: Engine, srcs, dsts) -> None:
+        """Refuse an engine operand that leaves its partition lanes (G11, core.access.lane_violation); a dynamic
+        (tile-indexed) gather is GpSimd's own instruction and passes."""
+        for side, views in (("source", srcs), ("destination", dsts)):
+            for t in views:
+                why = lane_violation(t)
+                if why is not None and not (t._ix is not None and dynamic_tiles(self, t)):
+                    fail("nkisim_partition_lanes", op=op, engine=engine.name.lower(), side=side,
+                         shape=list(t.shape), name=t._a.name, why=why)
 
     def _flush(self) -> None:
         """Write the last result's values into its tile if the tile is still alive (it was not retargeted), through

@@ -99,6 +99,7 @@ class Operand(NamedTuple):
     free_elems: int  # elements per partition (HBM: elements / partitions)
     inner_stride_bytes: int  # byte stride of the innermost free axis (itemsize when contiguous)
     contiguous_bytes: int  # length in bytes of the longest contiguous run per partition (DMA descriptors)
+    lanes: bool = True  # on-chip: the view keeps to its partition lanes (core.access.lane_violation); not stored
 
 
 @dataclass(slots=True)

@@ -315,7 +315,7 @@ def _loads(data: bytes) -> Trace:
         if op_ is None:
             buf, phys, p_lo, p_hi, b_lo, b_hi, isz, parts, free, inner, contig, dt, shp = row
             op_ = made[key] = new(Operand, (new(Region, (bufs[buf], phys, p_lo, p_hi, b_lo, b_hi)), shape_t[shp],
-                                            dts[dt], isz, parts, free, inner, contig))
+                                            dts[dt], isz, parts, free, inner, contig, True))
         (srcs_of if role == 0 else dsts_of)[instr].append(op_)
     append = trace.instrs.append
     for i, (s, op, e, w, a) in enumerate(zip(*(cols[f"i_{k}"].tolist() for k in _I_COLS))):
