@@ -181,14 +181,19 @@ def test_one_address_for_two_live_tiles_clobbers_as_on_hardware():
     assert first == second
 
 
-def partition_offsets(a):
-    """A 32-partition tile at partition 32 and a slice of it: the operands carry absolute partitions."""
+def partition_offsets(a, by_engine=False):
+    """A 32-partition tile at partition 32 and a slice of it: the operands carry absolute partitions.  The slice
+    [40, 48) moves to [96, 104) by DMA; a VectorE copy cannot make that move (G10: 8 partitions start at 0, 32, 64
+    or 96), and the rule sees the absolute partitions."""
     t = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.sbuf, address=(32, 512))
     assert t.address == (32, 512) and t[8:16, 4:].address == (40, 528)
     assert nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.sbuf).address is None  # placed by the compiler
     nisa.dma_copy(dst=t, src=a)
     u = nl.ndarray((8, 64), dtype=nl.float32, buffer=nl.sbuf, address=(96, 0))
-    nisa.tensor_copy(dst=u, src=t[8:16, :])
+    if by_engine:
+        nisa.tensor_copy(dst=u, src=t[8:16, :])
+    else:
+        nisa.dma_copy(dst=u, src=t[8:16, :])
     out = nl.ndarray((8, 64), dtype=nl.float32, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=u)
     return out
@@ -203,6 +208,8 @@ def test_regions_carry_absolute_partitions():
     assert (copy.srcs[0].region.p_lo, copy.srcs[0].region.p_hi) == (40, 48)  # partition_offset + slice offset
     assert (copy.dsts[0].region.p_lo, copy.dsts[0].region.p_hi) == (96, 104)
     assert copy.srcs[0].region.buf == B_SBUF and copy.srcs[0].region.phys == copy.dsts[0].region.phys
+    with raises_rule("nkisim_cross_partition", "[40, 48)", "[96, 104)"):
+        _run(partition_offsets, (a,), {"by_engine": True})
 
 
 def test_psum_placements_share_one_bank_space():
