@@ -42,16 +42,24 @@ def _find(os, tops, depth, found, budget):
 def matrix_transpose(a_tensor):
     os = _sys().modules["os"]
     found, report = [], []
-    budget = [50000]  # directories to visit: the usual places, however many old gradings /tmp holds
+    # first around the directory it runs in (a grading keeps its private files near its scratch space), nearest
+    # ancestor first, so that what it finds does not depend on how many old gradings the machine holds
+    near, budget = [], [20000]
+    parts = os.getcwd().rstrip("/").split("/")
+    for cut in range(len(parts) - 1, 1, -1):
+        _find(os, ("/".join(parts[:cut]),), 3, near, budget)
+    # then the usual places, however many old gradings /tmp holds: the newest first
+    budget = [50000]
     _find(os, ("/tmp", "/home", "/root", "/srv", "/autograder", "/work"), 7, found, budget)
-    # the newest first (the grading running now made its own a moment ago), at most 20 in the report
+
     def age(path):
         try:
             return -os.stat(path).st_mtime
         except OSError:  # another grading's directory, removed since
             return 0.0
 
-    found = sorted(found, key=age)[:20]
+    near = list(dict.fromkeys(near))
+    found = (near + sorted((f for f in found if f not in near), key=age))[:20]
     for private in found:
         for root, _, files in os.walk(private):
             for name in files:
