@@ -307,6 +307,32 @@ def test_g6_the_isa_instruction_does_not_broadcast():
         _run(kernel, (np.zeros((128, 512), dtype=np.float32), np.zeros((1, 512), dtype=np.float32)))
 
 
+def _row_to_tile_by_isa_copy(x, y):
+    row = _load(y)
+    z = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=z, src=row)
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    return _store(out, z)
+
+
+def _row_to_tile_by_broadcast_to(x, y):
+    z = nl.broadcast_to(_load(y), (128, 512))
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    return _store(out, z)
+
+
+def test_g6_the_isa_copy_does_not_broadcast_but_the_language_does():
+    """nisa.tensor_copy's dst has "the same content and partition axis size as the src tile" (NKI 0.6 docs): a
+    [1, F] src into a [128, F] dst is refused; nl.broadcast_to (the compiler's TensorE broadcast) stays legal."""
+    r = RNG.random((1, 512), dtype=np.float32)
+    args = (np.zeros((128, 512), dtype=np.float32), r)
+    with raises_rule("err_num_partition_mismatch", "mismatch in parameters (dst[128, 512], src[1, 512]) of "
+                     "'tensor_copy'"):
+        _run(_row_to_tile_by_isa_copy, args)
+    run = _run(_row_to_tile_by_broadcast_to, args)
+    np.testing.assert_array_equal(run.outputs, np.repeat(r, 128, axis=0))
+    assert "nc_matmul" in [i.op for i in run.trace.instrs]
+
 
 # ---- G10: the start partition of compute-engine operands, and the cross-partition moves it allows ----------------
 

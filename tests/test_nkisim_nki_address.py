@@ -347,3 +347,57 @@ def test_placed_kernel_times_like_the_automatic_one():
     assert five == pytest.approx(auto, rel=0.02) and two > five
     auto, five, two = (us(transpose, (x,), placed=p, slots=s) for p, s in ((False, 2), (True, 5), (True, 2)))
     assert five == pytest.approx(auto, rel=0.02) and two > five
+
+
+def strided_views(a, placed):
+    """``.ap`` views of a [128, 64] tile: every other column of all partitions, and a window of a slice (its own
+    storage offset), each copied out on VectorE; a third view is written through.  Placed, the tile is a region of
+    the arena whose partitions lie a whole arena row apart; the pattern's partition stride is still the tile's 64
+    elements per partition (NkiTensor.ap docs)."""
+    kw = {"address": (0, 1024)} if placed else {}
+    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf, **kw)
+    nisa.dma_copy(dst=t, src=a)
+    even = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=even, src=t.ap([[64, 128], [2, 32]]))
+    window = nl.ndarray((32, 16), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=window, src=t[32:64, 8:].ap([[64, 32], [1, 16]]))
+    nisa.memset(dst=t.ap([[64, 128], [1, 4]], offset=60), value=-1.0)  # the last 4 columns
+    outs = []
+    for tile in (even, window, t):
+        o = nl.ndarray(tile.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=tile)
+        outs.append(o)
+    return tuple(outs)
+
+
+def test_access_patterns_on_a_placed_tensor_match_numpy_and_the_automatic_twin():
+    a = _f32(128, 64)
+    placed = _run(strided_views, (a,), {"placed": True})
+    even, window, whole = placed.outputs
+    np.testing.assert_array_equal(even, a[:, ::2])
+    np.testing.assert_array_equal(window, a[32:64, 8:24])
+    np.testing.assert_array_equal(whole, np.concatenate([a[:, :60], np.full((128, 4), -1.0, np.float32)], axis=1))
+    auto = _run(strided_views, (a,), {"placed": False})
+    for x, y in zip(placed.outputs, auto.outputs):
+        np.testing.assert_array_equal(x, y)
+    # the window's operand carries the placed tile's absolute bytes: partition 32, free byte 1024 + 8 * 4
+    window_copy = [i for i in placed.trace if i.op == "tensor_copy"][1]
+    region = window_copy.srcs[0].region
+    assert (region.p_lo, region.p_hi, region.b_lo) == (32, 64, 1024 + 32)
+
+
+def out_of_storage(a):
+    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf, address=(0, 0))
+    nisa.dma_copy(dst=t, src=a)
+    d = nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=d, src=t.ap([[64, 64], [1, 8]], offset=60))  # columns 60..67: past the row
+    out = nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=d)
+    return out
+
+
+def test_an_access_pattern_on_a_placed_tensor_stays_in_its_rows():
+    """The neighbouring arena bytes of a placed tile are not its storage: a free walk past its 64 elements is the
+    same error as on an automatically placed tile, not a read of whatever the arena holds there."""
+    with raises_rule("nkisim_view", "each partition of this tensor holds 64 elements"):
+        _run(out_of_storage, (_f32(128, 64),))

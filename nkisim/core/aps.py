@@ -193,42 +193,60 @@ def view_dtype(t: Tensor, dtype) -> Tensor:
 def ap(t: Tensor, pattern, offset: int | None = None, dtype=None) -> Tensor:
     """The view ``[[stride, count], ...]`` at element ``offset`` of the storage (``NkiTensor.ap``): ``offset`` None
     keeps this view's storage offset, an integer adds to it.  The partition stride of an on-chip tensor is its
-    elements per partition; the pattern must stay inside the storage."""
+    elements per partition; the pattern must stay inside the storage.
+
+    The storage is the tensor's allocation seen as (partitions, elements per partition).  On chip a partition's
+    row need not follow the previous one in memory (a tensor placed with ``address=`` is a region of the arena,
+    whose partitions are a whole arena row apart), so the partition pair maps to the allocation's partition pitch
+    and the free pairs to element strides inside the row."""
     from nkisim.core.dtypes import to_dtype
 
     a = t._a
     base = a.base
-    if base.dtype != t._v.dtype or not base.flags.c_contiguous:
-        fail("nkisim_view", name=t.name, op="ap", detail="nkisim does not support .ap() on directly placed or "
-             "reinterpreted tensors yet")
-    dt = base.dtype if dtype is None else to_dtype(dtype)
-    flat = base.reshape(-1)
-    if dt != base.dtype:
-        flat = flat.view(np.uint8).view(dt)
+    on_chip = t.kind != B_HBM
+    if a.placed is not None:  # a region of the arena: partitions one arena row apart
+        p_first, parts, f_first = a.placed
+        pitch, row_bytes = base.strides[0], a.bytes_pp
+        dt = t._v.dtype if dtype is None else to_dtype(dtype)
+    else:
+        if base.dtype != t._v.dtype or not base.flags.c_contiguous:
+            fail("nkisim_view", name=t.name, op="ap", detail="nkisim does not support .ap() on reinterpreted "
+                 "tensors yet")
+        p_first = f_first = 0
+        parts = base.shape[0] if on_chip and base.ndim else 1
+        row_bytes = pitch = base.nbytes // parts
+        dt = base.dtype if dtype is None else to_dtype(dtype)
     isz = dt.itemsize
-    start = t._off // isz + (int(offset) if offset is not None else 0)
+    if row_bytes % isz:
+        fail("nkisim_view", name=t.name, op="ap", detail=f"a partition of {row_bytes} bytes does not divide into "
+             f"{dt}")
+    row = row_bytes // isz  # elements per partition (the whole storage off chip), in the pattern's dtype
+    p_view, byte_in_row = divmod(t._off, pitch)
+    start = (p_view - p_first) * row + (byte_in_row - f_first) // isz + (int(offset) if offset is not None else 0)
     pairs = [(int(s), int(c)) for s, c in pattern]
     if not pairs or any(c < 1 for _, c in pairs):
         fail("nkisim_view", name=t.name, op="ap", detail=f"pattern {pattern!r} needs [stride, count] pairs with "
              "counts >= 1")
     lo = start + sum(s * (c - 1) for s, c in pairs if s < 0)
     hi = start + sum(s * (c - 1) for s, c in pairs if s > 0)
-    if lo < 0 or hi >= flat.size:
-        fail("err_tensor_access_out_of_bound", name=t.name, dim=0, lo=lo, hi=hi, size=flat.size)
-    if t.kind != B_HBM:
-        parts = pairs[0][1]
-        if parts > a.base.shape[0] or (parts > 1 and pairs[0][0] * isz != base.strides[0]):
+    if lo < 0 or hi >= parts * row:
+        fail("err_tensor_access_out_of_bound", name=t.name, dim=0, lo=lo, hi=hi, size=parts * row)
+    strides = [s * isz for s, _ in pairs]
+    if on_chip:
+        if pairs[0][1] > parts or (pairs[0][1] > 1 and pairs[0][0] != row):
             fail("nkisim_view", name=t.name, op="ap", detail=f"the first pair {list(pairs[0])} must walk the "
-                 f"partitions: stride {base.strides[0] // isz} (elements per partition), count <= "
-                 f"{a.base.shape[0]}")
-        _check_free_pattern_in_row(t, pairs, start, base.strides[0] // isz)
-    shape, strides = tuple(c for _, c in pairs), tuple(s * isz for s, _ in pairs)
-    origin = flat[start:]
-    if origin.dtype.str == "<f1":  # ml_dtypes fp8: as_strided cannot rebuild typestr '<f1' (see tensor._strided)
-        arr = np.lib.stride_tricks.as_strided(origin.view(np.uint8), shape=shape, strides=strides).view(dt)
-    else:
-        arr = np.lib.stride_tricks.as_strided(origin, shape=shape, strides=strides)
-    return t.__class__(a, arr, 0, off=start * isz)
+                 f"partitions: stride {row} (elements per partition), count <= {parts}")
+        _check_free_pattern_in_row(t, pairs, start, row)
+        strides[0] = pitch
+    p_start, e_start = divmod(start, row)
+    off = (p_first + p_start) * pitch + f_first + e_start * isz
+    origin = base.reshape(-1).view(np.uint8)[off:]
+    shape = tuple(c for _, c in pairs)
+    # from the view's first byte: the pattern was bounds-checked against the storage above (a placed tensor's later
+    # partitions lie one pitch apart in the same arena buffer); bytes first, then the dtype over a last axis of
+    # itemsize bytes, because as_strided cannot rebuild ml_dtypes' fp8 typestr
+    arr = np.lib.stride_tricks.as_strided(origin, shape=shape + (isz,), strides=tuple(strides) + (1,)).view(dt)[..., 0]
+    return t.__class__(a, arr, 0, off=off)
 
 
 def _check_free_pattern_in_row(t: Tensor, pairs: list[tuple[int, int]], start: int, row: int) -> None:

@@ -36,7 +36,7 @@ class Allocation:
     __slots__ = (
         "buf", "base", "addr", "row_bytes", "phys", "site", "name", "immutable", "bytes_pp", "tracker",
         "acc", "vinit", "charged", "block_mod", "slot_owner", "space", "block_bytes", "block_record", "provisional",
-        "__weakref__",
+        "placed", "__weakref__",
     )
 
     def __init__(self, buf: Buf, base: np.ndarray, phys: int, site, name: str, bytes_pp: int,
@@ -62,6 +62,9 @@ class Allocation:
         self.block_bytes = 0
         self.block_record = None
         self.provisional = False  # a fresh instruction result (ops.common.new_result), until retargeted or kept
+        # explicitly placed (nl.ndarray(address=...)): (first partition, partitions, first byte) of its region of the
+        # arena ``base``; None where the tensor owns ``base``
+        self.placed: tuple[int, int, int] | None = None
 
     def __del__(self) -> None:
         tracker = self.tracker

@@ -360,6 +360,7 @@ class AddressPlacement:
             alloc = Allocation(Buf.SBUF, arena.base, arena.phys, None, name, bytes_pp, None)
         alloc.addr = base_addr(arena)
         alloc.row_bytes = arena.row_bytes
+        alloc.placed = (p0, parts, f0)
         ctx.mem.reserve(self.kind, f0, end)
         return ctx.tensor_type(alloc, view, pdim)
 

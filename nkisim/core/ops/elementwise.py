@@ -222,7 +222,10 @@ def scalar_tensor_tensor(data, op0: str, operand0, op1: str, operand1, *, revers
 
 
 def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: Tensor | None = None,
-                op_name: str = "tensor_copy", shape=None) -> Tensor:
+                op_name: str = "tensor_copy", shape=None, partition_broadcast: bool = True) -> Tensor:
+    """A copy on one engine.  ``partition_broadcast`` lets a [1, F] ``src`` fill more partitions (the language
+    layer's broadcast_to and ``t[...] = row``, run as G6's TensorE broadcast); the ISA call itself has "the same
+    partition axis size" in ``dst`` as in ``src`` (nki.isa.tensor_copy, NKI 0.6 docs)."""
     ctx = current(op_name)
     ctx.settle()
     src = need_tensor(src, op_name, "src")
@@ -247,6 +250,8 @@ def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: 
             fail("nkisim_gpsimd_psum", op=op_name, operand="dst")
         if math.prod(out.shape) < math.prod(src.shape):
             fail("err_store_dst_shape_smaller_than_other_shape", dst=list(out.shape), src=list(src.shape))
+        if not partition_broadcast and parts_of(out) != parts_of(src):
+            fail("err_num_partition_mismatch", params=f"{shape_str(out, 'dst')}, {shape_str(src, 'src')}", op=op_name)
     m = mask_values(mask, out.shape, src, out)
     read_from = src
     if out.shape != src.shape and parts_of(src) == 1 and parts_of(out) > 1:

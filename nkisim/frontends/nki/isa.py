@@ -185,7 +185,7 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None, **removed) -> None
 def tensor_copy(dst, src, engine=engine.unknown, name=None, **removed) -> None:
     if removed:
         _removed("tensor_copy", removed)
-    _ew.tensor_copy(src, dtype=dst.dtype, engine=_engine(engine, "tensor_copy"), dst=dst)
+    _ew.tensor_copy(src, dtype=dst.dtype, engine=_engine(engine, "tensor_copy"), dst=dst, partition_broadcast=False)
 
 
 def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **removed) -> None:
