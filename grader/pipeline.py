@@ -88,6 +88,7 @@ class _Grading:
         # data (a host-computed array returned by the kernel never touches HBM).
         self.want_trace = backend == "nkisim" and _traceio_available()
         self.violations: dict[str, list[dict[str, Any]]] = {}
+        self.reorders: dict[str, dict[str, None]] = {}  # test id -> DMA-side transposes seen in its traces
         self.imports: dict[str, ImportCheck] = {}
         # (file, function) -> (input elements, why, test id) of the smallest call that hit a resource limit
         self.exhausted: dict[tuple[str, str], tuple[int, str, str]] = {}
@@ -263,6 +264,9 @@ class _Grading:
         uses = policy.disallowed_uses(source, test.disallowed_apis)
         if uses:
             res.message = (res.message + "\n" if res.message else "") + policy.policy_note(test.file, uses)
+        reorders = list(self.reorders.get(test.id, ()))
+        if reorders:
+            res.message = (res.message + "\n" if res.message else "") + policy.reorder_note(test.file, reorders)
 
     def _invocation(self, test: TestSpec, case: dict[str, Any]) -> refcache.SharedInvocation:
         seed = problems.case_seed(self.seed, _input_key(test.problem, case), 0)
@@ -320,6 +324,8 @@ class _Grading:
                                    self.rubric.tolerances)
             rec.verdict = "passed" if verdict.passed else "failed"
             rec.message, rec.max_abs_error = verdict.message, verdict.max_abs_error
+            if run.trace is not None and policy.DMA_TRANSPOSE in test.disallowed_apis:
+                self.reorders.setdefault(test.id, {}).update(dict.fromkeys(policy.dma_reorders(run.trace)))
             if not verdict.passed:
                 res.status = "failed"
                 res.message = (f"case {i + 1}/{n} {_describe_case(case)}: " if n > 1 else "") + verdict.message

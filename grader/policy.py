@@ -4,7 +4,9 @@ The Part 1 handout allows only ``nisa.nc_transpose`` to compute a transpose ("nl
 other DMA-side transposes are not allowed").  A kernel that uses one still computes the right values, and the
 course's own harness scores it like any other, so the grader does not change the score: it names each use (file
 and line) in the test's message, for course staff to decide.  The rubric lists the calls per test
-(``disallowed_apis``, dotted names under ``nki.``).
+(``disallowed_apis``, dotted names under ``nki.``).  A DMA-side transpose needs no forbidden name: a DMA through a
+reordering view of HBM (``a[...].permute((1, 0))``, swapped index expressions) does it, so where the rubric forbids
+``nki.isa.dma_transpose`` the traced runs are searched for such DMAs too (:func:`dma_reorders`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable
 
+from nkisim.core.instr import B_HBM, Trace
 from nkisim.frontends import FRONT_ENDS
 
 # The NKI namespaces (neuronxcc.nki, nki): a rubric names calls under ``nki.``, whichever namespace a file imports.
@@ -86,3 +89,33 @@ def policy_note(file: str, uses: list[tuple[int, str]]) -> str:
     more = f" and {len(uses) - 5} more" if len(uses) > 5 else ""
     return (f"handout rule: {where}{more} is not allowed for this part (only nisa.nc_transpose may transpose); "
             "the score above does not count this, course staff may")
+
+
+# a rubric that forbids this forbids every DMA-side transpose, named or not
+DMA_TRANSPOSE = "nki.isa.dma_transpose"
+
+
+def dma_reorders(trace: Trace) -> list[str]:
+    """``file:line`` of every DMA that reads or writes HBM one element at a time (a contiguous run of one element,
+    a non-zero stride, more than one element per row): the signature of a transpose done by the DMA through a
+    reordering view.  A row-wise load or store of a transpose moves whole rows, so an honest transpose has none."""
+    found: dict[str, None] = {}
+    for ins in trace.instrs:
+        if ins.op != "dma_copy" or ins.attrs.get("via") in ("atomic_rmw", "hbm_init"):
+            continue
+        for o in ins.srcs[:1] + ins.dsts[:1]:
+            if (o.region.buf == B_HBM and o.free_elems > 1 and o.contiguous_bytes <= o.itemsize
+                    and o.inner_stride_bytes not in (0, o.itemsize)):
+                found[ins.where] = None
+                break
+    return list(found)
+
+
+def reorder_note(file: str, wheres: list[str]) -> str:
+    """The line appended to a test's message for :func:`dma_reorders` finds (its score is unchanged)."""
+    base = file.rsplit("/", 1)[-1]
+    places = [file + w[len(base):] if w.startswith(base + ":") else w for w in wheres]
+    more = f" and {len(places) - 5} more" if len(places) > 5 else ""
+    return (f"handout rule: the DMA at {', '.join(places[:5])}{more} moves HBM data one element at a time through a "
+            "reordering view, a DMA-side transpose, which is not allowed for this part (only nisa.nc_transpose may "
+            "transpose); the score above does not count this, course staff may")

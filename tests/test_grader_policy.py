@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from grader_helpers import FAST_RUBRIC, GOOD
+from grader_helpers import FAST_RUBRIC, GOOD, ROOT
 
 from grader.pipeline import grade_submission
 from grader.policy import disallowed_uses
@@ -62,3 +62,67 @@ def test_a_forbidden_call_is_named_in_the_message_and_the_score_stands(tmp_path)
     assert test.status == "passed" and test.score == 10
     assert test.message.splitlines()[0].startswith("all ")
     assert f"handout rule: nki.language.transpose at part1/kernels.py:{line} is not allowed" in test.message
+
+
+# A DMA-side transpose needs no forbidden name: a DMA through a reordering view of HBM does it.  Both kernels are
+# correct transposes (no nc_transpose anywhere); the grader names the DMA's line and leaves the score alone.
+VIEW_TRANSPOSE = {
+    "nki": '''import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def matrix_transpose(a_tensor):
+    M, N = a_tensor.shape
+    P = nl.tile_size.pmax
+    out = nl.ndarray((N, M), dtype=a_tensor.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(M // P):
+        for j in nl.affine_range(N // P):
+            tile = nl.ndarray((P, P), dtype=a_tensor.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=tile, src=a_tensor[i * P:(i + 1) * P, j * P:(j + 1) * P].permute((1, 0)))  # LINE
+            nisa.dma_copy(dst=out[j * P:(j + 1) * P, i * P:(i + 1) * P], src=tile)
+    return out
+''',
+    "legacy": '''import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def matrix_transpose(a_tensor):
+    M, N = a_tensor.shape
+    P = nl.tile_size.pmax
+    out = nl.ndarray((N, M), dtype=a_tensor.dtype, buffer=nl.shared_hbm)
+    i_p, i_f = nl.arange(P)[:, None], nl.arange(P)[None, :]
+    for i in nl.affine_range(M // P):
+        for j in nl.affine_range(N // P):
+            tile = nl.load(a_tensor[i * P + i_f, j * P + i_p])  # LINE
+            nl.store(out[j * P + i_p, i * P + i_f], value=tile)
+    return out
+''',
+}
+
+
+@pytest.mark.parametrize("api", sorted(VIEW_TRANSPOSE))
+def test_a_dma_side_transpose_through_a_view_is_named_and_the_score_stands(tmp_path, api):
+    sub = tmp_path / "sub"
+    shutil.copytree(GOOD, sub)
+    source = VIEW_TRANSPOSE[api]
+    (sub / "part1" / "kernels.py").write_text(source)
+    line = next(n for n, text in enumerate(source.splitlines(), 1) if "# LINE" in text)
+    record = grade_submission(sub, None, GradeConfig(only=("part1.transpose",)))  # the course rubric
+    (test,) = record.tests
+    assert test.status == "passed" and test.score == 10, test.message
+    assert (f"handout rule: the DMA at part1/kernels.py:{line} moves HBM data one element at a time through a "
+            "reordering view, a DMA-side transpose") in test.message
+
+
+def test_honest_transposes_have_no_dma_side_transpose(tmp_path):
+    """The staff transposes of both editions and the fixture's block-by-block one: rows in, rows out."""
+    ref = ROOT / "grader" / "reference"
+    for kernels in (ref / "part1" / "kernels.py", ref / "legacy" / "part1" / "kernels.py"):
+        sub = tmp_path / kernels.parent.parent.name
+        shutil.copytree(GOOD, sub)
+        shutil.copy(kernels, sub / "part1" / "kernels.py")
+        (test,) = grade_submission(sub, None, GradeConfig(only=("part1.transpose",))).tests
+        assert test.status == "passed" and "handout rule" not in test.message, test.message
