@@ -484,3 +484,20 @@ def test_tensor_scalar_reduce_chains_through_the_registers(op, ref, negate):
     fold = {"add": np.add, "maximum": np.maximum}[op]
     np.testing.assert_allclose(loaded, fold(start, ref(a + 1, axis=1, keepdims=True)), rtol=1e-5)
     np.testing.assert_allclose(mid, b * 2, rtol=1e-6)
+
+
+def test_depends_on_holds_on_every_core_of_an_lnc2_launch():
+    """Issue 33: the edges name producers by their sequence number in the whole trace; the scheduler costs each
+    core's share separately (perf.spmd_cores), so core 1 indexed its own list with core-0 numbers and lost every
+    edge (19.09 us on core 1 against 23.16 us on core 0 for the same program)."""
+    a = RNG.random((128, 512)).astype(np.float32)
+    tied = run_kernel(ordered[2], (a, True), mode="timing")
+    free = run_kernel(ordered[2], (a, False), mode="timing")
+    rep_tied, rep_free = estimate(tied.trace), estimate(free.trace)
+    assert len(rep_tied.core_latency_us) == 2
+    core0, core1 = rep_tied.core_latency_us
+    assert core1 == pytest.approx(core0)
+    assert min(rep_tied.core_latency_us) > max(rep_free.core_latency_us)  # the edge costs on both cores
+    start = tied.trace.meta["spmd"]["program_start"][1]
+    load, fill = tied.trace.instrs[start], tied.trace.instrs[start + 1]
+    assert fill.attrs["after"] == (load.seq,) and fill.start_ns >= load.end_ns
