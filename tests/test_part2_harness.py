@@ -281,3 +281,60 @@ def test_score_lines_are_worded_like_the_graders_total():
     assert lines[1] == "Performance: 15.75 points (out of 17.5)"
     assert points_total(76, 70, 6) == "76 points (out of 70, plus up to 6 extra credit)"
     assert points_total(10, 10) == "10 points (out of 10)"
+
+
+def test_only_keys_are_the_graders_test_ids_in_the_harness_order():
+    """--only names a harness test as `make grade --only` names it (grader/rubric.toml's part2.* ids), so one
+    name works in both; the keys follow the harness's own order."""
+    from grader.rubric import load_rubric
+
+    ids = [t.id.removeprefix("part2.") for t in load_rubric().tests if t.id.startswith("part2.")]
+    assert sorted(harness.known_keys()) == sorted(ids)
+    corr, perf = harness.select_tests("part2.perf_fp16,small")  # the grader's spelling works too
+    assert [t.name for t in corr] == ["smaller images"] and [t.name for t in perf] == ["224x224 float16"]
+    corr, perf = harness.select_tests("ec_*")
+    assert corr == [] and [t.key for t in perf] == ["ec_fp32", "ec_fp16", "ec_fp32_pool", "ec_fp16_pool"]
+    assert all(t.extra_credit for t in perf)
+    for bad in ("perf_fp8", "small,bogus*", " , "):
+        with pytest.raises(ValueError, match="no such test|at least one") as exc:
+            harness.select_tests(bad)
+        assert "perf_fp16" in str(exc.value)  # the message lists the names that exist
+
+
+def test_only_on_the_command_line_refuses_unknown_names(capsys):
+    with pytest.raises(SystemExit) as exc:
+        harness.main(["--only", "small,perf_fp61"])
+    assert exc.value.code == 2
+    assert "--only perf_fp61: no such test (known: small, large, bias, maxpool, perf_fp32" in capsys.readouterr().err
+
+
+def test_only_runs_just_the_named_tests_and_says_the_total_is_not_a_score():
+    """A selected performance test runs without correctness tests when none is selected (the stub raises there);
+    the score lines cover the tests that ran and say that the full run is what scores."""
+    kernel = harness.load_kernel(STUBS["nki"])
+    lines: list[str] = []
+    report = harness.run_harness(kernel, log=lines.append, only="perf_fp16_pool")
+    assert report.correctness == [] and [r.name for r in report.performance] == ["224x224 float16 + maxpool"]
+    assert "Only: perf_fp16_pool (of 12 tests)" in lines
+    assert any("without checking the kernel's output" in line for line in lines)
+    assert report.performance[0].points == 0 and "NotImplementedError" in report.performance[0].detail
+    score = harness.score_lines(report)
+    assert score == ["Performance: 0 points (out of 7.5)",
+                     "(--only: 1 of 12 tests; run without --only for the Part 2 score)"]
+    assert not any(line.startswith("Part 2 total") for line in score)
+    # a failing selected correctness test still gates the selected performance tests
+    report = harness.run_harness(kernel, log=lines.append, only="small,perf_fp32")
+    assert report.skipped_performance and [r.detail for r in report.performance] == ["skipped"]
+
+
+@pytest.mark.skipif(not (REPO / "grader" / "reference" / "part2" / "conv2d.py").is_file(),
+                    reason="staff reference solutions are not part of the student release")
+def test_a_timed_test_past_the_relaxed_target_says_so_and_scores_nothing():
+    kernel = harness.load_kernel(REPO / "grader" / "reference")
+    test = next(t for t in harness.performance_tests() if t.key == "ec_fp16")
+    lines: list[str] = []
+    [result] = harness.run_performance(kernel, [test], harness.InputBank(42), log=lines.append,
+                                       thresholds=lambda dtype, height, pool: (2.0, 1.0, "test targets"))
+    assert result.points == 0 and not result.passed
+    assert result.detail == "FAILED (too slow: slower than 2 \u03bcs, no credit)"
+    assert any(line.endswith("-> FAILED (too slow: slower than 2 \u03bcs, no credit)") for line in lines)
