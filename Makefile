@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 
-.PHONY: setup test browser lint bench handouts submission release clean grade gradescope
+.PHONY: setup test browser lint bench handouts submission clean grade
 
 setup: $(VENV)/.installed
 
@@ -32,7 +32,7 @@ browser:
 	else echo "WARNING: no chromium and cannot install it (not root or no apt-get): browser tests will be skipped"; fi
 
 lint: setup
-	$(VENV)/bin/ruff check nkisim nkibench grader part1 part2 tests handouts tools $(wildcard staff)
+	$(VENV)/bin/ruff check nkisim nkibench grader part1 part2 tests handouts $(wildcard tools staff)
 
 bench: setup
 	$(PY) -m nkisim.bench
@@ -55,17 +55,21 @@ GRADE_ARGS ?=
 grade: setup
 	$(PY) -m grader grade . --out grader-results $(GRADE_ARGS)
 
+# release: staff begin (tools/release.py drops these targets from the student repository, which lacks their inputs)
+.PHONY: gradescope release
 # autograder.zip for Gradescope (setup.sh + run_autograder + the project with nkisim and the grader).
 gradescope: setup
 	$(PY) -m grader gradescope --out autograder.zip
 
 # The student repository (release/asst4-trainium/ and release/asst4-trainium.tar.gz) without staff files
-# (grader/reference/, editions/ and .release-exclude's paths), with README.student.md as its README.  API=nki (the
-# default: the current `import nki` API, Neuron SDK 2.30+) or API=legacy (neuronxcc.nki, SDK <= 2.29: the
-# editions/legacy/ starters, into release/asst4-trainium-legacy/); the handouts keep that edition's api blocks.
+# (grader/reference/, editions/, .release-exclude and its paths, this staff block), with README.student.md as its
+# README.  API=nki (the default: the current `import nki` API, Neuron SDK 2.30+) or API=legacy (neuronxcc.nki,
+# SDK <= 2.29: the editions/legacy/ starters, into release/asst4-trainium-legacy/); the handouts keep that
+# edition's api blocks.
 API ?= nki
 release:
 	$(PYTHON) tools/release.py --out release --api $(API)
+# release: staff end
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis release out asst4.tar.gz autograder.zip

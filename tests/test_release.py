@@ -5,6 +5,8 @@ tarball holds exactly the two kernel files.  Both editions: the default (current
 
 from __future__ import annotations
 
+import fnmatch
+import re
 import shutil
 import subprocess
 import sys
@@ -83,6 +85,60 @@ def test_release_strips_reference_solutions_and_keeps_student_files(edition):
     with tarfile.open(tarball) as tar:
         names = {n.removeprefix(f"{tree.name}/") for n in tar.getnames()}
     assert names == files
+
+
+# Staff-only material, named here independently of .release-exclude (a second list, so that a path dropped from
+# that file by mistake fails this test): the staff solutions and ladder, the staff and maintainer docs, the staff
+# tools and CI entry point, the exclusion list itself (it names the audit's open gaps), the staff suite.
+STAFF_ONLY = (
+    ".release-exclude", ".ci/*", "tools/*", "staff/*", "editions/*", "grader/reference/*",
+    "nkisim/calibration/corpus/*", "docs/maintainers.md", "docs/staff-notes.md", "docs/grading-security.md",
+    "tests/test_*.py", "tests/*/*",
+)
+STUDENT_TESTS = {"tests/test_setup_check.py"}
+STAFF_MAKE_TARGETS = {"release", "gradescope"}
+
+
+def _make_targets(makefile: str) -> dict[str, list[str]]:
+    """Target -> its recipe lines, from a Makefile's rules (``name: deps`` then tab-indented lines)."""
+    targets: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in makefile.splitlines():
+        if line.startswith("\t") and current is not None:
+            current.append(line.strip())
+            continue
+        rule = re.match(r"^([A-Za-z][\w.-]*)\s*:(?!=)", line)
+        current = targets.setdefault(rule.group(1), []) if rule and not rule.group(1).startswith(".") else None
+    return targets
+
+
+def test_release_file_list_has_nothing_staff_only(edition):
+    """The release's own file list: no staff-only path, no file carrying the staff marker, and a Makefile whose
+    every target runs from what the release holds (no `release` / `gradescope` target pointing at folders the
+    release lacks)."""
+    _, (tree, _) = edition
+    files = sorted(str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file() or p.is_symlink())
+    staff = [f for f in files if f not in STUDENT_TESTS and any(fnmatch.fnmatch(f, pat) for pat in STAFF_ONLY)]
+    assert staff == [], f"staff-only files in the release: {staff}"
+    makefile = (tree / "Makefile").read_text()
+    targets = _make_targets(makefile)
+    assert STAFF_MAKE_TARGETS.isdisjoint(targets), sorted(STAFF_MAKE_TARGETS & set(targets))
+    assert {"setup", "test", "grade", "submission"} <= set(targets)
+    assert "release: staff" not in makefile and "STAFF" not in makefile
+    for target, recipe in targets.items():
+        for path in re.findall(r"(?<![\w/.$-])((?:[\w-]+/)+[\w.-]+\.(?:py|sh|toml|yml))\b", " ".join(recipe)):
+            assert (tree / path).exists(), f"make {target} runs {path}, which the release does not have"
+    # the staff repository's own Makefile has both targets (the block is dropped, not the targets from staff)
+    assert STAFF_MAKE_TARGETS <= set(_make_targets((REPO / "Makefile").read_text()))
+
+
+def test_staff_blocks_are_dropped_and_refuse_malformed_markers():
+    text = "a\n# release: staff begin (why)\nb\n# release: staff end\nc\n"
+    assert release.strip_staff_blocks(text) == "a\nc\n"
+    for bad, why in (("# release: staff begin\n", "never closed"), ("# release: staff end\n", "without its begin"),
+                     ("# release: staff begin\n# release: staff begin\n", "inside")):
+        with pytest.raises(release.ReleaseError, match=why):
+            release.strip_staff_blocks(bad, "Makefile")
 
 
 def test_each_edition_ships_its_own_starters_handout_and_readme(edition):

@@ -3,10 +3,11 @@
 
 Copies every tracked (or not ignored) file except the staff-only ones into ``OUT/asst4-trainium/`` and packs
 it as ``OUT/asst4-trainium.tar.gz``.  Staff-only means: the reference solutions (``grader/reference/``), the
-tests that need them, and anything listed in ``.release-exclude`` (one glob per line, ``#`` comments; a line
-starting with ``!`` releases paths an earlier line excluded).  The students' README (``README.student.md``)
-becomes the release's ``README.md``.  As a last guard, no released file may contain the staff marker string that
-every staff-only file carries.
+tests that need them, ``.release-exclude`` itself and anything it lists (one glob per line, ``#`` comments; a
+line starting with ``!`` releases paths an earlier line excluded), and the Makefile's staff blocks (its
+``release`` and ``gradescope`` targets, between ``# release: staff begin`` and ``# release: staff end``).
+The students' README (``README.student.md``) becomes the release's ``README.md``.  As a last guard, no released
+file may contain the staff marker string that every staff-only file carries.
 
 Two editions share everything but the kernel files.  ``--api nki`` (the default) releases the repository's own
 starters (current NKI API, ``import nki``: SDK 2.30+).  ``--api legacy`` (into ``asst4-trainium-legacy``) puts
@@ -42,6 +43,7 @@ API_BLOCK = re.compile(r"<!-- api:(\w+) (begin|end)\b[^>]*-->")
 # Spelled in two pieces so this file does not carry the marker itself.
 STAFF_MARKER = "STAFF" + "-ONLY"
 ALWAYS_EXCLUDED = (
+    ".release-exclude",  # the exclusion list itself names the staff material (the audit's open gaps, ...)
     "grader/reference/*",
     f"{EDITIONS_DIR}/*",
     "tests/test_reference*",
@@ -63,6 +65,35 @@ ALWAYS_EXCLUDED = (
 
 class ReleaseError(RuntimeError):
     pass
+
+
+# Staff-only stretches of released text files that are otherwise the students' too (the Makefile's `release` and
+# `gradescope` targets build from folders the release does not have): dropped, with their marker lines, from the
+# released copy.  A marker is a whole line: `# release: staff begin` ... `# release: staff end`.
+STAFF_BLOCK = re.compile(r"#\s*release:\s*staff\s+(begin|end)\b.*")
+STAFF_BLOCK_FILES = ("Makefile",)
+
+
+def strip_staff_blocks(text: str, where: str = "<text>") -> str:
+    """``text`` without its staff blocks (markers included); unbalanced markers are an error naming the line."""
+    out: list[str] = []
+    inside = 0
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        marker = STAFF_BLOCK.fullmatch(line.strip())
+        if marker is None:
+            if not inside:
+                out.append(line)
+        elif marker.group(1) == "begin":
+            if inside:
+                raise ReleaseError(f"{where}:{number}: a staff block begins inside the staff block of line {inside}")
+            inside = number
+        else:
+            if not inside:
+                raise ReleaseError(f"{where}:{number}: a staff block ends without its begin")
+            inside = 0
+    if inside:
+        raise ReleaseError(f"{where}: the staff block of line {inside} is never closed")
+    return "".join(out)
 
 
 WORKFLOW_TEMPLATE = "grader/templates/github-workflow.yml"
@@ -227,6 +258,10 @@ def build(out_dir: Path, repo: Path = REPO, api: str = DEFAULT_API) -> tuple[Pat
         shutil.copy2(readme, staging / "README.md")
         files = sorted({*files, "README.md"})
     _render_markdown(staging, files, api)
+    for rel in STAFF_BLOCK_FILES:
+        path = staging / rel
+        if rel in files and path.is_file() and not path.is_symlink():
+            path.write_text(strip_staff_blocks(path.read_text(encoding="utf-8"), rel), encoding="utf-8")
     # Student repositories get the autograder workflow active (runs the grader on every push, posts the score).
     workflow = repo / WORKFLOW_TEMPLATE
     if workflow.exists():
