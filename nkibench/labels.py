@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from nkibench.result import Measurement, Timing
 
 DGE_OFF_SHORT = "compiled with DGE off, as the course's profiles are"
@@ -32,3 +34,19 @@ def profiled_line(m: Measurement, *, digits: int = 2, prefix: str = "Profiled ru
     first = f"{extra}; " if extra else ""
     return (f"{prefix}{p.p99_us:.{digits}f} \u03bcs ({first}p99 of {p.iterations} iterations, {profiled_phrase(p)}; "
             f"not scored: the ordinary run took {m.timing.p99_us:.{digits}f} \u03bcs)")
+
+
+def _size(n: int) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1e6:.1f} MB"
+    return f"{n / 1e3:.0f} KB" if n >= 1000 else f"{n} B"
+
+
+def files_line(files: tuple[str, ...] | list[str]) -> str:
+    """The profile files written, each with its size, and their total: profiles can be large, so every run says
+    what it wrote (``v0.neff (0.4 MB), v0.summary.txt (2 KB), v0.html (7.7 MB): 8.1 MB``)."""
+    present = [(f, os.path.getsize(f)) for f in files if os.path.exists(f)]
+    if not present:
+        return "(no profile files were produced)"
+    listed = ", ".join(f"{f} ({_size(n)})" for f, n in present)
+    return f"{listed}: {_size(sum(n for _, n in present))}" if len(present) > 1 else listed

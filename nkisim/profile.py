@@ -3,7 +3,10 @@
 FILE may be a ``.neff`` stand-in or ``.ntff`` Perfetto JSON written by nkisim's nki.benchmark/profile support,
 a ``.summary.txt``, or a raw trace file from ``nkisim.core.traceio`` (re-costed with ``--target``).
 ``summary`` mirrors ``neuron-profile view --output-format summary-text``; ``trace`` writes Perfetto JSON;
-``html`` writes a self-contained page (timeline, summary, kernel source; ``html A B`` compares two runs).
+``html`` writes a self-contained page (timeline, summary, kernel source; ``html A B`` compares two runs).  The
+source shown is the one the ``.neff`` stand-in stored when it was profiled (so ``html v0.neff v1.neff`` shows
+each version's own code, from any directory); only profiles that stored none fall back to files found by name
+beside the profile or in the current directory, and the page says so.
 """
 
 from __future__ import annotations
@@ -45,6 +48,16 @@ def _load_any(path: str, target: str | None):
     if stripped.startswith(HEADER):
         return text, None
     raise ValueError(f"{path}: not an nkisim profile, summary or trace file")
+
+
+def _stored_sources(path: str) -> dict[str, str]:
+    """The kernel sources a .neff stand-in stored when it was profiled; {} for other files."""
+    from nkisim.perf.profile_files import read_profile_sources
+
+    try:
+        return read_profile_sources(path)
+    except (ValueError, UnicodeDecodeError):  # a raw trace or another kind of file: nothing stored
+        return {}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,9 +127,19 @@ def _html(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 raise ValueError(f"{path}: holds no instruction trace (use the .neff stand-in or a trace file)")
             rep = estimate(trace, args.target)
             wheres = sorted({ins.where for ins in trace.instrs if ins.where})
-            sources = find_sources(wheres, [os.path.dirname(os.path.abspath(path)), os.getcwd()])
+            # the source as it was when profiled (stored in the .neff stand-in), so a before/after page shows
+            # each run's own code wherever it is drawn from; files found on disk only fill what it lacks
+            sources = _stored_sources(path)
+            on_disk = {k: v for k, v in find_sources(wheres, [os.path.dirname(os.path.abspath(path)), os.getcwd()])
+                       .items() if k not in sources}
+            sources.update(on_disk)
             sources.update({k: v for k, v in given.items() if any(w.startswith(k + ":") for w in wheres)})
-            profiles.append(ProfileData(trace, rep, title=os.path.basename(path), sources=sources, origin=path))
+            note = ""
+            if on_disk and not set(given) >= set(on_disk):
+                note = (f"{', '.join(sorted(set(on_disk) - set(given)))}: today's file (found by name), not "
+                        "necessarily the version profiled: this profile stored no source")
+            profiles.append(ProfileData(trace, rep, title=os.path.basename(path), sources=sources, origin=path,
+                                        source_note=note))
         write_html(profiles, args.output)
         print(f"wrote {args.output} (open it in a browser: file://{os.path.abspath(args.output)})")
         return 0

@@ -2,9 +2,12 @@
 
 Prints the kernel and its input shape, ``Correctness passed? True|False`` (against NumPy), then the p99
 execution time in microseconds and which backend produced it: a real NeuronCore ("Trainium (...)") or nkisim's
-performance model ("nkisim estimate, trn2").  ``--profile_name NAME`` also writes profile files (NEFF + NTFF on
-Trainium; nkisim's trace, summary and HTML page otherwise) and says where they are.  A profile run is compiled
-with DGE off, as the course's are: its latency is printed on its own line, labelled, beside the ordinary one.
+performance model ("nkisim estimate, trn2").  ``--profile_name NAME`` also writes profile files and says where
+they are, with their sizes: on Trainium the NEFF and NTFF (legacy API: a profile run compiled with DGE off, as
+the legacy course's were, its latency printed on its own line, labelled, beside the ordinary one; current API:
+the timed NEFF itself, profiled by the Neuron profiler, as that API has no DGE switch); on nkisim the .neff
+stand-in (the modelled run, with the kernel's source as profiled), the text summary and the HTML page, plus the
+Perfetto trace NAME.ntff only with ``--perfetto`` (it is large).
 
 Running and timing go through ``nkibench`` (the repository's timing layer), which picks the backend from the API
 that part1/kernels.py imports (``Kernel API:`` line): the same script serves both editions of the course.
@@ -29,7 +32,7 @@ import kernels  # noqa: E402
 
 import nkibench  # noqa: E402
 from nkibench import detect  # noqa: E402
-from nkibench.labels import profiled_line  # noqa: E402
+from nkibench.labels import files_line, profiled_line  # noqa: E402
 
 KERNELS = {
     "naive": "vector_add_naive",
@@ -90,12 +93,15 @@ def check_correctness(kernel_fn, kernel: str, args: tuple[np.ndarray, ...]) -> t
                    f"expected {expected[first].item():.6g}")
 
 
-def benchmark(kernel_fn, args: tuple[np.ndarray, ...], profile_name: str | None) -> nkibench.Measurement:
-    """The ordinary timing, plus the profile run's (DGE off, as the course profiles) when a profile is asked for.
+def benchmark(kernel_fn, args: tuple[np.ndarray, ...], profile_name: str | None,
+              perfetto: bool = False) -> nkibench.Measurement:
+    """The ordinary timing, plus the profile when one is asked for (legacy API: a profile run with DGE off, as the
+    legacy course profiled; current API: the timed program itself).
 
     On legacy hardware nki.benchmark itself writes the trace; the course saves file.neff and renames it.
     """
-    profile = nkibench.ProfileRequest(profile_name, legacy_style="benchmark") if profile_name else None
+    profile = (nkibench.ProfileRequest(profile_name, legacy_style="benchmark", perfetto=perfetto)
+               if profile_name else None)
     return nkibench.measure(kernel_fn, args, warmup=WARMUP, iterations=ITERS, profile=profile)
 
 
@@ -105,6 +111,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("-n", type=int, required=True, help="vector length, or matrix columns for transpose")
     parser.add_argument("-m", type=int, default=None, help="matrix rows for transpose (default: n)")
     parser.add_argument("--profile_name", default=None, help="write profile files NAME.* in the current directory")
+    parser.add_argument("--perfetto", action="store_true",
+                        help="with --profile_name on nkisim: also write NAME.ntff, the Perfetto JSON trace (large)")
     args = parser.parse_args(argv)
     if args.profile_name is not None and not args.profile_name.strip():
         parser.error("--profile_name needs a name")
@@ -157,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
     profile_failure = ""
     try:
-        result = benchmark(kernel_fn, inputs, args.profile_name)
+        result = benchmark(kernel_fn, inputs, args.profile_name, args.perfetto)
     except nkibench.ProfileError as exc:  # the timings stand; the missing profile is said loudly below
         if exc.measurement is None:
             print(f"Profile NOT written: {exc}")
@@ -178,11 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     if profile_failure:
         print(f"Profile NOT written: {profile_failure}")
         return 1
-    files = [f for f in result.profile_files if os.path.exists(f)]
-    print(f"Profile written: {', '.join(files) if files else '(no profile files were produced)'}")
+    print(f"Profile written: {files_line(result.profile_files)}")
     if timing.backend == "nkisim":
-        print(f"Open {args.profile_name}.html in a browser (works offline); the .ntff is Perfetto JSON for "
-              "https://ui.perfetto.dev; the .summary.txt has the numbers.")
+        trace = ("the .ntff is Perfetto JSON for https://ui.perfetto.dev" if args.perfetto else
+                 "--perfetto also writes the Perfetto trace (.ntff, large)")
+        print(f"Open {args.profile_name}.html in a browser (works offline); the .summary.txt has the numbers; "
+              f"{trace}.")
     elif timing.backend == "neuron-legacy":
         name = args.profile_name
         print(f"View it with: neuron-profile view -n {name}.neff -s {name}.ntff")

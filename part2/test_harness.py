@@ -45,7 +45,7 @@ from conv2d_numpy import conv2d, maxpool2d  # noqa: E402
 
 import nkibench  # noqa: E402
 from nkibench import detect  # noqa: E402
-from nkibench.labels import profiled_line  # noqa: E402
+from nkibench.labels import files_line, profiled_line  # noqa: E402
 
 # Performance scoring (course README): full credit at or below the optimized threshold (120% of the course
 # reference's latency), PARTIAL_CREDIT at or below the relaxed one (from an unoptimised reference), else 0.
@@ -484,9 +484,11 @@ def case_mfu(case: ConvCase, latency_us: float) -> float:
 
 
 def measure_latency(kernel: Callable, case: ConvCase, bank: InputBank,
-                    profile_stem: str | None) -> nkibench.Measurement:
-    """The ordinary timing (scored) and, with ``profile_stem``, the profile run's (DGE off, as the course's)."""
-    profile = nkibench.ProfileRequest(profile_stem, legacy_style="capture") if profile_stem else None
+                    profile_stem: str | None, perfetto: bool = False) -> nkibench.Measurement:
+    """The ordinary timing (scored) and, with ``profile_stem``, the profile run's (legacy API: DGE off, as the
+    course's).  ``perfetto``: on nkisim, also the Perfetto trace (large: only when asked)."""
+    profile = (nkibench.ProfileRequest(profile_stem, legacy_style="capture", perfetto=perfetto)
+               if profile_stem else None)
     X, W, bias = bank.inputs(case)
     return nkibench.measure(kernel, (X, W, bias), {"pool_size": case.pool_size}, warmup=BENCH_WARMUP,
                             iterations=BENCH_ITERS, profile=profile)
@@ -499,6 +501,7 @@ def run_performance(
     profile: str | None = None,
     log: Callable[[str], None] = print,
     thresholds: Callable[[str, int, int], tuple[float, float, str]] | None = None,
+    perfetto: bool = False,
 ) -> list[TestResult]:
     results = []
     modelled = on_nkisim(kernel)
@@ -524,7 +527,7 @@ def run_performance(
         stem = profile_base_name(profile, case, test.extra_credit) if profile else None
         profile_failure = ""
         try:
-            measured = measure_latency(kernel, case, bank, stem)
+            measured = measure_latency(kernel, case, bank, stem, perfetto)
         except nkibench.ProfileError as exc:  # the ordinary timing stands; the missing profile is said loudly
             if exc.measurement is None:
                 raise
@@ -564,7 +567,7 @@ def run_performance(
             if profile_failure:
                 log(f"  profile NOT written: {profile_failure}")
             else:
-                log(f"  profile: {', '.join(measured.profile_files) or '(nothing written)'}")
+                log(f"  profile: {files_line(measured.profile_files)}")
         results.append(
             TestResult(
                 test.name, points > 0, points, test.points, test.extra_credit, verdict, latency, (relaxed, optimized),
@@ -583,6 +586,7 @@ def run_harness(
     log: Callable[[str], None] = print,
     performance: bool = True,
     only: str | None = None,
+    perfetto: bool = False,
 ) -> HarnessReport:
     """Everything the command line does, returning the per-test results and scores.
 
@@ -607,7 +611,7 @@ def run_harness(
         log("Correctness failed, skipping performance tests.")
         report.skipped_performance = True
     elif performance:
-        report.performance = run_performance(kernel, perf, bank, profile, log)
+        report.performance = run_performance(kernel, perf, bank, profile, log, perfetto=perfetto)
     if report.skipped_performance or not performance:
         report.performance = [TestResult(t.name, False, 0.0, t.points, t.extra_credit, "skipped") for t in perf]
     return report
@@ -644,6 +648,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Part 2 correctness and performance tests")
     parser.add_argument("--test_maxpool", action="store_true", help="also test pool_size=2")
     parser.add_argument("--profile", default=None, metavar="NAME", help="save profiles as NAME[_pool]_<dtype>*")
+    parser.add_argument("--perfetto", action="store_true",
+                        help="with --profile on nkisim: also write NAME*.ntff, the Perfetto JSON trace (large)")
     parser.add_argument("--simulate", action="store_true",
                         help="run correctness tests in the CPU simulator (nki.simulate; legacy: nki.simulate_kernel)")
     parser.add_argument("--seed", type=int, default=42, help="random seed for the inputs (default 42)")
@@ -681,7 +687,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"test_harness.py: {exc}", file=sys.stderr)
         return 2
     started = time.perf_counter()
-    report = run_harness(kernel, args.test_maxpool, args.simulate, args.seed, args.profile, only=args.only)
+    report = run_harness(kernel, args.test_maxpool, args.simulate, args.seed, args.profile, only=args.only,
+                         perfetto=args.perfetto)
     print()
     for line in score_lines(report):
         print(line)

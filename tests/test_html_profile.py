@@ -185,9 +185,92 @@ def test_part2_harness_writes_the_page_beside_the_profile(tmp_path):
     stem = str(tmp_path / "conv")
     measured = harness.measure_latency(kernel, case, harness.InputBank(1), stem)
     page = (tmp_path / "conv.html").read_text(encoding="utf-8")
-    assert {p.name for p in tmp_path.iterdir()} >= {"conv.neff", "conv.ntff", "conv.summary.txt", "conv.html"}
+    # the Perfetto trace only when asked (it is the large file): neff + summary + page by default
+    assert {p.name for p in tmp_path.iterdir()} == {"conv.neff", "conv.summary.txt", "conv.html"}
     # the page is the profile run's (DGE off): its nc_latency row, and the banner naming the ordinary latency
     profiled = measured.profiled.p99_us
     assert f">{round(profiled, 3)} us<" in page  # nc_latency row of the summary panel, as the text summary prints it
     assert f"an ordinary run of this kernel takes {measured.timing.p99_us:.2f} us (nc_latency)" in page
     assert re.search(r'class="ln issued" id="L:0:conv2d\.py:\d+"><span class="no">\d+</span>[^<]*nc_matmul', page)
+
+
+_ADD_KERNEL = '''import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def add(a, b):
+    # VERSION {version}
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    ta = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    tb = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ta, src=a)
+    nisa.dma_copy(dst=tb, src=b)
+    for _ in range({repeats}):
+        nisa.tensor_tensor(dst=ta, data1=ta, data2=tb, op=nl.add)
+    nisa.dma_copy(dst=out, src=ta)
+    return out
+'''
+
+
+def _profile_version(tmp_path: Path, version: str, repeats: int) -> Path:
+    """Profiles a kernel file named conv2d.py (same name for both versions, as a student's) and then changes the
+    file: the profile must keep the code it ran."""
+    import importlib.util
+
+    import nkibench
+
+    src_dir = tmp_path / f"src_{version}"
+    src_dir.mkdir()
+    path = src_dir / "conv2d.py"
+    path.write_text(_ADD_KERNEL.format(version=version, repeats=repeats))
+    spec = importlib.util.spec_from_file_location(f"_profiled_{version}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    a = np.ones((128, 64), np.float32)
+    stem = tmp_path / f"prof_{version}"
+    nkibench.measure(module.add, (a, a), warmup=0, iterations=1, profile=nkibench.ProfileRequest(str(stem)))
+    path.write_text("# edited after profiling\n")
+    return stem.with_suffix(".neff")
+
+
+def test_compare_page_shows_each_run_source_as_profiled_from_any_directory(tmp_path, monkeypatch):
+    """Two versions of one file name, each changed after its profile, the compare page made from a third
+    directory: each pane shows the source its run executed, with that run's lines marked as issued."""
+    from nkisim import profile as profile_cli
+    from nkisim.perf.profile_files import read_profile_sources
+
+    before = _profile_version(tmp_path, "one", 1)
+    after = _profile_version(tmp_path, "two", 3)
+    assert "# VERSION one" in read_profile_sources(str(before))["conv2d.py"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "conv2d.py").write_text("# VERSION today, not profiled\n")  # found by name: must not be shown
+    monkeypatch.chdir(elsewhere)
+    assert profile_cli.main(["html", str(before), str(after), "-o", "cmp.html"]) == 0
+    page = (elsewhere / "cmp.html").read_text(encoding="utf-8")
+    panes = page.split('class="nk-src" id="nk-src-')[1:]
+    assert len(panes) == 2
+    assert "# VERSION one" in panes[0] and "# VERSION two" in panes[1]
+    assert "VERSION today" not in page and "today&#x27;s file" not in page
+    for k, pane in enumerate(panes):  # the loop line issued the adds in both
+        assert re.search(rf'class="ln issued" id="L:{k}:conv2d\.py:\d+"><span class="no">\d+</span>\s*nisa\.'
+                         r"tensor_tensor", pane), k
+
+
+def test_a_profile_without_stored_source_says_the_page_shows_todays_file(tmp_path, monkeypatch):
+    import json
+
+    from nkisim import profile as profile_cli
+
+    neff = _profile_version(tmp_path, "old", 1)
+    doc = json.loads(neff.read_text())
+    del doc["sources"]  # as written before profiles stored their source
+    neff.write_text(json.dumps(doc))
+    (tmp_path / "conv2d.py").write_text("# VERSION today\n")
+    monkeypatch.chdir(tmp_path)
+    assert profile_cli.main(["html", str(neff), "-o", "one.html"]) == 0
+    page = (tmp_path / "one.html").read_text(encoding="utf-8")
+    assert "# VERSION today" in page
+    assert "conv2d.py: today&#x27;s file (found by name), not necessarily the version profiled" in page

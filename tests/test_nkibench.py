@@ -270,7 +270,7 @@ def test_nkisim_gives_what_nki_benchmark_gives_ordinary_and_profiled(part1, tmp_
         "nkisim", "nkisim estimate, trn2", "legacy", False, False, False)
     assert set(t.versions) == {"nkisim"} and t.samples_us == (t.p99_us,) * 10
     assert p.dge_disabled and p.profiled and p.profile_files == m.profile_files
-    assert [Path(f).name for f in m.profile_files] == ["s.neff", "s.ntff", "s.summary.txt", "s.html"]
+    assert [Path(f).name for f in m.profile_files] == ["s.neff", "s.summary.txt", "s.html"]  # no .ntff unasked
     np.testing.assert_array_equal(nkibench.launch(kernel, (a, b)), a + b)
 
 
@@ -297,10 +297,10 @@ def test_profile_files_are_written_with_the_users_umask(part1, tmp_path, umask):
     old = os.umask(umask)
     try:
         m = nkibench.measure(part1.vector_add_tiled, (a, b), warmup=1, iterations=10,
-                             profile=nkibench.ProfileRequest(str(tmp_path / "t")))
+                             profile=nkibench.ProfileRequest(str(tmp_path / "t"), perfetto=True))
     finally:
         os.umask(old)
-    assert len(m.profile_files) == 4
+    assert len(m.profile_files) == 4  # with the Perfetto trace, asked for
     for f in m.profile_files:
         assert stat.S_IMODE(os.stat(f).st_mode) == 0o666 & ~umask, f
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".nkisim-")]  # no temporary file left behind

@@ -85,10 +85,21 @@ def test_profile_name_writes_the_files_and_says_where(tmp_path):
     proc = run(["--kernel", "stream", "-n", "2560", "--profile_name", "stream_small"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("Profile written: "))
-    written = [Path(p.strip()) for p in line.removeprefix("Profile written: ").split(",")]
-    assert {p.name for p in written} >= {"stream_small.neff", "stream_small.ntff", "stream_small.html"}
+    # each file with its size, then the total: "NAME.neff (12 KB), ...: 1.5 MB"
+    listed = re.findall(r"(\S+) \((\d+(?:\.\d)?) (B|KB|MB)\)", line.removeprefix("Profile written: "))
+    written = [Path(p) for p, _, _ in listed]
+    assert {p.name for p in written} == {"stream_small.neff", "stream_small.summary.txt", "stream_small.html"}
     assert all(p.is_file() and p.parent == tmp_path for p in written)
-    assert not (tmp_path / "file.neff").exists()
+    from nkibench.labels import _size
+
+    assert [f"{size} {unit}" for _, size, unit in listed] == [_size(p.stat().st_size) for p in written]
+    assert line.endswith(f": {_size(sum(p.stat().st_size for p in written))}")
+    assert not (tmp_path / "file.neff").exists() and not (tmp_path / "stream_small.ntff").exists()
+    assert "--perfetto also writes the Perfetto trace" in proc.stdout
+    # --perfetto: the trace as well
+    proc = run(["--kernel", "stream", "-n", "2560", "--profile_name", "stream_small", "--perfetto"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "stream_small.ntff").is_file() and "stream_small.ntff (" in proc.stdout
 
 
 def test_a_current_api_profile_is_of_the_timed_program_and_says_so(tmp_path):

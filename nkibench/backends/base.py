@@ -24,12 +24,17 @@ class ProfileRequest:
     ``legacy_style`` (legacy hardware only, kept as each script always did it): "benchmark" lets nki.benchmark
     write the NTFF (part 1), "capture" runs ``neuron-profile capture`` on the saved NEFF (part 2).
     ``html``: nkisim also writes the offline HTML page.
+    ``perfetto``: nkisim also writes ``STEM.ntff``, the timeline as Perfetto JSON: about 1.5 KB per instruction
+    (62 MB for the handout's Part 2 starting point at 224x224), so only when asked (``python -m nkisim.profile
+    trace STEM.neff -o STEM.json`` makes it later from the .neff).  The hardware backends always write their NTFF:
+    there it is the profile.
     """
 
     stem: str
     dge_off: bool | None = None
     legacy_style: str = "benchmark"
     html: bool = True
+    perfetto: bool = False
 
     def __post_init__(self) -> None:
         if not self.stem or self.stem.endswith(os.sep):

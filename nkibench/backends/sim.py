@@ -82,18 +82,25 @@ class NkisimBackend(Backend):
 
     @staticmethod
     def _write_files(trace, report, kernel, profile: ProfileRequest) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        from nkisim.perf.html_profile import kernel_sources
         from nkisim.perf.profile_files import write_profile
 
         stem = profile.stem
-        written = write_profile(trace, report, neff_path=f"{stem}.neff", ntff_path=f"{stem}.ntff",
-                                summary_path=f"{stem}.summary.txt")
+        sources = kernel_sources(kernel)  # stored in the .neff: compare pages show the code as it was profiled
+        written = write_profile(trace, report, neff_path=f"{stem}.neff",
+                                ntff_path=f"{stem}.ntff" if profile.perfetto else None,
+                                summary_path=f"{stem}.summary.txt", sources=sources)
         files = [written[k] for k in ("neff", "ntff", "summary") if k in written]
         notes: list[str] = []
+        if not profile.perfetto and os.path.exists(f"{stem}.ntff"):
+            os.remove(f"{stem}.ntff")  # an earlier run's trace would pass for this run's
+            notes.append(f"Removed {stem}.ntff, an earlier run's Perfetto trace (ask for one with the script's "
+                         "--perfetto flag)")
         if profile.html:
             try:
                 from nkisim.perf.html_profile import write_run_html
 
-                files.append(write_run_html(trace, report, f"{stem}.html", kernel=kernel))
+                files.append(write_run_html(trace, report, f"{stem}.html", sources=sources))
             except ImportError as exc:  # bokeh missing: an older environment; the other files are written
                 notes.append(f"HTML profile not written ({exc}); run `make setup` (or pip install -e .) to "
                              "install bokeh")

@@ -111,6 +111,7 @@ def run_benchmark(
         samples = [lat] * iters
     result = BenchmarkResult(LatencyStats(samples), report, warmup, iters, trace=trace)
     if save_neff_name or save_trace_name:
+        from nkisim.perf.html_profile import kernel_sources
         from nkisim.perf.profile_files import write_profile
 
         result.files = write_profile(
@@ -118,5 +119,6 @@ def run_benchmark(
             report,
             neff_path=save_neff_name or None,
             ntff_path=save_trace_name or None,
+            sources=kernel_sources(kernel),  # the code as profiled, for pages drawn from the .neff later
         )
     return result

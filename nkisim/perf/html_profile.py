@@ -45,7 +45,7 @@ class ProfileData:
     title: str = ""
     sources: dict[str, str] = field(default_factory=dict)  # file basename -> text
     origin: str = ""  # where it came from (profile file path), shown in the banner
-    source_note: str = ""  # shown instead of the source pane when ``sources`` is empty on purpose
+    source_note: str = ""  # shown instead of the source pane when ``sources`` is empty on purpose, above it if not
 
 
 def model_version() -> str:
@@ -170,6 +170,8 @@ def sources_html(k: int, title: str, sources: dict[str, str], issued: set[str], 
         parts.append(f'<p class="nk-missing">{e(note)}</p>' if note else
                      '<p class="nk-missing">The kernel source file was not found when this page was made '
                      '(pass --source FILE to python -m nkisim.profile html).</p>')
+    elif note:  # a caveat about the sources shown (e.g. today's file, not the version profiled)
+        parts.append(f'<p class="nk-missing">{e(note)}</p>')
     for name, text in sorted(sources.items()):
         lines = []
         for no, line in enumerate(text.splitlines(), start=1):

@@ -1,8 +1,12 @@
 """Offline profile files standing in for NEFF/NTFF: what nki.benchmark(save_neff_name=, save_trace_name=) writes.
 
-* ``NAME.neff`` -- a JSON document labelled "nkisim profile, not a real NEFF": the modelled report and the
-  serialized instruction trace (base64 of the ``nkisim.core.traceio`` format), so it can be re-costed later.
-* ``NAME.ntff`` -- Chrome/Perfetto trace JSON (one track per engine and DMA queue), summary embedded.
+* ``NAME.neff`` -- a JSON document labelled "nkisim profile, not a real NEFF": the modelled report, the
+  serialized instruction trace (base64 of the ``nkisim.core.traceio`` format), so it can be re-costed later, and
+  the kernel's source files as they were when profiled (``sources``), so a page drawn from it later (``python -m
+  nkisim.profile html A.neff B.neff``, the before/after compare) shows the code each run ran, from any directory.
+* ``NAME.ntff`` -- Chrome/Perfetto trace JSON (one track per engine and DMA queue), summary embedded.  The large
+  one (about 1.5 KB per instruction: 62 MB for the handout's Part 2 starting point at 224x224), so the course's
+  scripts write it only when asked; ``python -m nkisim.profile trace NAME.neff -o NAME.json`` makes it later.
 * ``NAME.summary.txt`` -- the neuron-profile-style text summary.
 
 A profile run compiled with DGE off (``--disable-dge``, as the course profiles) says so at the top of its
@@ -17,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+from collections.abc import Mapping
 
 from nkisim.core import traceio
 from nkisim.core.instr import Trace
@@ -59,7 +64,7 @@ def summary_text(trace: Trace, report: PerfReport) -> str:
     return f"{head}\n\nprofile run, not an ordinary run:\n  {note}\n{rest}"
 
 
-def neff_document(trace: Trace, report: PerfReport) -> dict:
+def neff_document(trace: Trace, report: PerfReport, sources: Mapping[str, str] | None = None) -> dict:
     rep = report.to_dict()
     cp = rep.get("critical_path", [])
     if len(cp) > MAX_CRITICAL_PATH:
@@ -71,6 +76,7 @@ def neff_document(trace: Trace, report: PerfReport) -> dict:
         "report": rep,
         "summary_text": summary_text(trace, report),
         "trace_npz_base64": base64.b64encode(traceio.dumps(trace)).decode("ascii"),
+        "sources": {str(k): str(v) for k, v in (sources or {}).items()},
     }
 
 
@@ -84,12 +90,14 @@ def write_profile(
     summary_path: str | None = None,
     neff_name: str | None = None,
     trace_name: str | None = None,
+    sources: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Write the .neff stand-in, the .ntff Perfetto JSON and the .summary.txt; returns {kind: path}.
 
     ``base_name`` gives all three names (``base.neff``, ``base.ntff``, ``base.summary.txt``); explicit paths
     override single files (``neff_name``/``trace_name`` are aliases of ``neff_path``/``ntff_path``, as
-    nki.benchmark's save_neff_name/save_trace_name).  At least one of them must be given.
+    nki.benchmark's save_neff_name/save_trace_name).  At least one of them must be given.  ``sources``
+    ({file basename: text}, the kernel's files as profiled) is stored in the .neff stand-in.
     """
     neff_path = neff_path or neff_name
     ntff_path = ntff_path or trace_name
@@ -105,7 +113,7 @@ def write_profile(
     out: dict[str, str] = {}
     text = summary_text(trace, report)
     if neff_path:
-        _atomic_write_text(neff_path, json.dumps(neff_document(trace, report), separators=(",", ":")))
+        _atomic_write_text(neff_path, json.dumps(neff_document(trace, report, sources), separators=(",", ":")))
         out["neff"] = os.fspath(neff_path)
     if ntff_path:
         doc = perfetto_json(list(trace.instrs), report)
@@ -118,12 +126,25 @@ def write_profile(
     return out
 
 
-def read_profile_trace(path: str) -> Trace:
-    """The instruction trace stored in a .neff stand-in."""
+def _neff_doc(path: str) -> dict:
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
     if not isinstance(doc, dict) or doc.get("format") != NEFF_FORMAT:
         raise ValueError(f"{path}: not an nkisim profile (.neff stand-in)")
+    return doc
+
+
+def read_profile_sources(path: str) -> dict[str, str]:
+    """The kernel sources a .neff stand-in stored when it was written ({} for profiles written before they did)."""
+    sources = _neff_doc(path).get("sources") or {}
+    if not isinstance(sources, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in sources.items()):
+        raise ValueError(f"{path}: corrupt stored kernel sources")
+    return dict(sources)
+
+
+def read_profile_trace(path: str) -> Trace:
+    """The instruction trace stored in a .neff stand-in."""
+    doc = _neff_doc(path)
     try:
         raw = base64.b64decode(doc["trace_npz_base64"], validate=True)
     except (KeyError, ValueError) as e:
