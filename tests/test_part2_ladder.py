@@ -46,7 +46,8 @@ CASES = [
 
 @pytest.mark.parametrize("name", [*["step0_naive", "step1_weights", "step2_inputs", "step3_psum"], "inputs_first",
                                   "step2_fp32_operands", "step3_one_row", "step3_single_buffers",
-                                  "step3_sbuf_accumulate", "staff_vector_only", "staff_no_bands"])
+                                  "step3_single_input_buffer", "step3_sbuf_accumulate", "staff_vector_only",
+                                  "staff_no_bands"])
 def test_ladder_kernels_are_correct(measure, harness, name):
     kernel = measure.load(name)
     cases = tuple(harness.ConvCase(**c) for c in CASES)
@@ -85,3 +86,20 @@ def test_each_piece_of_advice_shows_its_effect(measure):
     staff = _latency(measure, "staff", 224, "float16")
     for undone in ("staff_no_bands", "staff_vector_only"):
         assert _latency(measure, undone, 224, "float16") == pytest.approx(staff, rel=0.03)
+
+
+def test_the_current_api_starting_point_is_the_ladders_step0(measure, harness):
+    """staff/ladder/step0_naive_nki.py (what the student-loop figures are measured on) is correct and models
+    as the legacy ladder's step0_naive (the same instructions in the other API's spelling)."""
+    kernel = harness.load_kernel(REPO / "staff" / "ladder" / "step0_naive_nki.py")
+    cases = tuple(harness.ConvCase(**c) for c in CASES)
+    (result,) = harness.run_correctness(kernel, [harness.CorrectnessTest("nki step0", cases, 1.0)],
+                                        harness.InputBank(3), log=lambda _: None, verbose_errors=False)
+    assert result.passed, result.detail
+    import nkibench
+
+    for pool in (1, 2):
+        X, W, bias = harness.InputBank(1).inputs(harness.ConvCase(1, 256, 256, 32, 16, dtype="float16"))
+        ours = nkibench.measure(kernel, (X, W, bias), {"pool_size": pool}, warmup=0, iterations=1).timing.p99_us
+        legacy = measure.modelled(measure.load("step0_naive"), 32, "float16", pool, "trn2")[0]
+        assert ours == pytest.approx(legacy, rel=0.01), pool

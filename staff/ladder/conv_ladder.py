@@ -25,6 +25,7 @@ Ablations (one piece of advice removed from a later step, to measure that piece 
 * ``step2_fp32_operands``: step 2 with the matmul operands cast to float32 in SBUF (fp16 inputs only differ).
 * ``step3_one_row``: step 3 with one output row per PSUM tile (moving free size 222 / 14 instead of 444 / 420).
 * ``step3_single_buffers``: step 3 with every loop tile allocated once, before the loops (no buffer rotation).
+* ``step3_single_input_buffer``: step 3 with only the input rows' tile allocated once, before the loops.
 * ``step3_sbuf_accumulate``: step 3 accumulating the taps in SBUF (one PSUM tile per matmul, added with
   tensor_tensor) instead of in PSUM.
 """
@@ -198,10 +199,13 @@ def _evacuate(acc, bias_col, rows, out_width, pool_size, dtype):
     return nisa.tensor_scalar(pooled, nl.add, bias_col, dtype=dtype)
 
 
-def _step3_blocks(X, W, bias, pool_size, max_rows, sbuf_accumulate=False, single_buffers=False):
+def _step3_blocks(X, W, bias, pool_size, max_rows, sbuf_accumulate=False, single_buffers=False,
+                  single_input=False):
     """Step 3: several whole output rows per PSUM tile (at most max_rows), weights and inputs loaded once.
     sbuf_accumulate: the taps are added up in SBUF, one PSUM tile per matmul; single_buffers: every loop tile is
-    allocated once, before the loops, and reused by every block (the accumulator cleared with memset)."""
+    allocated once, before the loops, and reused by every block (the accumulator cleared with memset);
+    single_input: only the input rows' tile is allocated once (the mistake students make most: the PSUM tile and
+    the result are still allocated in the loop)."""
     s = _Shape(X, W, pool_size)
     P, K, out_width = nl.tile_size.pmax, s.K, s.out_width
     conv_rows = s.pooled_h * pool_size
@@ -211,15 +215,16 @@ def _step3_blocks(X, W, bias, pool_size, max_rows, sbuf_accumulate=False, single
 
     rows = _rows_per_tile(conv_rows, out_width, pool_size, max_rows)
     blocks, tail = conv_rows // rows, conv_rows % rows
-    if single_buffers:
+    if single_buffers or single_input:
         x_one = nl.ndarray((P, s.in_tiles, rows + K - 1, s.input_width), dtype=X.dtype, buffer=nl.sbuf)
+    if single_buffers:
         acc_one = nl.ndarray((P, rows, out_width), dtype=nl.float32, buffer=nl.psum)
         result_one = nl.ndarray((P, rows // pool_size, s.pooled_w), dtype=X.dtype, buffer=nl.sbuf)
     for b in nl.affine_range(s.batch):
         for blk in nl.static_range(blocks + (1 if tail else 0)):
             n = rows if blk < blocks else tail
             y0 = blk * rows
-            if single_buffers:
+            if single_buffers or single_input:
                 x_blk = x_one[:, :, 0 : n + K - 1, :]
             else:
                 x_blk = nl.ndarray((P, s.in_tiles, n + K - 1, s.input_width), dtype=X.dtype, buffer=nl.sbuf)
@@ -272,3 +277,9 @@ def step3_sbuf_accumulate(X, W, bias, pool_size=1):
 @nki.jit
 def step3_single_buffers(X, W, bias, pool_size=1):
     return _step3_blocks(X, W, bias, pool_size, max_rows=512, single_buffers=True)
+
+
+@nki.compiler.skip_middle_end_transformations
+@nki.jit
+def step3_single_input_buffer(X, W, bias, pool_size=1):
+    return _step3_blocks(X, W, bias, pool_size, max_rows=512, single_input=True)

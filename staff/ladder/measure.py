@@ -41,6 +41,7 @@ ABLATIONS = [
     "step2_fp32_operands",
     "step3_one_row",
     "step3_single_buffers",
+    "step3_single_input_buffer",
     "step3_sbuf_accumulate",
     "staff_vector_only",
     "staff_no_bands",
