@@ -204,10 +204,18 @@ def describe(info: dict[str, Any] | None = None) -> str:
     for ns, sub in (info.get("namespaces") or {}).items():
         who = {"neuron": f"real {sub['version']}", "nkisim": f"nkisim {sub['version']}"}.get(sub["backend"], "none")
         lines.append(f"  {ns:16s}{who} ({sub['reason']})")
+    legacy_era = info.get("toolchain_era", _era_text())
+    if _edition_api() == "nki":  # the current-API edition: its kernels' rules first, the legacy era second
+        from nkisim.core import config
+
+        eras = [f"toolchain era:  nki: {config.ERAS['nki']}",
+                f"                 (legacy neuronxcc.nki kernels: {legacy_era})"]
+    else:
+        eras = [f"toolchain era:  {legacy_era}",
+                "                 (neuronxcc.nki kernels; nki kernels always follow the 'nki' rules: NKI 0.6)"]
     lines += [
         f"target:         {info['target']}",
-        f"toolchain era:  {info.get('toolchain_era', _era_text())}",
-        "                 (neuronxcc.nki kernels; nki kernels always follow the 'nki' rules: NKI 0.6)",
+        *eras,
         f"{PRECISE_FP_ENV}:  {precise_fp_text()}",
         f"fallback hook:  {'active' if info['hook_installed'] else 'not active'}"
         + (f" (disabled by {_hook.DISABLE_ENV})" if _hook.disabled() else ""),
@@ -217,6 +225,16 @@ def describe(info: dict[str, Any] | None = None) -> str:
         *_timing_paths(),
     ]
     return "\n".join(lines)
+
+
+def _edition_api() -> str:
+    """The course edition's API (nkibench.detect.DEFAULT_API: 'nki' in the default edition, 'legacy' in the
+    legacy one), which decides what ``info`` reports first; 'legacy' where nkibench is absent."""
+    try:
+        from nkibench.detect import DEFAULT_API
+    except ImportError:
+        return "legacy"
+    return str(DEFAULT_API)
 
 
 def _timing_paths() -> list[str]:

@@ -537,3 +537,19 @@ def test_performance_result_near_a_target_is_flagged(tmp_path):
     assert speed.status == "passed" and speed.latency_us == pytest.approx(latency)
     assert speed.near_boundary and speed.boundary_distance == pytest.approx(1 - 1 / 1.05)
     assert "Within 15% of a target" in speed.message
+
+
+def test_console_table_wraps_long_messages_and_an_extra_credit_only_total_reads_right():
+    """Issue 34: the table cut messages at 90 characters ("Within 15% of a target:..."), and a grade of only
+    extra-credit tests printed "out of 0"."""
+    note = ("p99 latency 1053.2 us: above the optimized target 1000.0 us, within the relaxed target 1362.0 us: 90% "
+            "credit (MFU 70.1%). Within 15% of a target: this latency is nkisim's estimate, and on Trainium the "
+            "test may earn a different tier")
+    t = _test(0, "partial", 4.5)
+    t.message, t.extra_credit = note, True
+    table = reports.text_table(_record([t]))
+    assert "..." not in table
+    words = " ".join(table.split())
+    assert "on Trainium the test may earn a different tier" in words
+    assert max(len(line) for line in table.splitlines()) < 160
+    assert "Total: 4.5 points (out of up to 5 extra credit)" in table

@@ -178,6 +178,24 @@ def test_a_file_importing_both_apis_is_an_error_naming_both_lines():
         detect.api_of_source("import neuronxcc.nki as nki\nimport numpy\nimport nki.isa as nisa\n", "k.py")
 
 
+def test_a_file_importing_neither_api_takes_the_editions_and_the_line_says_so(tmp_path, monkeypatch):
+    """Issue 34's decision: no NKI import means the edition's API (DEFAULT_API, which `make release API=legacy`
+    rewrites), said on the Kernel API line; a file that imports an API is never second-guessed."""
+    path = tmp_path / "helper_kernel.py"
+    path.write_text("def kernel(a):\n    return a\n")
+    spec = importlib.util.spec_from_file_location("nkibench_test_no_import", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for edition in ("nki", "legacy"):
+        monkeypatch.setattr(detect, "DEFAULT_API", edition)
+        assert detect.api_of_kernel(module.kernel) == edition
+        assert detect.api_line(module.kernel) == (
+            f"Kernel API: {detect.API_NAMES[edition]}, taken as this edition's: helper_kernel.py imports neither "
+            "`nki` nor `neuronxcc.nki`")
+    path.write_text("import nki\n\ndef kernel(a):\n    return a\n")
+    assert detect.api_line(module.kernel) == f"Kernel API: {detect.API_NAMES['nki']}"
+
+
 def test_the_course_kernels_take_the_model_here_and_the_info_command_says_so(tmp_path):
     sys.path.insert(0, str(REPO / "part1"))
     try:

@@ -44,7 +44,28 @@ def test_era_follows_the_target_and_the_environment_overrides_it(monkeypatch):
 def test_info_shows_the_era():
     out = subprocess.run([sys.executable, "-m", "nkisim", "info"], capture_output=True, text=True, check=True,
                          env={"NEURON_PLATFORM_TARGET_OVERRIDE": "trn1", "PATH": ""}).stdout
-    assert "toolchain era:  2024" in out and config.ERA_ENV in out
+    assert config.ERA_ENV in out
+    from nkibench.detect import DEFAULT_API
+
+    if DEFAULT_API == "nki":  # the default edition: today's API first, the legacy course year second
+        assert f"toolchain era:  nki: {config.ERAS['nki']}" in out
+        assert "(legacy neuronxcc.nki kernels: 2024: Fall 2024 course toolchain" in out
+    else:
+        assert "toolchain era:  2024" in out
+
+
+def test_info_leads_with_the_editions_api(monkeypatch):
+    """Issue 34: the current-API edition's `nkisim info` said only "Fall 2025 course toolchain (SDK 2.26)"."""
+    from nkisim import fallback
+
+    for api, first in (("nki", "toolchain era:  nki: the current nki API (NKI 0.6"),
+                       ("legacy", "toolchain era:  2025: Fall 2025 course toolchain")):
+        monkeypatch.setattr(fallback, "_edition_api", lambda api=api: api)
+        monkeypatch.delenv(config.ERA_ENV, raising=False)
+        monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
+        text = fallback.describe()
+        era_line = next(line for line in text.splitlines() if line.startswith("toolchain era:"))
+        assert era_line.startswith(first), era_line
 
 
 def test_catalogue_lists_each_rules_era():

@@ -281,6 +281,7 @@ def test_score_lines_are_worded_like_the_graders_total():
     assert lines[1] == "Performance: 15.75 points (out of 17.5)"
     assert points_total(76, 70, 6) == "76 points (out of 70, plus up to 6 extra credit)"
     assert points_total(10, 10) == "10 points (out of 10)"
+    assert points_total(5, 0, 5) == "5 points (out of up to 5 extra credit)"  # was "out of 0, plus up to 5"
 
 
 def test_only_keys_are_the_graders_test_ids_in_the_harness_order():
