@@ -10,8 +10,6 @@ import math
 
 import numpy as np
 
-from nkisim.core import dtypes
-
 F32 = np.float32
 
 
@@ -195,8 +193,6 @@ def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     That evidence covers non-negative values only; towards zero (not floor) for negatives follows C and NumPy's
     ``astype`` and is not verified against hardware.
     """
-    if dtype.metadata is not None and dtypes.is_tf32(dtype):
-        return dtypes.round_tf32(values if values.dtype.kind == "f" else values.astype(np.float32))
     if values.dtype == dtype:
         return values
     if dtype.kind in "iu" and values.dtype.kind == "f":
