@@ -226,12 +226,15 @@ def active() -> KernelContext | None:
 
 
 def push(ctx: KernelContext) -> None:
-    """Make ``ctx`` the running kernel (nkisim.core.runtime.run_kernel)."""
+    """Make ``ctx`` the running kernel (nkisim.core.runtime.run_kernel); its era's float -> int rounding applies
+    to every cast until :func:`pop` (core.execute.set_float_to_int)."""
     _STACK.append(ctx)
+    execute.set_float_to_int(ctx.era)
 
 
 def pop() -> None:
     _STACK.pop()
+    execute.set_float_to_int(_STACK[-1].era if _STACK else "")
 
 
 # ---- loops ---------------------------------------------------------------------------------------------------

@@ -65,7 +65,19 @@ ALU = {
     # nki.language.average: a reduction operator ("the reduction operator (add, average, max, bitwise_or,
     # bitwise_and)", nki.isa.tensor_partition_reduce); element-wise, the mean of the two operands
     "average": (lambda x, y: (x + y) * np.float32(0.5), False),
+    # The "Arithmetic Unary" rows of the operator table (nki.api.shared, "Supported Math Operators", SDK 2.26 and
+    # NKI 0.6) and its Bitwise Not: operators of tensor_scalar / tensor_scalar_reduce whose operand is ignored
+    # ("Must be None or 0 when op0 is a unary operator (e.g., nl.abs)", nki.isa.tensor_scalar docs, NKI 0.6)
+    "abs": (lambda x, y: np.abs(x), False),
+    "square": (lambda x, y: np.square(x), False),
+    "relu": (lambda x, y: np.maximum(x, np.float32(0.0)), False),
+    "rsqrt": (lambda x, y: np.float32(1.0) / np.sqrt(x), False),
+    "reciprocal": (lambda x, y: np.float32(1.0) / x, False),
+    "invert": (lambda x, y: np.invert(x), True),
 }
+
+# Operators of one operand (see above): only tensor_scalar-style instructions take them, with no operand or 0
+UNARY_ALU = frozenset({"abs", "square", "relu", "rsqrt", "reciprocal", "invert"})
 
 def _fold(ufunc):
     """A left fold along the given axes in row-major order (x0 op x1 op x2 ...), for operators NumPy will not
@@ -172,6 +184,9 @@ def alu(name: str, x, y):
             # soon", nki.api.shared Table 2): the operand's bit pattern shifts in zeros, also for negative values
             # (int64 arrays are intermediates of at most 32-bit data: NKI has no 64-bit integers)
             xi &= (1 << (8 * min(x.dtype.itemsize, 4))) - 1
+        if name == "invert":  # NOT of the operand's own bit width (an unsigned result stays in its range)
+            r = np.invert(xi)
+            return r & ((1 << (8 * min(x.dtype.itemsize, 4))) - 1) if x.dtype.kind == "u" else r
         return fn(xi, np.asarray(y).astype(np.int64))
     r = fn(x, y)  # floating-point warnings are silenced for the whole kernel run (runtime.run_kernel)
     return r.astype(F32) if r.dtype in (np.float64, np.bool_) else r
@@ -181,22 +196,42 @@ def activation(name: str, x):
     return np.asarray(ACTIVATION[name](x), dtype=F32)
 
 
-def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Convert once to the destination dtype: floats round to the float format, float -> int truncates.
+# How a float becomes an integer on the way to an integer destination, per rule era: "trunc" (towards zero) or
+# "nearest" (to nearest, ties to even).  Set by the running kernel's context (core.context.push / pop): one global
+# read per cast keeps the per-instruction path free of a context lookup.
+FLOAT_TO_INT = {"2024": "trunc", "2025": "trunc", "nki": "nearest"}
+_float_to_int = ["trunc"]
 
-    float -> int discards the fraction (towards zero), saturating at the integer range, NaN -> 0.  The 2.2x docs
-    ("NKI Type Promotion", general/nki/api/nki.api.shared.rst) make ``int32_tile / 38`` an int32 result computed
-    in fp32 and "cast back", without naming the rounding; AWS's own sample ``resize_nearest_fixed_dma_kernel``
-    (nki-samples, vision.py) computes ``nl.floor(iota_int32 / out_w, dtype=int32)`` and its test, run both on
-    AWS's simulator and on Trainium, expects ``floor(i / out_w)``: 58.53 must become 58, which truncation gives
-    and rounding to nearest does not.  One rule for every engine and for DMA casts: no document distinguishes them.
-    That evidence covers non-negative values only; towards zero (not floor) for negatives follows C and NumPy's
-    ``astype`` and is not verified against hardware.
+
+def set_float_to_int(era: str) -> str:
+    """Select the float -> int rounding of rule era ``era`` (:data:`FLOAT_TO_INT`); returns the previous mode."""
+    old = _float_to_int[0]
+    _float_to_int[0] = FLOAT_TO_INT.get(era, "trunc")
+    return old
+
+
+def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Convert once to the destination dtype: floats round to the float format; float -> int per era.
+
+    NKI 0.6 (the ``nki`` era): "fp32-to-integer casts match hardware (round to nearest, ties to even; saturate to
+    the destination range) instead of numpy's default behavior" (release notes, NKI 0.6.0 Bug Fixes, ``nki.simulate``
+    correctness fixes).  NaN becomes 0 in both modes (no document names it).
+
+    The legacy eras keep truncation, the behaviour evidenced for their SDKs: float -> int discards the fraction
+    (towards zero), saturating at the integer range.  The 2.2x docs ("NKI Type Promotion",
+    general/nki/api/nki.api.shared.rst) make ``int32_tile / 38`` an int32 result computed in fp32 and "cast back",
+    without naming the rounding; AWS's own sample ``resize_nearest_fixed_dma_kernel`` (nki-samples, vision.py)
+    computes ``nl.floor(iota_int32 / out_w, dtype=int32)`` and its test, run both on AWS's simulator and on
+    Trainium, expects ``floor(i / out_w)``: 58.53 must become 58, which truncation gives and rounding to nearest
+    does not (the two sources disagree about the hardware; each era follows its own SDK's).  One rule for every
+    engine and for DMA casts: no document distinguishes them.  Towards zero (not floor) for negatives follows C
+    and NumPy's ``astype``.
     """
     if values.dtype == dtype:
         return values
     if dtype.kind in "iu" and values.dtype.kind == "f":
         info = np.iinfo(dtype)
         # clip in fp64: int32's max is not an fp32 value (it rounds up to 2**31 and would wrap to INT_MIN)
-        return np.clip(np.nan_to_num(np.trunc(values.astype(np.float64))), info.min, info.max).astype(dtype)
+        rounded = np.rint if _float_to_int[0] == "nearest" else np.trunc  # np.rint: half to even
+        return np.clip(np.nan_to_num(rounded(values.astype(np.float64))), info.min, info.max).astype(dtype)
     return values.astype(dtype)

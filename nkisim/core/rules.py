@@ -307,6 +307,12 @@ _RULE_LIST = [
        "buffer=nl.shared_hbm",
        "NKI migration guide (0.2 -> 0.3): 'Using nl.hbm for output tensors will cause compilation failures'",
        eras=("nki",), era_note="legacy API: nl.hbm outputs are the course's convention"),
+    _r("nkisim_kernel_signature",
+       "kernel '{kernel}': {detail}",
+       "NKI migration guide (0.2 -> 0.3), 'NKI 0.3.0 compiler has stricter validation': 'does not support list as a "
+       "kernel argument type. Convert list arguments to tuples at the call site'; 'does not support the * separator "
+       "in kernel function signatures'",
+       eras=("nki",), era_note="legacy API: the 2.2x compiler took list arguments and keyword-only parameters"),
     _r("nkisim_reduce_axes",
        "{op}: the reduction axes {axes} of a {ndim}-D tile must be the last contiguous free dimension(s) (for a "
        "4-D tile: (3,), (2, 3) or (1, 2, 3))",

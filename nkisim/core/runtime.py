@@ -124,6 +124,8 @@ def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: b
     ctx.middle_end = not has_directive(kernel, "skip_middle_end_transformations")
     ctx.kernel_code = ctx.mem.stop_code = getattr(fn, "__code__", None)
     kwargs = dict(kwargs or {})
+    if applies("nkisim_kernel_signature", ctx.era):
+        _check_signature(fn, name, args, kwargs)
     push(ctx)
     blas = _single_thread_blas()
     old_err = np.seterr(all="ignore")  # NaN poison and fp16 overflow are data, not warnings
@@ -169,6 +171,23 @@ def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: b
         pop()
         ctx.mem.closed = True
     return KernelRun(outputs, ctx.trace, ctx.target, ctx.mem.peak[B_SBUF], ctx.mem.peak[B_PSUM])
+
+
+def _check_signature(fn, name: str, args, kwargs) -> None:
+    """The NKI 0.3+ compiler's argument rules: no ``list`` arguments (tuples are hashable, so compilations can be
+    cached on them) and no keyword-only separator in the kernel's signature (NKI migration guide, 0.2 -> 0.3)."""
+    for i, v in enumerate(args):
+        if isinstance(v, list):
+            fail("nkisim_kernel_signature", kernel=name, detail=f"argument {i} is a list; the compiler does not "
+                 "support list as a kernel argument type: pass a tuple")
+    for k, v in kwargs.items():
+        if isinstance(v, list):
+            fail("nkisim_kernel_signature", kernel=name, detail=f"argument '{k}' is a list; the compiler does not "
+                 "support list as a kernel argument type: pass a tuple")
+    code = getattr(fn, "__code__", None)
+    if code is not None and code.co_kwonlyargcount:
+        fail("nkisim_kernel_signature", kernel=name, detail="the compiler does not support the * separator in kernel "
+             "signatures: move the parameters with defaults to the end of the signature instead")
 
 
 def _warn_capacity(name: str, overflows: list[str]) -> None:

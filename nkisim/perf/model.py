@@ -140,6 +140,7 @@ class CostModel:
         for o in ins.dsts:
             parts.append((int(o.region.buf), o.dtype, o.free_elems, o.inner_stride_bytes))
         parts.append(a.get("alu") or a.get("alu0"))
+        parts.append(a.get("alu1"))
         parts.append(a.get("func"))
         parts.append(bool(a.get("reduce") or a.get("reduce_res")))
         parts.append(a.get("value"))
@@ -227,6 +228,14 @@ class CostModel:
                 work = n / 4 if (contiguous and not any_psum) else n / 2
             if op == "tensor_scalar" and a.get("reduce"):
                 work += tc.min_ii_cycles
+            if op == "tensor_scalar":
+                alus = (a.get("alu0"), a.get("alu1"))
+                if "rsqrt" in alus and eng == Engine.GPSIMD:
+                    # nki.api.shared "NKI Engine Selection": rsqrt on GpSimd ("tensor_scalar(op0=nl.rsqrt,
+                    # operand0=0.0)") has "4x lower" throughput than on ScalarE (N per element there)
+                    work = 4 * n
+                elif "reciprocal" in alus and eng == Engine.VECTOR:
+                    work = 8 * n  # same section: VectorE reciprocal max(MIN_II, 8*N)
         elif op == "tensor_reduce":
             alu = a.get("alu", "")
             out = dsts[0] if dsts else first

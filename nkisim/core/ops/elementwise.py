@@ -11,7 +11,8 @@ from nkisim.core import dtypes, execute
 from nkisim.core.access import check_bounds, dynamic_tiles, mark_written, read, write
 from nkisim.core.context import KernelContext, current
 from nkisim.core.dtypes import F32
-from nkisim.core.instr import B_HBM, B_PSUM, E_GPSIMD, E_SCALAR, E_UNKNOWN, E_VECTOR, Engine
+from nkisim.core.execute import UNARY_ALU
+from nkisim.core.instr import B_HBM, B_PSUM, E_GPSIMD, E_SCALAR, E_UNKNOWN, E_VECTOR, ENGINE_NAMES, Engine
 from nkisim.core.ops.common import (
     begin,
     check_partitions,
@@ -140,6 +141,46 @@ def _gpsimd_alu(ctx: KernelContext, op_name: str, *ops) -> None:
              f"not '{bad[0]}': use the Vector Engine")
 
 
+# The engines of the unary operators (operator table, "Supported Engine" column, SDK 2.26 nki.api.shared: rsqrt
+# GpSIMD/Scalar, reciprocal and abs Vector/Scalar, Bitwise Not Vector); square and relu are NKI 0.4's trn3-only
+# opcodes ("New opcodes for nki.isa.tensor_scalar and tensor_scalar_reduce: square and relu are now accepted as op0
+# on trn3", release notes 0.4.0), so no modelled target takes them.
+_UNARY_ENGINES = {"rsqrt": (E_GPSIMD, E_SCALAR), "reciprocal": (E_VECTOR, E_SCALAR), "abs": (E_VECTOR, E_SCALAR),
+                  "invert": (E_VECTOR,), "square": (), "relu": ()}
+
+
+def unary_operands(ctx: KernelContext, op_name: str, engine: Engine, op0, operand0, op1=None, operand1=None):
+    """Operands and engine of a tensor_scalar-style instruction using a unary operator (``op0=nl.rsqrt,
+    operand0=0.0``, nki.api.shared "NKI Engine Selection"): the operand of a unary operator "Must be None or 0"
+    (nki.isa.tensor_scalar docs, NKI 0.6) and becomes 0; an unspecified engine is the first the operator runs on
+    (rsqrt: GpSimd, whose "higher precision" the selection text recommends it for)."""
+    operands = [operand0, operand1]
+    for i, (opx, ox) in enumerate(((op0, operand0), (op1, operand1))):
+        if opx not in UNARY_ALU:
+            continue
+        engines = _UNARY_ENGINES[opx]
+        if not engines:
+            fail("nkisim_engine_op_unsupported", op=op_name, engine="any engine", target=ctx.target,
+                 detail=f"the unary operator '{opx}' is a trn3 (NeuronCore-v4) opcode of {op_name} (NKI 0.4 release "
+                 "notes); use nisa.activation or nisa.tensor_tensor")
+        if not (ox is None or (isinstance(ox, (int, float, np.number)) and not isinstance(ox, bool) and ox == 0)):
+            fail("nkisim_bad_argument", op=op_name, detail=f"operand{i} must be None or 0 when op{i} is the unary "
+                 f"operator '{opx}' (it takes no operand), got {_describe(ox)}")
+        operands[i] = 0.0
+        if engine == E_UNKNOWN:
+            engine = engines[0]
+        elif engine not in engines:
+            fail("nkisim_engine_op_unsupported", op=op_name, engine=ENGINE_NAMES[engine], target=ctx.target,
+                 detail=f"'{opx}' runs on " + " or ".join(ENGINE_NAMES[e] for e in engines))
+    return operands[0], operands[1], engine
+
+
+def _describe(x) -> str:
+    """An operand named without its values (a tile's values must never reach the kernel's Python)."""
+    shape = getattr(x, "shape", None)
+    return f"a tile of shape {list(shape)}" if shape is not None else repr(x)
+
+
 def _scalar_engine_alu(ctx: KernelContext, op_name: str, op0, op1) -> None:
     """ScalarE runs tensor_scalar with multiply / add / multiply->add only (nki.isa).  On NeuronCore-v2 the 2.26
     docs (SH-226: "Add/Multiply on ScalarE only from NC-v3") rule it out; the 2024 toolchain's nki.isa (2.21)
@@ -159,6 +200,8 @@ def tensor_scalar(data, op0: str, operand0, reverse0: bool = False, op1: str | N
     ctx = current(op_name)
     ctx.settle()
     data = need_tensor(data, op_name, "data")
+    if op0 in UNARY_ALU or op1 in UNARY_ALU:
+        operand0, operand1, engine = unary_operands(ctx, op_name, engine, op0, operand0, op1, operand1)
     if engine == E_UNKNOWN:
         engine = E_VECTOR
     engine_checks(op_name, engine, [(data, "data")], ctx)
@@ -295,16 +338,28 @@ def tensor_copy_predicated(src, dst: Tensor, predicate, *, reverse_pred: bool = 
     ctx.emit("tensor_copy_predicated", E_VECTOR, srcs, (d,), {})
     m = mask_values(mask, d.shape, p, d) if scalar else mask_values(mask, d.shape, s, p, d)  # bounds-checks too
     if ctx.full:
-        cond = f32_values(p, d.shape) != 0
+        cond = _same_elements(p, d) != 0
         if reverse_pred:
             cond = ~cond
         if m is not None:
             cond = cond & m
-        sv = s if scalar else np.broadcast_to(f32_values(s, d.shape), d.shape)
+        sv = s if scalar else np.broadcast_to(_same_elements(s, d), d.shape)
         new = np.where(np.broadcast_to(cond, d.shape), sv, f32_values(d))
         write(d, execute.cast(new, d.dtype))
         mark_written(d)
     return d
+
+
+def _same_elements(t: Tensor, like: Tensor) -> np.ndarray:
+    """fp32 values of ``t`` laid out as ``like``: an operand with the same partitions and elements per partition
+    but another rank is read element by element ("src, dst and predicate must occupy the same number of partitions
+    and same number of elements per partition", tensor_copy_predicated docs; NKI 0.6 release notes: operands "with
+    mismatched ranks but matching free-element counts (e.g. a 2D source with a 4D destination/predicate)"); any
+    other shape broadcasts as before."""
+    v = f32_values(t)
+    if v.shape != tuple(like.shape) and v.ndim and v.shape[0] == like.shape[0] and v.size == math.prod(like.shape):
+        return v.reshape(like.shape)
+    return pad_dims(v, like.shape) if v.shape != tuple(like.shape) else v
 
 
 def tensor_copy_dynamic(src, dst=None, *, which: str, dtype=None, engine: Engine = E_UNKNOWN, mask=None) -> Tensor:

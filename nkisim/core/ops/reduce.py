@@ -34,6 +34,7 @@ from nkisim.core.ops.common import (
     scalar_operand,
     write_side,
 )
+from nkisim.core.ops.elementwise import unary_operands
 from nkisim.core.rules import NKIError, applies, fail
 from nkisim.core.tensor import Tensor
 
@@ -111,6 +112,8 @@ def tensor_scalar_reduce(data, op0: str, operand0, reduce_op: str, reduce_res: T
     tiles = [(data, "data")] + ([(reduce_res, "reduce_res")] if reduce_res is not None else [])
     ctx, checked = begin(op, E_VECTOR, tiles)
     d, r = checked[0], (checked[1] if reduce_res is not None else None)
+    if op0 in execute.UNARY_ALU:  # nl.abs (nki-library's rmsnorm/layernorm kernels): VectorE runs it
+        operand0 = unary_operands(ctx, op, E_VECTOR, op0, operand0)[0]
     if r is not None and (parts_of(r) != parts_of(d) or free_of(r) != 1):
         fail("nkisim_scalar_operand_shape", op=op, operand="reduce_res", p=parts_of(d), shape=list(r.shape))
     cmd = int(reduce_cmd)
@@ -320,32 +323,61 @@ def max8(src, *, dtype=None, mask=None) -> Tensor:
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, s, out))
 
 
-def _first_positions(v: np.ndarray, vals: np.ndarray) -> np.ndarray:
-    """Per partition, the position of the first element equal to each of vals (duplicates take later positions)."""
+def _first_positions(v: np.ndarray, vals: np.ndarray, *, reverse: bool = False,
+                     missing: int | None = None) -> np.ndarray:
+    """Per partition, the position of the first element equal to each of vals; a value repeated in vals takes the
+    next unused occurrence, in the order vals are visited (``reverse``: vals[7] first).  A value with no (unused)
+    occurrence gets ``missing``; ``None`` keeps the legacy result (its first occurrence, or 0 when absent)."""
     p, f = v.shape
     idx = np.zeros(vals.shape, dtype=np.int64)
+    order = range(vals.shape[1] - 1, -1, -1) if reverse else range(vals.shape[1])
     for r in range(p):
         used: set[int] = set()
-        for k, x in enumerate(vals[r]):
-            hits = np.flatnonzero(v[r] == x)
-            pos = next((int(h) for h in hits if int(h) not in used), int(hits[0]) if hits.size else 0)
-            used.add(pos)
+        row = vals[r]
+        for k in order:
+            hits = np.flatnonzero(v[r] == row[k])
+            pos = next((int(h) for h in hits if int(h) not in used), None)
+            if pos is None:
+                pos = missing if missing is not None else (int(hits[0]) if hits.size else 0)
+            else:
+                used.add(pos)
             idx[r, k] = pos
     return idx
 
 
+def _all_ones(dt: np.dtype) -> int:
+    """The all-ones bit pattern of an index dtype, as the integer it reads as (0xFFFFFFFF for uint32, -1 for
+    int32)."""
+    return -1 if dt.kind != "u" else int(np.iinfo(dt).max)
+
+
 def nc_find_index8(data, vals, *, dtype=np.uint32, mask=None) -> Tensor:
-    """Per partition, the index in data of each of the 8 values in vals: -> [P, 8] (VectorE)."""
+    """Per partition, the index in data of each of the 8 values in vals: -> [P, 8] (VectorE).
+
+    NKI 0.6 (the ``nki`` era), release notes, Bug Fixes: "unmatched slots now return all-ones, matching hardware
+    (previously returned 0, a valid index). Duplicate search values now advance through successive occurrences,
+    instead of all mapping to the first match"; the docstring: "0xFFFFFFFF for uint32, 0xFFFF for uint16".  The
+    legacy API's docs call an absent value undefined behaviour; its result is kept."""
     ctx, (d, v8) = begin("nc_find_index8", E_VECTOR, [(data, "data"), (vals, "vals")])
     out = new_result(ctx, (parts_of(d), 8), dtypes.to_dtype(dtype))
     ins = ctx.emit("nc_find_index8", E_VECTOR, (d, v8), (out,), {})
-    values = _first_positions(as_rows(f32_values(d)), as_rows(f32_values(v8))[:, :8]) if ctx.full else None
+    values = None
+    if ctx.full:
+        missing = _all_ones(out.dtype) if ctx.era == "nki" else None
+        values = _first_positions(as_rows(f32_values(d)), as_rows(f32_values(v8))[:, :8], missing=missing)
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, d, v8, out))
 
 
 def nc_match_replace8(data, vals, imm, *, dst_idx: Tensor | None = None, dtype=None, mask=None) -> Tensor:
     """data with the first occurrence of each of the 8 values per partition replaced by imm; their positions go to
-    dst_idx when given (VectorE)."""
+    dst_idx when given (VectorE).
+
+    Repeated values in vals: the legacy API's NumPy equivalent (SDK 2.2x docs) visits vals in order, each taking
+    the next unreplaced occurrence; NKI 0.6 "iterates values in reverse to match hardware tie-break ordering"
+    (release notes, Bug Fixes), so vals[7] takes the first occurrence (docstring example: data [1, 2, 3, 4, 8 x 7],
+    vals [3, 8 x 7] -> dst_idx [2, 10, 9, 8, 7, 6, 5, 4]).  A value left without an occurrence replaces nothing
+    and its dst_idx slot is 0 in the ``nki`` era (the legacy NumPy equivalent's zero-initialised indices; no 0.6
+    document names it)."""
     ctx, (d, v8) = begin("nc_match_replace8", E_VECTOR, [(data, "data"), (vals, "vals")])
     out = new_result(ctx, d.shape, out_dtype(dtype, d))
     dsts = (out,) if dst_idx is None else (out, dst_idx)
@@ -353,8 +385,16 @@ def nc_match_replace8(data, vals, imm, *, dst_idx: Tensor | None = None, dtype=N
     values = None
     if ctx.full:
         v = as_rows(f32_values(d)).copy()
-        pos = _first_positions(v, as_rows(f32_values(v8))[:, :8])
-        np.put_along_axis(v, pos, np.float32(imm), axis=1)
+        if ctx.era == "nki":
+            f = v.shape[1]
+            pos = _first_positions(v, as_rows(f32_values(v8))[:, :8], reverse=True, missing=f)
+            padded = np.concatenate([v, np.zeros((v.shape[0], 1), dtype=v.dtype)], axis=1)
+            np.put_along_axis(padded, pos, np.float32(imm), axis=1)  # column f: the unmatched, dropped
+            v = padded[:, :f]
+            pos = np.where(pos == f, 0, pos)
+        else:
+            pos = _first_positions(v, as_rows(f32_values(v8))[:, :8])
+            np.put_along_axis(v, pos, np.float32(imm), axis=1)
         values = v.reshape(d.shape)
         if dst_idx is not None:
             write_side(dst_idx, pos)

@@ -85,7 +85,8 @@ def register_move(dst: Register, src) -> None:
 
 
 def register_load(dst: Register, src: Tensor) -> None:
-    """``dst = src[0]`` from one element in SBUF or HBM (integers as they are, floats truncated toward zero)."""
+    """``dst = src[0]`` from one element in SBUF or HBM (integers as they are, floats converted as the era casts:
+    core.execute.cast)."""
     ctx = current("register_load")
     ctx.settle()
     src = _one_element(src, "register_load", "src")

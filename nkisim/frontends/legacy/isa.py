@@ -124,8 +124,8 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unkn
 
 def tensor_scalar(data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False, *, dtype=None,
                   mask=None, engine=engine.unknown, **kwargs):
-    return _ew.tensor_scalar(data, _alu(op0, "tensor_scalar"), operand0, reverse0,
-                              _alu(op1, "tensor_scalar") if op1 is not None else None, operand1, reverse1,
+    return _ew.tensor_scalar(data, _alu(op0, "tensor_scalar", unary=True), operand0, reverse0,
+                              _alu(op1, "tensor_scalar", unary=True) if op1 is not None else None, operand1, reverse1,
                               dtype=dtype, engine=_engine(engine), mask=mask)
 
 
@@ -182,7 +182,7 @@ def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, 
 
 def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, dtype=None, mask=None,
                          **kwargs):
-    return _red.tensor_scalar_reduce(data, _alu(op0, "tensor_scalar_reduce"), operand0,
+    return _red.tensor_scalar_reduce(data, _alu(op0, "tensor_scalar_reduce", unary=True), operand0,
                                     _alu(reduce_op, "tensor_scalar_reduce"), reduce_res, reverse0=reverse0,
                                     dtype=dtype, mask=mask)
 

@@ -24,6 +24,8 @@ from nkisim.core.ops import reduce as _red
 from nkisim.core.rules import fail as _fail
 from nkisim.core.tensor import ParDim as _ParDim
 from nkisim.core.tensor import Tensor as _Tensor
+from nkisim.frontends import LEGACY as _LEGACY
+from nkisim.frontends import _operators, _unsupported
 from nkisim.frontends._operators import alu as _alu
 
 # ---- data types ([SHARED] "Supported Data Types") -----------------------------------------------------------
@@ -158,29 +160,10 @@ def _binary(alu: str):
     return fn
 
 
-add = _binary("add")
-subtract = _binary("subtract")
-multiply = _binary("multiply")
-divide = _binary("divide")
-power = _binary("power")
-maximum = _binary("maximum")
-minimum = _binary("minimum")
-fmod = _binary("fmod")
-mod = _binary("mod")
-bitwise_and = _binary("bitwise_and")
-bitwise_or = _binary("bitwise_or")
-bitwise_xor = _binary("bitwise_xor")
-left_shift = _binary("left_shift")
-right_shift = _binary("right_shift")
-equal = _binary("equal")
-not_equal = _binary("not_equal")
-greater = _binary("greater")
-greater_equal = _binary("greater_equal")
-less = _binary("less")
-less_equal = _binary("less_equal")
-logical_and = _binary("logical_and")
-logical_or = _binary("logical_or")
-logical_xor = _binary("logical_xor")
+# every binary ALU operator of the core (core/execute.py ALU) this API documents: nl.add, nl.maximum, ...
+_BINARY, _ACTIVATIONS = _operators.language_operators(_unsupported.documented(_LEGACY))
+for _name in _BINARY:
+    globals()[_name] = _binary(_name)
 
 
 def _unary(func: str):
@@ -193,36 +176,11 @@ def _unary(func: str):
     return fn
 
 
-exp = _unary("exp")
-log = _unary("log")
-sqrt = _unary("sqrt")
-rsqrt = _unary("rsqrt")
-sin = _unary("sin")
-cos = _unary("cos")
-tan = _unary("tan")
-tanh = _unary("tanh")
-arctan = _unary("arctan")
-sigmoid = _unary("sigmoid")
-relu = _unary("relu")
-gelu = _unary("gelu")
-gelu_apprx_tanh = _unary("gelu_apprx_tanh")
-gelu_apprx_sigmoid = _unary("gelu_apprx_sigmoid")
-silu = _unary("silu")
-erf = _unary("erf")
-erf_dx = _unary("erf_dx")
-gelu_dx = _unary("gelu_dx")
-silu_dx = _unary("silu_dx")
-softplus = _unary("softplus")
-mish = _unary("mish")
-square = _unary("square")
-abs = _unary("abs")  # noqa: A001 - NKI name
-sign = _unary("sign")
-negative = _unary("negative")
-trunc = _unary("trunc")
-floor = _unary("floor")
-ceil = _unary("ceil")
-reciprocal = _unary("reciprocal")
-identity = _unary("identity")
+# every activation function of the core (core/execute.py ACTIVATION) this API documents: nl.exp, nl.abs, ...
+for _name in _ACTIVATIONS:
+    globals()[_name] = _unary(_name)
+del _name
+identity = _unary("identity")  # not in the 2.2x symbol list (kept: kernels used it)
 
 
 def _reduction(alu: str, name: str):
@@ -519,6 +477,9 @@ def shared_identity_matrix(n, dtype=uint8, **kwargs) -> _Tensor:
 def invert(x, *, dtype=None, mask=None, **kwargs) -> _Tensor:
     """Bitwise NOT of an integer tile (one VectorE instruction: x XOR all-ones)."""
     return _ew.invert(x, dtype=dtype, mask=mask)
+
+
+invert.nki_alu = "invert"  # also the operator table's Bitwise Not (a unary operator of tensor_scalar)
 
 
 def logical_not(x, *, dtype=bool_, mask=None, **kwargs) -> _Tensor:

@@ -199,8 +199,8 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
                   engine=engine.unknown, name=None, **removed) -> None:
     if removed:
         _removed("tensor_scalar", removed)
-    _ew.tensor_scalar(data, _alu(op0, "tensor_scalar"), operand0, reverse0,
-                      _alu(op1, "tensor_scalar") if op1 is not None else None, operand1, reverse1,
+    _ew.tensor_scalar(data, _alu(op0, "tensor_scalar", unary=True), operand0, reverse0,
+                      _alu(op1, "tensor_scalar", unary=True) if op1 is not None else None, operand1, reverse1,
                       dtype=dst.dtype, engine=_engine(engine, "tensor_scalar"), dst=dst)
 
 
@@ -311,7 +311,7 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
     """``dst = data op0 operand0`` and its free-axis reduction into VectorE's registers (``reduce_res``: read out)."""
     if removed:
         _removed("tensor_scalar_reduce", removed)
-    _assign.into(dst, _red.tensor_scalar_reduce(data, _alu(op0, "tensor_scalar_reduce"), operand0,
+    _assign.into(dst, _red.tensor_scalar_reduce(data, _alu(op0, "tensor_scalar_reduce", unary=True), operand0,
                                                 _alu(reduce_op, "tensor_scalar_reduce"), reduce_res,
                                                 reverse0=reverse0,
                                                 reduce_cmd=_reduce_cmd(reduce_cmd, "tensor_scalar_reduce"),

@@ -11,6 +11,8 @@ are public: helpers are underscored.
 
 from __future__ import annotations
 
+import warnings as _warnings
+
 import numpy as _np
 
 from nkisim.core import buffers as _buffers
@@ -27,6 +29,8 @@ from nkisim.core.ops import elementwise as _ew
 from nkisim.core.ops import gpsimd as _gps
 from nkisim.core.ops import reduce as _red
 from nkisim.core.ops import registers as _reg
+from nkisim.frontends import NKI as _NKI
+from nkisim.frontends import _operators, _unsupported
 from nkisim.frontends.nki.tensor import NkiTensor  # noqa: F401  (public NKI name)
 
 # ---- data types (nki.language dtypes; the packed MX types are placeholders) -----------------------------------
@@ -213,7 +217,10 @@ def static_range(start, stop=None, step=1) -> range:
 
 def dynamic_range(start, stop=None, step=1) -> range:
     """A loop the device runs with runtime bounds (integers or ``VirtualRegister``s); nkisim runs the same
-    iterations, so a register bound must hold a value (it does in full mode)."""
+    iterations, so a register bound must hold a value (it does in full mode).  Deprecated: "NKI emits a deprecation
+    warning when it encounters for i in nl.dynamic_range(...)" (NKI 0.6.0 release notes)."""
+    _warnings.warn("nl.dynamic_range loops are deprecated and will be removed in a future NKI release: use "
+                   "nl.fori_loop(lower, upper, body_fun) (NKI 0.6.0 release notes)", DeprecationWarning, stacklevel=2)
     if stop is None:
         start, stop = 0, start
     return range(_reg.bound(start, "nl.dynamic_range"), _reg.bound(stop, "nl.dynamic_range"), int(step))
@@ -286,32 +293,10 @@ def _binary(alu: str):
     return fn
 
 
-add = _binary("add")
-subtract = _binary("subtract")
-multiply = _binary("multiply")
-divide = _binary("divide")
-power = _binary("power")
-maximum = _binary("maximum")
-minimum = _binary("minimum")
-fmod = _binary("fmod")
-mod = _binary("mod")
-bitwise_and = _binary("bitwise_and")
-bitwise_or = _binary("bitwise_or")
-bitwise_xor = _binary("bitwise_xor")
-left_shift = _binary("left_shift")
-right_shift = _binary("right_shift")
-equal = _binary("equal")
-not_equal = _binary("not_equal")
-greater = _binary("greater")
-greater_equal = _binary("greater_equal")
-less = _binary("less")
-less_equal = _binary("less_equal")
-logical_and = _binary("logical_and")
-logical_or = _binary("logical_or")
-logical_xor = _binary("logical_xor")
-abs_max = _binary("abs_max")
-abs_min = _binary("abs_min")
-average = _binary("average")  # a reduction operator (nisa.tensor_reduce / tensor_partition_reduce: the mean)
+# every binary ALU operator of the core (core/execute.py ALU) this API documents: nl.add, nl.maximum, ...
+_BINARY, _ACTIVATIONS = _operators.language_operators(_unsupported.documented(_NKI))
+for _name in _BINARY:
+    globals()[_name] = _binary(_name)
 
 
 def _unary(func: str):
@@ -323,41 +308,18 @@ def _unary(func: str):
     return fn
 
 
-exp = _unary("exp")
-log = _unary("log")
-sqrt = _unary("sqrt")
-rsqrt = _unary("rsqrt")
-sin = _unary("sin")
-cos = _unary("cos")
-tan = _unary("tan")
-tanh = _unary("tanh")
-arctan = _unary("arctan")
-sigmoid = _unary("sigmoid")
-relu = _unary("relu")
-gelu = _unary("gelu")
-gelu_apprx_tanh = _unary("gelu_apprx_tanh")
-gelu_apprx_sigmoid = _unary("gelu_apprx_sigmoid")
-gelu_apprx_sigmoid_dx = _unary("gelu_apprx_sigmoid_dx")
-gelu_dx = _unary("gelu_dx")
-silu = _unary("silu")
-silu_dx = _unary("silu_dx")
-erf = _unary("erf")
-erf_dx = _unary("erf_dx")
-softplus = _unary("softplus")
-mish = _unary("mish")
-square = _unary("square")
-abs = _unary("abs")  # noqa: A001 - NKI name
-sign = _unary("sign")
-negative = _unary("negative")
-trunc = _unary("trunc")
-floor = _unary("floor")
-ceil = _unary("ceil")
-reciprocal = _unary("reciprocal")
+# every activation function of the core (core/execute.py ACTIVATION) this API documents: nl.exp, nl.abs, ...
+for _name in _ACTIVATIONS:
+    globals()[_name] = _unary(_name)
+del _name
 copy.nki_act = "copy"
 
 
 def invert(x, dtype=None) -> NkiTensor:
     return _ew.invert(x, dtype=dtype)
+
+
+invert.nki_alu = "invert"  # also the operator table's Bitwise Not (a unary operator of tensor_scalar)
 
 
 def logical_not(x, dtype=None) -> NkiTensor:
