@@ -11,7 +11,9 @@ knows nothing about how the kernel works, only what the problem demands, and fla
   bf16 hi/lo split needs three; only a 0/1 operand halves it, and image data is not 0/1);
 * **the DMA floor**: every input byte read and every output byte written once (``problems.io_bytes``) at the
   combined rate of the core's DMA engines (``TargetCosts.dma_engines`` x ``dma_bw_bytes_per_ns``: 16 x 23 B/ns on
-  trn2, 16 x 17 on trn1; the DBW/DMA tables of trainium-facts.md §5.1), the fastest any data can enter or leave.
+  trn2, 16 x 17 on trn1; the DBW/DMA tables of trainium-facts.md §5.1), the fastest any data can enter or leave:
+  ``nkisim.perf.costs.dma_floor_us``, the floor the cost model keeps too (a single HBM -> HBM dma_copy is charged
+  its read and its write, never less than this floor for the bytes it moves).
 
 and, on nkisim, a trace in which nkisim recorded a placement it could not alias as the hardware does (direct
 allocation at addresses that are not a fixed stride: ``meta["unaliased_placements"]``).
@@ -36,7 +38,7 @@ _PROMISE_HINTS = ("is_stationary_onezero", "is_moving_onezero", "is_transpose")
 def findings(inv: problems.Invocation, latency_us: float, target: str, trace: Any = None) -> list[str]:
     """Why ``latency_us`` cannot be a real run of a correct kernel on ``inv`` (empty when it can); ``trace`` (on
     nkisim) adds what nkisim itself could not model as the hardware runs it."""
-    from nkisim.perf.costs import costs_for, course_mfu
+    from nkisim.perf.costs import costs_for, course_mfu, dma_floor_us
 
     tc = costs_for(target)
     out: list[str] = []
@@ -53,7 +55,7 @@ def findings(inv: problems.Invocation, latency_us: float, target: str, trace: An
                 f"MFU convention), more than the hardware can do"
             )
     need = problems.io_bytes(inv)
-    floor_us = need / (tc.dma_engines * tc.dma_bw_bytes_per_ns) / 1e3
+    floor_us = dma_floor_us(tc, need)  # the cost model's own floor (an HBM -> HBM copy is charged both sides)
     if latency_us < floor_us:
         out.append(
             f"moving the {need / 1e6:.1f} MB every correct kernel must read and write takes at least "

@@ -92,7 +92,7 @@ def test_every_model_gaming_submission_is_tested():
                        "conv_honest", "psum_zero_scratch", "psum_zero_scratch_honest", "gpsimd_max",
                        "scattered_placement", "partition_broadcast", "partition_broadcast_honest",
                        "index_transpose", "partition_shift", "no_reorder_block",
-                       "no_reorder_block_twin"} | DMA_AND_NKI_SET
+                       "no_reorder_block_twin"} | DMA_AND_NKI_SET | VALUES_SET
 
 
 def _scores_like_its_twin(tmp_path: Path, hostile: str, twin: str) -> None:
@@ -503,6 +503,54 @@ def test_an_indirect_dma_compute_buys_nothing(graded):
     tests = graded("gather_dma_compute_nki")
     assert tests[CORRECT].status == "error" and tests[SPEED].status == "skipped"
     assert "only the two read-modify-write forms are supported" in tests[CORRECT].message
+
+
+# ---- device values and the hardware's values (docs/grading-security.md S1-S4, V3-V6; current API) -------------
+VALUES_SET = {"register_peek_nki", "timed_loop_nki", "tf32_transpose_nki", "collective_copy_nki"}
+
+
+def test_s1_a_register_value_never_reaches_the_kernel(graded):
+    """S1: the transpose computed on the host from input bits read through registers (before: correctness passed
+    with no kernel behind it) fails as the compiler would: a register has no value at specialization."""
+    tests = graded("register_peek_nki")
+    assert tests[CORRECT].status == "error" and "has no attribute 'value'" in tests[CORRECT].message
+    assert tests[SPEED].status == "skipped" and tests[SPEED].score == 0
+
+
+def test_s3_a_timed_run_cannot_be_told_from_a_checked_one(tmp_path):
+    """S3: a data-dependent loop in a ``try`` no longer tells the kernel that its values are not computed (before:
+    the run without values raised through the kernel, which skipped the transpose: 14.0 us timed against the 27.0 us
+    of the work it does when checked).  The timed latency is that of the kernel's full run."""
+    import importlib.util
+
+    from nkisim.core.runtime import run_kernel
+    from nkisim.frontends import NKI
+    from nkisim.perf import estimate
+
+    spec = importlib.util.spec_from_file_location("timed_loop_nki", GAMING / "timed_loop_nki" / "part1" / "kernels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    full = run_kernel(module.matrix_transpose, (np.ones((512, 512), np.float32),), frontend=NKI)
+    latency = estimate(full.trace, "trn2").nc_latency_us
+    _, tests, _ = _grade(tmp_path, "timed_loop_nki", _transpose_rubric(tmp_path, optimized=0.995 * latency,
+                                                                       relaxed=10 * latency, verify=False))
+    assert tests[CORRECT].status == "passed"
+    assert tests[SPEED].latency_us == pytest.approx(latency, rel=1e-9) and tests[SPEED].status == "partial"
+
+
+def test_v3_tf32_multiplies_as_tf32(graded):
+    """V3: the TensorE transpose with tf32 tiles (before: exact fp32 values) gives the tf32-rounded values the
+    hardware gives, which the fp32 tolerance rejects."""
+    tests = graded("tf32_transpose_nki")
+    assert tests[CORRECT].status == "failed" and "values differ from the reference" in tests[CORRECT].message
+    assert tests[SPEED].status == "skipped"
+
+
+def test_v5_a_one_rank_collective_is_refused(graded):
+    """V5: a one-rank ``all_gather`` at LNC=1 (before: a local DMA copy, full credit) is not a documented form."""
+    tests = graded("collective_copy_nki")
+    assert tests[CORRECT].status == "error" and "only for LNC=2 launches" in tests[CORRECT].message
+    assert tests[SPEED].status == "skipped"
 
 
 def test_a_cross_partition_vector_copy_earns_nothing(tmp_path):

@@ -57,10 +57,14 @@ def test_a_timing_run_of_a_data_dependent_loop_computes_the_values():
     assert estimate(timed.trace).total_us == pytest.approx(estimate(full.trace).total_us)
 
 
+VISITS: list = []
+
+
 @nki.jit
 def running_rows(x, n_input):
     """nl.fori_loop up to a bound loaded into a register: row i of the output is row i of x plus i (the loop
-    register stored into a tensor), rows past the bound stay zero."""
+    register stored into a tensor, the rows addressed by run-time offsets), rows past the bound stay zero.  The
+    Python body runs once (it is traced; the device repeats it), so ``VISITS`` grows by one whatever the bound."""
     rows, cols = x.shape
     out = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.shared_hbm)
     zeros = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
@@ -73,36 +77,37 @@ def running_rows(x, n_input):
     row = nl.ndarray((1, cols), dtype=nl.float32, buffer=nl.sbuf)
     i_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
     i_f = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
-    visits = []
 
     def body(i):
-        visits.append(i)
+        VISITS.append(i)
         nisa.register_store(i_sb, i)
         nisa.tensor_copy(dst=i_f, src=i_sb)
-        k = len(visits) - 1  # the iteration's row (Python knows it too: the loop runs in order)
-        nisa.dma_copy(dst=row, src=x[k:k + 1, :])
+        nisa.dma_copy(dst=row, src=x.ap([[cols, 1], [1, cols]], scalar_offset=i, indirect_dim=0))
         nisa.tensor_scalar(dst=row, data=row, op0=nl.add, operand0=i_f)
-        nisa.dma_copy(dst=out[k:k + 1, :], src=row)
+        nisa.dma_copy(dst=out.ap([[cols, 1], [1, cols]], scalar_offset=i, indirect_dim=0), src=row)
 
     nl.fori_loop(0, ub, body)
     return out
 
 
-def test_fori_loop_with_a_register_bound_matches_numpy():
+@pytest.mark.parametrize("n", [0, 4])
+def test_fori_loop_with_a_register_bound_matches_numpy_and_runs_its_python_once(n):
     x = np.arange(6 * 4, dtype=np.float32).reshape(6, 4)
-    got = running_rows(x, np.array([[4]], np.int32))
+    VISITS.clear()
+    got = running_rows(x, np.array([[n]], np.int32))
     want = np.zeros_like(x)
-    want[:4] = x[:4] + np.arange(4, dtype=np.float32)[:, None]
+    want[:n] = x[:n] + np.arange(n, dtype=np.float32)[:, None]
     np.testing.assert_array_equal(got, want)
+    assert len(VISITS) == 1
 
 
 @nki.jit
 def registers_roundtrip(x):
     """register_alloc(int), register_move (immediate and register), register_load (a float rounds to nearest
-    even: NKI 0.6's fp32-to-integer casts) and register_store (cast to the destination), dynamic_range
-    over a register."""
-    out = nl.ndarray((1, 4), dtype=nl.int32, buffer=nl.shared_hbm)
-    res = nl.ndarray((1, 4), dtype=nl.int32, buffer=nl.sbuf)
+    even: NKI 0.6's fp32-to-integer casts) and register_store (cast to the destination), dynamic_range over
+    registers: the device counts its iterations in a tile, the Python body runs once (``n``)."""
+    out = nl.ndarray((1, 5), dtype=nl.int32, buffer=nl.shared_hbm)
+    res = nl.ndarray((1, 5), dtype=nl.int32, buffer=nl.sbuf)
     a = nisa.register_alloc(7)
     b = nisa.register_alloc()
     nisa.register_move(b, a)
@@ -112,19 +117,23 @@ def registers_roundtrip(x):
     nisa.dma_copy(dst=xs, src=x)
     d = nisa.register_alloc()
     nisa.register_load(d, xs)
+    count = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=count, value=0)
     n = 0
     for _ in nl.dynamic_range(c, b):  # -3 .. 6
         n += 1
+        nisa.tensor_scalar(dst=count, data=count, op0=nl.add, operand0=1)
     e = nisa.register_alloc(n)
     for j, r in enumerate((b, c, d, e)):
         nisa.register_store(res[0:1, j:j + 1], r)
+    nisa.tensor_copy(dst=res[0:1, 4:5], src=count)
     nisa.dma_copy(dst=out, src=res)
     return out
 
 
 def test_register_moves_loads_and_stores():
     got = registers_roundtrip(np.array([[9.75]], np.float32))
-    np.testing.assert_array_equal(got, np.array([[7, -3, 10, 10]], np.int32))  # 9.75 -> 10
+    np.testing.assert_array_equal(got, np.array([[7, -3, 10, 1, 10]], np.int32))  # 9.75 -> 10
 
 
 def test_registers_refuse_python_control_flow():

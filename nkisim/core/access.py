@@ -381,13 +381,18 @@ def _set_flags(t: View, flags: np.ndarray, mask: np.ndarray | None, value: bool)
     flags[tuple(ix)] = value
 
 
+# Nonzero while a dynamic loop body is recorded (core.ops.registers): nothing executes then, so the accumulation flags
+# stay as they are (they are the executor's state, as the values are)
+FROZEN = [0]
+
+
 def mark_written(t: View, mask: np.ndarray | None = None, by_matmul: bool = False) -> None:
     """A PSUM region written by a non-matmul instruction holds data: a later ``+=`` matmul accumulates onto it
     instead of starting a fresh accumulation group (only never-written PSUM is overwritten by the first matmul).
     Such writes are also remembered as value-initialisations (``Allocation.vinit``): on NeuronCore-v2/v3 a matmul
     accumulating onto them is not supported (nki.isa.nc_matmul, NKI 0.6)."""
     a = t._a
-    if a.acc is None:
+    if a.acc is None or FROZEN[0]:
         return
     _set_flags(t, acc_view(t), mask, True)
     if not by_matmul:
@@ -415,6 +420,38 @@ def holds_data(t: View) -> bool:
     if t._ix is not None:
         flags = flags[tuple(np.broadcast_to(a, t.shape) for a in t._ix)]
     return bool(flags.all())
+
+
+def start_group_over_value_init(dst: View, mask: np.ndarray | None = None) -> None:
+    """``nc_matmul(accumulate=None)`` onto PSUM a non-matmul instruction initialised: the compiler infers the flag
+    from matmul writes ("first write overwrites, subsequent writes accumulate", nki.isa.nc_matmul), and a memset
+    is no matmul, so the matmul starts the accumulation group there: it overwrites those elements.  Accumulating
+    onto them is what NeuronCore-v2/v3 do not support (same docstring's note), so it is never what runs."""
+    a = dst._a
+    if a.vinit is None or a.acc is None or FROZEN[0]:
+        return
+    vinit = _flags_of(dst, a.vinit)
+    if dst._ix is None and mask is None:
+        acc = _flags_of(dst, a.acc)
+        acc[vinit] = False
+        vinit[...] = False
+        return
+    hit = np.broadcast_to(vinit if dst._ix is None else
+                          vinit[tuple(np.broadcast_to(x, dst.shape) for x in dst._ix)], dst.shape)
+    m = hit if mask is None else hit & np.broadcast_to(mask, dst.shape)
+    _set_flags(dst, _flags_of(dst, a.acc), m, False)
+    _set_flags(dst, vinit, m, False)
+
+
+def psum_flags(dst: View, accumulate: bool, mask: np.ndarray | None = None) -> None:
+    """The accumulation-group flags a matmul into ``dst`` leaves, without its values (timing mode): the rule checks
+    read the flags, so they fire alike whether or not values are computed."""
+    a = dst._a
+    if a.acc is None or FROZEN[0]:
+        return
+    if not accumulate and a.vinit is not None:
+        _set_flags(dst, _flags_of(dst, a.vinit), mask, False)
+    _set_flags(dst, acc_view(dst), mask, True)
 
 
 def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray | None = None,

@@ -342,3 +342,133 @@ def vector_select(t: Tensor, dim: int, vector_offset: Tensor) -> Tensor:
     items = [index] + [np.arange(n).reshape((1,) * (k + 1) + (n,) + (1,) * (nd - k - 2))
                        for k, n in enumerate(t.shape[1:])]
     return t._advanced(tuple(items))
+
+
+# ---- run-time scalar offsets (``.ap(scalar_offset=...)``): the specialize/execute split -------------------------
+# A view whose offset is a run-time value exists for the kernel's Python only as its pattern: the executor
+# (core.ops.registers) resolves it just before each instruction that uses it, from the register or the one-element
+# tensor holding the offset, and an offset outside the tensor is a fault of the run, not an error the kernel's
+# Python could catch.  Its cost does not depend on the offset either: the compiler cannot know it, so the view's
+# operand covers all of the tensor it may reach (hazards) with the pattern's own shape and runs (bytes,
+# descriptors), in every mode.
+
+
+class Recipe:
+    """How the executor resolves a run-time-offset view: ``base.ap(pattern, offset + value * stride, dtype)``."""
+
+    __slots__ = ("base", "pattern", "offset", "source", "stride", "dtype", "where")
+
+    def __init__(self, base, pattern, offset, source, stride, dtype, where) -> None:
+        self.base, self.pattern, self.offset, self.source = base, pattern, offset, source
+        self.stride, self.dtype, self.where = stride, dtype, where
+
+
+_DYNAMIC: dict = {}
+# the view methods that derive a new view: "Once a view is indirect, the indirected dimension cannot be sliced or
+# selected again" (NKI language guide, "Tensor views"); nkisim refuses every derivation made by kernel code
+_DERIVING = ("__getitem__", "ap", "permute", "broadcast", "expand_dim", "squeeze_dim", "reshape_dim",
+             "flatten_dims", "slice", "select", "view", "reinterpret_cast", "rearrange", "vector_select", "reshape",
+             "expand_dims", "get_pattern")
+
+
+def _from_kernel_code() -> bool:
+    from nkisim.core.context import active
+
+    ctx = active()
+    return ctx is not None and not ctx.api_depth
+
+
+def _refuse(name: str):
+    def method(self, *args, **kwargs):
+        if _from_kernel_code():
+            fail("nkisim_view", name=self.name, op=name, detail="the view has a run-time scalar_offset (it is "
+                 "indirect: is_indirect() is True), so no view can be derived from it (\"Once a view is indirect, "
+                 "the indirected dimension cannot be sliced or selected again\", NKI language guide); apply "
+                 "scalar_offset in the last .ap() of the chain")
+        return getattr(super(cls_of[0], self), name)(*args, **kwargs)
+
+    cls_of: list = [None]
+    method.__name__ = name
+    return method, cls_of
+
+
+def _dynamic_operand(self):
+    """The operand of a run-time-offset view (or of a view the builders derive from it): the pattern's shape and runs,
+    over the whole tensor it may reach (the compiler does not know the offset)."""
+    op = self._opnd
+    if op is None:
+        from nkisim.core.access import make_operand
+        from nkisim.core.instr import Region
+
+        op = make_operand(self)
+        a = self._a
+        r = op.region
+        if a.buf == B_HBM:
+            region = Region(B_HBM, a.phys, 0, 1, 0, a.base.nbytes)
+        else:
+            lo = a.placed[2] if a.placed is not None else 0
+            region = Region(r.buf, r.phys, r.p_lo, r.p_hi, lo, lo + a.bytes_pp)
+        op = self._opnd = op._replace(region=region)
+    return op
+
+
+def _offset_unknown(self):
+    if _from_kernel_code():
+        raise TypeError(f"NkiTensor '{self.name}': the offset of a view with a run-time scalar_offset is not known "
+                        "while the kernel is built (it is a device value)")
+    return element_offset(self)
+
+
+def dynamic_class(cls: type) -> type:
+    """The class of run-time-offset views of tensor class ``cls`` (one per class, made once)."""
+    dyn = _DYNAMIC.get(cls)
+    if dyn is None:
+        ns: dict = {"__slots__": ("_recipe",), "operand": _dynamic_operand, "is_indirect": lambda self: True,
+                    "offset": property(_offset_unknown)}
+        fixups = []
+        for name in _DERIVING:
+            if hasattr(cls, name):
+                ns[name], holder = _refuse(name)
+                fixups.append(holder)
+        dyn = _DYNAMIC[cls] = type(cls.__name__, (cls,), ns)
+        for holder in fixups:
+            holder[0] = dyn
+    return dyn
+
+
+def dynamic_ap(t: Tensor, pattern, offset, source, indirect_dim: int, dtype, where: str) -> Tensor:
+    """``t.ap(pattern, offset, scalar_offset=source, indirect_dim=...)`` with ``source`` a register or a one-element
+    integer SBUF/HBM tensor: a view the executor resolves at each use (see above).  Statically it is the pattern at
+    offset ``offset`` (checked against the tensor as any pattern is); ``scalar_offset * stride of dim indirect_dim``
+    is added at run time."""
+    from nkisim.core.context import current
+
+    d = _axis(t, indirect_dim, "ap")
+    if t.kind != B_HBM and d == 0:
+        raise NotImplementedError("nkisim does not support a run-time scalar_offset along the partition dimension "
+                                  "of an on-chip tensor yet; use indirect_dim >= 1")
+    if isinstance(source, Tensor):
+        from nkisim.core.instr import B_PSUM
+
+        if int(np.prod(source.shape)) != 1 or source.dtype.kind not in "iu" or source.kind == B_PSUM:
+            fail("nkisim_bad_argument", op="NkiTensor.ap", detail="scalar_offset must be a VirtualRegister or a "
+                 f"one-element integer tensor in SBUF or HBM, got {list(source.shape)} {source.dtype}")
+    stride = element_strides(t)[d]
+    static = ap(t, pattern, offset, dtype)
+    cls = dynamic_class(t.__class__)
+    v = cls(static._a, static._v, 0, off=static._off)
+    v._recipe = Recipe(t, [list(p) for p in pattern], int(offset or 0), source, stride, dtype, where)
+    ctx = current("NkiTensor.ap")
+    ctx.dyn_views = True
+    from nkisim.core import context
+
+    context.LIVE[0] = True
+    return v
+
+
+def resolve(v: Tensor, value: int) -> None:
+    """Point the run-time-offset view ``v`` at the offset ``value`` (the executor's value); an offset that leaves
+    the tensor raises the pattern's bounds error, which the executor turns into a fault."""
+    r = v._recipe
+    new = ap(r.base, r.pattern, r.offset + int(value) * r.stride, r.dtype)
+    v._v, v._off = new._v, new._off

@@ -40,6 +40,13 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
     if ctx is None:
         ctx = current("nl.ndarray")
         ctx.settle()
+    hook = ctx.alloc_hook
+    if hook is not None:  # a dynamic loop body: allocated once when recorded, the same tensor in every iteration
+        return hook(lambda: _allocate(shape, dtype, buffer, name, fill, provisional, ctx, site))
+    return _allocate(shape, dtype, buffer, name, fill, provisional, ctx, site)
+
+
+def _allocate(shape, dtype, buffer, name, fill, provisional, ctx: KernelContext, site) -> Tensor:
     if buffer is None:
         buffer = SBUF_SPEC
     elif not isinstance(buffer, BufferSpec):
@@ -111,9 +118,10 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
         alloc.block_bytes = bytes_pp // nblocks  # PSUM: each block is a tile of its own, within one bank
     if not provisional and mem.charge(alloc):
         ctx.spill(alloc)
-    if kind == B_PSUM and ctx.full and not provisional:
+    if kind == B_PSUM and not provisional:
         # per-element "written" flags of the matmul accumulation groups; provisional PSUM results (acc None) were
-        # written by the instruction that produced them, i.e. all flags set
+        # written by the instruction that produced them, i.e. all flags set.  Kept in both modes: the accumulate
+        # rules read them, and a rule must not depend on whether values are computed (grading security, S4)
         alloc.acc = np.zeros(base.shape, dtype=bool)
     return ctx.tensor_type(alloc, view, pdim, off=0)
 

@@ -31,6 +31,9 @@ _NKISIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # code).  A front end living elsewhere is found through the registry, never by a directory name written here.
 EMULATOR_DIRS = (os.path.join(_NKISIM_DIR, "core") + os.sep, *(fe.directory + os.sep for fe in frontends.FRONT_ENDS))
 _STACK: list[KernelContext] = []
+# Set once any kernel records a dynamic loop body or makes a run-time-offset view (core.ops.registers.api reads it:
+# until then the front-end wrappers cost one list read)
+LIVE = [False]
 
 
 class KernelContext:
@@ -83,6 +86,18 @@ class KernelContext:
         # direct placements their first iteration made (see traced_once)
         self.sym_loops: list[list[int]] = []
         self.traced: dict = {}
+        # the executor's side of the specialize/execute split (core.ops.registers): register values by register id
+        # (an int, or why it is unknown), the first run-time fault (raised by run_kernel once the kernel's Python
+        # returns) and whether one happened, the loop body being recorded (a list of steps, None when executing),
+        # the depth of front-end calls (nested ones belong to the outermost), the allocation hook of recorded and
+        # executed bodies, and whether any run-time-offset view exists (core.aps.dynamic_ap)
+        self.regs: dict = {}
+        self.fault: BaseException | None = None
+        self.faulted = False
+        self.recording: list | None = None
+        self.api_depth = 0
+        self.alloc_hook = None
+        self.dyn_views = False
         # neuronx-cc's middle end runs (no skip_middle_end_transformations) and, per statement, the transpose the
         # compiler inserted for nl.matmul's stationary at its previous execution (composites.hoisted_transpose)
         self.middle_end = True

@@ -18,8 +18,13 @@ bfloat16 = ml_dtypes.bfloat16
 float8_e4m3 = getattr(ml_dtypes, "float8_e4m3", ml_dtypes.float8_e4m3fn)
 float8_e4m3fn = ml_dtypes.float8_e4m3fn
 float8_e5m2 = ml_dtypes.float8_e5m2
-# tfloat32 is stored as float32 (its 10-bit mantissa only matters inside TensorE's multipliers).
-tfloat32 = np.float32
+# tfloat32 (1S, 8E, 10M: nki.api.shared.rst "Supported Data Types") lives in a 32-bit container, as float32: a float32
+# dtype marked by its metadata, so that it stays float32 for NumPy (``TF32 == float32``) but the core can tell it
+# apart (:func:`is_tf32`, :func:`name` says "tfloat32").  Values written into a tf32 tile by an engine are rounded
+# to its 10-bit mantissa (:func:`nkisim.core.execute.cast`), and TensorE rounds tf32 operands before multiplying
+# (ops.tensor_engine): a tf32 matmul has tf32 accuracy, at the BF16/FP16 rate (perf/model.py).
+TF32 = np.dtype(np.float32, metadata={"nki_dtype": "tfloat32"})
+tfloat32 = TF32
 int8, int16, int32 = np.int8, np.int16, np.int32
 uint8, uint16, uint32 = np.uint8, np.uint16, np.uint32
 bool_ = np.bool_
@@ -44,6 +49,8 @@ _TO_DTYPE: dict = {}
 
 def to_dtype(dt) -> np.dtype:
     """Any dtype spelling (nl.float16, np.float16, 'float16', ml_dtypes types) -> storage np.dtype."""
+    if dt is TF32 or dt == "tfloat32":
+        return TF32  # before the cache: TF32 == float32 and hashes alike, so a dict lookup would lose the marker
     try:
         hit = _TO_DTYPE.get(dt)
     except TypeError:
@@ -135,8 +142,30 @@ _NAMES: dict = {}
 
 
 def name(d: np.dtype) -> str:
-    """dtype name, cached (np.dtype.name is slow and sits on the per-instruction path)."""
+    """dtype name, cached (np.dtype.name is slow and sits on the per-instruction path); "tfloat32" for :data:`TF32`
+    (equal to float32 for NumPy, so it shares float32's cache entry and is told apart by its metadata)."""
     n = _NAMES.get(d)
     if n is None:
         n = _NAMES[d] = np.dtype(d).name
+    if n == "float32" and d.metadata is not None and is_tf32(d):
+        return "tfloat32"
     return n
+
+
+def is_tf32(d: np.dtype) -> bool:
+    """Whether ``d`` is :data:`TF32` (float32 storage marked as tfloat32)."""
+    md = d.metadata
+    return md is not None and md.get("nki_dtype") == "tfloat32"
+
+
+def round_tf32(values: np.ndarray) -> np.ndarray:
+    """fp32 values rounded to tf32's 10-bit mantissa, round-to-nearest-even ("round-nearest-even for all internal
+    rounding operations when casting from FP32 to a reduced precision data type (FP16, BF16, FP8, TF32)",
+    aws-neuron-sdk archive/nxd-training/torch-neuron-envvars.rst, NEURON_RT_STOCHASTIC_ROUNDING_EN off by
+    default); NaN and Inf stay as they are.  Returned as :data:`TF32`."""
+    f = np.ascontiguousarray(values, dtype=np.float32)
+    u = f.view(np.uint32)
+    special = (u & 0x7F800000) == 0x7F800000
+    r = ((u + (np.uint32(0x0FFF) + ((u >> np.uint32(13)) & np.uint32(1)))) & np.uint32(0xFFFFE000)).astype(np.uint32)
+    r = np.where(special, u, r).astype(np.uint32)
+    return r.view(np.float32).astype(TF32, copy=False).reshape(f.shape)

@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from nkisim.core import dtypes
+
 F32 = np.float32
 
 
@@ -227,6 +229,8 @@ def cast(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     engine and for DMA casts: no document distinguishes them.  Towards zero (not floor) for negatives follows C
     and NumPy's ``astype``.
     """
+    if dtype.metadata is not None and dtypes.is_tf32(dtype):
+        return dtypes.round_tf32(values if values.dtype.kind == "f" else values.astype(np.float32))
     if values.dtype == dtype:
         return values
     if dtype.kind in "iu" and values.dtype.kind == "f":

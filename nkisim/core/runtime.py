@@ -20,7 +20,7 @@ from nkisim.core.access import allocation, read
 from nkisim.core.buffers import wrap_host
 from nkisim.core.context import KernelContext, pop, push
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Trace
-from nkisim.core.ops.registers import ValuesNeeded
+from nkisim.core.ops.registers import ValuesNeeded, check_closed
 from nkisim.core.rules import NKICapacityWarning, NKISimulationWarning, applies, fail, message
 from nkisim.core.tensor import Tensor
 
@@ -92,7 +92,8 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
 
     A timing run of a kernel whose control flow depends on data (a dynamic loop over a register loaded from
     memory: ``nl.while_loop``, ``nl.fori_loop``) computes the values after all: it runs again in full mode, and its
-    outputs are still None.
+    outputs are still None.  A run-time error of the device program (``core.ops.registers.fault``) is raised once
+    the kernel's Python has returned.
 
     A kernel launched on an SPMD grid (``kernel[b, h]``) runs once per program, in row-major order, on the same
     inputs; ``trace.meta['spmd']`` records where each program's instructions start and which core runs it.
@@ -143,10 +144,20 @@ def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: b
             for t in (*hbm_args, *hbm_kwargs.values()):
                 if isinstance(t, Tensor) and t.kind == B_HBM:
                     allocation(t).immutable = False
-        if grid:
-            ret = _run_grid(ctx, fn, grid, cores, hbm_args, hbm_kwargs)
-        else:
-            ret = fn(*hbm_args, **hbm_kwargs)
+        try:
+            if grid:
+                ret = _run_grid(ctx, fn, grid, cores, hbm_args, hbm_kwargs)
+            else:
+                ret = fn(*hbm_args, **hbm_kwargs)
+        except BaseException:
+            if ctx.fault is not None:  # the device program failed first: its error, not what followed in Python
+                raise ctx.fault from None
+            raise
+        check_closed(ctx)
+        if ctx.fault is not None:
+            # a run-time error of the device program (core.ops.registers.fault): raised only now, once the
+            # kernel's Python has returned, so kernel code could not catch it to learn a bit about the data
+            raise ctx.fault
         ctx.settle()
         blocks.finish(ctx.mem, ctx.trace)
         _check_outputs_written(ctx, ret)

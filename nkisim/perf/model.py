@@ -18,7 +18,8 @@ from nkisim.core.instr import Buf, Engine, Instr, Operand
 from nkisim.perf.costs import TargetCosts
 
 _TWO_BYTE_FLOATS = frozenset({"bfloat16", "float16"})
-_FP32_MM = frozenset({"float32"})  # tf32 / fp8 / bf16 / fp16 run at the 1-pass rate (ISA-226)
+_FP32_MM = frozenset({"float32"})  # tf32 / fp8 / bf16 / fp16 run at the 1-pass rate (ISA-226; "79 BF16/FP16/TF32 and
+# 20 FP32 dense TFLOPS", aws-neuron-sdk nki/guides/architecture/trainium2_arch.rst): a tf32 operand is named "tfloat32"
 
 # ScalarE activation-function table sets (NEFF doc names).  Functions without a table entry (copy, square, relu,
 # abs, sign, ...) are taken to need no table load [INFERRED].
@@ -360,6 +361,11 @@ class CostModel:
             eff_bytes_e = rows / neng * min(runs, -(-span // burst)) * burst
         else:
             eff_bytes_e = desc_e * burst  # a run smaller than one HBM burst still moves a whole burst [INFERRED]
+        if side is None and src is not None and src.region.buf == Buf.HBM:
+            # HBM -> HBM: each byte is read from HBM and written to HBM, and the engines move both, as the grader's
+            # plausibility floor counts them (costs.dma_floor_us, one floor for both); before, a single HBM -> HBM
+            # dma_copy was modelled at half that floor (grading security V6)
+            eff_bytes_e *= 2
         per_engine = eff_bytes_e / (tc.dma_bw_bytes_per_ns * run_efficiency(tc, chunk)) + desc_e * tc.dma_desc_ns
         if transpose:
             if tc.dma_issue_dge_ns > 0:  # v3: HBM->SBUF transpose up to 90% of copy throughput, SBUF->SBUF 50% (A3)

@@ -1,13 +1,12 @@
 """Collective communication (``nki.collectives``) and DMA-engine arithmetic (``nisa.dma_compute``).
 
-nkisim models one NeuronCore, so the only collectives it can run honestly are those of a replica group of one rank:
-rank 0 alone.  For that group every collective is well defined by its documentation (nki.collectives, NKI 0.6):
-``all_reduce`` reduces one contribution (a copy), ``all_gather`` concatenates one chunk, ``reduce_scatter`` and
-``all_to_all`` keep the only chunk, a ring of one sends to itself, ``rank_id`` is 0.  Each moves its data with the
-DMA engines as one DMA per tensor (collectives run on the DMA rings: nki.collectives "priority: DMA
-quality-of-service"); the cost is that of the copy, without the collective runtime's synchronisation, which a
-one-rank group does not need.  A group with more ranks, or a launch on several NeuronCores, is an error naming the
-limit.
+AWS documents the collectives for one configuration: an LNC=2 launch whose replica-group rank-lists hold 4 ranks
+(intra-chip): "Only LNC=2 is supported", "Each rank-list must have exactly 4 ranks (intra-chip)" (nki.collectives,
+NKI 0.6, all_gather_v "Current limitations"; all_to_all_v: "requires LNC=2", "4 under LNC=2").  nkisim models one
+NeuronCore, so it runs none of them.  A replica group of one rank at LNC=1 is not a documented form either: nkisim
+used to run it as a local copy, a collective the hardware does not offer that cost what a copy costs (grading
+security, V5); every collective is now refused with the documented limits.  The operand checks and the one-rank
+data movement below stay for the day nkisim models the 4-rank LNC=2 form; ``check_group`` runs first.
 """
 
 from __future__ import annotations
@@ -25,22 +24,21 @@ from nkisim.core.ops.dma import _mark_descriptors, dma_copy
 from nkisim.core.rules import fail
 from nkisim.core.tensor import Tensor
 
-ONE_CORE = ("nkisim models one NeuronCore: a collective can only run on a replica group of one rank ([[0]]), "
-            "where it is a local copy")
+ONE_CORE = ("nkisim models one NeuronCore and AWS documents nki.collectives only for LNC=2 launches with rank-lists "
+            "of exactly 4 ranks (intra-chip; nki.collectives, NKI 0.6: 'Only LNC=2 is supported', 'Each rank-list "
+            "must have exactly 4 ranks'), so nkisim runs no collective; a one-rank group at LNC=1 is not a "
+            "documented form.  Move data within one core with nisa.dma_copy")
 _REDUCE_OPS = ("add", "minimum", "maximum")
 
 
 def check_group(groups, op: str) -> None:
-    """The replica group must be rank 0 alone, and the kernel an LNC=1 launch."""
+    """Refuse the collective, naming the group, the launch and the documented configuration."""
     ctx = current(op)
     ranks = [list(g) for g in groups]
     flat = [int(r) for g in ranks for r in g]
-    if ranks != [[0]] or flat != [0]:
-        raise NotImplementedError(f"ncol.{op}: replica group {ranks} has {len(flat)} rank(s) in {len(ranks)} "
-                                  f"group(s); {ONE_CORE}")
-    if ctx.grid:
-        raise NotImplementedError(f"ncol.{op}: the kernel runs on {math.prod(ctx.grid)} programs (kernel[lnc]); "
-                                  f"{ONE_CORE} and an LNC=1 launch")
+    launch = f"an LNC={math.prod(ctx.grid)} launch (kernel[lnc])" if ctx.grid else "an LNC=1 launch"
+    raise NotImplementedError(f"ncol.{op}: replica group {ranks} has {len(flat)} rank(s) in {len(ranks)} group(s), "
+                              f"in {launch}; {ONE_CORE}")
 
 
 def _pairs(srcs, dsts, op: str, sbuf_ok: bool = True) -> list[tuple[Tensor, Tensor]]:
@@ -167,10 +165,8 @@ def _one(srcs, dsts, op: str):
 
 def collective_permute(srcs, dsts, source_target_pairs) -> None:
     """Explicit (source, target) pairs: with one rank only ``(0, 0)`` exists (a copy); no pair leaves dst alone."""
-    ctx = current("collective_permute")
-    if ctx.grid:
-        check_group([[0]], "collective_permute")
     pairs = [tuple(int(x) for x in p) for p in source_target_pairs]
+    check_group([sorted({r for p in pairs for r in p}) or [0]], "collective_permute")
     if any(p != (0, 0) for p in pairs):
         raise NotImplementedError(f"ncol.collective_permute: source_target_pairs {pairs} name ranks other than 0; "
                                   f"{ONE_CORE}")

@@ -404,7 +404,7 @@ def tensor_copy_dynamic(src, dst=None, *, which: str, dtype=None, engine: Engine
         return finish(ctx, ins, out, values, m)
     if values is not None:
         write(out, execute.cast(values, out.dtype), m)
-        mark_written(out)
+    mark_written(out)  # in both modes: the accumulate rules read the flags
     return out
 
 
@@ -520,7 +520,7 @@ def memset_into(ctx: KernelContext, dst: Tensor, value, engine: Engine = E_VECTO
     if ctx.full:
         write(dst, execute.cast(np.asarray(value, dtype=F32 if dtypes.is_float(dst.dtype) else np.int64),
                                 dst.dtype))
-        mark_written(dst)
+    mark_written(dst)  # in both modes: the accumulate rules read the flags
     del ins
     return dst
 

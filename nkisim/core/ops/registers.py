@@ -1,12 +1,30 @@
-"""Engine-sequencer registers and the loops they drive (``nisa.register_*``, ``nl.fori_loop``/``while_loop``,
-``nl.dynamic_range`` with register bounds).
+"""Engine-sequencer registers, the dynamic loops they drive and run-time scalar offsets: the one place where the
+kernel's Python (the specialization) and the device's values (the execution) are kept apart.
 
 "Each engine sequencer ... maintains its own set of physical registers for scalar operations (64x 32-bit registers
 per engine sequencer)"; "these registers are primarily used to specify dynamic loop boundaries and while loop
-conditions" (nki.isa.register_alloc, NKI 0.6).  nkisim runs a kernel eagerly, so a register is a 32-bit integer
-known at the moment it is written: a dynamic loop runs its iterations as Python does and emits the body once per
-iteration (what the device executes).  In timing mode no values are computed, so a register loaded from memory has
-no value; using it as a loop bound or condition is then an error naming the cause, never a guess.
+conditions" (nki.isa.register_alloc, NKI 0.6).  "Under the tracer frontend a register's value is not known while
+the kernel is being built" (nki.isa.VirtualRegister); a ``dynamic_range`` loop is "a hardware loop instruction ...
+a single copy of the body is generated and the hardware iterates over it at runtime", its variable "a device
+register, not a Python int" (aws-neuron-sdk nki/deep-dives/nki-dynamic-loops.rst); and "the only constructs that
+survive specialization and become runtime operations are nki.isa.* calls and dynamic_range loops" (NKI language
+guide, "Specialization").  So in nkisim:
+
+* a :class:`Register` is a name: its value lives in the executor (``KernelContext.regs``), never on the object;
+* a dynamic loop (``nl.fori_loop``, ``nl.while_loop``, ``nl.dynamic_range``) runs its Python body ONCE, with a
+  symbolic index register, in *record* mode: the front-end calls the body makes are recorded (:func:`api`), not
+  executed (the trace goes to a scratch trace, no values, no accumulation flags, no register writes); the core
+  then executes the recorded body once per iteration (:func:`_execute`), with the index in the executor, as the
+  hardware runs its one body.  The kernel's Python runs the same number of times whatever the data;
+* a view with a run-time ``scalar_offset`` (``nkisim.core.aps.dynamic_ap``) is resolved by the executor just
+  before each instruction that uses it (:func:`api`), and costed without the offset (the whole tensor it may touch);
+* a run-time error (an offset outside its tensor, a register needed but not computed) is a *fault*
+  (:func:`fault`): the run stops executing and the error is raised when the kernel's Python has returned
+  (``run_kernel``), with no value in its text, so the kernel cannot catch it to learn a bit.
+
+Tensors allocated by the body while it is recorded are allocated once and reused by every iteration ("Tensors
+allocated inside the loop body are allocated once and reused across iterations", nki-dynamic-loops.rst): the
+executed calls get the recorded allocations back (``KernelContext.alloc_hook``).
 
 The sequencer instructions (``register_move``/``register_load``/``register_store``) are traced on SyncE: which
 sequencer the compiler picks is not documented, and their cost is a guess (``perf/model.py``).
@@ -14,21 +32,35 @@ sequencer the compiler picks is not documented, and their cost is a guess (``per
 
 from __future__ import annotations
 
+import functools
+import itertools
+import types
+
 import numpy as np
 
-from nkisim.core import execute
+from nkisim.core import access, aps, execute
 from nkisim.core.access import mark_written, read, write
-from nkisim.core.context import current
-from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_SYNC
+from nkisim.core.context import LIVE, KernelContext, active, current
+from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_SYNC, Trace
 from nkisim.core.ops.common import check_writable, need_on_chip, need_tensor
-from nkisim.core.rules import fail
+from nkisim.core.rules import NKIError, fail
 from nkisim.core.tensor import Tensor
 
 _MASK32 = 0xFFFFFFFF
+_IDS = itertools.count(1)
 
 
 class ValuesNeeded(RuntimeError):
     """Control flow needs a register value that a timing run did not compute (``run_kernel`` reruns in full)."""
+
+
+class DeviceFault(RuntimeError):
+    """A run-time error of the device program (an access outside its tensor, ...), raised once the kernel's Python
+    has returned.  Its message names the instruction and the tensor, never a run-time value."""
+
+
+class _Abort(Exception):
+    """Unwinds the executor after a fault (internal: caught by the executor, never seen by kernel code)."""
 
 
 def _int32(value: int) -> int:
@@ -38,25 +70,75 @@ def _int32(value: int) -> int:
 
 
 class Register:
-    """A virtual register: a 32-bit integer, or ``None`` while unknown (never written, or loaded in timing mode)."""
+    """A virtual register: a name.  Its 32-bit value (or why it is unknown) lives in the executor
+    (``KernelContext.regs``); nothing on the object depends on it."""
 
-    __slots__ = ("value", "why_unknown")
+    __slots__ = ("rid",)
 
-    def __init__(self, value: int | None = None) -> None:
-        self.value = None if value is None else _int32(value)
-        self.why_unknown = "it was allocated without a value and never written" if value is None else ""
-
-    def known(self, op: str) -> int:
-        """The value, for control flow: an unknown value is an error that says why (in a timing run,
-        :class:`ValuesNeeded`, which makes ``run_kernel`` compute the values)."""
-        if self.value is None:
-            raise ValuesNeeded(f"{op}: the register's value is unknown ({self.why_unknown}); nkisim runs dynamic "
-                               "loops by their values, so it needs them (timing mode computes no values: run the "
-                               "kernel in full mode)")
-        return self.value
+    def __init__(self) -> None:
+        self.rid = next(_IDS)
 
     def __repr__(self) -> str:
-        return f"VirtualRegister({self.value if self.value is not None else '?'})"
+        return f"VirtualRegister(#{self.rid})"
+
+
+# ---- the executor's state -------------------------------------------------------------------------------------------
+_UNSET = "it was allocated without a value and never written"
+
+
+def _get(ctx: KernelContext, r: Register, op: str) -> int:
+    """A register's value, for the executor.  Unknown (timing mode, or never written): a fault."""
+    v = ctx.regs.get(r.rid, _UNSET)
+    if isinstance(v, str):
+        if v == _UNSET:
+            fault(ctx, DeviceFault(f"{op}: the register was read before any value was written to it"))
+        else:
+            fault(ctx, ValuesNeeded(f"{op}: the register's value is unknown ({v}); nkisim runs dynamic loops by "
+                                    "their values, so it needs them (timing mode computes no values)"))
+        raise _Abort
+    return v
+
+
+def _set(ctx: KernelContext, r: Register, value) -> None:
+    ctx.regs[r.rid] = _int32(value) if not isinstance(value, str) else value
+
+
+def fault(ctx: KernelContext, exc: BaseException) -> None:
+    """Record a run-time error of the device program: the first one is raised by ``run_kernel`` after the kernel's
+    Python returns; from now on nothing executes (``ctx.faulted``)."""
+    if ctx.fault is None:
+        ctx.fault = exc
+    ctx.faulted = True
+
+
+def known(x, op: str):
+    """An immediate (Python int) or a register, as an executor value."""
+    if isinstance(x, Register):
+        return _get(current(op), x, op)
+    return int(x)
+
+
+def _need_bound(x, op: str) -> None:
+    if isinstance(x, Register):
+        return
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return
+    raise TypeError(f"{op}: loop bounds are integers or VirtualRegisters, got {type(x).__name__}")
+
+
+# ---- registers --------------------------------------------------------------------------------------------------
+def immediate(r: Register, value) -> None:
+    """An immediate value for a new register (``nisa.register_alloc(5)``): set where it executes (no instruction:
+    the compiler allocates registers; a value is an immediate)."""
+    _effect(current("register_alloc"), ("set", r, int(value)))
+
+
+def _effect(ctx: KernelContext, step: tuple) -> None:
+    """A register effect without an instruction: recorded in a loop body being recorded, else done now."""
+    if ctx.recording is not None:
+        ctx.recording.append(step)
+    elif not ctx.faulted:
+        _set(ctx, step[1], step[2])
 
 
 def _one_element(t: Tensor, op: str, name: str) -> Tensor:
@@ -71,17 +153,23 @@ def _one_element(t: Tensor, op: str, name: str) -> Tensor:
     return t
 
 
+def _executing(ctx: KernelContext) -> bool:
+    return ctx.recording is None and not ctx.faulted
+
+
 def register_move(dst: Register, src) -> None:
     """``dst = src`` (an immediate integer or another register): one sequencer instruction, no memory access."""
     ctx = current("register_move")
     ctx.settle()
-    if isinstance(src, Register):
-        dst.value, dst.why_unknown = src.value, src.why_unknown
-    elif isinstance(src, (int, np.integer)) and not isinstance(src, bool):
-        dst.value, dst.why_unknown = _int32(src), ""
-    else:
+    if not isinstance(src, Register) and not (isinstance(src, (int, np.integer)) and not isinstance(src, bool)):
         raise TypeError(f"nisa.register_move: src must be an integer or a VirtualRegister, got {type(src).__name__}")
     ctx.emit("register_move", E_SYNC, (), (), {})
+    if _executing(ctx):
+        if isinstance(src, Register):
+            v = ctx.regs.get(src.rid, _UNSET)
+            ctx.regs[dst.rid] = v
+        else:
+            _set(ctx, dst, src)
 
 
 def register_load(dst: Register, src: Tensor) -> None:
@@ -91,13 +179,13 @@ def register_load(dst: Register, src: Tensor) -> None:
     ctx.settle()
     src = _one_element(src, "register_load", "src")
     ctx.emit("register_load", E_SYNC, (src,), (), {})
+    if not _executing(ctx):
+        return
     if ctx.full:
         v = np.asarray(read(src)).reshape(-1)[0]
-        dst.value = _int32(int(execute.cast(np.asarray([v]), np.dtype(np.int64))[0]) if v.dtype.kind == "f"
-                           else int(v))
-        dst.why_unknown = ""
+        _set(ctx, dst, int(execute.cast(np.asarray([v]), np.dtype(np.int64))[0]) if v.dtype.kind == "f" else int(v))
     else:
-        dst.value, dst.why_unknown = None, "it was loaded from memory in timing mode"
+        ctx.regs[dst.rid] = "it was loaded from memory in a timing run"
 
 
 def register_store(dst: Tensor, src: Register) -> None:
@@ -109,56 +197,294 @@ def register_store(dst: Tensor, src: Register) -> None:
         raise TypeError(f"nisa.register_store: src must be a VirtualRegister, got {type(src).__name__}")
     check_writable(dst)
     ctx.emit("register_store", E_SYNC, (), (dst,), {})
-    if ctx.full:
-        value = src.known("nisa.register_store")
+    if _executing(ctx) and ctx.full:
+        value = _get(ctx, src, "nisa.register_store")
         write(dst, execute.cast(np.asarray(value, dtype=np.int64).reshape(dst.shape), dst.dtype))
         mark_written(dst)
 
 
-def bound(x, op: str) -> int:
-    """A loop bound: a Python integer or a register with a known value."""
-    if isinstance(x, Register):
-        return x.known(op)
-    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
-        return int(x)
-    raise TypeError(f"{op}: loop bounds are integers or VirtualRegisters, got {type(x).__name__}")
+# ---- recording and executing front-end calls ------------------------------------------------------------------
+def api(fn):
+    """Wrap a front-end function that makes instructions: recorded while a dynamic loop body is being recorded,
+    run with its run-time-offset views resolved otherwise.  Nested front-end calls belong to the outermost."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if not LIVE[0]:
+            return fn(*args, **kwargs)
+        ctx = active()
+        if ctx is None or ctx.api_depth:
+            return fn(*args, **kwargs)
+        if ctx.recording is not None:
+            return _record(ctx, fn, args, kwargs)
+        if ctx.faulted:
+            return _dry_call(ctx, fn, args, kwargs, None)
+        ctx.api_depth = 1
+        try:
+            _resolve_args(ctx, args, kwargs)
+            return fn(*args, **kwargs)
+        except _Abort:  # a fault (recorded): the kernel's Python gets what the call returns, nothing executes
+            ctx.api_depth = 0
+            return _dry_call(ctx, fn, args, kwargs, None)
+        finally:
+            ctx.api_depth = 0
+
+    call.nkisim_api = fn
+    return call
+
+
+def wrap_api(namespace: dict, exclude=()) -> None:
+    """Wrap (:func:`api`) every public function a front-end module defines, but those in ``exclude``."""
+    mod = namespace.get("__name__")
+    for name, obj in list(namespace.items()):
+        if name.startswith("_") or name in exclude or not isinstance(obj, types.FunctionType):
+            continue
+        if obj.__module__ == mod:
+            namespace[name] = api(obj)
+
+
+def _freeze(x):
+    """Lists and dicts of arguments copied as they are at the call (the kernel may change them afterwards)."""
+    if isinstance(x, list):
+        return [_freeze(v) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_freeze(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _freeze(v) for k, v in x.items()}
+    return x
+
+
+def _record(ctx: KernelContext, fn, args, kwargs):
+    """Record one call of a body being recorded, running it without executing anything (checks and allocations
+    happen: they are the compiler's; the allocations are kept for the executed iterations)."""
+    allocs: list = []
+    ctx.recording.append(("call", fn, _freeze(args), _freeze(kwargs), allocs))
+    return _dry_call(ctx, fn, args, kwargs, allocs)
+
+
+def _dry_call(ctx: KernelContext, fn, args, kwargs, allocs: list | None):
+    """Run ``fn`` with nothing executed: its instructions go to a scratch trace, no values, no flags.  ``allocs``
+    receives the tensors it allocates (None: allocations are not kept)."""
+    full, trace, hook = ctx.full, ctx.trace, ctx.alloc_hook
+    ctx.settle()
+    ctx.full = False
+    ctx.trace = Trace(trace.target, trace.kernel_name)
+    access.FROZEN[0] += 1
+    ctx.api_depth = 1
+    if allocs is not None:
+        def keep(make):
+            t = make()
+            allocs.append(t)
+            return t
+        ctx.alloc_hook = keep
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        ctx.settle()
+        ctx.api_depth = 0
+        access.FROZEN[0] -= 1
+        ctx.full, ctx.trace, ctx.alloc_hook = full, trace, hook
+
+
+def _resolve_args(ctx: KernelContext, args, kwargs) -> None:
+    """Resolve the run-time-offset views among a call's arguments for the executor (values only: a timing run
+    needs no addresses, the cost of such a view does not depend on them)."""
+    if not ctx.dyn_views:
+        return
+    for x in itertools.chain(args, kwargs.values()):
+        if isinstance(x, (list, tuple)):
+            for y in x:
+                if isinstance(y, (list, tuple)):
+                    for z in y:
+                        _resolve(ctx, z)
+                else:
+                    _resolve(ctx, y)
+        else:
+            _resolve(ctx, x)
+
+
+def _resolve(ctx: KernelContext, x) -> None:
+    recipe = getattr(x, "_recipe", None) if isinstance(x, Tensor) else None
+    if recipe is None:
+        return
+    if not ctx.full:
+        return
+    src = recipe.source
+    if isinstance(src, Register):
+        value = _get(ctx, src, "scalar_offset")
+    else:
+        ctx.settle()
+        value = int(np.asarray(read(src)).reshape(-1)[0])
+    try:
+        aps.resolve(x, value)
+    except NKIError:
+        fault(ctx, DeviceFault(
+            f"{recipe.where}: the run-time scalar_offset moves the access pattern {recipe.pattern} of "
+            f"'{x.name}' outside its tensor (an out-of-bounds DMA on the device; nkisim does not print run-time "
+            "values)"))
+        raise _Abort from None
+
+
+# ---- dynamic loops ------------------------------------------------------------------------------------------------
+def _begin(ctx: KernelContext) -> tuple:
+    ctx.settle()
+    LIVE[0] = True
+    saved = (ctx.recording, len(ctx.trace.instrs))
+    ctx.recording = []
+    return saved
+
+
+def _end(ctx: KernelContext, saved) -> list:
+    body = ctx.recording
+    ctx.recording, n = saved
+    ctx.settle()
+    if len(ctx.trace.instrs) != n:
+        # a call that bypassed the executor's wrapper made instructions while the body was recorded
+        del ctx.trace.instrs[n:]
+        raise NotImplementedError("nkisim does not support this call inside a dynamic loop body yet (it is not "
+                                  "recorded): use the nisa.* instructions there")
+    return body
+
+
+def _run_or_record(ctx: KernelContext, node: tuple) -> None:
+    """A recorded loop inside a body being recorded is a step of that body; at top level it executes now."""
+    if ctx.recording is not None:
+        ctx.recording.append(node)
+        return
+    if ctx.faulted:
+        return
+    ctx.api_depth = 1
+    try:
+        _step(ctx, node)
+    except _Abort:
+        pass
+    except ValuesNeeded as exc:
+        fault(ctx, exc)
+    except Exception as exc:  # noqa: BLE001 - a run-time error of the device program is a fault (see fault)
+        fault(ctx, exc)
+    finally:
+        ctx.api_depth = 0
+
+
+def _execute(ctx: KernelContext, body: list) -> None:
+    for step in body:
+        _step(ctx, step)
+
+
+def _step(ctx: KernelContext, step: tuple) -> None:
+    kind = step[0]
+    if kind == "call":
+        _, fn, args, kwargs, allocs = step
+        _resolve_args(ctx, args, kwargs)
+        served = iter(allocs)
+        hook = ctx.alloc_hook
+
+        def serve(make):
+            t = next(served, None)
+            return make() if t is None else t
+
+        ctx.alloc_hook = serve
+        try:
+            fn(*args, **kwargs)
+        finally:
+            ctx.alloc_hook = hook
+    elif kind == "set":
+        _set(ctx, step[1], step[2])
+    elif kind == "for":
+        _, index, lower, upper, stride, body = step
+        lo, hi = _bound(ctx, lower, "nl.fori_loop"), _bound(ctx, upper, "nl.fori_loop")
+        for v in range(lo, hi, stride):
+            _set(ctx, index, v)
+            _execute(ctx, body)
+    else:  # "while"
+        _, init, cond, body, nxt = step
+        c = _get(ctx, init, "nl.while_loop")
+        while c != 0:
+            _set(ctx, cond, c)
+            _execute(ctx, body)
+            c = _get(ctx, nxt, "nl.while_loop")
+
+
+def _bound(ctx: KernelContext, x, op: str) -> int:
+    return _get(ctx, x, op) if isinstance(x, Register) else int(x)
 
 
 def fori_loop(lower, upper, body, step: int, make_register) -> None:
-    """``for i in range(lower, upper, step): body(i)`` with ``i`` a fresh register each iteration (by value)."""
+    """``for i in range(lower, upper, step): body(i)`` on the device: ``body`` runs once (recorded) with ``i`` a
+    register; the executor runs the recorded body once per iteration, setting ``i`` (by value: a write to it in the
+    body lasts until the next iteration starts)."""
     if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or step <= 0:
         raise ValueError(f"nl.fori_loop: step must be a compile-time positive integer, got {step!r}")
-    lo, hi = bound(lower, "nl.fori_loop"), bound(upper, "nl.fori_loop")
-    for i in range(lo, hi, int(step)):
-        body(make_register(i))
+    _need_bound(lower, "nl.fori_loop")
+    _need_bound(upper, "nl.fori_loop")
+    ctx = current("fori_loop")
+    index = make_register()
+    saved = _begin(ctx)
+    try:
+        body(index)
+    finally:
+        recorded = _end(ctx, saved)
+    _run_or_record(ctx, ("for", index, lower, upper, int(step), recorded))
 
 
 def while_loop(init: Register, body, make_register) -> None:
-    """``r = init; while r != 0: r = body(r)``: the body gets the condition by value and returns the next one."""
+    """``r = init; while r != 0: r = body(r)`` on the device: ``body`` runs once (recorded) and returns the register
+    holding the next condition; the executor runs the recorded body while it is nonzero."""
     if not isinstance(init, Register):
         raise TypeError(f"nl.while_loop: init must be a VirtualRegister, got {type(init).__name__}")
-    r = init
-    while r.known("nl.while_loop") != 0:
-        nxt = body(make_register(r.value))
-        if not isinstance(nxt, Register):
-            raise TypeError("nl.while_loop: the body must return the next condition register (a VirtualRegister), "
-                            f"got {type(nxt).__name__}")
-        r = nxt
+    ctx = current("while_loop")
+    cond = make_register()
+    saved = _begin(ctx)
+    try:
+        nxt = body(cond)
+    finally:
+        recorded = _end(ctx, saved)
+    if not isinstance(nxt, Register):
+        raise TypeError("nl.while_loop: the body must return the next condition register (a VirtualRegister), "
+                        f"got {type(nxt).__name__}")
+    _run_or_record(ctx, ("while", init, cond, recorded, nxt))
 
 
-def scalar_value(x, op: str) -> int:
-    """A run-time scalar (``.ap(scalar_offset=...)``): a register, or one integer element of an SBUF/HBM tensor, read
-    when the access is made (instructions execute in program order).  A timing run has no values:
-    :class:`ValuesNeeded` makes ``run_kernel`` compute them."""
-    if isinstance(x, Register):
-        return x.known(op)
-    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
-        return int(x)
-    t = _one_element(x, op, "scalar_offset")
-    if t.dtype.kind not in "iu":
-        fail("nkisim_bad_argument", op=op, detail=f"scalar_offset must hold an integer, not {t.dtype}")
-    ctx = current(op)
-    ctx.settle()
-    if not ctx.full:
-        raise ValuesNeeded(f"{op}: a run-time offset read from memory needs the values (timing mode)")
-    return int(np.asarray(read(t)).reshape(-1)[0])
+class DynamicRange:
+    """``nl.dynamic_range(start, stop, step)``: iterating it yields ONE register (the loop variable) and records the
+    loop body the Python ``for`` statement runs; when the body ends, the executor runs it once per iteration."""
+
+    __slots__ = ("start", "stop", "step", "make_register")
+
+    def __init__(self, start, stop, step, make_register) -> None:
+        if stop is None:
+            start, stop = 0, start
+        _need_bound(start, "nl.dynamic_range")
+        _need_bound(stop, "nl.dynamic_range")
+        if isinstance(step, Register):
+            raise AssertionError("nl.dynamic_range: step must be a compile-time positive int, not a VirtualRegister "
+                                 "(the hardware loop instruction encodes it as an immediate)")
+        if not isinstance(step, (int, np.integer)) or isinstance(step, bool) or step <= 0:
+            raise AssertionError(f"nl.dynamic_range: step must be a compile-time positive int, got {step!r}")
+        self.start, self.stop, self.step, self.make_register = start, stop, int(step), make_register
+
+    def __iter__(self):
+        ctx = current("dynamic_range")
+        index = self.make_register()
+        saved = _begin(ctx)
+        done = False
+        try:
+            yield index
+            done = True
+        finally:
+            recorded = _end(ctx, saved)
+            if not done:
+                # the for statement left the body (break, return or an exception): the hardware loop has one body
+                # that runs to its end; an exception is already on its way, a break is refused (here, or by
+                # check_closed when the generator is not closed before the kernel returns)
+                fault(ctx, NKIError("nkisim_dynamic_loop", OPEN_BODY))
+        _run_or_record(ctx, ("for", index, self.start, self.stop, self.step, recorded))
+
+
+OPEN_BODY = ("nl.dynamic_range: the loop body must run to its end (no break or return): the hardware loop "
+             "instruction repeats one body")
+
+
+def check_closed(ctx: KernelContext) -> None:
+    """After the kernel's Python returned: no dynamic loop body is still being recorded (a ``break`` left one)."""
+    if ctx.recording is not None:
+        raise NKIError("nkisim_dynamic_loop", OPEN_BODY)

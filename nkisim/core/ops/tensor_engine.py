@@ -7,8 +7,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from nkisim.core import dtypes, execute
-from nkisim.core.access import allocation, holds_data, holds_value_init, psum_write, read
+from nkisim.core import access, dtypes, execute
+from nkisim.core.access import (
+    allocation,
+    holds_data,
+    holds_value_init,
+    psum_flags,
+    psum_write,
+    read,
+    start_group_over_value_init,
+)
 from nkisim.core.context import KernelContext, current
 from nkisim.core.dtypes import F32
 from nkisim.core.instr import B_PSUM, B_SBUF, E_TENSOR, E_UNKNOWN, E_VECTOR, Engine
@@ -30,7 +38,8 @@ from nkisim.core.ops.elementwise import tensor_copy
 from nkisim.core.rules import applies, fail
 from nkisim.core.tensor import Tensor
 
-_MATMUL_DTYPES = {"float8_e4m3", "float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32"}
+_MATMUL_DTYPES = {"float8_e4m3", "float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "tfloat32", "float32"}
+_FP32_CLASS = ("float32", "tfloat32")
 
 
 # Toolchains that stage a PSUM matmul operand through SBUF (the legacy compiler: see stage_psum_operand); the current
@@ -125,7 +134,7 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
     for d, who in ((d1, "stationary"), (d2, "moving")):
         if d not in _MATMUL_DTYPES:
             fail("nkisim_matmul_dtype", detail=f"{who} dtype {d} is not supported (fp8/bf16/fp16/tf32/fp32)")
-    if (d1 == "float32") != (d2 == "float32"):
+    if (d1 in _FP32_CLASS) != (d2 in _FP32_CLASS):
         fail("nkisim_matmul_dtype", detail=f"fp32/tf32 operands must pair with fp32/tf32, got {d1} and {d2}")
     out_shape = (m,) + tuple(moving.shape[1:]) if moving.ndim > 1 else (m, 1)
     out = _matmul_out(ctx, out_shape, dst, op_name)
@@ -140,12 +149,19 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
     ins = ctx.emit("nc_matmul", E_TENSOR, (stationary, moving), (out,), attrs)
     values = None
     if ctx.full:
-        s = execute.to_f32(read(stationary)).reshape(k1, m)
-        mv = execute.to_f32(read(moving)).reshape(k1, n)
+        s = _operand_values(stationary, d1).reshape(k1, m)
+        mv = _operand_values(moving, d2).reshape(k1, n)
         if is_stationary_onezero or is_moving_onezero or is_transpose:
             _check_matmul_promises(ctx, op_name, attrs, (s, d1, is_stationary_onezero), (mv, d2, is_moving_onezero))
         values = (s.T @ mv).reshape(out_shape)
     return _matmul_done(ctx, ins, out, values, mask_values(mask, out_shape, stationary, moving), dst, accumulate)
+
+
+def _operand_values(t: Tensor, dtype_name: str) -> np.ndarray:
+    """A matmul operand as TensorE multiplies it: fp32, with a tf32 tile's values rounded to tf32's 10-bit mantissa
+    (whatever bits a DMA left in its 32-bit container: "tfloat32 (1S,8E,10M)", nki.api.shared.rst)."""
+    v = execute.to_f32(read(t))
+    return dtypes.round_tf32(v) if dtype_name == "tfloat32" else v
 
 
 def _check_matmul_promises(ctx: KernelContext, op_name: str, attrs: dict, stationary: tuple, moving: tuple) -> None:
@@ -209,14 +225,21 @@ def free_of_shape(shape: tuple) -> int:
 def _matmul_done(ctx: KernelContext, ins, out: Tensor, values, mask, dst: Tensor | None, accumulate) -> Tensor:
     if dst is None:
         return finish(ctx, ins, out, values, mask)
+    if access.FROZEN[0]:
+        return dst  # a dynamic loop body being recorded: the flags are checked when it executes
+    # the rules read the accumulation-group flags, which both modes keep: they fire with or without values
+    if accumulate is True and not holds_data(dst):
+        fail("nkisim_matmul_accumulate_uninit", op=ins.op, dst=list(dst.shape))
+    # every target nkisim models (trn1, trn2) is NeuronCore-v2/v3, where the note below applies
+    if accumulate is True and holds_value_init(dst) and applies("nkisim_matmul_accumulate_value_init", ctx.era):
+        fail("nkisim_matmul_accumulate_value_init", op=ins.op, dst=list(dst.shape), target=ctx.target)
+    if accumulate is None:
+        start_group_over_value_init(dst, mask)  # the compiler's inferred flag: a memset is no matmul write
     if values is not None:
-        if accumulate is True and not holds_data(dst):
-            fail("nkisim_matmul_accumulate_uninit", op=ins.op, dst=list(dst.shape))
-        # every target nkisim models (trn1, trn2) is NeuronCore-v2/v3, where the note below applies
-        if accumulate is True and holds_value_init(dst) and applies("nkisim_matmul_accumulate_value_init", ctx.era):
-            fail("nkisim_matmul_accumulate_value_init", op=ins.op, dst=list(dst.shape), target=ctx.target)
         psum_write(dst, np.asarray(values).reshape(dst.shape), accumulate is not False, mask,
                    force=accumulate is True)
+    else:
+        psum_flags(dst, accumulate is not False, mask)
     return dst
 
 

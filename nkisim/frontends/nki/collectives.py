@@ -1,12 +1,12 @@
-"""``nki.collectives`` (``ncol``) of the current API (NKI 0.6) as nkisim implements it: for one rank.
+"""``nki.collectives`` (``ncol``) of the current API (NKI 0.6) as nkisim implements it: refused.
 
-nkisim models one NeuronCore, so it runs a collective only on a replica group of one rank, ``ReplicaGroup([[0]])``,
-where every collective is well defined by its documentation and is a local DMA: ``all_reduce`` / ``all_gather`` /
-``reduce_scatter`` / ``all_to_all`` copy src to dst, the ``_v`` variants copy the chunk the metadata names, a ring of
-one sends to itself (``collective_permute_implicit_reduce`` writes ``op(src0, src1)``), ``rank_id`` and the ring's
-current processing rank are 0.  Groups with more ranks (and LNC=2 launches) raise "nkisim models one NeuronCore".
-AWS's own simulator implements none of them ("nki.collectives APIs are not implemented in the simulator",
-nki/guides/nki_simulator.rst, "Known Gaps").  Thin adapters over ``nkisim.core.ops.collectives``.
+AWS documents the collectives only for LNC=2 launches with rank-lists of exactly 4 ranks (nki.collectives,
+all_gather_v / all_to_all_v "Current limitations"); nkisim models one NeuronCore, so every collective raises
+``NotImplementedError`` naming the documented configuration (``nkisim.core.ops.collectives.check_group``).  A group
+of one rank at LNC=1, which nkisim used to run as a local copy, is no documented form (grading security, V5).
+``ReplicaGroup`` and ``rank_id`` (0 in a register) remain.  AWS's own simulator implements none of them
+("nki.collectives APIs are not implemented in the simulator", nki/guides/nki_simulator.rst, "Known Gaps").
+Thin adapters over ``nkisim.core.ops.collectives``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 from nkisim.core.ops import collectives as _col
 from nkisim.core.ops import registers as _reg
 from nkisim.frontends._operators import alu as _alu
+from nkisim.frontends.nki import isa as _isa
 from nkisim.frontends.nki.isa import VirtualRegister as _VirtualRegister
 from nkisim.frontends.nki.language import NKIObject, NkiTensor  # noqa: F401  (as the stub does)
 
@@ -102,16 +103,16 @@ def collective_permute_implicit_reduce(srcs0_by_channel, srcs1_by_channel, dsts_
 def collective_permute_implicit_current_processing_rank_id(iteration_id, replica_group, channel_id=0, name=None):
     """The rank whose data ring step ``iteration_id`` processes, in a register (one rank: always 0)."""
     _col.check_group(_groups(replica_group), "collective_permute_implicit_current_processing_rank_id")
-    reg = _VirtualRegister()
-    _reg.register_move(reg, 0)
-    return reg
 
 
 def rank_id(name=None):
     """This rank's id in a register (nkisim's single rank: 0)."""
     reg = _VirtualRegister()
-    _reg.register_move(reg, 0)
+    _isa.register_move(reg, 0)  # the front end's instruction (recorded in a dynamic loop body)
     return reg
+
+
+_reg.wrap_api(globals(), exclude={"rank_id"})
 
 
 def __getattr__(name: str):

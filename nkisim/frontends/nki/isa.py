@@ -11,6 +11,7 @@ the named members only ("Raw integer values (e.g., dge_mode=2) are no longer acc
 
 from __future__ import annotations
 
+import types
 from enum import Enum as _Enum
 
 from nkisim.core import config as _config
@@ -465,28 +466,32 @@ def rand_get_state(dst, engine=engine.gpsimd, name=None, **removed) -> None:
 
 # ---- engine-sequencer registers ----------------------------------------------------------------------------------
 class VirtualRegister(NKIObject, _reg.Register):
-    """A virtual register on an engine sequencer: a 32-bit integer (``nisa.register_alloc``), used for dynamic loop
-    bounds (``nl.dynamic_range``, ``nl.fori_loop``), while-loop conditions (``nl.while_loop``) and the results of
-    ``ncol.rank_id``.  nkisim runs the kernel eagerly: a register holds its value (``None`` until written); using it
-    in Python control flow is the tracer's ``TypeError`` (nki.isa.VirtualRegister: "using a register in Python
-    control flow ... or converting it with int() / range() raises TypeError")."""
+    """A virtual register on an engine sequencer: a 32-bit integer on the device (``nisa.register_alloc``), used for
+    dynamic loop bounds (``nl.dynamic_range``, ``nl.fori_loop``), while-loop conditions (``nl.while_loop``), run-time
+    offsets (``.ap(scalar_offset=...)``) and the results of ``ncol.rank_id``.  Its value exists only when the
+    instructions execute (``nkisim.core.ops.registers``): "a register's value is not known while the kernel is being
+    built, so using a register in Python control flow (``if``/``while``) or converting it with ``int()`` /
+    ``range()`` raises ``TypeError``" (nki.isa.VirtualRegister, NKI 0.6)."""
 
     __slots__ = ()
 
     def __init__(self, state=None, frozen=False) -> None:
-        _reg.Register.__init__(self, state)
+        _reg.Register.__init__(self)
+        if state is not None:
+            _reg.immediate(self, state)
 
     def _python_control_flow(self, *args):
-        raise TypeError("a VirtualRegister's value is not known while the kernel is built: use nl.fori_loop / "
-                        "nl.while_loop / nl.dynamic_range, or nisa.register_store it into a tensor "
-                        "(nki.isa.VirtualRegister)")
+        raise TypeError("a VirtualRegister's value is not known while the kernel is built: using it in Python "
+                        "control flow (if/while) or converting it with int()/range() raises TypeError "
+                        "(nki.isa.VirtualRegister); use nl.fori_loop / nl.while_loop / nl.dynamic_range, "
+                        "or nisa.register_store it into a tensor")
 
-    __bool__ = __int__ = __index__ = _python_control_flow
+    __bool__ = __int__ = __index__ = __float__ = _python_control_flow
 
 
 def register_alloc(x=None) -> VirtualRegister:
-    """A new virtual register, uninitialised (``None``) or holding the integer ``x`` (no instruction: the compiler
-    allocates registers; a value is an immediate)."""
+    """A new virtual register, uninitialised or holding the integer ``x`` (no instruction: the compiler allocates
+    registers; a value is an immediate)."""
     if x is not None and (isinstance(x, bool) or not isinstance(x, int)):
         raise TypeError(f"nisa.register_alloc: x must be None or an integer, got {type(x).__name__}")
     _ctx.current("register_alloc")
@@ -565,13 +570,18 @@ def _returns_instruction(fn):
     stack = _ctx._STACK
     new = object.__new__
     cls = NkiInstruction
+    live = _ctx.LIVE
+    executor = _reg.api(fn)  # recorded in a dynamic loop body, run-time offsets resolved (core.ops.registers)
 
     def call(*args, **kwargs):
         if not stack:
             return fn(*args, **kwargs)  # raises "outside a kernel" as the function itself does
         instrs = stack[-1].trace.instrs
         n0 = len(instrs)
-        fn(*args, **kwargs)
+        if live[0]:
+            executor(*args, **kwargs)
+        else:
+            fn(*args, **kwargs)
         h = new(cls)
         h._span = (instrs, n0, len(instrs))
         return h
@@ -603,7 +613,11 @@ for _name in ("dma_copy", "dma_transpose", "nc_matmul", "nc_transpose", "tensor_
               "rng", "set_rng_seed", "rand_set_state", "rand_get_state", "register_move", "register_load",
               "register_store"):
     globals()[_name] = _returns_instruction(globals()[_name])
+_INSTRUCTIONS = {_n for _n in globals() if isinstance(globals()[_n], types.FunctionType)
+                 and getattr(globals()[_n], "__wrapped__", None) is not None}
 del _name
+# the other calls that make instructions go through the executor's wrapper too
+_reg.wrap_api(globals(), exclude=_INSTRUCTIONS | {"register_alloc"})
 
 
 _V4 = "a NeuronCore-v4 (trn3) instruction; nkisim models trn1 and trn2, where the compiler rejects it"

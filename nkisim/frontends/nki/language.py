@@ -215,33 +215,36 @@ def static_range(start, stop=None, step=1) -> range:
     return _range(start, stop, step)
 
 
-def dynamic_range(start, stop=None, step=1) -> range:
-    """A loop the device runs with runtime bounds (integers or ``VirtualRegister``s); nkisim runs the same
-    iterations, so a register bound must hold a value (it does in full mode).  Deprecated: "NKI emits a deprecation
+def _new_register():
+    from nkisim.frontends.nki.isa import VirtualRegister
+
+    return VirtualRegister()
+
+
+def dynamic_range(start, stop=None, step=1):
+    """A hardware loop with run-time bounds (integers or ``VirtualRegister``s): the ``for`` body runs once in
+    Python, with the loop variable a ``VirtualRegister``, and the device repeats it ("the loop body is not unrolled;
+    instead, a single copy of the body is generated and the hardware iterates over it at runtime",
+    nki/deep-dives/nki-dynamic-loops.rst; ``nkisim.core.ops.registers``).  Deprecated: "NKI emits a deprecation
     warning when it encounters for i in nl.dynamic_range(...)" (NKI 0.6.0 release notes)."""
     _warnings.warn("nl.dynamic_range loops are deprecated and will be removed in a future NKI release: use "
                    "nl.fori_loop(lower, upper, body_fun) (NKI 0.6.0 release notes)", DeprecationWarning, stacklevel=2)
-    if stop is None:
-        start, stop = 0, start
-    return range(_reg.bound(start, "nl.dynamic_range"), _reg.bound(stop, "nl.dynamic_range"), int(step))
+    _ctx.current("dynamic_range")
+    return _reg.DynamicRange(start, stop, step, _new_register)
 
 
 def fori_loop(lower, upper, body_fun, step=1) -> None:
-    """``for i in range(lower, upper, step): body_fun(i)`` with dynamic bounds (ints or registers); ``i`` is a
-    fresh ``VirtualRegister`` each iteration (by value: writing it does not change the loop)."""
-    from nkisim.frontends.nki.isa import VirtualRegister
-
+    """``for i in range(lower, upper, step): body_fun(i)`` on the device, with dynamic bounds (ints or registers):
+    ``body_fun`` runs once in Python with ``i`` a ``VirtualRegister``; the device repeats it."""
     _ctx.current("fori_loop")
-    _reg.fori_loop(lower, upper, body_fun, step, VirtualRegister)
+    _reg.fori_loop(lower, upper, body_fun, step, _new_register)
 
 
 def while_loop(init, body_fun) -> None:
-    """``r = init; while r != 0: r = body_fun(r)``: checked before each iteration; the body gets the condition
-    register by value and returns the next one."""
-    from nkisim.frontends.nki.isa import VirtualRegister
-
+    """``r = init; while r != 0: r = body_fun(r)`` on the device: ``body_fun`` runs once in Python and returns the
+    register holding the next condition; the device repeats it while that register is nonzero."""
     _ctx.current("while_loop")
-    _reg.while_loop(init, body_fun, VirtualRegister)
+    _reg.while_loop(init, body_fun, _new_register)
 
 
 def ds(start, size) -> slice:
@@ -441,6 +444,14 @@ _MX = "an MX type of nisa.nc_matmul_mx / quantize_mx, NeuronCore-v4 (trn3) only;
 _NOT_MODELLED = {"float8_e5m2_x4": _MX, "float8_e4m3fn_x4": _MX, "float4_e2m1fn_x4": _MX, "float8_e8m0fnu": _MX,
                  "prelu": "an operator of nisa.activate2, a NeuronCore-v4 (trn3) instruction",
                  "bypass": "an operator of nisa.activate2, a NeuronCore-v4 (trn3) instruction"}
+
+
+# every call that makes instructions goes through the executor's wrapper (recorded in a dynamic loop body, run with
+# its run-time-offset views resolved elsewhere); allocation, views, loops and compile-time queries do not
+_reg.wrap_api(globals(), exclude={"ndarray", "ds", "affine_range", "sequential_range", "static_range",
+                                  "dynamic_range", "fori_loop", "while_loop", "no_reorder", "program_id",
+                                  "num_programs", "program_ndim", "is_hbm", "is_on_chip", "is_psum", "is_sbuf",
+                                  "shared_constant", "expand_dims"})
 
 
 def __getattr__(name: str):

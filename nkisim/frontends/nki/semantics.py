@@ -26,6 +26,16 @@ class NkiSemantics(Semantics):
             f"nl.{alu}(x, y), which returns a new tile, or write into a tile you allocated with "
             f"nisa.tensor_tensor(dst, x, y, op=nl.{alu}) / nisa.tensor_scalar(dst, x, op0=nl.{alu}, operand0=c)")
 
+    def assign(self, dst, value) -> None:
+        from nkisim.core.context import current
+
+        if current("assignment").recording is not None:
+            # item assignment rewrites the previous instruction's destination, which a recorded body cannot replay
+            raise NotImplementedError(
+                f"nkisim does not support item assignment ('{dst.name}[...] = ...') inside a dynamic loop body yet: "
+                "write with an instruction that takes dst (nisa.dma_copy(dst=..., src=...), nisa.tensor_copy, ...)")
+        super().assign(dst, value)
+
     def invert(self, t):
         raise TypeError(f"NkiTensor '{t.name}' has no '~' operator in the nki API: use nl.invert(x) (integers) or "
                         "nl.logical_not(x)")

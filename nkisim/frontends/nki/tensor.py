@@ -111,16 +111,21 @@ class NkiTensor(Tensor):
     # ---- views (nkisim.core.aps) --------------------------------------------------------------------------
     def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
         """Explicit ``[[stride, count], ...]`` access pattern over the storage (offset: elements).  ``scalar_offset``
-        (a register or a one-element integer tensor) adds ``scalar_offset * stride of dim indirect_dim``, read when
-        the view is made."""
+        (a register or a one-element integer tensor) adds ``scalar_offset * stride of dim indirect_dim``, a device value
+        the executor reads when an instruction uses the view (the kernel's Python never sees it)."""
         if vector_offset is not None:
             raise NkisimUnsupportedError(
                 "nkisim does not support NkiTensor.ap(vector_offset=...) yet (per-partition indirect access "
                 "patterns); use .vector_select(0, offsets) on an HBM tensor, or scalar_offset")
         if scalar_offset is not None:
-            value = _reg.scalar_value(scalar_offset, "NkiTensor.ap")
+            if isinstance(scalar_offset, (_reg.Register, Tensor)):
+                # a device value: the view is resolved when its instructions execute (core.aps.dynamic_ap)
+                return aps.dynamic_ap(self, pattern, offset, scalar_offset, int(indirect_dim), dtype, "NkiTensor.ap")
+            if isinstance(scalar_offset, bool) or not hasattr(scalar_offset, "__index__"):
+                raise TypeError("NkiTensor.ap: scalar_offset must be an integer, a VirtualRegister or a one-element "
+                                f"integer tensor, got {type(scalar_offset).__name__}")
             stride = aps.element_strides(self)[int(indirect_dim)]
-            offset = (offset or 0) + value * stride
+            offset = (offset or 0) + int(scalar_offset) * stride
         return aps.ap(self, pattern, offset, dtype)
 
     def permute(self, dims):

@@ -1,0 +1,292 @@
+"""No device value reaches the kernel's Python (docs/grading-security.md, S1-S4) and values and costs as the
+hardware gives them (V3-V6).
+
+The kernel's Python is a meta-program evaluated at specialization time; registers, dynamic-loop indices and run-time
+offsets hold values that exist only when the instructions execute (NKI language guide, "Specialization";
+nki.isa.VirtualRegister; nki/deep-dives/nki-dynamic-loops.rst).  Each test below fails on the eager emulator this
+replaced (a register's ``value`` attribute, ``.ap(scalar_offset=...)`` folding the value into ``offset`` and
+printing it in the bounds error, a dynamic loop running its Python body once per iteration, costs and rules that
+depend on the mode).  References are NumPy."""
+
+from __future__ import annotations
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+import numpy as np
+import pytest
+
+from nkisim.core.runtime import run_kernel
+from nkisim.perf import estimate
+
+N = 16
+SEEN: list = []
+
+
+def _k(v: int) -> np.ndarray:
+    return np.array([[v]], np.int32)
+
+
+# ---- S1: registers are names -------------------------------------------------------------------------------------
+def test_a_loaded_register_shows_no_value_to_python():
+    @nki.jit
+    def k(x, k_in):
+        k_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=k_sb, src=k_in)
+        r = nisa.register_alloc()
+        nisa.register_load(r, k_sb)
+        SEEN.append((repr(r), sorted(a for a in dir(r) if not a.startswith("__")), getattr(r, "value", None)))
+        for conv in (int, bool, float, range):
+            with pytest.raises(TypeError, match="not known while the kernel is built"):
+                conv(r)
+        out = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=k_sb)
+        return out
+
+    SEEN.clear()
+    k(np.zeros((1, 1), np.float32), _k(1234))
+    k(np.zeros((1, 1), np.float32), _k(77))
+    (r1, attrs1, v1), (r2, attrs2, v2) = SEEN
+    assert v1 is None and v2 is None and "1234" not in r1 and "77" not in r2
+    assert attrs1 == attrs2 and "value" not in attrs1
+
+
+# ---- S2: run-time offsets ----------------------------------------------------------------------------------------
+@nki.jit
+def row_at(x, k_in):
+    """Row k of x, k read from memory into a register: the view's offset is a device value."""
+    out = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    k_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=k_sb, src=k_in)
+    r = nisa.register_alloc()
+    nisa.register_load(r, k_sb)
+    view = x.ap([[x.shape[1], 1], [1, x.shape[1]]], scalar_offset=r, indirect_dim=0)
+    SEEN.append(view.is_indirect())
+    for probe in (lambda: view.offset, lambda: view[0:1, 0:2], lambda: view.get_pattern()):
+        try:
+            probe()
+            SEEN.append("leaked")
+        except Exception as exc:  # noqa: BLE001 - what the kernel sees
+            SEEN.append(type(exc).__name__)
+    row = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    try:
+        nisa.dma_copy(dst=row, src=view)
+    except Exception:  # noqa: BLE001 - a kernel trying to learn whether the offset is in range
+        SEEN.append("caught")
+    nisa.dma_copy(dst=out, src=row)
+    return out
+
+
+def test_a_run_time_offset_is_resolved_by_the_executor_and_hidden_from_python():
+    x = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    SEEN.clear()
+    np.testing.assert_array_equal(row_at(x, _k(5)), x[5:6])
+    assert SEEN == [True, "TypeError", "NKIError", "NKIError"]
+
+
+@pytest.mark.parametrize("k", [8, 1 << 20])
+def test_an_out_of_range_offset_faults_after_python_returns_without_its_value(k):
+    """Before: the bounds error named the offset's value and was raised inside the kernel's dma_copy call."""
+    x = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    SEEN.clear()
+    with pytest.raises(Exception, match="outside its tensor") as err:
+        row_at(x, _k(k))
+    text = str(err.value)
+    assert type(err.value).__name__ == "DeviceFault" and "caught" not in SEEN
+    assert str(k) not in text and str(k * 6) not in text
+
+
+def test_a_run_time_offset_is_costed_without_its_value_in_both_modes():
+    """The compiler does not know the offset: the DMA's region is the whole tensor, whatever the value, so the
+    latency and every operand are the same for every offset and in both modes."""
+    x = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    runs = [run_kernel(row_at, (x, _k(k)), mode=m) for k in (0, 7) for m in ("full", "timing")]
+    regions = {tuple(o.region for i in r.trace for o in (*i.srcs, *i.dsts)) for r in runs}
+    assert len(regions) == 1
+    assert len({estimate(r.trace).total_us for r in runs}) == 1
+
+
+# ---- S3: dynamic loops run their Python once -------------------------------------------------------------------------
+@nki.jit
+def prefix_sum_rows(x, n_in):
+    """out[0] = sum of the first n rows of x, with nl.dynamic_range over a register bound; the body's Python counts
+    how often it runs and tries to slice and branch with the loop variable."""
+    rows, cols = x.shape
+    out = nl.ndarray((1, cols), dtype=nl.float32, buffer=nl.shared_hbm)
+    n_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=n_sb, src=n_in)
+    n = nisa.register_alloc()
+    nisa.register_load(n, n_sb)
+    acc = nl.ndarray((1, cols), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    row = nl.ndarray((1, cols), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.dynamic_range(n):
+        SEEN.append(type(i).__name__)
+        for probe in (lambda r=i: x[r], lambda r=i: bool(r), lambda r=i: r + 1):
+            try:
+                probe()
+                SEEN.append("leaked")
+            except TypeError:
+                pass
+        nisa.dma_copy(dst=row, src=x.ap([[cols, 1], [1, cols]], scalar_offset=i, indirect_dim=0))
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=row, op=nl.add)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@pytest.mark.parametrize("n", [0, 1, 5])
+def test_a_dynamic_range_body_runs_once_in_python_and_n_times_on_the_device(n):
+    x = np.random.default_rng(3).random((6, 8)).astype(np.float32)
+    SEEN.clear()
+    got = prefix_sum_rows(x, _k(n))
+    np.testing.assert_allclose(got, x[:n].sum(axis=0, keepdims=True), rtol=1e-6)
+    assert SEEN == ["VirtualRegister"]
+    run = run_kernel(prefix_sum_rows, (x, _k(n)))
+    assert sum(i.op == "tensor_tensor" for i in run.trace) == n
+
+
+@nki.jit
+def guarded_loop(x, n_in):
+    """A kernel that wraps a data-dependent loop in try/except to notice a timing run (where the values needed to
+    run it are not computed) and skip the work there."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    n_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=n_sb, src=n_in)
+    n = nisa.register_alloc()
+    nisa.register_load(n, n_sb)
+    try:
+        nl.fori_loop(0, n, lambda i: nisa.activation(dst=t, op=nl.exp, data=t))
+    except Exception:  # noqa: BLE001
+        SEEN.append("timing run noticed")
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_a_timing_run_is_not_observable_through_a_dynamic_loop():
+    x = np.zeros((128, 64), np.float32)
+    SEEN.clear()
+    full = run_kernel(guarded_loop, (x, _k(3)))
+    timed = run_kernel(guarded_loop, (x, _k(3)), mode="timing")
+    assert SEEN == []
+    assert [i.op for i in timed.trace] == [i.op for i in full.trace]
+    assert sum(i.op == "activation" for i in timed.trace) == 3
+
+
+def test_a_break_out_of_a_dynamic_loop_is_refused():
+    @nki.jit
+    def k(x):
+        for _ in nl.dynamic_range(4):
+            break
+        return x
+
+    with pytest.raises(Exception, match="must run to its end"):
+        k(np.zeros((1, 1), np.float32))
+
+
+# ---- S4: rules and costs do not depend on the mode ----------------------------------------------------------------
+@nki.jit
+def accumulate_onto_nothing(a):
+    out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a)
+    ps = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=ps, stationary=t, moving=t, accumulate=True)
+    r = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=r, src=ps)
+    nisa.dma_copy(dst=out, src=r)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["full", "timing"])
+def test_the_uninitialised_accumulate_rule_fires_in_both_modes(mode):
+    """Before: only in full mode (the flags were kept with the values), so a timed run was costed."""
+    with pytest.raises(Exception, match="accumulate"):
+        run_kernel(accumulate_onto_nothing, (np.ones((128, 128), np.float32),), mode=mode)
+
+
+# ---- V4: accumulate=None onto a memset starts the group --------------------------------------------------------
+@nki.jit
+def matmul_over_memset(a, b, accumulate):
+    out = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+    at = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    bt = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=at, src=a)
+    nisa.dma_copy(dst=bt, src=b)
+    ps = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.psum)
+    nisa.memset(dst=ps, value=5.0)
+    nisa.nc_matmul(dst=ps, stationary=at, moving=bt, accumulate=accumulate)
+    nisa.nc_matmul(dst=ps, stationary=at, moving=bt, accumulate=accumulate)
+    r = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=r, src=ps)
+    nisa.dma_copy(dst=out, src=r)
+    return out
+
+
+def test_accumulate_none_onto_a_memset_overwrites_then_accumulates():
+    """accumulate=None: "first write overwrites, subsequent writes accumulate" (nki.isa.nc_matmul); a memset is not
+    a matmul write (before: the matmuls added onto the 5.0 the memset left)."""
+    rng = np.random.default_rng(5)
+    a, b = rng.random((128, 128)).astype(np.float32), rng.random((128, 256)).astype(np.float32)
+    np.testing.assert_allclose(matmul_over_memset(a, b, None), 2 * (a.T @ b), rtol=1e-5)
+    np.testing.assert_allclose(matmul_over_memset(a, b, False), a.T @ b, rtol=1e-5)
+    with pytest.raises(Exception, match="initialised by a non-matmul instruction"):
+        matmul_over_memset(a, b, True)
+
+
+# ---- V3: tf32 --------------------------------------------------------------------------------------------------
+def _matmul_kernel(dt):
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        at = nl.ndarray((128, 128), dtype=dt, buffer=nl.sbuf)
+        bt = nl.ndarray((128, 512), dtype=dt, buffer=nl.sbuf)
+        nisa.dma_copy(dst=at, src=a)
+        nisa.dma_copy(dst=bt, src=b)
+        ps = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=ps, stationary=at, moving=bt)
+        r = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=r, src=ps)
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    return k
+
+
+def _round_tf32(x: np.ndarray) -> np.ndarray:
+    """Independent reference: round-to-nearest-even to 10 mantissa bits through float64 arithmetic."""
+    m, e = np.frexp(x.astype(np.float64))
+    return np.ldexp(np.round(m * 2.0 ** 11) / 2.0 ** 11, e).astype(np.float32)
+
+
+def test_tf32_operands_are_rounded_and_run_at_the_16_bit_rate():
+    """nl.tfloat32 is 1S/8E/10M and runs at the BF16/FP16 rate (trainium2_arch.rst: "79 BF16/FP16/TF32 and 20 FP32
+    dense TFLOPS"); before, tf32 tiles were exact fp32."""
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((128, 128)).astype(np.float32), rng.standard_normal((128, 512)).astype(np.float32)
+    want = _round_tf32(a).T.astype(np.float64) @ _round_tf32(b)
+    got = run_kernel(_matmul_kernel(nl.tfloat32), (a, b))
+    np.testing.assert_allclose(got.outputs, want, rtol=1e-5, atol=1e-4)
+    assert np.abs(got.outputs - a.T.astype(np.float64) @ b).max() > 1e-3  # not fp32-exact
+    tf32, bf16, fp32 = (estimate(run_kernel(_matmul_kernel(dt), (a, b), mode="timing").trace).total_us
+                        for dt in (nl.tfloat32, nl.bfloat16, nl.float32))
+    assert tf32 < fp32 and abs(tf32 - bf16) < 0.05 * bf16
+
+
+# ---- V6: one DMA floor for the model and the plausibility guard -------------------------------------------------
+@pytest.mark.parametrize("target", ["trn2", "trn1"])
+def test_a_single_hbm_to_hbm_copy_is_never_modelled_below_the_guards_dma_floor(target):
+    """Before: a [2048, 2048] fp32 HBM -> HBM dma_copy modelled at 60.4 us (trn2) under the guard's 91.2 us floor."""
+    from nkisim.perf.costs import costs_for, dma_floor_us
+
+    @nki.jit
+    def copy(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=a)
+        return out
+
+    for shape in ((128, 512), (2048, 2048)):
+        a = np.ones(shape, np.float32)
+        latency = estimate(run_kernel(copy, (a,), mode="timing", target=target).trace, target).nc_latency_us
+        assert latency >= dma_floor_us(costs_for(target), 2 * a.nbytes)
