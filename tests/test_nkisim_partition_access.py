@@ -29,7 +29,8 @@ def _ap_copy(a, pattern, out_shape, offset=None):
 
 
 def _run(pattern, out_shape, offset=None):
-    return run_kernel(_ap_copy, (ROWS, pattern, out_shape, offset), frontend=NKI).outputs
+    # tuples: the NKI 0.3+ compiler takes no list kernel arguments (nkisim_kernel_signature)
+    return run_kernel(_ap_copy, (ROWS, tuple(map(tuple, pattern)), tuple(out_shape), offset), frontend=NKI).outputs
 
 
 def test_an_access_pattern_inside_each_partition_row_reads_it():

@@ -190,10 +190,12 @@ def view_dtype(t: Tensor, dtype) -> Tensor:
     return t
 
 
-def ap(t: Tensor, pattern, offset: int | None = None, dtype=None) -> Tensor:
+def ap(t: Tensor, pattern, offset: int | None = None, dtype=None, extra: int = 0) -> Tensor:
     """The view ``[[stride, count], ...]`` at element ``offset`` of the storage (``NkiTensor.ap``): ``offset`` None
-    keeps this view's storage offset, an integer adds to it.  The partition stride of an on-chip tensor is its
-    elements per partition; the pattern must stay inside the storage.
+    keeps this view's storage offset, an integer counts from the start of the storage ("pattern and offset are
+    interpreted against storage, ignoring any shape, strides, or offset carried by the view", nki-aps.rst);
+    ``extra`` elements are added to either (a scalar offset's ``value * stride``).  The partition stride of an
+    on-chip tensor is its elements per partition; the pattern must stay inside the storage.
 
     The storage is the tensor's allocation seen as (partitions, elements per partition).  On chip a partition's
     row need not follow the previous one in memory (a tensor placed with ``address=`` is a region of the arena,
@@ -221,8 +223,12 @@ def ap(t: Tensor, pattern, offset: int | None = None, dtype=None) -> Tensor:
         fail("nkisim_view", name=t.name, op="ap", detail=f"a partition of {row_bytes} bytes does not divide into "
              f"{dt}")
     row = row_bytes // isz  # elements per partition (the whole storage off chip), in the pattern's dtype
-    p_view, byte_in_row = divmod(t._off, pitch)
-    start = (p_view - p_first) * row + (byte_in_row - f_first) // isz + (int(offset) if offset is not None else 0)
+    if offset is None:  # "the new view inherits the current view's storage offset"
+        p_view, byte_in_row = divmod(t._off, pitch)
+        start = (p_view - p_first) * row + (byte_in_row - f_first) // isz
+    else:  # "from the beginning of the tensor": .ap ignores the view's own offset (nki-aps.rst, "Composition")
+        start = int(offset)
+    start += extra
     pairs = [(int(s), int(c)) for s, c in pattern]
     if not pairs or any(c < 1 for _, c in pairs):
         fail("nkisim_view", name=t.name, op="ap", detail=f"pattern {pattern!r} needs [stride, count] pairs with "
@@ -457,7 +463,8 @@ def dynamic_ap(t: Tensor, pattern, offset, source, indirect_dim: int, dtype, whe
     static = ap(t, pattern, offset, dtype)
     cls = dynamic_class(t.__class__)
     v = cls(static._a, static._v, 0, off=static._off)
-    v._recipe = Recipe(t, [list(p) for p in pattern], int(offset or 0), source, stride, dtype, where)
+    v._recipe = Recipe(t, [list(p) for p in pattern], None if offset is None else int(offset), source, stride, dtype,
+                       where)
     ctx = current("NkiTensor.ap")
     ctx.dyn_views = True
     from nkisim.core import context
@@ -470,5 +477,5 @@ def resolve(v: Tensor, value: int) -> None:
     """Point the run-time-offset view ``v`` at the offset ``value`` (the executor's value); an offset that leaves
     the tensor raises the pattern's bounds error, which the executor turns into a fault."""
     r = v._recipe
-    new = ap(r.base, r.pattern, r.offset + int(value) * r.stride, r.dtype)
+    new = ap(r.base, r.pattern, r.offset, r.dtype, extra=int(value) * r.stride)  # offset None: the view's own
     v._v, v._off = new._v, new._off

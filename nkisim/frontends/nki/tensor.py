@@ -125,7 +125,7 @@ class NkiTensor(Tensor):
                 raise TypeError("NkiTensor.ap: scalar_offset must be an integer, a VirtualRegister or a one-element "
                                 f"integer tensor, got {type(scalar_offset).__name__}")
             stride = aps.element_strides(self)[int(indirect_dim)]
-            offset = (offset or 0) + int(scalar_offset) * stride
+            return aps.ap(self, pattern, offset, dtype, extra=int(scalar_offset) * stride)
         return aps.ap(self, pattern, offset, dtype)
 
     def permute(self, dims):
