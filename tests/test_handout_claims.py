@@ -181,3 +181,42 @@ def test_claim_matches_the_staff_ladder_on_nkisim(claim, ladder):
     else:
         lo, hi = claim.stated
         assert abs(min(values) / lo - 1.0) <= tol and abs(max(values) / hi - 1.0) <= tol, (claim.words, values)
+
+
+def _model_facts() -> list[tuple[str, float, float]]:
+    """(handout words, the value they state, nkisim's) for the hardware figures of sections 1 and 4: the model's
+    constants (nkisim/core/config.py limits, nkisim/perf/costs.py trn2 costs) and the sizes they imply."""
+    from nkisim.core.config import TARGETS
+    from nkisim.perf.costs import TRN2
+
+    trn1, trn2 = TARGETS["trn1"], TARGETS["trn2"]
+    kib, mib = 1024, 1024 * 1024
+    return [
+        ("24 MiB on trn1, 28 MiB on trn2: 128 partitions x 224 KiB", 24, 128 * trn1.sbuf_bytes_per_partition / mib),
+        ("24 MiB on trn1, 28 MiB on trn2: 128 partitions x 224 KiB", 28, 128 * trn2.sbuf_bytes_per_partition / mib),
+        ("2 MiB: 128 partitions x 16 KiB, in 8 banks of 2 KiB", 8, trn2.psum_banks),
+        ("2 MiB: 128 partitions x 16 KiB, in 8 banks of 2 KiB", 2, trn2.psum_bank_bytes / kib),
+        ("Peak on trn2: 79 TFLOPS for fp16/bf16 inputs", 79, TRN2.tensor_peak_flops / 1e12),
+        ("done by 16 DMA engines per core", 16, TRN2.dma_engines),
+        ("moves roughly 23 bytes/ns per engine", 23, TRN2.dma_bw_bytes_per_ns),
+        ("takes roughly `max(64, N)` engine cycles", 64, TRN2.min_ii_cycles),
+        ("about 208 KiB per partition that a kernel may use on trn2 (176 KiB on trn1)", 208,
+         trn2.sbuf_usable_bytes / kib),
+        ("about 208 KiB per partition that a kernel may use on trn2 (176 KiB on trn1)", 176,
+         trn1.sbuf_usable_bytes / kib),
+        # the course's shapes: 256 channels, 3x3 filter, fp16 (2 bytes)
+        ("per partition (9 KiB in fp16)", 9, 256 // 128 * 9 * 256 * 2 / kib),
+        ("each holding 128 x 9 x 256 elements: 589,824 bytes per partition in fp16", 589824, 128 * 9 * 256 * 2),
+        ("(all 30 rows of a 32x16 image; 2 rows of 222 on 224x224 images)", 30,
+         min(32 - 2, trn2.psum_bank_bytes // 4 // (16 - 2))),
+        ("(all 30 rows of a 32x16 image; 2 rows of 222 on 224x224 images)", 2, trn2.psum_bank_bytes // 4 // 222),
+    ]
+
+
+def test_hardware_figures_are_the_models():
+    """Sections 1 and 4 quote the hardware's sizes and rates: they are nkisim's constants (to the rounding the
+    handout uses), so the text and the model cannot drift apart unnoticed."""
+    text, tol = _text(), stated_tolerance()
+    for words, stated, modelled in _model_facts():
+        assert " ".join(words.split()) in text, words
+        assert abs(modelled / stated - 1.0) <= (tol if words.startswith(("Peak", "about")) else 0.0), (words, modelled)
