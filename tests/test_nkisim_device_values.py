@@ -92,7 +92,8 @@ def test_an_out_of_range_offset_faults_after_python_returns_without_its_value(k)
     with pytest.raises(Exception, match="outside its tensor") as err:
         row_at(x, _k(k))
     text = str(err.value)
-    assert type(err.value).__name__ == "DeviceFault" and "caught" not in SEEN
+    assert isinstance(err.value, IndexError) and "DeviceFault" in {c.__name__ for c in type(err.value).__mro__}
+    assert "caught" not in SEEN
     assert str(k) not in text and str(k * 6) not in text
 
 
@@ -290,3 +291,93 @@ def test_a_single_hbm_to_hbm_copy_is_never_modelled_below_the_guards_dma_floor(t
         a = np.ones(shape, np.float32)
         latency = estimate(run_kernel(copy, (a,), mode="timing", target=target).trace, target).nc_latency_us
         assert latency >= dma_floor_us(costs_for(target), 2 * a.nbytes)
+
+
+# ---- S4 in the legacy API: tile-indexed (dynamic) gathers ----------------------------------------------------------
+LEGACY_SEEN: list = []
+
+
+def _legacy_gather():
+    import neuronxcc.nki as lnki
+    import neuronxcc.nki.language as lnl
+
+    @lnki.jit
+    def gather_rows(table, idx_in):
+        """Rows of ``table`` at indices loaded from the input: the view's ``oob`` and any error the gather raises
+        are what the kernel's Python can observe."""
+        i_f = lnl.arange(table.shape[1])[None, :]
+        idx = lnl.load(idx_in)
+        view = table[idx, i_f]
+        LEGACY_SEEN.append(view.oob)
+        try:
+            rows = lnl.load(view)
+        except Exception:  # noqa: BLE001 - a kernel trying to learn whether an index is in range
+            LEGACY_SEEN.append("caught")
+            rows = lnl.load(table[0:128, :])
+        out = lnl.ndarray((128, table.shape[1]), dtype=lnl.float32, buffer=lnl.shared_hbm)
+        lnl.store(out, rows)
+        return out
+
+    return gather_rows
+
+
+def _rows(values) -> np.ndarray:
+    return np.asarray(values, np.int32).reshape(128, 1)
+
+
+def test_legacy_dynamic_indices_show_python_nothing_and_fault_after_it_returns():
+    """Before: ``view.oob`` was computed from the index values and the bounds error (naming them) was raised inside
+    the kernel's ``nl.load``, which the kernel could catch."""
+    table = np.random.default_rng(2).random((256, 64), dtype=np.float32)
+    kernel = _legacy_gather()
+    ok = _rows(np.arange(128) * 2)
+    LEGACY_SEEN.clear()
+    np.testing.assert_array_equal(kernel(table, ok), table[np.arange(128) * 2])
+    bad = _rows(np.r_[np.arange(127), 1000])
+    with pytest.raises(Exception, match="lies outside the tensor") as err:
+        kernel(table, bad)
+    assert "DeviceFault" in {c.__name__ for c in type(err.value).__mro__} and "1000" not in str(err.value)
+    assert LEGACY_SEEN == [False, False]
+
+
+def test_legacy_dynamic_gathers_are_costed_without_their_indices():
+    """The gather's operand (region, runs) comes from the stand-in indices in both modes: the same latency for any
+    index values and mode (before: the actual indices' bounding box in full mode)."""
+    table = np.random.default_rng(2).random((256, 64), dtype=np.float32)
+    kernel = _legacy_gather()
+    runs = [run_kernel(kernel, (table, _rows(ix)), mode=mode)
+            for ix in (np.zeros(128), np.arange(128) + 128) for mode in ("full", "timing")]
+    assert len({tuple(o.region for i in r.trace for o in (*i.srcs, *i.dsts)) for r in runs}) == 1
+    assert len({estimate(r.trace).total_us for r in runs}) == 1
+
+
+# ---- every launch mode -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("launch", ["call", "nki.simulate", "NKI_SIMULATOR", "lnc2"])
+def test_every_current_api_launch_keeps_device_values_from_python(launch, monkeypatch):
+    x = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    if launch == "NKI_SIMULATOR":
+        monkeypatch.setenv("NKI_SIMULATOR", "1")
+    kernel = {"nki.simulate": nki.simulate(row_at), "lnc2": row_at[2]}.get(launch, row_at)
+    SEEN.clear()
+    np.testing.assert_array_equal(kernel(x, _k(5)), x[5:6])
+    with pytest.raises(IndexError, match="outside its tensor"):
+        kernel(x, _k(9))
+    assert "caught" not in SEEN and "leaked" not in SEEN
+
+
+@pytest.mark.parametrize("launch", ["jit", "baremetal", "simulate_kernel"])
+def test_every_legacy_launch_keeps_dynamic_indices_from_python(launch):
+    import neuronxcc.nki as lnki
+
+    table = np.random.default_rng(2).random((256, 64), dtype=np.float32)
+    kernel = _legacy_gather()
+    bad = _rows(np.r_[np.arange(127), 1000])
+    LEGACY_SEEN.clear()
+    with pytest.raises(IndexError, match="lies outside the tensor"):
+        if launch == "baremetal":
+            lnki.baremetal(kernel)(table, bad)
+        elif launch == "simulate_kernel":
+            lnki.simulate_kernel(kernel, table, bad)
+        else:
+            kernel(table, bad)
+    assert LEGACY_SEEN == [False]

@@ -104,6 +104,15 @@ class KernelContext:
         self.inserted_transposes: dict = {}
         self.traced_seen: dict = {}
 
+    def device_fault(self, message: str) -> None:
+        """An access outside its tensor at run time (core.ops.registers.DeviceIndexFault): recorded, raised by
+        run_kernel once the kernel's Python has returned, so kernel code cannot catch it to learn about the data."""
+        from nkisim.core.ops.registers import DeviceIndexFault
+
+        if self.fault is None:
+            self.fault = DeviceIndexFault(message)
+        self.faulted = True
+
     # ---- bookkeeping shared by every front-end call -----------------------------------------------------
     def settle(self) -> None:
         """Start of every API call: charge the previous call's result tile if the kernel kept it, and locate

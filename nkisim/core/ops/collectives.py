@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from nkisim.core import execute
-from nkisim.core.access import check_writable, dynamic_tiles, mark_written, read, same_view, write
+from nkisim.core.access import check_writable, dynamic_tiles, mark_written, read, runtime_bounds, same_view, write
 from nkisim.core.context import current
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_DMA
 from nkisim.core.ops.common import need_on_chip, need_tensor
@@ -248,6 +248,8 @@ def dma_compute(dst: Tensor, srcs, op: str, scales=None, *, via: str = "dma_comp
     index_tiles: tuple = ()
     for t in srcs + [dst]:
         index_tiles += dynamic_tiles(ctx, t)
+        if ctx.full:
+            runtime_bounds(ctx, t)  # run-time indices outside the tensor: a fault (S4)
     if index_tiles:
         _check_rmw_form(dst, srcs, via)
     nbytes = sum(math.prod(t.shape) * t.dtype.itemsize for t in srcs)

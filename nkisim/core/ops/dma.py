@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from nkisim.core import dtypes, execute
-from nkisim.core.access import check_writable, dynamic_tiles, in_bounds, read, scatter_add, write
+from nkisim.core.access import check_writable, dynamic_tiles, in_bounds, read, runtime_bounds, scatter_add, write
 from nkisim.core.context import KernelContext, current
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_DMA
 from nkisim.core.memory import BUF_NAMES
@@ -64,6 +64,12 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
     indirect = ()
     if ctx.dyn:  # indirect DMA: the index tiles are read too (software DGE builds the descriptors from them)
         indirect = dynamic_tiles(ctx, src) + dynamic_tiles(ctx, dst)
+        if indirect and ctx.full:  # run-time indices outside the tensor: skipped or a fault (S4)
+            for t in (src, dst):
+                ok = runtime_bounds(ctx, t, m if t is dst else None, skip=oob_skip)
+                if ok is not None and oob_skip:
+                    keep = ok.reshape(dst.shape)
+                    m = keep if m is None else m & keep
         srcs += indirect
     cast = src.dtype != dst.dtype
     # a casting DMA reads the source's bytes and writes the destination's; which side bounds its rate is not
@@ -161,6 +167,8 @@ def load(src: Tensor, *, mask=None, dtype=None, transpose: bool = False) -> Tens
     else:
         m = mask_values(mask, out.shape, src)
     idx = dynamic_tiles(ctx, src) if ctx.dyn else ()
+    if idx and ctx.full:
+        runtime_bounds(ctx, src, m)  # run-time indices outside the tensor: a fault (S4)
     ins = ctx.emit("dma_copy", E_DMA, (src,) + idx, (out,),
                    {"bytes": math.prod(shape) * max(dt.itemsize, src.dtype.itemsize),  # D1: see dma_copy
                     "via": "load_transpose2d" if transpose else "load", "cast": dt != src.dtype})

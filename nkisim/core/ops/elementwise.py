@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from nkisim.core import dtypes, execute
-from nkisim.core.access import check_bounds, dynamic_tiles, mark_written, read, write
+from nkisim.core.access import check_bounds, dynamic_tiles, mark_written, read, runtime_bounds, write
 from nkisim.core.context import KernelContext, current
 from nkisim.core.dtypes import F32
 from nkisim.core.execute import UNARY_ALU
@@ -375,6 +375,8 @@ def tensor_copy_dynamic(src, dst=None, *, which: str, dtype=None, engine: Engine
         dst = need_tensor(dst, op, "dst")
         view = dst
     tiles = dynamic_tiles(ctx, view)
+    if tiles and ctx.full:
+        runtime_bounds(ctx, view)  # a run-time offset outside the tensor: a fault (S4)
     if not tiles:
         fail("nkisim_bad_argument", op=op, detail=f"{which} must be addressed at a dynamic offset held in an SBUF "
              f"tile, e.g. t[ix, idx_tile[0, i] + iy] (use nisa.tensor_copy for static addresses)")

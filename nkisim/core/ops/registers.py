@@ -54,9 +54,20 @@ class ValuesNeeded(RuntimeError):
     """Control flow needs a register value that a timing run did not compute (``run_kernel`` reruns in full)."""
 
 
-class DeviceFault(RuntimeError):
+class DeviceFault(NKIError):
     """A run-time error of the device program (an access outside its tensor, ...), raised once the kernel's Python
     has returned.  Its message names the instruction and the tensor, never a run-time value."""
+
+    def __init__(self, message: str, code: str = "nkisim_device_fault") -> None:
+        super().__init__(code, message)
+
+
+class DeviceIndexFault(DeviceFault, IndexError):
+    """An access outside its tensor at run time (AWS's simulator raises ``IndexError`` for an out-of-bounds indirect
+    DMA; the code is the compile-time bounds error's, ``err_tensor_access_out_of_bound``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"Out-of-bound access at run time: {message}", "err_tensor_access_out_of_bound")
 
 
 class _Abort(Exception):
@@ -317,7 +328,7 @@ def _resolve(ctx: KernelContext, x) -> None:
     try:
         aps.resolve(x, value)
     except NKIError:
-        fault(ctx, DeviceFault(
+        fault(ctx, DeviceIndexFault(
             f"{recipe.where}: the run-time scalar_offset moves the access pattern {recipe.pattern} of "
             f"'{x.name}' outside its tensor (an out-of-bounds DMA on the device; nkisim does not print run-time "
             "values)"))
