@@ -387,10 +387,10 @@ def _from_kernel_code() -> bool:
 def _refuse(name: str):
     def method(self, *args, **kwargs):
         if _from_kernel_code():
-            fail("nkisim_view", name=self.name, op=name, detail="the view has a run-time scalar_offset (it is "
-                 "indirect: is_indirect() is True), so no view can be derived from it (\"Once a view is indirect, "
-                 "the indirected dimension cannot be sliced or selected again\", NKI language guide); apply "
-                 "scalar_offset in the last .ap() of the chain")
+            fail("nkisim_view", name=self.name, op=name, detail="the view has a run-time offset (scalar_offset, "
+                 "vector_offset or a dynamic select: is_indirect() is True), so no view can be derived from it "
+                 "(\"Once a view is indirect, the indirected dimension cannot be sliced or selected again\", NKI "
+                 "language guide); apply the run-time offset in the last view of the chain")
         return getattr(super(cls_of[0], self), name)(*args, **kwargs)
 
     cls_of: list = [None]
@@ -479,3 +479,125 @@ def resolve(v: Tensor, value: int) -> None:
     r = v._recipe
     new = ap(r.base, r.pattern, r.offset, r.dtype, extra=int(value) * r.stride)  # offset None: the view's own
     v._v, v._off = new._v, new._off
+
+
+# ---- run-time vector offsets (``.ap(vector_offset=...)``) and dynamic selects ------------------------------------
+class VectorRecipe(Recipe):
+    """How the executor resolves a per-partition indirect view (``.ap(pattern, offset, vector_offset=idx,
+    indirect_dim=0)``): partition ``w`` reads ``storage[offset + idx[w] * row + free pattern]`` (nki-aps.rst,
+    "Vector Dynamic Access"), ``row`` the elements to the right of dim 0 of the base tensor."""
+
+    __slots__ = ("rows", "free")
+
+    def __init__(self, base, pattern, offset, source, stride, where, rows: int, free: np.ndarray) -> None:
+        super().__init__(base, pattern, offset, source, stride, None, where)
+        self.rows, self.free = rows, free
+
+
+def vector_ap(t: Tensor, pattern, offset, vector_offset: Tensor, indirect_dim: int, dtype, where: str) -> Tensor:
+    """``t.ap(pattern, offset, vector_offset=idx, indirect_dim=0)``: an indirect (gather/scatter) view of HBM tensor
+    ``t`` whose partition ``w`` starts at row ``idx[w, 0]``.  The documented limits: "only indirect_dim=0 is
+    supported"; "the stride specified in the leading dimension of the pattern in the .ap() is currently ignored"
+    (nki-aps.rst); the tensor indexed "must be in HBM" and the index "an SBUF tensor of shape (P, 1) containing one
+    row index per partition" (nki.isa.dma_copy, "Indirect addressing").  The index tile's values are the executor's:
+    the view is resolved just before each instruction using it (core.ops.registers), an index leaving the tensor is a
+    fault (or skipped rows under ``oob_mode.skip``), and its cost is an indirect DMA's (software DGE, the index tile
+    a source) over the whole tensor."""
+    from nkisim.core.access import is_gather
+    from nkisim.core.context import LIVE, current
+    from nkisim.core.instr import B_SBUF
+    from nkisim.core.tensor import _register_dynamic
+
+    op = "NkiTensor.ap"
+    if int(indirect_dim) != 0:
+        fail("nkisim_view", name=t.name, op="ap", detail=f"vector_offset needs indirect_dim=0 (\"Currently, only "
+             f"indirect_dim=0 is supported\", nki-aps.rst), got {indirect_dim}")
+    if t.kind != B_HBM:
+        fail("nkisim_view", name=t.name, op="ap", detail="vector_offset indexes an HBM tensor (\"The tensor being "
+             "indexed (the one .ap() is called on) must be in HBM\", nki.isa.dma_copy)")
+    if is_gather(t) or getattr(t, "_recipe", None) is not None:
+        fail("nkisim_view", name=t.name, op="ap", detail="the tensor is already indirect (one dynamic select per "
+             "tensor: check is_indirect())")
+    if dtype is not None and dtypes_of(dtype) != t.dtype:
+        fail("nkisim_view", name=t.name, op="ap", detail="nkisim does not support a reinterpreting dtype= together "
+             "with vector_offset yet")
+    idx = vector_offset
+    if not isinstance(idx, Tensor) or idx.kind != B_SBUF or len(idx.shape) != 2 or idx.shape[1] != 1 \
+            or idx.dtype.kind not in "iu":
+        fail("nkisim_bad_argument", op=op, detail="vector_offset must be an integer SBUF tensor of shape (P, 1), one "
+             "row index per partition")
+    pairs = [(int(st), int(c)) for st, c in pattern]
+    if len(pairs) < 2 or any(c < 1 for _, c in pairs):
+        fail("nkisim_view", name=t.name, op="ap", detail=f"pattern {pattern!r} needs a partition pair and free "
+             "[stride, count] pairs with counts >= 1")
+    p = pairs[0][1]
+    if p != idx.shape[0]:
+        fail("nkisim_view", name=t.name, op="ap", detail=f"the pattern's partition count {p} must be the number of "
+             f"indices, vector_offset.shape[0] = {idx.shape[0]}")
+    base = t._a.base
+    n_rows = base.shape[0] if base.ndim else 1
+    row = base.size // max(n_rows, 1)  # elements to the right of dim 0 of the base tensor
+    start = int(offset) if offset is not None else element_offset(t)
+    free = np.full([c for _, c in pairs[1:]], start, dtype=np.int64)
+    for k, (st, c) in enumerate(pairs[1:]):
+        free += st * np.arange(c, dtype=np.int64).reshape([c if j == k else 1 for j in range(len(pairs) - 1)])
+    if free.size and (free.min() < 0 or free.max() >= base.size):
+        fail("err_tensor_access_out_of_bound", name=t.name, dim=0, lo=int(free.min()), hi=int(free.max()),
+             size=base.size)
+    storage = base.reshape(n_rows, row)
+    # stand-in rows (distinct, as a gather's are) until the executor resolves the view: checks and costs do not
+    # depend on the index values
+    stand_in = np.linspace(0, max(n_rows - 1, 0), p).round().astype(np.int64)
+    cls = dynamic_class(t.__class__)
+    v = cls(t._a, storage, 0, ix=_vector_ix(stand_in, free, row, n_rows)[0], shape=(p, *free.shape), oob=False,
+            off=0)
+    v._recipe = VectorRecipe(t, [list(q) for q in pairs], offset, idx, row, where, n_rows, free)
+    _register_dynamic(v, (idx,))  # the index tile is a source of every DMA using the view (descriptors, hazards)
+    current(op).dyn_views = True
+    LIVE[0] = True
+    return v
+
+
+def _vector_ix(rows: np.ndarray, free: np.ndarray, row: int, n_rows: int) -> tuple[tuple, bool]:
+    """Gather index arrays into the (rows, row) storage for partition start rows ``rows`` and the free offsets, and
+    whether any element falls outside the tensor."""
+    flat = rows.reshape((-1,) + (1,) * free.ndim) * row + free[None, ...]
+    r, c = np.divmod(flat, row)
+    return (r, c), bool(flat.size and (flat.min() < 0 or r.max() >= n_rows))
+
+
+def resolve_vector(v: Tensor, rows: np.ndarray) -> bool:
+    """Point the indirect view ``v`` at the executor's row indices; False when an element falls outside the tensor
+    (its positions are then masked by ``oob_mode.skip`` or the access faults)."""
+    r = v._recipe
+    ix, oob = _vector_ix(np.asarray(rows, dtype=np.int64).reshape(-1), r.free, r.stride, r.rows)
+    v._ix, v.oob = ix, oob
+    return not oob
+
+
+def dynamic_select(t: Tensor, dim: int, index) -> Tensor:
+    """``t.select(dim, index)`` with ``index`` a run-time scalar (a one-element integer SBUF tensor or a register):
+    the slice at that index along ``dim``, the dimension removed ("When index is a runtime scalar in SBUF ...
+    picks one slice along dim at an index resolved at runtime, removing that dimension", nki-aps.rst).  It is the
+    view's pattern without ``dim`` at a run-time ``scalar_offset`` on ``dim`` (:func:`dynamic_ap`).  "Only one
+    dynamic select is allowed per view (no chaining); on SBUF / PSUM tensors the selected dimension must not be the
+    partition dimension (dim 0)"."""
+    from nkisim.core.access import is_gather
+
+    d = _axis(t, dim, "select")
+    if t.kind != B_HBM and d == 0:
+        fail("nkisim_view", name=t.name, op="select", detail="on SBUF / PSUM tensors a dynamic select cannot pick "
+             "along the partition dimension (dim 0) (nki-aps.rst, \"Scalar Dynamic Access\")")
+    if is_gather(t):
+        fail("nkisim_view", name=t.name, op="select", detail="the tensor is already indirect (one dynamic select "
+             "per view: check is_indirect())")
+    if len(t.shape) < 2:
+        fail("nkisim_view", name=t.name, op="select", detail="a dynamic select needs a tensor of 2 or more dims")
+    pattern = [q for k, q in enumerate(get_pattern(t)) if k != d]
+    return dynamic_ap(t, pattern, None, index, d, None, "NkiTensor.select")
+
+
+def dtypes_of(dtype):
+    from nkisim.core.dtypes import to_dtype
+
+    return to_dtype(dtype)

@@ -114,9 +114,11 @@ class NkiTensor(Tensor):
         (a register or a one-element integer tensor) adds ``scalar_offset * stride of dim indirect_dim``, a device value
         the executor reads when an instruction uses the view (the kernel's Python never sees it)."""
         if vector_offset is not None:
-            raise NkisimUnsupportedError(
-                "nkisim does not support NkiTensor.ap(vector_offset=...) yet (per-partition indirect access "
-                "patterns); use .vector_select(0, offsets) on an HBM tensor, or scalar_offset")
+            if scalar_offset is not None:
+                raise ValueError("NkiTensor.ap: vector_offset and scalar_offset are mutually exclusive "
+                                 "(nki.isa.dma_copy, 'Indirect addressing')")
+            # per-partition rows, a device value: resolved when its instructions execute (core.aps.vector_ap)
+            return aps.vector_ap(self, pattern, offset, vector_offset, int(indirect_dim), dtype, "NkiTensor.ap")
         if scalar_offset is not None:
             if isinstance(scalar_offset, (_reg.Register, Tensor)):
                 # a device value: the view is resolved when its instructions execute (core.aps.dynamic_ap)
@@ -150,9 +152,8 @@ class NkiTensor(Tensor):
         return aps.slice_dim(self, dim, start, end, step)
 
     def select(self, dim, index):
-        if isinstance(index, Tensor):
-            raise NkisimUnsupportedError("nkisim does not support NkiTensor.select(dim, <tensor index>) yet "
-                                         "(dynamic selection); a static integer index works")
+        if isinstance(index, (Tensor, _reg.Register)):  # a run-time index (core.aps.dynamic_select)
+            return aps.dynamic_select(self, dim, index)
         return aps.select(self, dim, index)
 
     def view(self, dtype):
