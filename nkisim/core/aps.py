@@ -566,13 +566,20 @@ def _vector_ix(rows: np.ndarray, free: np.ndarray, row: int, n_rows: int) -> tup
     return (r, c), bool(flat.size and (flat.min() < 0 or r.max() >= n_rows))
 
 
-def resolve_vector(v: Tensor, rows: np.ndarray) -> bool:
-    """Point the indirect view ``v`` at the executor's row indices; False when an element falls outside the tensor
-    (its positions are then masked by ``oob_mode.skip`` or the access faults)."""
+def resolve_vector(v: Tensor, rows: np.ndarray) -> None:
+    """Point the indirect view ``v`` at the executor's row indices.  Elements outside the tensor are clipped for the
+    executor and recorded as such (``KernelContext.dyn``): the instruction using the view skips them under
+    ``oob_mode.skip`` or faults (core.access.runtime_bounds); the view's public ``oob`` stays the stand-in's."""
+    from nkisim.core.tensor import _register_dynamic
+
     r = v._recipe
-    ix, oob = _vector_ix(np.asarray(rows, dtype=np.int64).reshape(-1), r.free, r.stride, r.rows)
-    v._ix, v.oob = ix, oob
-    return not oob
+    (ri, ci), oob = _vector_ix(np.asarray(rows, dtype=np.int64).reshape(-1), r.free, r.stride, r.rows)
+    ok = None
+    if oob:
+        ok = np.broadcast_to((ri >= 0) & (ri < r.rows), v.shape)
+        ri = np.clip(ri, 0, r.rows - 1)
+    v._ix = (ri, ci)
+    _register_dynamic(v, (r.source,), ok)
 
 
 def dynamic_select(t: Tensor, dim: int, index) -> Tensor:

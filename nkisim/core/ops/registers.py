@@ -306,20 +306,14 @@ def _resolve_args(ctx: KernelContext, args, kwargs) -> None:
             for y in x:
                 if isinstance(y, (list, tuple)):
                     for z in y:
-                        _resolve(ctx, z, args, kwargs)
+                        _resolve(ctx, z)
                 else:
-                    _resolve(ctx, y, args, kwargs)
+                    _resolve(ctx, y)
         else:
-            _resolve(ctx, x, args, kwargs)
+            _resolve(ctx, x)
 
 
-def _oob_skip(args, kwargs) -> bool:
-    """Whether the call asks to skip out-of-bounds indirect elements (``oob_mode=nisa.oob_mode.skip``)."""
-    return any(type(v).__name__ == "oob_mode" and getattr(v, "name", "") == "skip"
-               for v in itertools.chain(args, kwargs.values()))
-
-
-def _resolve(ctx: KernelContext, x, args=(), kwargs=None) -> None:
+def _resolve(ctx: KernelContext, x) -> None:
     recipe = getattr(x, "_recipe", None) if isinstance(x, Tensor) else None
     if recipe is None:
         return
@@ -328,13 +322,7 @@ def _resolve(ctx: KernelContext, x, args=(), kwargs=None) -> None:
     src = recipe.source
     if isinstance(recipe, aps.VectorRecipe):  # one row index per partition, read now (the device reads them now)
         ctx.settle()
-        rows = np.asarray(read(src)).astype(np.int64).reshape(-1)
-        if not aps.resolve_vector(x, rows) and not _oob_skip(args, kwargs or {}):
-            fault(ctx, DeviceFault(
-                f"{recipe.where}: an index of the vector_offset tile moves the access pattern {recipe.pattern} of "
-                f"'{x.name}' outside its tensor (an out-of-bounds indirect DMA on the device; pass "
-                "oob_mode=nisa.oob_mode.skip to skip such elements; nkisim does not print run-time values)"))
-            raise _Abort
+        aps.resolve_vector(x, np.asarray(read(src)).astype(np.int64).reshape(-1))  # out of range: the DMA decides
         return
     if isinstance(src, Register):
         value = _get(ctx, src, "scalar_offset")
