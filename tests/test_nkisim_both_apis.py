@@ -285,15 +285,33 @@ def test_psum_operand_of_a_vector_op_pair_is_the_same_error(api):
 
 @pytest.mark.parametrize("api", API, ids=IDS)
 def test_sbuf_capacity_is_checked_by_liveness(api):
-    """Tiles that stay live past SBUF's usable bytes are a capacity error (compiled runs) in both APIs."""
+    """Tiles that stay live past SBUF's usable bytes spill in both APIs (issue 33, core.spill); a tile that could not
+    fit on its own stays the capacity error."""
     def k(api):
         def kernel(a):
             keep = [api.ndarray((128, 16 * 1024), np.float32) for _ in range(4)]  # 4 x 64 KiB per partition
-            return keep
+            for t in keep:
+                api.memset(t, 1.0)
+            out = api.ndarray((128, 16 * 1024), np.float32)
+            api.add(out, keep[0], keep[1])
+            api.add(out, out, keep[2])
+            api.add(out, out, keep[3])
+            res = api.nl.ndarray((128, 16 * 1024), dtype=np.float32, buffer=api.out_buffer)
+            api.store(res, out)
+            return res
+        return kernel
+
+    r = run(api, k, A)
+    np.testing.assert_array_equal(r.outputs, np.full((128, 16 * 1024), 4.0, np.float32))
+    assert r.trace.meta["spill"]["saves"] >= 1 and r.trace.meta["spill"]["reloads"] >= 1
+
+    def too_big(api):
+        def kernel(a):
+            return api.ndarray((128, 60 * 1024), np.float32)  # 240 KiB per partition
         return kernel
 
     with raises_rule("nkisim_sbuf_capacity", "SBUF over-subscribed"):
-        run(api, k, A)
+        run(api, too_big, A)
 
 
 @pytest.mark.parametrize("api", API, ids=IDS)

@@ -181,9 +181,16 @@ def test_tiles_still_read_later_count():
         return out
 
     a = RNG.normal(size=(2, 128, W)).astype(np.float32)
-    for k in (read_later, dead_name_live_list, loop_carried):
-        with pytest.raises(NKIError, match="SBUF over-subscribed"):
-            run_kernel(k, (a,))
+    # both tiles are live at once and do not fit: the compiler spills one (issue 33), the values stay right
+    r = run_kernel(read_later, (a,))
+    assert r.trace.meta["spill"]["saves"] >= 1
+    np.testing.assert_array_equal(r.outputs, np.stack([a[0], np.ones_like(a[0])]))
+    r = run_kernel(dead_name_live_list, (a,))
+    assert r.trace.meta["spill"]["saves"] >= 1
+    np.testing.assert_array_equal(r.outputs[0], a[0])
+    # nl.add(acc, t) reads both and writes a third tile of the same size: more than one partition, GCA035
+    with pytest.raises(NKIError, match="couldn't be allocated in SB"):
+        run_kernel(loop_carried, (a,))
 
 
 # ---------------------------------------------------------------------------------------------------------------

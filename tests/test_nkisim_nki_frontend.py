@@ -226,11 +226,12 @@ def test_sub_kernels_must_not_be_decorated():
 def test_nki_simulator_env_makes_capacity_a_warning(monkeypatch):
     @nki.jit
     def hog(x):
-        keep = [nl.ndarray((128, 16 * 1024), dtype=nl.float32, buffer=nl.sbuf) for _ in range(4)]
+        keep = [nl.ndarray((128, 20 * 1024), dtype=nl.float32, buffer=nl.sbuf) for _ in range(3)]
         for t in keep:
             nisa.memset(dst=t, value=0.0)
+        nisa.tensor_tensor(dst=keep[0], data1=keep[1], data2=keep[2], op=nl.add)  # 240 KiB in one instruction
 
-    with raises_rule("nkisim_sbuf_capacity", "SBUF over-subscribed"):
+    with raises_rule("nkisim_sbuf_instruction", "couldn't be allocated in SB", "Total SB Partition Size: 229376"):
         hog(_f32(4, 4))
     monkeypatch.setenv("NKI_SIMULATOR", "1")
     with warnings.catch_warnings(record=True) as caught:

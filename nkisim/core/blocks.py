@@ -13,8 +13,9 @@ docs say what that means physically:
 
 So a block holds memory from its first access to its last one in program order, and the tensor needs as many
 physical tiles as it has blocks live at once.  The allocator (``runtime.allocate``) charges one block while the
-tensor lives; :func:`finish`, run once the kernel has returned, (1) checks the SBUF peak with every block's live
-interval counted, and (2) gives the cost model the physical tiles: blocks are assigned to ``k`` physical slots,
+tensor lives; :func:`finish`, run once the kernel has returned, (1) hands an SBUF peak beyond capacity with
+every block's live interval counted to the compiler's spilling (``core.spill``: each block a location of its
+own), else (2) gives the cost model the physical tiles: blocks are assigned to ``k`` physical slots,
 least recently freed first, ``k`` = the blocks live at once, raised to the rotation depth of a loop-local tile
 (``memory.ROTATION_DEPTH`` + 1: the compiler's multi-buffering, as for a tile allocated inside a loop) where SBUF
 has room; each access's region is rewritten to its block's slot, so reusing a slot orders the next block's
@@ -32,7 +33,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from nkisim.core.instr import B_SBUF, Region
-from nkisim.core.rules import fail, message
 
 
 @dataclass(eq=False)
@@ -50,19 +50,21 @@ class BlockRecord:
 
 
 def finish(mem, trace) -> None:
-    """End of a kernel run: per-block capacity check and physical slots for the cost model."""
+    """End of a kernel run: spills if SBUF is over-subscribed (core.spill), else physical slots for the cost
+    model."""
     records = [r for r in mem.block_records if r.buf == B_SBUF and r.block_bytes > 0]
+    capacity = mem.limits.sbuf_usable_bytes
+    if mem.over or (records and mem.block_upper_peak > capacity):
+        from nkisim.core import spill
+
+        if spill.plan(mem, trace):
+            return  # every block keeps its own region: the spill DMAs carry the reuse (core.spill)
     if not records:
         return
     instrs = trace.instrs
     n = len(instrs)
     first, last = _block_intervals(records, instrs, n)
-    capacity = mem.limits.sbuf_usable_bytes
     total, live_blocks = _sbuf_profile(mem, records, first, last, n)
-    peak = int(total.max()) if n else 0
-    if peak > capacity and mem.block_upper_peak > capacity:
-        at = int(total.argmax())
-        _over(mem, records, live_blocks, at, peak, capacity, instrs)
     _assign_slots(records, first, last, live_blocks, total, capacity, instrs, n)
 
 
@@ -127,22 +129,6 @@ def _sbuf_profile(mem, records, first, last, n):
         live_blocks[id(r)] = cnt
         total += np.maximum(cnt - 1, 0) * r.block_bytes
     return total, live_blocks
-
-
-def _over(mem, records, live_blocks, at, peak, capacity, instrs) -> None:
-    from nkisim.core.memory import site_str
-
-    where = instrs[at].where if at < len(instrs) else "end of kernel"
-    busy = sorted(records, key=lambda r: -int(live_blocks[id(r)][at]) * r.block_bytes)
-    tiles = ", ".join(
-        f"'{r.name or 'tile'}' {int(live_blocks[id(r)][at])} of {r.nblocks} blocks live x {r.block_bytes} "
-        f"B/partition (allocated at {site_str(r.site)})" for r in busy[:5] if live_blocks[id(r)][at] > 0)
-    tiles = f"{tiles}; at {where}" if tiles else f"at {where}"
-    if mem.simulate:
-        mem.overflows.append(message("nkisim_sbuf_capacity", target=mem.target, peak=peak, capacity=capacity,
-                                     tiles=tiles))
-        return
-    fail("nkisim_sbuf_capacity", target=mem.target, peak=peak, capacity=capacity, tiles=tiles)
 
 
 def _assign_slots(records, first, last, live_blocks, total, capacity, instrs, n) -> None:

@@ -23,7 +23,7 @@ from nkisim.core.access import dynamic_tiles, lane_violation
 from nkisim.core.instr import B_SBUF, E_DMA, Engine, Instr, Trace
 from nkisim.core.memory import Allocation, MemoryTracker
 from nkisim.core.partitions import starts_ok
-from nkisim.core.rules import fail
+from nkisim.core.rules import fail, message
 
 _NKISIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Frames in these directories are the emulator itself; the first frame outside them is the kernel statement: core/
@@ -54,6 +54,7 @@ class KernelContext:
         self.mem = MemoryTracker(self.limits, self.target)
         self.mem.block_dimensions = frontend.key == "legacy"  # nl.par_dim exists in neuronxcc.nki only
         self.mem.position = self.trace.instrs.__len__
+        self.sb_partition = self.limits.sbuf_bytes_per_partition  # GCA035's "Total SB Partition Size"
         self.pending: weakref.ref | None = None  # provisional result allocation, charged at the next call
         self.last_instr: Instr | None = None
         self.last_result: weakref.ref | None = None
@@ -181,6 +182,8 @@ class KernelContext:
             so = tuple([t.operand() for t in srcs])
         do = (dsts[0].operand(),) if len(dsts) == 1 else tuple([t.operand() for t in dsts])
         ins = Instr(len(instrs), op, engine, so, do, attrs, self.loc)
+        if self.mem.big_tile * (len(so) + len(do)) > self.sb_partition:  # rarely true: one compare per instruction
+            self._check_accessed(op, srcs, dsts)
         if engine != E_DMA:
             # partition lanes (G11): a run of partitions, one free pattern; DMAs address every byte
             for o in so + do:
@@ -193,6 +196,28 @@ class KernelContext:
                                  len(dsts) == 1 and dsts[0]._a.provisional, srcs, dsts)
         instrs.append(ins)
         return ins
+
+    def _check_accessed(self, op: str, srcs, dsts) -> None:
+        """GCA035: the SBUF locations one instruction accesses must fit in one partition together, each operand
+        counted (a tile read and written counts twice, as in the compiler's message).  A location is an
+        automatically allocated tile, or one block of a block-dimension tensor (the compiler allocates blocks
+        separately); explicit placements are the kernel's own layout and are not counted."""
+        total = 0
+        locs = []
+        pmax = self.limits.pmax
+        for t in (*srcs, *dsts):
+            a = t._a
+            if a.buf != B_SBUF or a.tracker is None or a.placed is not None:
+                continue
+            n = a.block_bytes or a.bytes_pp
+            total += n
+            locs.append(f"{a.name or 'tile'}: {n} Bytes per Partition and total of: {n * pmax} Bytes in SB")
+        if total > self.sb_partition:
+            fields = dict(op=op, where=self.loc, locations="; ".join(locs), total=total, size=self.sb_partition)
+            if self.mem.simulate:  # AWS's simulator does not check capacity (rules.NKICapacityWarning)
+                self.mem.overflows.append(message("nkisim_sbuf_instruction", **fields))
+            else:
+                fail("nkisim_sbuf_instruction", **fields)
 
     def _check_lanes(self, op: str, engine: Engine, srcs, dsts) -> None:
         """Refuse an engine operand that leaves its partition lanes (G11, core.access.lane_violation); a dynamic

@@ -85,7 +85,9 @@ class MemoryTracker:
         self.block_dimensions = True
         self.live = {B_SBUF: 0, B_PSUM: 0}
         self.peak = {B_SBUF: 0, B_PSUM: 0}
-        self.live_allocs: dict[int, tuple] = {}  # id -> (buf, name, dtype, bytes, site, shape); no strong refs
+        # id -> (buf, name, dtype, bytes, site, shape, phys, trace position when charged, provisional, bytes charged);
+        # no strong refs
+        self.live_allocs: dict[int, tuple] = {}
         self._free_phys: dict[object, list[int]] = {}
         self._next_phys = 1
         self._owned: dict[object, int] = {}  # (site, buf) -> physical buffers the site holds (live or dead)
@@ -111,6 +113,17 @@ class MemoryTracker:
         # explicit placements (nl.ndarray(address=...), core.placement.AddressPlacement): the merged byte ranges per
         # partition they cover, per memory, reserved against automatic allocation for the rest of the kernel
         self._reserved: dict[Buf, list[tuple[int, int]]] = {}
+        self.reserved_bytes = {B_SBUF: 0, B_PSUM: 0}
+        # SBUF over-subscription by automatically allocated tiles: the compiler spills (core.spill), nkisim decides
+        # what at the end of the run.  ``over`` is set at the first allocation past the usable bytes; from then on
+        # (and from the first block-dimension tensor on) every SBUF tile's life is logged for that pass:
+        # (phys, first trace position, end position, bytes per partition, name, site, provisional).  Tiles dead
+        # before logging starts cannot matter: until then every allocation fitted.
+        self.over = False
+        self.sbuf_log: list[tuple] | None = None
+        # the largest automatically allocated SBUF location so far (bytes per partition; a block of a block tensor):
+        # KernelContext.emit checks an instruction's accessed bytes only when this could exceed a partition
+        self.big_tile = 0
 
     # -- physical ids -------------------------------------------------------------------------------------
     def phys_for(self, site, buf: Buf = B_SBUF, bytes_pp: int = 0, provisional: bool = False) -> int:
@@ -128,6 +141,8 @@ class MemoryTracker:
         copies give way to the next loop's), so the trace keeps the WAR hazard on the memory it reuses.  A
         provisional result takes nothing over: it may never hold memory (`acc += matmul` accumulates in place).
         """
+        if bytes_pp > self.big_tile and buf == B_SBUF:
+            self.big_tile = bytes_pp
         key = (site, buf)
         free = self._free_phys.get(key)
         owned = self._owned.get(key, 0)
@@ -186,6 +201,8 @@ class MemoryTracker:
         rec = BlockRecord(alloc.phys, alloc.buf, alloc.block_bytes, nblocks, alloc.name, alloc.site,
                           self.position() if self.position is not None else 0)
         self.block_records.append(rec)
+        if self.sbuf_log is None:
+            self.sbuf_log = []
         self._note_sbuf()  # the live bytes when the history starts
         alloc.block_record = rec
         self._block_extra += (nblocks - 1) * alloc.block_bytes
@@ -216,7 +233,8 @@ class MemoryTracker:
         FlashAttention forward places its pipeline buffers with ``address=`` and leaves ``SoftmaxState``
         "compiler-placed"); the docs do not say how the compiler shares the memory.  nkisim assumes it allocates
         around every explicitly placed byte range, so the union of those ranges (whole 2 KiB banks in PSUM) counts
-        as live: automatic tiles get what is left (SBUF over-subscription is the usual error, PSUM spills)."""
+        as live: automatic tiles get what is left (beyond it they spill, core.spill; a tile that cannot fit beside
+        the placements on its own is the capacity error)."""
         if self.closed or buf not in self.live:
             return
         if buf == B_PSUM:
@@ -235,20 +253,28 @@ class MemoryTracker:
             return
         self.live[buf] += grow
         total = before + grow
+        self.reserved_bytes[buf] = total
         self.live_allocs[-int(buf)] = (buf, "explicit placements (nl.ndarray address=)", np.dtype(np.uint8), total,
-                                       None, (self.limits.pmax, total))
+                                       None, (self.limits.pmax, total), 0, 0, False, total)
         if self.live[buf] > self.peak[buf]:
             self.peak[buf] = self.live[buf]
         if buf == B_SBUF:
             self._note_sbuf()
             capacity = self._capacity(buf)
             if self.live[buf] > capacity:
-                fields = dict(target=self.target, peak=self.live[buf], capacity=capacity,
-                              tiles=self.largest(buf) + self.partition_hint(buf))
-                if self.simulate:
-                    self.overflows.append(message("nkisim_sbuf_capacity", **fields))
-                else:
-                    fail("nkisim_sbuf_capacity", **fields)
+                # automatic tiles live beside the placements spill (core.spill) unless one of them cannot fit
+                # beside the placements at all
+                largest = max((a[9] for k, a in self.live_allocs.items() if a[0] == B_SBUF and k >= 0), default=0)
+                if total + largest > capacity:
+                    fields = dict(target=self.target, peak=self.live[buf], capacity=capacity,
+                                  tiles=self.largest(buf) + self.partition_hint(buf))
+                    if self.simulate:
+                        self.overflows.append(message("nkisim_sbuf_capacity", **fields))
+                    else:
+                        fail("nkisim_sbuf_capacity", **fields)
+                self.over = True
+                if self.sbuf_log is None:
+                    self.sbuf_log = []
 
     def charge(self, alloc: Allocation) -> bool:
         """Count ``alloc`` as live; True when it is a PSUM tile the compiler spills (no bank left)."""
@@ -258,7 +284,9 @@ class MemoryTracker:
         buf = alloc.buf
         cost = self.charged_bytes(alloc) if alloc.block_bytes else self._cost(buf, alloc.bytes_pp)
         self.live[buf] += cost
-        self.live_allocs[id(alloc)] = (buf, alloc.name, alloc.base.dtype, alloc.bytes_pp, alloc.site, alloc.base.shape)
+        self.live_allocs[id(alloc)] = (buf, alloc.name, alloc.base.dtype, alloc.bytes_pp, alloc.site, alloc.base.shape,
+                                       alloc.phys, self.position() if self.position is not None else 0,
+                                       alloc.provisional, cost)
         capacity = self._capacity(buf)
         if self.live[buf] > capacity:
             self.reclaim(buf, alloc)
@@ -280,18 +308,33 @@ class MemoryTracker:
             if self.live[buf] + self._block_extra > self.block_upper_peak:
                 self.block_upper_peak = self.live[buf] + self._block_extra
         if self.live[buf] > capacity:
-            peak = self.live[buf]
-            tiles = self.largest(buf) + self.partition_hint(buf)
-            if self.simulate:
-                self.overflows.append(message("nkisim_sbuf_capacity", target=self.target, peak=peak,
-                                              capacity=capacity, tiles=tiles))
-                return False
-            # undo so the error leaves the tracker consistent
-            self.live[buf] -= cost
-            alloc.charged = False
-            self.live_allocs.pop(id(alloc), None)
-            fail("nkisim_sbuf_capacity", target=self.target, peak=peak, capacity=capacity, tiles=tiles)
+            # Over-subscribed by automatically allocated tiles: neuronx-cc spills to device memory instead of
+            # failing ("If the total size of the live data ... overflows the capacity of any on-chip memory, the
+            # Neuron compiler will insert the necessary spills or refills", NKI memory hierarchy overview); which
+            # tiles and when is decided once the whole trace is known (core.spill).  It cannot help a tile that
+            # does not fit beside the explicit placements on its own: that stays the capacity error.
+            if self.reserved_bytes[B_SBUF] + cost > capacity:
+                peak = self.live[buf]
+                tiles = self.largest(buf) + self.partition_hint(buf)
+                if self.simulate:
+                    self.overflows.append(message("nkisim_sbuf_capacity", target=self.target, peak=peak,
+                                                  capacity=capacity, tiles=tiles))
+                    return False
+                # undo so the error leaves the tracker consistent
+                self.live[buf] -= cost
+                alloc.charged = False
+                self.live_allocs.pop(id(alloc), None)
+                fail("nkisim_sbuf_capacity", target=self.target, peak=peak, capacity=capacity, tiles=tiles)
+            self.over = True
+            if self.sbuf_log is None:
+                self.sbuf_log = []
         return False
+
+    def _log_end(self, rec: tuple | None, alloc: Allocation) -> None:
+        """A logged SBUF tile stops being live (core.spill reads the log)."""
+        if rec is not None and rec[0] == B_SBUF and not alloc.block_bytes:
+            self.sbuf_log.append((rec[6], rec[7], self.position() if self.position is not None else 0, rec[9],
+                                  rec[1], rec[4], rec[8]))
 
     def reclaim(self, buf: Buf, keep: Allocation) -> None:
         """Stop charging tiles the kernel can no longer read although a Python name still holds them (a name
@@ -304,7 +347,9 @@ class MemoryTracker:
                 continue
             alloc.charged = False
             self.live[buf] -= self.charged_bytes(alloc)
-            self.live_allocs.pop(aid, None)
+            rec = self.live_allocs.pop(aid, None)
+            if self.sbuf_log is not None:
+                self._log_end(rec, alloc)
             self._released(alloc)
         if buf == B_SBUF:
             self._note_sbuf()
@@ -313,7 +358,7 @@ class MemoryTracker:
         allocs = sorted((a for a in self.live_allocs.values() if a[0] == buf), key=lambda a: -a[3])[:n]
         return ", ".join(
             f"'{name or 'tile'}' {dt} {_layout(shape)} = {nbytes} B/partition (allocated at {site_str(site)})"
-            for _, name, dt, nbytes, site, shape in allocs
+            for _, name, dt, nbytes, site, shape, *_ in allocs
         )
 
     def partition_hint(self, buf: Buf) -> str:
@@ -321,7 +366,7 @@ class MemoryTracker:
         was taken as the partition axis, and the two ways to put the other one there (students' commonest
         over-subscription: a list-of-tiles shape such as (2, 128, 9, 256), read as 2 partitions)."""
         pmax = self.limits.pmax
-        for _, name, _, _, _, shape in sorted(
+        for _, name, _, _, _, shape, *_ in sorted(
             (a for a in self.live_allocs.values() if a[0] == buf), key=lambda a: -a[3]
         ):
             parts, rest = shape[0], shape[1:]
@@ -351,7 +396,9 @@ class MemoryTracker:
         alloc.charged = False
         cost = self.charged_bytes(alloc) if alloc.block_bytes else self._cost(buf, alloc.bytes_pp)
         self.live[buf] -= cost
-        self.live_allocs.pop(id(alloc), None)
+        rec = self.live_allocs.pop(id(alloc), None)
+        if self.sbuf_log is not None:
+            self._log_end(rec, alloc)
         if self.block_records:  # block-dimension bookkeeping (core.blocks), else nothing
             self._released(alloc)
             if buf == B_SBUF:

@@ -31,7 +31,9 @@ class NKIError(ValueError):
 
 
 class NKICapacityError(NKIError, MemoryError):
-    """SBUF over-subscription (the compiler's allocator fails; GCA035 on hardware). PSUM spills instead."""
+    """An SBUF capacity error the compiler's allocator reports: one instruction's tiles do not fit in a partition
+    (GCA035), or a tile does not fit beside the explicit placements.  Over-subscription by automatically allocated
+    tiles spills instead (core.spill), as PSUM does."""
 
 
 class NKISimulationWarning(UserWarning):
@@ -244,6 +246,13 @@ _RULE_LIST = [
        "SBUF over-subscribed on {target}: {peak} bytes per partition live, capacity {capacity} bytes per "
        "partition. Largest live tiles: {tiles}",
        "SBUF 192 KiB (trn1) / 224 KiB (trn2) per partition minus the compiler reserve (tile_size)"),
+    _r("nkisim_sbuf_instruction",
+       "Instruction: {op} at {where} couldn't be allocated in SB. Memory Location Accessed: {locations}. Total "
+       "Accessed Bytes per partition by instruction: {total}, Total SB Partition Size: {size}. The SBUF tiles one "
+       "instruction reads and writes must fit in one partition together (the compiler can spill other tiles, not "
+       "these): split the instruction over smaller tiles of the free dimension",
+       "neuronx-cc GCA035 (aws-neuron-sdk issue #1060, trn1: 'Total Accessed Bytes per partition by instruction: "
+       "198024, Total SB Partition Size: 196608'); every operand counted, the same tile once per operand"),
     _r("nkisim_direct_alloc",
        "direct allocation: {detail}",
        "nki.compiler.sbuf.mod_alloc; nki_direct_allocation_guide.rst"),
@@ -366,7 +375,8 @@ def message(code: str, **fields) -> str:
     return text
 
 
-_ERROR_CLASSES = {"nkisim_sbuf_capacity": NKICapacityError, "err_tensor_access_out_of_bound": NKIIndexError}
+_ERROR_CLASSES = {"nkisim_sbuf_capacity": NKICapacityError, "nkisim_sbuf_instruction": NKICapacityError,
+                  "err_tensor_access_out_of_bound": NKIIndexError}
 
 
 def fail(code: str, **fields) -> None:

@@ -46,6 +46,11 @@ class PerfReport:
     core_latency_us: list[float] = field(default_factory=list)  # SPMD over several cores: each core's latency
     psum_spills: int = 0  # PSUM tiles the compiler spilled past the 8 banks (costed as VectorE copies)
     psum_spill_bytes: int = 0  # their bytes per partition
+    # SBUF spilling (core.spill): neuron-profile's data_movement metrics, "the total size of intermediate data in
+    # bytes the workload spills from SBUF into device memory" / "reloads back into SBUF" (NKI performance guide)
+    spill_save_bytes: int = 0
+    spill_reload_bytes: int = 0
+    spill_count: int = 0  # spill save and reload DMAs
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -88,6 +93,7 @@ def build_report(
     by_engine: dict[str, int] = {}
     hbm_r = hbm_w = 0
     spills = spill_bytes = 0
+    sb_save = sb_reload = sb_spills = 0
     for ins in instrs:
         name = ENGINE_NAMES.get(ins.engine, "Unknown")
         by_engine[name] = by_engine.get(name, 0) + 1
@@ -126,6 +132,13 @@ def build_report(
                 hbm_r += nb
             if ins.dsts and ins.dsts[0].region.buf == Buf.HBM:
                 hbm_w += nb
+            kind = ins.attrs.get("spill")
+            if kind is not None:
+                sb_spills += 1
+                if kind == "save":
+                    sb_save += nb
+                else:
+                    sb_reload += nb
     makespan_us = sch.makespan_ns / 1000.0
     total_us = makespan_us + tc.launch_overhead_us
     busy = {k: v / 1000.0 for k, v in sch.busy_ns.items() if k != "DMA"}
@@ -170,6 +183,9 @@ def build_report(
         schedule=sch,
         psum_spills=spills,
         psum_spill_bytes=spill_bytes,
+        spill_save_bytes=sb_save,
+        spill_reload_bytes=sb_reload,
+        spill_count=sb_spills,
     )
 
 

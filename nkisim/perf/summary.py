@@ -28,6 +28,8 @@ def summary_metrics(rep: PerfReport) -> list[tuple[str, object, str]]:
         ("dma_descriptor_count", rep.dma_descriptors, ""),
         ("hbm_read_bytes", rep.hbm_read_bytes, "bytes"),
         ("hbm_write_bytes", rep.hbm_write_bytes, "bytes"),
+        ("spill_save_bytes", rep.spill_save_bytes, "bytes"),
+        ("spill_reload_bytes", rep.spill_reload_bytes, "bytes"),
         ("matmul_count", rep.matmul_count, ""),
         ("hardware_flops", int(rep.matmul_flops + rep.transpose_flops), "flops"),
         ("transpose_flops", int(rep.transpose_flops), "flops"),
@@ -62,6 +64,11 @@ def format_summary(rep: PerfReport, *, critical_top: int = 8) -> str:
         lines += ["", f"warning: {rep.psum_spills} PSUM tile(s) ({rep.psum_spill_bytes} bytes per partition) did not "
                   "fit the 8 PSUM banks and were spilled to SBUF by the compiler; each spill is costed as a VectorE "
                   "copy. Reuse fewer, smaller PSUM tiles to avoid it."]
+    if rep.spill_count:
+        lines += ["", f"warning: SBUF over-subscribed: the compiler spills to device memory ({rep.spill_save_bytes} "
+                  f"bytes saved, {rep.spill_reload_bytes} bytes reloaded in {rep.spill_count} DMAs, lines "
+                  "'(compiler spill)' / '(compiler reload)' below). The kernel is correct but slower: fuse loops or "
+                  "shrink the tiles kept live at once."]
     top = rep.critical_path_by_location(critical_top)
     if top:
         lines += ["", "critical path by kernel line (time on the path):"]
