@@ -250,7 +250,8 @@ def _vector_ap_kernel(**kw):
 @pytest.mark.parametrize(("kw", "code", "fragment"), [
     ({"dim": 1}, "nkisim_view", "only indirect_dim=0"),
     ({"on_chip": True}, "nkisim_view", "must be in HBM"),
-    ({"idx_shape": (4, 2)}, "nkisim_bad_argument", "shape (P, 1)"),
+    ({"idx_shape": (4, 1, 1)}, "nkisim_bad_argument", "shape (P, 1)"),
+    ({"idx_shape": (2, 1)}, "nkisim_view", "partition count 4"),
     ({"idx_dtype": nl.float32, "fill": 0.0}, "nkisim_bad_argument", "integer SBUF tensor"),
     ({"pattern": [[16, 8], [1, 16]]}, "nkisim_view", "partition count 8"),
     ({"pattern": [[16, 4], [1, 2000]]}, "err_tensor_access_out_of_bound", "data"),
@@ -320,3 +321,154 @@ def test_dynamic_select_out_of_range_faults_without_the_value():
     with pytest.raises(DeviceFault) as info:
         _run(kernel, b)
     assert "9" not in str(info.value)
+
+
+# ---- dma_transpose: the gather-transpose examples and the DGE constraints ---------------------------------------
+@nki.jit
+def gather_transpose_kernel(src_hbm, idx_hbm):
+    """nki.isa.dma_transpose docstring, "Indirect transpose example with 1D indices", as written there."""
+    P, F = 128, 128
+    output = nl.ndarray((P, F), dtype=src_hbm.dtype, buffer=nl.shared_hbm)
+    idx_sb = nl.load(idx_hbm)
+    dst_sb = nl.ndarray((P, F), dtype=src_hbm.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=dst_sb, value=0)
+    src_ap = src_hbm.ap(pattern=[[P, F], [1, P]], vector_offset=idx_sb, indirect_dim=0)
+    nisa.dma_transpose(dst=dst_sb, src=src_ap, axes=(1, 0))
+    nisa.dma_copy(dst=output, src=dst_sb)
+    return output
+
+@nki.jit
+def gather_transpose_2d_kernel(src_hbm, idx_hbm):
+    """Same docstring, "... with 2D indices": "Hardware uses column-major flattening: flat_indices =
+    indices.T.flatten()"."""
+    N_COLS = 2
+    P = 128
+    F = 128 * N_COLS
+    output = nl.ndarray((P, F), dtype=src_hbm.dtype, buffer=nl.shared_hbm)
+    idx_sb = nl.load(idx_hbm)
+    dst_sb = nl.ndarray((P, F), dtype=src_hbm.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=dst_sb, value=0)
+    src_ap = src_hbm.ap(pattern=[[P, F], [1, P]], vector_offset=idx_sb, indirect_dim=0)
+    nisa.dma_transpose(dst=dst_sb, src=src_ap, axes=(1, 0))
+    nisa.dma_copy(dst=output, src=dst_sb)
+    return output
+
+@nki.jit
+def gather_transpose_4d_kernel(src_hbm, idx_hbm):
+    """Same docstring, "4D indirect transpose example with 2D indices"."""
+    T, d1, d2, d3 = src_hbm.shape
+    _, N = idx_hbm.shape
+    F = 128 * N
+    idx_sb = nl.load(idx_hbm)
+    dst_sb = nl.ndarray((d3, d1, d2, F), dtype=src_hbm.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=dst_sb, value=0)
+    src_ap = src_hbm.ap(pattern=[[d1 * d2 * d3, F], [d2 * d3, d1], [d3, d2], [1, d3]], vector_offset=idx_sb,
+                        indirect_dim=0)
+    nisa.dma_transpose(dst=dst_sb, src=src_ap, axes=(3, 1, 2, 0))
+    output = nl.ndarray((d3, d1, d2, F), dtype=src_hbm.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=output, src=dst_sb)
+    return output
+
+
+RNG = np.random.default_rng(0)
+SRC16 = RNG.standard_normal((300, 128)).astype(np.float16)
+
+
+def test_dma_transpose_docstring_gather_transpose_examples():
+    """"Indirect transpose effectively performs ... flat_indices = indices.T.flatten()[:src.shape[0]]; gathered =
+    src[flat_indices, :]; dst = gathered.T"."""
+    idx = RNG.integers(0, 300, (128, 1)).astype(np.uint32)
+    np.testing.assert_array_equal(gather_transpose_kernel(SRC16, idx), SRC16[idx.T.flatten()[:128], :].T)
+    idx2 = RNG.integers(0, 300, (128, 2)).astype(np.uint32)
+    np.testing.assert_array_equal(gather_transpose_2d_kernel(SRC16, idx2), SRC16[idx2.T.flatten()[:256], :].T)
+    src4 = RNG.standard_normal((300, 1, 4, 32)).astype(np.float16)
+    idx4 = RNG.integers(0, 300, (128, 1)).astype(np.uint32)
+    out = gather_transpose_4d_kernel(src4, idx4)
+    np.testing.assert_array_equal(out, np.transpose(src4[idx4.T.flatten()[:128]], (3, 1, 2, 0)))
+
+
+def test_gather_transpose_is_software_dge_reading_its_index_tile():
+    run = _run(gather_transpose_kernel, SRC16, np.arange(128, dtype=np.uint32).reshape(128, 1))
+    tr = [i for i in run.trace.instrs if i.attrs.get("via") == "dma_transpose"]
+    assert len(tr) == 1 and tr[0].attrs.get("swdge") and len(tr[0].srcs) == 2
+
+
+def _transpose_kernel(shape, dge, dtype=nl.float16):
+    def kernel(a):
+        s = nl.ndarray(shape, dtype=dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=a)
+        d = nl.ndarray(shape[::-1] if len(shape) < 4 else (shape[3], shape[1], shape[2], shape[0]), dtype=dtype,
+                       buffer=nl.sbuf)
+        nisa.dma_transpose(dst=d, src=s, dge_mode=dge)
+    return kernel
+
+
+@pytest.mark.parametrize("shape", [(1, 64), (2, 128), (8, 100), (16, 128), (4, 4, 32), (2, 2, 8, 16)])
+def test_hwdge_transpose_accepts_the_relaxed_shapes(shape):
+    """Release notes 0.6: "dma_transpose now accepts src.shape[0] in {1,2,4,8,16} when using HWDGE (previously
+    required ==16) and src.shape[-1] <= 128 (previously required ==128)"."""
+    _run(_transpose_kernel(shape, nisa.dge_mode.hwdge), np.zeros(shape, dtype=np.float16))
+
+
+@pytest.mark.parametrize(("shape", "fragment"), [
+    ((3, 64), "src.shape[0] = 3"),
+    ((2, 4, 32), "must be a multiple of 16"),
+])
+def test_hwdge_transpose_constraints(shape, fragment):
+    """The docstring's "DMA Direct Transpose Constraints" for hwdge."""
+    with raises_rule("nkisim_bad_argument", "dge_mode=hwdge", fragment):
+        _run(_transpose_kernel(shape, nisa.dge_mode.hwdge), np.zeros(shape, dtype=np.float16))
+
+
+def test_direct_transpose_refuses_swdge_and_indirect_refuses_hwdge():
+    """"The only valid dge_modes are unknown and hwdge" (direct) / "unknown and swdge" (indirect)."""
+    with raises_rule("nkisim_bad_argument", "direct transpose"):
+        _run(_transpose_kernel((16, 64), nisa.dge_mode.swdge), np.zeros((16, 64), dtype=np.float16))
+
+    def kernel(src_hbm, idx_hbm):
+        idx_sb = nl.load(idx_hbm)
+        dst_sb = nl.ndarray((128, 128), dtype=src_hbm.dtype, buffer=nl.sbuf)
+        src_ap = src_hbm.ap(pattern=[[128, 128], [1, 128]], vector_offset=idx_sb, indirect_dim=0)
+        nisa.dma_transpose(dst=dst_sb, src=src_ap, axes=(1, 0), dge_mode=nisa.dge_mode.hwdge)
+    with raises_rule("nkisim_bad_argument", "software-DGE transpose"):
+        _run(kernel, SRC16, np.zeros((128, 1), dtype=np.uint32))
+
+
+@pytest.mark.parametrize(("idx_shape", "idx_dtype", "fragment"), [
+    ((128, 1), np.int32, "indices.dtype must be uint32"),
+    ((8, 16), np.uint32, "indices.shape[0] = 8"),
+    ((64, 2), np.uint32, "exactly 128"),
+])
+def test_indirect_transpose_constraints(idx_shape, idx_dtype, fragment):
+    """The docstring's "DMA Indirect Transpose Constraints"."""
+    def kernel(src_hbm, idx_hbm):
+        idx_sb = nl.load(idx_hbm)
+        dst_sb = nl.ndarray((128, 128), dtype=src_hbm.dtype, buffer=nl.sbuf)
+        src_ap = src_hbm.ap(pattern=[[128, 128], [1, 128]], vector_offset=idx_sb, indirect_dim=0)
+        nisa.dma_transpose(dst=dst_sb, src=src_ap, axes=(1, 0))
+    with raises_rule("nkisim_bad_argument", "indirect transpose", fragment):
+        _run(kernel, SRC16, np.zeros(idx_shape, dtype=idx_dtype))
+
+
+def test_indirect_transpose_out_of_range_rows_skip_or_fault():
+    """oob_mode: "skip: Silently skips any operations involving out-of-bounds indices. Only valid when src uses
+    indirect indexing"; error (the default): a fault after the kernel returns."""
+    idx = np.arange(128, dtype=np.uint32).reshape(128, 1)
+    idx[5, 0] = 1000
+
+    def kernel(src_hbm, idx_hbm, skip):
+        output = nl.ndarray((128, 128), dtype=src_hbm.dtype, buffer=nl.shared_hbm)
+        idx_sb = nl.load(idx_hbm)
+        dst_sb = nl.ndarray((128, 128), dtype=src_hbm.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=dst_sb, value=0)
+        src_ap = src_hbm.ap(pattern=[[128, 128], [1, 128]], vector_offset=idx_sb, indirect_dim=0)
+        nisa.dma_transpose(dst=dst_sb, src=src_ap, axes=(1, 0),
+                           oob_mode=nisa.oob_mode.skip if skip else nisa.oob_mode.error)
+        nisa.dma_copy(dst=output, src=dst_sb)
+        return output
+    out = run_kernel(kernel, (SRC16, idx, True), {}, frontend=frontends.NKI).outputs
+    ref = SRC16[np.minimum(idx[:, 0], 0) + np.arange(128)].T.copy()
+    ref[:, 5] = 0
+    np.testing.assert_array_equal(out, ref)
+    with pytest.raises(DeviceIndexFault):
+        run_kernel(kernel, (SRC16, idx, False), {}, frontend=frontends.NKI)

@@ -522,18 +522,21 @@ def vector_ap(t: Tensor, pattern, offset, vector_offset: Tensor, indirect_dim: i
         fail("nkisim_view", name=t.name, op="ap", detail="nkisim does not support a reinterpreting dtype= together "
              "with vector_offset yet")
     idx = vector_offset
-    if not isinstance(idx, Tensor) or idx.kind != B_SBUF or len(idx.shape) != 2 or idx.shape[1] != 1 \
-            or idx.dtype.kind not in "iu":
+    if not isinstance(idx, Tensor) or idx.kind != B_SBUF or len(idx.shape) != 2 or idx.dtype.kind not in "iu":
         fail("nkisim_bad_argument", op=op, detail="vector_offset must be an integer SBUF tensor of shape (P, 1), one "
-             "row index per partition")
+             "row index per partition (or (128, N), read column by column: nki.isa.dma_transpose)")
     pairs = [(int(st), int(c)) for st, c in pattern]
     if len(pairs) < 2 or any(c < 1 for _, c in pairs):
         fail("nkisim_view", name=t.name, op="ap", detail=f"pattern {pattern!r} needs a partition pair and free "
              "[stride, count] pairs with counts >= 1")
     p = pairs[0][1]
-    if p != idx.shape[0]:
+    n_idx = idx.shape[0] * idx.shape[1]
+    if (idx.shape[1] == 1 and p != idx.shape[0]) or p > n_idx:
+        # (P, 1): one index per partition; (I, N): "flat_indices = indices.T.flatten()[:src.shape[0]]" and
+        # "indices.shape[0] * indices.shape[1] must be >= src.shape[0]" (nki.isa.dma_transpose)
         fail("nkisim_view", name=t.name, op="ap", detail=f"the pattern's partition count {p} must be the number of "
-             f"indices, vector_offset.shape[0] = {idx.shape[0]}")
+             f"indices, vector_offset.shape[0] = {idx.shape[0]}" if idx.shape[1] == 1 else
+             f"the pattern's leading count {p} exceeds the {n_idx} indices of vector_offset {list(idx.shape)}")
     base = t._a.base
     n_rows = base.shape[0] if base.ndim else 1
     row = base.size // max(n_rows, 1)  # elements to the right of dim 0 of the base tensor
@@ -573,7 +576,9 @@ def resolve_vector(v: Tensor, rows: np.ndarray) -> None:
     from nkisim.core.tensor import _register_dynamic
 
     r = v._recipe
-    (ri, ci), oob = _vector_ix(np.asarray(rows, dtype=np.int64).reshape(-1), r.free, r.stride, r.rows)
+    rows = np.asarray(rows, dtype=np.int64)
+    rows = rows.T.reshape(-1)[:v.shape[0]]  # column-major: "flat_indices = indices.T.flatten()" (dma_transpose)
+    (ri, ci), oob = _vector_ix(rows, r.free, r.stride, r.rows)
     ok = None
     if oob:
         ok = np.broadcast_to((ri >= 0) & (ri < r.rows), v.shape)

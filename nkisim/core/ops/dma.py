@@ -199,10 +199,13 @@ def store(dst: Tensor, value, *, mask=None) -> None:
 
 
 def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None, two_byte_only: bool = False,
-                  dst: Tensor | None = None) -> Tensor:
+                  dst: Tensor | None = None, dge: str | None = None, oob_skip: bool = False) -> Tensor:
     """DMA-engine transpose into a new SBUF tile (2-D (1,0), 3-D (2,1,0), 4-D (3,1,2,0)) or into ``dst`` (the
     current API: "dst.shape matches the transposed src.shape exactly, including rank", NKI 0.4 migration guide);
-    ``two_byte_only`` for the explicit hwdge/swdge lowerings, which take 2-byte dtypes only."""
+    ``two_byte_only`` for the explicit hwdge/swdge lowerings, which take 2-byte dtypes only.  ``dge``: the current
+    API's ``dge_mode`` ("unknown" / "hwdge" / "swdge" / "none"; None: not checked, the legacy API): its documented
+    constraints are checked, and a ``src`` with a ``vector_offset`` is the software-DGE gather-transpose
+    (``dst = src[indices.T.flatten()[:src.shape[0]], :].T``, NKI 0.6 docstring)."""
     ctx = current("dma_transpose")
     ctx.settle()
     src = need_tensor(src, "dma_transpose", "src")
@@ -214,6 +217,9 @@ def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None, two_byte_onl
     if axes != allowed[src.ndim]:
         fail("nkisim_bad_argument", op="dma_transpose", detail=f"axes must be {allowed[src.ndim]} for a "
              f"{src.ndim}-D source, got {axes}")
+    indirect = dynamic_tiles(ctx, src) if ctx.dyn else ()
+    if dge is not None:
+        _transpose_dge_rules(ctx, src, dge, indirect)
     if two_byte_only and src.dtype.itemsize != 2:
         fail("nkisim_dtype_not_supported", op="dma_transpose", dtype=src.dtype.name, operand="src",
              detail=" (only 2-byte dtypes with dge_mode hwdge / swdge)")
@@ -230,12 +236,68 @@ def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None, two_byte_onl
         dtype = dst.dtype
     dt = dtypes.to_dtype(dtype) if dtype is not None else src.dtype
     out = new_result(ctx, shape, dt) if dst is None else dst
-    ins = ctx.emit("dma_copy", E_DMA, (src,), (out,), {"bytes": math.prod(shape) * max(dt.itemsize, src.dtype.itemsize),
-                                                             "via": "dma_transpose", "cast": dt != src.dtype})  # D1
+    ins = ctx.emit("dma_copy", E_DMA, (src,) + indirect, (out,),
+                   {"bytes": math.prod(shape) * max(dt.itemsize, src.dtype.itemsize), "via": "dma_transpose",
+                    "cast": dt != src.dtype})  # D1
+    if indirect:
+        _mark_descriptors(ins.attrs, True, None)  # the gather-transpose is software DGE ("dma_gather_transpose")
     values = np.transpose(read(src), axes) if ctx.full else None
     m = transposed_mask(mask, src, shape, lambda m: np.transpose(m, axes))
+    if indirect and ctx.full:  # run-time indices outside the tensor: skipped rows or a fault (S4)
+        ok = runtime_bounds(ctx, src, None, skip=oob_skip)
+        if ok is not None:
+            keep = np.transpose(ok, axes)
+            m = keep if m is None else m & keep
     if dst is None:
         return finish(ctx, ins, out, values, m)
     if values is not None:
         write(dst, execute.cast(execute.to_f32(values) if dt != src.dtype else values, dst.dtype), m)
     return dst
+
+
+_HWDGE_TRANSPOSE_ROWS = (1, 2, 4, 8, 16)
+
+
+def _transpose_dge_rules(ctx: KernelContext, src: Tensor, dge: str, indirect: tuple) -> None:
+    """nki.isa.dma_transpose's documented constraints (NKI 0.6 docstring, "DMA Direct Transpose Constraints" and
+    "DMA Indirect Transpose Constraints"; release notes 0.6: hwdge "now accepts src.shape[0] in {1,2,4,8,16} ...
+    (previously required ==16) and src.shape[-1] <= 128 (previously required ==128)")."""
+    op = "dma_transpose"
+    if indirect:
+        if dge not in ("unknown", "swdge"):
+            fail("nkisim_bad_argument", op=op, detail=f"a source with vector_offset is a software-DGE transpose: "
+                 f"dge_mode must be unknown or swdge, not {dge}")
+        if ctx.target == "trn1":
+            fail("nkisim_engine_op_unsupported", op=op, engine="DMA", target=ctx.target,
+                 detail="the indirect (gather) transpose is TRN2+ only")
+        idx = indirect[0]
+        i0, i1 = idx.shape[0], idx.shape[1]
+        problems = [
+            (src.ndim == 4 and src.shape[1] != 1 and src.shape[2] != 1, "a 4-D src needs shape[1] or shape[2] == 1"),
+            (src.shape[-1] > 128, f"src.shape[-1] = {src.shape[-1]} must be <= 128"),
+            (src.dtype.itemsize != 2, f"src.dtype must be 2 bytes, got {src.dtype.name}"),
+            (src.shape[0] % 16 != 0, f"src.shape[0] = {src.shape[0]} must be divisible by 16"),
+            (not (16 <= i0 <= 128 and i0 % 16 == 0), f"indices.shape[0] = {i0} must be in [16, 128] and divisible "
+             "by 16"),
+            (i1 > 1 and i0 != 128, "indices.shape[0] must be exactly 128 when indices.shape[1] > 1"),
+            (idx.dtype != np.uint32, f"indices.dtype must be uint32, got {idx.dtype.name}"),
+        ]
+    else:
+        if dge not in ("unknown", "hwdge"):
+            fail("nkisim_bad_argument", op=op, detail=f"a direct transpose takes dge_mode unknown or hwdge, not {dge} "
+                 "(swdge is the gather-transpose of a source with vector_offset)")
+        if dge != "hwdge":
+            return
+        rows = src.shape[0]
+        problems = [
+            (rows not in _HWDGE_TRANSPOSE_ROWS, f"src.shape[0] = {rows} must be in {{1, 2, 4, 8, 16}}"),
+            (src.ndim > 2 and (rows * src.shape[-2]) % 16 != 0,
+             f"(src.shape[0] * src.shape[-2]) = {rows * src.shape[-2] if src.ndim > 2 else 0} must be a multiple "
+             "of 16"),
+            (src.shape[-1] > 128, f"src.shape[-1] = {src.shape[-1]} must be <= 128"),
+            (src.dtype.itemsize != 2, f"src.dtype must be 2 bytes, got {src.dtype.name}"),
+        ]
+    bad = [why for cond, why in problems if cond]
+    if bad:
+        fail("nkisim_bad_argument", op=op, detail=("the indirect transpose: " if indirect else
+                                                  "dge_mode=hwdge: ") + "; ".join(bad))

@@ -322,7 +322,7 @@ def _resolve(ctx: KernelContext, x) -> None:
     src = recipe.source
     if isinstance(recipe, aps.VectorRecipe):  # one row index per partition, read now (the device reads them now)
         ctx.settle()
-        aps.resolve_vector(x, np.asarray(read(src)).astype(np.int64).reshape(-1))  # out of range: the DMA decides
+        aps.resolve_vector(x, np.asarray(read(src)).astype(np.int64))  # out of range: the DMA decides
         return
     if isinstance(src, Register):
         value = _get(ctx, src, "scalar_offset")

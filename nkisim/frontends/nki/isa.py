@@ -154,7 +154,8 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
     if removed:
         _removed("dma_transpose", removed)
     mode = _member(dge_mode, _DgeMode, "dge_mode", "dma_transpose")
-    _dma.dma_transpose(src, axes, dst=dst, two_byte_only=mode is _HWDGE)
+    skip = _member(oob_mode, _OobMode, "oob_mode", "dma_transpose") is _OOB_SKIP
+    _dma.dma_transpose(src, axes, dst=dst, two_byte_only=mode is _HWDGE, dge=mode.name, oob_skip=skip)
 
 
 # ---- TensorE --------------------------------------------------------------------------------------------------
