@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from grader import seeds
 from grader.progress import Progress
-from grader.records import GradeConfig, GradeRecord, resume_key, stored_key
+from grader.records import GradeConfig, GradeRecord, JobStatus, RecordStatus, resume_key, stored_key
 from grader.reports import atomic_write, write_all
 from grader.submission import (
     ARCHIVE_SUFFIXES,
@@ -67,7 +67,7 @@ class GradeJob:
 class JobResult:
     student: str
     submission: str
-    status: str  # graded | skipped | error
+    status: str  # a JobStatus: graded | skipped | error
     content_hash: str = ""
     out_dir: str | None = None
     score: float = 0.0
@@ -186,7 +186,8 @@ def grade_one(job: GradeJob, grade: Callable[[Submission, GradeConfig], GradeRec
     try:
         sub = load_submission(job.submission, job.student)
     except SubmissionError as exc:
-        return JobResult(job.student, job.submission, "error", error=str(exc), seconds=time.perf_counter() - t0)
+        return JobResult(job.student, job.submission, JobStatus.ERROR, error=str(exc),
+                         seconds=time.perf_counter() - t0)
     sub.student = job.student or sub.student
     final = out_root / sub.student / sub.content_hash[:16]
     try:
@@ -195,7 +196,7 @@ def grade_one(job: GradeJob, grade: Callable[[Submission, GradeConfig], GradeRec
         return JobResult(
             sub.student,
             job.submission,
-            "error",
+            JobStatus.ERROR,
             sub.content_hash,
             error=f"{type(exc).__name__}: {exc}",
             seconds=time.perf_counter() - t0,
@@ -204,10 +205,10 @@ def grade_one(job: GradeJob, grade: Callable[[Submission, GradeConfig], GradeRec
     if (
         not job.force
         and stored
-        and stored.get("status") == "graded"
+        and stored.get("status") == RecordStatus.GRADED
         and stored_key(stored) == key
     ):
-        return JobResult.from_record(stored, "skipped", str(final), time.perf_counter() - t0)
+        return JobResult.from_record(stored, JobStatus.SKIPPED, str(final), time.perf_counter() - t0)
     try:
         record: GradeRecord = (grade or grade_loaded)(sub, job.config)
     except Exception as exc:  # noqa: BLE001
@@ -222,7 +223,8 @@ def grade_one(job: GradeJob, grade: Callable[[Submission, GradeConfig], GradeRec
     write_all(record, staging)
     _publish(staging, final)
     return JobResult.from_record(
-        record.to_dict(), "graded" if record.status == "graded" else "error", str(final), time.perf_counter() - t0
+        record.to_dict(), JobStatus.GRADED if record.status == RecordStatus.GRADED else JobStatus.ERROR, str(final),
+        time.perf_counter() - t0,
     )
 
 
@@ -301,7 +303,7 @@ class LocalProcessExecutor:
                     yield JobResult(
                         job.student,
                         job.submission,
-                        "error",
+                        JobStatus.ERROR,
                         error=f"grading worker failed: {type(exc).__name__}: {exc}",
                     )
                 return

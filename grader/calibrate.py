@@ -3,7 +3,9 @@
 Runs the staff kernels of one NKI API (grader/staff.py: the optimized kernels and the relaxed conv) through
 exactly the path student kernels take -- sandboxed child, timing-mode trace, cost model in the parent -- on every
 performance case of the rubric, and stores the modelled latencies per (backend, target, API, tool version)
-through grader/thresholds.py.  Layering: calibrate -> runner, thresholds, staff (never the other way round).
+through grader/thresholds.py.  Which staff kernels a test times and under which keys is its problem's
+(``Problem.timing_keys``: the optimized kernel, and for conv2d the relaxed one too).
+Layering: calibrate -> problems, runner, thresholds, staff (never the other way round).
 """
 
 from __future__ import annotations
@@ -72,19 +74,15 @@ def calibrate(
         if test.kind != "performance":
             continue
         case = test.cases[0]
-        inv = problems.make_invocation(test.problem, case, rubric.seed)
+        problem = problems.get(test.problem)
+        inv = problem.invocation(case, rubric.seed)
         main_file = reference_file(api, test.file)
         if main_file is None:
             raise FileNotFoundError(f"no staff reference {test.file} in the {api} API here; cannot calibrate")
-        variants = [("optimized", main_file)]
-        if test.problem == "conv2d" and relaxed is not None:
-            variants.append(("relaxed", relaxed))
-        for variant, path in variants:
-            if test.problem == "conv2d":
-                key = thresholds.conv_key(case["dtype"], case["height"], case["width"], case.get("pool", 1), variant)
-            else:
-                key = test.thresholds.get("key") or f"{test.problem}:{test.id}"
-            if key in timings or key in failures:
+        files = {"optimized": main_file, "relaxed": relaxed}
+        for variant, key in problem.timing_keys(test.thresholds, case, test.id).items():
+            path = files.get(variant)
+            if path is None or key in timings or key in failures:
                 continue
             try:
                 timings[key] = _measure(

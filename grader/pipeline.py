@@ -6,7 +6,8 @@ imported once in the sandbox with a short limit; a file that fails it fails ever
 correctness tests -> performance tests (each only if its required correctness tests passed).  A kernel call that
 times out or runs out of memory marks its function: later calls of it on inputs at least as large are not made.
 Every kernel call runs in its own sandboxed child (grader/runner.py); the parent generates inputs, computes
-references, judges outputs and costs traces.
+references, judges outputs and costs traces.  What a test's ``problem`` means (inputs, reference, size, targets,
+work check) is the problem's own module (grader/problems/); this module knows no problem by name.
 Failures of the submission are verdicts (score 0 for that test); failures of the grader make the record's
 status 'error' (Gradescope shows "autograder error", the CLI exits non-zero).
 """
@@ -29,7 +30,7 @@ import numpy as np
 from grader import apis, plausibility, policy, problems, ranking, refcache, seeds, thresholds
 from grader.calibrate import ensure_reference_timings
 from grader.judge import judge_output
-from grader.records import CaseRecord, GradeConfig, GradeRecord, TestResult
+from grader.records import CaseRecord, GradeConfig, GradeRecord, RecordStatus, Status, TestResult, Verdict
 from grader.rubric import Rubric, RubricError, TestSpec, load_rubric
 from grader.runner import CaseRun, ImportCheck, check_import, run_case
 from grader.sandbox import detect_isolation
@@ -63,10 +64,9 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _input_key(problem: str, case: dict[str, Any]) -> str:
-    """Cases that differ only in bias or pooling share X and W (and their convolution)."""
-    shared = {k: v for k, v in case.items() if k not in ("bias", "pool")}
-    return problem + json.dumps(shared, sort_keys=True)
+def _input_key(problem: problems.Problem, case: dict[str, Any]) -> str:
+    """Cases equal on the problem's input fields share their inputs (conv2d: X and W, and their convolution)."""
+    return problem.name + json.dumps(problem.input_fields(case), sort_keys=True)
 
 
 class _Grading:
@@ -179,10 +179,10 @@ class _Grading:
         if found is None:
             return None
         if found.error:
-            return "rejected", found.error
+            return Status.REJECTED, found.error
         chain = self.toolchains.get(found.api or "")
         if self.backend == "neuron" and chain is not None and chain["backend"] == "none":
-            return "grader-error", (f"autograder error (not your fault): this machine cannot run {found.api} API "
+            return Status.GRADER_ERROR, (f"autograder error (not your fault): this machine cannot run {found.api} API "
                                     f"kernels on Trainium: {chain['detail']}")
         return None
 
@@ -193,12 +193,12 @@ class _Grading:
     def _import_problem(self, test: TestSpec) -> tuple[str, str] | None:
         """(status, message) when the one-time import check already decided this test."""
         check = self.imports.get(test.file)
-        if check is None or check.verdict == "grader-error":
+        if check is None or check.verdict == Verdict.GRADER_ERROR:
             return None  # not checked, or the check could not run: the test's own runs decide
-        if check.verdict == "failed":
+        if check.verdict == Verdict.FAILED:
             return check.status, check.message
         if test.function in check.missing:
-            return "error", f"{test.file} defines no function {test.function!r}"
+            return Status.ERROR, f"{test.file} defines no function {test.function!r}"
         return None
 
     # ------------------------------------------------------------------------------ resource-limit marks ----
@@ -206,14 +206,14 @@ class _Grading:
         """Why this call is not made: the same function already hit a resource limit on inputs no larger."""
         with self._lock:
             mark = self.exhausted.get((test.file, test.function))
-        if mark is None or problems.input_elements(test.problem, case) < mark[0]:
+        if mark is None or problems.get(test.problem).input_elements(case) < mark[0]:
             return None
         return f"not run: {test.function} {mark[1]} in {mark[2]}"
 
     def _mark(self, test: TestSpec, case: dict[str, Any], run: CaseRun) -> None:
         if not run.exhausted:
             return
-        size = problems.input_elements(test.problem, case)
+        size = problems.get(test.problem).input_elements(case)
         key = (test.file, test.function)
         with self._lock:
             if key not in self.exhausted or size < self.exhausted[key][0]:
@@ -230,17 +230,17 @@ class _Grading:
         t0 = time.perf_counter()
         try:
             if test.file not in self.sub.files:
-                res.status, res.message = "missing", self.sub.problems.get(test.file, f"{test.file} is missing")
+                res.status, res.message = Status.MISSING, self.sub.problems.get(test.file, f"{test.file} is missing")
             elif (api_problem := self._api_problem(test.file)) is not None:
                 res.status, res.message = api_problem
             elif test.file in self.blocking:
-                res.status, res.message = "rejected", self._screen_message(test.file)
+                res.status, res.message = Status.REJECTED, self._screen_message(test.file)
             elif (failed := self._import_problem(test)) is not None:
                 res.status, res.message = failed
             else:
                 unmet = [r for r in test.requires if not (r in done and done[r].passed)]
                 if unmet:
-                    res.status = "skipped"
+                    res.status = Status.SKIPPED
                     res.message = "skipped: needs a passing " + ", ".join(unmet) + " first"
                 elif test.kind == "correctness":
                     self._correctness(test, res)
@@ -248,7 +248,7 @@ class _Grading:
                     self._performance(test, res)
                 self._note_disallowed(test, res)
         except Exception as exc:  # noqa: BLE001 - a grader bug must not look like a student failure
-            res.status = "grader-error"
+            res.status = Status.GRADER_ERROR
             res.score = 0.0
             res.message = f"autograder error (not your fault): {type(exc).__name__}: {exc}\n" + "".join(
                 traceback.format_exception(exc)[-6:]
@@ -258,7 +258,7 @@ class _Grading:
 
     def _note_disallowed(self, test: TestSpec, res: TestResult) -> None:
         """Name the handout-forbidden calls the test's file makes (grader/policy.py); the score is unchanged."""
-        if not test.disallowed_apis or res.status == "skipped":
+        if not test.disallowed_apis or res.status == Status.SKIPPED:
             return
         source = self.sub.files[test.file].decode("utf-8", errors="replace")
         uses = policy.disallowed_uses(source, test.disallowed_apis)
@@ -268,13 +268,14 @@ class _Grading:
         if reorders:
             res.message = (res.message + "\n" if res.message else "") + policy.reorder_note(test.file, reorders)
 
-    def _invocation(self, test: TestSpec, case: dict[str, Any]) -> refcache.SharedInvocation:
-        seed = problems.case_seed(self.seed, _input_key(test.problem, case), 0)
-        return refcache.invocation(test.problem, case, seed)
+    def _invocation(self, test: TestSpec, case: dict[str, Any]) -> problems.SharedInvocation:
+        problem = problems.get(test.problem)
+        seed = problems.case_seed(self.seed, _input_key(problem, case), 0)
+        return problem.shared_invocation(case, seed)
 
-    def _expected(self, test: TestSpec, case: dict[str, Any], shared: refcache.SharedInvocation) -> np.ndarray:
+    def _expected(self, test: TestSpec, case: dict[str, Any], shared: problems.SharedInvocation) -> np.ndarray:
         precision = problems.reference_precision(test.problem, case, self.rubric.tolerances)
-        return refcache.expected_output(self.store, test.problem, shared, precision)
+        return problems.get(test.problem).expected(self.store, shared, precision)
 
     def _run(self, test: TestSpec, inv: problems.Invocation, *, mode: str, want_trace: bool) -> CaseRun:
         run = run_case(
@@ -299,7 +300,8 @@ class _Grading:
     def _failed_run(res: TestResult, run: CaseRun, index: int, n: int) -> None:
         label = f"case {index + 1}/{n}: " if n > 1 else ""
         res.status = (
-            "grader-error" if run.verdict == "grader-error" else ("timeout" if run.verdict == "timeout" else "error")
+            Status.GRADER_ERROR if run.verdict == Verdict.GRADER_ERROR
+            else (Status.TIMEOUT if run.verdict == Verdict.TIMEOUT else Status.ERROR)
         )
         res.message = label + run.message
 
@@ -317,55 +319,40 @@ class _Grading:
                 cpu_seconds=run.cpu_seconds,
             )
             res.cases.append(rec)
-            if run.verdict != "ok":
+            if run.verdict != Verdict.OK:
                 self._failed_run(res, run, i, n)
                 return
             verdict = judge_output(run.outputs, self._expected(test, case, shared), inv.out_dtype,
                                    self.rubric.tolerances)
-            rec.verdict = "passed" if verdict.passed else "failed"
+            rec.verdict = Verdict.PASSED if verdict.passed else Verdict.FAILED
             rec.message, rec.max_abs_error = verdict.message, verdict.max_abs_error
             if run.trace is not None and policy.DMA_TRANSPOSE in test.disallowed_apis:
                 self.reorders.setdefault(test.id, {}).update(dict.fromkeys(policy.dma_reorders(run.trace)))
             if not verdict.passed:
-                res.status = "failed"
-                res.message = (f"case {i + 1}/{n} {_describe_case(case)}: " if n > 1 else "") + verdict.message
+                res.status = Status.FAILED
+                described = problems.get(test.problem).describe(case)
+                res.message = (f"case {i + 1}/{n} {described}: " if n > 1 else "") + verdict.message
                 return
-            problem = _work_problem(run, inv)
+            problem = _work_problem(test, run, inv)
             if problem:
-                rec.verdict, rec.message = "failed", problem
-                res.status = "failed"
+                rec.verdict, rec.message = Verdict.FAILED, problem
+                res.status = Status.FAILED
                 res.message = (f"case {i + 1}/{n}: " if n > 1 else "") + problem
                 return
-        res.status, res.score = "passed", test.points
+        res.status, res.score = Status.PASSED, test.points
         res.message = f"all {n} case(s) match the NumPy reference" if n > 1 else res.cases[0].message
 
     def _targets(self, test: TestSpec, case: dict[str, Any]) -> tuple[float, float]:
+        """(relaxed_us, optimized_us): the rubric's fixed numbers, else the problem's targets from the staff
+        kernels' modelled latencies of the test file's API."""
         spec = test.thresholds
-        factor = self.rubric.threshold_factor
         if spec.get("source") == "fixed":
             optimized = float(spec["optimized_us"])
             return float(spec.get("relaxed_us", optimized)), optimized
-        if spec.get("source") == "conv2d":
-            return thresholds.conv_thresholds(
-                case["dtype"],
-                int(case["height"]),
-                int(case.get("pool", 1)),
-                self.backend,
-                self.config.target,
-                factor=factor,
-                timings=self._reference_timings(test.file),
-                basis=spec.get("basis"),
-            )
-        single = thresholds.transpose_threshold(
-            spec["key"],
-            self.backend,
-            self.config.target,
-            float(spec.get("hardware_us", 0)),
-            factor=factor,
+        return problems.get(test.problem).targets(
+            spec, case, self.backend, self.config.target, factor=self.rubric.threshold_factor,
             timings=self._reference_timings(test.file),
-            basis=spec.get("basis", "published"),
         )
-        return single, single
 
     def _reference_timings(self, name: str) -> dict[str, float]:
         """The modelled latencies of the staff kernels of ``name``'s API (each API is timed against its own)."""
@@ -377,8 +364,8 @@ class _Grading:
         why = self._not_run(test, case)
         if why is None:
             return False
-        res.cases.append(CaseRecord(index, "not-run", why, 0.0))
-        res.status, res.message = "skipped", (f"case {index + 1}/{n}: " if n > 1 else "") + why
+        res.cases.append(CaseRecord(index, Verdict.NOT_RUN, why, 0.0))
+        res.status, res.message = Status.SKIPPED, (f"case {index + 1}/{n}: " if n > 1 else "") + why
         return True
 
     def _performance(self, test: TestSpec, res: TestResult) -> None:
@@ -393,7 +380,7 @@ class _Grading:
         mode = "full" if verify else "timing"
         run = self._run(test, inv, mode=mode, want_trace=True)  # nkisim: the trace; neuron: nki.benchmark
         self._mark(test, case, run)
-        if run.verdict == "ok" and self.backend == "nkisim" and run.trace is None:
+        if run.verdict == Verdict.OK and self.backend == "nkisim" and run.trace is None:
             raise GraderError("no instruction trace came back from a timed run (is nkisim.core.traceio installed?)")
         res.cases.append(
             CaseRecord(
@@ -401,14 +388,14 @@ class _Grading:
                 cpu_seconds=run.cpu_seconds,
             )
         )
-        if run.verdict != "ok":
+        if run.verdict != Verdict.OK:
             self._failed_run(res, run, 0, 1)
             return
         if verify:
             verdict = judge_output(run.outputs, self._expected(test, case, shared), inv.out_dtype,
                                    self.rubric.tolerances)
             if not verdict.passed:
-                res.status = "failed"
+                res.status = Status.FAILED
                 res.message = "the timed run's output is wrong, so its latency does not count: " + verdict.message
                 return
         if self.backend == "nkisim":
@@ -422,9 +409,9 @@ class _Grading:
             res.perf = {f.name: getattr(report, f.name) for f in dataclasses.fields(report)
                         if f.name not in ("critical_path", "schedule")}
             res.mfu = float(report.mfu)
-            problem = _work_problem(run, inv)
+            problem = _work_problem(test, run, inv)
             if problem:
-                res.status, res.latency_us = "failed", latency
+                res.status, res.latency_us = Status.FAILED, latency
                 res.message = "the timed run does not count: " + problem
                 return
         else:
@@ -436,17 +423,17 @@ class _Grading:
         tiers = int(test.thresholds.get("tiers", 2))
         tier = thresholds.credit_tier(latency, relaxed, optimized, tiers)
         if tier == "full":
-            res.status, res.score = "passed", test.points
+            res.status, res.score = Status.PASSED, test.points
             res.message = f"p99 latency {latency:.1f} us <= target {optimized:.1f} us: full credit"
         elif tier == "partial":
-            res.status = "partial"
+            res.status = Status.PARTIAL
             res.score = round(test.points * self.rubric.partial_credit, 6)
             res.message = (
                 f"p99 latency {latency:.1f} us: above the optimized target {optimized:.1f} us, within the relaxed "
                 f"target {relaxed:.1f} us: {self.rubric.partial_credit:.0%} credit"
             )
         else:
-            res.status = "failed"
+            res.status = Status.FAILED
             limit = relaxed if tiers > 1 else optimized
             res.message = f"p99 latency {latency:.1f} us is above the target {limit:.1f} us: no credit"
         if res.mfu:  # a transpose does no matmul work: "MFU 0.0%" says nothing
@@ -467,42 +454,11 @@ def _traceio_available() -> bool:
     return importlib.util.find_spec("nkisim.core.traceio") is not None
 
 
-def _work_problem(run: CaseRun, inv: problems.Invocation) -> str | None:
-    """Why the traced run cannot have computed its output (None when it plausibly did)."""
+def _work_problem(test: TestSpec, run: CaseRun, inv: problems.Invocation) -> str | None:
+    """Why the traced run cannot have computed its output (None when it plausibly did, or without a trace)."""
     if run.trace is None:
         return None
-    spmd = run.trace.meta.get("spmd")
-    if spmd:
-        # nkisim times an SPMD grid's programs on nl.nc cores in parallel; the assignment times one kernel on one
-        # NeuronCore, so a grid bound at module level (kernel = kernel[nl.nc(8)]) would buy a faster score.
-        return (
-            f"the kernel was launched on an SPMD grid {spmd.get('grid')}: this assignment runs one kernel on one "
-            "NeuronCore; call it without a launch grid"
-        )
-    moved_in, moved_out = problems.hbm_traffic(run.trace)
-    need_in = sum(a.nbytes for a in inv.args)
-    need_out = int(np.prod(inv.out_shape)) * inv.out_dtype.itemsize
-    if moved_out < need_out:
-        return (
-            f"the kernel's instructions wrote {moved_out} bytes to HBM but the output has {need_out}: outputs "
-            "must be produced on the device (an array computed on the host does not count)"
-        )
-    if moved_in < need_in:
-        return (
-            f"the kernel's instructions read {moved_in} of the {need_in} input bytes from HBM: it cannot "
-            "have computed the whole output"
-        )
-    return None
-
-
-def _describe_case(case: dict[str, Any]) -> str:
-    if "shape" in case:
-        return "x".join(str(v) for v in case["shape"]) + f" {case.get('dtype', 'float32')}"
-    return (
-        f"[batch {case['batch']}, {case['in_channels']}->{case['out_channels']} ch, "
-        f"{case['height']}x{case['width']}, pool {case.get('pool', 1)}, bias {case.get('bias')}, "
-        f"{case.get('dtype')}]"
-    )
+    return problems.get(test.problem).work_problem(run.trace, inv)
 
 
 def _run_phases(grading: _Grading, tests: tuple[TestSpec, ...], workers: int) -> list[TestResult]:
@@ -538,30 +494,22 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
     screen_s = time.perf_counter() - t_screen
     import_s = grading.check_imports(rubric.tests)
     results = _run_phases(grading, rubric.tests, max(1, config.workers))
-    failed = [r for r in results if r.status == "grader-error"]
+    failed = [r for r in results if r.status == Status.GRADER_ERROR]
     cpu_grader, cpu_kernels = (b - a for a, b in zip(cpu0, _cpu_seconds()))
-    record = GradeRecord(
+    return _record(
+        sub.path,
+        config,
         student=sub.student,
-        submission=sub.path,
         content_hash=sub.content_hash,
-        rubric_sha256=rubric.sha256,
-        rubric_title=rubric.title,
-        tool_version=thresholds.tool_version(),
-        grader_version=GRADER_VERSION,
+        rubric=rubric,
         backend=backend,
-        target=config.target,
-        seed=-1 if config.seed_mode == "secret" else seed,
-        seed_fingerprint=seeds.fingerprint(seed) if config.seed_mode == "secret" else "",
-        status="error" if failed else "graded",
-        score=round(sum(r.score for r in results), 6),
-        max_score=rubric.total_points,
-        base_points=rubric.base_points,
+        seed=seed,
+        status=RecordStatus.ERROR if failed else RecordStatus.GRADED,
         tests=results,
         started_at=started_at,
         seconds=time.perf_counter() - t0,
+        tool_version=thresholds.tool_version(),
         isolation=sorted(grading.features or detect_isolation().features),
-        python=platform.python_version(),
-        config=config.to_dict(),
         error="; ".join(f"{r.id}: {r.message.splitlines()[0]}" for r in failed) or None,
         violations=grading.violations,
         timings={
@@ -577,12 +525,60 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
         versions=tool_versions(backend, grading.toolchains),
         apis={name: found.found for name, found in grading.apis.items()},
         toolchains=grading.toolchains,
-        seed_mode=config.seed_mode,
         leaderboard=ranking.gradescope_entries(
             [_ranking_view(r) for r in results], rubric.leaderboard, ranked=config.seed_mode == "secret"
         ),
     )
-    return record
+
+
+def _record(
+    path: str,
+    config: GradeConfig,
+    *,
+    student: str,
+    content_hash: str,
+    rubric: Rubric | None,
+    backend: str,
+    seed: int | None,
+    status: RecordStatus,
+    tests: list[TestResult],
+    started_at: str,
+    seconds: float,
+    tool_version: str,
+    isolation: list[str],
+    error: str | None,
+    **extra: Any,
+) -> GradeRecord:
+    """The one place a GradeRecord is assembled (a grading's and an error's): the rubric's identity and points
+    (none when it could not be read), the seed as recorded (a secret class seed only by its fingerprint) and
+    the score (the sum of the tests' scores)."""
+    secret = config.seed_mode == "secret"
+    return GradeRecord(
+        student=student,
+        submission=path,
+        content_hash=content_hash,
+        rubric_sha256=rubric.sha256 if rubric else "",
+        rubric_title=rubric.title if rubric else "autograder",
+        tool_version=tool_version,
+        grader_version=GRADER_VERSION,
+        backend=backend,
+        target=config.target,
+        seed=-1 if secret or seed is None else seed,
+        seed_mode=config.seed_mode,
+        seed_fingerprint=seeds.fingerprint(seed) if secret and seed is not None else "",
+        status=status,
+        score=round(sum((r.score for r in tests), 0.0), 6),
+        max_score=rubric.total_points if rubric else 0.0,
+        base_points=rubric.base_points if rubric else 0.0,
+        tests=tests,
+        started_at=started_at,
+        seconds=seconds,
+        isolation=isolation,
+        python=platform.python_version(),
+        config=config.to_dict(),
+        error=error,
+        **extra,
+    )
 
 
 def _ranking_view(r: TestResult) -> dict[str, Any]:
@@ -633,38 +629,27 @@ def error_record(
 ) -> GradeRecord:
     """The record of a grading that could not run at all (written so Gradescope/CI still get results)."""
     try:
-        rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
-        title, sha, total, base = rubric.title, rubric.sha256, rubric.total_points, rubric.base_points
+        rubric: Rubric | None = load_rubric(config.rubric_path).select(list(config.only) or None)
     except Exception:  # noqa: BLE001
-        title, sha, total, base = "autograder", "", 0.0, 0.0
+        rubric = None
     try:
         tool = thresholds.tool_version()
     except Exception:  # noqa: BLE001
         tool = "unknown"
-    return GradeRecord(
+    return _record(
+        path,
+        config,
         student=student,
-        submission=path,
         content_hash=content_hash,
-        rubric_sha256=sha,
-        rubric_title=title,
-        tool_version=tool,
-        grader_version=GRADER_VERSION,
+        rubric=rubric,
         backend=config.backend,
-        target=config.target,
-        seed=config.seed if config.seed is not None and config.seed_mode != "secret" else -1,
-        seed_mode=config.seed_mode,
-        seed_fingerprint=seeds.fingerprint(config.seed) if config.seed_mode == "secret" and config.seed is not None
-        else "",
-        status="error",
-        score=0.0,
-        max_score=total,
-        base_points=base,
+        seed=config.seed,
+        status=RecordStatus.ERROR,
         tests=[],
         started_at=started_at or _now(),
         seconds=seconds,
+        tool_version=tool,
         isolation=[],
-        python=platform.python_version(),
-        config=config.to_dict(),
         error=message,
     )
 

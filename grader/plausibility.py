@@ -4,7 +4,7 @@ On nkisim a latency is a model's estimate, so a kernel that games the model (an 
 close, docs/grading-security.md) could be timed faster than any hardware run.  This guard is the backstop: it
 knows nothing about how the kernel works, only what the problem demands, and flags a result that beats
 
-* **the TensorE peak** for the test's dtype: the problem's useful matmul flops (grader/problems.py) at the
+* **the TensorE peak** for the test's dtype: the problem's useful matmul flops (grader/problems/) at the
   course's MFU convention (``nkisim.perf.costs.course_mfu``: BF16/FP16 peak, fp32 counted twice, i.e. against
   half the peak).  Above 100% is impossible: a 16-bit product needs one TensorE pass per column at the BF16
   rate (A2/A3 peaks), and any fp32-accurate product at least two (the documented fp32 matmul is four; a
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from grader import problems
-from grader.records import TestResult
+from grader.records import Status, TestResult
 
 FLAG = "flagged for course staff"
 _PROMISE_HINTS = ("is_stationary_onezero", "is_moving_onezero", "is_transpose")
@@ -91,7 +91,7 @@ def withhold_credit(res: TestResult, inv: problems.Invocation, target: str, trac
     found = findings(inv, float(res.latency_us or 0.0), target, trace)
     if not found:
         return False
-    res.status, res.score = "failed", 0.0
+    res.status, res.score = Status.FAILED, 0.0
     res.implausible = found
     res.message = (
         f"{FLAG}: no performance credit, the result is not one Trainium can produce: {found[0]}"

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grader.batch import GradeJob, JobResult, grade_one, register_executor
+from grader.records import JobStatus
 
 if TYPE_CHECKING:
     from grader.records import GradeConfig, GradeRecord
@@ -318,7 +319,8 @@ class RayExecutor:
                             submit(original, sent, attempt + 1)
                         else:
                             yield JobResult(
-                                original.student, original.submission, "error", error=self._gave_up(attempt + 1, why)
+                                original.student, original.submission, JobStatus.ERROR,
+                                error=self._gave_up(attempt + 1, why),
                             )
                         continue
                     yield result

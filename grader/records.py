@@ -1,9 +1,70 @@
-"""Plain, picklable records passed between the pipeline, the reports and the batch executors."""
+"""Plain, picklable records passed between the pipeline, the reports and the batch executors, and the words they
+use for outcomes (``Verdict``, ``Status``, ``RecordStatus``, ``JobStatus``).
+
+The outcome enums are ``str`` subclasses whose value is the word that was always written: result.json,
+results.json, junit.xml, the gradebook and ``==`` against a plain string see exactly the old strings, and a
+record read back from JSON (plain strings) compares equal to the enum.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
+
+
+class _Word(str, Enum):
+    """A str enum that prints as its value (``enum.StrEnum`` of Python 3.11, here for 3.10 too)."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(str.__str__(self), spec)
+
+
+class Verdict(_Word):
+    """How one kernel run (runner.CaseRun), one import check (runner.ImportCheck) or one judged case
+    (CaseRecord) came out."""
+
+    OK = "ok"  # the run finished and reported (its output is judged next)
+    PASSED = "passed"
+    FAILED = "failed"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    BAD_OUTPUT = "bad-output"
+    GRADER_ERROR = "grader-error"
+    NOT_RUN = "not-run"
+
+
+class Status(_Word):
+    """A test's outcome (TestResult.status): what reports, junit and Gradescope's extra_data show."""
+
+    PASSED = "passed"
+    PARTIAL = "partial"
+    FAILED = "failed"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    REJECTED = "rejected"
+    MISSING = "missing"
+    SKIPPED = "skipped"
+    GRADER_ERROR = "grader-error"
+
+
+class RecordStatus(_Word):
+    """A grading's outcome (GradeRecord.status): graded, or the grader itself failed."""
+
+    GRADED = "graded"
+    ERROR = "error"
+
+
+class JobStatus(_Word):
+    """A batch job's outcome (batch.JobResult.status)."""
+
+    GRADED = "graded"
+    SKIPPED = "skipped"  # an earlier grading with the same resume key was reused
+    ERROR = "error"
 
 
 @dataclass(frozen=True)
@@ -14,7 +75,7 @@ class GradeConfig:
     only: tuple[str, ...] = ()
     backend: str = "auto"  # auto | nkisim | neuron
     target: str = "trn2"  # trn2 | trn1
-    seed: int | None = None  # None: derived from the rubric's salt and the submission (grader/problems.py)
+    seed: int | None = None  # None: derived from the rubric's salt and the submission (grader/problems/)
     # "submission": per-submission seeds (a student's own runs); "secret": ``seed`` is the class's secret seed
     # (grader/seeds.py), shared by every submission of a batch; only such runs are ranked on a leaderboard
     seed_mode: str = "submission"
@@ -37,7 +98,7 @@ class GradeConfig:
 @dataclass
 class CaseRecord:
     index: int
-    verdict: str  # passed | failed | error | timeout | crashed | bad-output | grader-error
+    verdict: str  # a Verdict: passed | failed | error | timeout | crashed | bad-output | grader-error | not-run
     message: str
     seconds: float
     kernel_seconds: float | None = None
@@ -57,7 +118,7 @@ class TestResult:
     visibility: str
     tags: list[str]
     score: float = 0.0
-    status: str = "failed"  # passed | partial | failed | error | timeout | rejected | missing | skipped | grader-error
+    status: str = Status.FAILED  # a Status
     message: str = ""
     seconds: float = 0.0
     latency_us: float | None = None
@@ -73,7 +134,7 @@ class TestResult:
 
     @property
     def passed(self) -> bool:
-        return self.status == "passed"
+        return self.status == Status.PASSED
 
 
 @dataclass
@@ -90,7 +151,7 @@ class GradeRecord:
     backend: str
     target: str
     seed: int  # -1 for a secret class seed: only its fingerprint is recorded (seed_fingerprint)
-    status: str  # graded | error
+    status: str  # a RecordStatus: graded | error
     score: float
     max_score: float
     base_points: float

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from grader import problems
+from grader.problems.base import Invocation, SharedInvocation
 
 REFERENCE_VERSION = 1  # bump when the arithmetic of a reference function changes (part of every address)
 MEMORY_BUDGET_MIB = int(os.environ.get("GRADER_MEMO_MIB", "1536"))  # per process: inputs + convolutions
@@ -100,20 +100,9 @@ def clear_memory() -> None:
 # ------------------------------------------------------------------------------------------------ inputs ----
 
 
-@dataclass(frozen=True)
-class SharedInvocation:
-    """An invocation whose arrays are read-only and shared, with the digests that address its references."""
-
-    inv: problems.Invocation
-    digests: tuple[str, ...]
-
-
-def _xw_fields(case: dict[str, Any]) -> str:
-    """The part of a conv2d case that determines X and W (cases differing only in bias/pooling share them)."""
-    return json.dumps({k: v for k, v in case.items() if k not in ("bias", "pool")}, sort_keys=True)
-
-
-def _memoised(key: Any, make: Callable[[], tuple[Any, int]]) -> Any:
+def memoised(key: Any, make: Callable[[], tuple[Any, int]]) -> Any:
+    """The value memoised under ``key`` in this process, made once (``make`` returns it and its size in bytes)
+    even when several threads ask at the same moment."""
     hit = _MEMORY.get(key)
     if hit is not None:
         return hit
@@ -125,28 +114,17 @@ def _memoised(key: Any, make: Callable[[], tuple[Any, int]]) -> Any:
         return hit
 
 
-def invocation(problem: str, case: dict[str, Any], seed: int) -> SharedInvocation:
-    """``problems.make_invocation`` memoised per process: the same (problem, case, seed) gives the same
-    read-only arrays (for conv2d, cases differing only in bias/pooling share X and W and their digests)."""
-    if problem == "conv2d":
+def shared_inputs(problem: str, case: dict[str, Any], seed: int, make: Callable[[], Invocation]) -> SharedInvocation:
+    """``make()`` memoised per process under (problem, case, seed), its arrays read-only and digested: the same
+    (problem, case, seed) gives the same arrays (grader/problems/generic.py; conv2d shares more, see there)."""
 
-        def make_xw() -> tuple[tuple[np.ndarray, np.ndarray, int, str, str], int]:
-            x, w, bias_seed = problems.conv2d_data(case, seed)
-            x.flags.writeable = w.flags.writeable = False
-            return (x, w, bias_seed, array_digest(x), array_digest(w)), x.nbytes + w.nbytes
-
-        x, w, bias_seed, dx, dw = _memoised(("conv2d-xw", _xw_fields(case), int(seed)), make_xw)
-        inv = problems.conv2d_with_bias(case, x, w, bias_seed)
-        inv.args[2].flags.writeable = False
-        return SharedInvocation(inv, (dx, dw, array_digest(inv.args[2])))
-
-    def make() -> tuple[SharedInvocation, int]:
-        inv = problems.make_invocation(problem, case, seed)
+    def build() -> tuple[SharedInvocation, int]:
+        inv = make()
         for a in inv.args:
             a.flags.writeable = False
         return SharedInvocation(inv, tuple(array_digest(a) for a in inv.args)), sum(a.nbytes for a in inv.args)
 
-    return _memoised(("inputs", problem, json.dumps(case, sort_keys=True), int(seed)), make)
+    return memoised(("inputs", problem, json.dumps(case, sort_keys=True), int(seed)), build)
 
 
 # -------------------------------------------------------------------------------------------- references ----
@@ -206,7 +184,7 @@ class ReferenceStore:
             found.append(True)
             return value, value.nbytes
 
-        value = _memoised(key, make)
+        value = memoised(key, make)
         if not found:
             self.stats.add(from_memory=1)
         return value
@@ -308,19 +286,3 @@ def _parse_npy(data: bytes) -> np.ndarray:
         raise ValueError("not a plain C-ordered numeric array")
     count = int(np.prod(shape, dtype=np.int64))
     return np.frombuffer(data, dtype=dtype, count=count, offset=stream.tell()).reshape(shape)
-
-
-def conv2d_expected(
-    store: ReferenceStore, shared: SharedInvocation, precision: str
-) -> np.ndarray:
-    """The expected conv2d output: the (cached) convolution of X and W, then + bias and max-pool."""
-    x, w, bias = shared.inv.args
-    descriptor = {"what": "conv2d", "precision": precision, "x": shared.digests[0], "w": shared.digests[1]}
-    conv = store.get(descriptor, lambda: problems.conv2d_accumulate(x, w, problems.ACCUMULATORS[precision]))
-    return problems.conv2d_finish(conv, bias, shared.inv.kwargs["pool_size"])
-
-
-def expected_output(store: ReferenceStore, problem: str, shared: SharedInvocation, precision: str) -> np.ndarray:
-    if problem == "conv2d":
-        return conv2d_expected(store, shared, precision)
-    return problems.reference_output(problem, shared.inv)

@@ -17,8 +17,8 @@ from typing import Any
 from tabulate import tabulate
 
 from grader.points import points, points_total
-from grader.records import GradeRecord, TestResult
-from grader.rubric import Rubric, TestSpec
+from grader.records import GradeRecord, RecordStatus, Status, TestResult
+from grader.rubric import Rubric
 
 SUMMARY_LIMIT = 1024 * 1024 - 4096  # GitHub's job summary limit is 1 MiB per step
 OUTPUT_LIMIT = 8000  # characters of a test's message shown to the student
@@ -46,18 +46,24 @@ def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else x
 
 
+STATUS_WORDS = {
+    Status.PASSED: "PASS",
+    Status.PARTIAL: "PARTIAL",
+    Status.FAILED: "FAIL",
+    Status.ERROR: "ERROR",
+    Status.TIMEOUT: "TIMEOUT",
+    Status.REJECTED: "REJECTED",
+    Status.MISSING: "MISSING",
+    Status.SKIPPED: "SKIPPED",
+    Status.GRADER_ERROR: "GRADER ERROR",
+}
+# JUnit's two kinds of non-passing test: the submission failed a check, or it (or the grader) did not finish one
+JUNIT_FAILURES = (Status.FAILED, Status.PARTIAL, Status.REJECTED, Status.MISSING)
+JUNIT_ERRORS = (Status.ERROR, Status.TIMEOUT, Status.GRADER_ERROR)
+
+
 def _status_word(t: TestResult) -> str:
-    return {
-        "passed": "PASS",
-        "partial": "PARTIAL",
-        "failed": "FAIL",
-        "error": "ERROR",
-        "timeout": "TIMEOUT",
-        "rejected": "REJECTED",
-        "missing": "MISSING",
-        "skipped": "SKIPPED",
-        "grader-error": "GRADER ERROR",
-    }.get(t.status, t.status.upper())
+    return STATUS_WORDS.get(t.status, str(t.status).upper())
 
 
 _fmt_points = points
@@ -84,7 +90,7 @@ def gradescope_results(record: GradeRecord) -> dict[str, Any]:
                 "number": t.id,
                 "score": t.score,
                 "max_score": t.max_score,
-                "status": "passed" if t.score >= t.max_score > 0 or t.status == "passed" else "failed",
+                "status": "passed" if t.score >= t.max_score > 0 or t.status == Status.PASSED else "failed",
                 "output": output,
                 "output_format": "text",
                 "visibility": t.visibility,
@@ -97,7 +103,7 @@ def gradescope_results(record: GradeRecord) -> dict[str, Any]:
         f"(+ up to {_fmt_points(record.max_score - record.base_points)} extra credit). Backend {record.backend}, "
         f"target {record.target}, seed {record.seed_label}.\n{record.api_summary}."
     )
-    if record.status == "error":
+    if record.status == RecordStatus.ERROR:
         header = (
             "AUTOGRADER ERROR: the grader failed while grading this submission; this is not your fault and "
             "course staff have been notified by this message.\n" + (record.error or "")[:2000] + "\n\n" + header
@@ -129,9 +135,9 @@ def gradescope_results(record: GradeRecord) -> dict[str, Any]:
 
 
 def junit_xml(record: GradeRecord) -> str:
-    failures = sum(1 for t in record.tests if t.status in ("failed", "partial", "rejected", "missing"))
-    errors = sum(1 for t in record.tests if t.status in ("error", "timeout", "grader-error"))
-    skipped = sum(1 for t in record.tests if t.status == "skipped")
+    failures = sum(1 for t in record.tests if t.status in JUNIT_FAILURES)
+    errors = sum(1 for t in record.tests if t.status in JUNIT_ERRORS)
+    skipped = sum(1 for t in record.tests if t.status == Status.SKIPPED)
     suites = ET.Element(
         "testsuites",
         name="asst4-grader",
@@ -160,16 +166,16 @@ def junit_xml(record: GradeRecord) -> str:
     for t in record.tests:
         case = ET.SubElement(suite, "testcase", classname=f"part{t.part}.{t.kind}", name=t.id, time=f"{t.seconds:.3f}")
         text = f"{t.name}: {_fmt_points(t.score)}/{_fmt_points(t.max_score)} points\n{t.message}"
-        if t.status == "skipped":
+        if t.status == Status.SKIPPED:
             ET.SubElement(case, "skipped", message=t.message[:500])
-        elif t.status in ("error", "timeout", "grader-error"):
+        elif t.status in JUNIT_ERRORS:
             ET.SubElement(
                 case,
                 "error",
                 message=f"{_status_word(t)}: {t.message.splitlines()[0][:500] if t.message else ''}",
                 type=t.status,
             ).text = text
-        elif t.status in ("failed", "partial", "rejected", "missing"):
+        elif t.status in JUNIT_FAILURES:
             ET.SubElement(
                 case,
                 "failure",
@@ -177,7 +183,7 @@ def junit_xml(record: GradeRecord) -> str:
                 type=t.status,
             ).text = text
         ET.SubElement(case, "system-out").text = text
-    if record.status == "error" and not record.tests:
+    if record.status == RecordStatus.ERROR and not record.tests:
         case = ET.SubElement(suite, "testcase", classname="grader", name="autograder")
         ET.SubElement(case, "error", message="autograder error", type="grader-error").text = record.error or ""
         suites.set("errors", "1")
@@ -229,14 +235,14 @@ def text_table(record: GradeRecord) -> str:
         f"backend {record.backend}, target {record.target}, seed {record.seed_label}, {record.seconds:.1f} s"
     )
     lines = [body, "", total, record.api_summary]
-    if record.status == "error":
+    if record.status == RecordStatus.ERROR:
         lines.append(f"AUTOGRADER ERROR: {record.error}")
     return "\n".join(lines)
 
 
 def summary_markdown(record: GradeRecord) -> str:
     """Markdown for $GITHUB_STEP_SUMMARY (kept under GitHub's 1 MiB limit)."""
-    title = "Autograder error" if record.status == "error" else "Autograder results"
+    title = "Autograder error" if record.status == RecordStatus.ERROR else "Autograder results"
     head = [
         f"## {title}: {_fmt_points(record.score)} / {_fmt_points(record.base_points)} points",
         "",
@@ -247,7 +253,7 @@ def summary_markdown(record: GradeRecord) -> str:
         f"{record.api_summary}.",
         "",
     ]
-    if record.status == "error":
+    if record.status == RecordStatus.ERROR:
         head += [
             "> [!CAUTION]",
             "> The grader failed (not your fault): " + (record.error or "").splitlines()[0]
@@ -320,29 +326,20 @@ def github_annotations(record: GradeRecord, limit: int = 10) -> list[str]:
 # ------------------------------------------------------------------------------------------- rubric docs ----
 
 
-def _case_text(t: TestSpec, case: dict[str, Any]) -> str:
-    if t.problem == "transpose":
-        return "x".join(str(v) for v in case["shape"]) + f" {case.get('dtype', 'float32')}"
-    pool = f", {case['pool']}x{case['pool']} max-pool" if int(case.get("pool", 1)) > 1 else ""
-    bias = ", random bias" if case.get("bias") == "random" else ""
-    return (f"batch {case['batch']}, {case['in_channels']}->{case['out_channels']} ch, {case['height']}x"
-            f"{case['width']}, {case['kernel']}x{case['kernel']} {case['dtype']}{bias}{pool}")
-
-
 def rubric_markdown(rubric: Rubric) -> str:
     """The rubric as docs/grading.md shows it: what each test runs, how its output is judged (tolerance and the
-    reference's precision, grader/problems.py: reference_precision) and what it needs first."""
-    from grader.problems import DEFAULT_TOLERANCE, reference_precision
+    reference's precision, grader/problems/base.py: precision_for) and what it needs first."""
+    from grader import problems
 
     rows = []
     for t in rubric.tests:
         checks, tolerances, precisions = [], [], []
         for case in t.cases:
-            checks.append(_case_text(t, case))
+            checks.append(problems.get(t.problem).rubric_text(case))
             dtype = str(case.get("dtype", "float32"))
-            rtol, atol = rubric.tolerances.get(dtype, DEFAULT_TOLERANCE)
+            rtol, atol = rubric.tolerances.get(dtype, problems.DEFAULT_TOLERANCE)
             tolerances.append(f"{dtype}: rtol {rtol:g}, atol {atol:g}")
-            precisions.append(reference_precision(t.problem, case, rubric.tolerances))
+            precisions.append(problems.reference_precision(t.problem, case, rubric.tolerances))
         what = "output matches the reference" if t.kind == "correctness" else (
             "p99 latency against the targets" + (", output verified" if rubric.verify_performance_outputs else ""))
         rows.append([

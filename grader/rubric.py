@@ -16,10 +16,11 @@ try:  # Python >= 3.11
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from grader import problems
+
 DEFAULT_RUBRIC = Path(__file__).with_name("rubric.toml")
 
 KINDS = ("correctness", "performance")
-PROBLEMS = ("transpose", "conv2d")
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 SUBMISSION_FILES = ("part1/kernels.py", "part2/conv2d.py")
 
@@ -160,9 +161,11 @@ def _test_from_table(table: dict[str, Any], index: int) -> TestSpec:
     kind = _need(table, "kind", str, where)
     if kind not in KINDS:
         raise RubricError(f"{where}: kind must be one of {KINDS}, got {kind!r}")
-    problem = _need(table, "problem", str, where)
-    if problem not in PROBLEMS:
-        raise RubricError(f"{where}: problem must be one of {PROBLEMS}, got {problem!r}")
+    problem_name = _need(table, "problem", str, where)
+    try:
+        problem = problems.get(problem_name)
+    except problems.UnknownProblem as exc:
+        raise RubricError(f"{where}: {exc} (one module per problem in grader/problems/)") from None
     file = _need(table, "file", str, where)
     if file not in SUBMISSION_FILES:
         raise RubricError(f"{where}: file must be one of {SUBMISSION_FILES}, got {file!r}")
@@ -180,8 +183,10 @@ def _test_from_table(table: dict[str, Any], index: int) -> TestSpec:
     thresholds = dict(table.get("thresholds", {}))
     if kind == "performance":
         source = thresholds.get("source")
-        if source not in ("conv2d", "reference", "fixed"):
-            raise RubricError(f"{where}: performance tests need thresholds.source = 'conv2d', 'reference' or 'fixed'")
+        sources = (*problem.threshold_sources, "reference", "fixed")
+        if source not in sources:
+            raise RubricError(f"{where}: performance tests need thresholds.source = "
+                              + ", ".join(repr(s) for s in sources[:-1]) + f" or {sources[-1]!r}")
         if source == "reference" and not isinstance(thresholds.get("key"), str):
             raise RubricError(f"{where}: thresholds.source = 'reference' needs a 'key'")
         basis = thresholds.get("basis")
@@ -201,7 +206,7 @@ def _test_from_table(table: dict[str, Any], index: int) -> TestSpec:
         file=file,
         function=_need(table, "function", str, where),
         kind=kind,
-        problem=problem,
+        problem=problem_name,
         points=points,
         cases=tuple(dict(c) for c in cases),
         timeout_s=timeout,

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from grader.problems import Invocation
+from grader.records import Status, Verdict
 from grader.rubric import Limits
 from grader.sandbox import Isolation, ProcessResult, detect_isolation, run_sandboxed
 from grader.seeds import registered_private_dirs
@@ -47,7 +48,7 @@ MAX_TRACE_INSTRS = 2_000_000
 class CaseRun:
     """Outcome of one sandboxed kernel call.  ``verdict`` is 'ok' or the kind of failure."""
 
-    verdict: str  # ok | error | timeout | crashed | bad-output
+    verdict: str  # a Verdict: ok | error | timeout | crashed | bad-output | grader-error
     message: str = ""
     outputs: list[np.ndarray] = field(default_factory=list)
     trace: Any = None
@@ -296,9 +297,9 @@ class ImportCheck:
     file get when the import failed ('error' or 'timeout'); ``grader-error`` means the check itself could not
     run (the tests then run as usual)."""
 
-    verdict: str  # ok | failed | grader-error
+    verdict: str  # a Verdict: ok | failed | grader-error
     message: str = ""
-    status: str = "error"
+    status: str = Status.ERROR
     missing: tuple[str, ...] = ()
     wall_seconds: float = 0.0
     output_tail: str = ""
@@ -342,28 +343,28 @@ def _collect_import(
     base = {"wall_seconds": proc.wall_seconds, "output_tail": proc.output_tail}
     hang = f"{rel_file} did not finish importing within {timeout_s:g} s"
     if proc.timed_out and not proc.clock_started:
-        return ImportCheck("grader-error", "the import check did not start in time (machine overloaded?)", **base)
+        return ImportCheck(Verdict.GRADER_ERROR, "the import check did not start in time (machine overloaded?)", **base)
     if proc.timed_out:
-        return ImportCheck("failed", hang, "timeout", **base)
+        return ImportCheck(Verdict.FAILED, hang, Status.TIMEOUT, **base)
     status = _read_status(out_dir / "status.json")
     if status is None:
         if proc.signal_name == "SIGXCPU":
-            return ImportCheck("failed", hang + " (CPU time limit)", "timeout", **base)
+            return ImportCheck(Verdict.FAILED, hang + " (CPU time limit)", Status.TIMEOUT, **base)
         if proc.signal_name == "SIGKILL":
             msg = f"{rel_file}: the process importing it was killed by SIGKILL (out of memory?)"
-            return ImportCheck("failed", msg, **base)
+            return ImportCheck(Verdict.FAILED, msg, **base)
         how = f"was killed by {proc.signal_name}" if proc.signal_name else f"exited with code {proc.returncode}"
         msg = f"importing {rel_file} ended the process before it finished: it {how} (os._exit, crash or kill?)"
-        return ImportCheck("failed", msg, **base)
+        return ImportCheck(Verdict.FAILED, msg, **base)
     if status.get("ok"):
         missing = status.get("missing")
         names = tuple(str(m) for m in missing[:20]) if isinstance(missing, list) else ()
-        return ImportCheck("ok", missing=names, **base)
+        return ImportCheck(Verdict.OK, missing=names, **base)
     etype = str(status.get("error_type", "Error"))
     err = str(status.get("error", ""))[:4000]
     if status.get("stage") != "import":
         msg = f"the grader could not start the import check: {etype}: {err}"
-        return ImportCheck("grader-error", msg, **base)
+        return ImportCheck(Verdict.GRADER_ERROR, msg, **base)
     if etype == "MemoryError":
         msg = f"{rel_file} ran out of memory while importing (limit {limits.address_space_mib} MiB of address space)"
     elif etype == "SystemExit":
@@ -373,7 +374,7 @@ def _collect_import(
     where = _student_frames(str(status.get("traceback", "")), module_name, rel_file)
     if where:
         msg += "\n" + where
-    return ImportCheck("failed", msg, **base)
+    return ImportCheck(Verdict.FAILED, msg, **base)
 
 
 def _collect(
@@ -389,17 +390,17 @@ def _collect(
     base = {"wall_seconds": proc.wall_seconds, "output_tail": proc.output_tail, "features": proc.features}
     if proc.timed_out:
         msg = f"timed out: the kernel ran longer than the {timeout_s:g} s limit"
-        return CaseRun("timeout", msg, exhausted="timed out", **base)
+        return CaseRun(Verdict.TIMEOUT, msg, exhausted="timed out", **base)
     status = _read_status(out_dir / "status.json")
     if status is None:
         if proc.signal_name in ("SIGXCPU", "SIGKILL") and proc.wall_seconds >= timeout_s * 0.5:
             msg = f"CPU time limit exceeded ({proc.signal_name})"
-            return CaseRun("timeout", msg, exhausted="timed out", **base)
+            return CaseRun(Verdict.TIMEOUT, msg, exhausted="timed out", **base)
         how = f"was killed by {proc.signal_name}" if proc.signal_name else f"exited with code {proc.returncode}"
         # SIGKILL out of the blue is the kernel's OOM killer (or the cgroup's): a memory limit, like MemoryError.
         killed = "was killed by SIGKILL (out of memory?)" if proc.signal_name == "SIGKILL" else None
         return CaseRun(
-            "crashed",
+            Verdict.CRASHED,
             f"the kernel process {how} before reporting a result (os._exit, crash or kill?)",
             exhausted=killed,
             **base,
@@ -421,13 +422,13 @@ def _collect(
             msg = f"importing {module_name} failed: {etype}: {err}"
         elif stage == "setup":
             msg = f"the grader could not start the kernel process: {etype}: {err}"
-            return CaseRun("grader-error", msg, **base)
+            return CaseRun(Verdict.GRADER_ERROR, msg, **base)
         else:
             msg = f"{etype}: {err}"
         if where:
             msg += "\n" + where
-        return CaseRun("error", msg, **base)
-    run = CaseRun("ok", **base)
+        return CaseRun(Verdict.ERROR, msg, **base)
+    run = CaseRun(Verdict.OK, **base)
     run.kernel_seconds = status.get("kernel_seconds") if isinstance(status.get("kernel_seconds"), float) else None
     run.cpu_seconds = status.get("cpu_seconds") if isinstance(status.get("cpu_seconds"), float) else None
     if isinstance(status.get("hardware_p99_us"), float):
@@ -436,20 +437,20 @@ def _collect(
     try:
         run.outputs = [_load_output(p, inv) for p in outputs[:4]]
     except (OSError, ValueError) as exc:
-        return CaseRun("bad-output", f"the kernel's output could not be read: {exc}", **base)
+        return CaseRun(Verdict.BAD_OUTPUT, f"the kernel's output could not be read: {exc}", **base)
     if want_trace:
         trace_file = out_dir / "trace.bin"
         if not trace_file.exists():
-            return CaseRun("bad-output", "the timed run produced no instruction trace", **base)
+            return CaseRun(Verdict.BAD_OUTPUT, "the timed run produced no instruction trace", **base)
         try:
             from nkisim.core import traceio
 
             run.trace = traceio.load(str(trace_file), max_bytes=MAX_TRACE_BYTES)
         except Exception as exc:  # noqa: BLE001 - a malformed trace is the submission's problem
-            return CaseRun("bad-output", f"the instruction trace could not be read: {exc}", **base)
+            return CaseRun(Verdict.BAD_OUTPUT, f"the instruction trace could not be read: {exc}", **base)
         if len(run.trace.instrs) > MAX_TRACE_INSTRS:
             return CaseRun(
-                "bad-output",
+                Verdict.BAD_OUTPUT,
                 f"the kernel issued {len(run.trace.instrs)} instructions (limit {MAX_TRACE_INSTRS}); "
                 "no course kernel needs that many",
                 **base,

@@ -1,7 +1,7 @@
 """Input seeds: per submission (a student's own runs) or one secret seed shared by a whole class (ranked runs).
 
 Per-submission seeds (the default of ``python -m grader grade``) derive from the rubric's salt and the
-submission's content hash (grader/problems.py: submission_seed): a regrade of the same files is reproducible and
+submission's content hash (grader/problems/base.py: submission_seed): a regrade of the same files is reproducible and
 a changed file gets new inputs.
 
 A class seed is one secret number for a whole batch (per assignment release; the TA can rotate it).  Every

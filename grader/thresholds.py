@@ -23,11 +23,17 @@ trn2 targets stand in, on hardware and on nkisim alike.
 Each NKI API has its own staff kernels (grader/staff.py), and a submission is timed against the staff kernel of
 its own API: the modelled staff latencies are computed once per (backend, target, API, tool version) and cached in
 ``grader/reference_timings.json`` (committed; ``python -m grader calibrate`` rewrites it) or, when that file has
-no entry for this tool version, in a per-user cache.  Tool version = nkisim.__version__ + a hash of nkisim's
-sources (cost model and front end): any change to either invalidates the cached reference timings; so does a
-change of the staff kernels (their hash is stored in the entry and checked wherever they are present).  An API
+no entry for this tool version, in a per-user cache.  Tool version = nkisim.__version__ + a hash of the code of
+what decides a staff kernel's modelled latency (:func:`model_fingerprint`: the cost model, and the runtime and
+front ends that produce the traces it costs; docstrings and comments left out): a change there invalidates the
+cached reference timings, a docstring edit or a change of the static screen does not; so does a change of the
+staff kernels (their hash is stored in the entry and checked wherever they are present).  An API
 with no entry at all borrows the other API's (the two staff kernels run the same algorithm and model within 2%
 of each other), with a warning; with none at all the published targets apply, with a warning.
+
+The published numbers and which configurations use which basis belong to each problem (grader/problems/:
+conv2d.py, transpose.py); this module holds the basis rule for a single reference-keyed target
+(:func:`reference_threshold`) and the tier rule (:func:`credit_tier`).
 
 Layering: this module only reads and writes the caches (it depends on grader/staff.py and nkisim, nothing else
 of the grader); grader/calibrate.py measures the staff kernels and fills them.
@@ -35,12 +41,15 @@ of the grader); grader/calibrate.py measures the staff kernels and fills them.
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
+import io
 import json
 import os
 import tempfile
 import time
+import tokenize
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -55,17 +64,14 @@ __all__ = [
     "boundary_distance",
     "cache_key",
     "cached_timings",
-    "conv_key",
-    "conv_thresholds",
     "credit_tier",
-    "default_conv_basis",
     "describe_entry",
     "perf_fingerprint",
     "reference_available",
     "reference_fingerprint",
     "reference_timings",
+    "reference_threshold",
     "tool_version",
-    "transpose_threshold",
     "user_cache_file",
     "write_cache_entry",
 ]
@@ -73,27 +79,7 @@ __all__ = [
 PACKAGE_CACHE = Path(__file__).with_name("reference_timings.json")
 CACHE_FORMAT = 1
 
-# Fall 2025 course harness (part2/test_harness.py, trn2): (dtype, image height) -> (relaxed us, optimized us).
-PUBLISHED_TRN2: dict[tuple[str, int], tuple[float, float]] = {
-    ("float32", 224): (4964.0, 4596.0),
-    ("float16", 224): (1365.0, 1002.0),
-    ("float32", 32): (110.0, 110.0),
-    ("float16", 32): (84.0, 84.0),
-}
-# 2024 course README (trn1): a 224x224 kernel passes at or below these p99 latencies ("within 150% of the
-# reference"); one tier.  No 32x16 or transpose targets were published for trn1.
-PUBLISHED_TRN1: dict[tuple[str, int], tuple[float, float]] = {
-    ("float32", 224): (4300.0, 4300.0),
-    ("float16", 224): (1300.0, 1300.0),
-}
-PUBLISHED = {"trn2": PUBLISHED_TRN2, "trn1": PUBLISHED_TRN1}
-# Handout: transpose extra credit, 4096x4096 float32 under 700 us on hardware (trn2).
-PUBLISHED_TRANSPOSE_US = 700.0
-IMAGE_WIDTH = {224: 224, 32: 16}  # the course's image shapes: 224x224 and 32x16 (H x W)
 BASES = ("reference", "published")
-# conv2d configurations whose nkisim targets scale with the staff kernel (see the module docstring); every
-# other configuration uses its published target where one exists.
-REFERENCE_BASIS = {("trn2", 224)}
 THRESHOLD_FACTOR = 1.2  # the course's "120% of the reference kernel"; the rubric's threshold_factor overrides it
 
 
@@ -102,22 +88,143 @@ def user_cache_file() -> Path:
     return Path(base) / "asst4-grader" / "reference_timings.json"
 
 
+# What decides a reference timing: the cost model (nkisim.perf's estimate) and the staff kernels' traces, which the
+# runtime, the trace format and the front ends produce.  Package-relative module names; a package stands for every
+# module under it when it ends in ".*".
+MODEL_ROOTS = ("perf", "core.runtime", "core.traceio", "frontends.*")
+
+
+def _module_files(root: Path) -> dict[str, Path]:
+    out = {}
+    for f in root.rglob("*.py"):
+        if "__pycache__" in f.parts:
+            continue
+        parts = f.relative_to(root).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def _nkisim_imports(tree: ast.AST, name: str, is_package: bool, modules: dict[str, Path]) -> set[str]:
+    """The nkisim modules a module imports anywhere (a lazy import counts: it runs when its function does), with
+    the packages they sit in (importing a.b runs a's __init__ first)."""
+    here = name.split(".") if name else []
+    base = here if is_package else here[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parent = base[: len(base) - (node.level - 1)]
+                module = ".".join(["nkisim", *parent, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            names = [module, *(f"{module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for full in names:
+            if full == "nkisim" or full.startswith("nkisim."):
+                parts = full.split(".")[1:]
+                found.update(m for m in (".".join(parts[:i]) for i in range(len(parts) + 1)) if m in modules)
+    return found
+
+
+def code_text(source: str) -> str:
+    """``source`` without its docstrings, comments and blank lines, each line right-stripped: the text whose change
+    can change what the code does (a docstring or comment edit leaves it as it was)."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    cuts: list[tuple[int, int, int, int]] = []  # (line, col, end line, end col), 1-based lines, character columns
+
+    def char_col(line: int, byte_col: int) -> int:
+        return len(lines[line - 1].encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            doc = node.body[0]
+            if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str):
+                end_line = doc.end_lineno or doc.lineno
+                cuts.append((doc.lineno, char_col(doc.lineno, doc.col_offset), end_line,
+                             char_col(end_line, doc.end_col_offset or 0)))
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            cuts.append((*tok.start, *tok.end))
+    for line, col, end_line, end_col in sorted(cuts, reverse=True):
+        if line == end_line:
+            lines[line - 1] = lines[line - 1][:col] + lines[line - 1][end_col:]
+        else:
+            lines[line - 1 : end_line] = [lines[line - 1][:col] + lines[end_line - 1][end_col:]]
+    return "\n".join(stripped for line in lines if (stripped := line.rstrip()))
+
+
+def model_modules(root: Path) -> dict[str, Path]:
+    """The modules of the nkisim package at ``root`` that decide a reference timing: MODEL_ROOTS and everything they
+    import (transitively, lazy imports included)."""
+    modules = _module_files(root)
+    todo = [m for r in MODEL_ROOTS for m in modules
+            if (m == r or (r.endswith(".*") and m.startswith(r[:-1])))]
+    seen: dict[str, Path] = {}
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen[name] = path = modules[name]
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        todo.extend(_nkisim_imports(tree, name, path.name == "__init__.py", modules) - set(seen))
+    return dict(sorted(seen.items()))
+
+
+def model_fingerprint(root: Path) -> str:
+    """Hash of the code (docstrings and comments left out, :func:`code_text`) of :func:`model_modules`: the cost
+    model's constants and formulas, and the runtime and front ends that decide which instructions (DMA
+    descriptors, engines, shapes) the staff kernels' traces hold.  Everything else in nkisim -- the static screen,
+    the profile writers, the calibration corpus, the CLI tools, any docstring -- can change without invalidating the
+    cached reference timings (tests/test_grader_units.py edits a copy of nkisim to check)."""
+    h = hashlib.sha256()
+    for path in model_modules(root).values():
+        h.update(path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(code_text(path.read_text(encoding="utf-8")).encode() + b"\0")
+    return h.hexdigest()[:12]
+
+
+MEMO_ENTRIES = 64  # source states remembered in the user cache's fingerprint memo
+
+
 @functools.lru_cache(maxsize=1)
 def perf_fingerprint() -> str:
-    """Hash of every nkisim source file: the cost model's constants and formulas, and the front end that decides
-    which instructions (DMA descriptors, engines, shapes) a kernel's trace holds.
+    """:func:`model_fingerprint` of the installed nkisim (the second half of :func:`tool_version`).
 
-    The calibration corpus (nkisim/calibration/corpus: staff-only kernels, left out of the student release) is
-    not part of the model, and hashing it would give the release a different fingerprint from the staff repo."""
+    Parsing the model's ~14,000 lines costs about a CPU second, so the result is remembered in the user cache under
+    the hash of every nkisim source file's bytes (a few milliseconds to compute): a grading pays it once per
+    state of the sources, a batch worker or a Gradescope container at most once."""
     import nkisim
 
     root = Path(nkisim.__file__).parent
-    h = hashlib.sha256()
+    raw = hashlib.sha256()
     for f in sorted(root.rglob("*.py")):
-        if "__pycache__" not in f.parts and f.relative_to(root).parts[:2] != ("calibration", "corpus"):
-            h.update(f.relative_to(root).as_posix().encode() + b"\0")
-            h.update(f.read_bytes())
-    return h.hexdigest()[:12]
+        if "__pycache__" not in f.parts:
+            raw.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    state = raw.hexdigest()
+    memo_file = user_cache_file().with_name("model_fingerprints.json")
+    try:
+        memo = json.loads(memo_file.read_text())
+        memo = memo if isinstance(memo, dict) else {}
+    except (OSError, ValueError):
+        memo = {}
+    found = memo.get(state)
+    if isinstance(found, str) and len(found) == 12:
+        return found
+    found = model_fingerprint(root)
+    memo = {k: v for k, v in list(memo.items())[-(MEMO_ENTRIES - 1):]} | {state: found}
+    try:  # a read-only home costs the parse again next time, never a wrong key
+        memo_file.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=memo_file.parent, prefix=".fingerprints-", suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(memo, fh)
+        os.replace(tmp, memo_file)
+    except OSError:
+        pass
+    return found
 
 
 def tool_version() -> str:
@@ -150,10 +257,6 @@ def _key_fields(key: str) -> tuple[str, str, str] | None:
     if len(parts) == 4 and parts[2] in APIS:
         return parts[0], parts[1], parts[2]
     return None
-
-
-def conv_key(dtype: str, image_h: int, image_w: int, pool: int, variant: str) -> str:
-    return f"conv2d:{dtype}:{image_h}x{image_w}:pool{pool}:{variant}"
 
 
 def _read_cache(path: Path) -> dict[str, Any]:
@@ -239,77 +342,7 @@ def reference_timings(backend: str, target: str, api: str | None = None) -> dict
     return {}
 
 
-def default_conv_basis(target: str, image_h: int) -> str:
-    """The basis of the nkisim targets for this configuration when the rubric names none (module docstring)."""
-    return "reference" if (target, image_h) in REFERENCE_BASIS else "published"
-
-
-def conv_thresholds(
-    dtype: str,
-    image_h: int,
-    pool: int,
-    backend: str = "nkisim",
-    target: str = "trn2",
-    *,
-    factor: float = THRESHOLD_FACTOR,
-    timings: Mapping[str, float] | None = None,
-    basis: str | None = None,
-    api: str | None = None,
-) -> tuple[float, float]:
-    """(relaxed_us, optimized_us) latency targets for the conv2d performance test of this configuration.
-
-    Full credit at or below ``optimized_us``, partial credit at or below ``relaxed_us``.  The extra-credit
-    small-image tests have a single target (relaxed == optimized), as in the course harness.  ``basis``:
-    "reference" or "published" (default: :func:`default_conv_basis`).  ``timings``: the reference timings to
-    use (default: :func:`reference_timings` of ``api``, which never calibrates).
-    """
-    dtype = str(dtype)
-    if dtype not in ("float32", "float16"):
-        raise ValueError(f"conv_thresholds: dtype must be 'float32' or 'float16', got {dtype!r}")
-    if image_h not in IMAGE_WIDTH:
-        raise ValueError(f"conv_thresholds: image_h must be one of {sorted(IMAGE_WIDTH)}, got {image_h}")
-    if pool not in (1, 2):
-        raise ValueError(f"conv_thresholds: pool must be 1 or 2, got {pool}")
-    if basis is not None and basis not in BASES:
-        raise ValueError(f"conv_thresholds: basis must be one of {BASES}, got {basis!r}")
-    # the generation's own published targets, else the course's trn2 ones (the only others published)
-    published = PUBLISHED.get(target, {}).get((dtype, image_h)) or PUBLISHED_TRN2[(dtype, image_h)]
-    if backend == "neuron":
-        return published
-    if backend != "nkisim":
-        raise ValueError(f"conv_thresholds: backend must be 'nkisim' or 'neuron', got {backend!r}")
-    basis = basis or default_conv_basis(target, image_h)
-    if basis == "published":
-        return published
-    if timings is None:
-        timings = reference_timings(backend, target, api)
-    width = IMAGE_WIDTH[image_h]
-    opt = timings.get(conv_key(dtype, image_h, width, pool, "optimized"))
-    rel = timings.get(conv_key(dtype, image_h, width, pool, "relaxed"))
-    if opt is None and rel is not None:
-        # The optimized staff kernel cannot run on this target (e.g. trn1 lacks an instruction it uses): the
-        # relaxed kernel's latency is the only same-backend measure left; one tier.
-        warnings.warn(
-            f"no modelled latency of the optimized reference for conv2d {dtype} {image_h}x{width} pool {pool} on "
-            f"{target}; using the relaxed reference's",
-            stacklevel=2,
-        )
-        return factor * rel, factor * rel
-    if opt is None:
-        warnings.warn(
-            f"no modelled reference latency for conv2d {dtype} {image_h}x{width} pool {pool} on {target}; "
-            f"using the course's published targets {published}",
-            stacklevel=2,
-        )
-        return published
-    optimized = factor * opt
-    if published[0] != published[1]:
-        # the course's own gap between its relaxed and optimized tiers, on the modelled scale
-        return optimized * published[0] / published[1], optimized
-    return optimized, optimized
-
-
-def transpose_threshold(
+def reference_threshold(
     key: str,
     backend: str,
     target: str,
@@ -320,10 +353,11 @@ def transpose_threshold(
     basis: str = "published",
     api: str | None = None,
 ) -> float:
-    """Single latency target of the transpose extra credit: the hardware target itself (``basis="published"``,
-    see the module docstring), else ``factor`` x the staff transpose's modelled latency."""
+    """The single latency target of a test whose rubric thresholds name a reference-timings ``key`` (the transpose
+    extra credit): the hardware target itself (``basis="published"``, see the module docstring), else ``factor``
+    x the modelled latency of the staff kernel stored under ``key``."""
     if basis not in BASES:
-        raise ValueError(f"transpose_threshold: basis must be one of {BASES}, got {basis!r}")
+        raise ValueError(f"reference_threshold: basis must be one of {BASES}, got {basis!r}")
     if backend == "neuron" or (basis == "published" and hardware_us > 0):
         return float(hardware_us)
     ref = (reference_timings(backend, target, api) if timings is None else timings).get(key)

@@ -323,15 +323,15 @@ def kernel_api_line(kernel: Callable) -> str:
 def conv_thresholds(dtype: str, image_height: int, pool: int, backend: str | None = None,
                     api: str | None = None) -> tuple[float, float, str]:
     """(relaxed_us, optimized_us, source) for this backend and target: the grader's targets when it is
-    importable (grader/thresholds.py: published, or scaled by the modelled latency of the staff kernels of
+    importable (grader/problems/conv2d.py: published, or scaled by the modelled latency of the staff kernels of
     ``api``, the kernel's NKI API), else the course's published trn2 numbers.  ``backend``: an nkibench
     backend name (default: the default API's here)."""
     if backend is None:
         backend = "nkisim" if on_nkisim() else "neuron"
     backend = "nkisim" if backend == "nkisim" else "neuron"
     try:
-        from grader.thresholds import conv_thresholds as calibrated  # type: ignore[import-not-found]
-        from grader.thresholds import default_conv_basis  # type: ignore[import-not-found]
+        from grader.problems.conv2d import conv_thresholds as calibrated  # type: ignore[import-not-found]
+        from grader.problems.conv2d import default_conv_basis  # type: ignore[import-not-found]
 
         target = target_name()
         relaxed, optimized = calibrated(dtype, image_height, pool, backend, target, api=api)

@@ -29,6 +29,7 @@ from test_nkibench import FIX, NEURON_VARS, fake_device, new_sdk  # noqa: F401 -
 
 import nkibench
 from grader import apis, staff, thresholds
+from grader.problems import conv2d as conv
 from grader.rubric import load_rubric
 
 TWINS = ROOT / "tests" / "kernels" / "reference_nki"
@@ -176,7 +177,7 @@ def timing_cache(tmp_path, monkeypatch):
     thresholds.reference_timings.cache_clear()
 
 
-KEY = thresholds.conv_key("float32", 224, 224, 1, "optimized")
+KEY = conv.conv_key("float32", 224, 224, 1, "optimized")
 
 
 def test_reference_timings_are_kept_per_api(timing_cache):
@@ -187,7 +188,7 @@ def test_reference_timings_are_kept_per_api(timing_cache):
         warnings.simplefilter("error")  # an exact entry: no fallback, no warning
         assert thresholds.reference_timings("nkisim", "trn2", "nki") == {KEY: 1010.0}
         assert thresholds.reference_timings("nkisim", "trn2", "legacy") == {KEY: 1000.0}
-        assert thresholds.conv_thresholds("float32", 224, 1, "nkisim", "trn2", api="nki")[1] == pytest.approx(1212)
+        assert conv.conv_thresholds("float32", 224, 1, "nkisim", "trn2", api="nki")[1] == pytest.approx(1212)
     entries = json.loads(timing_cache.read_text())["entries"]
     assert {e["api"] for e in entries.values()} == {"nki", "legacy"}
     assert all("|trn2|" in k and k.split("|")[2] in ("nki", "legacy") for k in entries)
@@ -200,7 +201,7 @@ def test_an_api_without_timings_borrows_the_others_loudly(timing_cache):
                                          "legacy API's"):
         assert thresholds.reference_timings("nkisim", "trn2", "nki") == {KEY: 1000.0}
     with pytest.warns(UserWarning, match="published targets"):  # nothing for trn1 in either API
-        assert thresholds.conv_thresholds("float32", 224, 1, "nkisim", "trn1", basis="reference",
+        assert conv.conv_thresholds("float32", 224, 1, "nkisim", "trn1", basis="reference",
                                           api="nki") == (4300.0, 4300.0)
 
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from grader import judge, problems, refcache, seeds
 from grader.batch import class_config, run_batch
 from grader.pipeline import grade_submission
+from grader.problems import conv2d as conv
 from grader.records import GradeConfig
 from grader.rubric import load_rubric
 from grader.staff import reference_available, reference_dir
@@ -131,8 +132,8 @@ def test_float32_reference_is_within_its_bound_of_the_float64_one(cin, hw, seed,
     case = dict(batch=1, in_channels=cin, out_channels=4, height=hw, width=hw, kernel=3, pool=pool, bias="random",
                 dtype="float16")
     inv = problems.make_invocation("conv2d", case, seed)
-    exact = problems.conv2d_reference(inv, "float64")
-    cheap = problems.conv2d_reference(inv, "float32")
+    exact = conv.conv2d_reference(inv, "float64")
+    cheap = conv.conv2d_reference(inv, "float32")
     assert cheap.dtype == np.float32
     bound = problems.accumulation_error_bound(problems.accumulated_terms("conv2d", case), "float32")
     assert np.all(np.abs(cheap - exact) <= bound * np.abs(exact) + 1e-30)
@@ -269,8 +270,8 @@ def test_workers_of_a_batch_compute_an_entry_once(tmp_path):
 def test_shared_inputs_are_read_only_and_shared_by_bias_and_pool_variants():
     case = dict(batch=1, in_channels=3, out_channels=2, height=5, width=5, kernel=3, pool=1, bias="zeros",
                 dtype="float32")
-    a = refcache.invocation("conv2d", case, 9)
-    b = refcache.invocation("conv2d", {**case, "bias": "random", "pool": 2}, 9)
+    a = problems.get("conv2d").shared_invocation(case, 9)
+    b = problems.get("conv2d").shared_invocation({**case, "bias": "random", "pool": 2}, 9)
     assert a.inv.args[0] is b.inv.args[0] and a.digests[:2] == b.digests[:2] and a.digests[2] != b.digests[2]
     assert not a.inv.args[0].flags.writeable
     fresh = problems.make_invocation("conv2d", {**case, "bias": "random", "pool": 2}, 9)

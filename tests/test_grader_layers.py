@@ -2,70 +2,45 @@
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 from grader_helpers import ROOT
+from import_graph import cycle, graph
 
 GRADER = ROOT / "grader"
 
 
-def _grader_imports(path: Path) -> set[str]:
-    """Names of the grader modules ``path`` imports anywhere in its body (top level or inside functions)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("grader.")}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "grader":
-                found |= {a.name for a in node.names if (GRADER / f"{a.name}.py").exists()}
-            elif node.module.startswith("grader."):
-                found.add(node.module.split(".")[1])
-    return found
-
-
 def _graph() -> dict[str, set[str]]:
-    mods = {p.stem: p for p in GRADER.glob("*.py")}
-    return {name: _grader_imports(p) & set(mods) - {name} for name, p in mods.items()}
-
-
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(n: str) -> list[str] | None:
-        state[n] = 1
-        stack.append(n)
-        for m in sorted(graph.get(n, ())):
-            if state.get(m) == 1:
-                return stack[stack.index(m) :] + [m]
-            if m not in state and (found := visit(m)):
-                return found
-        stack.pop()
-        state[n] = 2
-        return None
-
-    for n in sorted(graph):
-        if n not in state and (found := visit(n)):
-            return found
-    return None
+    return graph(GRADER, "grader")
 
 
 def test_cycle_finder_finds_a_circle():
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
 
 def test_grader_modules_import_one_way():
-    graph = _graph()
-    assert {"calibrate", "runner", "thresholds", "pipeline", "batch"} <= set(graph)
-    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+    g = _graph()
+    assert {"calibrate", "runner", "thresholds", "pipeline", "batch", "problems", "problems.conv2d"} <= set(g)
+    assert cycle(g) is None, " -> ".join(cycle(g) or [])
 
 
 def test_the_calibration_chain():
     """runner and thresholds sit below calibrate; the staff-kernel lookup sits below all three."""
-    graph = _graph()
-    assert "calibrate" not in graph["runner"] | graph["thresholds"]
-    assert "runner" not in graph["thresholds"] and "thresholds" not in graph["runner"]
-    assert {"runner", "thresholds", "staff"} <= graph["calibrate"]
-    assert graph["staff"] == set()
+    g = _graph()
+    assert "calibrate" not in g["runner"] | g["thresholds"]
+    assert "runner" not in g["thresholds"] and "thresholds" not in g["runner"]
+    assert {"runner", "thresholds", "staff"} <= g["calibrate"]
+    assert g["staff"] == set()
+
+
+def test_problems_sit_below_the_pipeline():
+    """A problem module reads the caches (thresholds, refcache) and the shared problem code, nothing that runs a
+    grading; the registry imports no problem (they are found by name), and no other module imports one."""
+    g = _graph()
+    problem_modules = {m for m in g if m.startswith("problems.") and m not in ("problems.base", "problems.generic")}
+    assert {"problems.vector_add", "problems.transpose", "problems.conv2d"} <= problem_modules
+    for m in problem_modules:
+        assert g[m] <= {"problems", "problems.base", "problems.generic", "refcache", "thresholds", "staff"}, (m, g[m])
+    assert g["problems"] == {"problems.base"}
+    assert g["problems.base"] == set()
+    users = {m for m, deps in g.items() if deps & problem_modules and m not in problem_modules}
+    assert users == set(), f"{sorted(users)} import a problem module by name: use grader.problems.get(name)"

@@ -16,6 +16,7 @@ from grader_helpers import FAST_RUBRIC, TESTS, check_reports
 
 from grader import plausibility, problems, records
 from grader.pipeline import grade_submission
+from grader.problems import conv2d as conv
 from grader.records import GradeConfig
 from grader.rubric import load_rubric
 
@@ -196,7 +197,7 @@ def test_hinted_convolutions_earn_nothing(name, message, tmp_path):
 def _conv_inv(dtype: str = "float32", height: int = 224):
     case = {"batch": 1, "in_channels": 256, "out_channels": 256, "height": height, "width": height, "kernel": 3,
             "pool": 1, "bias": "random", "dtype": dtype}
-    x, w, out = problems.conv2d_shapes(case)
+    x, w, out = conv.conv2d_shapes(case)
     np_dtype = np.dtype(problems.DTYPES[dtype])
     args = [np.empty(x, np_dtype), np.empty(w, np_dtype), np.empty(w[0], np_dtype)]
     flops = 2.0 * w[0] * w[1] * w[2] * w[3] * out[2] * out[3]

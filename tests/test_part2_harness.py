@@ -105,7 +105,7 @@ def test_harness_tiers_match_the_grader(latency, optimized, gap):
 
 
 def test_thresholds_come_from_the_grader_on_nkisim():
-    from grader.thresholds import conv_thresholds
+    from grader.problems.conv2d import conv_thresholds
 
     for dtype, h, pool in [("float32", 224, 1), ("float16", 224, 2), ("float16", 32, 1)]:
         relaxed, optimized, source = harness.conv_thresholds(dtype, h, pool)

@@ -71,7 +71,7 @@ def test_each_step_of_the_handouts_path_pays_where_the_handout_says(measure):
     assert big["step3_psum"] == pytest.approx(big["step2_inputs"], rel=0.05)  # "changes little at 224x224"
     assert small["step2_inputs"] > 1.5 * small["step3_psum"]  # rows per PSUM tile at 32x16: 2.9x
     # the starting point scores nothing; the end of the path meets the full-credit targets
-    from grader.thresholds import conv_thresholds
+    from grader.problems.conv2d import conv_thresholds
 
     relaxed, optimized = conv_thresholds("float16", 224, 1, "nkisim", "trn2")
     assert big["step0_naive"] > relaxed and big["step2_inputs"] <= optimized

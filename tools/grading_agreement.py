@@ -26,6 +26,7 @@ if str(REPO) not in sys.path:
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from grader import thresholds  # noqa: E402
+from grader.problems.conv2d import conv_thresholds  # noqa: E402
 from grader.rubric import load_rubric  # noqa: E402
 from nkisim.calibration import corpus  # noqa: E402
 from nkisim.calibration.corpus.__main__ import measured_us, modelled_us  # noqa: E402
@@ -79,10 +80,10 @@ def agreement_rows(target: str = "trn2") -> list[Row]:
                 continue
             hw_us = tsv.get(hw.row_id, hw.us) if hw.row_id else hw.us
             model = modelled_us(kernel, cfg, entry.kwargs, target)
-            hw_t = thresholds.conv_thresholds(cfg.dtype, cfg.height, cfg.pool, "neuron", target)
+            hw_t = conv_thresholds(cfg.dtype, cfg.height, cfg.pool, "neuron", target)
             sim_t, rel_t = (
-                thresholds.conv_thresholds(cfg.dtype, cfg.height, cfg.pool, "nkisim", target,
-                                           factor=rubric.threshold_factor, timings=timings, basis=basis)
+                conv_thresholds(cfg.dtype, cfg.height, cfg.pool, "nkisim", target,
+                                factor=rubric.threshold_factor, timings=timings, basis=basis)
                 for basis in (None, "reference"))
             p = rubric.partial_credit
             rows.append(Row(entry.id, cfg.key, hw_us, model, tier_credit(hw_us, *hw_t, p),

@@ -98,7 +98,8 @@ def modelled(kernel, height: int, dtype: str, pool: int, target: str, dge_off: b
 
 
 def credit(latency: float, height: int, dtype: str, pool: int, target: str) -> tuple[float, str, float, float]:
-    from grader.thresholds import conv_thresholds, credit_tier
+    from grader.problems.conv2d import conv_thresholds
+    from grader.thresholds import credit_tier
 
     # the ladder kernels are legacy NKI: the legacy staff kernels set their targets
     relaxed, optimized = conv_thresholds(dtype, height, pool, "nkisim", target, api="legacy")
