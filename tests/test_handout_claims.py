@@ -70,7 +70,7 @@ class Ladder:
         return 100.0 * self.m.mfu(self.latency(kernel, cfg), h, dt, "trn2")
 
     def target(self, cfg: tuple[int, str, int]) -> float:
-        from grader.thresholds import conv_thresholds
+        from grader.problems.conv2d import conv_thresholds
 
         h, dt, pool = cfg
         return conv_thresholds(dt, h, pool, "nkisim", "trn2", api="legacy")[1]
@@ -143,8 +143,9 @@ def test_every_claim_is_in_the_handout_and_no_retired_figure_is():
 
 def test_published_targets_in_the_handout_are_the_graders():
     """The targets table and the grading section: the course's published trn2 numbers and the rubric's rules."""
+    from grader.problems.conv2d import PUBLISHED_TRN2
+    from grader.problems.transpose import PUBLISHED_US as PUBLISHED_TRANSPOSE_US
     from grader.rubric import load_rubric
-    from grader.thresholds import PUBLISHED_TRANSPOSE_US, PUBLISHED_TRN2
 
     text = _text()
     for (dtype, h), (relaxed, optimized) in PUBLISHED_TRN2.items():
