@@ -178,7 +178,7 @@ def model_fingerprint(root: Path) -> str:
     """Hash of the code (docstrings and comments left out, :func:`code_text`) of :func:`model_modules`: the cost
     model's constants and formulas, and the runtime and front ends that decide which instructions (DMA
     descriptors, engines, shapes) the staff kernels' traces hold.  Everything else in nkisim -- the static screen,
-    the profile writers, the calibration corpus, the CLI tools, any docstring -- can change without invalidating the
+    the calibration corpus and fit, the CLI tools, any docstring or comment -- can change without invalidating the
     cached reference timings (tests/test_grader_units.py edits a copy of nkisim to check)."""
     h = hashlib.sha256()
     for path in model_modules(root).values():

@@ -325,7 +325,7 @@ def _edit(path: Path, old: str, new: str) -> None:
 def test_the_timing_key_follows_the_model_and_the_traces_only(tmp_path):
     """Reference timings are keyed on the code of the cost model and of what produces the staff kernels' traces
     (thresholds.model_modules): docstring and comment edits anywhere, and any edit outside those modules (the
-    static screen, the profile's HTML writer), leave the committed grader/reference_timings.json valid; a change
+    static screen, the API-coverage tool), leave the committed grader/reference_timings.json valid; a change
     of a cost or of an instruction builder does not."""
     import shutil
 
@@ -335,7 +335,7 @@ def test_the_timing_key_follows_the_model_and_the_traces_only(tmp_path):
     shutil.copytree(Path(nkisim.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
     modules = thresholds.model_modules(copy)
     assert {"perf", "perf.costs", "perf.scheduler", "core.runtime", "core.ops.dma", "frontends.nki.isa"} <= set(modules)
-    assert not {m for m in modules if m.startswith(("check", "calibration"))} and "perf.html_profile" not in modules
+    assert not {m for m in modules if m.startswith(("check", "calibration"))} and "apicoverage" not in modules
     real = thresholds.model_fingerprint(copy)
     assert real == thresholds.perf_fingerprint()
     dma = copy / "core" / "ops" / "dma.py"
@@ -344,7 +344,7 @@ def test_the_timing_key_follows_the_model_and_the_traces_only(tmp_path):
     dma.write_text('"""A docstring edited\n\nover several lines."""  # and a comment\n' + "".join(lines[end:]))
     _edit(copy / "perf" / "scheduler.py", "\ndef ", "\n# a new comment line\n\n\ndef ")
     _edit(copy / "check" / "__init__.py", "import", "import os  # the static screen changed\nimport")
-    (copy / "perf" / "html_profile.py").write_text((copy / "perf" / "html_profile.py").read_text() + "\nX = 1\n")
+    (copy / "apicoverage.py").write_text((copy / "apicoverage.py").read_text() + "\nX = 1\n")
     assert thresholds.model_fingerprint(copy) == real
     _edit(copy / "perf" / "costs.py", "=", "= 0 or ")  # code of the cost model
     assert thresholds.model_fingerprint(copy) != real
