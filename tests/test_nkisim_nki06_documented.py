@@ -499,10 +499,10 @@ def test_keyword_only_separator_is_refused():
         run_kernel(kernel, (np.ones((4, 4), dtype=np.float32),), {}, frontend=frontends.NKI)
 
 
-def test_ap_integer_offset_counts_from_the_storage_not_the_view():
-    """nki-aps.rst, "Composition and .ap on a view": "the pattern and offset are interpreted against storage,
-    ignoring any shape, strides, or offset carried by the view"; ``offset=None`` "inherits the current view's
-    storage offset"."""
+def test_ap_integer_offset_adds_to_the_views_offset():
+    """NkiTensor.ap (NKI 0.6 stub), ``offset``: "element offset added to the view's base storage offset. When None
+    (default), inherits the current view's storage offset unchanged. Pass an explicit integer to compose with the
+    base offset (e.g. offset=0 keeps the base, offset=N shifts by N additional elements)"."""
     x = np.arange(256, dtype=np.float32).reshape(16, 16)
 
     def kernel(a):
@@ -511,12 +511,16 @@ def test_ap_integer_offset_counts_from_the_storage_not_the_view():
         r1 = nl.ndarray((16, 4), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_copy(dst=r1, src=v.ap(pattern=[[16, 16], [1, 4]], offset=8))
         r2 = nl.ndarray((16, 4), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=r2, src=v.ap(pattern=[[16, 16], [1, 4]]))
-        o0 = nl.ndarray(r1.shape, dtype=r1.dtype, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=o0, src=r1)
-        o1 = nl.ndarray(r2.shape, dtype=r2.dtype, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=o1, src=r2)
-        return o0, o1
-    a, b = _run(kernel, x)
-    np.testing.assert_array_equal(a, x[:, 8:12])
+        nisa.tensor_copy(dst=r2, src=v.ap(pattern=[[16, 16], [1, 4]], offset=0))
+        r3 = nl.ndarray((16, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=r3, src=v.ap(pattern=[[16, 16], [1, 4]]))
+        outs = []
+        for r in (r1, r2, r3):
+            o = nl.ndarray(r.shape, dtype=r.dtype, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=o, src=r)
+            outs.append(o)
+        return tuple(outs)
+    a, b, c = _run(kernel, x)
+    np.testing.assert_array_equal(a, x[:, 12:16])
     np.testing.assert_array_equal(b, x[:, 4:8])
+    np.testing.assert_array_equal(c, x[:, 4:8])

@@ -192,9 +192,8 @@ def view_dtype(t: Tensor, dtype) -> Tensor:
 
 def ap(t: Tensor, pattern, offset: int | None = None, dtype=None, extra: int = 0) -> Tensor:
     """The view ``[[stride, count], ...]`` at element ``offset`` of the storage (``NkiTensor.ap``): ``offset`` None
-    keeps this view's storage offset, an integer counts from the start of the storage ("pattern and offset are
-    interpreted against storage, ignoring any shape, strides, or offset carried by the view", nki-aps.rst);
-    ``extra`` elements are added to either (a scalar offset's ``value * stride``).  The partition stride of an
+    keeps this view's storage offset, an integer adds to it, and so do ``extra`` elements (a scalar offset's
+    ``value * stride``).  The partition stride of an
     on-chip tensor is its elements per partition; the pattern must stay inside the storage.
 
     The storage is the tensor's allocation seen as (partitions, elements per partition).  On chip a partition's
@@ -223,11 +222,12 @@ def ap(t: Tensor, pattern, offset: int | None = None, dtype=None, extra: int = 0
         fail("nkisim_view", name=t.name, op="ap", detail=f"a partition of {row_bytes} bytes does not divide into "
              f"{dt}")
     row = row_bytes // isz  # elements per partition (the whole storage off chip), in the pattern's dtype
-    if offset is None:  # "the new view inherits the current view's storage offset"
-        p_view, byte_in_row = divmod(t._off, pitch)
-        start = (p_view - p_first) * row + (byte_in_row - f_first) // isz
-    else:  # "from the beginning of the tensor": .ap ignores the view's own offset (nki-aps.rst, "Composition")
-        start = int(offset)
+    # the view's own storage offset, plus ``offset`` ("element offset added to the view's base storage offset ...
+    # offset=0 keeps the base, offset=N shifts by N additional elements", NkiTensor.ap, NKI 0.6 stub; nki-aps.rst's
+    # "Composition" says .ap ignores "any ... offset carried by the view", which its examples, all on offset-0
+    # views, cannot tell apart; the parameter's own text is the precise one)
+    p_view, byte_in_row = divmod(t._off, pitch)
+    start = (p_view - p_first) * row + (byte_in_row - f_first) // isz + (int(offset) if offset is not None else 0)
     start += extra
     pairs = [(int(s), int(c)) for s, c in pattern]
     if not pairs or any(c < 1 for _, c in pairs):
@@ -540,7 +540,7 @@ def vector_ap(t: Tensor, pattern, offset, vector_offset: Tensor, indirect_dim: i
     base = t._a.base
     n_rows = base.shape[0] if base.ndim else 1
     row = base.size // max(n_rows, 1)  # elements to the right of dim 0 of the base tensor
-    start = int(offset) if offset is not None else element_offset(t)
+    start = element_offset(t) + (int(offset) if offset is not None else 0)  # as ap(): added to the view's
     free = np.full([c for _, c in pairs[1:]], start, dtype=np.int64)
     for k, (st, c) in enumerate(pairs[1:]):
         free += st * np.arange(c, dtype=np.int64).reshape([c if j == k else 1 for j in range(len(pairs) - 1)])
