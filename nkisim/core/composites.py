@@ -170,4 +170,4 @@ def loop_reduce(dst, x, alu: str, *, dtype=None, mask=None) -> Tensor:
     """``b = nl.loop_reduce(a, op, [k])``: ``b = op(b, a)`` written in place into the destination ``b``
     (nki.language.loop_reduce docs: "The destination tile is also the rhs input to op")."""
     return elementwise.tensor_tensor(dst, x, alu, dtype=dtype, mask=mask, dst=dst, partition_broadcast=True,
-                                     op_name="loop_reduce")
+                                     op_name="loop_reduce", first_write_inits=True)

@@ -128,7 +128,7 @@ def accumulate(dst: Tensor, other) -> None:
         _retarget(ctx, dst, accumulate=True)
         return
     ctx.settle()
-    tensor_tensor(dst, other, "add", dst=dst, partition_broadcast=True)
+    tensor_tensor(dst, other, "add", dst=dst, partition_broadcast=True, first_write_inits=True)
 
 
 def into(dst: Tensor, result: Tensor) -> Tensor:

@@ -12,7 +12,7 @@ from nkisim.core.access import check_bounds, dynamic_tiles, mark_written, read, 
 from nkisim.core.context import KernelContext, current
 from nkisim.core.dtypes import F32
 from nkisim.core.execute import UNARY_ALU
-from nkisim.core.instr import B_HBM, B_PSUM, E_GPSIMD, E_SCALAR, E_UNKNOWN, E_VECTOR, ENGINE_NAMES, Engine
+from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_GPSIMD, E_SCALAR, E_UNKNOWN, E_VECTOR, ENGINE_NAMES, Engine
 from nkisim.core.ops.common import (
     begin,
     check_partitions,
@@ -74,10 +74,12 @@ def _align(op: str, a: Tensor, b: Tensor, allow_partition_broadcast: bool):
 
 def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None,
                   dst: Tensor | None = None, partition_broadcast: bool = False, op_name: str = "tensor_tensor",
-                  psum_pair: bool = False) -> Tensor:
+                  psum_pair: bool = False, first_write_inits: bool = False) -> Tensor:
     """``data1 op data2`` element-wise into ``dst`` or a fresh tile.  ``partition_broadcast``: the language-level
     operators (``nl.add``, ``a + b``) broadcast a one-partition operand across the partitions; the ISA instruction
-    does not.  ``psum_pair``: both inputs may be in PSUM (the 2024 ``acc + nl.matmul`` spelling)."""
+    does not.  ``psum_pair``: both inputs may be in PSUM (the 2024 ``acc + nl.matmul`` spelling).
+    ``first_write_inits``: an in-place accumulation (``data1`` is ``dst``: ``+=``, ``nl.loop_reduce``) whose SBUF
+    destination elements were never written takes ``data2`` there (see :func:`_unwritten`)."""
     ctx = current(op_name)
     ctx.settle()
     a = need_tensor(data1, op_name, "data1")
@@ -119,11 +121,33 @@ def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = E_UNKNO
         elif how is not None:
             vb = vb.reshape(how)
         values = execute.alu(op, va, vb)
+        if first_write_inits and a.kind == B_SBUF and how != "swap":
+            fresh = _unwritten(va)
+            if fresh is not None:
+                values = np.where(fresh, np.broadcast_to(vb, np.shape(values)), values)
         if values.shape != tuple(out_shape):
             values = np.broadcast_to(values, out_shape)
         if out.shape != tuple(out_shape):
             values = np.asarray(values).reshape(out.shape)
     return deliver(ctx, ins, out, values, m, dst)
+
+
+_POISON_BITS = np.float32(np.nan).view(np.uint32)
+
+
+def _unwritten(v: np.ndarray) -> np.ndarray | None:
+    """Elements of an accumulator no instruction has written, or None when there are none.
+
+    The legacy accumulation idioms compilers emit (``acc = nl.loop_reduce(x, op, [i])`` into a fresh ``nl.ndarray``,
+    ``acc[b] += x`` into a block tile never written) give the right sums on hardware (issue 33: a general kernel
+    correct on trn1/trn2, NaN on nkisim): reading a location with no defined value is no value the compiler must
+    preserve, and it makes the first accumulation the initialisation.  nkisim fills fresh tiles with NaN (as AWS's
+    simulator does), so the unwritten elements are those still holding that exact NaN (float tiles only; a NaN an
+    operation produced has another bit pattern, unless it was computed from unwritten data)."""
+    if v.dtype != np.float32:
+        return None
+    fresh = np.asarray(v).view(np.uint32) == _POISON_BITS
+    return fresh if fresh.any() else None
 
 
 # Operators GpSimd runs: the "Supported Engine" column of the NKI ALU operator table (nki.api.shared @2.26,
