@@ -180,6 +180,12 @@ class _PlaceholderGuard:
 
     def find_spec(self, fullname: str, path: object = None, target: types.ModuleType | None = None):
         if fullname not in self.names:
+            # A submodule of a namespace nkisim serves (``nki.isa.constants``): the aliased parent is nkisim's real
+            # package, whose ``__path__`` would let the path finder load the file a second time under the NKI name
+            # (two ``dge_mode`` classes).  Answer first, with the alias of nkisim's own module.
+            root = sys.modules.get(fullname.partition(".")[0])
+            if root is not None and getattr(root, "__nkisim_fallback__", False) and "." in fullname:
+                return self.finder.find_spec(fullname, path, target)
             return None
         found = importlib.machinery.PathFinder.find_spec(fullname)
         if found is None or not is_placeholder(found):

@@ -204,10 +204,21 @@ def test_lnc2_launch_runs_two_programs():
 
 
 def test_jit_rejects_the_options_nki_removed():
-    with pytest.raises(TypeError, match="mode=.*NKI 0.3.*nki.simulate"):
-        nki.jit(mode="simulation")
     with pytest.raises(TypeError, match="platform_target.*NEURON_PLATFORM_TARGET_OVERRIDE"):
         nki.jit(platform_target="trn2")
+
+
+def test_jit_mode_is_deprecated_and_ignored():
+    """NKI 0.3 migration guide, ``nki.jit(mode=...)``: "The mode parameter is deprecated and ignored" (AWS's
+    nki-library still passes mode="trace" / "auto"); the kernel runs as without it."""
+    for mode in ("trace", "auto", "simulation"):
+        with pytest.warns(DeprecationWarning, match=f"mode='{mode}'.*deprecated and ignored"):
+            kernel = nki.jit(mode=mode)(tiled_add.func)
+        a, b = _f32(128, 256), _f32(128, 256)
+        np.testing.assert_array_equal(kernel(a, b), a + b)
+        assert "mode" not in kernel.options
+    with pytest.raises(TypeError, match="experimental_flags.*comma-separated"):
+        nki.jit(experimental_flags=["skip-non-top-level-shared-hbm-check"])
 
 
 def test_sub_kernels_must_not_be_decorated():
@@ -588,7 +599,8 @@ def test_unknown_names_stay_attribute_errors():
     for mod in (nl, nisa, nki):
         with pytest.raises(AttributeError, match="has no attribute 'no_such_symbol'"):
             mod.no_such_symbol  # noqa: B018
-    assert ml_dtypes.bfloat16 is nl.bfloat16
+    # NKI dtypes are named values (DType = str in the stub), equal to the NumPy/ml_dtypes type of the same name
+    assert nl.bfloat16 == ml_dtypes.bfloat16 and str(nl.bfloat16) == "bfloat16"
 
 
 def test_no_reorder_block_is_timed_in_program_order():

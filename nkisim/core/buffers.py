@@ -61,7 +61,7 @@ def _allocate(shape, dtype, buffer, name, fill, provisional, ctx: KernelContext,
                                                             ctx.era):
             fail("err_hbm_tensor_with_init_value_not_supported")
         if buffer.name == "shared_hbm" and site is not None and ctx.kernel_code is not None \
-                and site[0] is not ctx.kernel_code:
+                and site[0] is not ctx.kernel_code and applies("err_shared_hbm_must_in_kernel_level", ctx.era):
             fail("err_shared_hbm_must_in_kernel_level")
         if buffer.name == "shared_hbm" and ctx.shared_hbm is not None:
             return _shared_again(ctx, dims, dt, name)
@@ -152,8 +152,10 @@ def wrap_host(ctx: KernelContext, value, name: str):
         alloc = Allocation(B_HBM, np.empty(value.shape, dtype=dt), ctx.mem.new_phys(), None, name, 0, None)
         alloc.immutable = True
         return ctx.tensor_type(alloc, alloc.base, 0, off=0)
+    # a class is never an array: np.float16 / ml_dtypes.bfloat16 passed as a dtype argument have __array__ and
+    # dtype attributes too
     if isinstance(value, np.ndarray) or (hasattr(value, "__array__") and hasattr(value, "dtype")
-                                        and not isinstance(value, (Tensor, np.generic))):
+                                        and not isinstance(value, (Tensor, np.generic, type))):
         arr = np.asarray(value)
         dt = dtypes.to_dtype(arr.dtype)
         base = np.array(arr, dtype=dt, copy=True, order="C") if ctx.full else np.empty(arr.shape, dtype=dt)

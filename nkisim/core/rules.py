@@ -135,7 +135,15 @@ _RULE_LIST = [
                 "nki.errors page on"),
     _r("err_shared_hbm_must_in_kernel_level",
        "shared_hbm buffer can only be created top level kernel scope",
-       "nki.errors"),
+       "nki.errors", eras=("2024", "2025"),
+       era_note="nki (0.x compiler): not checked. The legacy nki.errors page refuses shared_hbm created in a loop, "
+                "under an if or in a function the kernel calls; AWS's nki-library (d2ad3a5) kernels, run on "
+                "Trainium by its fast suite without any compiler flag, create shared_hbm outputs and scratch in "
+                "helpers (rotational_topk_utils.naive_scanning_topk, bwmm_bwd_dropless, "
+                "attention_block_tkg_sharding) and under ifs (rotational_topk, cross_entropy_backward). The "
+                "compiler's opt-out experimental_flags='skip-non-top-level-shared-hbm-check' (QKV kernel) shows a "
+                "narrower check remains; which scope it covers is not documented (no nki-library kernel creates "
+                "shared_hbm in a loop)"),
     _r("err_nki_api_outside_of_nki_kernel",
        "Calling NKI API outside of NKI kernels is not supported. ({api})",
        "nki.errors"),

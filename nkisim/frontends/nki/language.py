@@ -33,17 +33,28 @@ from nkisim.frontends import NKI as _NKI
 from nkisim.frontends import _operators, _unsupported
 from nkisim.frontends.nki.tensor import NkiTensor  # noqa: F401  (public NKI name)
 
-# ---- data types (nki.language dtypes; the packed MX types are placeholders) -----------------------------------
-bool_ = _dt.bool_
-int8, int16, int32 = _dt.int8, _dt.int16, _dt.int32
-uint8, uint16, uint32 = _dt.uint8, _dt.uint16, _dt.uint32
-float16 = _dt.float16
-float32 = _dt.float32
-bfloat16 = _dt.bfloat16
-tfloat32 = _dt.tfloat32
-float8_e4m3 = _dt.float8_e4m3
-float8_e5m2 = _dt.float8_e5m2
-float8_e4m3fn = _dt.float8_e4m3fn
+# ---- data types (nki.dtype, re-exported as nl.X; the packed MX types are placeholders) -------------------------
+from nkisim.frontends.nki.dtype import (  # noqa: F401  (public NKI names)
+    bfloat16,
+    bool_,
+    float4_e2m1fn_x4,
+    float8_e4m3,
+    float8_e4m3fn,
+    float8_e4m3fn_x4,
+    float8_e5m2,
+    float8_e5m2_x4,
+    float8_e8m0fnu,
+    float16,
+    float32,
+    int8,
+    int16,
+    int32,
+    tfloat32,
+    uint8,
+    uint16,
+    uint32,
+)
+from nkisim.frontends.nki.tensor import NkiTensor  # noqa: F401  (public NKI name)
 
 # ---- memory regions -------------------------------------------------------------------------------------------
 sbuf = _buffers.BufferSpec(_Buf.SBUF, "sbuf")
@@ -185,10 +196,13 @@ def shared_constant(constant):
 
 
 def shared_identity_matrix(n, dtype=uint8, dst=None):
-    """An n x n identity matrix (a shared HBM constant; copied into ``dst`` when given)."""
+    """"Create an identity matrix in SBUF" (nki.language.shared_identity_matrix, NKI 0.6): an ``(n, n)`` SBUF tile
+    (``n`` on the partitions), or ``dst`` when given.  It behaves like ``shared_constant`` (the compiler keeps the
+    constant in HBM and shares it between identity matrices of one dtype), so nkisim loads it from a shared HBM
+    constant with one DMA per call: a conservative cost, since the compiler may reuse an identity already loaded."""
     ident = shared_constant(_np.identity(int(n)).astype(_dt.to_dtype(dtype)))
     if dst is None:
-        return ident
+        dst = _buffers.allocate((int(n), int(n)), dtype, sbuf, name="shared_identity_matrix")
     _dma.dma_copy(ident, dst)
     return dst
 
@@ -440,9 +454,7 @@ _REMOVED = {
 }
 
 
-_MX = "an MX type of nisa.nc_matmul_mx / quantize_mx, NeuronCore-v4 (trn3) only; nkisim models trn1 and trn2"
-_NOT_MODELLED = {"float8_e5m2_x4": _MX, "float8_e4m3fn_x4": _MX, "float4_e2m1fn_x4": _MX, "float8_e8m0fnu": _MX,
-                 "prelu": "an operator of nisa.activate2, a NeuronCore-v4 (trn3) instruction",
+_NOT_MODELLED = {"prelu": "an operator of nisa.activate2, a NeuronCore-v4 (trn3) instruction",
                  "bypass": "an operator of nisa.activate2, a NeuronCore-v4 (trn3) instruction"}
 
 

@@ -17,7 +17,7 @@ import os as _os
 from nkisim.core import context as _ctx
 from nkisim.core import runtime as _rt
 from nkisim.frontends import NKI as _NKI
-from nkisim.frontends.nki import collectives, isa, language, typing  # noqa: F401  (nki.language, nki.isa, ...)
+from nkisim.frontends.nki import collectives, dtype, isa, language, typing  # noqa: F401  (nki.language, nki.isa, ...)
 
 # nkisim serves this `nki` (the import hook, `python -m nkisim info`): a real nki never carries the marker
 __nkisim_fallback__ = True
@@ -28,6 +28,12 @@ SIMULATOR_ENV = "NKI_SIMULATOR"
 def _simulator_on() -> bool:
     """``NKI_SIMULATOR=1``: every @nki.jit kernel runs on the CPU simulator (nki_simulator.rst, "Usage")."""
     return _os.environ.get(SIMULATOR_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _host_args(args, kwargs) -> tuple[tuple, dict]:
+    """Kernel arguments as the kernel sees them: a NumPy dtype or scalar type (``np.float16``,
+    ``ml_dtypes.bfloat16``) becomes the NKI dtype of that name (nki.dtype.from_host)."""
+    return (tuple(dtype.from_host(a) for a in args), {k: dtype.from_host(v) for k, v in kwargs.items()})
 
 
 class _KernelBase:
@@ -56,6 +62,7 @@ class Kernel(_KernelBase):
                 f"@nki.jit kernel '{self.__name__}' called from inside a running kernel: NKI 0.2+ compiles only the "
                 "top-level kernel, so remove the @nki.jit decorator from sub-kernels (or decorate at the call "
                 "site: nki.jit(my_kernel)(...)) (NKI migration guide, 'Remove nki.jit decorator on sub-kernels')")
+        args, kwargs = _host_args(args, kwargs)
         return _rt.run_kernel(self, args, kwargs, mode="full", simulate=_simulator_on()).outputs
 
     def __repr__(self) -> str:
@@ -80,20 +87,45 @@ class _Launch(_KernelBase):
         if _ctx.active() is not None:
             raise TypeError("a launch kernel[lnc](...) cannot be called from inside a running kernel")
         simulate = isinstance(self.func, _Simulated) or _simulator_on()
+        args, kwargs = _host_args(args, kwargs)
         return _rt.run_kernel(self, args, kwargs, mode="full", simulate=simulate).outputs
 
 
 def jit(fn=None, **kwargs):
-    """Decorate a top-level NKI kernel; usable bare (``@nki.jit``) or with options (``@nki.jit(...)``)."""
-    for removed, why in (("mode", "the NKI compiler detects the framework from the arguments; run on the CPU "
-                                  "simulator with nki.simulate(kernel)(...) or NKI_SIMULATOR=1"),
-                         ("platform_target", "set the NEURON_PLATFORM_TARGET_OVERRIDE environment variable")):
-        if removed in kwargs:
-            raise TypeError(f"nki.jit({removed}=...) is not accepted from NKI 0.3 on (NKI migration guide: a "
-                            f"breaking change): {why}")
+    """Decorate a top-level NKI kernel; usable bare (``@nki.jit``) or with options (``@nki.jit(...)``).
+
+    ``mode=`` is "deprecated and ignored" from NKI 0.3 on (migration guide, ``nki.jit(mode=...)``; the release
+    notes list it the same way): accepted with a DeprecationWarning, whatever its value (AWS's nki-library still
+    passes "trace" and "auto").  ``platform_target=`` "raises an error in NKI 0.3.0" (same guide).  The other
+    options (``debug_kernel``, ``show_compiler_tb``, ``experimental_flags``: a comma-separated string) are kept on
+    the kernel (none changes what nkisim checks: see the note at _experimental_flags)."""
+    if "platform_target" in kwargs:
+        raise TypeError("nki.jit(platform_target=...) is not accepted from NKI 0.3 on (NKI migration guide: a "
+                        "breaking change): set the NEURON_PLATFORM_TARGET_OVERRIDE environment variable")
+    if "mode" in kwargs:
+        import warnings as _warnings
+
+        _warnings.warn(f"nki.jit(mode={kwargs['mode']!r}) is deprecated and ignored from NKI 0.3 on (NKI migration "
+                       "guide): the framework is detected from the arguments; run on the CPU simulator with "
+                       "nki.simulate(kernel)(...) or NKI_SIMULATOR=1", DeprecationWarning, stacklevel=2)
+        kwargs = {k: v for k, v in kwargs.items() if k != "mode"}
+    _experimental_flags(kwargs.get("experimental_flags"))
     if fn is None:
         return lambda f: Kernel(f, **kwargs)
     return Kernel(fn, **kwargs)
+
+
+# nki.jit(experimental_flags=...): compiler internals; nkisim checks the spelling (a string) and keeps them.
+# "skip-non-top-level-shared-hbm-check" (AWS's nki-library QKV kernel) opts out of a shared_hbm scope check that
+# nkisim does not make for this API (core/rules.py, err_shared_hbm_must_in_kernel_level: its era note).
+
+
+def _experimental_flags(flags) -> tuple[str, ...]:
+    if flags is None:
+        return ()
+    if not isinstance(flags, str):
+        raise TypeError(f"nki.jit(experimental_flags={flags!r}): a string of comma-separated flags")
+    return tuple(f.strip() for f in flags.split(",") if f.strip())
 
 
 class _Simulated(_KernelBase):
@@ -106,6 +138,7 @@ class _Simulated(_KernelBase):
     def __call__(self, *args, **kwargs):
         if _ctx.active() is not None:
             raise TypeError("nki.simulate(kernel)(...) cannot be called from inside a running kernel")
+        args, kwargs = _host_args(args, kwargs)
         return _rt.run_kernel(self.func, args, kwargs, mode="full", simulate=True).outputs
 
 

@@ -6,7 +6,8 @@ nki.isa.tensor_scalar docs).  Each function is a thin adapter: it resolves the o
 the same core instruction builder as the legacy ``neuronxcc.nki.isa`` (``nkisim.core.ops``), with ``dst=``.
 Every instruction returns an ``NkiInstruction`` handle (``.depends_on(*producers)`` adds scheduling edges).
 Parameters the API removed (``mask=``, ``dtype=``) are errors naming what replaced them, and enum parameters take
-the named members only ("Raw integer values (e.g., dge_mode=2) are no longer accepted", NKI 0.3 migration guide).
+the named members only ("Raw integer values (e.g., dge_mode=2) are no longer accepted", NKI 0.3 migration guide),
+except ``dge_mode``, whose integers AWS's own nki-library kernels pass (see ``_dge``).
 """
 
 from __future__ import annotations
@@ -28,62 +29,26 @@ from nkisim.core.ops import tensor_engine as _te
 from nkisim.core.rules import fail as _fail
 from nkisim.frontends._operators import act as _act
 from nkisim.frontends._operators import alu as _alu
+
+# ---- enums (nki.isa.constants; re-exported here as the stub does) ----------------------------------------------
+from nkisim.frontends.nki.isa import constants  # noqa: E402, F401  (nki.isa.constants)
+from nkisim.frontends.nki.isa.constants import (  # noqa: E402, F401  (public NKI names)
+    dge_mode,
+    dma_engine,
+    engine,
+    matmul_perf_mode,
+    nc_version,
+    oob_mode,
+    reduce_cmd,
+)
 from nkisim.frontends.nki.language import NKIObject, NkiTensor, equal, maximum  # noqa: F401  (as the stub does)
 from nkisim.frontends.nki.language import is_on_chip as _is_on_chip
-
-
-# ---- enums ----------------------------------------------------------------------------------------------------
-class engine(_Enum):  # noqa: N801 - NKI name
-    tensor = 1
-    vector = 5
-    scalar = 2
-    gpsimd = 3
-    dma = 4
-    sync = 6
-    unknown = 0
-
 
 tensor_engine = engine.tensor  # deprecated spellings
 vector_engine = engine.vector
 scalar_engine = engine.scalar
 gpsimd_engine = engine.gpsimd
 unknown_engine = engine.unknown
-
-
-class reduce_cmd(_Enum):  # noqa: N801
-    idle = 0
-    reset = 1
-    reduce = 2
-    reset_reduce = 3
-    load_reduce = 4
-
-
-class dge_mode(_Enum):  # noqa: N801
-    unknown = 0
-    swdge = 1
-    hwdge = 2
-    none = 3
-
-
-class oob_mode(_Enum):  # noqa: N801
-    error = 0
-    skip = 1
-
-
-class matmul_perf_mode(_Enum):  # noqa: N801
-    none = "none"
-    double_row = "double_row"
-
-
-class nc_version(_Enum):  # noqa: N801
-    gen2 = 2
-    gen3 = 3
-    gen4 = 4
-
-
-class dma_engine(_Enum):  # noqa: N801
-    dma = 1
-    gpsimd_dma = 2
 
 
 class NkiValidationError(Exception):
@@ -106,6 +71,17 @@ def _member(value, enum, param: str, op: str):
         raise TypeError(f"nisa.{op}: {param}={value!r} must be a member of nki.isa.{enum.__name__} (e.g. "
                         f"nisa.{enum.__name__}.{next(iter(enum)).name}): NKI 0.3+ no longer accepts raw integers")
     return value
+
+
+def _dge(value, op: str):
+    """A ``dge_mode`` argument: a member, or the member's integer value.  The NKI 0.3 migration guide says raw
+    integers are "no longer accepted for enum parameters" (its example is ``dge_mode=2``), yet AWS's nki-library
+    (d2ad3a5), whose fast suite runs on Trainium, passes ``dge_mode=3`` ("Use STATIC DMA mode", i.e.
+    ``dge_mode.none``) in its QKV, RMSNorm/LayerNorm TKG and MLP TKG kernels: for ``dge_mode`` nkisim follows the
+    kernels that run.  Other enums keep the guide's rule."""
+    if value.__class__ is int and 0 <= value <= 3:
+        return dge_mode(value)
+    return _member(value, _DgeMode, "dge_mode", op)
 
 
 def _engine(value, op: str) -> _Engine:
@@ -138,7 +114,7 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     if dge_mode is _DGE_UNKNOWN and oob_mode is _OOB_ERROR:  # the defaults: the per-instruction fast path
         _dma.dma_copy(src, dst, oob_skip=False)
         return
-    _member(dge_mode, _DgeMode, "dge_mode", "dma_copy")
+    dge_mode = _dge(dge_mode, "dma_copy")
     skip = _member(oob_mode, _OobMode, "oob_mode", "dma_copy") is _OOB_SKIP
     if dge_mode is _HWDGE and getattr(src, "dtype", None) != getattr(dst, "dtype", None):
         # "NKI 0.3.0 enforces that source and destination element types must match when using
@@ -153,7 +129,7 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=dge_mode.unknown,
     """Transpose ``src`` into ``dst`` on the DMA engines (2-D (1,0), 3-D (2,1,0), 4-D (3,1,2,0))."""
     if removed:
         _removed("dma_transpose", removed)
-    mode = _member(dge_mode, _DgeMode, "dge_mode", "dma_transpose")
+    mode = _dge(dge_mode, "dma_transpose")
     skip = _member(oob_mode, _OobMode, "oob_mode", "dma_transpose") is _OOB_SKIP
     _dma.dma_transpose(src, axes, dst=dst, two_byte_only=mode is _HWDGE, dge=mode.name, oob_skip=skip)
 
