@@ -31,7 +31,6 @@ from nkisim.core.ops import reduce as _red
 from nkisim.core.ops import registers as _reg
 from nkisim.frontends import NKI as _NKI
 from nkisim.frontends import _operators, _unsupported
-from nkisim.frontends.nki.tensor import NkiTensor  # noqa: F401  (public NKI name)
 
 # ---- data types (nki.dtype, re-exported as nl.X; the packed MX types are placeholders) -------------------------
 from nkisim.frontends.nki.dtype import (  # noqa: F401  (public NKI names)

@@ -13,7 +13,6 @@ except ``dge_mode``, whose integers AWS's own nki-library kernels pass (see ``_d
 from __future__ import annotations
 
 import types
-from enum import Enum as _Enum
 
 from nkisim.core import config as _config
 from nkisim.core import context as _ctx
