@@ -145,6 +145,7 @@ def _rng():
     return np.random.default_rng(27)
 
 
+@pytest.mark.slow
 def test_silu_far_larger_than_sbuf_runs_and_matches_numpy():
     x = _rng().standard_normal((8 * 4 * P, 1024)).astype(np.float32)  # 32 blocks x 4 KiB = 128 KiB... x2 tensors
     x = np.concatenate([x, x[: 8 * 4 * P]])  # 64 blocks per tensor: 2 x 256 KiB per partition if charged whole

@@ -453,6 +453,7 @@ def test_exported_from_package() -> None:
 _identifier = st.from_regex(r"[A-Za-z][A-Za-z0-9_]{0,12}", fullmatch=True).filter(lambda s: not keyword.iskeyword(s))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(name=_identifier, receiver=st.sampled_from(["nl", "np", "tile", "nki.isa", "a_tensor"]))
 def test_any_underscore_attribute_is_flagged(name: str, receiver: str) -> None:

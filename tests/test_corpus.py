@@ -110,6 +110,7 @@ def test_conv_large_image_matches_numpy(entry, config):
     assert_conv_close(run_conv(entry, config, "full").outputs, config, sample=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry, config", _cases("conv", lambda k, c: c.height == 224 and c in TIMING_224))
 def test_conv_large_image_runs_in_timing_mode(entry, config):
     latency = estimate(run_conv(entry, config, "timing").trace).nc_latency_us

@@ -501,6 +501,7 @@ def _grade_on_hardware(sub: Path, out: Path):
     return grade_submission(sub, out, GradeConfig(backend="neuron", only=("part1.*",)))
 
 
+@pytest.mark.slow
 def test_a_legacy_submission_is_graded_on_legacy_trainium(legacy_sdk, fake_trainium_sandbox, fake_device,  # noqa: F811
                                                           tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FIX / "legacy"), str(ROOT)]))
@@ -520,6 +521,7 @@ def test_a_legacy_submission_is_graded_on_legacy_trainium(legacy_sdk, fake_train
                                 "(neuronx-cc 2.21.0.fake)")
 
 
+@pytest.mark.slow
 def test_a_current_api_submission_is_graded_on_current_trainium(new_sdk, fake_trainium_sandbox,  # noqa: F811
                                                                 fake_device, tmp_path):  # noqa: F811
     record = _grade_on_hardware(submission(tmp_path / "sub", part1=NKI_TRANSPOSE), tmp_path / "out")

@@ -44,6 +44,7 @@ def _rows(out: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
+@pytest.mark.slow
 def test_batch_grades_everyone_and_skips_on_rerun(tmp_path):
     subs = _make_class(tmp_path)
     out = tmp_path / "out"
@@ -100,6 +101,7 @@ def test_manifest_and_duplicate_students(tmp_path):
     assert [j.student for j in jobs] == ["ada", "ada-2", "nan_output"]
 
 
+@pytest.mark.slow
 def test_grade_one_is_a_pure_function_of_its_job(tmp_path):
     job = GradeJob(str(GOOD), "solo", str(tmp_path / "out"), CONFIG)
     first = grade_one(job)

@@ -253,6 +253,7 @@ def _compute_in_another_process(directory: str, counter: str) -> None:
     refcache.ReferenceStore(directory, b"k" * 32).get({"x": "shared"}, compute)
 
 
+@pytest.mark.slow
 def test_workers_of_a_batch_compute_an_entry_once(tmp_path):
     (tmp_path / "cache").mkdir()
     counter = tmp_path / "computed"
@@ -282,6 +283,7 @@ def test_shared_inputs_are_read_only_and_shared_by_bias_and_pool_variants():
 # ---------------------------------------------------------------------------------------- gradings ----
 
 
+@pytest.mark.slow
 @needs_reference
 def test_a_class_computes_each_reference_once(tmp_path):
     rubric = tmp_path / "rubric.toml"
@@ -336,6 +338,7 @@ def test_the_seed_never_reaches_student_code(tmp_path, monkeypatch):
     assert secret not in (tmp_path / "res" / "junit.xml").read_text()
 
 
+@pytest.mark.slow
 def test_batch_cli_uses_the_secret_class_seed_by_default(tmp_path):
     subs = tmp_path / "subs"
     shutil.copytree(GOOD, subs / "alice")

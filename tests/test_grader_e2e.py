@@ -64,6 +64,7 @@ def test_reference_solution_earns_every_point(tmp_path):
     assert "20261" not in json.dumps(results)
 
 
+@pytest.mark.slow
 def test_starter_files_earn_nothing_and_nothing_crashes(tmp_path):
     sub = tmp_path / "starter"
     for rel in ("part1/kernels.py", "part2/conv2d.py"):

@@ -57,6 +57,9 @@ SCREEN_ON: dict[str, tuple[set[str], float]] = {
     "print_flood": ({"passed"}, 12),
 }
 
+# The ones that wait out a limit (the case's wall clock, the stdout cap, the address-space limit): the slow tier
+WAITING = {"infinite_loop", "print_flood", "memory_bomb"}
+
 # Submissions the screen rejects, graded with the screen off: the runtime layers (restricted imports and
 # builtins, rlimits, namespaces, read-only file system, timeouts) still give 0.
 SCREEN_OFF: dict[str, set[str]] = {
@@ -101,7 +104,8 @@ def test_every_hostile_submission_has_an_expectation():
     assert len(on_disk) >= 15
 
 
-@pytest.mark.parametrize("name", sorted(SCREEN_ON))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in WAITING else n
+                                  for n in sorted(SCREEN_ON)])
 def test_hostile_submission(name, tmp_path):
     statuses, score = SCREEN_ON[name]
     record, results = _grade(name, tmp_path, screen=True)
@@ -118,6 +122,7 @@ def test_hostile_submission(name, tmp_path):
         assert transpose.message.splitlines()[0].startswith("static screen: part1/kernels.py:")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SCREEN_OFF))
 def test_hostile_submission_runtime_layers_alone(name, tmp_path):
     record, results = _grade(name, tmp_path, screen=False)
@@ -235,6 +240,7 @@ def test_nothing_survives_from_one_grading_to_the_next(tmp_path):
         assert not os.path.exists(place + "/.asst4-memo")
 
 
+@pytest.mark.slow
 def test_a_kernel_cannot_reach_another_run_next_to_it(tmp_path):
     """Two submissions' kernels at once (a batch with --jobs 2): the escaped one finds no way into the other's
     run through /proc/<pid>/root (own /proc per PID namespace, and every child is undumpable)."""

@@ -148,6 +148,7 @@ def test_page_hides_student_ids_unless_asked(tmp_path):
         assert t.split(".", 1)[1] in page  # a column per performance test
 
 
+@pytest.mark.slow
 def test_cli(tmp_path):
     out = write_batch(tmp_path / "out", sample_class())
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -110,11 +110,13 @@ def _scores_like_its_twin(tmp_path: Path, hostile: str, twin: str) -> None:
     assert bad[SPEED].score == good[SPEED].score
 
 
+@pytest.mark.slow
 def test_a_broadcast_operand_placed_first_buys_nothing(tmp_path):
     """G1: the evacuation costs the block whichever operand comes first."""
     _scores_like_its_twin(tmp_path, "broadcast_first", "broadcast_first_honest")
 
 
+@pytest.mark.slow
 def test_psum_zeros_read_as_data_buy_nothing(tmp_path):
     """G5: the zero fills VectorE reads cost what any other fill costs (before: 54 us against the twin's 92)."""
     _scores_like_its_twin(tmp_path, "psum_zero_scratch", "psum_zero_scratch_honest")
@@ -127,6 +129,7 @@ def test_max_on_gpsimd_earns_nothing(tmp_path):
     assert tests[CORRECT].status == "error" and "GpSimd runs only add, multiply" in tests[CORRECT].message
 
 
+@pytest.mark.slow
 def test_a_placement_nkisim_cannot_alias_earns_no_performance_credit(tmp_path):
     """G7: correct values, but a timing nkisim cannot make the hardware's: flagged, no credit."""
     record, tests, out = _grade(tmp_path, "scattered_placement", _transpose_rubric(tmp_path))
@@ -146,6 +149,7 @@ def test_a_kernel_cannot_rewrite_its_own_trace(tmp_path):
     assert tests[SPEED].status == "skipped"
 
 
+@pytest.mark.slow
 def test_a_onezero_hint_on_data_earns_nothing_and_on_an_identity_keeps_its_speed_up(tmp_path):
     """G3: the promise is checked on the values."""
     rubric = _transpose_rubric(tmp_path)
@@ -157,6 +161,7 @@ def test_a_onezero_hint_on_data_earns_nothing_and_on_an_identity_keeps_its_speed
     assert honest[CORRECT].status == "passed" and honest[SPEED].status == "passed"
 
 
+@pytest.mark.slow
 def test_a_onezero_hint_on_the_timed_shape_only_earns_nothing(tmp_path):
     """G3 on the timed run: checked when values are computed (the default); costed without the hint when the
     rubric skips the values, so the lie buys no speed (its latency is the unhinted kernel's)."""
@@ -180,6 +185,7 @@ def test_a_onezero_hint_on_the_timed_shape_only_earns_nothing(tmp_path):
     ("conv_onezero", "is_moving_onezero=True but the moving tile (float32)"),
     ("conv_transpose_mode", "is_transpose=True turns on the Tensor Engine's transpose mode"),
 ])
+@pytest.mark.slow
 def test_hinted_convolutions_earn_nothing(name, message, tmp_path):
     """G3/G4 on a real matrix product: the hardware would not compute the convolution."""
     rubric = _conv_rubric(tmp_path)
@@ -204,6 +210,7 @@ def _conv_inv(dtype: str = "float32", height: int = 224):
     return problems.Invocation(args, {"pool_size": 1}, out, np_dtype, flops)
 
 
+@pytest.mark.slow
 def test_the_staff_kernels_are_plausible():
     """No honest kernel loses credit: every modelled staff latency (reference_timings.json, both targets, both
     tiers) passes the guard."""
@@ -316,6 +323,7 @@ def test_a_transposing_index_expression_earns_nothing(tmp_path):
     assert "varies along free axis 1" in tests[CORRECT].message and tests[SPEED].status == "skipped"
 
 
+@pytest.mark.slow
 def test_a_no_reorder_block_is_graded_in_program_order(tmp_path):
     """G9: inside ``ncc.no_reorder()`` the engines keep program order, so blocks transposed last-loaded first wait
     for the last load (31.16 us against the twin's 29.65 on trn2); ignoring the directive timed it as the twin, and
@@ -331,6 +339,7 @@ def test_a_no_reorder_block_is_graded_in_program_order(tmp_path):
     assert ordered[SPEED].score < free[SPEED].score
 
 
+@pytest.mark.slow
 def test_a_partition_broadcast_buys_nothing(tmp_path):
     """G6: a [1, F] row added over the partitions pays the compiler's TensorE broadcast and its PSUM eviction,
     as the same kernel with the ones-matmul written out does."""
@@ -433,6 +442,7 @@ def test_d1_a_casting_load_fails_where_the_cast_loses_precision(graded):
     assert tests[SPEED].status == "skipped" and tests[SPEED].score == 0
 
 
+@pytest.mark.slow
 def test_d1_a_casting_load_buys_no_dma_time_where_the_tolerance_survives(graded):
     """D1 where the fp16 values pass (the float16 tests' tolerance): the casting loads are charged the fp32 bytes
     they read (cost undocumented: the larger side), so the DMA-bound kernel is never timed faster than its fp32
@@ -441,6 +451,7 @@ def test_d1_a_casting_load_buys_no_dma_time_where_the_tolerance_survives(graded)
     assert hostile >= twin
 
 
+@pytest.mark.slow
 def test_d2_dge_mode_none_is_timed_as_static_descriptors(graded):
     """D2: dge_mode=none on every DMA is timed exactly as its twin compiled with --disable-dge (static
     descriptors: 850 ns per DMA and trigger queue, calibrated on hardware --disable-dge profiles).  For 20 small
@@ -455,6 +466,7 @@ def test_d2_dge_mode_none_is_timed_as_static_descriptors(graded):
     assert none[SPEED].latency_us < graded("dma_honest_nki")[SPEED].latency_us
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["trn2", "trn1"])
 def test_d2_software_dge_buys_nothing(graded, target):
     """D2: dge_mode=swdge pays GpSimd descriptor time on top of a static issue (undocumented cost: the
@@ -471,6 +483,7 @@ def test_d3_an_identity_gather_buys_nothing(graded):
     assert hostile >= twin + _swdge_descriptor_us("trn2")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["trn2", "trn1"])
 def test_d4_dma_compute_moves_at_half_the_copy_rate(graded, target):
     """D4: an HBM -> HBM transpose by nisa.dma_compute (documented: 50% of DMA throughput before v4) takes
@@ -479,6 +492,7 @@ def test_d4_dma_compute_moves_at_half_the_copy_rate(graded, target):
     assert hostile > 1.7 * twin
 
 
+@pytest.mark.slow
 def test_current_api_ports_of_the_hostile_set(graded, tmp_path):
     """G3, G8 and the PSUM accumulate-onto-memset rule in the current API: 0 where the hardware would compute
     something else or not compile; the honest onezero kernel keeps its hint and is timed as its legacy twin."""

@@ -103,6 +103,7 @@ def matrix_transpose(a_tensor):
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", sorted(VIEW_TRANSPOSE))
 def test_a_dma_side_transpose_through_a_view_is_named_and_the_score_stands(tmp_path, api):
     sub = tmp_path / "sub"
@@ -117,6 +118,7 @@ def test_a_dma_side_transpose_through_a_view_is_named_and_the_score_stands(tmp_p
             "reordering view, a DMA-side transpose") in test.message
 
 
+@pytest.mark.slow
 def test_honest_transposes_have_no_dma_side_transpose(tmp_path):
     """The staff transposes of both editions and the fixture's block-by-block one: rows in, rows out."""
     ref = ROOT / "grader" / "reference"

@@ -556,6 +556,7 @@ def test_boundary_distance():
     assert thresholds.boundary_distance(300.0, 150.0, 100.0) == pytest.approx(1.0)
 
 
+@pytest.mark.slow
 def test_performance_result_near_a_target_is_flagged(tmp_path):
     """On nkisim a latency within the rubric's borderline_margin of a target is flagged for re-timing on
     hardware (message + record); one far from every target is not."""

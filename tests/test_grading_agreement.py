@@ -13,6 +13,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import grading_agreement as ga  # noqa: E402
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out: see docs/maintainers.md
+
+
 REF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "grader", "reference")
 
 

@@ -63,6 +63,7 @@ def test_timeline_has_the_perfetto_intervals_and_the_critical_path(matmul):
     assert "in: sbuf float16[128,128]" in tl.operand_texts[tl.operands[i0]]
 
 
+@pytest.mark.slow
 def test_summary_panel_shows_every_field_of_the_text_summary(matmul):
     page = render_page([matmul])
     text = format_summary(matmul.report)
@@ -136,6 +137,7 @@ def _run_cli(args, cwd):
                           timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_html_from_profile_files_single_and_compare(tmp_path):
     import shutil
 

@@ -196,6 +196,7 @@ def test_a_file_importing_neither_api_takes_the_editions_and_the_line_says_so(tm
     assert detect.api_line(module.kernel) == f"Kernel API: {detect.API_NAMES['nki']}"
 
 
+@pytest.mark.slow
 def test_the_course_kernels_take_the_model_here_and_the_info_command_says_so(tmp_path):
     sys.path.insert(0, str(REPO / "part1"))
     try:
@@ -292,6 +293,7 @@ def test_nkisim_gives_what_nki_benchmark_gives_ordinary_and_profiled(part1, tmp_
     np.testing.assert_array_equal(nkibench.launch(kernel, (a, b)), a + b)
 
 
+@pytest.mark.slow
 def test_profile_files_say_they_are_a_dge_off_run_and_name_the_ordinary_latency(part1, tmp_path):
     a, b = _ab(25600)
     m = nkibench.measure(part1.vector_add_stream, (a, b), warmup=1, iterations=10,
@@ -309,6 +311,7 @@ def test_profile_files_say_they_are_a_dge_off_run_and_name_the_ordinary_latency(
     assert note in (tmp_path / "again.html").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
 def test_profile_files_are_written_with_the_users_umask(part1, tmp_path, umask):
     a, b = _ab(1280)
@@ -324,6 +327,7 @@ def test_profile_files_are_written_with_the_users_umask(part1, tmp_path, umask):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".nkisim-")]  # no temporary file left behind
 
 
+@pytest.mark.slow
 def test_an_explicit_dge_choice_overrides_the_apis_practice(part1, tmp_path):
     a, b = _ab(2560)
     m = nkibench.measure(part1.vector_add_tiled, (a, b), warmup=1, iterations=10,
@@ -426,6 +430,7 @@ def test_a_profile_is_the_timed_neff_captured_with_the_documented_command(new_sd
                          profile=nkibench.ProfileRequest(stem, dge_off=True))
 
 
+@pytest.mark.slow
 def test_a_capture_failing_with_dge_notifications_is_retried_without_and_says_so(new_sdk, fake_device, tmp_path,
                                                                                   monkeypatch):
     monkeypatch.setenv("FAKE_CAPTURE_DGE_FAILS", "1")

@@ -868,6 +868,7 @@ def test_element_of_an_on_chip_tile_is_a_unit_tile():
     np.testing.assert_array_equal(corner, [[3 * 5 - 4]])
 
 
+@pytest.mark.slow
 def test_kernels_named_test_are_not_collected_by_pytest(tmp_path):
     import subprocess
     import sys

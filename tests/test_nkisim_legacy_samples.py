@@ -139,6 +139,7 @@ def _temporary_after_loop(a):
     return out
 
 
+@pytest.mark.slow
 def test_dead_names_do_not_hold_sbuf():
     a = RNG.normal(size=(3, 128, W)).astype(np.float32)
     np.testing.assert_array_equal(run_kernel(_rebind_each_iteration, (a,)).outputs, a)

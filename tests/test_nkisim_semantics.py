@@ -355,6 +355,7 @@ def test_sbuf_capacity_names_largest_tiles():
         run_kernel(k, (212985,), target="trn2")
 
 
+@pytest.mark.slow
 def test_loop_allocation_is_not_counted_per_iteration():
     def k():
         for _ in nl.affine_range(1000):

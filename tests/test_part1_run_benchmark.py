@@ -81,6 +81,7 @@ def test_target_override_is_reported(monkeypatch):
     assert "Backend: nkisim estimate, trn1" in proc.stdout
 
 
+@pytest.mark.slow
 def test_profile_name_writes_the_files_and_says_where(tmp_path):
     proc = run(["--kernel", "stream", "-n", "2560", "--profile_name", "stream_small"], tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -102,6 +103,7 @@ def test_profile_name_writes_the_files_and_says_where(tmp_path):
     assert (tmp_path / "stream_small.ntff").is_file() and "stream_small.ntff (" in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_current_api_profile_is_of_the_timed_program_and_says_so(tmp_path):
     """The current API has no DGE compiler switch: one latency, and the script says the profile is of it."""
     proc = run(["--kernel", "stream", "-n", "25600", "--profile_name", "s"], tmp_path)
@@ -110,6 +112,7 @@ def test_a_current_api_profile_is_of_the_timed_program_and_says_so(tmp_path):
     assert "Profile: of the timed NEFF itself" in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_profiled_latency_is_labelled_and_printed_beside_the_ordinary_one(tmp_path, legacy_script):
     """Issue 26: the DGE-off profile run's latency (the legacy course's profiles) never stands alone or unlabelled;
     the ordinary one is scored."""

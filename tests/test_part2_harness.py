@@ -86,6 +86,7 @@ def test_performance_tiers():
     assert harness.performance_credit(200.1, 200.0, 120.0, 10.0) == 0.0
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(latency=st.floats(1.0, 1e4), optimized=st.floats(1.0, 1e4), gap=st.floats(0.0, 1e4))
 def test_harness_tiers_match_the_grader(latency, optimized, gap):

@@ -62,6 +62,7 @@ def _latency(measure, name: str, height: int, dtype: str) -> float:
     return measure.modelled(measure.load(name), height, dtype, 1, "trn2")[0]
 
 
+@pytest.mark.slow
 def test_each_step_of_the_handouts_path_pays_where_the_handout_says(measure):
     big = {n: _latency(measure, n, 224, "float16") for n in ("step0_naive", "step1_weights", "step2_inputs",
                                                                 "step3_psum")}
@@ -77,6 +78,7 @@ def test_each_step_of_the_handouts_path_pays_where_the_handout_says(measure):
     assert big["step0_naive"] > relaxed and big["step2_inputs"] <= optimized
 
 
+@pytest.mark.slow
 def test_each_piece_of_advice_shows_its_effect(measure):
     base = _latency(measure, "step3_psum", 224, "float16")
     assert _latency(measure, "step3_sbuf_accumulate", 224, "float16") > 2 * base  # accumulate in PSUM: 4.5x

@@ -337,6 +337,7 @@ def _random_trace(draw):
     return tb.trace
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))
 @given(_random_trace())
 def test_estimate_total_on_arbitrary_traces(trace):

@@ -42,6 +42,9 @@ from grader.ray_executor import (
 from grader.records import GradeConfig
 from grader.submission import load_submission
 
+pytestmark = pytest.mark.slow  # make test-fast leaves it out: see docs/maintainers.md
+
+
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE_PART1 = REPO / "grader" / "reference" / "part1" / "kernels.py"
 

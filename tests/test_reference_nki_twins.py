@@ -56,6 +56,7 @@ def test_conv_twins_values_and_latency(kernels, hw, pool, dtype, which):
     assert abs(r["ratio"] - 1) < 0.01, r
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["conv", "relaxed"])
 @pytest.mark.parametrize("target", ["trn2", "trn1"])
 @pytest.mark.parametrize("pool", [1, 2])

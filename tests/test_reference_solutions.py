@@ -128,6 +128,7 @@ def test_transpose_reference_beats_the_extra_credit_bar(part1_ref):
     assert estimate(run.trace).nc_latency_us < 700.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["optimized", "relaxed"])
 def test_conv_references_pass_the_small_correctness_cases(variant, conv_ref, conv_relaxed):
     kernel = conv_ref if variant == "optimized" else conv_relaxed
@@ -148,6 +149,7 @@ def test_conv_reference_handles_odd_shapes(conv_ref, shape):
     assert results[0].passed, results[0].detail
 
 
+@pytest.mark.slow
 def test_conv_reference_is_correct_on_a_large_image_with_bias_and_pool(conv_ref):
     """The one full-size run (224x224, 256 channels, batch 1) in the suite."""
     case = harness.ConvCase(1, 256, 256, 224, 224, pool_size=2)
@@ -156,6 +158,7 @@ def test_conv_reference_is_correct_on_a_large_image_with_bias_and_pool(conv_ref)
     assert results[0].passed, results[0].detail
 
 
+@pytest.mark.slow
 def test_conv_references_earn_full_performance_credit(conv_ref, conv_relaxed):
     bank = harness.InputBank(seed=42)
     tests = harness.performance_tests()

@@ -233,6 +233,7 @@ def _release_check(tree: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", ["nki", "legacy"])
 def test_release_check_passes_on_finished_and_on_broken_student_files(api, request, tmp_path):
     """A student who has done the assignment (the edition's staff solutions copied in), or whose files do not even
@@ -268,6 +269,7 @@ def test_make_submission_packs_exactly_the_two_files(tmp_path):
         assert tar.extractfile("part2/conv2d.py").read() == (REPO / "part2" / "conv2d.py").read_bytes()
 
 
+@pytest.mark.slow
 def test_handout_figures_regenerate(tmp_path):
     """make handouts: every figure draws from scratch and the handout links it."""
     names = ["memory_hierarchy", "vector_add_tiling", "conv_as_matmul", "profile_timeline"]
