@@ -15,6 +15,7 @@ import warnings
 import ml_dtypes
 import neuronxcc.nki.isa as lisa
 import neuronxcc.nki.language as lnl
+import nki
 import nki.isa as nisa
 import nki.language as nl
 import numpy as np
@@ -524,3 +525,391 @@ def test_ap_integer_offset_adds_to_the_views_offset():
     np.testing.assert_array_equal(a, x[:, 12:16])
     np.testing.assert_array_equal(b, x[:, 4:8])
     np.testing.assert_array_equal(c, x[:, 4:8])
+
+
+# ---- the docstrings' pseudo-code, executed: each instruction against its documented NumPy/Python equivalent -------
+def _io(*arrays):
+    """SBUF copies of the kernel's HBM arguments (inside a kernel)."""
+    return [_sbuf(a) for a in arrays]
+
+
+def test_iota_pseudo_code():
+    """nki.isa.iota: ``value = offset + channel_id * channel_multiplier + w*step_w + z*step_z + ...``."""
+    pattern, offset, cm = [[7, 2], [-3, 3], [1, 4]], 5, 11
+
+    def kernel():
+        d = nl.ndarray((16, 2, 3, 4), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.iota(dst=d, pattern=pattern, offset=offset, channel_multiplier=cm)
+        o = nl.ndarray(d.shape, dtype=d.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=d)
+        return o
+    ref = np.zeros((16, 2, 3, 4), dtype=np.int32)
+    for c in range(16):
+        for w in range(2):
+            for z in range(3):
+                for x in range(4):
+                    ref[c, w, z, x] = offset + c * cm + w * 7 + z * -3 + x * 1
+    np.testing.assert_array_equal(_run(kernel), ref)
+
+
+def test_affine_select_pseudo_code():
+    """nki.isa.affine_select: ``predicate = cmp_op(offset + channel_id * channel_multiplier + w*step_w + ..., 0)``,
+    ``dst = on_true_tile`` where it holds, ``on_false_value`` elsewhere."""
+    x = np.random.default_rng(7).random((16, 3, 8)).astype(np.float32)
+
+    def kernel(a):
+        (t,) = _io(a)
+        d = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.affine_select(dst=d, pattern=[[-2, 3], [1, 8]], channel_multiplier=1, on_true_tile=t,
+                           on_false_value=-9.0, cmp_op=nl.greater, offset=-3)
+        o = nl.ndarray(d.shape, dtype=d.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=d)
+        return o
+    c, w, f = np.meshgrid(np.arange(16), np.arange(3), np.arange(8), indexing="ij")
+    pred = (-3 + c * 1 + w * -2 + f * 1) > 0
+    np.testing.assert_array_equal(_run(kernel, x), np.where(pred, x, np.float32(-9.0)))
+
+
+def test_tensor_tensor_scan_pseudo_code():
+    """nki.isa.tensor_tensor_scan: ``result[:, 0] = op1(op0(data0[:, 0], initial), data1[:, 0])``, then
+    ``result[:, i] = op1(op0(data0[:, i], result[:, i-1]), data1[:, i])``."""
+    rng = np.random.default_rng(8)
+    d0 = rng.random((32, 12)).astype(np.float32)
+    d1 = rng.random((32, 12)).astype(np.float32)
+
+    def kernel(a, b):
+        ta, tb = _io(a, b)
+        d = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor_scan(dst=d, data0=ta, data1=tb, initial=0.5, op0=nl.multiply, op1=nl.add)
+        o = nl.ndarray(d.shape, dtype=d.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=d)
+        return o
+    ref = np.empty_like(d0)
+    ref[:, 0] = d0[:, 0] * np.float32(0.5) + d1[:, 0]
+    for i in range(1, 12):
+        ref[:, i] = d0[:, i] * ref[:, i - 1] + d1[:, i]
+    np.testing.assert_allclose(_run(kernel, d0, d1), ref, rtol=1e-6)
+
+
+def test_range_select_pseudo_code():
+    """nki.isa.range_select: ``indices = range_start + arange``; ``mask = comp_op0(indices, bound0) &
+    comp_op1(indices, bound1)``; ``select = where(mask, on_true_tile, on_false_value)``; ``reduce_res =
+    reduce_op(select, axis=1)``."""
+    rng = np.random.default_rng(9)
+    x = rng.random((32, 16)).astype(np.float32)
+    lo = rng.integers(100, 108, (32, 1)).astype(np.float32)
+    hi = lo + rng.integers(1, 8, (32, 1)).astype(np.float32)
+    fmin = float(np.finfo(np.float32).min)
+
+    def kernel(a, b0, b1):
+        t, l_, h = _io(a, b0, b1)
+        d = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+        r = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.range_select(dst=d, on_true_tile=t, comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=l_, bound1=h,
+                          reduce_res=r, reduce_op=nl.maximum, range_start=100, on_false_value=fmin)
+        o = nl.ndarray(d.shape, dtype=d.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=d)
+        o2 = nl.ndarray(r.shape, dtype=r.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o2, src=r)
+        return o, o2
+    d, r = _run(kernel, x, lo, hi)
+    indices = 100 + np.arange(16, dtype=np.float32)[None, :]
+    sel = np.where((indices >= lo) & (indices < hi), x, np.float32(fmin))
+    np.testing.assert_array_equal(d, sel)
+    np.testing.assert_array_equal(r, sel.max(axis=1, keepdims=True))
+
+
+def test_select_reduce_pseudo_code():
+    """nki.isa.select_reduce: ``predicate = ~predicate if reverse_pred``; ``result = where(predicate, on_true,
+    on_false)``; ``reduction_result = max(result, axis=1)``; on_false a vector."""
+    rng = np.random.default_rng(10)
+    pred = (rng.random((32, 16)) > 0.4).astype(np.uint8)
+    on_true = rng.random((32, 16)).astype(np.float32)
+    on_false = rng.random((32, 1)).astype(np.float32) - 2
+
+    def kernel(p, t, f):
+        tp, tt, tf = _io(p, t, f)
+        d = nl.ndarray(t.shape, dtype=nl.float32, buffer=nl.sbuf)
+        r = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.select_reduce(dst=d, predicate=tp, on_true=tt, on_false=tf, reduce_res=r,
+                           reduce_cmd=nisa.reduce_cmd.reset_reduce, reduce_op=nl.maximum, reverse_pred=True)
+        o = nl.ndarray(d.shape, dtype=d.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=d)
+        o2 = nl.ndarray(r.shape, dtype=r.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o2, src=r)
+        return o, o2
+    d, r = _run(kernel, pred, on_true, on_false)
+    ref = np.where(pred == 0, on_true, on_false)
+    np.testing.assert_array_equal(d, ref)
+    np.testing.assert_array_equal(r, ref.max(axis=1, keepdims=True))
+
+
+@pytest.mark.parametrize(("op1", "cmd", "ref_start"), [
+    ("add", "reset_reduce", 0.0), ("subtract", "reset_reduce", 0.0), ("multiply", "reset_reduce", 1.0),
+    ("maximum", "reset_reduce", -np.inf), ("minimum", "reset_reduce", np.inf), ("add", "load_reduce", 3.0),
+])
+def test_tensor_scalar_cumulative_pseudo_code(op1, cmd, ref_start):
+    """nki.isa.tensor_scalar_cumulative: ``reg`` starts per reduce_cmd (reset_reduce: the op1 identity; load_reduce:
+    imm1); ``for i: reg = op1(op0(in[i], imm0), reg); out[i] = reg``."""
+    x = (np.random.default_rng(11).random((16, 10)) + 0.5).astype(np.float32)
+    f1 = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "maximum": np.maximum,
+          "minimum": np.minimum}[op1]
+
+    def kernel(a):
+        (t,) = _io(a)
+        d = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_cumulative(dst=d, src=t, op0=nl.multiply, op1=getattr(nl, op1), imm0=0.5,
+                                      imm1=3.0 if cmd == "load_reduce" else None,
+                                      reduce_cmd=getattr(nisa.reduce_cmd, cmd))
+        o = nl.ndarray(d.shape, dtype=d.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=d)
+        return o
+    reg = np.full((16,), ref_start, dtype=np.float32)
+    ref = np.empty_like(x)
+    for i in range(10):
+        reg = f1(x[:, i] * np.float32(0.5), reg).astype(np.float32)
+        ref[:, i] = reg
+    np.testing.assert_allclose(_run(kernel, x), ref, rtol=1e-5)
+
+
+def test_activation_reduce_pseudo_code():
+    """nki.isa.activation_reduce: ``output = op(data * scale + bias)``; ``reduce_res = reduce_op(output,
+    axis=<FreeAxis>)``."""
+    rng = np.random.default_rng(12)
+    x = rng.random((32, 24)).astype(np.float32)
+    bias = rng.random((32, 1)).astype(np.float32)
+
+    def kernel(a, b):
+        t, tb = _io(a, b)
+        d = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+        r = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation_reduce(dst=d, op=nl.exp, data=t, reduce_op=nl.add, reduce_res=r, bias=tb, scale=0.5)
+        o = nl.ndarray(d.shape, dtype=d.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=d)
+        o2 = nl.ndarray(r.shape, dtype=r.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o2, src=r)
+        return o, o2
+    d, r = _run(kernel, x, bias)
+    ref = np.exp(x * np.float32(0.5) + bias)
+    np.testing.assert_allclose(d, ref, rtol=1e-6)
+    np.testing.assert_allclose(r, ref.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+@nki.jit
+def nc_matmul_accumulate_kernel(lhsT, rhs):
+    '''nki.isa.nc_matmul docstring example, as written there: "Tiles K=512 into 4 tiles of 128, accumulating partial
+    products in PSUM. The first iteration overwrites PSUM (accumulate=False via i > 0 == False), subsequent
+    iterations accumulate".'''
+    K, M = lhsT.shape
+    K_, N = rhs.shape
+    TILE_K = 128
+
+    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    res_psum = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+
+    for i in nl.static_range(K // TILE_K):
+        lhs_sb = nl.ndarray((TILE_K, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+        rhs_sb = nl.ndarray((TILE_K, N), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=lhs_sb, src=lhsT[i * TILE_K : (i + 1) * TILE_K, :])
+        nisa.dma_copy(dst=rhs_sb, src=rhs[i * TILE_K : (i + 1) * TILE_K, :])
+        nisa.nc_matmul(
+            dst=res_psum, stationary=lhs_sb, moving=rhs_sb, accumulate=(i > 0)
+        )
+
+    res_sb = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res_sb, src=res_psum)
+    nisa.dma_copy(dst=result, src=res_sb)
+    return result
+
+
+def test_nc_matmul_accumulate_docstring_example():
+    rng = np.random.default_rng(13)
+    lhs_t = rng.integers(-3, 4, (512, 64)).astype(np.float32)
+    rhs = rng.integers(-3, 4, (512, 96)).astype(np.float32)
+    np.testing.assert_array_equal(nc_matmul_accumulate_kernel(lhs_t, rhs), lhs_t.T @ rhs)
+
+
+def test_register_docstring_examples():
+    """nki.isa.register_move / register_store docstrings: "nisa.register_move(loop_count, 10)  # Set register to
+    10", "nisa.register_move(reg2, loop_count)  # Copy value from loop_count", then register_store into a [1]
+    int32 tensor; VirtualRegister's dynamic loop: ``for _ in nl.dynamic_range(reg)`` with reg = 5 runs 5 times."""
+    def kernel(x):
+        loop_count = nisa.register_alloc()
+        nisa.register_move(loop_count, 10)
+        reg2 = nisa.register_alloc()
+        nisa.register_move(reg2, loop_count)
+        result_tensor = nl.ndarray([1], dtype=nl.int32, buffer=nl.sbuf)
+        nisa.register_store(result_tensor, reg2)
+        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=acc, value=0.0)
+        reg = nisa.register_alloc(5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            for _ in nl.dynamic_range(reg):
+                tile = nl.load(x[0:128, 0:512])
+                nisa.tensor_tensor(dst=acc, data1=acc, data2=tile, op=nl.add)
+        o = nl.ndarray([1], dtype=nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=result_tensor)
+        o2 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o2, src=acc)
+        return o, o2
+    x = np.ones((128, 512), dtype=np.float32)
+    stored, acc = _run(kernel, x)
+    np.testing.assert_array_equal(stored, [10])
+    assert (acc == 5.0).all()
+
+
+# ---- nki.language docstring examples with stated results -----------------------------------------------------------
+# Each example builds tiles with nl.full and states the expected tile ("assert nl.equal(c, expected)"): a device
+# value the kernel's Python cannot test, so the kernel returns c and the test compares it with the stated value.
+def _full(v, shape=(128, 512)):
+    return nl.full(shape, v, dtype=nl.float32, buffer=nl.sbuf)
+
+
+LANGUAGE_EXAMPLES = {
+    "add": (lambda: nl.add(_full(3.0), _full(2.0)), 5.0),
+    "add_scalar": (lambda: nl.add(_full(3.0), 2.0), 5.0),
+    "abs_max": (lambda: nl.abs_max(_full(-5.0), _full(3.0, (128, 1))), -5.0),  # "original (signed) value"
+    "abs_max_tie": (lambda: nl.abs_max(_full(1.0), _full(-1.0, (128, 1))), -1.0),  # "tie ... returns y"
+    "abs_min": (lambda: nl.abs_min(_full(5.0), _full(-3.0, (128, 1))), -3.0),
+    "abs_min_tie": (lambda: nl.abs_min(_full(1.0), _full(-1.0, (128, 1))), -1.0),
+    "abs": (lambda: nl.abs(_full(-1.0)), 1.0),
+    "abs_fp16": (lambda: nl.abs(_full(-1.0), dtype=nl.float16), 1.0),
+    "square": (lambda: nl.square(_full(3.0)), 9.0),
+    "power": (lambda: nl.power(_full(3.0), _full(2.0)), 9.0),
+    "exp": (lambda: nl.exp(_full(0.0)), 1.0),
+    "rsqrt": (lambda: nl.rsqrt(_full(4.0)), 0.5),
+    "sin": (lambda: nl.sin(_full(0.0)), 0.0),
+    "tan": (lambda: nl.tan(_full(0.0)), 0.0),
+    "ceil": (lambda: nl.ceil(_full(3.2)), 4.0),
+    "ceil_negative": (lambda: nl.ceil(_full(-3.7)), -3.0),
+    "trunc": (lambda: nl.trunc(_full(3.7)), 3.0),
+    "trunc_negative": (lambda: nl.trunc(_full(-3.7)), -3.0),
+    "sign": (lambda: nl.sign(_full(-5.0)), -1.0),
+    "where_true": (lambda: nl.where(_full(1.0), _full(10.0), _full(0.0)), 10.0),
+    "where_false": (lambda: nl.where(_full(0.0), _full(10.0), _full(5.0)), 5.0),
+    "softmax_uniform": (lambda: nl.softmax(_full(1.0), axis=1), 1.0 / 512),  # "uniform input produces uniform"
+    "rms_norm_unit_weights": (lambda: nl.rms_norm(_full(2.0), _full(1.0), axis=1, n=512), 1.0),
+    "no_reorder": (lambda: _in_no_reorder(), 5.0),
+}
+
+
+def _in_no_reorder():
+    with nl.no_reorder():
+        a = _full(3.0)
+        b = _full(2.0)
+        c = nl.add(a, b)
+    return c
+
+
+@pytest.mark.parametrize("name", sorted(LANGUAGE_EXAMPLES))
+def test_language_docstring_example(name):
+    build, expected = LANGUAGE_EXAMPLES[name]
+
+    def kernel():
+        c = build()
+        o = nl.ndarray(c.shape, dtype=c.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=c)
+        return o
+    out = _run(kernel)
+    assert out.shape == (128, 512)
+    np.testing.assert_allclose(out.astype(np.float32), np.float32(expected), rtol=1e-6)
+
+
+def test_random_seed_docstring_example():
+    """nl.random_seed: "same seed produces same values"."""
+    def kernel():
+        seed = nl.full((1, 1), 42, dtype=nl.int32, buffer=nl.sbuf)
+        nl.random_seed(seed)
+        a = nl.rand((128, 512), dtype=nl.float32)
+        nl.random_seed(seed)
+        b = nl.rand((128, 512), dtype=nl.float32)
+        oa = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=oa, src=a)
+        ob = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=ob, src=b)
+        return oa, ob
+    a, b = _run(kernel)
+    np.testing.assert_array_equal(a, b)
+    assert ((a >= 0) & (a < 1)).all() and np.unique(a).size > 1000  # "random values in [0, 1)"
+
+
+def test_matmul_and_transpose_docstring_examples():
+    """nl.matmul: "identity.T @ ones = ones"; nl.transpose: "transpose of identity is identity".  AWS places
+    nl.shared_identity_matrix in SBUF; nkisim placed it in HBM (issue 32, another helper's part), so the kernel
+    copies it on chip when it is not there already."""
+    def kernel():
+        x = nl.shared_identity_matrix(n=128, dtype=nl.float32)
+        if x.buffer is not nl.sbuf:
+            on_chip = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=on_chip, src=x)
+            x = on_chip
+        y = nl.full((128, 128), 1.0, dtype=nl.float32, buffer=nl.sbuf)
+        result_psum = nl.matmul(x, y, transpose_x=True)
+        result = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(result, result_psum)
+        t_psum = nl.transpose(x)
+        t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(t, t_psum)
+        o1 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o1, src=result)
+        o2 = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o2, src=t)
+        return o1, o2
+    ones, ident = _run(kernel)
+    np.testing.assert_array_equal(ones, np.ones((128, 128), np.float32))
+    np.testing.assert_array_equal(ident, np.eye(128, dtype=np.float32))
+
+
+def test_nkitensor_view_docstring_examples():
+    """The NkiTensor view methods' examples and their stated shapes (nki/api/nki/language NkiTensor), and the
+    access-pattern deep dive's "View Primitives Build APs": ``t.slice(dim=1, start=8, end=24)`` has pattern
+    ``[[64, 128], [1, 16]]`` and offset 8, as ``t.ap(pattern=[[64, 128], [1, 16]], offset=8)``."""
+    got = {}
+
+    def kernel():
+        sb = lambda shape, dt=nl.float32: nl.ndarray(shape, dtype=dt, buffer=nl.sbuf)  # noqa: E731
+        t = sb((128, 4, 8))
+        got["permute"] = t.permute((0, 2, 1)).shape
+        got["broadcast"] = sb((128, 1, 64)).broadcast(1, 8).shape
+        got["expand_dim"] = sb((128, 64)).expand_dim(1).shape
+        got["squeeze_dim"] = sb((128, 1, 64)).squeeze_dim(1).shape
+        t24 = sb((128, 24))
+        got["reshape_dim"] = t24.reshape_dim(1, (4, 6)).shape
+        got["reshape_dim_inferred"] = t24.reshape_dim(1, (4, -1)).shape
+        got["flatten_dims"] = sb((128, 2, 3, 4)).flatten_dims(1, 2).shape
+        t46 = sb((128, 4, 6))
+        got["reshape_merge"] = t46.reshape((128, 24)).shape
+        got["reshape_split"] = t46.reshape((128, 2, 12)).shape
+        got["rearrange"] = t24.rearrange(("b", ("h", "w")), ("b", "w", "h"), {"h": 4}).shape
+        t64 = sb((128, 64))
+        got["slice"] = t64.slice(1, 8, 24, 1).shape
+        got["slice_step"] = t64.slice(1, 0, 64, 2).shape
+        got["select"] = sb((128, 8, 64)).select(1, 3).shape
+        idx = sb((1, 1), nl.int32)
+        nisa.memset(dst=idx, value=0)
+        hbm_t = nl.ndarray((4, 128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        got["select_dynamic"] = hbm_t.select(0, idx).shape
+        hbm_v = nl.ndarray((64, 128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        offsets = sb((128, 1), nl.int32)
+        nisa.memset(dst=offsets, value=0)
+        got["vector_select"] = hbm_v.vector_select(0, offsets).shape
+        got["view_u8"] = t64.view(nl.uint8).shape
+        got["view_i32"] = t64.view(nl.int32).shape
+        got["view_f32"] = sb((128, 256), nl.uint8).view(nl.float32).shape
+        got["ap"] = sb((128, 32)).ap(pattern=[[32, 128], [1, 32]]).shape
+        u = t64.slice(dim=1, start=8, end=24)
+        v = t64.ap(pattern=[[64, 128], [1, 16]], offset=8)
+        got["slice_pattern"] = (u.get_pattern(), u.offset, v.get_pattern(), v.offset)
+    _run(kernel)
+    stated = {"permute": (128, 8, 4), "broadcast": (128, 8, 64), "expand_dim": (128, 1, 64),
+              "squeeze_dim": (128, 64), "reshape_dim": (128, 4, 6), "reshape_dim_inferred": (128, 4, 6),
+              "flatten_dims": (128, 6, 4), "reshape_merge": (128, 24), "reshape_split": (128, 2, 12),
+              "rearrange": (128, 6, 4), "slice": (128, 16), "slice_step": (128, 32), "select": (128, 64),
+              "select_dynamic": (128, 8), "vector_select": (128, 128, 8), "view_u8": (128, 256),
+              "view_i32": (128, 64), "view_f32": (128, 64), "ap": (128, 32)}
+    for k, shape in stated.items():
+        assert tuple(got[k]) == shape, (k, got[k], shape)
+    up, uo, vp, vo = got["slice_pattern"]
+    assert [list(p) for p in up] == [[64, 128], [1, 16]] and uo == 8
+    assert [list(p) for p in vp] == [[64, 128], [1, 16]] and vo == 8

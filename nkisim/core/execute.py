@@ -61,9 +61,10 @@ ALU = {
     "bitwise_xor": (np.bitwise_xor, True),
     "left_shift": (np.left_shift, True),
     "right_shift": (np.right_shift, True),
-    # nki.language.abs_max / abs_min (NKI 0.6): the larger / smaller magnitude, max(|x|, |y|) / min(|x|, |y|)
-    "abs_max": (lambda x, y: np.maximum(np.abs(x), np.abs(y)), False),
-    "abs_min": (lambda x, y: np.minimum(np.abs(x), np.abs(y)), False),
+    # nki.language.abs_max / abs_min (NKI 0.6): "returns the original (signed) value of whichever input has the
+    # larger [smaller] absolute value": "x if |x| > |y| [<], else y" (a tie gives y: the docstrings' examples)
+    "abs_max": (lambda x, y: np.where(np.abs(x) > np.abs(y), x, y), False),
+    "abs_min": (lambda x, y: np.where(np.abs(x) < np.abs(y), x, y), False),
     # nki.language.average: a reduction operator ("the reduction operator (add, average, max, bitwise_or,
     # bitwise_and)", nki.isa.tensor_partition_reduce); element-wise, the mean of the two operands
     "average": (lambda x, y: (x + y) * np.float32(0.5), False),
