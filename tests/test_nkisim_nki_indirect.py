@@ -472,3 +472,73 @@ def test_indirect_transpose_out_of_range_rows_skip_or_fault():
     np.testing.assert_array_equal(out, ref)
     with pytest.raises(DeviceIndexFault):
         run_kernel(kernel, (SRC16, idx, False), {}, frontend=frontends.NKI)
+
+
+# ---- dma_compute's read-modify-write forms with vector_offset ---------------------------------------------------
+TABLE = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
+ROWS = np.array([[3], [9], [0], [63], [10], [11], [12], [13]], dtype=np.uint32)
+
+
+@nki.jit
+def scatter_rmw(table, src, ind, skip):
+    """nki.isa.dma_compute, "Scatter RMW: dst(HBM)[indices] = dst(HBM)[indices] + src(SB)"."""
+    s = nl.ndarray(src.shape, dtype=src.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s, src=src)
+    idx = nl.ndarray(ind.shape, dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=ind)
+    v = table.ap([[16, 8], [1, 16]], vector_offset=idx, indirect_dim=0)
+    nisa.dma_compute(dst=v, srcs=[v, s], reduce_op=nl.add,
+                     oob_mode=nisa.oob_mode.skip if skip else nisa.oob_mode.error)
+    return table
+
+
+def gather_rmw(table, base, ind):
+    """Same docstring, "Gather RMW: dst(SB) = dst(SB) + src(HBM)[indices]"."""
+    d = nl.ndarray(base.shape, dtype=base.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=d, src=base)
+    idx = nl.ndarray(ind.shape, dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=ind)
+    nisa.dma_compute(dst=d, srcs=[d, table.ap([[16, 8], [1, 16]], vector_offset=idx, indirect_dim=0)],
+                     reduce_op=nl.add)
+    o = nl.ndarray(base.shape, dtype=base.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=o, src=d)
+    return o
+
+
+def test_dma_compute_scatter_and_gather_rmw_with_vector_offset():
+    src = np.arange(8 * 16, dtype=np.float32).reshape(8, 16) / 8
+    table = TABLE.copy()
+    scatter_rmw(table, src, ROWS, False)
+    ref = TABLE.copy()
+    ref[ROWS[:, 0]] += src
+    np.testing.assert_array_equal(table, ref)
+    out = _run(gather_rmw, TABLE, src, ROWS).outputs
+    np.testing.assert_array_equal(out, src + TABLE[ROWS[:, 0]])
+    run = run_kernel(scatter_rmw, (TABLE.copy(), src, ROWS, False), {})
+    rmw = [i for i in run.trace.instrs if i.attrs.get("via") == "dma_compute"]
+    assert len(rmw) == 1 and rmw[0].attrs.get("swdge")  # "The only supported DGE mode for read-modify-write ... is
+    # SW DGE"
+
+
+def test_dma_compute_oob_mode_skip():
+    """NKI 0.4 release notes: "dma_compute now accepts an oob_mode parameter (oob_mode.error or oob_mode.skip) to
+    control handling of out-of-bounds indices in indirect gather/scatter operations with vector_offset ...
+    Validation ensures oob_mode.skip is used only with indirect indexing"."""
+    rows = ROWS.copy()
+    rows[2, 0] = 64  # one row past the table
+    src = np.ones((8, 16), dtype=np.float32)
+    table = TABLE.copy()
+    scatter_rmw(table, src, rows, True)
+    ref = TABLE.copy()
+    keep = rows[:, 0] < 64
+    ref[rows[keep, 0]] += 1
+    np.testing.assert_array_equal(table, ref)
+    with pytest.raises(DeviceIndexFault):
+        scatter_rmw(TABLE.copy(), src, rows, False)
+
+    def direct(a):
+        t = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a[0:8, :])
+        nisa.dma_compute(dst=t, srcs=[t, a[8:16, :]], reduce_op=nl.add, oob_mode=nisa.oob_mode.skip)
+    with raises_rule("nkisim_bad_argument", "only valid with indirect indexing"):
+        _run(direct, TABLE)

@@ -225,10 +225,12 @@ def _check_rmw_form(dst: Tensor, srcs: list[Tensor], via: str) -> None:
          "src(SBUF), or gather dst(SBUF) = dst(SBUF) + src(HBM)[indices]")
 
 
-def dma_compute(dst: Tensor, srcs, op: str, scales=None, *, via: str = "dma_compute") -> None:
+def dma_compute(dst: Tensor, srcs, op: str, scales=None, *, via: str = "dma_compute", oob_skip: bool = False) -> None:
     """``dst = op(srcs[0] * scales[0], srcs[1] * scales[1], ...)`` element-wise in fp32 on the DMA engines, cast to
     dst's dtype (nki.isa.dma_compute: "The DMA engines perform all computations in float32 precision internally").
-    One DMA instruction reading every source (its byte count: all of them)."""
+    One DMA instruction reading every source (its byte count: all of them).  ``oob_skip``
+    (``oob_mode=nisa.oob_mode.skip``, NKI 0.4 release notes: "Validation ensures oob_mode.skip is used only with
+    indirect indexing"): elements whose indirect index leaves its tensor are not written."""
     ctx = current(via)
     ctx.settle()
     dst = need_tensor(dst, via, "dst")
@@ -246,12 +248,19 @@ def dma_compute(dst: Tensor, srcs, op: str, scales=None, *, via: str = "dma_comp
             fail("nkisim_dma_element_mismatch", src=list(t.shape), dst=list(dst.shape))
     check_writable(dst)
     index_tiles: tuple = ()
+    keep = None
     for t in srcs + [dst]:
         index_tiles += dynamic_tiles(ctx, t)
         if ctx.full:
-            runtime_bounds(ctx, t)  # run-time indices outside the tensor: a fault (S4)
+            ok = runtime_bounds(ctx, t, skip=oob_skip)  # run-time indices outside the tensor: skipped or a fault (S4)
+            if ok is not None:
+                ok = np.asarray(ok).reshape(dst.shape)
+                keep = ok if keep is None else keep & ok
     if index_tiles:
         _check_rmw_form(dst, srcs, via)
+    elif oob_skip:
+        fail("nkisim_bad_argument", op=via, detail="oob_mode=skip needs an indirect access (a vector_offset view): "
+             "it is only valid with indirect indexing")
     nbytes = sum(math.prod(t.shape) * t.dtype.itemsize for t in srcs)
     ins = ctx.emit("dma_copy", E_DMA, tuple(srcs) + index_tiles, (dst,), {"bytes": nbytes, "via": via, "cast": True})
     # "The only supported DGE mode for read-modify-write (scatter/gather) is SW DGE.  For dma_compute without
@@ -263,5 +272,5 @@ def dma_compute(dst: Tensor, srcs, op: str, scales=None, *, via: str = "dma_comp
         for t, sc in zip(srcs, scales):
             v = execute.to_f32(np.asarray(read(t))).astype(np.float32).reshape(dst.shape) * np.float32(sc)
             acc = v if acc is None else execute.alu(op, acc, v)
-        write(dst, execute.cast(np.asarray(acc, dtype=np.float32), dst.dtype))
-        mark_written(dst)
+        write(dst, execute.cast(np.asarray(acc, dtype=np.float32), dst.dtype), keep)
+        mark_written(dst, keep)

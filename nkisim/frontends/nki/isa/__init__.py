@@ -400,8 +400,8 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
         _fail("nkisim_bad_argument", op="dma_compute", detail="every scale must be 1.0 (or scales=None)")
     if not unique_indices:
         _fail("nkisim_bad_argument", op="dma_compute", detail="unique_indices must be True")
-    _member(oob_mode, _OobMode, "oob_mode", "dma_compute")
-    _col.dma_compute(dst, srcs, op, scales)
+    skip = _member(oob_mode, _OobMode, "oob_mode", "dma_compute") is _OOB_SKIP
+    _col.dma_compute(dst, srcs, op, scales, oob_skip=skip)
 
 
 def rng(dst, engine=engine.vector, name=None, **removed) -> None:
