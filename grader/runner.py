@@ -53,6 +53,7 @@ class CaseRun:
     outputs: list[np.ndarray] = field(default_factory=list)
     trace: Any = None
     hardware_p99_us: float | None = None
+    hardware: dict | None = None  # the hardware run's backend and tool versions (child status)
     wall_seconds: float = 0.0
     kernel_seconds: float | None = None
     cpu_seconds: float | None = None  # as the kernel's process reported it (informational)
@@ -271,8 +272,9 @@ def run_case(
     hidden: tuple[str, ...] = (),
     api: str | None = None,
 ) -> CaseRun:
-    """Run ``function`` from the student's ``rel_file`` on ``inv`` in a fresh sandboxed process."""
-    return _launch(
+    """Run ``function`` from the student's ``rel_file`` on ``inv`` in a fresh sandboxed process.  A latency timed on
+    Trainium is also recorded with nkisim's estimate of the same kernel (nkibench.feedback, docs/grading.md)."""
+    run = _launch(
         source,
         rel_file,
         inv,
@@ -289,6 +291,31 @@ def run_case(
             proc, out_dir, inv, name, limits, timeout_s, want_trace and backend == "nkisim", rel_file
         ),
     )
+    if backend == "neuron" and run.hardware_p99_us is not None:
+        _record_hardware_pair(source, rel_file, function, inv, target, api, run)
+    return run
+
+
+def _record_hardware_pair(source: bytes, rel_file: str, function: str, inv: Invocation, target: str,
+                          api: str | None, run: CaseRun) -> None:
+    """The grader's half of the hardware feedback loop: the student's file, the call and its hardware p99, with
+    nkisim's estimate made outside the sandbox's process (nkibench.feedback; never fails a grading)."""
+    from nkibench import feedback
+
+    if not feedback.enabled():
+        return
+    try:
+        desc = feedback.describe_source(source, rel_file, function, inv.args, inv.kwargs)
+    except Exception as exc:  # noqa: BLE001 - recording must never break a grading
+        print(f"grader: hardware/nkisim pair not recorded: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    if desc is None:
+        return
+    hw = run.hardware or {}
+    versions = hw.get("versions") if isinstance(hw.get("versions"), dict) else {}
+    feedback.record_pair(desc, target=target, api=api, backend=str(hw.get("backend", "neuron")),
+                         versions={str(k): str(v) for k, v in versions.items()}, p99_us=run.hardware_p99_us,
+                         iterations=None, by="grader")
 
 
 @dataclass
@@ -433,6 +460,8 @@ def _collect(
     run.cpu_seconds = status.get("cpu_seconds") if isinstance(status.get("cpu_seconds"), float) else None
     if isinstance(status.get("hardware_p99_us"), float):
         run.hardware_p99_us = status["hardware_p99_us"]
+    if isinstance(status.get("hardware"), dict):
+        run.hardware = status["hardware"]
     outputs = sorted(out_dir.glob("output_*.npy"), key=lambda p: p.name)
     try:
         run.outputs = [_load_output(p, inv) for p in outputs[:4]]

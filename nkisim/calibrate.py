@@ -54,6 +54,11 @@ def _kernel(row: CalRow):
         _hook.install()
         _, mod, func = row.kernel.split(":", 2)
         return getattr(importlib.import_module(f"nkisim.calibration.corpus.{mod}"), func)
+    if row.kernel.startswith("pair:"):  # recorded on hardware (nkisim.calibration.feedback)
+        from nkisim.calibration.feedback import load_kernel
+
+        path, func = row.kernel[len("pair:"):].rsplit(":", 1)
+        return load_kernel(path, func)
     if row.kernel.startswith("ref:"):
         _, path, func = row.kernel.split(":", 2)
         if not os.path.exists(path):
@@ -265,10 +270,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-reference", action="store_true", help="skip the course reference-threshold rows")
     ap.add_argument("--fit", action="store_true", help="refit the undocumented constants on the training rows")
     ap.add_argument("--no-loo", action="store_true", help="skip the leave-one-out validation")
+    ap.add_argument("--pairs", default=None, metavar="ROWS.jsonl",
+                    help="also the hardware/nkisim pairs exported by `python -m nkisim.calibration.feedback export` "
+                         "(or a raw pairs.jsonl); select them alone with --rows 'hw-*'")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args(argv)
     patterns = [p.strip() for p in args.rows.split(",")] if args.rows else None
-    rows = _select(load_rows(), patterns, args.target, not args.no_reference)
+    table = load_rows()
+    if args.pairs:
+        from nkisim.calibration.feedback import load_pair_rows
+
+        table += load_pair_rows(args.pairs)
+    rows = _select(table, patterns, args.target, not args.no_reference)
     if not rows:
         print("no rows selected", file=sys.stderr)
         return 2
