@@ -913,3 +913,36 @@ def test_nkitensor_view_docstring_examples():
     up, uo, vp, vo = got["slice_pattern"]
     assert [list(p) for p in up] == [[64, 128], [1, 16]] and uo == 8
     assert [list(p) for p in vp] == [[64, 128], [1, 16]] and vo == 8
+
+
+def test_copy_gather_flattened_and_static_range_docstring_examples():
+    """nl.copy: "copy an nl.matmul result from PSUM back to SBUF"; nl.gather_flattened: "gather elements by index"
+    (per partition, from the flattened free dims); nl.static_range: "fully unrolled iteration over tiles"."""
+    rng = np.random.default_rng(14)
+    x = rng.random((128, 64)).astype(np.float32)
+    y = rng.random((128, 32)).astype(np.float32)
+    data = rng.random((128, 512)).astype(np.float32)
+    ind = rng.integers(0, 512, (128, 512)).astype(np.uint32)
+    wide = rng.random((128, 1024)).astype(np.float32)
+
+    def kernel(x_tensor, y_tensor, data_tensor, indices_tensor, input_tensor):
+        xs = nl.load(x_tensor)
+        ys = nl.load(y_tensor)
+        result_psum = nl.matmul(xs, ys, transpose_x=True)  # x.T @ y, in PSUM
+        result = nl.copy(result_psum)  # PSUM -> SBUF
+        mm = nl.ndarray(result.shape, dtype=result.dtype, buffer=nl.shared_hbm)
+        nl.store(mm, result)
+        actual_tensor = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        d = nl.load(data_tensor[0:128, 0:512])
+        indices = nl.load(indices_tensor[0:128, 0:512])
+        nl.store(actual_tensor[0:128, 0:512], nl.gather_flattened(d, indices))
+        out_tensor = nl.ndarray(input_tensor.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        for i in nl.static_range(input_tensor.shape[1] // 512):
+            offset = i * 512
+            tile = nl.load(input_tensor[0:128, offset:offset + 512])
+            nl.store(out_tensor[0:128, offset:offset + 512], nl.multiply(tile, tile))
+        return mm, actual_tensor, out_tensor
+    mm, gathered, squared = _run(kernel, x, y, data, ind, wide)
+    np.testing.assert_allclose(mm, x.T @ y, rtol=1e-5)
+    np.testing.assert_array_equal(gathered, np.take_along_axis(data, ind.astype(np.int64), axis=1))
+    np.testing.assert_array_equal(squared, wide * wide)
