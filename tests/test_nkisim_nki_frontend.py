@@ -544,8 +544,11 @@ def test_view_errors_name_the_rule():
         elif what == "broadcast":
             t.broadcast(1, 3)
         else:
-            t.ap([[32, 128], [1, 64]])
+            view = t.ap([[32, 128], [1, 64]])  # leaves the tensor: an error when an instruction uses it
+            if what == "ap":
+                nisa.memset(dst=view, value=0.0)
 
+    run_kernel(k, (_f32(4, 4),), {"what": "ap unused"}, frontend=NKI)  # never used: never reaches the compiler
     with raises_rule("nkisim_view", "permute", "partition dimension first"):
         run_kernel(k, (_f32(4, 4),), {"what": "permute"}, frontend=NKI)
     with raises_rule("nkisim_view", "broadcast", "has size 4, not 1"):

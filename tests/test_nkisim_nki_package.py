@@ -232,3 +232,52 @@ def test_trn3_only_dtypes_are_names_that_refuse_storage():
 
         with pytest.raises(NkisimUnsupportedError, match="NeuronCore-v4"):
             alloc(np.zeros((1, 1), np.float32))
+
+
+# ---- NKIObject and tensor handles --------------------------------------------------------------------------------
+def test_dataclass_nkiobject_takes_its_attributes_by_keyword():
+    """nki-library (attention_cte.SectionParams): ``@dataclass class P(nl.NKIObject)`` with plain class attributes
+    (no annotation: no dataclass field) is built as ``P(section_idx=...)``: NKIObject's ``__init__(**kwargs)``
+    (API stub) sets them.  Frozen dataclasses construct too (NKI 0.5 release notes)."""
+    from dataclasses import FrozenInstanceError, dataclass
+
+    @dataclass
+    class SectionParams(nl.NKIObject):
+        section_idx = None
+        section_offset = None
+
+    p = SectionParams(section_idx=3)
+    assert p.section_idx == 3 and p.section_offset is None
+
+    @dataclass(frozen=True)
+    class Frozen(nl.NKIObject):
+        n: int = 1
+        tag = None
+
+    f = Frozen(n=2, tag="x")
+    assert (f.n, f.tag) == (2, "x")
+    with pytest.raises(FrozenInstanceError):
+        f.n = 3
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
+        SectionParams(nope=1)
+    assert nl.NKIObject(a=1).a == 1
+
+
+def test_a_tensor_handle_is_true():
+    """nki-library (mlp_tkg_constants): ``if params.expert_params and params.expert_params.expert_index:`` tests
+    that an optional tensor was given; the handle is true, no device value is read."""
+    seen = []
+
+    @nki.jit
+    def kernel(x, maybe=None):
+        seen.append((bool(x), bool(maybe)))
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = RNG.random((128, 8)).astype(np.float32)
+    kernel(x)
+    kernel(x, maybe=x)
+    assert seen == [(True, False), (True, True)]

@@ -190,6 +190,35 @@ def view_dtype(t: Tensor, dtype) -> Tensor:
     return t
 
 
+_FAULTY: dict[type, type] = {}
+
+
+def deferred_fault(t: Tensor, code: str, **fields) -> Tensor:
+    """A view whose access pattern leaves its tensor: the error is raised when the view is used (an instruction
+    reads any of it), not when the kernel's Python builds it.  An access pattern is a description until an
+    instruction carries it, so a view that no instruction uses never reaches the compiler: AWS's nki-library
+    output-projection TKG kernel builds ``w_sbuf.ap(..., offset=... + h_2_idx)`` for every group and guards the
+    matmul with ``if h_2_idx < cfg.h_2_size`` (its fast suite runs on Trainium).  The object is an instance of the
+    tensor's own class, so operand checks see a tensor, and its first attribute read raises the catalogue error."""
+    cls = _FAULTY.get(type(t))
+    if cls is None:
+        def __getattribute__(self, name):  # noqa: N807
+            if name in ("__class__", "_fault"):
+                return object.__getattribute__(self, name)
+            code, fields = object.__getattribute__(self, "_fault")
+            fail(code, **fields)
+
+        def __repr__(self) -> str:  # noqa: N807
+            return f"<out-of-bounds view: {object.__getattribute__(self, '_fault')[1]}>"
+
+        cls = _FAULTY[type(t)] = type(type(t).__name__, (type(t),), {
+            "__slots__": ("_fault",), "__getattribute__": __getattribute__, "__repr__": __repr__,
+            "__bool__": lambda self: True})
+    view = object.__new__(cls)
+    object.__setattr__(view, "_fault", (code, fields))
+    return view
+
+
 def ap(t: Tensor, pattern, offset: int | None = None, dtype=None, extra: int = 0) -> Tensor:
     """The view ``[[stride, count], ...]`` at element ``offset`` of the storage (``NkiTensor.ap``): ``offset`` None
     keeps this view's storage offset, an integer adds to it, and so do ``extra`` elements (a scalar offset's
@@ -236,7 +265,8 @@ def ap(t: Tensor, pattern, offset: int | None = None, dtype=None, extra: int = 0
     lo = start + sum(s * (c - 1) for s, c in pairs if s < 0)
     hi = start + sum(s * (c - 1) for s, c in pairs if s > 0)
     if lo < 0 or hi >= parts * row:
-        fail("err_tensor_access_out_of_bound", name=t.name, dim=0, lo=lo, hi=hi, size=parts * row)
+        return deferred_fault(t, "err_tensor_access_out_of_bound", name=t.name, dim=0, lo=lo, hi=hi,
+                              size=parts * row)
     strides = [s * isz for s, _ in pairs]
     if on_chip:
         if pairs[0][1] > parts or (pairs[0][1] > 1 and pairs[0][0] != row):

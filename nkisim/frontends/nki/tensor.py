@@ -102,6 +102,13 @@ class NkiTensor(Tensor):
             n *= d
         return n
 
+    def __bool__(self) -> bool:
+        """A tensor is a handle and is always true: ``if params.expert_index:`` tests that the optional tensor was
+        given (AWS's nki-library, mlp_tkg_constants.calculate_constants, in the MoE TKG kernel its fast suite runs
+        on Trainium).  No device value is read: the legacy API's "truth value of an array" error and the opacity
+        of HBM values (np.asarray, iteration) are unchanged."""
+        return True
+
     def __repr__(self) -> str:
         return f"<NkiTensor '{self.name}' shape={self.shape} dtype={self.dtype} buffer={self.buffer!r}>"
 
