@@ -946,3 +946,21 @@ def test_copy_gather_flattened_and_static_range_docstring_examples():
     np.testing.assert_allclose(mm, x.T @ y, rtol=1e-5)
     np.testing.assert_array_equal(gathered, np.take_along_axis(data, ind.astype(np.int64), axis=1))
     np.testing.assert_array_equal(squared, wide * wide)
+
+
+@pytest.mark.parametrize(("data_shape", "vals_shape", "idx_dtype", "code", "fragment"), [
+    ((4, 6), (4, 8), nl.uint32, "nkisim_bad_argument", "between 8 and 16,384"),
+    ((4, 16), (4, 7), nl.uint32, "nkisim_bad_argument", "exactly 8 elements"),
+    ((4, 16), (2, 8), nl.uint32, "err_num_partition_mismatch", "data, vals"),
+    ((4, 16), (4, 8), nl.int32, "nkisim_dtype_not_supported", "uint16 or uint32"),
+])
+def test_nc_find_index8_documented_operand_limits(data_shape, vals_shape, idx_dtype, code, fragment):
+    """nc_find_index8 docstring: "The data tensor must have between 8 and 16,384 elements per partition. The vals
+    tensor must have exactly 8 elements per partition. The output will contain exactly 8 elements per partition and
+    will be uint16 or uint32 type"."""
+    def kernel(data, vals):
+        d, v = _sbuf(data), _sbuf(vals)
+        found = nl.ndarray((data.shape[0], 8), dtype=idx_dtype, buffer=nl.sbuf)
+        nisa.nc_find_index8(dst=found, data=d, vals=v)
+    with raises_rule(code, fragment):
+        _run(kernel, np.zeros(data_shape, np.float32), np.zeros(vals_shape, np.float32))

@@ -345,6 +345,21 @@ def _first_positions(v: np.ndarray, vals: np.ndarray, *, reverse: bool = False,
     return idx
 
 
+def _top8_shapes(op: str, d: Tensor, v8: Tensor, *, low: int) -> None:
+    """The documented operand sizes of nc_find_index8 / nc_match_replace8 (nki.isa, SDK 2.26 and NKI 0.6): "The vals
+    tensor must have exactly 8 elements per partition"; data "between 8 and 16,384 elements per partition"
+    (find_index8) / "no more than 16,384" (match_replace8); "data and vals must have the same number of
+    partitions"."""
+    if free_of(v8) != 8:
+        fail("nkisim_bad_argument", op=op, detail=f"vals must have exactly 8 elements per partition, got "
+             f"{free_of(v8)} (shape {list(v8.shape)})")
+    if not low <= free_of(d) <= 16384:
+        fail("nkisim_bad_argument", op=op, detail=f"data must have {'between 8 and' if low == 8 else 'at most'} "
+             f"16,384 elements per partition, got {free_of(d)}")
+    if parts_of(d) != parts_of(v8):
+        fail("err_num_partition_mismatch", params="data, vals", op=op)
+
+
 def _all_ones(dt: np.dtype) -> int:
     """The all-ones bit pattern of an index dtype, as the integer it reads as (0xFFFFFFFF for uint32, -1 for
     int32)."""
@@ -359,7 +374,13 @@ def nc_find_index8(data, vals, *, dtype=np.uint32, mask=None) -> Tensor:
     instead of all mapping to the first match"; the docstring: "0xFFFFFFFF for uint32, 0xFFFF for uint16".  The
     legacy API's docs call an absent value undefined behaviour; its result is kept."""
     ctx, (d, v8) = begin("nc_find_index8", E_VECTOR, [(data, "data"), (vals, "vals")])
-    out = new_result(ctx, (parts_of(d), 8), dtypes.to_dtype(dtype))
+    _top8_shapes("nc_find_index8", d, v8, low=8)
+    out_dt = dtypes.to_dtype(dtype)
+    if out_dt.name not in ("uint16", "uint32"):
+        fail("nkisim_dtype_not_supported", op="nc_find_index8", dtype=out_dt.name, operand="dst",
+             detail=" (\"The output will contain exactly 8 elements per partition and will be uint16 or uint32 "
+             "type\")")
+    out = new_result(ctx, (parts_of(d), 8), out_dt)
     ins = ctx.emit("nc_find_index8", E_VECTOR, (d, v8), (out,), {})
     values = None
     if ctx.full:
@@ -379,6 +400,7 @@ def nc_match_replace8(data, vals, imm, *, dst_idx: Tensor | None = None, dtype=N
     and its dst_idx slot is 0 in the ``nki`` era (the legacy NumPy equivalent's zero-initialised indices; no 0.6
     document names it)."""
     ctx, (d, v8) = begin("nc_match_replace8", E_VECTOR, [(data, "data"), (vals, "vals")])
+    _top8_shapes("nc_match_replace8", d, v8, low=1)
     out = new_result(ctx, d.shape, out_dtype(dtype, d))
     dsts = (out,) if dst_idx is None else (out, dst_idx)
     ins = ctx.emit("nc_match_replace8", E_VECTOR, (d, v8), dsts, {})
