@@ -964,3 +964,14 @@ def test_nc_find_index8_documented_operand_limits(data_shape, vals_shape, idx_dt
         nisa.nc_find_index8(dst=found, data=d, vals=v)
     with raises_rule(code, fragment):
         _run(kernel, np.zeros(data_shape, np.float32), np.zeros(vals_shape, np.float32))
+
+
+def test_access_pattern_deep_dive_illegal_partition_step():
+    """nki-aps.rst, "Restriction on SBUF/PSUM Tensors": on a (16, 32) SBUF tensor "The following is illegal,
+    because the first stride is 32*2 and reads every other partition": ``t.ap(pattern=[[64, 8], [1, 32]],
+    offset=0)``."""
+    def kernel():
+        t = nl.ndarray((16, 32), dtype=nl.float32, buffer=nl.sbuf)
+        t.ap(pattern=[[64, 8], [1, 32]], offset=0)
+    with raises_rule("nkisim_view", "must walk the partitions"):
+        _run(kernel)
