@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nkisim_util import raises_rule
 
+from nkisim.core import access
 from nkisim.core.instr import B_SBUF, Operand, Region
 from nkisim.core.partitions import legal_start, starts_ok
 from nkisim.core.rules import NKIError
@@ -61,7 +62,7 @@ def test_a_broadcast_operand_placed_first_costs_the_full_tile(form):
 def test_operands_are_immutable():
     def kernel(a):
         t = nl.load(a)
-        op = t.operand()
+        op = access.operand(t)  # the record the trace holds (kernel code has no way to it)
         with pytest.raises(AttributeError):
             op.free_elems = 1
         with pytest.raises(AttributeError):

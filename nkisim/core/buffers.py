@@ -10,6 +10,8 @@ running front end's tensor class (``KernelContext.tensor_type``).
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from nkisim.core import dtypes
@@ -17,18 +19,28 @@ from nkisim.core.context import KernelContext, current
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf
 from nkisim.core.memory import Allocation, make_storage
 from nkisim.core.rules import applies, fail
+from nkisim.core.sealed import Sealed
 from nkisim.core.tensor import Tensor, parse_shape
 
 
-class BufferSpec:
+class BufferSpec(metaclass=Sealed):
     """A memory space argument (nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm, ncc.sbuf.mod_alloc(...))."""
 
     __slots__ = ("kind", "name", "direct")
 
     def __init__(self, kind: Buf, name: str, direct=None) -> None:
-        self.kind = kind
-        self.name = name
-        self.direct = direct
+        init = object.__setattr__
+        init(self, "kind", kind)
+        init(self, "name", name)
+        init(self, "direct", direct)
+
+    def __setattr__(self, name: str, value) -> None:
+        # immutable: nl.sbuf & co. are shared by every kernel of the process, and allocate() calls
+        # ``direct.place(ctx, ...)`` -- a placement planted by kernel code would be handed the running kernel
+        raise AttributeError(f"nl.{self.name} is immutable (cannot set '{name}')")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"nl.{self.name} is immutable (cannot delete '{name}')")
 
     def __repr__(self) -> str:
         return f"nl.{self.name}"
@@ -164,6 +176,33 @@ def wrap_host(ctx: KernelContext, value, name: str):
         alloc.space = "argument"
         return ctx.tensor_type(alloc, base, 0, off=0)
     return value
+
+
+def shipped_constant(ctx: KernelContext, path) -> np.ndarray:
+    """The array of a ``.npy`` file named by ``nl.shared_constant(path)``, read only from the kernel's own package.
+
+    On Trainium the file is read when the kernel is compiled and the constant "is embedded in the compiled binary
+    and loaded to HBM at model load time" (nki.language.shared_constant, NKI 0.6): what a kernel can name is what
+    ships with it.  nkisim reads a relative path from the directory of the kernel's source file (or below it), a
+    regular ``.npy`` file without pickles, and refuses anything else -- an absolute path, ``..``, a link out of the
+    directory -- so a kernel cannot read files it does not ship (a grader's references, another run's inputs).
+    Under grading the kernel's directory is the run's private work directory, which holds the submitted file and
+    nothing else: every path is refused there (docs/grading-security.md, "nl.shared_constant")."""
+    code = ctx.kernel_code
+    where = getattr(code, "co_filename", "")
+    if not where or not os.path.isfile(where):
+        raise ValueError(f"nl.shared_constant({path!r}): the kernel has no source file to find its package from; "
+                         "pass the constant as a NumPy array")
+    package = os.path.realpath(os.path.dirname(where))
+    name = os.fspath(path)
+    full = os.path.realpath(os.path.join(package, name))
+    inside = full.startswith(package + os.sep)
+    if os.path.isabs(name) or not inside or not name.endswith(".npy") or not os.path.isfile(full):
+        raise ValueError(
+            f"nl.shared_constant({name!r}): a constant file is read when the kernel is compiled, from what the "
+            "kernel's package ships: nkisim reads only a .npy file in or below the kernel file's own directory, "
+            "named by a relative path; pass the constant as a NumPy array otherwise")
+    return np.load(full, allow_pickle=False)
 
 
 SBUF_SPEC = BufferSpec(B_SBUF, "sbuf")

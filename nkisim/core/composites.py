@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nkisim.core.access import allocation, array
+from nkisim.core.access import allocation, array, operand
 from nkisim.core.buffers import BufferSpec, allocate
 from nkisim.core.context import KernelContext, current
 from nkisim.core.dtypes import F32
@@ -75,7 +75,7 @@ def hoisted_transpose(ctx: KernelContext, src: Tensor) -> Tensor | None:
     key, pos, tile = hit
     if key != _view_key(src):
         return None
-    reg = src.operand().region
+    reg = operand(src).region
     for ins in ctx.trace.instrs[pos:]:
         for d in ins.dsts:
             r = d.region
@@ -91,7 +91,7 @@ def remember_transpose(ctx: KernelContext, src: Tensor, tile: Tensor) -> None:
 
 
 def _view_key(t: Tensor) -> tuple:
-    return (id(allocation(t)), t.operand().region, tuple(t.shape), array(t).strides)
+    return (id(allocation(t)), operand(t).region, tuple(t.shape), array(t).strides)
 
 
 def transpose(x, *, dtype=None, mask=None) -> Tensor:

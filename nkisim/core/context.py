@@ -19,7 +19,7 @@ import numpy as np
 
 from nkisim import frontends
 from nkisim.core import config, dtypes, execute, partitions
-from nkisim.core.access import dynamic_tiles, lane_violation
+from nkisim.core.access import dynamic_tiles, lane_violation, operand
 from nkisim.core.instr import B_SBUF, E_DMA, Engine, Instr, Trace
 from nkisim.core.memory import Allocation, MemoryTracker
 from nkisim.core.partitions import starts_ok
@@ -176,11 +176,20 @@ class KernelContext:
 
     def emit(self, op: str, engine: Engine, srcs, dsts, attrs: dict) -> Instr:
         instrs = self.trace.instrs
+        # records from the views' private state (access.operand, inlined for the one-view case): no method or
+        # attribute of a tensor class is consulted, so kernel code cannot forge what the trace holds
         if len(srcs) == 1:
-            so = (srcs[0].operand(),)
+            t = srcs[0]
+            o = t._opnd
+            so = (o if o is not None else operand(t),)
         else:
-            so = tuple([t.operand() for t in srcs])
-        do = (dsts[0].operand(),) if len(dsts) == 1 else tuple([t.operand() for t in dsts])
+            so = tuple([operand(t) for t in srcs])
+        if len(dsts) == 1:
+            t = dsts[0]
+            o = t._opnd
+            do = (o if o is not None else operand(t),)
+        else:
+            do = tuple([operand(t) for t in dsts])
         ins = Instr(len(instrs), op, engine, so, do, attrs, self.loc)
         if self.mem.big_tile * (len(so) + len(do)) > self.sb_partition:  # rarely true: one compare per instruction
             self._check_accessed(op, srcs, dsts)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from nkisim.core.rules import fail
+from nkisim.core.sealed import Sealed
 
 
 def _val(x):
@@ -314,7 +315,7 @@ class MGridResult(tuple):
         return self[3]
 
 
-class _MGrid:
+class _MGrid(metaclass=Sealed):
     """nl.mgrid[0:128, 0:512]: one IndexExpr per axis; each varies along its own axis only (unit elsewhere).
 
     NKI's index expressions are symbolic: an access spans each index variable it uses along that variable's axis,

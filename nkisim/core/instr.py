@@ -87,9 +87,10 @@ class Region(NamedTuple):
 class Operand(NamedTuple):
     """What the cost model needs to know about one tensor operand of an instruction.
 
-    Immutable, like :class:`Region`: kernel code can reach an operand (``Tensor.operand()``), and the trace the
-    grader costs holds the same object, so a mutable operand would let a kernel rewrite its own instructions'
-    costs (grading security, docs/grading-security.md G2)."""
+    Immutable, like :class:`Region`: the trace the grader costs holds these objects, so a mutable operand would let
+    anything holding one rewrite its instructions' costs (grading security, docs/grading-security.md G2).  Built
+    only by ``core.access.operand`` from a view's private state; kernel code is handed none (``Tensor.operand()``
+    is gone)."""
 
     region: Region
     shape: tuple[int, ...]  # logical shape of the view (partition axis first for on-chip tiles)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nkisim.core.access import operand
 from nkisim.core.context import KernelContext, traced_once
 from nkisim.core.instr import Buf
 from nkisim.core.memory import Allocation, base_addr, make_storage
@@ -374,7 +375,7 @@ def placed_address(t: Tensor) -> tuple[int, int] | None:
     if ctx is None or t.kind == Buf.HBM:
         return None
     arena = ctx.sbuf_arena if t.kind == Buf.SBUF else ctx.psum_arena
-    region = t.operand().region
+    region = operand(t).region
     if arena is None or region.phys != arena.phys:
         return None
     return region.p_lo, region.b_lo

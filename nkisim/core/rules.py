@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nkisim.core.sealed import Sealed
+
 ERRORS_URL = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/nki/api/nki.errors.html"
 
 
@@ -22,7 +24,7 @@ class Rule:
     era_note: str = ""  # what differs between the eras, and the evidence
 
 
-class NKIError(ValueError):
+class NKIError(ValueError, metaclass=Sealed):
     """A kernel broke an NKI or hardware rule.  ``code`` names the rule in :data:`RULES`."""
 
     def __init__(self, code: str, message: str) -> None:

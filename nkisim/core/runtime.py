@@ -234,14 +234,16 @@ def has_directive(kernel, name: str) -> bool:
 
 
 def frontend_of(kernel) -> frontends.FrontEnd:
-    """The front end a kernel is written for: the one whose launcher wraps it (``nki_frontend``), else the one whose
-    namespace the kernel function's module imported (a plain function handed to ``run_kernel``), else legacy."""
+    """The front end a kernel is written for: the one whose launcher wraps it (``nki_frontend``, the registry key),
+    else the one whose namespace the kernel function's module imported (a plain function handed to ``run_kernel``),
+    else legacy.  Launchers carry the key, not the :class:`~nkisim.frontends.FrontEnd` (whose ``load`` imports
+    modules): kernel code can read a launcher's attributes, and only registered front ends are ever used."""
     seen = 0
     obj = kernel
     while obj is not None and seen < 8:
         fe = getattr(obj, "nki_frontend", None)
-        if isinstance(fe, frontends.FrontEnd):
-            return fe
+        if isinstance(fe, str) and fe in frontends.BY_KEY:
+            return frontends.BY_KEY[fe]
         obj = getattr(obj, "func", None)
         seen += 1
     found = {frontends.of_module(getattr(v, "__name__", ""))

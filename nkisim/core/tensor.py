@@ -18,7 +18,7 @@ from nkisim.core import views
 from nkisim.core.access import LOGICAL_BLOCK, in_bounds, make_operand, read
 from nkisim.core.context import current
 from nkisim.core.indexing import DynIndex, IndexExpr, Mask
-from nkisim.core.instr import B_HBM, B_SBUF, Operand
+from nkisim.core.instr import B_HBM, B_SBUF
 from nkisim.core.memory import BUF_NAMES, Allocation, StorageView, base_addr
 from nkisim.core.rules import fail
 
@@ -89,13 +89,14 @@ class Tensor(StorageView):
     """A view of an HBM, SBUF or PSUM tensor as NKI kernel code sees it (the legacy API's tensor; front ends may
     subclass it: views of a tensor are of its class).
 
-    Public to the rest of nkisim: ``shape``, ``dtype``, ``ndim``, ``itemsize``, ``name``, ``buffer`` and ``kind``
-    (memory kind), ``pdim`` (partition axis) and :meth:`operand`; storage goes through :mod:`nkisim.core.access`.
+    Public to the rest of nkisim: ``shape``, ``dtype``, ``ndim``, ``itemsize``, ``name``, ``buffer``, ``kind``
+    (memory kind) and ``pdim`` (partition axis, read-only); storage and the cost model's record
+    (``access.operand``) go through :mod:`nkisim.core.access`, which reads the private slots only.
     Operators and item assignment are the running front end's semantics (``KernelContext.sem``)."""
 
-    # public (read-only by convention): shape, dtype, kind (memory), pdim (partition axis), oob (a gather view
+    # public (read-only by convention): shape, dtype, kind (memory), oob (a gather view
     # reaching outside its tensor: legal only under a mask); the rest is the view's storage (core.access)
-    __slots__ = ("_v", "_off", "_ix", "_opnd", "_par", "_pix", "_map", "_axv", "shape", "dtype", "kind", "pdim", "oob",
+    __slots__ = ("_v", "_off", "_pd", "_ix", "_opnd", "_par", "_pix", "_map", "_axv", "shape", "dtype", "kind", "oob",
                  "__weakref__")
     _is_tile = True  # IndexExpr + tile defers to Tensor.__radd__ (a dynamic index)
     # a front end's index rules (NkiTensor: negative positions, integer partition index): ``hook(tensor, idx)`` ->
@@ -111,7 +112,7 @@ class Tensor(StorageView):
         self._v = view
         # byte offset of the view's first element from the allocation's base (tracked, not queried: hot path)
         self._off = off if off is not None else view.__array_interface__["data"][0] - base_addr(alloc)
-        self.pdim = pdim
+        self._pd = pdim  # private: the cost-model records read it (core.access.make_operand)
         self._ix = ix
         self.oob = oob
         self._opnd = None
@@ -123,6 +124,11 @@ class Tensor(StorageView):
         self.dtype = view.dtype
 
     # ---- public, read-only metadata --------------------------------------------------------------------
+    @property
+    def pdim(self) -> int:
+        """The partition axis (read-only: the trace's records are built from the private slot)."""
+        return self._pd
+
     @property
     def ndim(self) -> int:
         return len(self.shape)
@@ -200,7 +206,7 @@ class Tensor(StorageView):
             start = 0 if idx.start is None else _as_index(idx.start)
             stop = n if idx.stop is None else _as_index(idx.stop)
             if 0 <= start and stop <= n and start <= stop:
-                t = self.__class__(self._a, self._v[start:stop], self.pdim, None, None, False,
+                t = self.__class__(self._a, self._v[start:stop], self._pd, None, None, False,
                            self._off + start * self._v.strides[0], self)
                 t._pix = idx
                 return t
@@ -227,7 +233,7 @@ class Tensor(StorageView):
         # basic indexing: ints, slices, Ellipsis
         out_axes = 0
         new_pd = None
-        pd = self.pdim
+        pd = self._pd
         dim = 0
         norm = []
         strides = self._v.strides
@@ -348,7 +354,7 @@ class Tensor(StorageView):
             nidx = views.basic_index(m)
             rv = root._v
             off = root._off + sum(c * st for c, st in zip(m[0], rv.strides))
-            pd = next((d for d, (k, _, _) in enumerate(m[1]) if k == root.pdim), 0)
+            pd = next((d for d, (k, _, _) in enumerate(m[1]) if k == root._pd), 0)
             return self.__class__(a, rv[nidx], pd, off=off, par=root, pix=nidx)
         walked = {k for k, _, _ in m[1]}
         for k, (c, n) in enumerate(zip(m[0], root.shape)):
@@ -363,7 +369,7 @@ class Tensor(StorageView):
 
     def _gather_root(self, root: Tensor, arrs: tuple, shape: tuple, vmap=None, gather_only: bool = False) -> Tensor:
         if vmap is None and not gather_only:
-            t = _strided(self.__class__, root._a, root._v, root._off, root.pdim, arrs, shape, root)
+            t = _strided(self.__class__, root._a, root._v, root._off, root._pd, arrs, shape, root)
             if t is not None:
                 return t
         oob = False
@@ -437,7 +443,7 @@ class Tensor(StorageView):
                 # direct allocation with num_free_tiles / num_bank_tiles: the block index wraps, as in basic
                 # indexing (AWS's allocated RMSNorm+QKV indexes its wrapped PSUM tiles with nl.mgrid expressions);
                 # items[0] was wrapped above
-                t = _strided(self.__class__, self._a, self._v, self._off, self.pdim, tuple(items), bshape, self,
+                t = _strided(self.__class__, self._a, self._v, self._off, self._pd, tuple(items), bshape, self,
                              wrapped=True)
                 if t is None:
                     t = self._gather_root(self, tuple(items), bshape)
@@ -642,7 +648,7 @@ class Tensor(StorageView):
             arrs = tuple(np.broadcast_to(a, self.shape).reshape(new) for a in self._ix)
             return self.__class__(self._a, self._v, 0, ix=arrs, shape=tuple(new), oob=self.oob, off=self._off)
         v = self._v
-        if self._a.buf != B_HBM and self.pdim == 0 and pdim == 0 and new and new[0] != self.shape[0]:
+        if self._a.buf != B_HBM and self._pd == 0 and pdim == 0 and new and new[0] != self.shape[0]:
             fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=new,
                  detail="a tile reshape must keep the partition dimension size")
         try:
@@ -668,7 +674,7 @@ class Tensor(StorageView):
         if dt.itemsize != self.dtype.itemsize or self._ix is not None:
             fail("nkisim_reshape", name=self._a.name, shape=self.shape, new=self.shape,
                  detail=f"view({dt}) needs a basic view and a dtype of the same size as {self.dtype}")
-        return self.__class__(self._a, self._v.view(dt), self.pdim, off=self._off)
+        return self.__class__(self._a, self._v.view(dt), self._pd, off=self._off)
 
     def expand_dims(self, axis) -> Tensor:
         """numpy.expand_dims semantics (nki.language.expand_dims docs: "Similar to numpy.expand_dims ... axis:
@@ -686,14 +692,6 @@ class Tensor(StorageView):
             raise ValueError(f"expand_dims: repeated axis in {axis!r}")
         rest = iter(self.shape)
         return self.reshape(tuple(1 if d in pos else next(rest) for d in range(nd)))
-
-    # ---- internals used by the front end ----------------------------------------------------------------
-    def operand(self) -> Operand:
-        """What the cost model needs to know about this view (cached: views are immutable)."""
-        op = self._opnd
-        if op is None:
-            op = self._opnd = make_operand(self)
-        return op
 
 
 def _strided(cls: type, a: Allocation, rv: np.ndarray, off0: int, rpd: int, arrs: tuple, shape: tuple,

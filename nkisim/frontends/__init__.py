@@ -82,8 +82,15 @@ class FrontEnd:
         return config.toolchain_era(target)
 
     def load(self, which: str):
-        """The class named by ``tensor`` / ``semantics`` (imports the emulator: call only when a kernel runs)."""
+        """The class named by ``tensor`` / ``semantics`` (imports the emulator: call only when a kernel runs).
+
+        Only a registered front end loads, and only its own ``tensor`` / ``semantics`` from nkisim: a record built
+        elsewhere (``type(fe)(..., tensor="os:system")``) would otherwise import any module by name."""
+        if BY_KEY.get(self.key) is not self or which not in ("tensor", "semantics"):
+            raise TypeError(f"{self.key!r}: only nkisim's registered front ends load their tensor/semantics classes")
         module, _, attr = getattr(self, which).partition(":")
+        if not module.startswith("nkisim."):
+            raise TypeError(f"{self.key!r}: {which} must be an nkisim class, not {module!r}")
         return getattr(importlib.import_module(module), attr)
 
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 import numpy as _np
 
 from nkisim.core import dtypes as _dt
+from nkisim.core.sealed import Sealed as _Sealed
 
 
-class _Mutable:
+class _Mutable(metaclass=_Sealed):
     """``nt.mutable``: a marker inside ``nt.tensor[...]`` for a parameter the kernel writes in place."""
 
     def __repr__(self) -> str:
@@ -26,7 +27,7 @@ class _Mutable:
 mutable = _Mutable()
 
 
-class TensorType:
+class TensorType(metaclass=_Sealed):
     """A tensor annotation / shape-only placeholder: ``nt.tensor[shape]``, ``nt.tensor[shape, dtype]``."""
 
     __nkisim_placeholder__ = True

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import functools
 
+from nkisim.core.sealed import Sealed
 from nkisim.frontends import FrontEnd
 
 
-class NkisimUnsupportedError(NotImplementedError):
+class NkisimUnsupportedError(NotImplementedError, metaclass=Sealed):
     """A documented NKI API symbol that nkisim does not implement yet."""
 
 
@@ -35,7 +36,7 @@ def _documented_set(frontend: FrontEnd) -> frozenset[str]:
     return frozenset(documented(frontend))
 
 
-class Unsupported:
+class Unsupported(metaclass=Sealed):
     """Stands in for a documented symbol nkisim lacks: calling it or reading an attribute raises."""
 
     __slots__ = ("nki_symbol", "nki_api", "why")

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from nkisim.core import execute, partitions
-from nkisim.core.access import check_oob, check_writable, mark_written, psum_write, same_view, write
+from nkisim.core.access import check_oob, check_writable, mark_written, operand, psum_write, same_view, write
 from nkisim.core.context import KernelContext, current
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_DMA, E_GPSIMD, E_TENSOR, E_UNKNOWN
 from nkisim.core.ops.common import need_on_chip, parts_of
@@ -71,7 +71,7 @@ def _retarget(ctx: KernelContext, dst: Tensor, accumulate: bool) -> None:
         mask = np.broadcast_to(mask, src_tile.shape).reshape(dst.shape)
     if dst.oob:
         check_oob(dst, mask)
-    ins.dsts = (dst.operand(),)
+    ins.dsts = (operand(dst),)
     if engine != E_DMA and not starts_ok(ins.dsts):
         partitions.check(ins, ctx.mem.simulate, ctx.trace.meta, dsts=(dst,))  # the destination's start, the move
     if accumulate and op == "nc_matmul":

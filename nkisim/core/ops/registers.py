@@ -44,13 +44,14 @@ from nkisim.core.context import LIVE, KernelContext, active, current
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_SYNC, Trace
 from nkisim.core.ops.common import check_writable, need_on_chip, need_tensor
 from nkisim.core.rules import NKIError, fail
+from nkisim.core.sealed import Sealed
 from nkisim.core.tensor import Tensor
 
 _MASK32 = 0xFFFFFFFF
 _IDS = itertools.count(1)
 
 
-class ValuesNeeded(RuntimeError):
+class ValuesNeeded(RuntimeError, metaclass=Sealed):
     """Control flow needs a register value that a timing run did not compute (``run_kernel`` reruns in full)."""
 
 

@@ -12,6 +12,7 @@ from nkisim.core.access import (
     allocation,
     holds_data,
     holds_value_init,
+    operand,
     psum_flags,
     psum_write,
     read,
@@ -90,7 +91,7 @@ def check_pe_tiling(stationary: Tensor, tile_position, tile_size) -> None:
 
 
 def check_psum_bank(ctx: KernelContext, dst: Tensor, op: str) -> None:
-    opnd = dst.operand()
+    opnd = operand(dst)
     bank = ctx.limits.psum_bank_bytes
     r = opnd.region
     bb = allocation(dst).block_bytes

@@ -14,10 +14,12 @@ from nkisim.core import buffers as _buffers
 from nkisim.core import context as _ctx
 from nkisim.core import placement as _placement
 from nkisim.core.instr import Buf as _Buf
-from nkisim.frontends import LEGACY, _unsupported
+from nkisim.core.sealed import Sealed as _Sealed
+from nkisim.frontends import LEGACY as _LEGACY
+from nkisim.frontends import _unsupported
 
 
-class _Directive:
+class _Directive(metaclass=_Sealed):
     """A compiler directive wrapped around a kernel: callable like the kernel it wraps."""
 
     def __init__(self, func, name: str) -> None:
@@ -61,7 +63,7 @@ def allocation_scope():
     return _NullContext()
 
 
-class _NullContext:
+class _NullContext(metaclass=_Sealed):
     def __enter__(self):
         return self
 
@@ -69,7 +71,7 @@ class _NullContext:
         return False
 
 
-class sbuf:  # noqa: N801 - NKI namespace nki.compiler.sbuf
+class sbuf(metaclass=_Sealed):  # noqa: N801 - NKI namespace nki.compiler.sbuf
     @staticmethod
     def mod_alloc(*, base_addr, base_partition=0, num_par_tiles=(), num_free_tiles=()):
         return _buffers.BufferSpec(_Buf.SBUF, "sbuf", direct=_placement.SbufModAlloc(base_addr, base_partition,
@@ -84,7 +86,7 @@ class sbuf:  # noqa: N801 - NKI namespace nki.compiler.sbuf
         return _buffers.BufferSpec(_Buf.SBUF, "sbuf", direct=_placement.CallbackAlloc(func, _Buf.SBUF))
 
 
-class psum:  # noqa: N801 - NKI namespace nki.compiler.psum
+class psum(metaclass=_Sealed):  # noqa: N801 - NKI namespace nki.compiler.psum
     @staticmethod
     def auto_alloc():
         return _buffers.PSUM_SPEC
@@ -100,7 +102,7 @@ class psum:  # noqa: N801 - NKI namespace nki.compiler.psum
 
 
 def __getattr__(name: str):
-    return _unsupported.missing(LEGACY, "ncc", name)
+    return _unsupported.missing(_LEGACY, "ncc", name)
 
 
 del annotations  # the __future__ import must not leak as an NKI name

@@ -17,12 +17,14 @@ from nkisim.core.ops import gpsimd as _gps
 from nkisim.core.ops import reduce as _red
 from nkisim.core.ops import tensor_engine as _te
 from nkisim.core.rules import fail as _fail
+from nkisim.core.sealed import Sealed as _Sealed
+from nkisim.core.sealed import SealedEnum as _SealedEnum
 from nkisim.frontends._operators import act as _act
 from nkisim.frontends._operators import alu as _alu
 from nkisim.frontends._operators import engine as _engine
 
 
-class engine(_IntEnum):  # noqa: N801 - NKI name
+class engine(_IntEnum, metaclass=_SealedEnum):  # noqa: N801 - NKI name
     unknown = 0
     tensor = 1
     scalar = 2
@@ -40,11 +42,11 @@ vector_engine = engine.vector
 sync_engine = engine.sync
 
 
-class constants:  # noqa: N801 - older alias nisa.constants.engine.*
+class constants(metaclass=_Sealed):  # noqa: N801 - older alias nisa.constants.engine.*
     engine = engine
 
 
-class dge_mode(_IntEnum):  # noqa: N801
+class dge_mode(_IntEnum, metaclass=_SealedEnum):  # noqa: N801
     unknown = 0
     none = 1
     swdge = 2
@@ -55,7 +57,7 @@ _DGE_NAMES = {int(dge_mode.none): "none", int(dge_mode.swdge): "swdge", int(dge_
 _DGE_LOWERED = (int(dge_mode.swdge), int(dge_mode.hwdge))  # explicit DGE lowerings (dma_transpose: 2-byte only)
 
 
-class oob_mode(_IntEnum):  # noqa: N801
+class oob_mode(_IntEnum, metaclass=_SealedEnum):  # noqa: N801
     error = 0
     skip = 1
 
@@ -63,7 +65,7 @@ class oob_mode(_IntEnum):  # noqa: N801
 _OOB_SKIP = int(oob_mode.skip)  # dma_copy's oob_mode parameter shadows the enum
 
 
-class reduce_cmd(_IntEnum):  # noqa: N801
+class reduce_cmd(_IntEnum, metaclass=_SealedEnum):  # noqa: N801
     idle = 0
     reset = 1
     reduce = 2
@@ -264,7 +266,7 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
     return _gps.local_gather(src_buffer, index, num_elem_per_idx, num_valid_indices, mask=mask)
 
 
-class nc_version(_IntEnum):  # noqa: N801 - NKI name
+class nc_version(_IntEnum, metaclass=_SealedEnum):  # noqa: N801 - NKI name
     """NeuronCore generation: gen2 = NeuronCore-v2 (trn1/inf2), gen3 = NeuronCore-v3 (trn2)."""
 
     gen2 = 2

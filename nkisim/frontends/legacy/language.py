@@ -22,6 +22,7 @@ from nkisim.core.ops import elementwise as _ew
 from nkisim.core.ops import gpsimd as _gps
 from nkisim.core.ops import reduce as _red
 from nkisim.core.rules import fail as _fail
+from nkisim.core.sealed import Sealed as _Sealed
 from nkisim.core.tensor import ParDim as _ParDim
 from nkisim.core.tensor import Tensor as _Tensor
 from nkisim.frontends import LEGACY as _LEGACY
@@ -52,7 +53,7 @@ def par_dim(size) -> _ParDim:
     return _ParDim(size)
 
 
-class _TileSize:
+class _TileSize(metaclass=_Sealed):
     """nl.tile_size: hardware tile limits of the current target (values: nki.language.tile_size docs)."""
 
     pmax = 128
@@ -317,7 +318,7 @@ def _grid_axis(ctx, axis, api: str) -> int:
     return a % nd
 
 
-class _SpmdDim:
+class _SpmdDim(metaclass=_Sealed):
     """A launch-grid dimension: ``nl.nc(n)`` (n physical NeuronCores) or ``nl.spmd_dim(*parts)``."""
 
     def __init__(self, parts: tuple, cores_at: int | None) -> None:
@@ -420,7 +421,7 @@ def ds(start, size) -> slice:
     return slice(start, start + size)
 
 
-class _FloatConsts:
+class _FloatConsts(metaclass=_Sealed):
     """nl.fp32 / nl.bfp16: the most negative finite value of the type (``.min``, stub docs: bit pattern 0xff7fffff
     for fp32, 0xff80 for bf16), used as "-inf" fill values."""
 

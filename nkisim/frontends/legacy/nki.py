@@ -12,8 +12,9 @@ import logging as _logging
 
 from nkisim.core import context as _ctx
 from nkisim.core import runtime as _rt
+from nkisim.core.sealed import Sealed as _Sealed
 from nkisim.core.tensor import Tensor as tensor  # noqa: F401  (nki.tensor: the type of kernel tensors)
-from nkisim.frontends import LEGACY
+from nkisim.frontends import LEGACY as _LEGACY
 from nkisim.frontends.legacy import compiler, isa, language, typing  # noqa: F401  (nki.language / .isa / .compiler / .typing)
 
 # The real package defines logging.OFF on import and the 2024 starter calls logging.disable(logging.OFF).
@@ -21,7 +22,7 @@ if not hasattr(_logging, "OFF"):
     _logging.OFF = _logging.CRITICAL + 10
 
 
-class _Grid:
+class _Grid(metaclass=_Sealed):
     """``kernel[grid]``: subscripting any launcher fixes its SPMD launch grid (``kernel[b, h](...)``).
 
     Every program of the grid runs on the same inputs with its own ``nl.program_id``; see nkisim.core.runtime.
@@ -31,13 +32,13 @@ class _Grid:
     # collect it, asking for fixtures named after its arguments (AWS's nl.broadcast_to doc test names its kernel
     # ``test_nl_broadcast``; neuronxcc's kernel objects are not collected)
     __test__ = False
-    nki_frontend = LEGACY  # the kernel is a neuronxcc.nki kernel (core.runtime.frontend_of)
+    nki_frontend = _LEGACY.key  # the kernel is a neuronxcc.nki kernel (core.runtime.frontend_of; a key, not the loader)
 
     def __getitem__(self, grid):
         return _Launch(self, grid)
 
 
-class _Launch:
+class _Launch(metaclass=_Sealed):
     """A launcher bound to an SPMD grid; callable like the launcher it wraps."""
 
     __test__ = False
@@ -165,6 +166,8 @@ class _Benchmark(_Grid):
         _functools.update_wrapper(self, _rt.unwrap(kernel), updated=())
 
     def __call__(self, *args, **kwargs):
+        if _ctx.active() is not None:
+            raise TypeError("nki.benchmark(kernel)(...) cannot be called from inside a running kernel")
         self.run(self.func, args, kwargs)
         return None
 

@@ -29,6 +29,7 @@ from nkisim.core.ops import elementwise as _ew
 from nkisim.core.ops import gpsimd as _gps
 from nkisim.core.ops import reduce as _red
 from nkisim.core.ops import registers as _reg
+from nkisim.core.sealed import Sealed as _Sealed
 from nkisim.frontends import NKI as _NKI
 from nkisim.frontends import _operators, _unsupported
 
@@ -63,7 +64,7 @@ hbm = private_hbm  # "HBM - Alias of private_hbm"
 shared_hbm = _buffers.BufferSpec(_Buf.HBM, "shared_hbm")
 
 
-class MemoryRegion:
+class MemoryRegion(metaclass=_Sealed):
     """Memory region constants for NKI tensors (``nl.MemoryRegion.sbuf is nl.sbuf``)."""
 
     sbuf = sbuf
@@ -95,7 +96,7 @@ def _buffer(buffer):
     return buffer
 
 
-class _NKIObjectMeta(type):
+class _NKIObjectMeta(_Sealed):
     """Construction of ``NKIObject`` subclasses: keyword arguments set attributes (the stub's ``__init__(self,
     **kwargs)``), also on ``@dataclass`` subclasses whose generated ``__init__`` does not take them.
 
@@ -239,10 +240,11 @@ def empty_like(x, dtype=None, buffer=None, name="") -> NkiTensor:
 
 
 def shared_constant(constant):
-    """A shared HBM tensor holding constant data (a NumPy array, or the path of a .npy file)."""
+    """A shared HBM tensor holding constant data (a NumPy array, or the path of a .npy file the kernel's package
+    ships: ``core.buffers.shipped_constant``)."""
     ctx = _ctx.current("shared_constant")
     ctx.settle()
-    arr = _np.load(constant) if isinstance(constant, str) else _np.asarray(constant)
+    arr = _buffers.shipped_constant(ctx, constant) if isinstance(constant, str) else _np.asarray(constant)
     return _buffers.wrap_host(ctx, arr, "shared_constant")
 
 

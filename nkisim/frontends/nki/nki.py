@@ -16,6 +16,7 @@ import os as _os
 
 from nkisim.core import context as _ctx
 from nkisim.core import runtime as _rt
+from nkisim.core.sealed import Sealed as _Sealed
 from nkisim.frontends import NKI as _NKI
 from nkisim.frontends.nki import collectives, dtype, isa, language, typing  # noqa: F401  (nki.language, nki.isa, ...)
 
@@ -36,12 +37,12 @@ def _host_args(args, kwargs) -> tuple[tuple, dict]:
     return (tuple(dtype.from_host(a) for a in args), {k: dtype.from_host(v) for k, v in kwargs.items()})
 
 
-class _KernelBase:
+class _KernelBase(metaclass=_Sealed):
     """What every nki launcher shares: the front end, inputs updated in place, ``kernel[lnc]``."""
 
     # pytest must not collect a kernel named test_* (it would unwrap __wrapped__ and ask for fixtures)
     __test__ = False
-    nki_frontend = _NKI  # the kernel is an nki kernel (core.runtime.frontend_of)
+    nki_frontend = _NKI.key  # the kernel is an nki kernel (core.runtime.frontend_of; a key, not the loader)
     nki_writes_args = True  # kernel arguments are HBM tensors the kernel may write; the caller's arrays see it
 
     def __getitem__(self, lnc):

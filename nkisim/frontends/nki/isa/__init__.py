@@ -26,6 +26,7 @@ from nkisim.core.ops import reduce as _red
 from nkisim.core.ops import registers as _reg
 from nkisim.core.ops import tensor_engine as _te
 from nkisim.core.rules import fail as _fail
+from nkisim.core.sealed import Sealed as _Sealed
 from nkisim.frontends._operators import act as _act
 from nkisim.frontends._operators import alu as _alu
 
@@ -50,7 +51,7 @@ gpsimd_engine = engine.gpsimd
 unknown_engine = engine.unknown
 
 
-class NkiValidationError(Exception):
+class NkiValidationError(Exception, metaclass=_Sealed):
     """Raised when hardware constraints are violated."""
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 from enum import Enum as _Enum
 from enum import IntEnum as _IntEnum
 
+from nkisim.core.sealed import SealedEnum as _SealedEnum
 
-class engine(_Enum):  # noqa: N801 - NKI name
+
+class engine(_Enum, metaclass=_SealedEnum):  # noqa: N801 - NKI name
     tensor = 1
     vector = 5
     scalar = 2
@@ -23,7 +25,7 @@ class engine(_Enum):  # noqa: N801 - NKI name
     unknown = 0
 
 
-class reduce_cmd(_Enum):  # noqa: N801
+class reduce_cmd(_Enum, metaclass=_SealedEnum):  # noqa: N801
     idle = 0
     reset = 1
     reduce = 2
@@ -31,30 +33,30 @@ class reduce_cmd(_Enum):  # noqa: N801
     load_reduce = 4
 
 
-class dge_mode(_Enum):  # noqa: N801
+class dge_mode(_Enum, metaclass=_SealedEnum):  # noqa: N801
     unknown = 0
     swdge = 1
     hwdge = 2
     none = 3
 
 
-class oob_mode(_Enum):  # noqa: N801
+class oob_mode(_Enum, metaclass=_SealedEnum):  # noqa: N801
     error = 0
     skip = 1
 
 
-class matmul_perf_mode(_Enum):  # noqa: N801
+class matmul_perf_mode(_Enum, metaclass=_SealedEnum):  # noqa: N801
     none = "none"
     double_row = "double_row"
 
 
-class nc_version(_IntEnum):  # noqa: N801
+class nc_version(_IntEnum, metaclass=_SealedEnum):  # noqa: N801
     gen2 = 2
     gen3 = 3
     gen4 = 4
 
 
-class dma_engine(_Enum):  # noqa: N801
+class dma_engine(_Enum, metaclass=_SealedEnum):  # noqa: N801
     dma = 1
     gpsimd_dma = 2
 
