@@ -224,6 +224,44 @@ CASES: list[tuple[str, str, str]] = [
      "NKI-SUBKERNEL-JIT"),
     # --- syntax
     ("syntax", "def k(a:  # <-\n", "SYNTAX-ERROR"),
+    # --- issue 31: every node kind that carries an attribute name, the semantic "self", rebound aliases
+    ("match-class-dunder", "def f(x):\n    match x:\n        case object(__globals__=g):  # <-\n            return g\n",
+     "SANDBOX-PRIVATE"),
+    ("match-class-private", "def f(t):\n    match t:\n        case object(_v=v):  # <-\n            return v\n",
+     "SANDBOX-PRIVATE"),
+    ("match-class-frame", "def f(g):\n    match g:\n        case object(gi_frame=fr):  # <-\n            return fr\n",
+     "SANDBOX-INTROSPECTION"),
+    ("match-class-ctypes", "def f(a):\n    match a:\n        case np.ndarray(ctypes=c):  # <-\n            return c\n",
+     "SANDBOX-MODULE-ESCAPE"),
+    ("match-class-tofile", "def f(a):\n    match a:\n        case np.ndarray(tofile=w):  # <-\n            return w\n",
+     "SANDBOX-NUMPY-IO"),
+    ("match-capture-dunder", "def f(x):\n    match x:\n        case __builtins__:  # <-\n            pass\n",
+     "SANDBOX-DUNDER"),
+    ("except-as-dunder", "try:\n    pass\nexcept ValueError as __builtins__:  # <-\n    pass\n", "SANDBOX-DUNDER"),
+    ("keyword-dunder", "def f(**kw):\n    return kw\nf(__globals__=1)  # <-\n", "SANDBOX-DUNDER"),
+    ("format-dynamic", "def f(k):\n    return ('{0.' + '_' + '_globals__}').format(k)  # <-\n", "SANDBOX-PRIVATE"),
+    ("format-frame", "def f(g):\n    return '{0.gi_frame}'.format(g)  # <-\n", "SANDBOX-PRIVATE"),
+    ("unbound-method",
+     "class Plant:\n    def put(self, v):\n        self.kind = v\nPlant.put(nl.sbuf, 'psum')  # <-\n",
+     "SANDBOX-CLASS-ESCAPE"),
+    ("class-alias",
+     "class Plant:\n    def put(self, v):\n        self.kind = v\nP = Plant  # <-\nP.put(nl.sbuf, 'psum')\n",
+     "SANDBOX-CLASS-ESCAPE"),
+    ("class-as-argument",
+     "class Plant:\n    def put(self, v):\n        self.kind = v\n"
+     "def run(c):\n    c.put(nl.sbuf, 0)\nrun(Plant)  # <-\n",
+     "SANDBOX-CLASS-ESCAPE"),
+    ("type-of-instance",
+     "class Plant:\n    def put(self, v):\n        self.kind = v\ntype(Plant()).put(nl.sbuf, 'psum')  # <-\n",
+     "SANDBOX-CLASS-ESCAPE"),
+    ("staticmethod-self",
+     "class Plant:\n    @staticmethod\n    def put(self, v):\n        self.kind = v  # <-\nPlant().put(nl.sbuf, 1)\n",
+     "SANDBOX-MONKEYPATCH"),
+    ("self-rebound",
+     "class Plant:\n    def put(self, v):\n        self = nl.sbuf\n        self.kind = v  # <-\n",
+     "SANDBOX-MONKEYPATCH"),
+    ("alias-rebound-mutation", "import numpy\nnp = numpy.sctypeDict\nnp.clear()  # <-\n", "SANDBOX-MONKEYPATCH"),
+    ("alias-rebound-io", "def f(a):\n    nl = a\n    nl.tofile('/tmp/x')  # <-\n", "SANDBOX-NUMPY-IO"),
 ]
 
 
@@ -535,3 +573,93 @@ def test_alias_names_rebound_as_tiles_are_tiles() -> None:
     assert blocking(check_kernel(source)) == []
     # ...while a name only ever bound to a module attribute stays an alias of it.
     assert [v.code for v in check_kernel(_case("d = np.sctypeDict\nd['x'] = None\n"))] == ["SANDBOX-MONKEYPATCH"]
+
+
+
+# ---- issue 31: the screen knows every identifier-carrying field of the running Python's AST ----------------------
+def test_every_string_field_of_every_node_kind_is_classified():
+    """A node kind of a newer Python that carries an identifier (an attribute name, a capture name) fails here until
+    nkisim/check/analysis.py's IDENTIFIER_ROLES says what it is; until then the screen treats it as an attribute
+    name (its strictest role).  Fields are found by parsing a program using every construct the running Python has
+    and collecting the string-valued ones."""
+    import ast
+
+    from nkisim.check.analysis import IDENTIFIER_ROLES, NOT_IDENTIFIERS
+
+    program = textwrap.dedent("""\
+        import a.b as c
+        from d import e as f
+        def g(h: int, *i, j=1, **k) -> None:  # type: ignore
+            global l
+            x = m.n
+            try:
+                pass
+            except E as o:
+                pass
+            match x:
+                case P(r, q=r2):
+                    pass
+                case {"k": v, **s}:
+                    pass
+                case [*t]:
+                    pass
+                case u if u:
+                    pass
+            f"{x!r:>{h}}"
+            return w(y=1)
+        async def z():
+            nonlocal aa
+        class Q:
+            pass
+    """)
+    fields = set()
+    for node in ast.walk(ast.parse(program, type_comments=True)):
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, str) or (isinstance(value, list) and value and isinstance(value[0], str)):
+                fields.add((type(node).__name__, field))
+    known = set(IDENTIFIER_ROLES) | NOT_IDENTIFIERS
+    assert fields - known == set()
+    assert {("MatchClass", "kwd_attrs"), ("MatchAs", "name"), ("keyword", "arg"), ("ExceptHandler", "name")} <= fields
+
+
+def test_an_unclassified_identifier_field_is_screened_as_an_attribute_name(monkeypatch):
+    import ast
+
+    from nkisim.check import analysis
+
+    monkeypatch.delitem(analysis.IDENTIFIER_ROLES, ("MatchClass", "kwd_attrs"))
+    found = check_kernel("def f(x):\n    match x:\n        case object(_v=v):\n            return v\n")
+    assert any(v.code == "SANDBOX-PRIVATE" and "MatchClass.kwd_attrs" in v.message for v in found), found
+    assert ast  # the module is used above
+
+
+def test_classes_of_the_file_stay_usable_the_honest_ways():
+    source = HEADER + textwrap.dedent("""\
+        class Cfg:
+            SIZE = 128
+
+            def __init__(self, n):
+                self.n = n
+
+            def grow(self, k):
+                self.n = self.n + k
+                return self
+
+        class Oops(ValueError):
+            pass
+
+        def helper(c: Cfg) -> Cfg:
+            if not isinstance(c, Cfg) or type(c) != Cfg:
+                raise Oops(f"bad {type(c)}")
+            return c.grow(Cfg.SIZE)
+
+        @nki.jit
+        def k(a):
+            try:
+                helper(Cfg(1))
+            except Oops:
+                pass
+            return a
+    """)
+    assert not blocking(check_kernel(source)), check_kernel(source)

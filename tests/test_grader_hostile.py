@@ -51,6 +51,16 @@ SCREEN_ON: dict[str, tuple[set[str], float]] = {
     "memoise_escape": ({"rejected"}, 0),
     "sibling_escape": ({"rejected"}, 0),
     "recursion_bomb": ({"error"}, 0),
+    # Issue 31, current API: capabilities reached from the objects the front end hands to kernels, and the screen's
+    # syntactic gaps, closed as classes (docs/grading-security.md, "Capabilities"). Before the closures each scored
+    # 12 (the full fast rubric), with the answer computed on the host or the trace rewritten.
+    "loader_escape_nki": ({"rejected"}, 0),
+    "match_private_nki": ({"rejected"}, 0),
+    "format_escape_nki": ({"rejected"}, 0),
+    "plant_context_nki": ({"rejected"}, 0),
+    "class_plant_nki": ({"rejected"}, 0),
+    "alias_rebind_nki": ({"rejected"}, 0),
+    "shared_constant_path_nki": ({"error"}, 0),
     # Correct on the correctness shapes, skips the work on the larger timed shape: correctness only.
     "skip_work_when_timed": ({"passed"}, 10),
     # Floods stdout but computes the right answer: full credit, and the grader survives the flood.
@@ -81,12 +91,34 @@ SCREEN_OFF: dict[str, set[str]] = {
     "refcache_escape": {"error"},
     "memoise_escape": {"error"},
     "sibling_escape": {"error"},
+    # issue 31: the run-time layers under the screen (a forged front-end record loads nothing, the shared buffer
+    # objects refuse writes, shared_constant reads only what the kernel ships).  match_private_nki, format_escape_nki
+    # and alias_rebind_nki are syntax the screen alone refuses, like `x._v` itself; class_plant_nki gains nothing
+    # without the screen (test_a_planted_record_method_changes_no_timing).
+    "loader_escape_nki": {"error"},
+    "plant_context_nki": {"error"},
+    "shared_constant_path_nki": {"error"},
 }
+# Files a hostile submission reads from outside its own directory (planted before grading, removed after).
+PLANTED = {"shared_constant_path_nki": "/tmp/asst4-hostile-shared_constant.npy"}
 
 TIMEOUT_SCALE = 0.5  # 10 s per case instead of 20: the infinite loops end sooner
 
 
 def _grade(name: str, tmp_path: Path, screen: bool):
+    planted = PLANTED.get(name)
+    if planted is not None:
+        import numpy as np
+
+        np.save(planted, np.arange(64, dtype=np.float32).reshape(8, 8))
+    try:
+        return _grade_planted(name, tmp_path, screen)
+    finally:
+        if planted is not None and os.path.exists(planted):
+            os.unlink(planted)
+
+
+def _grade_planted(name: str, tmp_path: Path, screen: bool):
     out = tmp_path / "out"
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -272,3 +304,24 @@ def test_a_kernel_cannot_reach_another_run_next_to_it(tmp_path):
         victim.join()
     assert attack.verdict == "error" and "sibling runs:" in attack.message, attack.message
     assert "WROTE" not in attack.message, attack.message
+
+
+def test_a_planted_record_method_changes_no_timing(tmp_path):
+    """Issue 31 C5: with the screen off, class_plant_nki plants its own `operand` on the tensor class; the core
+    builds the trace's records from the views' private state, so the kernel is timed exactly as its twin (the same
+    file without the plant; before the closure: 39.8 us against the twin's 47.8)."""
+    twin = tmp_path / "twin"
+    shutil.copytree(HOSTILE / "class_plant_nki", twin)
+    kernels = twin / "part1" / "kernels.py"
+    kernels.write_text("".join(line for line in kernels.read_text().splitlines(keepends=True) if "# PLANT" not in line))
+    timings = []
+    for sub in (HOSTILE / "class_plant_nki", twin):
+        out = tmp_path / f"out-{sub.name}"
+        scratch = tmp_path / f"scratch-{sub.name}"
+        scratch.mkdir()
+        cfg = GradeConfig(rubric_path=FAST_RUBRIC, screen=False, timeout_scale=TIMEOUT_SCALE, tmp_root=str(scratch))
+        record = grade_submission(sub, out, cfg)
+        tests = {t.id: t for t in record.tests}
+        assert tests["part1.transpose"].status == "passed", tests["part1.transpose"].message
+        timings.append(tests["part1.transpose_speed"].latency_us)
+    assert timings[0] == timings[1], timings

@@ -141,11 +141,18 @@ def test_a_placement_nkisim_cannot_alias_earns_no_performance_credit(tmp_path):
 
 
 def test_a_kernel_cannot_rewrite_its_own_trace(tmp_path):
-    """G2: the operand records are immutable; the kernel fails as it would on Trainium (no operand())."""
+    """G2: the screen refuses the unbound call (Relabel.apply(record): SANDBOX-CLASS-ESCAPE, issue 31); without the
+    screen the kernel fails as it would on Trainium: tensors have no operand() (the records are the core's own)."""
     record, tests, _ = _grade(tmp_path, "operand_tamper", _transpose_rubric(tmp_path))
     assert record.score == 0
+    assert tests[CORRECT].status == "rejected" and "SANDBOX-CLASS-ESCAPE" in tests[CORRECT].message
+    out = tmp_path / "out-operand_tamper-unscreened"
+    record = grade_submission(GAMING / "operand_tamper", out, GradeConfig(
+        rubric_path=_transpose_rubric(tmp_path), timeout_scale=1.0, screen=False))
+    tests = {t.id: t for t in record.tests}
+    assert record.score == 0
     assert tests[CORRECT].status == "error"
-    assert "AttributeError" in tests[CORRECT].message
+    assert "AttributeError" in tests[CORRECT].message and "operand" in tests[CORRECT].message
     assert tests[SPEED].status == "skipped"
 
 

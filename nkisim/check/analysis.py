@@ -43,6 +43,91 @@ def namespaces_imported(tree: ast.Module) -> dict[FrontEnd, int]:
 
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
+# Every AST field that holds an identifier, by what the identifier is.  "attribute": a name looked up on an object
+# (``x.attr``; a class pattern's keyword ``case C(attr=p)`` reads ``subject.attr``); "name": a variable, function,
+# class, parameter or capture name; "keyword": a call's keyword (a parameter, or an attribute of what a
+# constructor builds); "module": an import path.  Fields holding strings that are not identifiers are in
+# NOT_IDENTIFIERS.  The screen checks every string-valued field of every node by this table; a field it does not
+# know (a node kind of a newer Python) is screened as an attribute name, the strictest role, and
+# tests/test_check_kernel.py fails until it is classified here.
+IDENTIFIER_ROLES: dict[tuple[str, str], str] = {
+    ("Attribute", "attr"): "attribute",
+    ("MatchClass", "kwd_attrs"): "attribute",
+    ("Name", "id"): "name",
+    ("FunctionDef", "name"): "name",
+    ("AsyncFunctionDef", "name"): "name",
+    ("ClassDef", "name"): "name",
+    ("arg", "arg"): "name",
+    ("ExceptHandler", "name"): "name",
+    ("Global", "names"): "name",
+    ("Nonlocal", "names"): "name",
+    ("MatchAs", "name"): "name",
+    ("MatchStar", "name"): "name",
+    ("MatchMapping", "rest"): "name",
+    ("alias", "name"): "module",
+    ("alias", "asname"): "name",
+    ("ImportFrom", "module"): "module",
+    ("keyword", "arg"): "keyword",
+    # Python 3.12+: type parameters
+    ("TypeVar", "name"): "name",
+    ("ParamSpec", "name"): "name",
+    ("TypeVarTuple", "name"): "name",
+}
+NOT_IDENTIFIERS: frozenset[tuple[str, str]] = frozenset(
+    {("Constant", "value"), ("Constant", "kind"), ("TypeIgnore", "tag")}
+    | {(cls, "type_comment") for cls in ("FunctionDef", "AsyncFunctionDef", "Assign", "For", "AsyncFor", "With",
+                                          "AsyncWith", "arg")}
+)
+
+
+def identifiers(node: ast.AST) -> Iterator[tuple[str, str, str]]:
+    """(field, identifier, role) for every identifier a node holds directly (role "unknown" for unclassified
+    string fields)."""
+    kind = type(node).__name__
+    for field in node._fields:
+        value = getattr(node, field, None)
+        if isinstance(value, str):
+            names = [value]
+        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            names = value
+        else:
+            continue
+        if (kind, field) in NOT_IDENTIFIERS:
+            continue
+        role = IDENTIFIER_ROLES.get((kind, field), "unknown")
+        for name in names:
+            yield field, name, role
+
+
+def _is_type_call(node: ast.AST | None) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type"
+            and len(node.args) == 1 and not node.keywords)
+
+
+def rebinds(fdef: ast.AST, name: str) -> bool:
+    """True if function ``fdef`` binds ``name`` anywhere in its own body other than as a parameter (``self = x``,
+    ``for self in ...``, ``except E as self``, a walrus, an import, a match capture, ``del self``)."""
+    stack: list[ast.AST] = list(fdef.body)  # type: ignore[attr-defined]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name):
+            if node.id == name and isinstance(node.ctx, (ast.Store, ast.Del)):
+                return True
+            continue
+        if isinstance(node, (*FUNCTIONS, ast.ClassDef)):
+            if node.name == name:
+                return True
+            stack.extend(node.decorator_list)
+            continue  # its body is another scope
+        if isinstance(node, (ast.Lambda, *COMPREHENSIONS)):
+            continue
+        if any(ident == name and role == "name" for _, ident, role in identifiers(node)):
+            return True
+        if isinstance(node, ast.alias) and (node.asname or node.name).split(".")[0] == name:
+            return True
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -145,9 +230,19 @@ class ModuleFacts:
         self.nodes: list[ast.AST] = list(ast.walk(tree))  # every pass below reuses this one walk
         self.aliases: dict[str, str] = {}  # local name -> canonical dotted path ("nl" -> "neuronxcc.nki.language")
         self._collect_imports()
+        self.rebound: set[str] = self._collect_rebound()
         self.tainted: set[str] = set(self.aliases)  # names that may hold a module or a module attribute
         self.param_taint: set[tuple[int, str]] = set()  # (id(function node), parameter) receiving module objects
         self.classes = {n.name for n in self.nodes if isinstance(n, ast.ClassDef)}
+        # names of the functions defined in this file's class bodies: what ``C.method(obj)`` would run unbound
+        self.methods = {
+            stmt.name
+            for n in self.nodes
+            if isinstance(n, ast.ClassDef)
+            for stmt in n.body
+            if isinstance(stmt, FUNCTIONS)
+        }
+        self.class_uses, self.type_uses = self._sanctioned_uses()
         self.functions: dict[str, list[ast.AST]] = {}  # module-level def name -> defs
         for node in tree.body:
             if isinstance(node, FUNCTIONS):
@@ -213,6 +308,90 @@ class ModuleFacts:
                 if path is not None and name not in self.aliases and name not in other:
                     self.aliases[name] = path
                     changed = True
+
+    def _sanctioned_uses(self) -> tuple[set[int], set[int]]:
+        """ids of the Name nodes where a class of this file may appear, and of the one-argument ``type(x)`` calls
+        that hand out nothing: a class is called (``C(...)``), tested (``isinstance(x, C)``, ``except C``,
+        ``type(x) is C``), raised, used as a base, or has a non-method attribute read (``C.SIZE``); ``type(x)`` is
+        compared or printed.  Anywhere else the class object escapes, and ``C.method(obj)`` -- reached through any
+        alias -- would run a method on an object that is not a ``C``."""
+        classes: set[int] = set()
+        types: set[int] = set()
+
+        def mark(node: ast.AST | None) -> None:
+            for n in node.elts if isinstance(node, ast.Tuple) else [node]:
+                if isinstance(n, ast.Name):
+                    classes.add(id(n))
+                elif _is_type_call(n):
+                    types.add(id(n))
+
+        for node in self.nodes:
+            if isinstance(node, ast.Call):
+                if isinstance(node.func, ast.Name):  # C(...); not type(x)(...): a new object of x's class (a forgery)
+                    classes.add(id(node.func))
+                callee = node.func.id if isinstance(node.func, ast.Name) else None
+                if callee in ("isinstance", "issubclass") and len(node.args) == 2:
+                    mark(node.args[1])
+                elif callee in ("print", "str", "repr", "format"):
+                    for arg in node.args:
+                        if _is_type_call(arg):
+                            mark(arg)
+            elif isinstance(node, ast.ClassDef):
+                for base in node.bases:
+                    mark(base)
+            elif isinstance(node, ast.ExceptHandler):
+                mark(node.type)
+            elif isinstance(node, ast.Raise):
+                mark(node.exc)
+            elif isinstance(node, ast.Compare):
+                for operand in (node.left, *node.comparators):
+                    if isinstance(operand, ast.Name) or _is_type_call(operand):
+                        mark(operand)
+            elif isinstance(node, ast.FormattedValue) and _is_type_call(node.value):
+                mark(node.value)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr not in self.methods:
+                classes.add(id(node.value))
+            # annotations name classes without handing them to anything (``__annotations__`` is out of reach)
+            annotation = (node.annotation if isinstance(node, (ast.arg, ast.AnnAssign))
+                          else node.returns if isinstance(node, FUNCTIONS) else None)
+            if annotation is not None:
+                classes.update(id(n) for n in ast.walk(annotation) if isinstance(n, ast.Name))
+        return classes, types
+
+    def _collect_rebound(self) -> set[str]:
+        """Import aliases that may hold something else somewhere in the file: bound otherwise (``nl = obj``, a
+        parameter, a loop target, a def, a capture ...) or imported from two different paths."""
+        imported: dict[str, set[str]] = {}
+        for node in self.nodes:
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    top = a.name.split(".")[0]
+                    imported.setdefault(a.asname or top, set()).add(a.name if a.asname else top)
+            elif isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    imported.setdefault(a.asname or a.name, set()).add(f"{node.module}.{a.name}")
+        rebound = {name for name, paths in imported.items() if len(paths) > 1}
+        for node in self.nodes:
+            if isinstance(node, (ast.Import, ast.ImportFrom, ast.alias)):
+                continue
+            if isinstance(node, ast.Name):
+                if isinstance(node.ctx, (ast.Store, ast.Del)):
+                    rebound.add(node.id)
+            elif isinstance(node, (*FUNCTIONS, ast.ClassDef)):
+                rebound.add(node.name)
+            else:
+                rebound.update(ident for _, ident, role in identifiers(node) if role == "name")
+        return rebound & set(self.aliases)
+
+    def module_path(self, node: ast.AST) -> str | None:
+        """Like :meth:`canonical`, but only for a name that holds the module everywhere (None for an alias rebound
+        anywhere in the file, ``import nki.language as nl; nl = obj``): the screen's lenient checks (a module's
+        function is not a list's ``append``, nki's ``load`` is not NumPy's) read this; its strict checks read
+        :meth:`canonical`, which also counts a rebound alias as the module."""
+        chain = name_chain(node.func if isinstance(node, ast.Call) else node)
+        if chain is None or chain[0] in self.rebound:
+            return None
+        return self.canonical(node)
 
     def canonical(self, node: ast.AST) -> str | None:
         """Dotted path of an expression via import aliases (``nl.add``: neuronxcc.nki.language.add)."""

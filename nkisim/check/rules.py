@@ -126,6 +126,14 @@ RULES: tuple[Rule, ...] = (
         "or with a metaclass (e.g. an ndarray subclass that fools comparisons)",
     ),
     Rule(
+        "SANDBOX-CLASS-ESCAPE",
+        SANDBOX,
+        ERROR,
+        "a class of the file used other than by calling it, reading a constant of it, testing or raising it "
+        "(C.method(obj) runs its method on an object that is not a C: 'self.x = ...' plants attributes on it), "
+        "or type(x) used other than in a comparison or a printout",
+    ),
+    Rule(
         "NKI-NESTED-FUNCTION",
         NKI_SUBSET,
         WARNING,

@@ -17,9 +17,11 @@ from nkisim.check.analysis import (
     FUNCTIONS,
     finally_exits,
     has_attribute_hop,
+    identifiers,
     is_dunder,
     is_super_call,
     namespace_of,
+    rebinds,
     root_name,
 )
 from nkisim.frontends import FRONT_ENDS
@@ -77,7 +79,11 @@ _ALLOWED_DUNDER_STORES = frozenset({"__all__"})
 # PEP 263 coding declaration, looked for on the first two lines as Python does.
 CODING = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
 SAFE_ENCODINGS = frozenset({"utf-8", "utf8", "utf_8", "utf-8-sig", "ascii", "us-ascii"})
-_FORMAT_PRIVATE = re.compile(r"\{[^{}]*\._")
+_FORMAT_PRIVATE = re.compile(r"\{[^{}]*\.(_|(" + "|".join(sorted(_INTROSPECTION_ATTRS)) + r")\b)")
+# str methods that read attributes named inside the string ("{0.attr}")
+_FORMAT_METHODS = frozenset({"format", "format_map"})
+# node kinds whose names the visitors above already screen (visit_Name, sandbox_function, sandbox_class, imports)
+_NAME_VISITED = frozenset({"Name", "FunctionDef", "AsyncFunctionDef", "ClassDef", "arg", "alias", "Global", "Nonlocal"})
 
 
 def _allowed_import(module: str) -> bool:
@@ -120,13 +126,23 @@ class SandboxRules:
         if isinstance(func, ast.Name):
             if func.id == "type" and len(node.args) + len(node.keywords) >= 3 and self.is_builtin("type"):
                 self.report("SANDBOX-TYPE3", node, "three-argument type() creates classes dynamically")
+            elif func.id == "type" and self.is_builtin("type") and id(node) not in self.facts.type_uses:
+                self.report("SANDBOX-CLASS-ESCAPE", node, "type(x) hands out the class of x: compare it "
+                            "(type(x) == T) or print it, or use isinstance(x, T)")
+        elif isinstance(func, ast.Attribute) and func.attr in _FORMAT_METHODS and not (
+            isinstance(func.value, ast.Constant) and isinstance(func.value.value, str)
+        ):
+            # "{0.__globals__}".format(f) reads attributes named in the string: only literal format strings,
+            # whose fields the screen reads (visit_Constant), may be formatted
+            self.report("SANDBOX-PRIVATE", node, f"'.{func.attr}()' of a string built at run time may read any "
+                        "attribute (\"{0.attr}\"): format a string literal or use an f-string")
         elif isinstance(func, ast.Attribute) and func.attr in _MUTATING_METHODS:
             # np.append(...) / nl.add(...) are module functions; np.sctypeDict.update(...),
             # type(x).table.clear() and d.update(...) with d = np.sctypeDict mutate shared state.
             receiver = func.value
             path = self.facts.canonical(receiver)
             root = root_name(receiver)
-            if path in _MODULE_PATHS or (root is not None and self._is_self(root.id)):
+            if self.facts.module_path(receiver) in _MODULE_PATHS or (root is not None and self._is_self(root.id)):
                 pass
             elif (isinstance(receiver, ast.Name) and path is not None) or (
                 not isinstance(receiver, (ast.Name, ast.Call)) and has_attribute_hop(receiver)
@@ -149,7 +165,7 @@ class SandboxRules:
             if isinstance(base, ast.Name) and path is None:
                 if base.id in self.facts.classes or (base.id in _SAFE_BASES and self.is_builtin(base.id)):
                     continue
-            elif path is not None and path.startswith("typing."):
+            elif path is not None and path.startswith("typing.") and self.facts.module_path(base) == path:
                 continue
             self.report("SANDBOX-CLASS-BASE", base, f"class '{node.name}' derives from '{ast.unparse(base)}'")
 
@@ -201,6 +217,10 @@ class SandboxRules:
             if name not in allowed:
                 self.report("SANDBOX-DUNDER", node, f"use of '{name}' is not allowed")
         elif isinstance(node.ctx, ast.Load):
+            if name in self.facts.classes and id(node) not in self.facts.class_uses:
+                self.report("SANDBOX-CLASS-ESCAPE", node, f"class '{name}' may only be called, tested, raised or "
+                            f"have a constant read here: {name}.method(obj) would run its method on an object that is "
+                            f"not a {name}")
             if name in _FORBIDDEN_BUILTINS and self.is_builtin(name):
                 self.report("SANDBOX-BUILTIN", node, f"builtin '{name}' is not allowed in kernel files")
             elif name.startswith("_") and name != "_" and not self._bound_anywhere(name):
@@ -228,18 +248,49 @@ class SandboxRules:
         attr = node.attr
         if attr == "__init__" and is_super_call(node.value):
             pass  # super().__init__(...) in a helper class's own __init__
-        elif attr.startswith("_"):
-            self.report("SANDBOX-PRIVATE", node, f"access to private attribute '.{attr}' is not allowed")
-        elif attr in _INTROSPECTION_ATTRS:
-            self.report("SANDBOX-INTROSPECTION", node, f"introspection attribute '.{attr}' is not allowed")
-        else:
+        elif self._check_attribute_name(attr, node, "."):
             self._check_attribute_path(node)
         self.generic_visit(node)
+
+    def _check_attribute_name(self, attr: str, node: ast.AST, shown: str) -> bool:
+        """The checks every attribute name gets, wherever the syntax carries it; True if it passed them."""
+        if attr.startswith("_"):
+            self.report("SANDBOX-PRIVATE", node, f"access to private attribute '{shown}{attr}' is not allowed")
+        elif attr in _INTROSPECTION_ATTRS:
+            self.report("SANDBOX-INTROSPECTION", node, f"introspection attribute '{shown}{attr}' is not allowed")
+        elif attr in _ESCAPE_ATTRS and shown != ".":
+            self.report("SANDBOX-MODULE-ESCAPE", node, f"reaching module '{attr}' through '{shown}{attr}' is not "
+                        "allowed")
+        elif attr in _IO_ATTRS and shown != ".":
+            self.report("SANDBOX-NUMPY-IO", node, f"file I/O '{shown}{attr}' is not allowed")
+        else:
+            return True
+        return False
+
+    def sandbox_identifiers(self, node: ast.AST) -> None:
+        """Identifiers outside the nodes with visitors of their own: a class pattern's keyword attributes
+        (``case object(__globals__=g)`` reads ``subject.__globals__``), capture and handler names, call keywords,
+        and any string field the identifier table (analysis.IDENTIFIER_ROLES) does not know, screened as an
+        attribute name."""
+        kind = type(node).__name__
+        for field, ident, role in identifiers(node):
+            if role == "attribute" and kind != "Attribute":
+                self._check_attribute_name(ident, node, f"{kind} {field} ")
+            elif role == "unknown":
+                self._check_attribute_name(ident, node, f"{kind}.{field} ")
+                if is_dunder(ident):
+                    self.report("SANDBOX-DUNDER", node, f"name '{ident}' ({kind}.{field}) is not allowed")
+            elif role == "keyword" and ident.startswith("_"):
+                code = "SANDBOX-DUNDER" if is_dunder(ident) else "SANDBOX-PRIVATE"
+                self.report(code, node, f"keyword argument '{ident}=' is not allowed")
+            elif role == "name" and is_dunder(ident) and kind not in _NAME_VISITED:
+                self.report("SANDBOX-DUNDER", node, f"name '{ident}' is not allowed")
 
     def _check_attribute_path(self, node: ast.Attribute) -> None:
         attr = node.attr
         receiver = self.facts.canonical(node.value)
-        nki_receiver = receiver is not None and namespace_of(receiver) is not None
+        module = self.facts.module_path(node.value)  # None if the alias is rebound anywhere (nl = arr; nl.tofile)
+        nki_receiver = module is not None and namespace_of(module) is not None
         if receiver is not None and receiver.split(".")[0] == "numpy":
             self._check_numpy_path([*receiver.split("."), attr], node)
             return
@@ -294,7 +345,11 @@ class SandboxRules:
             if self.scopes[i - 1].kind != "class" or not isinstance(node, FUNCTIONS):
                 return False
             params = [*node.args.posonlyargs, *node.args.args]
-            return bool(params) and params[0].arg == name
+            # semantically self: an undecorated method (a staticmethod's or classmethod's first parameter is
+            # whatever the caller passes), its first parameter never rebound (self = obj); that the method only
+            # runs bound to an instance of its class is SANDBOX-CLASS-ESCAPE's part (no C.method(obj))
+            return (bool(params) and params[0].arg == name and not node.decorator_list
+                    and not rebinds(node, name))
         return False
 
     def _check_store_target(self, target: ast.AST, verb: str) -> None:

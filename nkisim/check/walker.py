@@ -35,6 +35,12 @@ class Walker(ast.NodeVisitor):
         self.kernel_stack: list[tuple[ast.AST, str]] = []  # (outermost kernel/helper def, role)
         self._all_bound: set[str] | None = None
 
+    def visit(self, node: ast.AST):
+        """Every node's identifiers are screened by what they are (analysis.IDENTIFIER_ROLES), then its visitor
+        runs."""
+        self.sandbox_identifiers(node)  # type: ignore[attr-defined]
+        return super().visit(node)
+
     # reporting ---------------------------------------------------------------------------------------------
     def report(self, code: str, node: ast.AST, message: str) -> None:
         rule = RULES_BY_CODE[code]
