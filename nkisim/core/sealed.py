@@ -14,11 +14,12 @@ tests); kernel files live elsewhere.  Only class-level writes pay the frame chec
 calls and attribute reads are untouched.
 
 Not sealed, for speed: the classes the per-instruction path tests with ``isinstance`` (the tensor classes,
-index expressions, masks, dynamic indices, ``par_dim``, registers).  CPython answers ``isinstance(x, C)`` for a
-subclass or a miss without a call only when ``type(C) is type``; a metaclass costs ~100 ns per such check, +7-12%
-per instruction on the nki front end.  What a class attribute planted on them could change is not a trace record
-(those come from a view's private slots, ``core.access.operand``): a planted method runs kernel code on the
-kernel's own data, and a class attribute shadowing a slot breaks every tensor creation.
+index expressions, masks, dynamic indices, ``par_dim``, registers, the nki front end's dtype objects).  CPython
+answers ``isinstance(x, C)`` for a subclass or a miss without a call only when ``type(C) is type``; a metaclass
+costs ~100 ns per such check, +7-12% per instruction on the nki front end.  What a class attribute planted on them
+could change is not a trace record (those come from a view's private slots, ``core.access.operand``): a planted
+method runs kernel code on the kernel's own data, and a class attribute shadowing a slot breaks every tensor
+creation.
 """
 
 from __future__ import annotations

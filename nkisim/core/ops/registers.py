@@ -460,7 +460,7 @@ def while_loop(init: Register, body, make_register) -> None:
     _run_or_record(ctx, ("while", init, cond, recorded, nxt))
 
 
-class DynamicRange:
+class DynamicRange(metaclass=Sealed):
     """``nl.dynamic_range(start, stop, step)``: iterating it yields ONE register (the loop variable) and records the
     loop body the Python ``for`` statement runs; when the body ends, the executor runs it once per iteration."""
 

@@ -12,7 +12,7 @@ except ``dge_mode``, whose integers AWS's own nki-library kernels pass (see ``_d
 
 from __future__ import annotations
 
-import types
+import types as _types
 
 from nkisim.core import config as _config
 from nkisim.core import context as _ctx
@@ -590,7 +590,7 @@ for _name in ("dma_copy", "dma_transpose", "nc_matmul", "nc_transpose", "tensor_
               "rng", "set_rng_seed", "rand_set_state", "rand_get_state", "register_move", "register_load",
               "register_store"):
     globals()[_name] = _returns_instruction(globals()[_name])
-_INSTRUCTIONS = {_n for _n in globals() if isinstance(globals()[_n], types.FunctionType)
+_INSTRUCTIONS = {_n for _n in globals() if isinstance(globals()[_n], _types.FunctionType)
                  and getattr(globals()[_n], "__wrapped__", None) is not None}
 del _name
 # the other calls that make instructions go through the executor's wrapper too
