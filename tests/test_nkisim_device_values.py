@@ -381,3 +381,49 @@ def test_every_legacy_launch_keeps_dynamic_indices_from_python(launch):
         else:
             kernel(table, bad)
     assert LEGACY_SEEN == [False]
+
+
+def test_a_dynamic_loop_body_cannot_hand_the_executor_kernel_code():
+    """An argument of the kernel's own class would have its methods called by the executor once per iteration
+    (a ``__float__`` counting the trip count): refused when the body is recorded."""
+    class Counter:
+        def __float__(self):
+            SEEN.append("ran")
+            return 1.0
+
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nl.fori_loop(0, 3, lambda i: nisa.memset(dst=t, value=Counter()))
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    SEEN.clear()
+    with pytest.raises(NotImplementedError, match="passing a Counter"):
+        k(np.zeros((1, 1), np.float32))
+    assert SEEN == []
+
+
+@nki.jit
+def deep_dive_runtime_trip_count(input_tensor):
+    """The "Runtime trip count from a VirtualRegister" example of AWS's dynamic-loops deep dive
+    (nki/deep-dives/nki-dynamic-loops.rst): rows [i, i + 128) of a 512 x 512 input plus 2.0, i = 0, 128, 256, 384."""
+    out_tensor = nl.ndarray((512, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    start = nisa.register_alloc(0)
+    stop = nisa.register_alloc(512)
+    for i in nl.dynamic_range(start, stop, 128):
+        tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        result = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(src=input_tensor.ap([[512, 128], [1, 512]], scalar_offset=i), dst=tile)
+        nisa.tensor_scalar(dst=result, data=tile, op0=nl.add, operand0=2.0)
+        nisa.dma_copy(src=result, dst=out_tensor.ap([[512, 128], [1, 512]], scalar_offset=i))
+    return out_tensor
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_dynamic_loops_deep_dive_example_runs_as_documented():
+    x = np.random.default_rng(11).random((512, 512), dtype=np.float32)
+    np.testing.assert_allclose(deep_dive_runtime_trip_count(x), x + 2.0, rtol=1e-6)
+    run = run_kernel(deep_dive_runtime_trip_count, (x,), mode="timing")
+    assert sum(i.op == "tensor_scalar" for i in run.trace) == 4

@@ -254,15 +254,34 @@ def wrap_api(namespace: dict, exclude=()) -> None:
             namespace[name] = api(obj)
 
 
+_PLAIN = (Tensor, Register, int, float, complex, str, bytes, type(None), type(Ellipsis), slice, range, np.generic,
+          np.ndarray, np.dtype, type)
+
+
 def _freeze(x):
-    """Lists and dicts of arguments copied as they are at the call (the kernel may change them afterwards)."""
+    """A recorded argument as the executor will use it: lists and dicts copied as they are at the call (the kernel
+    may change them afterwards), and nothing whose methods are kernel code.  The executor runs the recorded call
+    once per iteration; an object of the kernel's own class (a ``__float__``, ``__index__`` or ``__eq__`` the
+    front end calls) would run kernel Python per iteration, which could count them: refused."""
     if isinstance(x, list):
         return [_freeze(v) for v in x]
     if isinstance(x, tuple):
         return tuple(_freeze(v) for v in x)
     if isinstance(x, dict):
         return {k: _freeze(v) for k, v in x.items()}
-    return x
+    if isinstance(x, _PLAIN) or _library_object(x):
+        return x
+    raise NotImplementedError(f"nkisim does not support passing a {type(x).__name__} to an instruction inside a "
+                              "dynamic loop body: pass tensors, registers, numbers or the API's own objects")
+
+
+def _library_object(x) -> bool:
+    """An object of nkisim's API or of NumPy (operators like ``nl.add``, enums, buffers, replica groups), not one the
+    kernel defined."""
+    mod = getattr(type(x), "__module__", "") or ""
+    if isinstance(x, (types.FunctionType, types.BuiltinFunctionType, np.ufunc)):
+        mod = getattr(x, "__module__", "") or ""
+    return mod.startswith(("nkisim.", "numpy", "ml_dtypes", "enum", "builtins")) or mod in ("nki", "neuronxcc")
 
 
 def _record(ctx: KernelContext, fn, args, kwargs):
