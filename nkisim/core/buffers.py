@@ -47,18 +47,15 @@ class BufferSpec(metaclass=Sealed):
 
 
 def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=None, provisional: bool = False,
-             ctx: KernelContext | None = None, site=None) -> Tensor:
+             ctx: KernelContext | None = None, site=None, hooked: bool = False) -> Tensor:
     """Create a tensor in ``buffer``; on-chip tensors are checked against the partition limit and capacity."""
     if ctx is None:
         ctx = current("nl.ndarray")
         ctx.settle()
-    hook = ctx.alloc_hook
-    if hook is not None:  # a dynamic loop body: allocated once when recorded, the same tensor in every iteration
-        return hook(lambda: _allocate(shape, dtype, buffer, name, fill, provisional, ctx, site))
-    return _allocate(shape, dtype, buffer, name, fill, provisional, ctx, site)
-
-
-def _allocate(shape, dtype, buffer, name, fill, provisional, ctx: KernelContext, site) -> Tensor:
+    if ctx.alloc_hook is not None and not hooked:
+        # a dynamic loop body (core.ops.registers): allocated once when recorded, the same tensor in every iteration
+        return ctx.alloc_hook(lambda: allocate(shape, dtype, buffer, name=name, fill=fill, provisional=provisional,
+                                               ctx=ctx, site=site, hooked=True))
     if buffer is None:
         buffer = SBUF_SPEC
     elif not isinstance(buffer, BufferSpec):

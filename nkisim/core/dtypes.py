@@ -147,7 +147,7 @@ def name(d: np.dtype) -> str:
     n = _NAMES.get(d)
     if n is None:
         n = _NAMES[d] = np.dtype(d).name
-    if n == "float32" and d.metadata is not None and is_tf32(d):
+    if n == "float32" and d is not F32 and is_tf32(d):  # plain float32 arrays share the canonical dtype object
         return "tfloat32"
     return n
 
