@@ -495,6 +495,7 @@ def dynamic_ap(t: Tensor, pattern, offset, source, indirect_dim: int, dtype, whe
     v = cls(static._a, static._v, 0, off=static._off)
     v._recipe = Recipe(t, [list(p) for p in pattern], None if offset is None else int(offset), source, stride, dtype,
                        where)
+    _dynamic_operand(v)  # the record the trace takes (core.access.operand reads the cached one): offset-free
     ctx = current("NkiTensor.ap")
     ctx.dyn_views = True
     from nkisim.core import context

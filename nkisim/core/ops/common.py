@@ -186,8 +186,7 @@ def deliver(ctx: KernelContext, ins, out: Tensor, values, mask, dst: Tensor | No
         if v.shape != out.shape:
             v = v.reshape(out.shape)
         write(out, execute.cast(v, out.dtype), mask)
-    if out._a.acc is not None:  # PSUM, in both modes: the accumulate rules read the flags
-        mark_written(out, mask)
+    mark_written(out, mask)  # in both modes: the accumulate rules read the flags
     return out
 
 

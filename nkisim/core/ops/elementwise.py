@@ -430,8 +430,7 @@ def tensor_copy_dynamic(src, dst=None, *, which: str, dtype=None, engine: Engine
         return finish(ctx, ins, out, values, m)
     if values is not None:
         write(out, execute.cast(values, out.dtype), m)
-    if out._a.acc is not None:  # PSUM, in both modes: the accumulate rules read the flags
-        mark_written(out)
+    mark_written(out)  # in both modes: the accumulate rules read the flags
     return out
 
 
