@@ -24,6 +24,7 @@ from nkisim.perf.costs import TargetCosts
 from nkisim.perf.model import CostModel
 
 _EPS = 1e-9
+_PSUM, _HBM = Buf.PSUM, Buf.HBM  # enum attribute lookups are slow on the per-instruction path
 
 
 class GapResource:
@@ -296,6 +297,115 @@ def _materialize(w: list, instrs: list[Instr], model: CostModel, gaps: dict, eng
     return done
 
 
+def _dependencies(ins: Instr, i: int, instrs: list[Instr], access: dict, dep: float, dep_pred: int, own,
+                  is_mm: bool, at_box: list):
+    """Dependency resolution: the time ``ins`` may start (RAW, WAR and WAW on overlapping rectangles of the same
+    physical buffer, explicit ``depends_on`` edges) and the instruction that bounds it, from the accesses recorded
+    so far (``access``: per buffer [writes, reads, prune threshold], see :func:`_record_accesses`).  Returns
+    (dep, dep_pred, the source and destination access entries, the elided PSUM zero-inits it reads, whether every
+    source byte is such a zero-init); placing the instruction on its resources is :func:`_schedule`'s."""
+    PSUM, HBM = _PSUM, _HBM
+    src_ents = []
+    src_const = True  # every source byte holds an elided PSUM zero-init (or was never written)
+    zeros_read = None  # the elided zero-inits this instruction reads
+    for o in ins.srcs:
+        r = o.region
+        if r.buf != PSUM:
+            src_const = False
+        key = r.phys * 4 + r.buf
+        ent = access.get(key)
+        if ent is None:
+            ent = access[key] = [[], [], 32]
+        src_ents.append((ent, r))
+        if not ent[0]:
+            continue
+        p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
+        for w in ent[0]:
+            if w[0] < p_hi and p_lo < w[1] and w[2] < b_hi and b_lo < w[3]:
+                if w[7] != 2:
+                    src_const = False
+                elif zeros_read is None:
+                    zeros_read = [w]
+                else:
+                    zeros_read.append(w)
+                t = w[8] if w[9] is own else w[4]
+                if t > dep:
+                    dep = t
+                    dep_pred = w[6]
+    dst_ents = []
+    for o in ins.dsts:
+        r = o.region
+        key = r.phys * 4 + r.buf
+        ent = access.get(key)
+        if ent is None:
+            ent = access[key] = [[], [], 32]
+        dst_ents.append((ent, r))
+        p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
+        if r.buf != HBM:
+            for w in ent[0]:
+                t = w[5] if (is_mm and w[7] == 1) else w[4]
+                if t > dep and w[0] < p_hi and p_lo < w[1] and w[2] < b_hi and b_lo < w[3]:
+                    dep = t
+                    dep_pred = w[6]
+        for rd in ent[1]:
+            if rd[4] > dep and rd[0] < p_hi and p_lo < rd[1] and rd[2] < b_hi and b_lo < rd[3]:
+                dep = rd[4]
+                dep_pred = rd[5]
+
+    after = ins.attrs.get("after") if ins.attrs else None
+    if after:  # explicit edges (nisa NkiInstruction.depends_on): wait for each producer's completion
+        at = at_box[0]
+        if at is None:
+            at = at_box[0] = _positions(instrs)
+        for s_ in after:
+            j = at.get(s_, -1)
+            if 0 <= j < i and instrs[j].end_ns > dep:
+                dep, dep_pred = instrs[j].end_ns, j
+    return dep, dep_pred, src_ents, dst_ents, zeros_read, src_const
+
+
+def _record_accesses(src_ents: list, dst_ents: list, i: int, read_done: float, done: float, pipe_done: float,
+                     kind: int, same_done: float, w_eng) -> None:
+    """Record instruction ``i``'s reads (done at ``read_done``) and writes (visible at ``done``; ``pipe_done`` for
+    a matmul accumulating after it, ``same_done`` for a same-engine consumer of ``w_eng``), dropping entries they
+    cover so later dependency checks stay short."""
+    for ent, r in src_ents:
+        reads = ent[1]
+        p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
+        # an earlier read this one covers and outlasts is redundant: a later writer overlapping it waits
+        # for this read anyway
+        while reads:
+            rd = reads[-1]
+            if rd[4] <= read_done and p_lo <= rd[0] and rd[1] <= p_hi and b_lo <= rd[2] and rd[3] <= b_hi:
+                reads.pop()
+            else:
+                break
+        reads.append([p_lo, p_hi, b_lo, b_hi, read_done, i])
+        if len(reads) > ent[2]:
+            reads[:] = _prune(reads, 4)
+            ent[2] = max(32, 2 * len(reads))
+    for ent, r in dst_ents:
+        p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
+        writes, reads = ent[0], ent[1]
+        while writes:
+            w = writes[-1]
+            if w[4] <= done and p_lo <= w[0] and w[1] <= p_hi and b_lo <= w[2] and w[3] <= b_hi:
+                writes.pop()
+            else:
+                break
+        while reads:
+            rd = reads[-1]
+            if rd[4] <= done and p_lo <= rd[0] and rd[1] <= p_hi and b_lo <= rd[2] and rd[3] <= b_hi:
+                reads.pop()
+            else:
+                break
+        writes.append([p_lo, p_hi, b_lo, b_hi, done, pipe_done, i, kind, same_done, w_eng])
+        if len(writes) + len(reads) > ent[2]:
+            writes[:] = _prune(writes, 4)
+            reads[:] = _prune_against(reads, writes)
+            ent[2] = max(32, 2 * (len(writes) + len(reads)))
+
+
 def _positions(instrs: list[Instr]) -> dict[int, int]:
     """Sequence number -> position in ``instrs``.  Explicit edges (``attrs['after']``) name producers by their
     sequence number in the whole trace; the list scheduled may be one core's share of an SPMD trace
@@ -371,7 +481,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
     if tc.vector_same_engine_latency_cycles is not None:
         same_lat[Engine.VECTOR] = tc.vector_same_engine_latency_cycles / tc.vector_ghz
     DMA = Engine.DMA
-    at = None  # sequence number -> position in ``instrs``, built on the first explicit edge (_positions)
+    at_box = [None]  # sequence number -> position in ``instrs``, built on the first explicit edge (_positions)
 
     for i, ins in enumerate(instrs):
         if i == next_fence:
@@ -385,61 +495,8 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
         dep_pred = floor_pred
         own = ins.engine if ins.engine in same_lat else None  # a same-engine producer's result is forwarded
         # ---- dependencies -------------------------------------------------------------------------------
-        src_ents = []
-        src_const = True  # every source byte holds an elided PSUM zero-init (or was never written)
-        zeros_read = None  # the elided zero-inits this instruction reads
-        for o in ins.srcs:
-            r = o.region
-            if r.buf != PSUM:
-                src_const = False
-            key = r.phys * 4 + r.buf
-            ent = access.get(key)
-            if ent is None:
-                ent = access[key] = [[], [], 32]
-            src_ents.append((ent, r))
-            if not ent[0]:
-                continue
-            p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
-            for w in ent[0]:
-                if w[0] < p_hi and p_lo < w[1] and w[2] < b_hi and b_lo < w[3]:
-                    if w[7] != 2:
-                        src_const = False
-                    elif zeros_read is None:
-                        zeros_read = [w]
-                    else:
-                        zeros_read.append(w)
-                    t = w[8] if w[9] is own else w[4]
-                    if t > dep:
-                        dep = t
-                        dep_pred = w[6]
-        dst_ents = []
-        for o in ins.dsts:
-            r = o.region
-            key = r.phys * 4 + r.buf
-            ent = access.get(key)
-            if ent is None:
-                ent = access[key] = [[], [], 32]
-            dst_ents.append((ent, r))
-            p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
-            if r.buf != HBM:
-                for w in ent[0]:
-                    t = w[5] if (is_mm and w[7] == 1) else w[4]
-                    if t > dep and w[0] < p_hi and p_lo < w[1] and w[2] < b_hi and b_lo < w[3]:
-                        dep = t
-                        dep_pred = w[6]
-            for rd in ent[1]:
-                if rd[4] > dep and rd[0] < p_hi and p_lo < rd[1] and rd[2] < b_hi and b_lo < rd[3]:
-                    dep = rd[4]
-                    dep_pred = rd[5]
-
-        after = ins.attrs.get("after") if ins.attrs else None
-        if after:  # explicit edges (nisa NkiInstruction.depends_on): wait for each producer's completion
-            if at is None:
-                at = _positions(instrs)
-            for s_ in after:
-                j = at.get(s_, -1)
-                if 0 <= j < i and instrs[j].end_ns > dep:
-                    dep, dep_pred = instrs[j].end_ns, j
+        dep, dep_pred, src_ents, dst_ents, zeros_read, src_const = _dependencies(
+            ins, i, instrs, access, dep, dep_pred, own, is_mm, at_box)
 
         if zeros_read is not None and not (ins.op == "tensor_copy" and src_const and ins.dsts
                                            and ins.dsts[0].region.buf == PSUM):
@@ -603,41 +660,7 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
             last_done = i
 
         # ---- record accesses --------------------------------------------------------------------------
-        for ent, r in src_ents:
-            reads = ent[1]
-            p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
-            # an earlier read this one covers and outlasts is redundant: a later writer overlapping it waits
-            # for this read anyway
-            while reads:
-                rd = reads[-1]
-                if rd[4] <= read_done and p_lo <= rd[0] and rd[1] <= p_hi and b_lo <= rd[2] and rd[3] <= b_hi:
-                    reads.pop()
-                else:
-                    break
-            reads.append([p_lo, p_hi, b_lo, b_hi, read_done, i])
-            if len(reads) > ent[2]:
-                reads[:] = _prune(reads, 4)
-                ent[2] = max(32, 2 * len(reads))
-        for ent, r in dst_ents:
-            p_lo, p_hi, b_lo, b_hi = r.p_lo, r.p_hi, r.b_lo, r.b_hi
-            writes, reads = ent[0], ent[1]
-            while writes:
-                w = writes[-1]
-                if w[4] <= done and p_lo <= w[0] and w[1] <= p_hi and b_lo <= w[2] and w[3] <= b_hi:
-                    writes.pop()
-                else:
-                    break
-            while reads:
-                rd = reads[-1]
-                if rd[4] <= done and p_lo <= rd[0] and rd[1] <= p_hi and b_lo <= rd[2] and rd[3] <= b_hi:
-                    reads.pop()
-                else:
-                    break
-            writes.append([p_lo, p_hi, b_lo, b_hi, done, pipe_done, i, kind, same_done, w_eng])
-            if len(writes) + len(reads) > ent[2]:
-                writes[:] = _prune(writes, 4)
-                reads[:] = _prune_against(reads, writes)
-                ent[2] = max(32, 2 * (len(writes) + len(reads)))
+        _record_accesses(src_ents, dst_ents, i, read_done, done, pipe_done, kind, same_done, w_eng)
 
     sch.makespan_ns = makespan
     sch.pred = pred
