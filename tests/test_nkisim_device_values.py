@@ -427,3 +427,25 @@ def test_the_dynamic_loops_deep_dive_example_runs_as_documented():
     np.testing.assert_allclose(deep_dive_runtime_trip_count(x), x + 2.0, rtol=1e-6)
     run = run_kernel(deep_dive_runtime_trip_count, (x,), mode="timing")
     assert sum(i.op == "tensor_scalar" for i in run.trace) == 4
+
+
+def test_item_assignment_into_a_run_time_offset_view_writes_where_the_register_points():
+    """``dst[...] = tile`` is an instruction too: its run-time-offset destination is resolved by the executor."""
+    @nki.jit
+    def k(x, k_in):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        zeros = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=zeros, value=0.0)
+        nisa.dma_copy(dst=out, src=zeros)
+        k_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=k_sb, src=k_in)
+        r = nisa.register_alloc()
+        nisa.register_load(r, k_sb)
+        row = nl.load(x[0:1, :])
+        out.ap([[x.shape[1], 1], [1, x.shape[1]]], scalar_offset=r, indirect_dim=0)[...] = row
+        return out
+
+    x = np.arange(4 * 6, dtype=np.float32).reshape(4, 6)
+    want = np.zeros_like(x)
+    want[2] = x[0]
+    np.testing.assert_array_equal(k(x, _k(2)), want)

@@ -416,6 +416,8 @@ def _from_kernel_code() -> bool:
 
 def _refuse(name: str):
     def method(self, *args, **kwargs):
+        if name == "__getitem__" and args and args[0] is Ellipsis:
+            return self  # the whole view (``t[...] = x``): nothing derived
         if _from_kernel_code():
             fail("nkisim_view", name=self.name, op=name, detail="the view has a run-time offset (scalar_offset, "
                  "vector_offset or a dynamic select: is_indirect() is True), so no view can be derived from it "

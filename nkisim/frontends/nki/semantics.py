@@ -9,6 +9,7 @@ documents views and ``__setitem__`` only; computation is ``nl.<op>(x, y)`` or an
 
 from __future__ import annotations
 
+from nkisim.core.ops import registers as _reg
 from nkisim.core.semantics import Semantics
 
 _SYMBOL = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "less": "<", "less_equal": "<=",
@@ -26,6 +27,7 @@ class NkiSemantics(Semantics):
             f"nl.{alu}(x, y), which returns a new tile, or write into a tile you allocated with "
             f"nisa.tensor_tensor(dst, x, y, op=nl.{alu}) / nisa.tensor_scalar(dst, x, op0=nl.{alu}, operand0=c)")
 
+    @_reg.api  # an instruction: a run-time-offset view among its operands is resolved first (core.ops.registers)
     def assign(self, dst, value) -> None:
         from nkisim.core.context import current
 
