@@ -177,5 +177,35 @@ def step6(img, filters):
     return _filters_outside(img, filters, 64)
 
 
+@nki.jit
+def step6_as_compiled(img, filters):
+    """Step 6 as the seed's profile shows the compiler ran it (512 ``tensor_tensor`` + 512 ``tensor_reduce``): each
+    group of 128 output columns one multiply of the ``[128, 128, K]`` window view by the PSUM filters broadcast over
+    the columns, and one sum over the taps.  Same values as step 6; not a calibration row: it shows that the
+    model's 18.7x on step 6 is the compiler's loop vectorisation, which nkisim does not do (nkisim/perf/MODEL.md,
+    issue 33)."""
+    n_img, n_ct, width, k, p = _shapes(img, filters)
+    pad = k // 2
+    g = 128
+    assert width % g == 0
+    out = nl.ndarray((n_img, n_ct * p, 1, width), dtype=img.dtype, buffer=nl.hbm)
+    i_p = nl.arange(p)[:, None, None]
+    i_w = nl.arange(g)[None, :, None]
+    i_k = nl.arange(k)[None, None, :]
+    for ct in nl.affine_range(n_ct):
+        filt_sb = nl.load(filters[ct * p:(ct + 1) * p, 0, 0, :])
+        filt_ps = nl.ndarray((p, k), dtype=nl.float32, buffer=nl.psum)
+        filt_ps[...] = nisa.tensor_copy(filt_sb, dtype=nl.float32)
+        for n in nl.affine_range(n_img):
+            img_t = nl.zeros((p, width + 2 * pad), dtype=img.dtype, buffer=nl.sbuf)
+            img_t[:, pad:pad + width] = nl.load(img[n, ct * p:(ct + 1) * p, 0, :])
+            out_t = nl.ndarray((p, width), dtype=img.dtype, buffer=nl.sbuf)
+            for b in nl.affine_range(width // g):
+                prod = nl.multiply(img_t[i_p, b * g + i_w + i_k], filt_ps[i_p, i_k])
+                out_t[:, b * g:(b + 1) * g] = nl.sum(prod, axis=2)
+            nl.store(out[n, ct * p:(ct + 1) * p, 0, :], out_t)
+    return out
+
+
 STEPS = (step0, step1, step2, step3, step4, step5, step6)
 """In seed order; index = step number."""
