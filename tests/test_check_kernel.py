@@ -247,6 +247,10 @@ CASES: list[tuple[str, str, str]] = [
     ("class-alias",
      "class Plant:\n    def put(self, v):\n        self.kind = v\nP = Plant  # <-\nP.put(nl.sbuf, 'psum')\n",
      "SANDBOX-CLASS-ESCAPE"),
+    ("subclass-alias",
+     "class Plant:\n    def put(self, v):\n        self.items.append(v)\nclass Sub(Plant):\n    pass\n"
+     "S = Sub  # <-\n",
+     "SANDBOX-CLASS-ESCAPE"),
     ("class-as-argument",
      "class Plant:\n    def put(self, v):\n        self.kind = v\n"
      "def run(c):\n    c.put(nl.sbuf, 0)\nrun(Plant)  # <-\n",
@@ -649,10 +653,20 @@ def test_classes_of_the_file_stay_usable_the_honest_ways():
         class Oops(ValueError):
             pass
 
+        class Helpers:
+            @staticmethod
+            def double(x):
+                return 2 * x
+
+            def area(self):
+                return self.n * self.n
+
+        H = Helpers
+
         def helper(c: Cfg) -> Cfg:
             if not isinstance(c, Cfg) or type(c) != Cfg:
                 raise Oops(f"bad {type(c)}")
-            return c.grow(Cfg.SIZE)
+            return c.grow(Cfg.SIZE + Helpers.double(1) + H.area(c))
 
         @nki.jit
         def k(a):

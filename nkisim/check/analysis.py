@@ -99,6 +99,39 @@ def identifiers(node: ast.AST) -> Iterator[tuple[str, str, str]]:
             yield field, name, role
 
 
+# list/set/dict methods that change their receiver
+MUTATING_METHODS = frozenset("append extend insert remove pop popitem clear update setdefault add discard".split())
+
+
+def writes_through(fdef: ast.AST, name: str) -> bool:
+    """True if function ``fdef`` writes through ``name`` in its own body: an attribute or item store or delete
+    rooted at it (``name.x = v``, ``name.a[k] += v``, ``del name.x``) or a mutating call on something it reaches
+    (``name.items.append(v)``)."""
+    stack: list[ast.AST] = list(fdef.body)  # type: ignore[attr-defined]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (*FUNCTIONS, ast.ClassDef, ast.Lambda, *COMPREHENSIONS)):
+            continue  # another scope
+        targets: list[ast.AST] = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+            targets = [node.target]
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            targets = [node.optional_vars]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in MUTATING_METHODS):
+            targets = [ast.Subscript(value=node.func.value, slice=ast.Constant(0), ctx=ast.Store())]
+        for target in targets:
+            for t in ast.walk(target):
+                if isinstance(t, (ast.Attribute, ast.Subscript)):
+                    root = root_name(t)
+                    if root is not None and root.id == name:
+                        return True
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
 def _is_type_call(node: ast.AST | None) -> bool:
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type"
             and len(node.args) == 1 and not node.keywords)
@@ -234,14 +267,10 @@ class ModuleFacts:
         self.tainted: set[str] = set(self.aliases)  # names that may hold a module or a module attribute
         self.param_taint: set[tuple[int, str]] = set()  # (id(function node), parameter) receiving module objects
         self.classes = {n.name for n in self.nodes if isinstance(n, ast.ClassDef)}
-        # names of the functions defined in this file's class bodies: what ``C.method(obj)`` would run unbound
-        self.methods = {
-            stmt.name
-            for n in self.nodes
-            if isinstance(n, ast.ClassDef)
-            for stmt in n.body
-            if isinstance(stmt, FUNCTIONS)
-        }
+        # the methods of this file's classes that write through their first parameter (``self.x = ...``,
+        # ``self.items.append(...)``): run unbound, ``C.method(obj)`` writes into ``obj``; the classes holding one
+        # (or inheriting one from a class of the file) must not escape (SANDBOX-CLASS-ESCAPE)
+        self.methods, self.risky_classes = self._privileged_methods()
         self.class_uses, self.type_uses = self._sanctioned_uses()
         self.functions: dict[str, list[ast.AST]] = {}  # module-level def name -> defs
         for node in tree.body:
@@ -308,6 +337,28 @@ class ModuleFacts:
                 if path is not None and name not in self.aliases and name not in other:
                     self.aliases[name] = path
                     changed = True
+
+    def _privileged_methods(self) -> tuple[set[str], set[str]]:
+        methods: set[str] = set()
+        risky: set[str] = set()
+        bases: dict[str, set[str]] = {}
+        for cls in (n for n in self.nodes if isinstance(n, ast.ClassDef)):
+            bases.setdefault(cls.name, set()).update(b.id for b in cls.bases if isinstance(b, ast.Name))
+            for stmt in cls.body:
+                if not isinstance(stmt, FUNCTIONS) or stmt.decorator_list:
+                    continue  # a decorated method's first parameter is not self (sandbox _is_self)
+                params = [*stmt.args.posonlyargs, *stmt.args.args]
+                if params and writes_through(stmt, params[0].arg):
+                    methods.add(stmt.name)
+                    risky.add(cls.name)
+        changed = True
+        while changed:  # a subclass of a risky class of the file inherits its methods
+            changed = False
+            for name, parents in bases.items():
+                if name not in risky and parents & risky:
+                    risky.add(name)
+                    changed = True
+        return methods, risky
 
     def _sanctioned_uses(self) -> tuple[set[int], set[int]]:
         """ids of the Name nodes where a class of this file may appear, and of the one-argument ``type(x)`` calls

@@ -129,9 +129,9 @@ RULES: tuple[Rule, ...] = (
         "SANDBOX-CLASS-ESCAPE",
         SANDBOX,
         ERROR,
-        "a class of the file used other than by calling it, reading a constant of it, testing or raising it "
-        "(C.method(obj) runs its method on an object that is not a C: 'self.x = ...' plants attributes on it), "
-        "or type(x) used other than in a comparison or a printout",
+        "a class of the file whose methods write through self used other than by calling it, reading a constant "
+        "of it, testing or raising it (C.method(obj) runs the method on an object that is not a C: 'self.x = ...' "
+        "plants attributes on it), or type(x) used other than in a comparison or a printout",
     ),
     Rule(
         "NKI-NESTED-FUNCTION",

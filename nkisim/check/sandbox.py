@@ -15,6 +15,7 @@ import re
 
 from nkisim.check.analysis import (
     FUNCTIONS,
+    MUTATING_METHODS,
     finally_exits,
     has_attribute_hop,
     identifiers,
@@ -65,7 +66,7 @@ _INTROSPECTION_ATTRS = frozenset(
     # typing's evaluators run annotation strings through eval().
     "get_type_hints ForwardRef get_annotations".split()
 )
-_MUTATING_METHODS = frozenset("append extend insert remove pop popitem clear update setdefault add discard".split())
+_MUTATING_METHODS = MUTATING_METHODS
 _FILE_OUTPUT_KWARGS = frozenset({"save_neff_name", "save_trace_name", "artifacts_dir", "working_directory"})
 _CATCH_ALL = frozenset({"BaseException", "SystemExit", "KeyboardInterrupt", "GeneratorExit"})
 # Dunder methods a helper class may define; others (__eq__, __array__, __getattr__, __del__, ...) could fool
@@ -217,7 +218,7 @@ class SandboxRules:
             if name not in allowed:
                 self.report("SANDBOX-DUNDER", node, f"use of '{name}' is not allowed")
         elif isinstance(node.ctx, ast.Load):
-            if name in self.facts.classes and id(node) not in self.facts.class_uses:
+            if name in self.facts.risky_classes and id(node) not in self.facts.class_uses:
                 self.report("SANDBOX-CLASS-ESCAPE", node, f"class '{name}' may only be called, tested, raised or "
                             f"have a constant read here: {name}.method(obj) would run its method on an object that is "
                             f"not a {name}")
