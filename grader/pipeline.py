@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import platform
 import resource
 import threading
 import time
@@ -30,13 +29,12 @@ import numpy as np
 from grader import apis, plausibility, policy, problems, ranking, refcache, seeds, thresholds
 from grader.calibrate import ensure_reference_timings
 from grader.judge import judge_output
+from grader.recording import build_record, error_record, now, tool_versions
 from grader.records import CaseRecord, GradeConfig, GradeRecord, RecordStatus, Status, TestResult, Verdict
 from grader.rubric import Rubric, RubricError, TestSpec, load_rubric
 from grader.runner import CaseRun, ImportCheck, check_import, run_case
 from grader.sandbox import detect_isolation
 from grader.submission import Submission, load_submission
-
-GRADER_VERSION = "1.0.0"
 
 
 class GraderError(RuntimeError):
@@ -58,10 +56,6 @@ def resolve_backend(name: str) -> str:
         raise GraderError("--backend neuron needs a real NKI toolchain (the `nki` package, or neuronx-cc with "
                           "neuronxcc.nki): " + "; ".join(f"{tc.api}: {tc.detail}" for tc in chains))
     return "nkisim"
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _input_key(problem: problems.Problem, case: dict[str, Any]) -> str:
@@ -401,7 +395,8 @@ class _Grading:
         if self.backend == "nkisim":
             from nkisim.perf import estimate
 
-            trace = run.trace if verify else plausibility.without_unchecked_promises(run.trace)
+            # hints nkisim granted without checking them (listed in the trace; none when values were computed) are off
+            trace = plausibility.without_unchecked_promises(run.trace)
             report = estimate(trace, self.config.target)
             latency = float(report.nc_latency_us)
             # the report's fields without the critical path and the schedule (report.to_dict() deep-copies the
@@ -482,7 +477,7 @@ def _run_phases(grading: _Grading, tests: tuple[TestSpec, ...], workers: int) ->
 
 def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
     """Grade an already-read submission (raises GraderError / RubricError for grader-side problems)."""
-    started_at, t0, cpu0 = _now(), time.perf_counter(), _cpu_seconds()
+    started_at, t0, cpu0 = now(), time.perf_counter(), _cpu_seconds()
     rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
     backend = resolve_backend(config.backend)
     if config.target not in ("trn2", "trn1"):
@@ -496,7 +491,7 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
     results = _run_phases(grading, rubric.tests, max(1, config.workers))
     failed = [r for r in results if r.status == Status.GRADER_ERROR]
     cpu_grader, cpu_kernels = (b - a for a, b in zip(cpu0, _cpu_seconds()))
-    return _record(
+    return build_record(
         sub.path,
         config,
         student=sub.student,
@@ -531,56 +526,6 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
     )
 
 
-def _record(
-    path: str,
-    config: GradeConfig,
-    *,
-    student: str,
-    content_hash: str,
-    rubric: Rubric | None,
-    backend: str,
-    seed: int | None,
-    status: RecordStatus,
-    tests: list[TestResult],
-    started_at: str,
-    seconds: float,
-    tool_version: str,
-    isolation: list[str],
-    error: str | None,
-    **extra: Any,
-) -> GradeRecord:
-    """The one place a GradeRecord is assembled (a grading's and an error's): the rubric's identity and points
-    (none when it could not be read), the seed as recorded (a secret class seed only by its fingerprint) and
-    the score (the sum of the tests' scores)."""
-    secret = config.seed_mode == "secret"
-    return GradeRecord(
-        student=student,
-        submission=path,
-        content_hash=content_hash,
-        rubric_sha256=rubric.sha256 if rubric else "",
-        rubric_title=rubric.title if rubric else "autograder",
-        tool_version=tool_version,
-        grader_version=GRADER_VERSION,
-        backend=backend,
-        target=config.target,
-        seed=-1 if secret or seed is None else seed,
-        seed_mode=config.seed_mode,
-        seed_fingerprint=seeds.fingerprint(seed) if secret and seed is not None else "",
-        status=status,
-        score=round(sum((r.score for r in tests), 0.0), 6),
-        max_score=rubric.total_points if rubric else 0.0,
-        base_points=rubric.base_points if rubric else 0.0,
-        tests=tests,
-        started_at=started_at,
-        seconds=seconds,
-        isolation=isolation,
-        python=platform.python_version(),
-        config=config.to_dict(),
-        error=error,
-        **extra,
-    )
-
-
 def _ranking_view(r: TestResult) -> dict[str, Any]:
     return {"id": r.id, "kind": r.kind, "status": r.status, "latency_us": r.latency_us, "mfu": r.mfu,
             "timing_counts": r.timing_counts}
@@ -601,59 +546,6 @@ def effective_seed(rubric: Rubric, content_hash: str, config: GradeConfig) -> in
     return problems.submission_seed(rubric.seed, content_hash) if config.seed is None else int(config.seed)
 
 
-def tool_versions(backend: str, toolchains: dict[str, dict[str, str]] | None = None) -> dict[str, str]:
-    import nkisim
-
-    versions = {
-        "grader": GRADER_VERSION,
-        "nkisim": nkisim.__version__,
-        "nkisim_sources": thresholds.perf_fingerprint(),
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-    }
-    for chain in (toolchains or {}).values():  # the SDK that ran each API's kernels on Trainium
-        if chain["backend"].startswith("neuron-") and chain.get("sdk"):
-            tool, _, version = chain["sdk"].partition(" ")
-            versions[tool] = version
-    return versions
-
-
-def error_record(
-    path: str,
-    config: GradeConfig,
-    message: str,
-    student: str = "",
-    content_hash: str = "",
-    started_at: str | None = None,
-    seconds: float = 0.0,
-) -> GradeRecord:
-    """The record of a grading that could not run at all (written so Gradescope/CI still get results)."""
-    try:
-        rubric: Rubric | None = load_rubric(config.rubric_path).select(list(config.only) or None)
-    except Exception:  # noqa: BLE001
-        rubric = None
-    try:
-        tool = thresholds.tool_version()
-    except Exception:  # noqa: BLE001
-        tool = "unknown"
-    return _record(
-        path,
-        config,
-        student=student,
-        content_hash=content_hash,
-        rubric=rubric,
-        backend=config.backend,
-        seed=config.seed,
-        status=RecordStatus.ERROR,
-        tests=[],
-        started_at=started_at or _now(),
-        seconds=seconds,
-        tool_version=tool,
-        isolation=[],
-        error=message,
-    )
-
-
 def grade_submission(
     submission_path: str | Path, out_dir: str | Path | None, config: GradeConfig, student: str | None = None
 ) -> GradeRecord:
@@ -664,7 +556,7 @@ def grade_submission(
     """
     from grader import reports
 
-    started_at, t0 = _now(), time.perf_counter()
+    started_at, t0 = now(), time.perf_counter()
     sub = load_submission(submission_path, student)
     try:
         record = grade_loaded(sub, config)

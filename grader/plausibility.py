@@ -32,7 +32,6 @@ from grader import problems
 from grader.records import Status, TestResult
 
 FLAG = "flagged for course staff"
-_PROMISE_HINTS = ("is_stationary_onezero", "is_moving_onezero", "is_transpose")
 
 
 def findings(inv: problems.Invocation, latency_us: float, target: str, trace: Any = None) -> list[str]:
@@ -74,15 +73,17 @@ def findings(inv: problems.Invocation, latency_us: float, target: str, trace: An
 
 
 def without_unchecked_promises(trace: Any) -> Any:
-    """The trace of a timed run whose values were not computed (``verify_performance_outputs = false``), with the
-    nc_matmul hints whose speed-up rests on a promise about the data (onezero, transpose mode) dropped: nkisim
-    checks those promises on the values (docs/grading-security.md, G3/G4), so unchecked they are costed on the
-    conservative side, as plain matmuls.  The matmuls nkisim itself inserts for a partition broadcast (attr
-    ``partition_broadcast``: the compiler's ones stationary, 0/1 by construction, G6) keep theirs."""
+    """``trace`` with the hints nkisim granted without checking their promise turned off, so they are costed on
+    the conservative side.  nkisim decides and says which (``nkisim.core.instr.UNVERIFIED``: the nc_matmul
+    onezero and transpose-mode hints of a run whose values were not computed, i.e. a timed run when
+    ``verify_performance_outputs = false``; docs/grading-security.md G3/G4); hints it checked on the values, or that
+    hold by construction (a partition broadcast's ones, G6), are not listed and keep their speed-up."""
+    from nkisim.core.instr import UNVERIFIED
+
     for ins in trace.instrs:
-        if ins.op == "nc_matmul" and any(ins.attrs.get(h) for h in _PROMISE_HINTS) \
-                and not ins.attrs.get("partition_broadcast"):
-            ins.attrs = {**ins.attrs, **{h: False for h in _PROMISE_HINTS}}
+        hints = ins.attrs.get(UNVERIFIED)
+        if hints:
+            ins.attrs = {**ins.attrs, **dict.fromkeys(hints, False)}
     return trace
 
 

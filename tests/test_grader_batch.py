@@ -183,7 +183,8 @@ def test_batch_resume_after_kill_9_grades_each_submission_exactly_once(tmp_path)
 
 
 def test_overview_and_gradebook_list_results_near_a_target(tmp_path):
-    from grader.batch import JobResult, overview_markdown, write_gradebook
+    from grader.batch import JobResult
+    from grader.batch_reports import overview_markdown, write_gradebook
 
     near = JobResult("ana", "ana.zip", "graded", score=10, base_points=10, tests={"speed": 2.0},
                      test_status={"speed": "passed"}, latencies={"speed": 96.0}, near_boundary={"speed": 0.04})

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nkisim.perf.html_profile import ProfileData, model_version, profile_run, render_page, write_html
+from nkisim.measure import profile_run
+from nkisim.perf.html_profile import ProfileData, model_version, render_page, write_html
 from nkisim.perf.perfetto import trace_events
 from nkisim.perf.summary import format_summary
 from nkisim.perf.timeline import CRITICAL_LANE, build_timeline

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from nkisim.measure import profile_run
 from nkisim.perf.browser import launch, unavailable_reason
-from nkisim.perf.html_profile import profile_run, write_html
+from nkisim.perf.html_profile import write_html
 
 REASON = unavailable_reason()
 pytestmark = [pytest.mark.skipif(REASON is not None, reason=REASON or ""), pytest.mark.xdist_group("browser")]

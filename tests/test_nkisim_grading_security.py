@@ -107,6 +107,24 @@ def test_a_onezero_hint_on_other_fp32_data_is_an_error():
         run_kernel(_mm_kernel(is_stationary_onezero=True), (st, mv), target="trn1")
 
 
+def test_the_trace_says_which_promises_went_unchecked():
+    """nkisim records in the trace the hints it granted without checking them (a timing-mode run has no values):
+    the grader turns exactly those off when it does not verify outputs (grader/plausibility.py), and names no
+    hint itself."""
+    from nkisim.core.instr import UNVERIFIED
+
+    rng = np.random.default_rng(2)
+    st = (rng.random((128, 128)) < 0.5).astype(np.float32)
+    mv = rng.random((128, 512), dtype=np.float32)
+    kernel = _mm_kernel(is_stationary_onezero=True)
+    (timed,) = [i for i in run_kernel(kernel, (st, mv), mode="timing").trace.instrs if i.op == "nc_matmul"]
+    assert timed.attrs[UNVERIFIED] == ["is_stationary_onezero"] and timed.attrs["is_stationary_onezero"] is True
+    (checked,) = [i for i in run_kernel(kernel, (st, mv)).trace.instrs if i.op == "nc_matmul"]
+    assert UNVERIFIED not in checked.attrs  # full mode checked the promise on the values
+    (plain,) = [i for i in run_kernel(_mm_kernel(), (st, mv), mode="timing").trace.instrs if i.op == "nc_matmul"]
+    assert UNVERIFIED not in plain.attrs
+
+
 def test_a_onezero_hint_on_16_bit_data_has_no_effect():
     rng = np.random.default_rng(3)
     st = rng.random((128, 128), dtype=np.float32).astype(np.float16)

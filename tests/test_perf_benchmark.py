@@ -9,8 +9,9 @@ import pytest
 
 from nkisim.calibration import load_kernels
 from nkisim.core.runtime import run_kernel
+from nkisim.measure import run_benchmark
 from nkisim.perf import estimate
-from nkisim.perf.benchmark import PERCENTILES, run_benchmark
+from nkisim.perf.benchmark import PERCENTILES
 
 
 @pytest.fixture(scope="module")

@@ -43,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import vector_add_2025
 
+    from nkisim.measure import profile_run
     from nkisim.perf.browser import launch, unavailable_reason
-    from nkisim.perf.html_profile import profile_run, write_html
+    from nkisim.perf.html_profile import write_html
 
     v = np.ones(args.n, dtype=np.float32)
     t = time.perf_counter()

@@ -19,7 +19,7 @@ VIEWPORT = {"width": 1400, "height": 1000}
 
 def conv_profile(dtype: str = "float16", title: str | None = None):
     """ProfileData of the part-2 reference kernel (the student's part2/conv2d.py when the staff copy is absent)."""
-    from nkisim.perf.html_profile import profile_run
+    from nkisim.measure import profile_run
 
     sys.path.insert(0, str(REPO / "part2"))
     import test_harness as harness

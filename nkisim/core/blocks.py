@@ -17,7 +17,7 @@ tensor lives; :func:`finish`, run once the kernel has returned, (1) hands an SBU
 every block's live interval counted to the compiler's spilling (``core.spill``: each block a location of its
 own), else (2) gives the cost model the physical tiles: blocks are assigned to ``k`` physical slots,
 least recently freed first, ``k`` = the blocks live at once, raised to the rotation depth of a loop-local tile
-(``memory.ROTATION_DEPTH`` + 1: the compiler's multi-buffering, as for a tile allocated inside a loop) where SBUF
+(``sites.ROTATION_DEPTH`` + 1: the compiler's multi-buffering, as for a tile allocated inside a loop) where SBUF
 has room; each access's region is rewritten to its block's slot, so reusing a slot orders the next block's
 writer after the previous block's readers (WAR), as reusing a physical tile does on hardware.
 
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nkisim.core.instr import B_SBUF, Region
+from nkisim.core.sites import ROTATION_DEPTH
 
 
 @dataclass(eq=False)
@@ -132,8 +133,6 @@ def _sbuf_profile(mem, records, first, last, n):
 
 
 def _assign_slots(records, first, last, live_blocks, total, capacity, instrs, n) -> None:
-    from nkisim.core.memory import ROTATION_DEPTH
-
     remap: dict[int, tuple[BlockRecord, np.ndarray]] = {}
     for r in records:
         f, la = first[id(r)], last[id(r)]

@@ -23,7 +23,7 @@ from nkisim.core.access import dynamic_tiles, lane_violation, operand
 from nkisim.core.instr import B_SBUF, E_DMA, Engine, Instr, Trace
 from nkisim.core.memory import Allocation, MemoryTracker
 from nkisim.core.partitions import starts_ok
-from nkisim.core.rules import fail, message
+from nkisim.core.rules import DeviceIndexFault, fail, message
 
 _NKISIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Frames in these directories are the emulator itself; the first frame outside them is the kernel statement: core/
@@ -106,10 +106,8 @@ class KernelContext:
         self.traced_seen: dict = {}
 
     def device_fault(self, message: str) -> None:
-        """An access outside its tensor at run time (core.ops.registers.DeviceIndexFault): recorded, raised by
+        """An access outside its tensor at run time (core.rules.DeviceIndexFault): recorded, raised by
         run_kernel once the kernel's Python has returned, so kernel code cannot catch it to learn about the data."""
-        from nkisim.core.ops.registers import DeviceIndexFault
-
         if self.fault is None:
             self.fault = DeviceIndexFault(message)
         self.faulted = True

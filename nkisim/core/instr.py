@@ -103,6 +103,9 @@ class Operand(NamedTuple):
     lanes: bool = True  # on-chip: the view keeps to its partition lanes (core.access.lane_violation); not stored
 
 
+UNVERIFIED = "unverified_hints"  # Instr.attrs key: hints granted on a promise nkisim did not check (see Instr)
+
+
 @dataclass(slots=True)
 class Instr:
     """One NKI instruction as executed, in program order.
@@ -113,6 +116,12 @@ class Instr:
     ``{'K': .., 'M': .., 'N': .., 'accumulate': bool, 'is_transpose': bool}``; for ``dma_copy``: ``{'bytes': ..,
     'queue': ..}``; for ALU ops ``{'alu': 'add'}``.  ``cost_ns``/``start_ns``/``end_ns`` are filled by the
     performance model, never by the front end.  ``where`` is 'file:line' of the kernel statement.
+
+    ``attrs[UNVERIFIED]`` (when present) lists the boolean hints of this instruction that make it cheaper and
+    rest on a promise about the data that nkisim did not check on values (a run in timing mode computes none):
+    a consumer that does not trust the kernel (the grader, docs/grading-security.md G3/G4) costs the
+    instruction with those hints off.  Hints nkisim checked, or that hold by construction (the ones matrix of a
+    partition broadcast), are never listed.
     """
 
     seq: int

@@ -12,14 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from nkisim.core import dtypes
+from nkisim.core.blocks import BlockRecord
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf
 from nkisim.core.rules import fail, message
+from nkisim.core.sites import ROTATION_DEPTH, site_str
 
 BUF_NAMES = {B_HBM: "hbm", B_SBUF: "sbuf", B_PSUM: "psum"}
-# A site owns ROTATION_DEPTH + 1 physical buffers before it reuses one (see MemoryTracker.phys_for): a loop-local
-# tile rotates through that many, however long Python keeps each one alive.  The copy count is undocumented; 4
-# fits the hardware rows best (nkisim/perf/MODEL.md, "Issue 9, rotation depth").
-ROTATION_DEPTH = 4
 
 
 class StorageView:
@@ -196,8 +194,6 @@ class MemoryTracker:
 
     def track_blocks(self, alloc: Allocation, nblocks: int) -> None:
         """Record a block-dimension tensor for the end-of-run per-block liveness check (core.blocks)."""
-        from nkisim.core.blocks import BlockRecord
-
         rec = BlockRecord(alloc.phys, alloc.buf, alloc.block_bytes, nblocks, alloc.name, alloc.site,
                           self.position() if self.position is not None else 0)
         self.block_records.append(rec)
@@ -434,13 +430,6 @@ def base_addr(alloc: Allocation) -> int:
     if not alloc.addr:
         alloc.addr = alloc.base.__array_interface__["data"][0]
     return alloc.addr
-
-
-def site_str(site) -> str:
-    if not site:
-        return "?"
-    code, line = site
-    return f"{code.co_filename.rsplit('/', 1)[-1]}:{line}"
 
 
 def make_storage(shape: tuple[int, ...], pdim: int, dtype: np.dtype, fill, timing: bool) -> tuple[np.ndarray,

@@ -32,6 +32,22 @@ class NKIError(ValueError, metaclass=Sealed):
         self.code = code
 
 
+class DeviceFault(NKIError):
+    """A run-time error of the device program (an access outside its tensor, ...), raised once the kernel's Python
+    has returned.  Its message names the instruction and the tensor, never a run-time value."""
+
+    def __init__(self, message: str, code: str = "nkisim_device_fault") -> None:
+        super().__init__(code, message)
+
+
+class DeviceIndexFault(DeviceFault, IndexError):
+    """An access outside its tensor at run time (AWS's simulator raises ``IndexError`` for an out-of-bounds indirect
+    DMA; the code is the compile-time bounds error's, ``err_tensor_access_out_of_bound``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"Out-of-bound access at run time: {message}", "err_tensor_access_out_of_bound")
+
+
 class NKICapacityError(NKIError, MemoryError):
     """An SBUF capacity error the compiler's allocator reports: one instruction's tiles do not fit in a partition
     (GCA035), or a tile does not fit beside the explicit placements.  Over-subscription by automatically allocated

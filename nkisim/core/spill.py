@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from nkisim.core.instr import B_HBM, B_SBUF, E_DMA, Instr, Operand, Region
 from nkisim.core.rules import fail
+from nkisim.core.sites import site_str
 
 
 @dataclass(eq=False, slots=True)
@@ -256,8 +257,6 @@ def _dma(mem, loc: Location, kind: str) -> Instr:
 
 
 def _unplaceable(mem, ins: Instr, here: list[Location], capacity: int, fixed: int) -> None:
-    from nkisim.core.memory import site_str
-
     tiles = ", ".join(f"'{loc.name}' {loc.cost} B/partition (allocated at {site_str(loc.site)})" for loc in here)
     tiles += f"; explicit placements {fixed} B/partition; at {ins.where}" if fixed else f"; at {ins.where}"
     fail("nkisim_sbuf_capacity", target=mem.target, peak=fixed + sum(loc.cost for loc in here),

@@ -1,4 +1,5 @@
-"""nki.benchmark's back end: run the kernel in timing mode, cost it, and answer like neuron-bench.
+"""nki.benchmark's back end: cost the kernel's timing-mode trace and answer like neuron-bench (the run itself is
+``nkisim.measure.run_benchmark``'s: perf reads traces only).
 
 ``nki.benchmark`` (Neuron SDK <= 2.26, BENCH-226) reports ``benchmark_result.nc_latency.get_latency_percentile(p)``
 in microseconds for p in {0, 1, 10, 25, 50, 90, 99, 100}.  The model is deterministic: every percentile is the
@@ -66,34 +67,34 @@ def _check_count(name: str, v, minimum: int) -> int:
     return v
 
 
-def run_benchmark(
-    kernel,
-    args=(),
-    kwargs=None,
+def check_benchmark_options(warmup, iters, additional_compile_opt) -> tuple[int, int]:
+    """nki.benchmark's checks of its options, before anything runs."""
+    warmup = _check_count("warmup", warmup, 0)
+    iters = _check_count("iters", iters, 1)
+    if additional_compile_opt is not None and not isinstance(additional_compile_opt, str):
+        raise ValueError("nki.benchmark: additional_compile_opt must be a string of compiler flags")
+    return warmup, iters
+
+
+def benchmark_trace(
+    trace,
     *,
     warmup: int = 10,
     iters: int = 100,
     save_neff_name: str | None = None,
     save_trace_name: str | None = None,
     additional_compile_opt: str | None = None,
-    target: str | None = None,
     noise: float | None = None,
     seed: int | None = None,
-    **ignored,
+    sources: dict[str, str] | None = None,
 ) -> BenchmarkResult:
-    """Run ``kernel`` once in timing mode and report its modelled latency as nki.benchmark would.
+    """Cost a timing-mode ``trace`` and answer as nki.benchmark would (``nkisim.measure.run_benchmark`` runs the
+    kernel first).
 
     noise: optional relative standard deviation of a log-normal run-to-run jitter (off by default; seeded by
-    ``seed`` so results are reproducible).  Unknown keywords (disable_allocation_opt, ...) are accepted.
+    ``seed`` so results are reproducible).  sources: the kernel's code as profiled, stored in the profile files.
     """
-    from nkisim.core.runtime import run_kernel
-
-    warmup = _check_count("warmup", warmup, 0)
-    iters = _check_count("iters", iters, 1)
-    if additional_compile_opt is not None and not isinstance(additional_compile_opt, str):
-        raise ValueError("nki.benchmark: additional_compile_opt must be a string of compiler flags")
-    run = run_kernel(kernel, tuple(args), dict(kwargs or {}), mode="timing", target=target)
-    trace = run.trace
+    warmup, iters = check_benchmark_options(warmup, iters, additional_compile_opt)
     opts = additional_compile_opt or ""
     trace.meta["additional_compile_opt"] = opts
     if "--disable-dge" in opts.split():
@@ -111,7 +112,6 @@ def run_benchmark(
         samples = [lat] * iters
     result = BenchmarkResult(LatencyStats(samples), report, warmup, iters, trace=trace)
     if save_neff_name or save_trace_name:
-        from nkisim.perf.html_profile import kernel_sources
         from nkisim.perf.profile_files import write_profile
 
         result.files = write_profile(
@@ -119,6 +119,6 @@ def run_benchmark(
             report,
             neff_path=save_neff_name or None,
             ntff_path=save_trace_name or None,
-            sources=kernel_sources(kernel),  # the code as profiled, for pages drawn from the .neff later
+            sources=sources or {},  # the code as profiled, for pages drawn from the .neff later
         )
     return result

@@ -339,18 +339,6 @@ def write_html(profiles: list[ProfileData], path: str | os.PathLike) -> str:
     return os.fspath(path)
 
 
-def profile_run(kernel, args: tuple, kwargs: dict | None = None, *, target: str | None = None, title: str = "",
-                dge: bool | None = None) -> ProfileData:
-    """Run ``kernel`` in timing mode on nkisim and cost it: a ProfileData ready for :func:`write_html`."""
-    from nkisim.core.runtime import run_kernel
-    from nkisim.perf import estimate
-
-    run = run_kernel(kernel, tuple(args), dict(kwargs or {}), mode="timing", target=target)
-    report = estimate(run.trace, target, dge=dge)
-    return ProfileData(run.trace, report, title=title or report.kernel_name, sources=kernel_sources(kernel),
-                       origin=title or report.kernel_name)
-
-
 def write_run_html(trace: Trace, report: PerfReport, path: str | os.PathLike, *, kernel=None,
                    sources: dict[str, str] | None = None, origin: str = "") -> str:
     """The page of one finished nki.benchmark run (what the part 1/2 scripts call after writing a profile)."""

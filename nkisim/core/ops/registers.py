@@ -43,7 +43,7 @@ from nkisim.core.access import mark_written, read, write
 from nkisim.core.context import LIVE, KernelContext, active, current
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_SYNC, Trace
 from nkisim.core.ops.common import check_writable, need_on_chip, need_tensor
-from nkisim.core.rules import NKIError, fail
+from nkisim.core.rules import DeviceFault, DeviceIndexFault, NKIError, fail
 from nkisim.core.sealed import Sealed
 from nkisim.core.tensor import Tensor
 
@@ -53,22 +53,6 @@ _IDS = itertools.count(1)
 
 class ValuesNeeded(RuntimeError, metaclass=Sealed):
     """Control flow needs a register value that a timing run did not compute (``run_kernel`` reruns in full)."""
-
-
-class DeviceFault(NKIError):
-    """A run-time error of the device program (an access outside its tensor, ...), raised once the kernel's Python
-    has returned.  Its message names the instruction and the tensor, never a run-time value."""
-
-    def __init__(self, message: str, code: str = "nkisim_device_fault") -> None:
-        super().__init__(code, message)
-
-
-class DeviceIndexFault(DeviceFault, IndexError):
-    """An access outside its tensor at run time (AWS's simulator raises ``IndexError`` for an out-of-bounds indirect
-    DMA; the code is the compile-time bounds error's, ``err_tensor_access_out_of_bound``)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(f"Out-of-bound access at run time: {message}", "err_tensor_access_out_of_bound")
 
 
 class _Abort(Exception):

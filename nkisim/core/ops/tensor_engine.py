@@ -20,7 +20,7 @@ from nkisim.core.access import (
 )
 from nkisim.core.context import KernelContext, current
 from nkisim.core.dtypes import F32
-from nkisim.core.instr import B_PSUM, B_SBUF, E_TENSOR, E_UNKNOWN, E_VECTOR, Engine
+from nkisim.core.instr import B_PSUM, B_SBUF, E_TENSOR, E_UNKNOWN, E_VECTOR, UNVERIFIED, Engine
 from nkisim.core.ops.common import (
     ENGINE_LABEL,
     check_partitions,
@@ -39,6 +39,8 @@ from nkisim.core.ops.elementwise import tensor_copy
 from nkisim.core.rules import applies, fail
 from nkisim.core.tensor import Tensor
 
+# nc_matmul hints that buy speed on a promise about the data, checked on the values (_check_matmul_promises)
+_PROMISE_HINTS = ("is_stationary_onezero", "is_moving_onezero", "is_transpose")
 _MATMUL_DTYPES = {"float8_e4m3", "float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "tfloat32", "float32"}
 _FP32_CLASS = ("float32", "tfloat32")
 
@@ -147,6 +149,11 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
         attrs["is_stationary_onezero"] = True
     if is_moving_onezero:
         attrs["is_moving_onezero"] = True
+    if not ctx.full:
+        # no values to check the hints' promises on (_check_matmul_promises): say so in the trace
+        unchecked = [h for h in _PROMISE_HINTS if attrs.get(h)]
+        if unchecked:
+            attrs[UNVERIFIED] = unchecked
     ins = ctx.emit("nc_matmul", E_TENSOR, (stationary, moving), (out,), attrs)
     values = None
     if ctx.full:

@@ -31,9 +31,19 @@ class _Directive(metaclass=_Sealed):
         return self.func(*args, **kwargs)
 
     def __getitem__(self, grid):
-        from nkisim.frontends.legacy.nki import _Launch  # nki imports this module: resolve at launch time
+        if _LAUNCHER is None:
+            raise RuntimeError("ncc directives launch through neuronxcc.nki: import neuronxcc.nki first")
+        return _LAUNCHER(self, grid)
 
-        return _Launch(self, grid)
+
+# neuronxcc.nki's grid launcher (frontends/legacy/nki.py: _Launch), bound by nki.py when it loads: nki.py imports
+# this module, so this module must not import nki.py (tests/test_nkisim_layers.py: no import cycle, lazy or not)
+_LAUNCHER = None
+
+
+def bind_launcher(launcher) -> None:
+    global _LAUNCHER
+    _LAUNCHER = launcher
 
 
 def _directive(name: str):

@@ -62,6 +62,8 @@ class _Launch(metaclass=_Sealed):
         return run.outputs
 
 
+compiler.bind_launcher(_Launch)  # ncc directives launch like kernels (kernel[grid])
+
 class _Kernel(_Grid):
     """The object nki.jit returns."""
 
@@ -172,7 +174,7 @@ class _Benchmark(_Grid):
         return None
 
     def run(self, kernel, args, kwargs) -> None:
-        from nkisim.perf.benchmark import run_benchmark
+        from nkisim.measure import run_benchmark
 
         self.benchmark_result = run_benchmark(kernel, args, kwargs, **self.options)
 

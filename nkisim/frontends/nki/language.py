@@ -54,14 +54,12 @@ from nkisim.frontends.nki.dtype import (  # noqa: F401  (public NKI names)
     uint16,
     uint32,
 )
+from nkisim.frontends.nki.objects import NKIObject, private_hbm, psum, sbuf, shared_hbm  # noqa: F401  (NKI names)
+from nkisim.frontends.nki.objects import VirtualRegister as _VirtualRegister
 from nkisim.frontends.nki.tensor import NkiTensor  # noqa: F401  (public NKI name)
 
-# ---- memory regions -------------------------------------------------------------------------------------------
-sbuf = _buffers.BufferSpec(_Buf.SBUF, "sbuf")
-psum = _buffers.BufferSpec(_Buf.PSUM, "psum")
-private_hbm = _buffers.BufferSpec(_Buf.HBM, "private_hbm")
+# ---- memory regions (defined in objects.py: NkiTensor.buffer answers them) -------------------------------------
 hbm = private_hbm  # "HBM - Alias of private_hbm"
-shared_hbm = _buffers.BufferSpec(_Buf.HBM, "shared_hbm")
 
 
 class MemoryRegion(metaclass=_Sealed):
@@ -94,66 +92,6 @@ def _buffer(buffer):
         raise TypeError(f"buffer={buffer!r}: NKI 0.3+ takes buffer objects, not strings: use nl.{buffer} (NKI "
                         "migration guide, 'String buffer names no longer supported')")
     return buffer
-
-
-class _NKIObjectMeta(_Sealed):
-    """Construction of ``NKIObject`` subclasses: keyword arguments set attributes (the stub's ``__init__(self,
-    **kwargs)``), also on ``@dataclass`` subclasses whose generated ``__init__`` does not take them.
-
-    AWS's nki-library writes configuration classes as ``@dataclass class SectionParams(nl.NKIObject)`` with plain
-    class attributes (``section_idx = None``, no annotation, so no dataclass field) and builds them with
-    ``SectionParams(section_idx=...)``; the dataclass ``__init__`` takes no such argument, so the keyword sets the
-    attribute, as NKIObject's own ``__init__`` would.  A keyword that names neither a parameter of the class's
-    ``__init__`` nor an attribute of the class stays Python's TypeError.  Frozen dataclasses are set through
-    ``object.__setattr__`` (NKI 0.5 release notes: "NKIObject subclasses decorated with @dataclass(frozen=True)
-    ... can now be constructed normally")."""
-
-    def __call__(cls, *args, **kwargs):
-        if not kwargs or cls.__init__ is NKIObject.__init__:
-            return super().__call__(*args, **kwargs)
-        params = _init_keywords(cls)
-        extra = {k: v for k, v in kwargs.items() if k not in params} if params is not None else None
-        if not extra:
-            return super().__call__(*args, **kwargs)
-        if [k for k in extra if not hasattr(cls, k)]:
-            return super().__call__(*args, **kwargs)  # Python's "unexpected keyword argument"
-        obj = super().__call__(*args, **{k: v for k, v in kwargs.items() if k in params})
-        for k, v in extra.items():
-            object.__setattr__(obj, k, v)
-        return obj
-
-
-_INIT_KEYWORDS: dict = {}
-
-
-def _init_keywords(cls) -> frozenset | None:
-    """The keyword parameters of ``cls.__init__`` (None when it takes ``**kwargs``), cached per class."""
-    import inspect
-
-    init = cls.__init__
-    hit = _INIT_KEYWORDS.get(init, False)
-    if hit is not False:
-        return hit
-    try:
-        sig = inspect.signature(init)
-    except (TypeError, ValueError):
-        found = None
-    else:
-        if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
-            found = None
-        else:
-            found = frozenset(n for n, p in sig.parameters.items()
-                              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-    _INIT_KEYWORDS[init] = found
-    return found
-
-
-class NKIObject(metaclass=_NKIObjectMeta):
-    """Base class for kernel dataclasses and configuration objects (their fields are keyword arguments)."""
-
-    def __init__(self, **kwargs) -> None:
-        for k, v in kwargs.items():
-            object.__setattr__(self, k, v)
 
 
 class _TileSize(NKIObject):
@@ -283,9 +221,7 @@ def static_range(start, stop=None, step=1) -> range:
 
 
 def _new_register():
-    from nkisim.frontends.nki.isa import VirtualRegister
-
-    return VirtualRegister()
+    return _VirtualRegister()
 
 
 def dynamic_range(start, stop=None, step=1):

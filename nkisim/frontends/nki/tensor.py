@@ -18,6 +18,7 @@ from nkisim.core.ops import registers as _reg
 from nkisim.core.placement import placed_address
 from nkisim.core.tensor import Tensor
 from nkisim.frontends._unsupported import NkisimUnsupportedError
+from nkisim.frontends.nki import objects
 
 
 def _normalize(t: NkiTensor, idx) -> tuple:
@@ -72,13 +73,11 @@ class NkiTensor(Tensor):
     @property
     def buffer(self):
         """The memory region (``t.buffer == nl.sbuf``)."""
-        from nkisim.frontends.nki import language
-
         if self.kind == B_SBUF:
-            return language.sbuf
+            return objects.sbuf
         if self.kind == B_PSUM:
-            return language.psum
-        return language.shared_hbm if allocation(self).space == "shared_hbm" else language.private_hbm
+            return objects.psum
+        return objects.shared_hbm if allocation(self).space == "shared_hbm" else objects.private_hbm
 
     @property
     def strides(self) -> tuple[int, ...]:

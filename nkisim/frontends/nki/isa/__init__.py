@@ -43,6 +43,7 @@ from nkisim.frontends.nki.isa.constants import (  # noqa: E402, F401  (public NK
 )
 from nkisim.frontends.nki.language import NKIObject, NkiTensor, equal, maximum  # noqa: F401  (as the stub does)
 from nkisim.frontends.nki.language import is_on_chip as _is_on_chip
+from nkisim.frontends.nki.objects import VirtualRegister  # noqa: F401  (public NKI name)
 
 tensor_engine = engine.tensor  # deprecated spellings
 vector_engine = engine.vector
@@ -442,30 +443,6 @@ def rand_get_state(dst, engine=engine.gpsimd, name=None, **removed) -> None:
 
 
 # ---- engine-sequencer registers ----------------------------------------------------------------------------------
-class VirtualRegister(NKIObject, _reg.Register):
-    """A virtual register on an engine sequencer: a 32-bit integer on the device (``nisa.register_alloc``), used for
-    dynamic loop bounds (``nl.dynamic_range``, ``nl.fori_loop``), while-loop conditions (``nl.while_loop``), run-time
-    offsets (``.ap(scalar_offset=...)``) and the results of ``ncol.rank_id``.  Its value exists only when the
-    instructions execute (``nkisim.core.ops.registers``): "a register's value is not known while the kernel is being
-    built, so using a register in Python control flow (``if``/``while``) or converting it with ``int()`` /
-    ``range()`` raises ``TypeError``" (nki.isa.VirtualRegister, NKI 0.6)."""
-
-    __slots__ = ()
-
-    def __init__(self, state=None, frozen=False) -> None:
-        _reg.Register.__init__(self)
-        if state is not None:
-            _reg.immediate(self, state)
-
-    def _python_control_flow(self, *args):
-        raise TypeError("a VirtualRegister's value is not known while the kernel is built: using it in Python "
-                        "control flow (if/while) or converting it with int()/range() raises TypeError "
-                        "(nki.isa.VirtualRegister); use nl.fori_loop / nl.while_loop / nl.dynamic_range, "
-                        "or nisa.register_store it into a tensor")
-
-    __bool__ = __int__ = __index__ = __float__ = _python_control_flow
-
-
 def register_alloc(x=None) -> VirtualRegister:
     """A new virtual register, uninitialised or holding the integer ``x`` (no instruction: the compiler allocates
     registers; a value is an immediate)."""
