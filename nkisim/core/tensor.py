@@ -5,6 +5,8 @@ kernel code sees shapes and dtypes only, and any attempt to read values on the h
 ``float()``, arithmetic on HBM tensors) raises a clear error; values move only through DMA and engine
 instructions.  Basic indexing gives true NumPy views; ``nl.arange``/``nl.mgrid`` indexing and slices that run
 past the end (legal under ``mask=``) give *gather views* that read and write through index arrays.
+
+(Over 600 lines on purpose: indexing, the per-instruction hot path, stays in the one class kernel code holds.)
 """
 
 from __future__ import annotations
@@ -301,24 +303,8 @@ class Tensor(StorageView):
                 norm.append(i)
                 off += i * strides[dim]
             dim += 1
-        if pd_int >= 0 and free_int >= 0 and out_axes == 0 and dim == ndim and self._a.buf != B_HBM:
-            # one element of an on-chip tile (an integer on every axis) is the [1, 1] tile, not a 0-d scalar: the
-            # same two-dimension rule as below (AWS's gather_flattened doc example fills a tile element by element
-            # with ``indices[i, j] = j * 5``)
-            i = norm[pd_int]
-            norm[pd_int] = slice(i, i + 1, 1)
-            new_pd = 0
-        if free_int >= 0 and not free_kept and dim == ndim and new_pd is not None and self._a.buf != B_HBM:
-            # An on-chip tile keeps its partition axis and at least one free axis: integers on every free axis
-            # leave a unit free axis ([P, 1]), as NumPy's rule would not.  NKI 2.21 nki.errors,
-            # err_1d_arange_not_supported ("NKI expects tile indices to have at least two dimensions to match the
-            # underlying memory (SBUF or PSUM)"; its fix ``tmp[0:64, 0]`` is a [64, 1] tile), and AWS's flash
-            # attention (nki-samples reference/attention.py: ``l_buffer[:, i]`` indexed again as ``[:, 0]``).
-            # Block axes before the partition axis and HBM tensors drop integer-indexed axes as NumPy does
-            # (HBM: Neuron docs "Tensor Indexing on NKI", ``x[1]`` of a [2, 2, 2] hbm tensor is [2, 2]; block
-            # axes: ``o_buffer[i1]`` of an (n, par_dim(128), d) tile is the [128, d] tile in AWS's flash attention).
-            i = norm[free_int]
-            norm[free_int] = slice(i, i + 1, 1)
+        if free_int >= 0 and dim == ndim and self._a.buf != B_HBM:
+            new_pd = _keep_tile_axes(norm, pd_int, free_int, free_kept, out_axes, new_pd)
         if overflow:
             return self._compose(tuple(norm))
         norm = tuple(norm)
@@ -771,3 +757,27 @@ def _as_index(v) -> int:
     if isinstance(v, IndexExpr):
         fail("err_unsupported_mixing_basic_advanced_tensor_indexing")
     raise TypeError(f"tensor indices must be integers, slices or nl.arange expressions, not {type(v).__name__}")
+
+
+def _keep_tile_axes(norm: list, pd_int: int, free_int: int, free_kept: bool, out_axes: int, new_pd):
+    """An on-chip tile indexed with integers on its free axes (``free_int``: the last one's position in ``norm``)
+    keeps two dimensions: ``norm`` is rewritten in place; returns the view's partition axis."""
+    if pd_int >= 0 and out_axes == 0:
+        # one element of an on-chip tile (an integer on every axis) is the [1, 1] tile, not a 0-d scalar: the
+        # same two-dimension rule as below (AWS's gather_flattened doc example fills a tile element by element
+        # with ``indices[i, j] = j * 5``)
+        i = norm[pd_int]
+        norm[pd_int] = slice(i, i + 1, 1)
+        new_pd = 0
+    if not free_kept and new_pd is not None:
+        # An on-chip tile keeps its partition axis and at least one free axis: integers on every free axis
+        # leave a unit free axis ([P, 1]), as NumPy's rule would not.  NKI 2.21 nki.errors,
+        # err_1d_arange_not_supported ("NKI expects tile indices to have at least two dimensions to match the
+        # underlying memory (SBUF or PSUM)"; its fix ``tmp[0:64, 0]`` is a [64, 1] tile), and AWS's flash
+        # attention (nki-samples reference/attention.py: ``l_buffer[:, i]`` indexed again as ``[:, 0]``).
+        # Block axes before the partition axis and HBM tensors drop integer-indexed axes as NumPy does
+        # (HBM: Neuron docs "Tensor Indexing on NKI", ``x[1]`` of a [2, 2, 2] hbm tensor is [2, 2]; block
+        # axes: ``o_buffer[i1]`` of an (n, par_dim(128), d) tile is the [128, d] tile in AWS's flash attention).
+        i = norm[free_int]
+        norm[free_int] = slice(i, i + 1, 1)
+    return new_pd

@@ -194,7 +194,9 @@ def loads(data: bytes) -> Trace:
             gc.enable()
 
 
-def _loads(data: bytes) -> Trace:
+def _read_archive(data: bytes) -> tuple[dict[str, np.ndarray], dict]:
+    """The columns and the string table of a trace file, after the checks of its container (size, members,
+    format tag and version); the columns' contents are checked by :func:`_loads`."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         _bad("expected bytes")
     bio = io.BytesIO(bytes(data))
@@ -226,6 +228,11 @@ def _loads(data: bytes) -> Trace:
         _bad("missing format tag")
     if strings.get("version") != VERSION:
         _bad(f"unsupported version {strings.get('version')!r}")
+    return cols, strings
+
+
+def _loads(data: bytes) -> Trace:
+    cols, strings = _read_archive(data)
     for k, a in cols.items():
         if a.ndim != 1 or a.dtype.kind not in "iu":
             _bad(f"column {k} must be a 1-D integer array")

@@ -13,8 +13,8 @@ from nkisim.core import composites as _comp
 from nkisim.core import config as _config
 from nkisim.core import context as _ctx
 from nkisim.core import dtypes as _dt
+from nkisim.core import launchinfo as _launch
 from nkisim.core import semantics as _sem
-from nkisim.core.access import read as _read
 from nkisim.core.indexing import arange, mgrid  # noqa: F401  (public NKI names)
 from nkisim.core.instr import Buf as _Buf
 from nkisim.core.ops import dma as _dma
@@ -268,54 +268,27 @@ def expand_dims(data, axis):
 
 
 def device_print(prefix, x=None, *, mask=None, **kwargs) -> None:
-    """Print a tile's values (only effective in simulation, as on the real toolchain)."""
-    ctx = _ctx.current("device_print")
-    ctx.settle()
+    """Print a tile's values when the kernel runs with values (nkisim.core.launchinfo); ``x`` may be given by any
+    keyword (``nl.device_print("msg", x=tile)``, as the course's kernels write it); ``mask`` is accepted."""
     if x is None and kwargs:
         x = next(iter(kwargs.values()))
-    if not ctx.full or not isinstance(x, _Tensor):
-        return
-    print(prefix, _np.array(_read(x)))
+    _launch.device_print(prefix, x)
 
 
 # ---- SPMD launch grid ([nl] program_id / num_programs / program_ndim / nc / spmd_dim) ----------------------------
 def program_id(axis: int = 0) -> int:
-    """Index of the running program along ``axis`` of the launch grid (0 without a grid)."""
-    ctx = _ctx.current("program_id")
-    axis = _grid_axis(ctx, axis, "program_id")
-    return ctx.program_ids[axis] if ctx.grid else 0
+    """Index of the running program along ``axis`` of the launch grid (0 without a grid; nkisim.core.launchinfo)."""
+    return _launch.program_id(axis)
 
 
 def num_programs(axes=None) -> int:
-    """Number of programs along ``axes`` (an axis or a tuple of axes); all programs when axes is None."""
-    ctx = _ctx.current("num_programs")
-    if axes is None:
-        axes = tuple(range(len(ctx.grid)))
-    elif not isinstance(axes, (tuple, list)):
-        axes = (axes,)
-    n = 1
-    for a in axes:
-        a = _grid_axis(ctx, a, "num_programs")
-        n *= ctx.grid[a] if ctx.grid else 1
-    return n
+    """Programs along ``axes`` (an axis or a tuple of axes); all programs when axes is None."""
+    return _launch.num_programs(axes)
 
 
 def program_ndim() -> int:
     """Number of axes of the launch grid (0 for a kernel launched without one)."""
-    return len(_ctx.current("program_ndim").grid)
-
-
-def _grid_axis(ctx, axis, api: str) -> int:
-    a = int(axis)
-    nd = len(ctx.grid)
-    if nd == 0:
-        if a == 0:
-            return 0
-        raise IndexError(f"nl.{api}({axis}): the kernel was launched without an SPMD grid (launch it as "
-                         "kernel[n0, n1, ...](...))")
-    if not -nd <= a < nd:
-        raise IndexError(f"nl.{api}({axis}): axis out of range for a launch grid with {nd} dimension(s)")
-    return a % nd
+    return _launch.program_ndim()
 
 
 class _SpmdDim(metaclass=_Sealed):

@@ -20,9 +20,9 @@ from nkisim.core import composites as _comp
 from nkisim.core import config as _config
 from nkisim.core import context as _ctx
 from nkisim.core import dtypes as _dt
+from nkisim.core import launchinfo as _launch
 from nkisim.core import placement as _placement
 from nkisim.core import semantics as _sem
-from nkisim.core.access import read as _read
 from nkisim.core.instr import Buf as _Buf
 from nkisim.core.ops import dma as _dma
 from nkisim.core.ops import elementwise as _ew
@@ -401,31 +401,23 @@ def random_seed(seed) -> None:
 
 
 def device_print(print_prefix, tensor) -> None:
-    """Print a tile's values (the simulator prints them; compiled kernels print nothing)."""
-    ctx = _ctx.current("device_print")
-    ctx.settle()
-    if ctx.full:
-        print(print_prefix, _np.array(_read(tensor)))
+    """Print a tile's values (the simulator prints them; compiled kernels print nothing): nkisim.core.launchinfo."""
+    _launch.device_print(print_prefix, tensor)
 
 
 # ---- SPMD ---------------------------------------------------------------------------------------------------------
 def program_id(axis=0) -> int:
-    """Index of the running program along ``axis`` (LNC=2: 0 and 1 along axis 0)."""
-    ctx = _ctx.current("program_id")
-    return ctx.program_ids[int(axis)] if ctx.grid and int(axis) < len(ctx.grid) else 0
+    """Index of the running program along ``axis`` (LNC=2: 0 and 1 along axis 0); nkisim.core.launchinfo."""
+    return _launch.program_id(axis)
 
 
 def num_programs(axes=0) -> int:
-    ctx = _ctx.current("num_programs")
-    axes = axes if isinstance(axes, (tuple, list)) else (axes,)
-    n = 1
-    for a in axes:
-        n *= ctx.grid[int(a)] if ctx.grid and int(a) < len(ctx.grid) else 1
-    return n
+    """Programs along ``axes``; the signature's default is AWS's (nki/api/nki/language/__init__.py)."""
+    return _launch.num_programs(axes)
 
 
 def program_ndim() -> int:
-    return len(_ctx.current("program_ndim").grid)
+    return _launch.program_ndim()
 
 
 # ---- removed from the API, with their replacements (NKI migration guide, 0.1 -> 0.2) ------------------------------
