@@ -41,7 +41,7 @@ class _Directive(metaclass=_Sealed):
 _LAUNCHER = None
 
 
-def bind_launcher(launcher) -> None:
+def _bind_launcher(launcher) -> None:
     global _LAUNCHER
     _LAUNCHER = launcher
 

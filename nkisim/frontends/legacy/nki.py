@@ -62,7 +62,7 @@ class _Launch(metaclass=_Sealed):
         return run.outputs
 
 
-compiler.bind_launcher(_Launch)  # ncc directives launch like kernels (kernel[grid])
+compiler._bind_launcher(_Launch)  # ncc directives launch like kernels (kernel[grid])
 
 class _Kernel(_Grid):
     """The object nki.jit returns."""
