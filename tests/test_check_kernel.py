@@ -128,6 +128,9 @@ CASES: list[tuple[str, str, str]] = [
     ("np-ctypeslib", "p = np.ctypeslib.as_ctypes  # <-\n", "SANDBOX-MODULE-ESCAPE"),
     ("np-core", "m = np.core.multiarray  # <-\n", "SANDBOX-MODULE-ESCAPE"),
     ("neuronxcc-attr", "import neuronxcc.nki\nx = neuronxcc.starfish  # <-\n", "SANDBOX-MODULE-ESCAPE"),
+    # typing's own module attributes (operator, functools, sys, ...), as an attribute or imported by name
+    ("typing-operator", "import typing\nget = typing.operator.attrgetter('_v')  # <-\n", "SANDBOX-MODULE-ESCAPE"),
+    ("from-typing-sys", "from typing import sys as s  # <-\n", "SANDBOX-MODULE-ESCAPE"),
     ("np-load", "w = np.load('weights.npy')  # <-\n", "SANDBOX-NUMPY-IO"),
     ("np-save", "np.save('/tmp/x.npy', np.zeros(3))  # <-\n", "SANDBOX-NUMPY-IO"),
     ("np-fromfile", "w = np.fromfile('/etc/passwd')  # <-\n", "SANDBOX-NUMPY-IO"),

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib
 import re
+import types
 
 from nkisim.check.analysis import (
     FUNCTIONS,
@@ -43,6 +45,14 @@ _ESCAPE_ATTRS = frozenset(
     "fcntl resource posix pty mmap sysconfig site atexit faulthandler traceback linecache pkgutil urllib "
     "http asyncio selectors webbrowser nkisim grader lib f2py distutils extbuild np numpy neuronxcc".split()
 )
+# The modules the allowed stdlib modules hold as attributes, read from the modules themselves (a class, not a list of
+# names): typing imports collections, contextlib, functools, operator, re (as stdlib_re), sys, types and warnings, so
+# `typing.operator.attrgetter("_v")` or `from typing import sys` would reach them (the grader's module views refuse
+# them at run time as well: grader/child.py).
+_STDLIB_MODULE_ATTRS = {
+    m: frozenset(n for n, v in vars(importlib.import_module(m)).items() if isinstance(v, types.ModuleType))
+    for m in _ALLOWED_MODULES - {"numpy"}
+}
 # NumPy internals (only flagged on a NumPy receiver; np.testing stays usable in a __main__ self-test).
 _NUMPY_INTERNAL_ATTRS = frozenset({"core", "compat"})
 # Receivers that are modules: `np.append(...)` / `nl.add(...)` are functions, not list/set/dict mutation.
@@ -207,7 +217,7 @@ class SandboxRules:
                 self._check_numpy_path(["numpy", a.name], node)
             if a.name in _INTROSPECTION_ATTRS:
                 self.report("SANDBOX-INTROSPECTION", node, f"importing '{a.name}' from '{module}'")
-            if module in _NAMESPACES and a.name in _ESCAPE_ATTRS:
+            if (module in _NAMESPACES and a.name in _ESCAPE_ATTRS) or a.name in _STDLIB_MODULE_ATTRS.get(module, ()):
                 self.report("SANDBOX-MODULE-ESCAPE", node, f"importing '{a.name}' from '{module}'")
 
     # names and attributes ----------------------------------------------------------------------------------
@@ -299,7 +309,7 @@ class SandboxRules:
         if shell is not None and f"{receiver}.{attr}" != shell.namespace:
             self.report("SANDBOX-MODULE-ESCAPE", node, f"'{receiver}.{attr}' is outside the NKI API")
             return
-        if attr in _ESCAPE_ATTRS:
+        if attr in _ESCAPE_ATTRS or (receiver is not None and attr in _STDLIB_MODULE_ATTRS.get(receiver, ())):
             self.report("SANDBOX-MODULE-ESCAPE", node, f"reaching module '{attr}' through '.{attr}' is not allowed")
         elif not nki_receiver and attr in _IO_ATTRS:
             # Also on receivers that cannot be resolved: `(np,)[0].load(...)`, `arr.tofile(...)`.
