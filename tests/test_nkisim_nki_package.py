@@ -262,6 +262,18 @@ def test_dataclass_nkiobject_takes_its_attributes_by_keyword():
         SectionParams(nope=1)
     assert nl.NKIObject(a=1).a == 1
 
+    # nki-library (mlp_tkg_constants) builds MLPTKGConstantsDimensionSizes without its field remainderIFused:
+    # a field not given takes its default, or None
+    @dataclass
+    class Sizes(nl.NKIObject):
+        T: int
+        remainder: int
+        K: int | None = 4
+
+    sizes = Sizes(T=2)
+    assert (sizes.T, sizes.remainder, sizes.K) == (2, None, 4)
+    assert Sizes(1, 2) == Sizes(T=1, remainder=2, K=4)
+
 
 def test_a_tensor_handle_is_true():
     """nki-library (mlp_tkg_constants): ``if params.expert_params and params.expert_params.expert_index:`` tests
@@ -281,3 +293,22 @@ def test_a_tensor_handle_is_true():
     kernel(x)
     kernel(x, maybe=x)
     assert seen == [(True, False), (True, True)]
+
+
+def test_tensor_tensor_operands_of_one_count_per_partition_with_unit_axes():
+    """nisa.tensor_tensor: "The two tiles must have the same partition axis size and the same number of elements per
+    partition" (API reference): a [P, F] tile against a [P, F, 1] view (nki-library's MLP TKG bias add, T = 1)."""
+    @nki.jit
+    def add_bias(x, b):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        xt = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        bt = nl.ndarray(b.shape, dtype=b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xt, src=x)
+        nisa.dma_copy(dst=bt, src=b)
+        nisa.tensor_tensor(dst=xt, data1=xt, data2=bt.expand_dim(2), op=nl.add)
+        nisa.dma_copy(dst=out, src=xt)
+        return out
+
+    x = RNG.random((128, 4)).astype(np.float32)
+    b = RNG.random((128, 4)).astype(np.float32)
+    np.testing.assert_array_equal(add_bias(x, b), x + b)

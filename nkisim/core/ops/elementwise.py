@@ -115,7 +115,10 @@ def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = E_UNKNO
     if ctx.full:
         va, vb = f32_values(a), f32_values(b)
         if how == "swap":
-            va = va.reshape((parts_of(a),) + (1,) * (len(out_shape) - 1))
+            # data1 takes data2's shape: the same elements with unit axes appended ([P] or [P, F] against
+            # [P, 1] / [P, F, 1]), or a one-element-per-partition tile broadcast along data2's free axes
+            va = va.reshape(out_shape if va.size == math.prod(out_shape) else
+                            (parts_of(a),) + (1,) * (len(out_shape) - 1))
         elif how == "pad":
             va, vb = pad_dims(va, out_shape), pad_dims(vb, out_shape)
         elif how is not None:

@@ -6,6 +6,8 @@ tensor.py, so none of them imports another for them (tests/test_nkisim_layers.py
 
 from __future__ import annotations
 
+import dataclasses as _dataclasses
+
 from nkisim.core.buffers import BufferSpec as _BufferSpec
 from nkisim.core.instr import Buf as _Buf
 from nkisim.core.ops import registers as _reg
@@ -20,54 +22,53 @@ shared_hbm = _BufferSpec(_Buf.HBM, "shared_hbm")
 
 class _NKIObjectMeta(_Sealed):
     """Construction of ``NKIObject`` subclasses: keyword arguments set attributes (the stub's ``__init__(self,
-    **kwargs)``), also on ``@dataclass`` subclasses whose generated ``__init__`` does not take them.
+    **kwargs)``), also on ``@dataclass`` subclasses, whose generated ``__init__`` is stricter.
 
-    AWS's nki-library writes configuration classes as ``@dataclass class SectionParams(nl.NKIObject)`` with plain
-    class attributes (``section_idx = None``, no annotation, so no dataclass field) and builds them with
-    ``SectionParams(section_idx=...)``; the dataclass ``__init__`` takes no such argument, so the keyword sets the
-    attribute, as NKIObject's own ``__init__`` would.  A keyword that names neither a parameter of the class's
-    ``__init__`` nor an attribute of the class stays Python's TypeError.  Frozen dataclasses are set through
-    ``object.__setattr__`` (NKI 0.5 release notes: "NKIObject subclasses decorated with @dataclass(frozen=True)
-    ... can now be constructed normally")."""
+    AWS's nki-library (d2ad3a5) builds its kernel dataclasses in two ways a plain dataclass refuses, in kernels its
+    fast suite runs on Trainium: ``@dataclass class SectionParams(nl.NKIObject)`` with plain class attributes
+    (``section_idx = None``: no annotation, no field) built as ``SectionParams(section_idx=...)``
+    (attention_cte), and ``MLPTKGConstantsDimensionSizes(...)`` called without its field ``remainderIFused``,
+    which has no default (mlp_tkg_constants).  So an ``NKIObject`` dataclass takes any of its fields and class
+    attributes by keyword; a field not given takes its default, or None when it has none (inferred from that
+    kernel, not documented).  A keyword naming neither a field nor a class attribute stays Python's TypeError.
+    Attributes are set through ``object.__setattr__``, so frozen dataclasses construct too (NKI 0.5 release notes:
+    "NKIObject subclasses decorated with @dataclass(frozen=True) ... can now be constructed normally").  Other
+    subclasses construct as Python does."""
 
     def __call__(cls, *args, **kwargs):
-        if not kwargs or cls.__init__ is NKIObject.__init__:
+        if cls.__init__ is NKIObject.__init__ or not _dataclasses.is_dataclass(cls):
             return super().__call__(*args, **kwargs)
-        params = _init_keywords(cls)
-        extra = {k: v for k, v in kwargs.items() if k not in params} if params is not None else None
-        if not extra:
-            return super().__call__(*args, **kwargs)
-        if [k for k in extra if not hasattr(cls, k)]:
+        fields = _dataclasses.fields(cls)
+        names = [f.name for f in fields]
+        if len(args) > len(names) or [k for k in kwargs if k in names[:len(args)]]:
+            return super().__call__(*args, **kwargs)  # Python's own positional/duplicate argument errors
+        given = dict(zip(names, args))
+        given.update(kwargs)
+        required = [f.name for f in fields if f.init and f.default is _MISSING and f.default_factory is _MISSING]
+        if not [k for k in kwargs if k not in names] and not [n for n in required if n not in given]:
+            return super().__call__(*args, **kwargs)  # what the dataclass's own __init__ takes
+        if [k for k in kwargs if k not in names and not hasattr(cls, k)]:
             return super().__call__(*args, **kwargs)  # Python's "unexpected keyword argument"
-        obj = super().__call__(*args, **{k: v for k, v in kwargs.items() if k in params})
-        for k, v in extra.items():
+        obj = cls.__new__(cls)
+        for f in fields:
+            if f.name in given:
+                value = given.pop(f.name)
+            elif f.default is not _MISSING:
+                value = f.default
+            elif f.default_factory is not _MISSING:
+                value = f.default_factory()
+            else:
+                value = None
+            object.__setattr__(obj, f.name, value)
+        for k, v in given.items():
             object.__setattr__(obj, k, v)
+        post = getattr(obj, "__post_init__", None)
+        if post is not None:
+            post()
         return obj
 
 
-_INIT_KEYWORDS: dict = {}
-
-
-def _init_keywords(cls) -> frozenset | None:
-    """The keyword parameters of ``cls.__init__`` (None when it takes ``**kwargs``), cached per class."""
-    import inspect
-
-    init = cls.__init__
-    hit = _INIT_KEYWORDS.get(init, False)
-    if hit is not False:
-        return hit
-    try:
-        sig = inspect.signature(init)
-    except (TypeError, ValueError):
-        found = None
-    else:
-        if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
-            found = None
-        else:
-            found = frozenset(n for n, p in sig.parameters.items()
-                              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-    _INIT_KEYWORDS[init] = found
-    return found
+_MISSING = _dataclasses.MISSING
 
 
 class NKIObject(metaclass=_NKIObjectMeta):
