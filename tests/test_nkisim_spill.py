@@ -208,3 +208,23 @@ def test_legacy_isa_spelling_spills_too():
     run = run_kernel(k, (x,), target="trn2")
     np.testing.assert_array_equal(run.outputs, np.stack([x, x, x]))
     assert run.trace.meta["spill"]["saves"] >= 1
+
+
+def test_locations_never_written_are_dropped_without_a_save():
+    """Three 80 KiB tiles read twice each but never written: the one evicted holds no data, so nothing is saved or
+    reloaded; the room it leaves is still ordered (an edge), and the trace stays serialisable."""
+    @nki.jit
+    def k(x):
+        out = lnl.ndarray((6,) + x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        ts = [lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.sbuf) for _ in range(3)]
+        for i in range(6):
+            lnl.store(out[i], value=ts[i % 3])
+        return out
+
+    x = np.zeros((P, 20 * 1024), np.float32)
+    run = run_kernel(k, (x,), target="trn2")
+    assert np.isnan(run.outputs).all()  # never written: the emulator's poison, as before
+    assert not _spill_instrs(run.trace) and "spill" not in run.trace.meta
+    assert not any("after_objs" in i.attrs for i in run.trace.instrs)
+    assert any(i.attrs.get("after") for i in run.trace.instrs)
+    assert estimate(traceio.loads(traceio.dumps(run.trace))).total_us == pytest.approx(estimate(run.trace).total_us)

@@ -91,10 +91,8 @@ def plan(mem, trace) -> bool:
     if fixed + peak <= capacity:
         return False  # fits by liveness: nothing spills
     inserts = _walk(instrs, locs, capacity, fixed, mem)
-    if not inserts:
-        return False
-    _splice(trace, inserts)
-    return True
+    _splice(trace, inserts)  # also when only clean locations were dropped: their waits become edges
+    return bool(inserts)
 
 
 def _locations(mem):
@@ -294,6 +292,8 @@ def _splice(trace, inserts: dict[int, list[Instr]]) -> None:
     spmd = trace.meta.get("spmd") if isinstance(trace.meta, dict) else None
     if isinstance(spmd, dict) and spmd.get("program_start"):
         spmd["program_start"] = [first_at.get(s, new_of.get(s, s)) for s in spmd["program_start"]]
+    if not inserts:
+        return
     saves = [x for x in out if x.attrs.get("spill") == "save"]
     reloads = [x for x in out if x.attrs.get("spill") == "reload"]
     trace.meta["spill"] = {"saves": len(saves), "save_bytes": sum(x.attrs["bytes"] for x in saves),
