@@ -21,7 +21,7 @@ import numpy as np
 from nkisim.core import execute
 from nkisim.core.dtypes import F32
 from nkisim.core.dtypes import name as dtype_name
-from nkisim.core.instr import B_HBM, Operand, Region
+from nkisim.core.instr import B_HBM, B_PSUM, Operand, Region
 from nkisim.core.memory import Allocation
 from nkisim.core.rules import fail
 
@@ -420,7 +420,13 @@ def mark_written(t: View, mask: np.ndarray | None = None, by_matmul: bool = Fals
     Such writes are also remembered as value-initialisations (``Allocation.vinit``): on NeuronCore-v2/v3 a matmul
     accumulating onto them is not supported (nki.isa.nc_matmul, NKI 0.6)."""
     a = t._a
-    if a.acc is None or FROZEN[0]:
+    if a.acc is None:
+        # SBUF, a provisional result (written in full by its instruction), or PSUM a matmul wrote in full in a
+        # timing run (psum_flags dropped its flags): the last one needs them back to remember this write
+        if a.buf != B_PSUM or a.provisional or FROZEN[0]:
+            return
+        a.acc = np.ones(a.base.shape, dtype=bool)
+    elif FROZEN[0]:
         return
     _set_flags(t, acc_view(t), mask, True)
     if not by_matmul:
@@ -476,6 +482,12 @@ def psum_flags(dst: View, accumulate: bool, mask: np.ndarray | None = None) -> N
     read the flags, so they fire alike whether or not values are computed."""
     a = dst._a
     if a.acc is None or FROZEN[0]:
+        return
+    if mask is None and dst._ix is None and a.placed is None and dst._v.size == a.base.size:
+        # the whole tile written by a matmul (the common case): no flag left unset, none value-initialised, as for a
+        # provisional result; dropping the arrays keeps the timing run's per-instruction cost (mark_written brings
+        # them back if a non-matmul instruction writes the tile later)
+        a.acc = a.vinit = None
         return
     if not accumulate and a.vinit is not None:
         _set_flags(dst, _flags_of(dst, a.vinit), mask, False)
