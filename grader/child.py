@@ -128,7 +128,17 @@ def _view(real: types.ModuleType) -> types.ModuleType:
     def __getattr__(name: str):
         if name.startswith("_") or (is_numpy and name in NUMPY_WITHHELD):
             raise AttributeError(f"module {real.__name__!r} has no attribute {name!r} in graded kernels")
-        value = getattr(real, name)
+        try:
+            value = getattr(real, name)
+        except AttributeError as exc:
+            missing = str(exc)  # raised below, outside this handler: no __context__ to walk back to the error
+        else:
+            missing = None
+        if missing is not None:
+            # A failed lookup's AttributeError carries the object it failed on (``err.obj``, Python 3.10+): from
+            # getattr(real, ...) that is the real module (real typing holds operator, sys, ...), so the view
+            # raises its own, naming itself.
+            raise AttributeError(missing, name=name, obj=view)
         if isinstance(value, types.ModuleType):
             if not _module_allowed(value.__name__):
                 raise AttributeError(f"module {real.__name__!r} has no attribute {name!r} in graded kernels")
