@@ -63,6 +63,8 @@ SCREEN_ON: dict[str, tuple[set[str], float]] = {
     "shared_constant_path_nki": ({"error"}, 0),
     # a failed attribute read on a module view handed out the real module (err.obj): scored 12 before the fix
     "attr_error_obj_nki": ({"error"}, 0),
+    # a string annotation (code the screen never parses) was evaluated whole by the launcher: scored 12 before the fix
+    "annotation_eval_nki": ({"error"}, 0),
     # Correct on the correctness shapes, skips the work on the larger timed shape: correctness only.
     "skip_work_when_timed": ({"passed"}, 10),
     # Floods stdout but computes the right answer: full credit, and the grader survives the flood.

@@ -193,6 +193,24 @@ def test_typing_annotations_check_shape_and_allow_mutation():
         _annotated(np.zeros((128, 32), np.float32), b)
 
 
+LEAKED: list = []
+
+
+def test_a_postponed_annotation_is_evaluated_only_as_an_annotation():
+    """A string annotation is code the static screen never parses: nkisim evaluates names, public attributes,
+    subscripts and constants (the nt.tensor forms keep their checks), nothing else (issue 31: an assignment
+    expression there reached any module through ().__class__ and handed the kernel tensor storage)."""
+
+    @nki.jit
+    def k(b: (LEAKED.append(().__class__), nt.mutable_tensor)[1], a: nt.tensor[128, 64]):  # postponed (this file)
+        nl.store(b, nl.load(a))
+        return b
+
+    with raises_rule("err_annotation_shape_mismatch", "does not match the expected shape of [128, 64]"):
+        k(np.zeros((128, 32), np.float32), np.zeros((128, 32), np.float32))
+    assert not LEAKED
+
+
 def test_typing_unannotated_input_stays_immutable():
     @nki.jit
     def k(a, b):
