@@ -267,6 +267,10 @@ CASES: list[tuple[str, str, str]] = [
     ("self-rebound",
      "class Plant:\n    def put(self, v):\n        self = nl.sbuf\n        self.kind = v  # <-\n",
      "SANDBOX-MONKEYPATCH"),
+    ("attribute-error-obj",
+     "def f(m):\n    try:\n        return m.nothing\n    except AttributeError as err:\n        return err.obj  # <-\n",
+     "SANDBOX-INTROSPECTION"),
+    ("operator-module", "import typing\ng = typing.operator.attrgetter  # <-\n", "SANDBOX-MODULE-ESCAPE"),
     ("alias-rebound-mutation", "import numpy\nnp = numpy.sctypeDict\nnp.clear()  # <-\n", "SANDBOX-MONKEYPATCH"),
     ("alias-rebound-io", "def f(a):\n    nl = a\n    nl.tofile('/tmp/x')  # <-\n", "SANDBOX-NUMPY-IO"),
 ]

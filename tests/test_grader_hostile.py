@@ -62,7 +62,8 @@ SCREEN_ON: dict[str, tuple[set[str], float]] = {
     "alias_rebind_nki": ({"rejected"}, 0),
     "shared_constant_path_nki": ({"error"}, 0),
     # a failed attribute read on a module view handed out the real module (err.obj): scored 12 before the fix
-    "attr_error_obj_nki": ({"error"}, 0),
+    # and now err.obj and .operator are screened (SANDBOX-INTROSPECTION, SANDBOX-MODULE-ESCAPE)
+    "attr_error_obj_nki": ({"rejected"}, 0),
     # a string annotation (code the screen never parses) was evaluated whole by the launcher: scored 12 before the fix
     "annotation_eval_nki": ({"error"}, 0),
     # Correct on the correctness shapes, skips the work on the larger timed shape: correctness only.
@@ -102,6 +103,7 @@ SCREEN_OFF: dict[str, set[str]] = {
     "loader_escape_nki": {"error"},
     "plant_context_nki": {"error"},
     "shared_constant_path_nki": {"error"},
+    "attr_error_obj_nki": {"error"},  # without the screen: the module view's own AttributeError (grader/child.py)
 }
 # Files a hostile submission reads from outside its own directory (planted before grading, removed after).
 PLANTED = {"shared_constant_path_nki": "/tmp/asst4-hostile-shared_constant.npy"}

@@ -43,7 +43,11 @@ _ESCAPE_ATTRS = frozenset(
     "os sys subprocess importlib builtins ctypes ctypeslib pickle marshal shelve socket shutil pathlib io "
     "inspect gc threading multiprocessing concurrent signal runpy codeop types weakref tempfile glob "
     "fcntl resource posix pty mmap sysconfig site atexit faulthandler traceback linecache pkgutil urllib "
-    "http asyncio selectors webbrowser nkisim grader lib f2py distutils extbuild np numpy neuronxcc".split()
+    "http asyncio selectors webbrowser nkisim grader lib f2py distutils extbuild np numpy neuronxcc "
+    # modules that read attributes by computed names (operator.attrgetter, string.Formatter), run code or do I/O
+    # (codecs.open, logging's file handlers): reachable as attributes of a real module, e.g. typing.operator
+    "operator functools copyreg codecs logging warnings contextlib dataclasses dis zipfile tarfile sqlite3 "
+    "zipimport".split()
 )
 # The modules the allowed stdlib modules hold as attributes, read from the modules themselves (a class, not a list of
 # names): typing imports collections, contextlib, functools, operator, re (as stdlib_re), sys, types and warnings, so
@@ -73,6 +77,9 @@ _INTROSPECTION_ATTRS = frozenset(
     "gi_frame gi_code gi_yieldfrom cr_frame cr_code cr_await cr_origin ag_frame ag_code ag_await f_back "
     "f_globals f_locals f_builtins f_code f_trace tb_frame tb_next co_code co_consts co_names "
     "func_globals func_code func_closure cell_contents mro im_func im_self im_class "
+    # an AttributeError's obj (Python 3.10+) is the object whose attribute was missing: raised inside the emulator
+    # or a module view, an object kernel code was never handed
+    "obj "
     # typing's evaluators run annotation strings through eval().
     "get_type_hints ForwardRef get_annotations".split()
 )
