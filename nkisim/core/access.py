@@ -183,7 +183,7 @@ def write(t: View, values: np.ndarray, mask: np.ndarray | None = None) -> None:
     t._v[tuple(ix)] = vals
 
 
-_new_region = tuple.__new__
+_new_region = tuple.__new__  # Region / Operand from a full tuple without the NamedTuple's Python-level __new__
 
 
 def physical(t) -> bool:
@@ -206,6 +206,15 @@ def operand(t: View) -> Operand:
     return op
 
 
+# Operands of basic views, interned by everything make_operand reads: a loop's tiles rotate through a few physical
+# buffers, so the n-th iteration's views describe what earlier ones did and share their Operand (one object, not
+# one per instruction: less work, memory and collector traversal).  The dtype is keyed by identity too (TF32 equals
+# float32 for NumPy but is named apart) and held by the key, so its id stays its own.  Emptied after each run
+# (runtime.run_kernel): the entries are pure functions of their keys, so sharing them between runs would be
+# correct, only unbounded.
+OPERANDS: dict = {}
+
+
 def make_operand(t: View) -> Operand:
     """Describe a view for the cost model (called once per view, cached; hot path: keep it lean)."""
     if t._ix is not None:
@@ -214,6 +223,15 @@ def make_operand(t: View) -> Operand:
     v = t._v
     shape = v.shape
     strides = v.strides
+    dt = v.dtype
+    key = (a.phys, t._off, shape, strides, t.pdim, id(dt), dt, a.buf, a.row_bytes)
+    op = OPERANDS.get(key)
+    if op is None:
+        op = OPERANDS[key] = _operand(t, a, v, shape, strides)
+    return op
+
+
+def _operand(t: View, a: Allocation, v: np.ndarray, shape: tuple, strides: tuple) -> Operand:
     isz = v.itemsize
     pd = t._pd
     size = 1
@@ -260,7 +278,7 @@ def make_operand(t: View) -> Operand:
         region = _new_region(Region, (a.buf, a.phys, p_lo, p_lo + (parts or 1), b_lo, b_lo + fspan + isz))
     if not parts:
         parts = 1
-    return Operand(region, shape, dtype_name(v.dtype), isz, parts, size // parts, inner, contig, lanes)
+    return _new_region(Operand, (region, shape, dtype_name(v.dtype), isz, parts, size // parts, inner, contig, lanes))
 
 
 def _gather_operand(t: View) -> Operand:

@@ -34,6 +34,19 @@ _STACK: list[KernelContext] = []
 # Set once any kernel records a dynamic loop body or makes a run-time-offset view (core.ops.registers.api reads it:
 # until then the front-end wrappers cost one list read)
 LIVE = [False]
+# id(code) -> code of every emulator function settle's frame walk has met (held, so the ids stay theirs)
+_EMULATOR_CODES: dict[int, object] = {}
+
+
+class Site(tuple):
+    """An allocation site, ``(code, line)`` of a kernel statement (``KernelContext.site``): the key under which
+    MemoryTracker rotates physical buffers.  One object per statement and run (``KernelContext._lines``), so it is
+    hashed and compared by identity: a code object's own hash walks its constants, ~1 us, on every allocation."""
+
+    __slots__ = ()
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
 
 
 class KernelContext:
@@ -62,7 +75,8 @@ class KernelContext:
         self.unwritten = None  # (weakref to the last result tile, its values, mask): written lazily by settle
         self.last_mask: np.ndarray | None = None  # mask= of the last retargetable result (set by ops.common.finish)
         self.acc_spelling = None  # (matmul result ref, acc view, materialize): 2024 `acc + nl.matmul(..)`
-        self._where: dict = {}
+        self._where: dict = {}  # (id(code), bytecode offset) -> (code, loc, site): settle's cache per call site
+        self._lines: dict = {}  # (code, line) -> the same, per kernel statement
         self.loc: str = "?"
         self.site = None
         self.kernel_code = None  # code object of the top-level kernel function (shared_hbm scope rule)
@@ -132,18 +146,34 @@ class KernelContext:
         self.last_result = None
         self.last_values = None
         f = sys._getframe(2)  # skip settle and its caller (always an ops or api function)
-        pkg = EMULATOR_DIRS
-        while f is not None and f.f_code.co_filename.startswith(pkg):
+        emu = _EMULATOR_CODES
+        while f is not None:
+            code = f.f_code
+            if id(code) not in emu:
+                if not code.co_filename.startswith(EMULATOR_DIRS):
+                    break
+                emu[id(code)] = code  # kept alive: its id stays its own
             f = f.f_back
         if f is None:
             self.loc, self.site = "?", None
             return
-        key = (f.f_code, f.f_lineno)
-        w = self._where.get(key)
+        # keyed on the bytecode offset: a frame's f_lineno decodes the line table from the function's start (the
+        # dearest part of this walk), a call site's offset maps to one line for good.  The code object is held by
+        # the entry, so no other code object takes its id while this run lasts.
+        w = self._where.get((id(code), f.f_lasti))
+        if w is None:
+            w = self._where_slow(code, f.f_lineno)
+            self._where[(id(code), f.f_lasti)] = w
+        self.loc, self.site = w[1], w[2]
+
+    def _where_slow(self, code, line: int) -> tuple:
+        """(code, 'file:line', site) of a call site seen for the first time; the namespace check runs once per
+        kernel statement (line), as the site does."""
+        w = self._lines.get((code, line))
         if w is None:  # a kernel statement seen for the first time
-            self._check_namespace(sys._getframe(2))
-            w = self._where[key] = f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno}"
-        self.loc, self.site = w, key
+            self._check_namespace(sys._getframe(3))
+            w = self._lines[(code, line)] = (code, f"{code.co_filename.rsplit('/', 1)[-1]}:{line}", Site((code, line)))
+        return w
 
     def _check_namespace(self, f) -> None:
         """The API function the kernel statement called belongs to the kernel's own front end (or the core):

@@ -49,8 +49,10 @@ _TO_DTYPE: dict = {}
 
 def to_dtype(dt) -> np.dtype:
     """Any dtype spelling (nl.float16, np.float16, 'float16', ml_dtypes types) -> storage np.dtype."""
-    if dt is TF32 or dt == "tfloat32":
-        return TF32  # before the cache: TF32 == float32 and hashes alike, so a dict lookup would lose the marker
+    if dt is TF32 or (dt.__class__ is str and dt == "tfloat32"):
+        # before the cache: TF32 == float32 and hashes alike, so a dict lookup would lose the marker.  Only a str is
+        # compared with the name: np.dtype == str parses the string as a dtype and fails, ~2 us per allocation
+        return TF32
     try:
         hit = _TO_DTYPE.get(dt)
     except TypeError:

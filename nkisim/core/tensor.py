@@ -205,8 +205,16 @@ class Tensor(StorageView):
         if type(idx) is slice and idx.step is None and not self._a.block_mod:
             # fast path for the most common index in kernels: one unit-step slice of the leading axis
             n = self.shape[0]
-            start = 0 if idx.start is None else _as_index(idx.start)
-            stop = n if idx.stop is None else _as_index(idx.stop)
+            start = idx.start
+            if start is None:
+                start = 0
+            elif start.__class__ is not int:
+                start = _as_index(start)
+            stop = idx.stop
+            if stop is None:
+                stop = n
+            elif stop.__class__ is not int:
+                stop = _as_index(stop)
             if 0 <= start and stop <= n and start <= stop:
                 t = self.__class__(self._a, self._v[start:stop], self._pd, None, None, False,
                            self._off + start * self._v.strides[0], self)
