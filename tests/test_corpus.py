@@ -153,6 +153,7 @@ def test_registry_is_consistent():
         assert isinstance(k.configs[0], ConvConfig if k.family == "conv" else TransposeConfig)
 
 
+@pytest.mark.slow
 def test_corpus_is_staff_only_and_outside_the_model_fingerprint(tmp_path, monkeypatch):
     """Complete solutions must not ship to students, and leaving them out must not change the fingerprint the
     grader's reference timings are keyed by (the release would otherwise never find its timings)."""

@@ -322,6 +322,7 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+@pytest.mark.slow
 def test_the_timing_key_follows_the_model_and_the_traces_only(tmp_path):
     """Reference timings are keyed on the code of the cost model and of what produces the staff kernels' traces
     (thresholds.model_modules): docstring and comment edits anywhere, and any edit outside those modules (the

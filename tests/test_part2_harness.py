@@ -158,6 +158,7 @@ def test_stub_scores_zero_without_crashing(api):
     assert report.score("extra credit") == (0.0, 5.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", ["nki", "legacy"])
 def test_command_line_prints_verdicts_and_score_lines(api):
     """`python part2/test_harness.py` on the default edition's stub; the legacy edition's through --submission."""

@@ -90,6 +90,7 @@ def test_each_piece_of_advice_shows_its_effect(measure):
         assert _latency(measure, undone, 224, "float16") == pytest.approx(staff, rel=0.03)
 
 
+@pytest.mark.slow
 def test_the_current_api_starting_point_is_the_ladders_step0(measure, harness):
     """staff/ladder/step0_naive_nki.py (what the student-loop figures are measured on) is correct and models
     as the legacy ladder's step0_naive (the same instructions in the other API's spelling)."""
