@@ -90,6 +90,11 @@ NUMPY_WITHHELD = frozenset(
         "source",
         "who",
         "matlib",
+        # NumPy's floating-point error state: nkisim computes instruction values with NumPy, so a kernel raising or
+        # calling back on its errors would see device values (errstate(all="raise") around an instruction)
+        "seterr",
+        "seterrcall",
+        "errstate",
     }
 )
 NUMPY_SUBMODULES = frozenset({"linalg", "fft", "polynomial", "emath", "dtypes", "exceptions", "random", "typing"})

@@ -131,6 +131,8 @@ CASES: list[tuple[str, str, str]] = [
     # typing's own module attributes (operator, functools, sys, ...), as an attribute or imported by name
     ("typing-operator", "import typing\nget = typing.operator.attrgetter('_v')  # <-\n", "SANDBOX-MODULE-ESCAPE"),
     ("from-typing-sys", "from typing import sys as s  # <-\n", "SANDBOX-MODULE-ESCAPE"),
+    # NumPy's error state around an instruction: the executor's floating-point errors raised in the kernel
+    ("np-errstate", "with np.errstate(divide='raise'):  # <-\n    pass\n", "SANDBOX-NUMPY-STATE"),
     ("np-load", "w = np.load('weights.npy')  # <-\n", "SANDBOX-NUMPY-IO"),
     ("np-save", "np.save('/tmp/x.npy', np.zeros(3))  # <-\n", "SANDBOX-NUMPY-IO"),
     ("np-fromfile", "w = np.fromfile('/etc/passwd')  # <-\n", "SANDBOX-NUMPY-IO"),

@@ -66,6 +66,8 @@ SCREEN_ON: dict[str, tuple[set[str], float]] = {
     "attr_error_obj_nki": ({"rejected"}, 0),
     # a string annotation (code the screen never parses) was evaluated whole by the launcher: scored 12 before the fix
     "annotation_eval_nki": ({"error"}, 0),
+    # NumPy's error state around an instruction turned a device value into an exception in the kernel's Python
+    "errstate_probe_nki": ({"rejected"}, 0),
     # Correct on the correctness shapes, skips the work on the larger timed shape: correctness only.
     "skip_work_when_timed": ({"passed"}, 10),
     # Floods stdout but computes the right answer: full credit, and the grader survives the flood.
@@ -104,6 +106,7 @@ SCREEN_OFF: dict[str, set[str]] = {
     "plant_context_nki": {"error"},
     "shared_constant_path_nki": {"error"},
     "attr_error_obj_nki": {"error"},  # without the screen: the module view's own AttributeError (grader/child.py)
+    "errstate_probe_nki": {"error"},  # without the screen: NumPy's view withholds errstate (grader/child.py)
 }
 # Files a hostile submission reads from outside its own directory (planted before grading, removed after).
 PLANTED = {"shared_constant_path_nki": "/tmp/asst4-hostile-shared_constant.npy"}

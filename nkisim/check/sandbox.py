@@ -70,8 +70,12 @@ _IO_ATTRS = frozenset(
     "load save savez savez_compressed savetxt loadtxt genfromtxt fromfile fromregex memmap tofile dump "
     "dumps DataSource open_memmap".split()
 )
+# errstate is seterr for a with-block: nkisim's executor computes instruction values with NumPy inside it, so
+# errstate(all="raise") turned a device value (a zero divisor, an overflow) into an exception in the kernel's Python
+# and errstate(call=f) into a call of kernel code (issue 31: device values never reach the kernel's Python).
 _STATE_ATTRS = frozenset(
-    "seterr seterrcall seterrobj setbufsize set_printoptions set_string_function set_numeric_ops seed set_state".split()
+    "seterr seterrcall seterrobj errstate setbufsize set_printoptions set_string_function set_numeric_ops seed "
+    "set_state".split()
 )
 _INTROSPECTION_ATTRS = frozenset(
     "gi_frame gi_code gi_yieldfrom cr_frame cr_code cr_await cr_origin ag_frame ag_code ag_await f_back "
