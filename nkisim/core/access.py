@@ -224,7 +224,7 @@ def make_operand(t: View) -> Operand:
     shape = v.shape
     strides = v.strides
     dt = v.dtype
-    key = (a.phys, t._off, shape, strides, t.pdim, id(dt), dt, a.buf, a.row_bytes)
+    key = (a.phys, t._off, shape, strides, t._pd, id(dt), dt, a.buf, a.row_bytes)
     op = OPERANDS.get(key)
     if op is None:
         op = OPERANDS[key] = _operand(t, a, v, shape, strides)

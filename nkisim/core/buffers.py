@@ -120,7 +120,7 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
         alloc.block_bytes = block_pp
         mem.track_blocks(alloc, nblocks)
         mem.charge(alloc)
-        return ctx.tensor_type(alloc, view, pdim, off=0)
+        return ctx.tensor_type(alloc, view, pdim, None, None, False, 0)
     alloc = Allocation(kind, base, mem.phys_for(site, kind, bytes_pp, provisional), site, name, bytes_pp, mem)
     alloc.provisional = provisional
     if nblocks > 1:
@@ -132,7 +132,7 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
         # written by the instruction that produced them, i.e. all flags set.  Kept in both modes: the accumulate
         # rules read them, and a rule must not depend on whether values are computed (grading security, S4)
         alloc.acc = np.zeros(base.shape, dtype=bool)
-    return ctx.tensor_type(alloc, view, pdim, off=0)
+    return ctx.tensor_type(alloc, view, pdim, None, None, False, 0)
 
 
 def _shared_again(ctx: KernelContext, dims, dt, name: str) -> Tensor:
