@@ -186,7 +186,8 @@ def deliver(ctx: KernelContext, ins, out: Tensor, values, mask, dst: Tensor | No
         if v.shape != out.shape:
             v = v.reshape(out.shape)
         write(out, execute.cast(v, out.dtype), mask)
-    mark_written(out, mask)  # in both modes: the accumulate rules read the flags
+    if out.kind == B_PSUM:  # in both modes: the accumulate rules read the flags
+        mark_written(out, mask)
     return out
 
 

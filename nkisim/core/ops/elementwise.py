@@ -433,7 +433,8 @@ def tensor_copy_dynamic(src, dst=None, *, which: str, dtype=None, engine: Engine
         return finish(ctx, ins, out, values, m)
     if values is not None:
         write(out, execute.cast(values, out.dtype), m)
-    mark_written(out)  # in both modes: the accumulate rules read the flags
+    if out.kind == B_PSUM:  # in both modes: the accumulate rules read the flags
+        mark_written(out)
     return out
 
 
