@@ -206,12 +206,12 @@ def operand(t: View) -> Operand:
     return op
 
 
-# Operands of basic views, interned by everything make_operand reads: a loop's tiles rotate through a few physical
-# buffers, so the n-th iteration's views describe what earlier ones did and share their Operand (one object, not
-# one per instruction: less work, memory and collector traversal).  The dtype is keyed by identity too (TF32 equals
-# float32 for NumPy but is named apart) and held by the key, so its id stays its own.  Emptied after each run
-# (runtime.run_kernel): the entries are pure functions of their keys, so sharing them between runs would be
-# correct, only unbounded.
+# Operands of basic on-chip views, interned by everything make_operand reads: a loop's tiles rotate through a few
+# physical buffers, so the n-th iteration's views describe what earlier ones did and share their Operand (one
+# object, not one per instruction: less work, memory and collector traversal).  The dtype is keyed by identity
+# too (TF32 equals float32 for NumPy but is named apart) and held by the key, so its id stays its own.  Emptied
+# after each run (runtime.run_kernel): the entries are pure functions of their keys, so sharing them between runs
+# would be correct, only unbounded.
 OPERANDS: dict = {}
 
 
@@ -223,8 +223,11 @@ def make_operand(t: View) -> Operand:
     v = t._v
     shape = v.shape
     strides = v.strides
+    buf = a.buf
+    if buf == B_HBM:  # HBM views are slices at ever new offsets: a key would cost more than it saves
+        return _operand(t, a, v, shape, strides)
     dt = v.dtype
-    key = (a.phys, t._off, shape, strides, t._pd, id(dt), dt, a.buf, a.row_bytes)
+    key = (a.phys, t._off, shape, strides, t._pd, id(dt), dt, buf, a.row_bytes)
     op = OPERANDS.get(key)
     if op is None:
         op = OPERANDS[key] = _operand(t, a, v, shape, strides)
