@@ -12,6 +12,9 @@ API the kernel file imports (``Kernel API:``).  The test
 definitions (``correctness_tests``, ``performance_tests``) and the runners (``run_correctness``,
 ``run_performance``, ``run_harness``) are importable, so the grader and the repository's tests drive the same
 logic against any submission directory.
+
+(Over 600 lines on purpose: students get part 2's harness as this one runnable file, as in the course, and the
+repository's tests import its definitions and runners from it, so the logic they check is the logic students run.)
 """
 
 from __future__ import annotations

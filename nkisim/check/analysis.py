@@ -4,6 +4,10 @@ module-derived names, which functions are kernels and which helpers they call, t
 The NKI namespaces come from the front-end registry (``nkisim.frontends``): a name like ``nl.add`` resolves to
 ``neuronxcc.nki.language.add`` or ``nki.language.add`` through the file's imports, and :func:`namespace_of` says
 which front end it belongs to.
+
+(Over 600 lines on purpose: :class:`ModuleFacts` is one analysis whose passes share one walk of the tree and feed
+each other (aliases -> taint -> kernels -> call graph); the AST helpers are shared by those passes and the
+screen's checks (sandbox, walker).)
 """
 
 from __future__ import annotations

@@ -430,7 +430,218 @@ def schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=()
             gc.enable()
 
 
+class _Placer:
+    """Resource placement: puts an instruction whose dependencies are resolved on the resources it occupies.
+
+    Holds the state the scheduling loop carries from one instruction to the next besides the access records:
+    each engine's busy intervals (list scheduling) or last end (program order), the DMA issue queues and engines,
+    NC-v2's shared access ports, the loaded stationary matrix and activation table, and TensorE's dI/dt warm-up.
+    One method call per instruction (:meth:`dma` or :meth:`compute`) with the loop's values passed in and the
+    state read into locals: the scheduler is on the grading path, and CPython charges for every call and
+    attribute access per instruction.
+    """
+
+    __slots__ = ("tc", "model", "sch", "reorder", "gaps", "engine_free", "engine_last", "busy", "port_free",
+                 "share_sbuf", "share_psum", "same_lat", "dma_eng", "issue_q", "static_q", "last_stationary",
+                 "tensor_last_end", "warm_begin", "throttle", "win", "r0", "act_table")
+
+    def __init__(self, tc: TargetCosts, model: CostModel, sch: Schedule) -> None:
+        self.tc, self.model, self.sch = tc, model, sch
+        # The compiler list-schedules each engine's instruction stream (automatic instruction reordering, which the
+        # NKI scheduling APIs' dependency edges and no_reorder blocks exist to constrain): an instruction whose
+        # inputs are ready fills an idle gap of its engine before earlier, still-waiting instructions.
+        self.reorder = tc.engine_reorder
+        self.gaps: dict[str, GapResource] = {}
+        self.engine_free: dict[str, float] = {}
+        self.engine_last: dict[str, int] = {}
+        self.busy: dict[str, float] = {}
+        # NC-v2 shared access ports (A2 §4.4): per port, the end of each sharing engine's last access.  An engine
+        # waits for the *other* engine's access only; its own stream is ordered (and gap-filled) by its engine
+        # resource, so sharing a port does not make an engine run in program order.
+        self.port_free = {"sbuf_vg": {Engine.VECTOR: 0.0, Engine.GPSIMD: 0.0},
+                          "psum_vs": {Engine.VECTOR: 0.0, Engine.SCALAR: 0.0}}
+        self.share_sbuf = tc.vector_gpsimd_share_sbuf
+        self.share_psum = tc.vector_scalar_share_psum
+        # RAW between two VectorE instructions (NC-v2, TargetCosts.vector_same_engine_latency_cycles): the consumer
+        # waits VectorE's short dependent-instruction overhead (A2: "~100 cycles" for an instruction that depends
+        # on the previous output), not the full result latency + semaphore hand-off of a consumer on another engine
+        # (MODEL.md, seed 000).  ScalarE keeps its measured dependent-chain latency (PGf16: MIN_II + ~200 cycles
+        # per dependent ACTIVATE); GpSimdE has no figure.
+        self.same_lat: dict[Engine, float] = {}
+        if tc.vector_same_engine_latency_cycles is not None:
+            self.same_lat[Engine.VECTOR] = tc.vector_same_engine_latency_cycles / tc.vector_ghz
+        self.dma_eng = DmaEngines(tc.dma_engines)
+        self.issue_q = [GapResource() for _ in range(max(1, tc.dma_issue_queues))]  # hardware DGE instances
+        self.static_q = [GapResource() for _ in range(max(1, tc.dma_static_queues))]  # static descriptor rings
+        self.last_stationary = None
+        self.tensor_last_end = -1e30
+        self.warm_begin = 0.0
+        self.throttle = tc.throttle_window_ns > 0 and tc.throttle_factor > 1.0
+        self.win = tc.throttle_window_ns
+        self.r0 = 1.0 / tc.throttle_factor if self.throttle else 1.0
+        self.act_table = None
+
+    def zeros(self, zeros_read: list, instrs: list[Instr], dep: float, dep_pred: int) -> tuple[float, int]:
+        """Materialise the elided PSUM zero-inits an instruction reads as data (:func:`_materialize`); returns
+        (dep, dep_pred) pushed past the zeros becoming visible."""
+        for w in zeros_read:
+            if w[7] == 2:
+                t = _materialize(w, instrs, self.model, self.gaps, self.engine_free, self.busy, self.reorder)
+                if t > dep:
+                    dep, dep_pred = t, w[6]
+        return dep, dep_pred
+
+    def dma(self, ins: Instr, i: int, dep: float, p: int) -> tuple[float, float, float, int]:
+        """Place DMA ``i``, ready at ``dep`` (bounded by instruction ``p``): software-DGE descriptor generation on
+        GpSimd, a slot on the issue queue that frees first, the fixed latency, then its bytes on the DMA engines
+        its partitions map to.  Returns (start, read_done, done, pred)."""
+        c = self.model.dma_cost(ins)
+        sch = self.sch
+        sch.dma_count += 1
+        sch.dma_bytes += c.nbytes
+        sch.dma_descriptors += c.descriptors
+        if c.gpsimd_ns > 0:  # software DGE: the descriptors are built on GpSimd before the DMA is issued
+            dep = _occupy_gpsimd(c.gpsimd_ns, dep, i, self.gaps, self.engine_free, self.busy, self.reorder)
+        t_issue = dep
+        if c.issue_ns > 0:
+            best = None
+            queues = self.static_q if c.static else self.issue_q
+            for qi, q in enumerate(queues):
+                s, pos = q.find(dep, c.issue_ns)
+                if best is None or s < best[0]:
+                    best = (s, pos, qi)
+            s, pos, qi = best
+            q = queues[qi]
+            if s > dep + _EPS:
+                o_ = q.owner_before(s, pos)
+                if o_ >= 0:
+                    p = o_
+            q.insert(s, c.issue_ns, pos, i)
+            sch.dma_issue[i] = (qi, s, s + c.issue_ns)
+            t_issue = s + c.issue_ns
+        t_data = t_issue + c.pre_ns
+        done = t_data
+        portions = []
+        d = c.per_engine_ns
+        late = t_data
+        for res, engs in self.dma_eng.groups(c.engines):
+            s, pos = res.find(t_data, d)
+            if s > late + _EPS:
+                late = s
+                o_ = res.owner_before(s, pos)
+                if o_ >= 0:
+                    p = o_
+            res.insert(s, d, pos, i)
+            portions.append((engs, s, s + d))
+            if s + d > done:
+                done = s + d
+        sch.dma_portions[i] = portions
+        read_done = done  # the source has been read once the last byte moved
+        done += c.post_ns
+        ins.cost_ns = done - (portions[0][1] if portions else t_data)
+        return dep, read_done, done, p
+
+    def compute(self, ins: Instr, i: int, dep: float, p: int) -> tuple[float, float, float, float, Engine | None,
+                                                                         int]:
+        """Place compute instruction ``i``, ready at ``dep`` (bounded by instruction ``p``), on its engine: program
+        order or the earliest idle gap, the other engine's access on a shared port, LoadStationary and
+        activation-table loads, TensorE's dI/dt warm-up.  Returns (start, done, busy_end, same_done, w_eng,
+        pred); busy_end is when its sources are read and when a matmul accumulating after it may go."""
+        tc = self.tc
+        reorder = self.reorder
+        gaps = self.gaps
+        if reorder and ins.op == "tensor_copy" and ins.attrs.get("auto_engine"):
+            _pick_engine(ins, self.model, gaps, dep, tc)
+        c = self.model.compute_cost(ins)
+        res = c.resource
+        start = dep
+        engine_free = self.engine_free
+        if not reorder or ins.attrs.get("in_order"):  # strict program order (ncc.no_reorder blocks too)
+            free = engine_free.get(res, 0.0)
+            if free > start:
+                start = free
+                p = self.engine_last.get(res, -1)
+        eng = ins.engine
+        share_sbuf, share_psum = self.share_sbuf, self.share_psum
+        uses_sbuf = uses_psum = False
+        if share_sbuf or share_psum:
+            port_free = self.port_free
+            for o in ins.srcs + ins.dsts:
+                if o.region.buf == _PSUM:
+                    uses_psum = True
+                elif o.region.buf != _HBM:
+                    uses_sbuf = True
+            if share_sbuf and uses_sbuf and eng in (Engine.VECTOR, Engine.GPSIMD):
+                t = port_free["sbuf_vg"][Engine.GPSIMD if eng == Engine.VECTOR else Engine.VECTOR]
+                if t > start:
+                    start = t
+            if share_psum and uses_psum and eng in (Engine.VECTOR, Engine.SCALAR):
+                t = port_free["psum_vs"][Engine.SCALAR if eng == Engine.VECTOR else Engine.VECTOR]
+                if t > start:
+                    start = t
+        ii = c.ii_ns
+        is_tensor = res == "TensorE"
+        if is_tensor:
+            if c.ls_ns > 0 and ins.srcs:
+                st = ins.srcs[0].region
+                if st != self.last_stationary:
+                    if c.ls_ns > ii:
+                        ii = c.ls_ns  # background LoadStationary bounds the pair (A2 mm_bottleneck)
+                    self.last_stationary = st
+        elif c.act_table is not None and c.act_table != self.act_table:
+            ii += tc.act_table_load_ns
+            self.act_table = c.act_table
+            self.sch.act_table_loads += 1
+        if reorder:  # list scheduling: the earliest idle gap of the engine that fits
+            gr = gaps.get(res)
+            if gr is None:
+                gr = gaps[res] = GapResource()
+            start, pos, o_ = gr.place(start, ii)
+            if o_ >= 0:
+                p = o_
+        if is_tensor:
+            if reorder:
+                self.tensor_last_end = gr.ends[pos - 1] if pos > 0 else -1e30
+            if self.throttle:
+                if start - self.tensor_last_end > tc.throttle_rearm_gap_ns:
+                    self.warm_begin = start
+                x0 = start - self.warm_begin
+                win = self.win
+                if x0 < win:
+                    extra = _ramp_extra(x0, ii, win, self.r0)
+                    ii += extra
+                    self.sch.throttled_ns += extra
+                    if reorder:
+                        start, pos = gr.find(start, ii)
+        if reorder:
+            gr.insert(start, ii, pos, i)
+        busy_end = start + ii
+        done = busy_end + c.lat_ns
+        if is_tensor:
+            self.tensor_last_end = busy_end
+        engine_free[res] = busy_end
+        self.engine_last[res] = i
+        busy = self.busy
+        busy[res] = busy.get(res, 0.0) + ii
+        if share_sbuf and uses_sbuf and eng in (Engine.VECTOR, Engine.GPSIMD):
+            pf = port_free["sbuf_vg"]
+            if busy_end > pf[eng]:
+                pf[eng] = busy_end
+        if share_psum and uses_psum and eng in (Engine.VECTOR, Engine.SCALAR):
+            pf = port_free["psum_vs"]
+            if busy_end > pf[eng]:
+                pf[eng] = busy_end
+        same_lat = self.same_lat
+        w_eng = ins.engine if ins.engine in same_lat else None
+        same_done = min(done, busy_end + same_lat[w_eng]) if w_eng is not None else done
+        ins.cost_ns = ii
+        return start, done, busy_end, same_done, w_eng, p
+
+
 def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=()) -> Schedule:
+    """The scheduling loop: per instruction in program order, dependency resolution (:func:`_dependencies`),
+    resource placement (:class:`_Placer`), then recording its accesses for the instructions after it
+    (:func:`_record_accesses`).  Elided PSUM zero-inits are decided here: they take no resource."""
     sch = Schedule()
     n = len(instrs)
     fences = [b for b in barriers if 0 < b < n] + [n]
@@ -440,46 +651,14 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
     floor_pred = -1
     last_done = -1
     pred = [-1] * n
-    engine_free: dict[str, float] = {}
-    # The compiler list-schedules each engine's instruction stream (automatic instruction reordering, which the
-    # NKI scheduling APIs' dependency edges and no_reorder blocks exist to constrain): an instruction whose
-    # inputs are ready fills an idle gap of its engine before earlier, still-waiting instructions.
-    reorder = tc.engine_reorder
-    gaps: dict[str, GapResource] = {}
-    engine_last: dict[str, int] = {}
-    busy: dict[str, float] = {}
-    # NC-v2 shared access ports (A2 §4.4): per port, the end of each sharing engine's last access.  An engine
-    # waits for the *other* engine's access only; its own stream is ordered (and gap-filled) by its engine
-    # resource, so sharing a port does not make an engine run in program order.
-    port_free = {"sbuf_vg": {Engine.VECTOR: 0.0, Engine.GPSIMD: 0.0},
-                 "psum_vs": {Engine.VECTOR: 0.0, Engine.SCALAR: 0.0}}
     # per physical buffer: [writes, reads]; write = [p_lo, p_hi, b_lo, b_hi, t_done, t_pipe, idx, kind]
     # read = [p_lo, p_hi, b_lo, b_hi, t_read_done, idx]
     access: dict[int, list[list]] = {}  # key: phys * 4 + buf kind
-    dma_eng = DmaEngines(tc.dma_engines)
-    issue_q = [GapResource() for _ in range(max(1, tc.dma_issue_queues))]  # hardware DGE instances
-    static_q = [GapResource() for _ in range(max(1, tc.dma_static_queues))]  # static descriptor rings
-    last_stationary = None
-    tensor_last_end = -1e30
-    warm_begin = 0.0
-    throttle = tc.throttle_window_ns > 0 and tc.throttle_factor > 1.0
-    win = tc.throttle_window_ns
-    r0 = 1.0 / tc.throttle_factor if throttle else 1.0
-    act_table = None
+    placer = _Placer(tc, model, sch)
+    place_dma, place_compute = placer.dma, placer.compute
+    same_lat = placer.same_lat
     makespan = 0.0
-    dma_count = dma_bytes = dma_desc = 0
-    share_sbuf = tc.vector_gpsimd_share_sbuf
-    share_psum = tc.vector_scalar_share_psum
-    HBM = Buf.HBM
     PSUM = Buf.PSUM
-    # RAW between two VectorE instructions (NC-v2, TargetCosts.vector_same_engine_latency_cycles): the consumer
-    # waits VectorE's short dependent-instruction overhead (A2: "~100 cycles" for an instruction that depends on
-    # the previous output), not the full result latency + semaphore hand-off of a consumer on another engine
-    # (MODEL.md, seed 000).  ScalarE keeps its measured dependent-chain latency (PGf16: MIN_II + ~200 cycles per
-    # dependent ACTIVATE); GpSimdE has no figure.
-    same_lat = {}
-    if tc.vector_same_engine_latency_cycles is not None:
-        same_lat[Engine.VECTOR] = tc.vector_same_engine_latency_cycles / tc.vector_ghz
     DMA = Engine.DMA
     at_box = [None]  # sequence number -> position in ``instrs``, built on the first explicit edge (_positions)
 
@@ -491,72 +670,18 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
         is_dma = ins.engine == DMA or ins.op == "dma_copy"
         is_mm = ins.op == "nc_matmul"
         kind = 1 if is_mm else 0  # write kind: 0 plain, 1 matmul (PSUM accumulation), 2 elided PSUM zero-init
-        dep = floor
-        dep_pred = floor_pred
         own = ins.engine if ins.engine in same_lat else None  # a same-engine producer's result is forwarded
-        # ---- dependencies -------------------------------------------------------------------------------
         dep, dep_pred, src_ents, dst_ents, zeros_read, src_const = _dependencies(
-            ins, i, instrs, access, dep, dep_pred, own, is_mm, at_box)
-
+            ins, i, instrs, access, floor, floor_pred, own, is_mm, at_box)
         if zeros_read is not None and not (ins.op == "tensor_copy" and src_const and ins.dsts
                                            and ins.dsts[0].region.buf == PSUM):
             # the zeros are read as data, not overwritten by a matmul: the zero-init is a real instruction
-            for w in zeros_read:
-                if w[7] == 2:
-                    t = _materialize(w, instrs, model, gaps, engine_free, busy, reorder)
-                    if t > dep:
-                        dep, dep_pred = t, w[6]
+            dep, dep_pred = placer.zeros(zeros_read, instrs, dep, dep_pred)
 
-        # ---- timing -------------------------------------------------------------------------------------
         if is_dma:
-            c = model.dma_cost(ins)
-            dma_count += 1
-            dma_bytes += c.nbytes
-            dma_desc += c.descriptors
-            p = dep_pred
-            if c.gpsimd_ns > 0:  # software DGE: the descriptors are built on GpSimd before the DMA is issued
-                dep = _occupy_gpsimd(c.gpsimd_ns, dep, i, gaps, engine_free, busy, reorder)
-            t_issue = dep
-            if c.issue_ns > 0:
-                best = None
-                queues = static_q if c.static else issue_q
-                for qi, q in enumerate(queues):
-                    s, pos = q.find(dep, c.issue_ns)
-                    if best is None or s < best[0]:
-                        best = (s, pos, qi)
-                s, pos, qi = best
-                q = queues[qi]
-                if s > dep + _EPS:
-                    o_ = q.owner_before(s, pos)
-                    if o_ >= 0:
-                        p = o_
-                q.insert(s, c.issue_ns, pos, i)
-                sch.dma_issue[i] = (qi, s, s + c.issue_ns)
-                t_issue = s + c.issue_ns
-            t_data = t_issue + c.pre_ns
-            done = t_data
-            portions = []
-            d = c.per_engine_ns
-            late = t_data
-            for res, engs in dma_eng.groups(c.engines):
-                s, pos = res.find(t_data, d)
-                if s > late + _EPS:
-                    late = s
-                    o_ = res.owner_before(s, pos)
-                    if o_ >= 0:
-                        p = o_
-                res.insert(s, d, pos, i)
-                portions.append((engs, s, s + d))
-                if s + d > done:
-                    done = s + d
-            sch.dma_portions[i] = portions
-            start = dep
-            read_done = done  # the source has been read once the last byte moved
-            done += c.post_ns
+            start, read_done, done, pred[i] = place_dma(ins, i, dep, dep_pred)
             pipe_done = same_done = done
             w_eng = None
-            ins.cost_ns = done - (portions[0][1] if portions else t_data)
-            pred[i] = p
         elif (ins.dsts and ins.dsts[0].region.buf == PSUM and
               ((ins.op == "memset" and ins.attrs.get("value", 0) in (0, 0.0))
                or (ins.op == "tensor_copy" and src_const and ins.srcs))):
@@ -570,104 +695,19 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
             ins.cost_ns = 0.0
             pred[i] = dep_pred
         else:
-            if reorder and ins.op == "tensor_copy" and ins.attrs.get("auto_engine"):
-                _pick_engine(ins, model, gaps, dep, tc)
-            c = model.compute_cost(ins)
-            res = c.resource
-            start = dep
-            p = dep_pred
-            if not reorder or ins.attrs.get("in_order"):  # strict program order (ncc.no_reorder blocks too)
-                free = engine_free.get(res, 0.0)
-                if free > start:
-                    start = free
-                    p = engine_last.get(res, -1)
-            eng = ins.engine
-            uses_sbuf = uses_psum = False
-            if share_sbuf or share_psum:
-                for o in ins.srcs + ins.dsts:
-                    if o.region.buf == PSUM:
-                        uses_psum = True
-                    elif o.region.buf != HBM:
-                        uses_sbuf = True
-                if share_sbuf and uses_sbuf and eng in (Engine.VECTOR, Engine.GPSIMD):
-                    t = port_free["sbuf_vg"][Engine.GPSIMD if eng == Engine.VECTOR else Engine.VECTOR]
-                    if t > start:
-                        start = t
-                if share_psum and uses_psum and eng in (Engine.VECTOR, Engine.SCALAR):
-                    t = port_free["psum_vs"][Engine.SCALAR if eng == Engine.VECTOR else Engine.VECTOR]
-                    if t > start:
-                        start = t
-            ii = c.ii_ns
-            is_tensor = res == "TensorE"
-            if is_tensor:
-                if c.ls_ns > 0 and ins.srcs:
-                    st = ins.srcs[0].region
-                    if st != last_stationary:
-                        if c.ls_ns > ii:
-                            ii = c.ls_ns  # background LoadStationary bounds the pair (A2 mm_bottleneck)
-                        last_stationary = st
-            elif c.act_table is not None and c.act_table != act_table:
-                ii += tc.act_table_load_ns
-                act_table = c.act_table
-                sch.act_table_loads += 1
-            if reorder:  # list scheduling: the earliest idle gap of the engine that fits
-                gr = gaps.get(res)
-                if gr is None:
-                    gr = gaps[res] = GapResource()
-                start, pos, o_ = gr.place(start, ii)
-                if o_ >= 0:
-                    p = o_
-            if is_tensor:
-                if reorder:
-                    tensor_last_end = gr.ends[pos - 1] if pos > 0 else -1e30
-                if throttle:
-                    if start - tensor_last_end > tc.throttle_rearm_gap_ns:
-                        warm_begin = start
-                    x0 = start - warm_begin
-                    if x0 < win:
-                        extra = _ramp_extra(x0, ii, win, r0)
-                        ii += extra
-                        sch.throttled_ns += extra
-                        if reorder:
-                            start, pos = gr.find(start, ii)
-            if reorder:
-                gr.insert(start, ii, pos, i)
-            busy_end = start + ii
-            done = busy_end + c.lat_ns
-            if is_tensor:
-                tensor_last_end = busy_end
-            engine_free[res] = busy_end
-            engine_last[res] = i
-            busy[res] = busy.get(res, 0.0) + ii
-            if share_sbuf and uses_sbuf and eng in (Engine.VECTOR, Engine.GPSIMD):
-                pf = port_free["sbuf_vg"]
-                if busy_end > pf[eng]:
-                    pf[eng] = busy_end
-            if share_psum and uses_psum and eng in (Engine.VECTOR, Engine.SCALAR):
-                pf = port_free["psum_vs"]
-                if busy_end > pf[eng]:
-                    pf[eng] = busy_end
-            read_done = busy_end
-            pipe_done = busy_end
-            w_eng = ins.engine if ins.engine in same_lat else None
-            same_done = min(done, busy_end + same_lat[w_eng]) if w_eng is not None else done
-            ins.cost_ns = ii
-            pred[i] = p
+            start, done, read_done, same_done, w_eng, pred[i] = place_compute(ins, i, dep, dep_pred)
+            pipe_done = read_done
         ins.start_ns = start
         ins.end_ns = done
         if done > makespan:
             makespan = done
             last_done = i
-
-        # ---- record accesses --------------------------------------------------------------------------
         _record_accesses(src_ents, dst_ents, i, read_done, done, pipe_done, kind, same_done, w_eng)
 
     sch.makespan_ns = makespan
     sch.pred = pred
+    busy = placer.busy
     busy["DMA"] = 0.0
     sch.busy_ns = busy
-    sch.dma_engine_busy_ns = dma_eng.busy_per_engine()
-    sch.dma_count = dma_count
-    sch.dma_bytes = dma_bytes
-    sch.dma_descriptors = dma_desc
+    sch.dma_engine_busy_ns = placer.dma_eng.busy_per_engine()
     return sch
