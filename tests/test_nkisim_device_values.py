@@ -84,6 +84,41 @@ def test_a_run_time_offset_is_resolved_by_the_executor_and_hidden_from_python():
     assert SEEN == [True, "TypeError", "NKIError", "NKIError"]
 
 
+@nki.jit
+def row_at_kept(x, k_in):
+    """Row k of x through a run-time-offset view the kernel keeps (in VIEWS), with its private slots before and
+    after the instruction using it."""
+    out = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    k_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=k_sb, src=k_in)
+    r = nisa.register_alloc()
+    nisa.register_load(r, k_sb)
+    view = x.ap([[x.shape[1], 1], [1, x.shape[1]]], scalar_offset=r, indirect_dim=0)
+    VIEWS.append(view)
+    SEEN.append((view._off, view._v.ctypes.data))
+    row = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=row, src=view)
+    SEEN.append((view._off, view._v.ctypes.data))
+    nisa.dma_copy(dst=out, src=row)
+    return out
+
+
+VIEWS: list = []
+
+
+def test_a_run_time_offset_view_keeps_no_resolved_offset_after_the_instruction():
+    """Defence in depth (S4): the executor points the view at the register's row for the instruction only; before,
+    the view's private ``_off`` (and its storage view) kept the resolved offset (k * row bytes) afterwards."""
+    x = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    for k in (0, 5):
+        SEEN.clear()
+        VIEWS.clear()
+        np.testing.assert_array_equal(row_at_kept(x, _k(k)), x[k:k + 1])
+        (view,) = VIEWS
+        assert SEEN[0] == SEEN[1] == (view._off, view._v.ctypes.data)
+        assert view._off == 0
+
+
 @pytest.mark.parametrize("k", [8, 1 << 20])
 def test_an_out_of_range_offset_faults_after_python_returns_without_its_value(k):
     """Before: the bounds error named the offset's value and was raised inside the kernel's dma_copy call."""

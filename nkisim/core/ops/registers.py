@@ -216,7 +216,8 @@ def api(fn):
             return _dry_call(ctx, fn, args, kwargs, None)
         ctx.api_depth = 1
         try:
-            _resolve_args(ctx, args, kwargs)
+            if ctx.dyn_views:
+                return _call_resolved(ctx, fn, args, kwargs)
             return fn(*args, **kwargs)
         except _Abort:  # a fault (recorded): the kernel's Python gets what the call returns, nothing executes
             ctx.api_depth = 0
@@ -300,24 +301,37 @@ def _dry_call(ctx: KernelContext, fn, args, kwargs, allocs: list | None):
         ctx.full, ctx.trace, ctx.alloc_hook = full, trace, hook
 
 
-def _resolve_args(ctx: KernelContext, args, kwargs) -> None:
+def _call_resolved(ctx: KernelContext, fn, args, kwargs):
+    """``fn(*args, **kwargs)`` with the run-time-offset views among its arguments resolved for it only: afterwards
+    (returned, faulted or raised) each scalar-offset view is back at its symbolic state, so no executor value stays
+    in a view the kernel's Python holds (docs/grading-security.md S4: nothing computed on the device is
+    observable).  Called only when the kernel made such views (``ctx.dyn_views``): other calls pay nothing."""
+    undo: list = []
+    try:
+        _resolve_args(ctx, args, kwargs, undo)
+        return fn(*args, **kwargs)
+    finally:
+        for v, view, off in undo:
+            v._v, v._off = view, off
+
+
+def _resolve_args(ctx: KernelContext, args, kwargs, undo: list) -> None:
     """Resolve the run-time-offset views among a call's arguments for the executor (values only: a timing run
-    needs no addresses, the cost of such a view does not depend on them)."""
-    if not ctx.dyn_views:
-        return
+    needs no addresses, the cost of such a view does not depend on them); ``undo`` receives each scalar-offset
+    view's symbolic state (view, its ``_v``, its ``_off``) for the caller to restore."""
     for x in itertools.chain(args, kwargs.values()):
         if isinstance(x, (list, tuple)):
             for y in x:
                 if isinstance(y, (list, tuple)):
                     for z in y:
-                        _resolve(ctx, z)
+                        _resolve(ctx, z, undo)
                 else:
-                    _resolve(ctx, y)
+                    _resolve(ctx, y, undo)
         else:
-            _resolve(ctx, x)
+            _resolve(ctx, x, undo)
 
 
-def _resolve(ctx: KernelContext, x) -> None:
+def _resolve(ctx: KernelContext, x, undo: list) -> None:
     recipe = getattr(x, "_recipe", None) if isinstance(x, Tensor) else None
     if recipe is None:
         return
@@ -333,6 +347,7 @@ def _resolve(ctx: KernelContext, x) -> None:
     else:
         ctx.settle()
         value = int(np.asarray(read(src)).reshape(-1)[0])
+    undo.append((x, x._v, x._off))
     try:
         aps.resolve(x, value)
     except NKIError:
@@ -393,7 +408,6 @@ def _step(ctx: KernelContext, step: tuple) -> None:
     kind = step[0]
     if kind == "call":
         _, fn, args, kwargs, allocs = step
-        _resolve_args(ctx, args, kwargs)
         served = iter(allocs)
         hook = ctx.alloc_hook
 
@@ -403,7 +417,10 @@ def _step(ctx: KernelContext, step: tuple) -> None:
 
         ctx.alloc_hook = serve
         try:
-            fn(*args, **kwargs)
+            if ctx.dyn_views:
+                _call_resolved(ctx, fn, args, kwargs)
+            else:
+                fn(*args, **kwargs)
         finally:
             ctx.alloc_hook = hook
     elif kind == "set":
