@@ -259,16 +259,7 @@ class Tensor(StorageView):
                 if ell:
                     raise IndexError("an index can only have a single ellipsis ('...')")
                 ell = True
-                n_rest = sum(1 for x in idx if x is not Ellipsis and x is not None)
-                skip = ndim - n_rest
-                for _ in range(skip):
-                    if dim == pd:
-                        new_pd = out_axes
-                    elif dim > pd:
-                        free_kept = True
-                    norm.append(slice(0, shape[dim], 1))
-                    dim += 1
-                    out_axes += 1
+                dim, out_axes, new_pd, free_kept = self._expand_ellipsis(idx, dim, out_axes, norm, new_pd, free_kept)
                 continue
             if it is None:
                 raise IndexError("nkisim: None (np.newaxis) is not a valid tensor index; use reshape or "
@@ -325,6 +316,22 @@ class Tensor(StorageView):
         if lblk >= 0:
             LOGICAL_BLOCK[t] = lblk
         return t
+
+    def _expand_ellipsis(self, idx: tuple, dim: int, out_axes: int, norm: list, new_pd, free_kept: bool) -> tuple:
+        """The full slices an Ellipsis of a basic index stands for, appended to ``norm``; returns the walk's updated
+        (dim, out_axes, new_pd, free_kept).  A helper because it is off ``__getitem__``'s common path (ints and
+        slices): the hot function stays short (issue 36) without a call for the usual index."""
+        shape = self.shape
+        pd = self._pd
+        for _ in range(len(shape) - sum(1 for x in idx if x is not Ellipsis and x is not None)):
+            if dim == pd:
+                new_pd = out_axes
+            elif dim > pd:
+                free_kept = True
+            norm.append(slice(0, shape[dim], 1))
+            dim += 1
+            out_axes += 1
+        return dim, out_axes, new_pd, free_kept
 
     # ---- lazy view chains (nkisim.core.views) -----------------------------------------------------------
     def _root_map(self) -> tuple[Tensor, views.Map]:
