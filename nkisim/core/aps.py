@@ -516,6 +516,17 @@ def resolve(v: Tensor, value: int) -> None:
     v._v, v._off = new._v, new._off
 
 
+def symbolic_state(v: Tensor) -> tuple:
+    """What :func:`resolve` overwrites in ``v``: handed back to :func:`restore` once the instruction that needed the
+    executor's offset has run, so no resolved value stays in a view the kernel's Python holds (grading security S4)."""
+    return v._v, v._off
+
+
+def restore(v: Tensor, state: tuple) -> None:
+    """Put ``v`` back to the state :func:`symbolic_state` saved."""
+    v._v, v._off = state
+
+
 # ---- run-time vector offsets (``.ap(vector_offset=...)``) and dynamic selects ------------------------------------
 class VectorRecipe(Recipe):
     """How the executor resolves a per-partition indirect view (``.ap(pattern, offset, vector_offset=idx,

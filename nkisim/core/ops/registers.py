@@ -311,14 +311,14 @@ def _call_resolved(ctx: KernelContext, fn, args, kwargs):
         _resolve_args(ctx, args, kwargs, undo)
         return fn(*args, **kwargs)
     finally:
-        for v, view, off in undo:
-            v._v, v._off = view, off
+        for v, state in undo:
+            aps.restore(v, state)
 
 
 def _resolve_args(ctx: KernelContext, args, kwargs, undo: list) -> None:
     """Resolve the run-time-offset views among a call's arguments for the executor (values only: a timing run
     needs no addresses, the cost of such a view does not depend on them); ``undo`` receives each scalar-offset
-    view's symbolic state (view, its ``_v``, its ``_off``) for the caller to restore."""
+    view's symbolic state (the view and ``aps.symbolic_state`` of it) for the caller to restore."""
     for x in itertools.chain(args, kwargs.values()):
         if isinstance(x, (list, tuple)):
             for y in x:
@@ -347,7 +347,7 @@ def _resolve(ctx: KernelContext, x, undo: list) -> None:
     else:
         ctx.settle()
         value = int(np.asarray(read(src)).reshape(-1)[0])
-    undo.append((x, x._v, x._off))
+    undo.append((x, aps.symbolic_state(x)))
     try:
         aps.resolve(x, value)
     except NKIError:
