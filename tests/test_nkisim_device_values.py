@@ -51,6 +51,33 @@ def test_a_loaded_register_shows_no_value_to_python():
     assert attrs1 == attrs2 and "value" not in attrs1
 
 
+def test_a_register_in_python_control_flow_names_nl_while_loop():
+    """A bare ``while reg:`` (the parser front end's dynamic loop) and the same test spelt as a comparison with a
+    number (``while reg != 0:``, ``if reg == 3:``) raise the tracer's TypeError naming ``nl.while_loop`` (NKI 0.6
+    migration guide: "bare ``while reg:``" -> ``nl.while_loop``).  Before, ``reg != 0`` was Python's identity
+    comparison: always True, a Python loop unrolled forever without a word; ``reg == 3`` always False."""
+    @nki.jit
+    def k(k_in):
+        k_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=k_sb, src=k_in)
+        r = nisa.register_alloc()
+        nisa.register_load(r, k_sb)
+        for probe in (lambda: [0 for _ in iter(lambda: bool(r), False)], lambda: r != 0, lambda: r == 3,
+                      lambda: r > 0, lambda: 0 < r, lambda: r == np.int32(3)):
+            with pytest.raises(TypeError, match=r"nl\.while_loop\(reg, body\)"):
+                probe()
+        while_r = r
+        with pytest.raises(TypeError, match="while reg:"):
+            while while_r:
+                break
+        assert r == r and r != nisa.register_alloc() and r is not None and len({r, r}) == 1  # names among names
+        out = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=k_sb)
+        return out
+
+    np.testing.assert_array_equal(k(_k(5)), _k(5))
+
+
 # ---- S2: run-time offsets ----------------------------------------------------------------------------------------
 @nki.jit
 def row_at(x, k_in):
@@ -117,6 +144,41 @@ def test_a_run_time_offset_view_keeps_no_resolved_offset_after_the_instruction()
         (view,) = VIEWS
         assert SEEN[0] == SEEN[1] == (view._off, view._v.ctypes.data)
         assert view._off == 0
+
+
+@nki.jit
+def gather_kept(x, idx_in):
+    """Rows idx[p] of x through a vector-offset view the kernel keeps (in VIEWS), with its private gather index
+    arrays before and after the instruction using it."""
+    P, F = idx_in.shape[0], x.shape[1]
+    out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    idx = nl.ndarray((P, 1), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=idx_in)
+    view = x.ap(pattern=[[F, P], [1, F]], vector_offset=idx, indirect_dim=0)
+    VIEWS.append(view)
+    SEEN.append(tuple(a.tobytes() for a in view._ix))
+    rows = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=rows, src=view)
+    SEEN.append(tuple(a.tobytes() for a in view._ix))
+    nisa.dma_copy(dst=out, src=rows)
+    return out
+
+
+def test_a_vector_offset_view_keeps_no_resolved_rows_after_the_instruction():
+    """Defence in depth (S4), as for scalar offsets: the executor points a vector-offset view at the index tile's
+    rows for the instruction only; before, its private ``_ix`` kept the executor's row indices afterwards (two index
+    tiles, the same arrays before and after each run)."""
+    x = np.arange(16 * 4, dtype=np.float32).reshape(16, 4)
+    states = []
+    for rows in ([3, 0, 15, 7], [9, 9, 1, 2]):
+        SEEN.clear()
+        VIEWS.clear()
+        idx = np.array(rows, np.uint32).reshape(4, 1)
+        np.testing.assert_array_equal(gather_kept(x, idx), x[rows])
+        before, after = SEEN
+        assert before == after
+        states.append(after)
+    assert states[0] == states[1]
 
 
 @pytest.mark.parametrize("k", [8, 1 << 20])
@@ -438,6 +500,56 @@ def test_a_dynamic_loop_body_cannot_hand_the_executor_kernel_code():
     with pytest.raises(NotImplementedError, match="passing a Counter"):
         k(np.zeros((1, 1), np.float32))
     assert SEEN == []
+
+
+class _Holder:
+    def method(self):
+        SEEN.append("ran")
+        return 1.0
+
+
+def _kernel_code_wrappers():
+    """Objects of Python's or NumPy's own types that run kernel code when the front end uses them."""
+    def f(*args):
+        SEEN.append("ran")
+        return 1.0
+
+    return {"bound method": _Holder().method, "generator": (f() for _ in range(3)), "map": map(f, [1, 2, 3]),
+            "callable iterator": iter(f, None), "np.vectorize": np.vectorize(f),
+            "np.frompyfunc": np.frompyfunc(f, 1, 1), "builtin bound method": [1.0].pop, "staticmethod": staticmethod(f)}
+
+
+@pytest.mark.parametrize("what", sorted(_kernel_code_wrappers()))
+def test_a_dynamic_loop_body_cannot_hand_the_executor_kernel_code_in_a_builtin_wrapper(what):
+    """The same check, by what the argument is rather than by the module of its type: before, every object whose type
+    lives in ``builtins`` (bound methods, generators, ``map``, ``iter(f, sentinel)``, ``staticmethod``) or in NumPy
+    (``np.vectorize``, ``np.frompyfunc`` ufuncs) passed, although each holds kernel code the executor's calls would
+    run once per iteration.  NumPy's own functions and ufuncs, and module-level builtins, still pass."""
+    wrapper = _kernel_code_wrappers()[what]
+
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nl.fori_loop(0, 3, lambda i: nisa.memset(dst=t, value=wrapper))
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    SEEN.clear()
+    with pytest.raises(NotImplementedError, match="nkisim does not support passing a"):
+        k(np.zeros((1, 1), np.float32))
+    assert SEEN == []
+
+    @nki.jit
+    def library(x):
+        t = nl.ndarray((1, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nl.fori_loop(0, 3, lambda i: nisa.tensor_scalar(dst=t, data=t, op0=np.add, operand0=max(1.0, 0.5)))
+        out = nl.ndarray((1, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    np.testing.assert_array_equal(library(np.zeros((1, 4), np.float32)), np.full((1, 4), 3.0, np.float32))
 
 
 @nki.jit

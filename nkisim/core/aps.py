@@ -517,13 +517,29 @@ def resolve(v: Tensor, value: int) -> None:
 
 
 def symbolic_state(v: Tensor) -> tuple:
-    """What :func:`resolve` overwrites in ``v``: handed back to :func:`restore` once the instruction that needed the
-    executor's offset has run, so no resolved value stays in a view the kernel's Python holds (grading security S4)."""
+    """What :func:`resolve` or :func:`resolve_vector` overwrites in ``v``: handed back to :func:`restore` once the
+    instruction that needed the executor's offset has run, so no resolved value stays in a view the kernel's Python
+    holds (grading security S4): a scalar-offset view's storage view and offset, a vector-offset view's gather index
+    arrays (the stand-in rows') and its entry in the kernel's dynamic-view table (no run-time bounds mask)."""
+    if isinstance(v._recipe, VectorRecipe):
+        from nkisim.core.context import current
+
+        return v._ix, current("NkiTensor.ap").dyn.get(id(v))
     return v._v, v._off
 
 
 def restore(v: Tensor, state: tuple) -> None:
     """Put ``v`` back to the state :func:`symbolic_state` saved."""
+    if isinstance(v._recipe, VectorRecipe):
+        from nkisim.core.context import current
+
+        v._ix, entry = state
+        dyn = current("NkiTensor.ap").dyn
+        if entry is None:
+            dyn.pop(id(v), None)
+        else:
+            dyn[id(v)] = entry
+        return
     v._v, v._off = state
 
 

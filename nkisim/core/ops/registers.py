@@ -254,6 +254,8 @@ def _freeze(x):
         return tuple(_freeze(v) for v in x)
     if isinstance(x, dict):
         return {k: _freeze(v) for k, v in x.items()}
+    if isinstance(x, (set, frozenset)):
+        return frozenset(_freeze(v) for v in x)
     if isinstance(x, _PLAIN) or _library_object(x):
         return x
     raise NotImplementedError(f"nkisim does not support passing a {type(x).__name__} to an instruction inside a "
@@ -261,12 +263,25 @@ def _freeze(x):
 
 
 def _library_object(x) -> bool:
-    """An object of nkisim's API or of NumPy (operators like ``nl.add``, enums, buffers, replica groups), not one the
-    kernel defined."""
-    mod = getattr(type(x), "__module__", "") or ""
-    if isinstance(x, (types.FunctionType, types.BuiltinFunctionType, np.ufunc)):
-        mod = getattr(x, "__module__", "") or ""
-    return mod.startswith(("nkisim.", "numpy", "ml_dtypes", "enum", "builtins")) or mod in ("nki", "neuronxcc")
+    """An object of nkisim's API or of NumPy (operators like ``nl.add``, enums, buffers, replica groups, NumPy's own
+    functions and ufuncs), not one the kernel defined or one wrapping the kernel's code.  Decided by what the object
+    is, not by the module its type lives in: Python's own types (module ``builtins``) hold kernel code as often as
+    not (a bound method of the kernel's object, a generator, ``map``/``filter``, ``iter(f, sentinel)``, a
+    ``staticmethod``), and NumPy wraps it on request (``np.vectorize(f)``, ``np.frompyfunc(f, ...)``); so of the
+    builtins only functions of a module (``max``) pass, and a NumPy ufunc only when it is NumPy's own."""
+    if isinstance(x, np.ufunc):
+        return getattr(np, x.__name__, None) is x
+    if isinstance(x, types.BuiltinFunctionType):
+        owner = x.__self__
+        return (owner is None or isinstance(owner, types.ModuleType)) and (x.__module__ or "").startswith(
+            ("builtins", "numpy", "nkisim.", "ml_dtypes", "math"))
+    if isinstance(x, types.FunctionType):
+        mod = x.__module__ or ""
+    elif isinstance(x, np.vectorize):
+        return False
+    else:
+        mod = getattr(type(x), "__module__", "") or ""
+    return mod.startswith(("nkisim.", "numpy", "ml_dtypes", "enum")) or mod in ("nki", "neuronxcc")
 
 
 def _record(ctx: KernelContext, fn, args, kwargs):
@@ -305,7 +320,8 @@ def _call_resolved(ctx: KernelContext, fn, args, kwargs):
     """``fn(*args, **kwargs)`` with the run-time-offset views among its arguments resolved for it only: afterwards
     (returned, faulted or raised) each scalar-offset view is back at its symbolic state, so no executor value stays
     in a view the kernel's Python holds (docs/grading-security.md S4: nothing computed on the device is
-    observable).  Called only when the kernel made such views (``ctx.dyn_views``): other calls pay nothing."""
+    observable), and each vector-offset view back at its stand-in rows.  Called only when the kernel made such views
+    (``ctx.dyn_views``): other calls pay nothing."""
     undo: list = []
     try:
         _resolve_args(ctx, args, kwargs, undo)
@@ -317,7 +333,7 @@ def _call_resolved(ctx: KernelContext, fn, args, kwargs):
 
 def _resolve_args(ctx: KernelContext, args, kwargs, undo: list) -> None:
     """Resolve the run-time-offset views among a call's arguments for the executor (values only: a timing run
-    needs no addresses, the cost of such a view does not depend on them); ``undo`` receives each scalar-offset
+    needs no addresses, the cost of such a view does not depend on them); ``undo`` receives each run-time-offset
     view's symbolic state (the view and ``aps.symbolic_state`` of it) for the caller to restore."""
     for x in itertools.chain(args, kwargs.values()):
         if isinstance(x, (list, tuple)):
@@ -340,6 +356,7 @@ def _resolve(ctx: KernelContext, x, undo: list) -> None:
     src = recipe.source
     if isinstance(recipe, aps.VectorRecipe):  # one row index per partition, read now (the device reads them now)
         ctx.settle()
+        undo.append((x, aps.symbolic_state(x)))
         aps.resolve_vector(x, np.asarray(read(src)).astype(np.int64))  # out of range: the DMA decides
         return
     if isinstance(src, Register):

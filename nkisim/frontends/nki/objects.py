@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses as _dataclasses
 
+import numpy as _np
+
 from nkisim.core.buffers import BufferSpec as _BufferSpec
 from nkisim.core.instr import Buf as _Buf
 from nkisim.core.ops import registers as _reg
@@ -100,4 +102,24 @@ class VirtualRegister(NKIObject, _reg.Register):
                         "(nki.isa.VirtualRegister); use nl.fori_loop / nl.while_loop / nl.dynamic_range, "
                         "or nisa.register_store it into a tensor")
 
-    __bool__ = __int__ = __index__ = __float__ = _python_control_flow
+    __int__ = __index__ = __float__ = _python_control_flow
+
+    def __bool__(self) -> bool:
+        """``while reg:`` / ``if reg:``: the parser front end's register-conditioned loop, which the tracer refuses
+        ("Under the tracer frontend ... using a register in Python control flow (if/while) ... raises TypeError",
+        nki.isa.VirtualRegister; the migration guide replaces a bare ``while reg:`` with ``nl.while_loop``)."""
+        raise TypeError("a VirtualRegister in Python control flow (`while reg:` / `if reg:`): its value is not known "
+                        "while the kernel is built (nki.isa.VirtualRegister); write the data-dependent loop as "
+                        "nl.while_loop(reg, body), whose body returns the next condition register (NKI 0.6 "
+                        "migration guide), or nl.fori_loop for a counted one")
+
+    def _compare(self, other):
+        """A register compared with a number in Python (``while reg != 0:``, ``if reg == k:``) is the same control flow
+        on a device value as ``bool(reg)``: refused alike.  Registers compare by identity among themselves (they are
+        names), and with anything else as Python objects do."""
+        if isinstance(other, (int, float, _np.number, _np.ndarray)):
+            self.__bool__()
+        return NotImplemented
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _compare
+    __hash__ = _reg.Register.__hash__
