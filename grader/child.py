@@ -95,6 +95,17 @@ NUMPY_WITHHELD = frozenset(
         "seterr",
         "seterrcall",
         "errstate",
+        # NumPy's datetime API: its parser reads the wall clock ('now', 'today'); see _stop_numpy_clock
+        "datetime64",
+        "timedelta64",
+        "datetime_as_string",
+        "datetime_data",
+        "busday_count",
+        "busday_offset",
+        "is_busday",
+        "busdaycalendar",
+        "DateTime64DType",
+        "TimeDelta64DType",
     }
 )
 NUMPY_SUBMODULES = frozenset({"linalg", "fft", "polynomial", "emath", "dtypes", "exceptions", "random", "typing"})
@@ -128,7 +139,7 @@ def _view(real: types.ModuleType) -> types.ModuleType:
     if cached is not None:
         return cached
     view = types.ModuleType(real.__name__, getattr(real, "__doc__", None))
-    is_numpy = real.__name__ == "numpy"
+    is_numpy = real.__name__.split(".")[0] == "numpy"  # numpy and its allowed submodules (numpy.dtypes)
 
     def __getattr__(name: str):
         if name.startswith("_") or (is_numpy and name in NUMPY_WITHHELD):
@@ -293,6 +304,115 @@ def _undumpable() -> list[str]:
     return ["undumpable"] if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 else []
 
 
+# --------------------------------------------------------------------------------------- no wall clock ----
+# The one clock student code can reach is NumPy's: its datetime parser reads C time() for 'now' and 'today'
+# (np.datetime64('now'), np.array(['now']).astype('M8[s]'), a dtype spelt at run time from any string).  A kernel
+# must not read the wall clock: the time the emulator takes to execute its instructions depends on the device
+# values (a data-dependent nl.while_loop iterates as often as a register says) and on the run's mode (values
+# computed or not), so a clock in the kernel's Python is a side channel of both (docs/grading-security.md, S8).  The
+# screen refuses the spellings it can see (SANDBOX-CLOCK) and the NumPy view withholds the datetime API's names;
+# this is the layer under both: NumPy's own imports of time() and localtime_r() are pointed at a clock stopped at
+# the epoch, before any student code exists.  nkisim and the grader read clocks through Python's time module
+# (the interpreter's own imports), which this does not touch.
+_CLOCK_SYMBOLS = frozenset({"time", "gettimeofday", "clock_gettime"})
+_STOPPED_CLOCKS: list = []  # the ctypes callbacks: alive as long as the process
+
+
+def _elf_import_slots(path: str, wanted: frozenset) -> tuple[dict[str, list[int]], int]:
+    """The GOT slots (offsets from the load base) through which the ELF64 shared object ``path`` calls the
+    functions ``wanted``, from its .rela sections, and its machine (EM_*)."""
+    import struct
+
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ValueError("not a little-endian ELF64 object")
+    machine = struct.unpack_from("<H", data, 0x12)[0]
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    slots: dict[str, list[int]] = {}
+    for _name, kind, _flags, _addr, off, size, link, _info, _align, entsize in sections:
+        if kind != 4 or not entsize:  # SHT_RELA
+            continue
+        symtab = sections[link]
+        strtab = sections[symtab[6]]
+        for k in range(size // entsize):
+            r_offset, r_info, _ = struct.unpack_from("<QQq", data, off + k * entsize)
+            sym = r_info >> 32
+            if not sym:
+                continue
+            st_name = struct.unpack_from("<I", data, symtab[4] + sym * symtab[9])[0]
+            start = strtab[4] + st_name
+            name = data[start:data.index(b"\0", start)].decode("ascii", "replace")
+            if name in wanted:
+                slots.setdefault(name, []).append(r_offset)
+    return slots, machine
+
+
+def _stop_numpy_clock() -> list[str]:
+    """Point NumPy's imports of the clock functions at ones that answer the epoch (see above); returns the jail
+    feature it adds (nothing when it could not: another platform, a NumPy without the imports)."""
+    import ctypes
+
+    import numpy._core._multiarray_umath as umath  # noqa: PLC2701 - the module whose imports are patched
+
+    path = os.path.realpath(umath.__file__)
+    try:
+        slots, _machine = _elf_import_slots(path, _CLOCK_SYMBOLS)
+        with open("/proc/self/maps") as fh:
+            maps = [line.split() for line in fh]
+        regions = [(int(lo, 16), int(hi, 16), perms, off) for (lo, hi), perms, off in
+                   ((f[0].split("-"), f[1], f[2]) for f in maps if len(f) >= 6 and f[5] == path)]
+    except (OSError, ValueError, IndexError):
+        return []
+    starts = [lo for lo, _, _, off in regions if int(off, 16) == 0]
+    if not starts or not slots:
+        return []
+    base = min(starts)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def epoch_time(tloc):
+        if tloc:
+            ctypes.c_long.from_address(tloc).value = 0
+        return 0
+
+    def epoch_timeval(tv, _tz):
+        if tv:
+            ctypes.memset(tv, 0, 2 * ctypes.sizeof(ctypes.c_long))
+        return 0
+
+    def epoch_clock(_clock, ts):
+        if ts:
+            ctypes.memset(ts, 0, 2 * ctypes.sizeof(ctypes.c_long))
+        return 0
+
+    stopped = {
+        "time": ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_void_p)(epoch_time),
+        "gettimeofday": ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(epoch_timeval),
+        "clock_gettime": ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)(epoch_clock),
+    }
+    _STOPPED_CLOCKS.append(stopped)
+    for name, offsets in slots.items():
+        target = ctypes.cast(stopped[name], ctypes.c_void_p).value
+        for off in offsets:
+            addr = base + off
+            perms = next((p for lo, hi, p, _ in regions if lo <= addr < hi), None)
+            if perms is None:
+                return []
+            start = addr - addr % page
+            # the slot may sit in RELRO (read-only after relocation): writable for the write, then as it was
+            was = (1 if "r" in perms else 0) | (2 if "w" in perms else 0)
+            if "w" not in perms and libc.mprotect(start, page, 3) != 0:  # PROT_READ | PROT_WRITE
+                return []
+            ctypes.c_void_p.from_address(addr).value = target
+            if "w" not in perms:
+                libc.mprotect(start, page, was)
+    return ["numpy-clock-stopped"]
+
+
 def _confine(job: dict) -> None:
     """Join the run's pids cgroup and apply its rlimits to this process (before any student code exists)."""
     import resource
@@ -398,6 +518,8 @@ def main() -> int:
     try:
         import numpy as np
 
+        status["jail"] = _stop_numpy_clock()  # before any student code exists
+
         _ensure_nki_importable(job["backend"], job.get("api"))
         traceio = None
         if job["backend"] == "nkisim":
@@ -408,7 +530,7 @@ def main() -> int:
         args = [np.load(p, allow_pickle=False) for p in job["inputs"]]
         kwargs = dict(job["kwargs"])
         if job.get("jail"):
-            status["jail"] = _jail([job["work_dir"], out_dir], [m for m in job.get("mask", []) if isinstance(m, str)])
+            status["jail"] += _jail([job["work_dir"], out_dir], [m for m in job.get("mask", []) if isinstance(m, str)])
             status["jail"] += _drop_privileges(job.get("uid"), job.get("gid"))
         os.chdir(job["work_dir"])
         status["jail"] = status.get("jail", []) + _undumpable()

@@ -171,6 +171,14 @@ CASES: list[tuple[str, str, str]] = [
     ("np-extbuild", "b = np.testing.extbuild  # <-\n", "SANDBOX-MODULE-ESCAPE"),
     ("np-seed", "np.random.seed(0)  # <-\n", "SANDBOX-NUMPY-STATE"),
     ("np-seterr", "np.seterr(all='ignore')  # <-\n", "SANDBOX-NUMPY-STATE"),
+    # the wall clock: NumPy's datetime API by name, a datetime dtype or clock word as a string (S8)
+    ("np-datetime64", "t = np.datetime64  # <-\n", "SANDBOX-CLOCK"),
+    ("clock-word", "t = np.array(['now'])  # <-\n", "SANDBOX-CLOCK"),
+    ("clock-today", "t = np.array([' Today '])  # <-\n", "SANDBOX-CLOCK"),
+    ("datetime-dtype", "t = np.zeros(1, dtype='<M8[s]')  # <-\n", "SANDBOX-CLOCK"),
+    ("timedelta-dtype", "t = np.zeros(1).astype('timedelta64')  # <-\n", "SANDBOX-CLOCK"),
+    ("from-numpy-busday", "from numpy import busday_count  # <-\n", "SANDBOX-CLOCK"),
+    ("dtypes-datetime", "t = np.dtypes.DateTime64DType  # <-\n", "SANDBOX-CLOCK"),
     # --- NKI subset (kernels and the helpers they call)
     (
         "nested-def",

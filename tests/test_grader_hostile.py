@@ -68,6 +68,8 @@ SCREEN_ON: dict[str, tuple[set[str], float]] = {
     "annotation_eval_nki": ({"error"}, 0),
     # NumPy's error state around an instruction turned a device value into an exception in the kernel's Python
     "errstate_probe_nki": ({"rejected"}, 0),
+    # reads the wall clock (a side channel of device values and of the run's mode) and works only when it can
+    "clock_read_nki": ({"rejected"}, 0),
     # Correct on the correctness shapes, skips the work on the larger timed shape: correctness only.
     "skip_work_when_timed": ({"passed"}, 10),
     # Floods stdout but computes the right answer: full credit, and the grader survives the flood.
@@ -107,6 +109,8 @@ SCREEN_OFF: dict[str, set[str]] = {
     "shared_constant_path_nki": {"error"},
     "attr_error_obj_nki": {"error"},  # without the screen: the module view's own AttributeError (grader/child.py)
     "errstate_probe_nki": {"error"},  # without the screen: NumPy's view withholds errstate (grader/child.py)
+    # without the screen: the NumPy view withholds datetime64, and a dtype spelt at run time reads a stopped clock
+    "clock_read_nki": {"error"},
 }
 # Files a hostile submission reads from outside its own directory (planted before grading, removed after).
 PLANTED = {"shared_constant_path_nki": "/tmp/asst4-hostile-shared_constant.npy"}

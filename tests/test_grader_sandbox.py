@@ -117,3 +117,26 @@ def test_clock_file_limit_applies_once_started(tmp_path):
 def test_clock_file_never_written_hits_the_start_up_limit(tmp_path):
     r = _clocked("import time; time.sleep(60)", tmp_path, timeout=1, startup=2)
     assert r.timed_out and not r.clock_started and r.wall_seconds < 30
+
+
+def test_the_child_stops_numpys_clock_and_only_numpys():
+    """S8: NumPy's datetime parser is the one wall clock student code can reach ('now', 'today', also through a dtype
+    spelt at run time, which no screen sees); the child points NumPy's imports of time() at a clock stopped at the
+    epoch before student code exists.  Python's own clocks (the child's timings, the grader's) keep running.  Before,
+    'now' was the wall clock's second."""
+    import subprocess
+
+    code = (
+        "import sys, time; sys.path.insert(0, 'grader'); import child, numpy as np\n"
+        "real = int(str(np.datetime64('now'))[:4])\n"
+        "print(child._stop_numpy_clock())\n"
+        "word = ''.join(map(chr, (110, 111, 119)))\n"
+        "print(real, str(np.datetime64(word)), str(np.array([word]).astype('M8[ms]')[0]), str(np.datetime64('today')),"
+        " time.time() > 1e9, np.datetime64('2026-11-29') + 1)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).stdout.split("\n")
+    assert out[0] == "['numpy-clock-stopped']", out
+    real, now, now_ms, today, python_clock, later = out[1].split()
+    assert int(real) >= 2025 and python_clock == "True" and later == "2026-11-30"
+    assert (now, now_ms, today) == ("1970-01-01T00:00:00", "1970-01-01T00:00:00.000", "1970-01-01")

@@ -106,6 +106,14 @@ RULES: tuple[Rule, ...] = (
         "np.random.seed, np.random.set_state",
     ),
     Rule(
+        "SANDBOX-CLOCK",
+        SANDBOX,
+        ERROR,
+        "reading the wall clock: NumPy's datetime API (np.datetime64, np.timedelta64, np.busday_*, "
+        "np.datetime_as_string, np.dtypes.DateTime64DType, ...), a datetime dtype spelt as a string ('M8[s]', "
+        "'datetime64') or the clock words 'now' / 'today' (the emulator's speed depends on device values)",
+    ),
+    Rule(
         "SANDBOX-FILE-OUTPUT",
         SANDBOX,
         ERROR,

@@ -77,6 +77,17 @@ _STATE_ATTRS = frozenset(
     "seterr seterrcall seterrobj errstate setbufsize set_printoptions set_string_function set_numeric_ops seed "
     "set_state".split()
 )
+# The wall clock (SANDBOX-CLOCK): NumPy's datetime parser reads it for 'now' and 'today'.  A clock in the kernel's
+# Python is a side channel: how long the emulator takes to execute instructions depends on device values (a
+# data-dependent nl.while_loop) and on whether values are computed at all.  Every name of the datetime API, every
+# string spelling a datetime/timedelta dtype and the clock words are refused; the grader's child stops NumPy's clock
+# under them (grader/child.py _stop_numpy_clock), for the spellings built at run time.
+_CLOCK_ATTRS = frozenset(
+    "datetime64 timedelta64 datetime_as_string datetime_data busday_count busday_offset is_busday busdaycalendar "
+    "DateTime64DType TimeDelta64DType".split()
+)
+_CLOCK_STRING = re.compile(r"\s*(now|today|datetime|[<>=|]?([Mm]8?|datetime64|timedelta64)(\[\w*\])?)\s*",
+                           re.IGNORECASE)
 _INTROSPECTION_ATTRS = frozenset(
     "gi_frame gi_code gi_yieldfrom cr_frame cr_code cr_await cr_origin ag_frame ag_code ag_await f_back "
     "f_globals f_locals f_builtins f_code f_trace tb_frame tb_next co_code co_consts co_names "
@@ -226,6 +237,8 @@ class SandboxRules:
                 self.report("SANDBOX-DUNDER", node, f"alias '{a.asname}' is not allowed")
             if module == "numpy":
                 self._check_numpy_path(["numpy", a.name], node)
+            if a.name in _CLOCK_ATTRS:
+                self.report("SANDBOX-CLOCK", node, f"importing '{a.name}' (NumPy's datetime API reads the wall clock)")
             if a.name in _INTROSPECTION_ATTRS:
                 self.report("SANDBOX-INTROSPECTION", node, f"importing '{a.name}' from '{module}'")
             if (module in _NAMESPACES and a.name in _ESCAPE_ATTRS) or a.name in _STDLIB_MODULE_ATTRS.get(module, ()):
@@ -278,6 +291,9 @@ class SandboxRules:
         """The checks every attribute name gets, wherever the syntax carries it; True if it passed them."""
         if attr.startswith("_"):
             self.report("SANDBOX-PRIVATE", node, f"access to private attribute '{shown}{attr}' is not allowed")
+        elif attr in _CLOCK_ATTRS:
+            self.report("SANDBOX-CLOCK", node, f"'{shown}{attr}' is NumPy's datetime API, which reads the wall clock: "
+                        "kernels may not read the time")
         elif attr in _INTROSPECTION_ATTRS:
             self.report("SANDBOX-INTROSPECTION", node, f"introspection attribute '{shown}{attr}' is not allowed")
         elif attr in _ESCAPE_ATTRS and shown != ".":
@@ -341,6 +357,10 @@ class SandboxRules:
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and _FORMAT_PRIVATE.search(node.value):
             self.report("SANDBOX-PRIVATE", node, "format string reads a private attribute")
+        if isinstance(node.value, (str, bytes)) and len(node.value) <= 40 and _CLOCK_STRING.fullmatch(
+                node.value if isinstance(node.value, str) else node.value.decode("latin-1")):
+            self.report("SANDBOX-CLOCK", node, f"{node.value!r} reads the wall clock or spells a datetime dtype "
+                        "(NumPy's datetime parser reads the clock): kernels may not read the time")
 
     # statements --------------------------------------------------------------------------------------------
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
