@@ -159,6 +159,15 @@ def _view(real: types.ModuleType) -> types.ModuleType:
             if not _module_allowed(value.__name__):
                 raise AttributeError(f"module {real.__name__!r} has no attribute {name!r} in graded kernels")
             return _view(value)
+        # A module's containers are process-wide state (np.sctypeDict, np.typecodes, typing.EXCLUDED_ATTRIBUTES):
+        # handed out read-only, so no spelling the screen misses (an alias rebound to one, a parameter, a list of
+        # them) can change them for nkisim or the grader (the screen's SANDBOX-MONKEYPATCH is the first layer)
+        if type(value) is dict:
+            return types.MappingProxyType(value)
+        if type(value) is list:
+            return tuple(value)
+        if type(value) is set:
+            return frozenset(value)
         return value
 
     view.__getattr__ = __getattr__  # PEP 562: consulted for every name not in the view's own dict

@@ -101,14 +101,16 @@ SCREEN_OFF: dict[str, set[str]] = {
     "memoise_escape": {"error"},
     "sibling_escape": {"error"},
     # issue 31: the run-time layers under the screen (a forged front-end record loads nothing, the shared buffer
-    # objects refuse writes, shared_constant reads only what the kernel ships).  match_private_nki, format_escape_nki
-    # and alias_rebind_nki are syntax the screen alone refuses, like `x._v` itself; class_plant_nki gains nothing
-    # without the screen (test_a_planted_record_method_changes_no_timing).
+    # objects refuse writes, shared_constant reads only what the kernel ships).  match_private_nki and
+    # format_escape_nki are syntax the screen alone refuses, like `x._v` itself (docs/grading-security.md C2);
+    # class_plant_nki gains nothing without the screen (test_a_planted_record_method_changes_no_timing).
     "loader_escape_nki": {"error"},
     "plant_context_nki": {"error"},
     "shared_constant_path_nki": {"error"},
     "attr_error_obj_nki": {"error"},  # without the screen: the module view's own AttributeError (grader/child.py)
     "errstate_probe_nki": {"error"},  # without the screen: NumPy's view withholds errstate (grader/child.py)
+    # without the screen: a module's containers come read-only through the views (np.sctypeDict has no update)
+    "alias_rebind_nki": {"error"},
     # without the screen: the NumPy view withholds datetime64, and a dtype spelt at run time reads a stopped clock
     "clock_read_nki": {"error"},
 }
