@@ -394,11 +394,11 @@ def vector_select(t: Tensor, dim: int, vector_offset: Tensor) -> Tensor:
 class Recipe:
     """How the executor resolves a run-time-offset view: ``base.ap(pattern, offset + value * stride, dtype)``."""
 
-    __slots__ = ("base", "pattern", "offset", "source", "stride", "dtype", "where")
+    __slots__ = ("base", "pattern", "offset", "source", "stride", "dtype", "where", "dim")
 
-    def __init__(self, base, pattern, offset, source, stride, dtype, where) -> None:
+    def __init__(self, base, pattern, offset, source, stride, dtype, where, dim: int = 0) -> None:
         self.base, self.pattern, self.offset, self.source = base, pattern, offset, source
-        self.stride, self.dtype, self.where = stride, dtype, where
+        self.stride, self.dtype, self.where, self.dim = stride, dtype, where, dim
 
 
 _DYNAMIC: dict = {}
@@ -498,7 +498,7 @@ def dynamic_ap(t: Tensor, pattern, offset, source, indirect_dim: int, dtype, whe
     cls = dynamic_class(t.__class__)
     v = cls(static._a, static._v, 0, off=static._off)
     v._recipe = Recipe(t, [list(p) for p in pattern], None if offset is None else int(offset), source, stride, dtype,
-                       where)
+                       where, d)
     _dynamic_operand(v)  # the record the trace takes (core.access.operand reads the cached one): offset-free
     ctx = current("NkiTensor.ap")
     ctx.dyn_views = True
@@ -675,3 +675,80 @@ def dtypes_of(dtype):
     from nkisim.core.dtypes import to_dtype
 
     return to_dtype(dtype)
+
+
+# ---- a view as plain data (nkisim.stream: the program a kernel's Python made, re-executed elsewhere) --------------
+def view_state(t: Tensor) -> tuple:
+    """What makes view ``t`` of its allocation, as plain data or API objects: ``("v", dtype name, shape, byte
+    strides, byte offset, partition axis)`` for a strided view; ``("dyn", base, pattern, offset, source, dim, dtype,
+    where)`` / ``("vec", ...)`` for a run-time-offset view (rebuilt through :func:`dynamic_ap` / :func:`vector_ap`,
+    their checks included).  Gather views of index tensors are not representable yet (NotImplementedError)."""
+    r = getattr(t, "_recipe", None)
+    if r is not None:
+        kind = "vec" if isinstance(r, VectorRecipe) else "dyn"
+        return (kind, r.base, r.pattern, r.offset, r.source, r.dim, r.dtype, r.where)
+    v = t._v
+    if t._ix is not None or tuple(t.shape) != v.shape:
+        raise NotImplementedError(f"nkisim cannot record a gather view ('{t.name}') in an instruction stream yet")
+    from nkisim.core.dtypes import name
+
+    return ("v", name(v.dtype), list(v.shape), list(v.strides), int(t._off), int(t._pd))
+
+
+def rebuild(root: Tensor, state, checked: bool = False) -> Tensor:
+    """The view :func:`view_state` described, of ``root``'s allocation.  ``state`` may come from an untrusted
+    process: every element must lie inside the allocation's storage and, on chip, the partition axis must step by
+    the storage's partition pitch with the free axes inside one partition row (what every view the API makes
+    satisfies); anything else raises ValueError naming the problem.  ``checked``: this state was checked against a
+    storage of the same size, layout and kind before (:func:`storage_key`), so only the view is made."""
+    from nkisim.core.dtypes import to_dtype
+
+    kind = state[0] if isinstance(state, (tuple, list)) and state else None
+    if kind in ("dyn", "vec"):
+        _, base, pattern, offset, source, dim, dtype, where = state
+        if not isinstance(base, Tensor) or base._a is not root._a:
+            raise ValueError("a run-time-offset view's base is not a view of its allocation")
+        if where not in ("NkiTensor.ap", "NkiTensor.select"):
+            raise ValueError(f"unknown run-time-offset view origin {where!r}")
+        if kind == "vec":
+            return vector_ap(base, pattern, offset, source, int(dim), dtype, where)
+        return dynamic_ap(base, pattern, offset, source, int(dim), dtype, where)
+    if kind != "v" or len(state) != 6:
+        raise ValueError(f"malformed view state {state!r:.200}")
+    _, dt_name, shape, strides, off, pdim = state
+    a = root._a
+    base = a.base
+    dt = to_dtype(dt_name)
+    if checked:
+        return root.__class__(a, np.ndarray(tuple(shape), dtype=dt, buffer=base, offset=off if 0 not in shape else 0,
+                                            strides=tuple(strides)), pdim, off=off)
+    if not (isinstance(shape, list) and isinstance(strides, list) and len(shape) == len(strides)
+            and all(type(n) is int and n >= 0 for n in shape) and all(type(s) is int for s in strides)
+            and type(off) is int and type(pdim) is int and 0 <= pdim <= max(len(shape) - 1, 0)):
+        raise ValueError(f"malformed view state {state!r:.200}")
+    isz = dt.itemsize
+    lo = off + sum((n - 1) * s for n, s in zip(shape, strides) if s < 0 and n)
+    hi = off + sum((n - 1) * s for n, s in zip(shape, strides) if s > 0 and n) + isz
+    if any(n == 0 for n in shape):
+        lo, hi = off, off
+    if lo < 0 or hi > base.nbytes:
+        raise ValueError(f"view of '{a.name}' reaches bytes [{lo}, {hi}) outside its {base.nbytes}-byte storage")
+    if root.kind != B_HBM and shape:
+        pitch = base.strides[0] if base.ndim else base.nbytes
+        if shape[pdim] > 1 and strides[pdim] != pitch:
+            raise ValueError(f"on-chip view of '{a.name}': partition stride {strides[pdim]} is not the partition "
+                             f"pitch {pitch}")
+        row_lo = off % pitch if pitch else 0
+        span = sum((n - 1) * abs(s) for k, (n, s) in enumerate(zip(shape, strides)) if k != pdim and n)
+        if any(s < 0 for k, s in enumerate(strides) if k != pdim) or row_lo + span + isz > pitch:
+            raise ValueError(f"on-chip view of '{a.name}' leaves its partition row")
+    if not base.flags.c_contiguous:
+        raise ValueError(f"the storage of '{a.name}' is not contiguous")
+    arr = np.ndarray(tuple(shape), dtype=dt, buffer=base, offset=off if 0 not in shape else 0, strides=tuple(strides))
+    return root.__class__(a, arr, pdim, off=off)
+
+
+def storage_key(root: Tensor) -> tuple:
+    """What :func:`rebuild`'s checks depend on of a view's storage: its size, partition pitch and kind."""
+    base = root._a.base
+    return base.nbytes, base.strides[0] if base.ndim else 0, root.kind != B_HBM, base.flags.c_contiguous

@@ -113,6 +113,8 @@ class KernelContext:
         self.api_depth = 0
         self.alloc_hook = None
         self.dyn_views = False
+        # the recorder writing the kernel's program down as plain data (nkisim.stream), None when none is
+        self.stream = None
         # neuronx-cc's middle end runs (no skip_middle_end_transformations) and, per statement, the transpose the
         # compiler inserted for nl.matmul's stationary at its previous execution (composites.hoisted_transpose)
         self.middle_end = True
@@ -399,12 +401,16 @@ class NoReorder:
         if ctx is not None:
             ctx.settle()
             self.start = len(ctx.trace.instrs)
+            if ctx.stream is not None and not ctx.api_depth:
+                ctx.stream.event(["order", 1])
         return self
 
     def __exit__(self, *exc):
         ctx = active()
         if ctx is not None and self.start is not None:
             ctx.settle()
+            if ctx.stream is not None and not ctx.api_depth:
+                ctx.stream.event(["order", 0])
             for ins in ctx.trace.instrs[self.start:]:
                 ins.attrs["in_order"] = True
         return False

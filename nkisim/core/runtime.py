@@ -88,7 +88,7 @@ def launch_grid(kernel) -> tuple[tuple[int, ...], list[int] | None]:
 
 
 def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str | None = None,
-               simulate: bool = False, frontend: frontends.FrontEnd | None = None) -> KernelRun:
+               simulate: bool = False, frontend: frontends.FrontEnd | None = None, stream=None) -> KernelRun:
     """Run a kernel on NumPy inputs; returns its outputs and instruction trace.
 
     A timing run of a kernel whose control flow depends on data (a dynamic loop over a register loaded from
@@ -101,19 +101,22 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
     ``simulate`` is ``nki.simulate_kernel`` / ``nki.jit(mode='simulation')``: capacity limits the compiler enforces
     only warn (:class:`~nkisim.core.rules.NKICapacityWarning`), and so does returning an on-chip tile
     (:class:`~nkisim.core.rules.NKISimulationWarning`).
+
+    ``stream`` (a ``nkisim.stream.Recorder``) writes the program the kernel's Python makes down as plain data, for
+    another process to execute (the grader's parent, docs/grading-security.md).
     """
     if mode == "timing":
         try:
-            return _run_kernel(kernel, args, kwargs, mode, target, simulate, frontend)
+            return _run_kernel(kernel, args, kwargs, mode, target, simulate, frontend, stream)
         except ValuesNeeded:
-            run = _run_kernel(kernel, args, kwargs, "full", target, simulate, frontend)
+            run = _run_kernel(kernel, args, kwargs, "full", target, simulate, frontend, stream)
             run.outputs = None
             return run
-    return _run_kernel(kernel, args, kwargs, mode, target, simulate, frontend)
+    return _run_kernel(kernel, args, kwargs, mode, target, simulate, frontend, stream)
 
 
 def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: bool,
-                frontend: frontends.FrontEnd | None) -> KernelRun:
+                frontend: frontends.FrontEnd | None, stream=None) -> KernelRun:
     fn = unwrap(kernel)
     grid, cores = launch_grid(kernel)
     name = getattr(fn, "__name__", "kernel")
@@ -146,11 +149,15 @@ def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: b
             for t in (*hbm_args, *hbm_kwargs.values()):
                 if isinstance(t, Tensor) and t.kind == B_HBM:
                     allocation(t).immutable = False
+        if stream is not None:
+            stream.begin(ctx, kernel, names, hbm_args, hbm_kwargs)
         try:
             if grid:
                 ret = _run_grid(ctx, fn, grid, cores, hbm_args, hbm_kwargs)
             else:
                 ret = fn(*hbm_args, **hbm_kwargs)
+            if stream is not None:
+                stream.end(ctx, ret)
         except BaseException:
             if ctx.fault is not None:  # the device program failed first: its error, not what followed in Python
                 raise ctx.fault from None
@@ -340,6 +347,8 @@ def _run_grid(ctx: KernelContext, fn, grid, cores, args, kwargs):
     for k, ids in enumerate(itertools.product(*(range(n) for n in grid))):
         ctx.settle()
         ctx.program_ids = ids
+        if ctx.stream is not None:
+            ctx.stream.event(["program", list(ids)])
         if k == 1:
             ctx.shared_hbm = ctx.shared_first
         ctx.shared_pos = 0

@@ -126,7 +126,10 @@ def _need_bound(x, op: str) -> None:
 def immediate(r: Register, value) -> None:
     """An immediate value for a new register (``nisa.register_alloc(5)``): set where it executes (no instruction:
     the compiler allocates registers; a value is an immediate)."""
-    _effect(current("register_alloc"), ("set", r, int(value)))
+    ctx = current("register_alloc")
+    if ctx.stream is not None and not ctx.api_depth:
+        ctx.stream.event(["set", r.rid, int(value)])
+    _effect(ctx, ("set", r, int(value)))
 
 
 def _effect(ctx: KernelContext, step: tuple) -> None:
@@ -210,23 +213,76 @@ def api(fn):
         ctx = active()
         if ctx is None or ctx.api_depth:
             return fn(*args, **kwargs)
-        if ctx.recording is not None:
-            return _record(ctx, fn, args, kwargs)
-        if ctx.faulted:
-            return _dry_call(ctx, fn, args, kwargs, None)
-        ctx.api_depth = 1
-        try:
-            if ctx.dyn_views:
-                return _call_resolved(ctx, fn, args, kwargs)
-            return fn(*args, **kwargs)
-        except _Abort:  # a fault (recorded): the kernel's Python gets what the call returns, nothing executes
-            ctx.api_depth = 0
-            return _dry_call(ctx, fn, args, kwargs, None)
-        finally:
-            ctx.api_depth = 0
+        st = ctx.stream
+        if st is not None:  # the program is being written down (nkisim.stream): record, then make the call
+            token = st.before(ctx, key, args, kwargs)
+            try:
+                res = _dispatch(ctx, fn, args, kwargs)
+            except BaseException:
+                st.after(ctx, token, None, True)
+                raise
+            st.after(ctx, token, res, False)
+            return res
+        return _dispatch(ctx, fn, args, kwargs)
 
+    key = _streamable(fn)
     call.nkisim_api = fn
     return call
+
+
+# (module, name) of every front-end function a recorded instruction stream may name (nkisim.stream replays only these)
+STREAMABLE: set = set()
+
+
+def _streamable(fn) -> str:
+    STREAMABLE.add((fn.__module__, fn.__name__))
+    return f"{fn.__module__}:{fn.__name__}"
+
+
+def stream_only(fn):
+    """Wrap a front-end function that makes no instruction but whose effect the program needs (an allocation, a
+    register): recorded when the program is being written down (nkisim.stream), a plain call otherwise."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if not LIVE[0]:
+            return fn(*args, **kwargs)
+        ctx = active()
+        st = ctx.stream if ctx is not None and not ctx.api_depth else None
+        if st is None:
+            return fn(*args, **kwargs)
+        token = st.before(ctx, key, args, kwargs)
+        ctx.api_depth = 1
+        try:
+            res = fn(*args, **kwargs)
+        except BaseException:
+            st.after(ctx, token, None, True)
+            raise
+        finally:
+            ctx.api_depth = 0
+        st.after(ctx, token, res, False)
+        return res
+
+    key = _streamable(fn)
+    return call
+
+
+def _dispatch(ctx: KernelContext, fn, args, kwargs):
+    """One front-end call at the kernel's level: recorded into the dynamic loop body being recorded, run dry after
+    a fault, else run with its run-time-offset views resolved."""
+    if ctx.recording is not None:
+        return _record(ctx, fn, args, kwargs)
+    if ctx.faulted:
+        return _dry_call(ctx, fn, args, kwargs, None)
+    ctx.api_depth = 1
+    try:
+        if ctx.dyn_views:
+            return _call_resolved(ctx, fn, args, kwargs)
+        return fn(*args, **kwargs)
+    except _Abort:  # a fault (recorded): the kernel's Python gets what the call returns, nothing executes
+        ctx.api_depth = 0
+        return _dry_call(ctx, fn, args, kwargs, None)
+    finally:
+        ctx.api_depth = 0
 
 
 def wrap_api(namespace: dict, exclude=()) -> None:
@@ -396,6 +452,14 @@ def _end(ctx: KernelContext, saved) -> list:
     return body
 
 
+def _stream_push(ctx: KernelContext):
+    """The program's recorder (nkisim.stream), with a new loop body opened in it; None when none is recording."""
+    st = ctx.stream
+    if st is not None:
+        st.push(ctx)
+    return st
+
+
 def _run_or_record(ctx: KernelContext, node: tuple) -> None:
     """A recorded loop inside a body being recorded is a step of that body; at top level it executes now."""
     if ctx.recording is not None:
@@ -472,9 +536,12 @@ def fori_loop(lower, upper, body, step: int, make_register) -> None:
     ctx = current("fori_loop")
     index = make_register()
     saved = _begin(ctx)
+    st = _stream_push(ctx)
     try:
         body(index)
     finally:
+        if st is not None:
+            st.loop(ctx, "fori", (lower, upper, int(step), index))
         recorded = _end(ctx, saved)
     _run_or_record(ctx, ("for", index, lower, upper, int(step), recorded))
 
@@ -487,9 +554,13 @@ def while_loop(init: Register, body, make_register) -> None:
     ctx = current("while_loop")
     cond = make_register()
     saved = _begin(ctx)
+    st = _stream_push(ctx)
+    nxt = None
     try:
         nxt = body(cond)
     finally:
+        if st is not None:
+            st.loop(ctx, "while", (init, cond, nxt))
         recorded = _end(ctx, saved)
     if not isinstance(nxt, Register):
         raise TypeError("nl.while_loop: the body must return the next condition register (a VirtualRegister), "
@@ -519,11 +590,14 @@ class DynamicRange(metaclass=Sealed):
         ctx = current("dynamic_range")
         index = self.make_register()
         saved = _begin(ctx)
+        st = _stream_push(ctx)
         done = False
         try:
             yield index
             done = True
         finally:
+            if st is not None:
+                st.loop(ctx, "drange", (self.start, self.stop, self.step, index))
             recorded = _end(ctx, saved)
             if not done:
                 # the for statement left the body (break, return or an exception): the hardware loop has one body

@@ -113,6 +113,7 @@ def rank_id(name=None):
 
 
 _reg.wrap_api(globals(), exclude={"rank_id"})
+rank_id = _reg.stream_only(rank_id)
 
 
 def __getattr__(name: str):

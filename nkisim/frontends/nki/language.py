@@ -445,6 +445,8 @@ _reg.wrap_api(globals(), exclude={"ndarray", "ds", "affine_range", "sequential_r
                                   "dynamic_range", "fori_loop", "while_loop", "no_reorder", "program_id",
                                   "num_programs", "program_ndim", "is_hbm", "is_on_chip", "is_psum", "is_sbuf",
                                   "shared_constant", "expand_dims"})
+# an allocation makes no instruction, but the program a recorded stream replays needs it (nkisim.stream)
+ndarray = _reg.stream_only(ndarray)
 
 
 def __getattr__(name: str):

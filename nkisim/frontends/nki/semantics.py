@@ -38,6 +38,14 @@ class NkiSemantics(Semantics):
                 "write with an instruction that takes dst (nisa.dma_copy(dst=..., src=...), nisa.tensor_copy, ...)")
         super().assign(dst, value)
 
+    @_reg.api  # makes instructions: recorded in a dynamic loop body and in a program's stream (nkisim.stream)
+    def astype(self, t, dtype):
+        return super().astype(t, dtype)
+
+    @_reg.api
+    def broadcast_to(self, t, shape):
+        return super().broadcast_to(t, shape)
+
     def invert(self, t):
         raise TypeError(f"NkiTensor '{t.name}' has no '~' operator in the nki API: use nl.invert(x) (integers) or "
                         "nl.logical_not(x)")

@@ -12,6 +12,7 @@ are not index expressions (``nl.ds`` is a slice).  No view copies data.
 from __future__ import annotations
 
 from nkisim.core import aps
+from nkisim.core import context as _ctx
 from nkisim.core.access import allocation, is_gather
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF
 from nkisim.core.ops import registers as _reg
@@ -182,7 +183,11 @@ class NkiTensor(Tensor):
 
     def vector_select(self, dim, vector_offset):
         """Per-partition indirect addressing: row p reads ``self[vector_offset[p, 0], ...]`` (HBM, dim 0)."""
-        return aps.vector_select(self, dim, vector_offset)
+        v = aps.vector_select(self, dim, vector_offset)
+        ctx = _ctx.active()
+        if ctx is not None and ctx.stream is not None:  # a gather: the recorded program says how it was made
+            ctx.stream.derived(v, ("vsel", self, int(dim), vector_offset))
+        return v
 
     @_unsupported_method
     def indirect(self, index, num_elem=None):

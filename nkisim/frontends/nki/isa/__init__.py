@@ -495,6 +495,9 @@ class NkiInstruction(NKIObject):
         return instrs[lo:hi]
 
     def depends_on(self, *producers) -> NkiInstruction:
+        ctx = _ctx.active()
+        if ctx is not None and ctx.stream is not None and not ctx.api_depth:
+            ctx.stream.depends(self, producers)
         mine = self._instrs
         if not mine:
             return self
@@ -534,8 +537,13 @@ def _returns_instruction(fn):
         n0 = len(instrs)
         if live[0]:
             executor(*args, **kwargs)
-        else:
-            fn(*args, **kwargs)
+            h = new(cls)
+            h._span = (instrs, n0, len(instrs))
+            st = stack[-1].stream
+            if st is not None and not stack[-1].api_depth:
+                st.handle(h)  # the program's handle, for depends_on (nkisim.stream)
+            return h
+        fn(*args, **kwargs)
         h = new(cls)
         h._span = (instrs, n0, len(instrs))
         return h
@@ -572,6 +580,7 @@ _INSTRUCTIONS = {_n for _n in globals() if isinstance(globals()[_n], _types.Func
 del _name
 # the other calls that make instructions go through the executor's wrapper too
 _reg.wrap_api(globals(), exclude=_INSTRUCTIONS | {"register_alloc"})
+register_alloc = _reg.stream_only(register_alloc)
 
 
 _V4 = "a NeuronCore-v4 (trn3) instruction; nkisim models trn1 and trn2, where the compiler rejects it"

@@ -1,0 +1,248 @@
+"""The kernel's program as plain data (``nkisim.stream``): recorded in one run (timing mode: no values), replayed in
+another with its own inputs, the replay gives the same instructions (every field), the same trace metadata and the
+same outputs as running the kernel itself; a malformed or forged stream is refused with an error naming the event.
+
+Kernels: the staff references of the current API (checked against NumPy elsewhere: tests/test_reference_solutions.py)
+and small kernels of our own for what the references do not use (dynamic loops, registers, run-time offsets,
+instruction handles, item assignment, gathers)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+import numpy as np
+import pytest
+
+from nkisim import stream
+from nkisim.core.runtime import run_kernel
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module(rel: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+PART1 = _module("grader/reference/part1/kernels.py", "stream_ref_part1")
+CONV = _module("grader/reference/part2/conv2d.py", "stream_ref_conv")
+RELAXED = _module("grader/reference/relaxed/part2/conv2d.py", "stream_ref_relaxed")
+
+
+def _fields(trace) -> list:
+    return [[getattr(i, k) for k in i.__slots__] for i in trace.instrs]
+
+
+def _outputs(run) -> tuple:
+    return run.outputs if isinstance(run.outputs, tuple) else (run.outputs,)
+
+
+def _roundtrip(kernel, args, kwargs=None, target=None):
+    """Run the kernel, record its stream in a timing run, ship it as JSON and replay it on fresh copies."""
+    direct = run_kernel(kernel, [a.copy() for a in args], dict(kwargs or {}), target=target)
+    data, rec = stream.record(kernel, [a.copy() for a in args], dict(kwargs or {}), target=target)
+    assert rec.outputs is None  # the recording run computed no values
+    shipped = stream.loads(stream.dumps(data))
+    replayed = stream.replay(shipped, [a.copy() for a in args], dict(kwargs or {}))
+    return direct, replayed
+
+
+def _same(direct, replayed) -> None:
+    assert _fields(replayed.trace) == _fields(direct.trace)
+    assert replayed.trace.meta == direct.trace.meta
+    assert (replayed.peak_sbuf_bytes, replayed.peak_psum_bytes) == (direct.peak_sbuf_bytes, direct.peak_psum_bytes)
+    for got, want in zip(_outputs(replayed), _outputs(direct), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+RNG = np.random.default_rng(7)
+
+
+@pytest.mark.parametrize("name,shape", [("vector_add_naive", (128,)), ("vector_add_tiled", (512,)),
+                                        ("vector_add_stream", (128 * 1024,))])
+def test_staff_vector_adds_replay_exactly(name, shape):
+    a, b = (RNG.standard_normal(shape).astype(np.float32) for _ in range(2))
+    direct, replayed = _roundtrip(getattr(PART1, name), (a, b))
+    _same(direct, replayed)
+    np.testing.assert_allclose(_outputs(replayed)[0], a + b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2"])
+def test_staff_transpose_replays_exactly(target):
+    x = RNG.standard_normal((512, 1024)).astype(np.float32)
+    direct, replayed = _roundtrip(PART1.matrix_transpose, (x,), target=target)
+    _same(direct, replayed)
+    np.testing.assert_array_equal(_outputs(replayed)[0], x.T)
+
+
+@pytest.mark.parametrize("mod", [CONV, RELAXED], ids=["reference", "relaxed"])
+@pytest.mark.parametrize("case", [(1, 128, 128, 16, 16, 1, np.float32), (2, 256, 128, 32, 16, 2, np.float16),
+                                  (1, 128, 256, 15, 17, 2, np.float32)], ids=["f32", "f16-pool", "odd-pool"])
+def test_staff_conv2d_replays_exactly(mod, case):
+    b, ci, co, h, w, pool, dt = case
+    x = RNG.standard_normal((b, ci, h, w)).astype(dt)
+    wt = (RNG.standard_normal((co, ci, 3, 3)) * 0.1).astype(dt)
+    bias = RNG.standard_normal(co).astype(dt)
+    direct, replayed = _roundtrip(mod.fused_conv2d_maxpool, (x, wt, bias), {"pool_size": pool})
+    _same(direct, replayed)
+
+
+# ---- what the staff kernels do not use -------------------------------------------------------------------------
+@nki.jit
+def loops_and_registers(x, counts):
+    """A while loop over a loaded register, a fori_loop with a register bound, a dynamic_range with a run-time
+    scalar offset view, an immediate register, instruction handles with depends_on, and a no_reorder block."""
+    rows, cols = x.shape
+    out = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((1, cols), dtype=nl.float32, buffer=nl.sbuf)
+    zero = nisa.memset(dst=acc, value=0.0)
+    cnt = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    load = nisa.dma_copy(dst=cnt, src=counts)
+    load.depends_on(zero)
+    one = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=one, value=1)
+    reg = nisa.register_alloc()
+    nisa.register_load(reg, cnt)
+    row = nl.ndarray((1, cols), dtype=nl.float32, buffer=nl.sbuf)
+
+    def body(r):
+        nisa.dma_copy(dst=row, src=x.ap([[cols, 1], [1, cols]], scalar_offset=r, indirect_dim=0))
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=row, op=nl.add)
+        nisa.tensor_tensor(dst=cnt, data1=cnt, data2=one, op=nl.subtract)
+        nisa.register_load(r, cnt)
+        return r
+
+    nl.while_loop(reg, body)
+    bound = nisa.register_alloc(rows)
+
+    def copy_row(i):
+        t = nl.ndarray((1, cols), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x.ap([[cols, 1], [1, cols]], scalar_offset=i, indirect_dim=0))
+        nisa.tensor_tensor(dst=t, data1=t, data2=acc, op=nl.add)
+        nisa.dma_copy(dst=out.ap([[cols, 1], [1, cols]], scalar_offset=i, indirect_dim=0), src=t)
+
+    nl.fori_loop(0, bound, copy_row)
+    with nl.no_reorder():
+        for i in nl.dynamic_range(1):
+            nisa.dma_copy(dst=row, src=x.ap([[cols, 1], [1, cols]], scalar_offset=i, indirect_dim=0))
+    return out
+
+
+@pytest.mark.parametrize("count", [0, 3])
+@pytest.mark.filterwarnings("ignore:nl.dynamic_range loops are deprecated")
+def test_dynamic_loops_registers_and_handles_replay_exactly(count):
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    counts = np.array([[count]], np.int32)
+    direct, replayed = _roundtrip(loops_and_registers, (x, counts))
+    _same(direct, replayed)
+    np.testing.assert_allclose(_outputs(replayed)[0], x + x[1:count + 1].sum(axis=0), rtol=1e-5)
+    assert any("after" in i.attrs for i in replayed.trace.instrs)
+    assert any(i.attrs.get("in_order") for i in replayed.trace.instrs)
+
+
+@nki.jit
+def assign_gather_cast(table, idx):
+    """Item assignment retargeting a fresh result, a vector_select gather, astype and broadcast_to methods."""
+    out = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+    ix = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ix, src=idx)
+    rows = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=rows, src=table.vector_select(0, ix))
+    half = rows.astype(nl.float16)
+    back = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+    back[...] = nl.copy(half, dtype=nl.float32)
+    first = back[0:1, :].broadcast_to((4, 8))
+    total = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=total, data1=back, data2=first, op=nl.add)
+    nisa.dma_copy(dst=out, src=total)
+    return out
+
+
+def test_item_assignment_gathers_and_tensor_methods_replay_exactly():
+    table = RNG.standard_normal((16, 8)).astype(np.float32)
+    idx = np.array([[3], [0], [15], [7]], np.int32)
+    direct, replayed = _roundtrip(assign_gather_cast, (table, idx))
+    _same(direct, replayed)
+    rows = table[idx[:, 0]].astype(np.float16).astype(np.float32)
+    np.testing.assert_allclose(_outputs(replayed)[0], rows + rows[0:1], rtol=1e-6)
+
+
+def test_the_replay_uses_its_own_inputs():
+    """The stream holds no data: replayed on other inputs, the program computes on those."""
+    a, b = (RNG.standard_normal(128).astype(np.float32) for _ in range(2))
+    data, _ = stream.record(PART1.vector_add_naive, (a, b))
+    c, d = (RNG.standard_normal(128).astype(np.float32) for _ in range(2))
+    run = stream.replay(stream.loads(stream.dumps(data)), (c, d))
+    np.testing.assert_allclose(run.outputs, c + d, rtol=1e-6)
+    assert "values" not in json.dumps(data) and len(stream.dumps(data)) < 16_000
+
+
+# ---- malformed and forged streams ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def naive():
+    a, b = (RNG.standard_normal(128).astype(np.float32) for _ in range(2))
+    data, _ = stream.record(PART1.vector_add_naive, (a, b))
+    return stream.loads(stream.dumps(data)), (a, b)
+
+
+def _call_events(s):
+    return [e for e in s["events"] if e[0] == "call"]
+
+
+def _forge(s, change):
+    s = copy.deepcopy(s)
+    change(s)
+    return s
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda s: s["functions"].__setitem__(0, "os:system"), "not a function of the kernel's front end"),
+    (lambda s: s["functions"].__setitem__(0, "nkisim.core.runtime:run_kernel"), "not a function"),
+    (lambda s: s["views"][0].__setitem__(4, 1 << 30), "outside its"),
+    (lambda s: [v.__setitem__(slice(2, 4), [[64, 1], [8, 4]]) for v in s["views"] if len(v[2]) == 2], "partition"),
+    (lambda s: s["events"].insert(len(s["events"]) - 2, ["drop", 3]), "dropped"),
+    (lambda s: s["events"].insert(0, ["fly", 1]), "unknown event"),
+    (lambda s: s.__setitem__("names", ["a", "b; import os"]), "argument names"),
+    (lambda s: s.__setitem__("kernel", "k(): pass\nimport os\ndef k"), "kernel name"),
+    (lambda s: s["consts"].append(["L", "nkisim.core.runtime:run_kernel"]) or _call_events(s)[0][3].append(
+        ["x", ["c", len(s["consts"]) - 1]]), "unknown library object"),
+    (lambda s: s["events"].pop(), "without the kernel's return"),
+])
+def test_a_forged_or_malformed_stream_is_refused_naming_the_problem(naive, change, message):
+    s, args = naive
+    with pytest.raises(stream.StreamError, match=message):
+        stream.replay(_forge(s, change), args)
+
+
+def test_a_stream_for_other_arguments_is_refused(naive):
+    s, (a, _) = naive
+    with pytest.raises(stream.StreamError, match="arguments"):
+        stream.replay(s, (a,))
+    with pytest.raises(stream.StreamError, match="format"):
+        stream.loads(b'{"format": "pickle"}')
+    with pytest.raises(stream.StreamError, match="JSON"):
+        stream.loads(b"\x80\x04K\x01.")
+
+
+def test_the_legacy_front_end_is_not_recorded():
+    from neuronxcc import nki as lnki
+    from neuronxcc.nki import language as lnl
+
+    @lnki.jit
+    def legacy_copy(a):
+        out = lnl.ndarray(a.shape, dtype=a.dtype, buffer=lnl.shared_hbm)
+        lnl.store(out, value=lnl.load(a))
+        return out
+
+    with pytest.raises(stream.NotRecordable, match="current API only"):
+        stream.record(legacy_copy, (np.zeros((128, 4), np.float32),))
