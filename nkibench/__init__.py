@@ -4,6 +4,8 @@
     out = launch(kernel, (a, b))                                   # outputs, for the correctness check
     m = measure(kernel, (a, b), warmup=1, iterations=10,           # Measurement: m.timing.p99_us, ...
                 profile=ProfileRequest("stream"))                  # optional: profile files stream.*
+    run = launch_once(kernel, (a, b))                              # both from one launch where the backend can:
+    out, m = run.outputs, run.measure(warmup=1, iterations=10)     # nkisim costs that launch's own trace
 
 The backend is chosen per kernel (nkibench.detect): the kernel file's imports say its API, and the API's real
 toolchain wins over nkisim's emulation when it is installed:
@@ -22,13 +24,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nkibench.backends.base import Backend, ProfileRequest
+from nkibench.backends.base import Backend, Launch, ProfileRequest
 from nkibench.errors import BenchError, HardwareError, KernelError, NoBackendError, ProfileError
 from nkibench.result import Measurement, Timing
 
 __all__ = [
-    "Backend", "BenchError", "HardwareError", "KernelError", "Measurement", "NoBackendError", "ProfileError",
-    "ProfileRequest", "Timing", "backend_for", "error_text", "launch", "measure",
+    "Backend", "BenchError", "HardwareError", "KernelError", "Launch", "Measurement", "NoBackendError",
+    "ProfileError", "ProfileRequest", "Timing", "backend_for", "error_text", "launch", "launch_once", "measure",
 ]
 
 _BACKENDS: dict[tuple[str, str], Backend] = {}
@@ -72,13 +74,32 @@ def measure(kernel, args: tuple, kwargs: Mapping[str, Any] | None = None, *, war
     Trainium also records nkisim's estimate of the same kernel (nkibench.feedback; NKIBENCH_RECORD=0: off)."""
     backend = backend_for(kernel)
     m = backend.measure(kernel, tuple(args), kwargs, warmup=warmup, iterations=iterations, profile=profile)
+    _record(backend, kernel, args, kwargs, m)
+    return m
+
+
+def launch_once(kernel, args: tuple, kwargs: Mapping[str, Any] | None = None) -> Launch:
+    """Run ``kernel`` once on ``args`` for its outputs (``.outputs``), and time the same launch later
+    (``.measure(warmup=, iterations=, profile=)``, as :func:`measure`) only if the outputs are right: on nkisim
+    the timing costs that run's own trace, so a check-then-time script runs the kernel once, not twice."""
+    backend = backend_for(kernel)
+    run = backend.launch_once(kernel, tuple(args), kwargs)
+
+    def measure(*, warmup: int, iterations: int, profile: ProfileRequest | None = None) -> Measurement:
+        m = run.measure(warmup=warmup, iterations=iterations, profile=profile)
+        _record(backend, kernel, args, kwargs, m)
+        return m
+
+    return Launch(run.outputs, measure)
+
+
+def _record(backend: Backend, kernel, args: tuple, kwargs: Mapping[str, Any] | None, m: Measurement) -> None:
     if backend.name != "nkisim":
         from nkibench import feedback
 
         for timing in (m.timing, m.profiled):
             if timing is not None:
                 feedback.record(kernel, tuple(args), kwargs, timing, source="nkibench.measure")
-    return m
 
 
 def error_text(exc: BaseException) -> tuple[str, str]:

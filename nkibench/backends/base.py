@@ -69,6 +69,23 @@ def positive(value: Any) -> bool:
     return math.isfinite(v) and v > 0
 
 
+class Launch:
+    """One launch's outputs, and the timing of the same kernel on the same inputs (``nkibench.launch_once``).
+
+    ``measure`` takes ``warmup``, ``iterations`` and ``profile`` as :meth:`Backend.measure` does.  A backend whose
+    launch already holds everything a timing needs (nkisim: the run's instruction trace) times that launch
+    instead of running the kernel again."""
+
+    __slots__ = ("outputs", "_measure")
+
+    def __init__(self, outputs: Any, measure: Callable[..., Measurement]) -> None:
+        self.outputs = outputs
+        self._measure = measure
+
+    def measure(self, *, warmup: int, iterations: int, profile: ProfileRequest | None = None) -> Measurement:
+        return self._measure(warmup=warmup, iterations=iterations, profile=profile)
+
+
 class Backend(ABC):
     """Runs kernels of one NKI API on one toolchain: ``launch`` for outputs, ``measure`` for latency."""
 
@@ -103,3 +120,13 @@ class Backend(ABC):
     def measure(self, kernel, args: tuple, kwargs: Mapping[str, Any] | None = None, *, warmup: int,
                 iterations: int, profile: ProfileRequest | None = None) -> Measurement:
         """Time the kernel (and write profile files when asked); never returns a zero or a stub's timing."""
+
+    def launch_once(self, kernel, args: tuple, kwargs: Mapping[str, Any] | None = None) -> Launch:
+        """Run the kernel for its outputs and keep what timing it needs: here a launch, then a timing of its own
+        (hardware runs the NEFF again either way); nkisim overrides it to cost the launch's own trace."""
+        outputs = self.launch(kernel, args, kwargs)
+
+        def measure(*, warmup: int, iterations: int, profile: ProfileRequest | None = None) -> Measurement:
+            return self.measure(kernel, args, kwargs, warmup=warmup, iterations=iterations, profile=profile)
+
+        return Launch(outputs, measure)
