@@ -146,8 +146,13 @@ class Recorder:
         self.__init__()
         self._closed = False
         self._lib = library(ctx.frontend)[0]
-        from nkisim.core.runtime import launch_grid, unwrap
+        from nkisim.core.runtime import launch_grid, lockstep_launch, unwrap
 
+        if lockstep_launch(kernel):
+            # the two cores' programs interleave at their synchronisations (core.lockstep): one sequential stream
+            # of programs cannot express that
+            raise NotRecordable("nkisim records instruction streams of single-core launches, not of an LNC=2 "
+                                "launch (kernel[2]: two programs run in lockstep)")
         grid, cores = launch_grid(kernel)
         fn = unwrap(kernel)
         self._code(ctx.kernel_code)  # the kernel function's code is code 0

@@ -73,7 +73,9 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
                 and site[0] is not ctx.kernel_code and applies("err_shared_hbm_must_in_kernel_level", ctx.era):
             fail("err_shared_hbm_must_in_kernel_level")
         if buffer.name == "shared_hbm" and ctx.shared_hbm is not None:
-            return _shared_again(ctx, dims, dt, name)
+            again = _shared_again(ctx, dims, dt, name)
+            if again is not None:
+                return again
         base, view = make_storage(dims, 0, dt, fill, not ctx.full)
         alloc = Allocation(B_HBM, base, ctx.mem.new_phys(), None, name or "hbm", 0, None)
         alloc.space = buffer.name
@@ -135,17 +137,22 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
     return ctx.tensor_type(alloc, view, pdim, None, None, False, 0)
 
 
-def _shared_again(ctx: KernelContext, dims, dt, name: str) -> Tensor:
-    """The n-th shared_hbm tensor of a later SPMD program is the n-th of the first program (visible to all)."""
+def _shared_again(ctx: KernelContext, dims, dt, name: str) -> Tensor | None:
+    """The n-th shared_hbm tensor of a later SPMD program is the n-th of the first program (visible to all).  In
+    an LNC=2 launch the cores run in lockstep (core.lockstep), so either core may get to its n-th first: None then,
+    and the caller creates it for both (``shared_first`` is the list both cores' ``shared_hbm`` name)."""
     i = ctx.shared_pos
     ctx.shared_pos += 1
+    if i >= len(ctx.shared_hbm) and ctx.lockstep is not None:
+        return None
     if i >= len(ctx.shared_hbm):
         raise ValueError(f"SPMD program {ctx.program_ids} creates more shared_hbm tensors than program "
                          f"{(0,) * len(ctx.grid)}: every program of a launch grid must create the same ones")
     t = ctx.shared_hbm[i]
     if tuple(t.shape) != tuple(dims) or t.dtype != dt:
         raise ValueError(f"SPMD program {ctx.program_ids} creates shared_hbm tensor '{name or t.name}' "
-                         f"{list(dims)} {dt.name}, but program {(0,) * len(ctx.grid)} created it as "
+                         f"{list(dims)} {dt.name}, but {'the other core' if ctx.lockstep is not None else 'program '}"
+                         f"{'' if ctx.lockstep is not None else (0,) * len(ctx.grid)} created it as "
                          f"{list(t.shape)} {t.dtype.name}")
     return t
 

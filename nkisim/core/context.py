@@ -97,6 +97,8 @@ class KernelContext:
         self.shared_hbm: list | None = None
         self.shared_first: list = []
         self.shared_pos = 0
+        # an LNC=2 launch: the core.lockstep.Lockstep both cores' contexts share (None otherwise)
+        self.lockstep = None
         # symbolic loops (nl.affine_range / nl.sequential_range) being run: [instance id, iteration] each, and the
         # direct placements their first iteration made (see traced_once)
         self.sym_loops: list[list[int]] = []

@@ -359,11 +359,18 @@ _RULE_LIST = [
        "op=nl.copy, data=src)",
        "nki.isa.tensor_copy (NKI 0.6): 'On NeuronCore v2, tensor_copy is not supported on the Scalar Engine'",
        eras=("nki",), era_note="legacy API (2.21 / 2.26 docs): ScalarE copies through fp32 on NeuronCore-v2"),
+    _r("nkisim_lnc_lockstep",
+       "{detail}",
+       "nki/get-started/about/lnc.rst ('the program on each core is \"the same\"'); nki.isa.sendrecv ('operations "
+       "with the same pipe_id ... must complete before any can proceed'), nki.isa.core_barrier ('all specified "
+       "NeuronCores must reach before any can proceed')",
+       eras=("nki",)),
     _r("nkisim_memset_value",
        "memset: value {value!r} does not match dst '{name}' of dtype {dtype} (an integer tensor takes an integer "
        "value)",
        "NKI 0.3 migration guide, 'nisa.memset - strict type matching'",
-       eras=("nki",), era_note="legacy API: the value is cast"),
+       eras=("nki",), era_note="legacy API: the value is cast.  A float zero is accepted (AWS's nki-library memsets "
+                               "uint32 tiles with value=0.0 in the router top-k path its fast suite runs)"),
     _r("nkisim_mixed_namespaces",
        "'{call}' called in a kernel written for {kernel}: a kernel uses one NKI namespace, so call {kernel}'s "
        "spelling of it (or launch the kernel with {used}'s nki.jit)",

@@ -21,6 +21,7 @@ from nkisim.core.access import OPERANDS, allocation, read
 from nkisim.core.buffers import wrap_host
 from nkisim.core.context import KernelContext, pop, push
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Trace
+from nkisim.core.lockstep import Lockstep
 from nkisim.core.ops.registers import ValuesNeeded, check_closed
 from nkisim.core.rules import NKICapacityWarning, NKISimulationWarning, applies, fail, message
 from nkisim.core.tensor import Tensor
@@ -74,6 +75,18 @@ def _to_numpy(value, simulate: bool = False):
                     "(nl.ndarray(..., buffer=nl.hbm)), a tuple of them, or None")
 
 
+def lockstep_launch(kernel) -> bool:
+    """Whether a launcher runs its programs in lockstep on the cores of a Logical NeuronCore (``kernel[2]`` of the
+    current API sets ``nki_lockstep``): :func:`_run_lockstep`."""
+    seen = 0
+    while kernel is not None and seen < 8:
+        if getattr(kernel, "nki_grid", None) is not None:
+            return bool(getattr(kernel, "nki_lockstep", False))
+        kernel = getattr(kernel, "func", None)
+        seen += 1
+    return False
+
+
 def launch_grid(kernel) -> tuple[tuple[int, ...], list[int] | None]:
     """SPMD grid of a launcher (``kernel[2, 3]`` sets ``nki_grid`` on the wrapper): sizes and, when the grid maps
     programs to several NeuronCores (``nl.nc``), the core of each program in row-major order."""
@@ -119,6 +132,7 @@ def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: b
                 frontend: frontends.FrontEnd | None, stream=None) -> KernelRun:
     fn = unwrap(kernel)
     grid, cores = launch_grid(kernel)
+    lockstep = bool(grid) and lockstep_launch(kernel)
     name = getattr(fn, "__name__", "kernel")
     if target is None:
         target = declared_target(kernel)
@@ -152,7 +166,9 @@ def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: b
         if stream is not None:
             stream.begin(ctx, kernel, names, hbm_args, hbm_kwargs)
         try:
-            if grid:
+            if lockstep:
+                ret = _run_lockstep(ctx, fn, grid, hbm_args, hbm_kwargs)
+            elif grid:
                 ret = _run_grid(ctx, fn, grid, cores, hbm_args, hbm_kwargs)
             else:
                 ret = fn(*hbm_args, **hbm_kwargs)
@@ -162,13 +178,14 @@ def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: b
             if ctx.fault is not None:  # the device program failed first: its error, not what followed in Python
                 raise ctx.fault from None
             raise
-        check_closed(ctx)
-        if ctx.fault is not None:
-            # a run-time error of the device program (core.ops.registers.fault): raised only now, once the
-            # kernel's Python has returned, so kernel code could not catch it to learn a bit about the data
-            raise ctx.fault
-        ctx.settle()
-        blocks.finish(ctx.mem, ctx.trace)
+        if not lockstep:
+            check_closed(ctx)
+            if ctx.fault is not None:
+                # a run-time error of the device program (core.ops.registers.fault): raised only now, once the
+                # kernel's Python has returned, so kernel code could not catch it to learn a bit about the data
+                raise ctx.fault
+            ctx.settle()
+            blocks.finish(ctx.mem, ctx.trace)
         _check_outputs_written(ctx, ret)
         _check_output_buffers(ctx, ret, simulate)
         ctx.trace.meta["outputs"] = [
@@ -357,6 +374,87 @@ def _run_grid(ctx: KernelContext, fn, grid, cores, args, kwargs):
     ctx.trace.meta["spmd"] = {"grid": list(grid), "program_start": starts,
                               "program_core": list(cores) if cores else [0] * len(starts)}
     return ret
+
+
+def _run_lockstep(ctx: KernelContext, fn, grid, args, kwargs):
+    """An LNC=2 launch: one program per physical NeuronCore, each with its own context (SBUF, PSUM, registers,
+    trace), run in lockstep so that ``nisa.sendrecv`` / ``nisa.core_barrier`` meet (core.lockstep).  Afterwards the
+    cores' traces are concatenated into ``ctx``'s (core 0's), core 1's sequence numbers and explicit edges shifted,
+    and ``trace.meta['spmd']`` says where core 1 starts and how many synchronisations the cores made.  Returns the
+    last core's return value, as a grid run returns its last program's."""
+    cores = [ctx] + [_core_context(ctx) for _ in range(1, grid[0])]
+    shared: list = []
+    for k, c in enumerate(cores):
+        c.grid = tuple(grid)
+        c.program_ids = (k,)
+        c.shared_hbm = c.shared_first = shared  # one list: whichever core creates the n-th shared tensor first
+        c.shared_pos = 0
+    launch = Lockstep(cores)
+    try:
+        try:
+            results = launch.run(fn, args, kwargs)
+        except BaseException:
+            for c in cores:
+                if c.fault is not None:  # a core's device program failed first: its error
+                    raise c.fault from None
+            raise
+        for c in cores:
+            check_closed(c)
+        for c in cores:
+            if c.fault is not None:
+                raise c.fault
+        for c in cores:
+            c.settle()
+            blocks.finish(c.mem, c.trace)
+    finally:
+        for c in cores[1:]:
+            c.mem.closed = True
+    starts = [0]
+    trace = ctx.trace
+    for c in cores[1:]:
+        starts.append(len(trace.instrs))
+        _append_trace(trace, c.trace)
+        for buf in (B_SBUF, B_PSUM):
+            ctx.mem.peak[buf] = max(ctx.mem.peak[buf], c.mem.peak[buf])
+        ctx.mem.overflows.extend(c.mem.overflows)
+    trace.meta["spmd"] = {"grid": list(grid), "program_start": starts, "program_core": list(range(len(cores))),
+                          "syncs": launch.syncs}
+    return results[-1]
+
+
+def _core_context(ctx: KernelContext) -> KernelContext:
+    """A context for another NeuronCore of ``ctx``'s launch: same target, mode, kernel and checks; physical buffer
+    ids drawn from ``ctx``'s counter, so that no two tensors of the launch share one (the shared HBM tensors are
+    ``ctx``'s, and each core's schedule keys its dependencies on them)."""
+    c = KernelContext(ctx.target, "full" if ctx.full else "timing", ctx.trace.kernel_name, ctx.frontend)
+    c.mem.simulate = ctx.mem.simulate
+    c.middle_end = ctx.middle_end
+    c.kernel_code = c.mem.stop_code = ctx.kernel_code
+    c.mem.new_phys = ctx.mem.new_phys
+    return c
+
+
+def _append_trace(trace: Trace, other: Trace) -> None:
+    """Append ``other``'s instructions (another core's program) to ``trace``, renumbered; merge its metadata."""
+    off = len(trace.instrs)
+    for ins in other.instrs:
+        ins.seq += off
+        a = ins.attrs
+        if a and "after" in a:
+            ins.attrs = {**a, "after": tuple(j + off for j in a["after"])}
+    trace.instrs.extend(other.instrs)
+    meta, more = trace.meta, other.meta
+    if "partition_rule" in more:
+        if "partition_rule" in meta:
+            meta["partition_rule"]["count"] += more["partition_rule"]["count"]
+        else:
+            meta["partition_rule"] = more["partition_rule"]
+    if "spill" in more:
+        mine = meta.setdefault("spill", {k: 0 for k in more["spill"]})
+        for k, v in more["spill"].items():
+            mine[k] = mine.get(k, 0) + v
+    if "unaliased_placements" in more:
+        meta["unaliased_placements"] = int(meta.get("unaliased_placements", 0)) + int(more["unaliased_placements"])
 
 
 def _apply_annotations(fn, names, args, kwargs) -> None:

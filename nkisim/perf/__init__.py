@@ -11,7 +11,7 @@ from nkisim.core.instr import Trace
 from nkisim.perf.costs import DEFAULT_TARGET, TARGETS, TargetCosts, costs_for
 from nkisim.perf.model import CostModel
 from nkisim.perf.report import PerfReport, build_report
-from nkisim.perf.scheduler import schedule
+from nkisim.perf.scheduler import schedule, schedule_lockstep
 
 __all__ = ["estimate", "PerfReport", "TargetCosts", "costs_for", "TARGETS", "DEFAULT_TARGET", "dge_from_meta"]
 
@@ -55,17 +55,32 @@ def estimate(
             return build_report(instrs, schedule(instrs, tc, model), tc, kernel_name=name, dge=model.dge)
         # SPMD grid: each NeuronCore runs its programs one after another (a barrier between programs); cores run
         # in parallel with their own engines, so the kernel's latency is the slowest core's (MODEL.md "SPMD").
+        # An LNC=2 launch whose cores synchronise (nisa.sendrecv, nisa.core_barrier) is scheduled in lockstep.
         reports = []
-        for instrs, barriers in cores:
-            model = CostModel(tc, dge=dge)
-            reports.append(build_report(instrs, schedule(instrs, tc, model, barriers), tc, kernel_name=name,
-                                        dge=model.dge))
+        models = [CostModel(tc, dge=dge) for _ in cores]
+        syncs = _sync_points(trace.meta, cores)
+        if syncs is not None:
+            schedules = schedule_lockstep([(instrs, bars, sy) for (instrs, bars), sy in zip(cores, syncs)], tc,
+                                          models)
+        else:
+            schedules = [schedule(instrs, tc, model, barriers) for (instrs, barriers), model in zip(cores, models)]
+        for (instrs, _), sch, model in zip(cores, schedules, models):
+            reports.append(build_report(instrs, sch, tc, kernel_name=name, dge=model.dge))
         slowest = max(reports, key=lambda r: r.total_us)
         slowest.core_latency_us = [r.nc_latency_us for r in reports]
         return slowest
     finally:
         if enabled:
             gc.enable()
+
+
+def _sync_points(meta: dict, cores) -> list[list[int]] | None:
+    """Per core, the indices of its cross-core synchronisation instructions (``attrs['sync']``), when the launch
+    recorded any (``meta['spmd']['syncs']``); None otherwise."""
+    spmd = meta.get("spmd") if isinstance(meta, dict) else None
+    if not isinstance(spmd, dict) or not spmd.get("syncs"):
+        return None
+    return [[k for k, ins in enumerate(instrs) if ins.attrs and "sync" in ins.attrs] for instrs, _ in cores]
 
 
 def spmd_cores(meta: dict, instrs) -> list[tuple[list, list[int]]] | None:

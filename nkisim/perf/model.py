@@ -193,6 +193,15 @@ class CostModel:
         ops = srcs + dsts
         if op in _REGISTER_OPS:  # sequencer register instructions: a guessed fixed cost (costs.register_op_cycles)
             return ComputeCost(RESOURCE_OF.get(eng, "SyncE"), tc.register_op_cycles / tc.base_clock_ghz, 0.0)
+        if op == "core_barrier":
+            # [GUESS, conservative] nisa.core_barrier: "each NeuronCore writes a semaphore to each other core (remote
+            # semaphore update) and then waits for the other cores' semaphores" (nki.isa.core_barrier); no latency
+            # is documented.  Taken as MIN_II to issue plus one DMA round trip (fixed trigger-to-first-byte and
+            # last-byte-to-completion latencies: a remote semaphore write crosses the chip as a DMA does), during
+            # which the engine is blocked.  The wait for the other core is the scheduler's (perf/scheduler.py).
+            ghz = tc.gpsimd_ghz if eng == Engine.GPSIMD else tc.scalar_ghz if eng == Engine.SCALAR else tc.vector_ghz
+            trip = tc.dma_pre_latency_ns + tc.dma_post_latency_ns
+            return ComputeCost(RESOURCE_OF.get(eng, "GpSimdE"), tc.min_ii_cycles / ghz + trip, 0.0)
         if first is None:  # no operands (a barrier-like instruction): MIN_II
             ghz = tc.scalar_ghz if eng == Engine.SCALAR else tc.vector_ghz
             return ComputeCost(RESOURCE_OF.get(eng, "VectorE"), tc.min_ii_cycles / ghz, 0.0)
@@ -273,6 +282,11 @@ class CostModel:
             work = 13 * (n / 3)
         elif op in ("scalar_tensor_tensor", "tensor_tensor_scan", "tensor_copy_predicated"):
             work = 2 * n
+        elif op == "sendrecv":
+            # [GUESS] nisa.sendrecv(dma_engine=gpsimd_dma): "GPSIMD's internal DMA engine for low-latency SB-to-SB
+            # swaps" (nki.isa.sendrecv), no cost documented: a copy's one element per cycle (GPSIMD_START added
+            # below); the wait for the other core is the scheduler's.  The default DMA mode is costed as a DMA.
+            work = n
         elif op in _GUESSED_N_OPS:
             # [GUESS] NKI 0.4-0.6 instructions without an ISA cost formula in the docs (tensor_scalar_cumulative,
             # nonzero_with_count, rng, rand_set_state/rand_get_state): one element per engine cycle, as the

@@ -72,6 +72,21 @@ class GapResource:
             return s, i, self.owners[i - 1]
         return s, i, -1
 
+    def close_before(self, t: float, owner: int) -> None:
+        """No request starts before ``t`` any more (an engine blocked until then: a cross-core wait); the time is
+        not counted as busy."""
+        starts, ends, owners = self.starts, self.ends, self.owners
+        k = bisect_right(ends, t)
+        if k < len(starts) and starts[k] <= t:  # an interval runs through t: it ends the closed stretch
+            hi, who = ends[k], owners[k]
+            k += 1
+        else:
+            hi, who = t, owner
+        del starts[:k], ends[:k], owners[:k]
+        starts.insert(0, 0.0)
+        ends.insert(0, hi)
+        owners.insert(0, who)
+
     def insert(self, s: float, d: float, i: int, owner: int) -> None:
         e = s + d
         self.busy += d
@@ -641,15 +656,121 @@ class _Placer:
         return start, done, busy_end, same_done, w_eng, p
 
 
+def _synchronised(ins: Instr, i: int, instrs: list[Instr], access: dict, floor: float, floor_pred: int, own,
+                  at_box: list, placer: _Placer, pred: list[int]):
+    """Place synchronisation instruction ``i`` (nisa.sendrecv, nisa.core_barrier) against the other cores: a
+    generator that yields ``(sync number, phase, time)`` twice, arrival (phase 0) and completion (phase 1), and is
+    sent back the latest time of every core (:func:`schedule_lockstep`).
+
+    Its arrival is when its dependencies are met and, on a compute engine, when that engine has finished the
+    instructions before it (the engine's queue reaches the wait in program order).  It starts when every core has
+    arrived and completes when every core's instance has: the received ``dst`` of a sendrecv is the other core's
+    send.  A barrier's ``data`` (its source) counts as written at its completion, so this core's later accesses of
+    the shared tensor wait for it (the compiler orders them after the barrier: that is what ``data`` is for); a
+    compute engine running the wait takes no other work before it completes ("The barrier will block execution on
+    this engine, other engines will not be blocked", nki.isa.core_barrier)."""
+    sid = ins.attrs.get("sync")
+    is_dma = ins.engine == Engine.DMA
+    deps = ins
+    if ins.op == "core_barrier":
+        deps = Instr(ins.seq, ins.op, ins.engine, ins.srcs, ins.srcs, ins.attrs, ins.where)
+    dep, dep_pred, src_ents, dst_ents, _, _ = _dependencies(deps, i, instrs, access, floor, floor_pred, own, False,
+                                                            at_box)
+    arrive = dep
+    res = None
+    if not is_dma:
+        res = placer.model.compute_cost(ins).resource
+        arrive = max(dep, placer.engine_free.get(res, 0.0))
+    every = yield (sid, 0, arrive)
+    if every > dep + _EPS:
+        dep, dep_pred = every, -1  # held by another core
+    if is_dma:
+        start, read_done, done, pred[i] = placer.dma(ins, i, dep, dep_pred)
+        same_done = done
+        w_eng = None
+    else:
+        start, done, read_done, same_done, w_eng, pred[i] = placer.compute(ins, i, dep, dep_pred)
+    every = yield (sid, 1, done)
+    if every > done:
+        done = same_done = every
+    if res is not None:
+        if placer.reorder:
+            gr = placer.gaps.get(res)
+            if gr is not None:
+                gr.close_before(done, i)
+        if placer.engine_free.get(res, 0.0) < done:
+            placer.engine_free[res] = done
+    ins.start_ns = start
+    ins.end_ns = done
+    _record_accesses(src_ents, dst_ents, i, read_done, done, done, 0, same_done, w_eng)
+
+
+def schedule_lockstep(cores: list[tuple[list[Instr], list[int], list[int]]], tc: TargetCosts,
+                      models: list[CostModel]) -> list[Schedule]:
+    """Schedule the cores of an LNC=2 launch together: per core (its instructions, its program barriers, the
+    indices of its synchronisation instructions, ``attrs['sync']``: nisa.sendrecv / nisa.core_barrier).  Each core
+    is scheduled by :func:`_steps` up to its next synchronisation; when every core has arrived, the instruction
+    starts on every core at the latest arrival ("all specified NeuronCores must reach before any can proceed",
+    nki.isa.core_barrier; sendrecv: "all operations in the group must complete before any can proceed") and
+    completes on every core at the latest completion.  A trace whose cores' synchronisations do not pair up (the
+    same number, in the same order) is refused: traces are untrusted."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        gens = [_steps(instrs, tc, m, bars, syncs) for (instrs, bars, syncs), m in zip(cores, models)]
+        out: list = [None] * len(gens)
+        msgs: list = [None] * len(gens)
+
+        def advance(k: int, value) -> None:
+            try:
+                msgs[k] = gens[k].send(value)
+            except StopIteration as stop:
+                out[k] = stop.value
+                msgs[k] = None
+
+        for k in range(len(gens)):
+            advance(k, None)
+        while any(m is not None for m in msgs):
+            keys = {m[:2] for m in msgs if m is not None}
+            if len(keys) != 1 or any(m is None for m in msgs):
+                raise ValueError("trace: the cores' synchronisation instructions do not pair up (per core, the "
+                                 f"synchronisation it waits at: {[None if m is None else m[:2] for m in msgs]})")
+            t = max(m[2] for m in msgs)
+            for k in range(len(gens)):
+                advance(k, t)
+        return out
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=()) -> Schedule:
+    """One core's instructions, without cross-core synchronisation: :func:`_steps` run to its end."""
+    steps = _steps(instrs, tc, model, barriers, ())
+    try:
+        next(steps)
+    except StopIteration as stop:
+        return stop.value
+    raise AssertionError("a schedule without synchronisation points yielded")  # pragma: no cover
+
+
+def _steps(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(), syncs=()):
     """The scheduling loop: per instruction in program order, dependency resolution (:func:`_dependencies`),
     resource placement (:class:`_Placer`), then recording its accesses for the instructions after it
-    (:func:`_record_accesses`).  Elided PSUM zero-inits are decided here: they take no resource."""
+    (:func:`_record_accesses`).  Elided PSUM zero-inits are decided here: they take no resource.
+
+    A generator returning the :class:`Schedule`: at each index of ``syncs`` (an instruction that meets the other
+    cores', :func:`_synchronised`) it yields what :func:`schedule_lockstep` answers; without ``syncs`` it never
+    yields.  A generator's loop costs what a function's does: schedule() of a 40,000-instruction trace, 20 runs
+    interleaved with the plain function's, median 0.401 s against 0.395 s, mean 0.399 s against 0.402 s."""
     sch = Schedule()
     n = len(instrs)
     fences = [b for b in barriers if 0 < b < n] + [n]
     next_fence = fences[0]
     fence_i = 0
+    sync_at = [s for s in syncs if 0 <= s < n] + [n]
+    next_sync = sync_at[0]
+    sync_i = 0
     floor = 0.0  # no instruction starts before the last barrier's predecessors completed
     floor_pred = -1
     last_done = -1
@@ -674,6 +795,14 @@ def _schedule(instrs: list[Instr], tc: TargetCosts, model: CostModel, barriers=(
         is_mm = ins.op == "nc_matmul"
         kind = 1 if is_mm else 0  # write kind: 0 plain, 1 matmul (PSUM accumulation), 2 elided PSUM zero-init
         own = ins.engine if ins.engine in same_lat else None  # a same-engine producer's result is forwarded
+        if i == next_sync:
+            sync_i += 1
+            next_sync = sync_at[sync_i]
+            yield from _synchronised(ins, i, instrs, access, floor, floor_pred, own, at_box, placer, pred)
+            if ins.end_ns > makespan:
+                makespan = ins.end_ns
+                last_done = i
+            continue
         dep, dep_pred, src_ents, dst_ents, zeros_read, src_const = _dependencies(
             ins, i, instrs, access, floor, floor_pred, own, is_mm, at_box)
         if zeros_read is not None and not (ins.op == "tensor_copy" and src_const and ins.dsts

@@ -80,8 +80,10 @@ class _Launch(_KernelBase):
                              "neuronxcc.nki API")
         self.func = launcher
         self.lnc = lnc
-        # LNC=2: two programs, one per physical NeuronCore, in parallel (program_id 0 and 1)
+        # LNC=2: two programs, one per physical NeuronCore, in parallel (program_id 0 and 1), run in lockstep so
+        # that nisa.sendrecv / nisa.core_barrier meet (nkisim.core.lockstep)
         self.nki_grid, self.nki_cores = ((2,), [0, 1]) if lnc == 2 else ((), None)
+        self.nki_lockstep = lnc == 2
         _functools.update_wrapper(self, _rt.unwrap(launcher), updated=())
 
     def __call__(self, *args, **kwargs):

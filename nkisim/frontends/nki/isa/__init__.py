@@ -22,6 +22,7 @@ from nkisim.core.ops import collectives as _col
 from nkisim.core.ops import dma as _dma
 from nkisim.core.ops import elementwise as _ew
 from nkisim.core.ops import gpsimd as _gps
+from nkisim.core.ops import lnc as _lnc
 from nkisim.core.ops import reduce as _red
 from nkisim.core.ops import registers as _reg
 from nkisim.core.ops import tensor_engine as _te
@@ -63,7 +64,7 @@ for _m, _e in ((engine.unknown, _Engine.UNKNOWN), (engine.tensor, _Engine.TENSOR
     _m.core = _e
 del _m, _e
 # module aliases: the parameters of the same names shadow the enum classes inside the instruction functions
-_DgeMode, _OobMode = dge_mode, oob_mode
+_DgeMode, _OobMode, _DmaEngine = dge_mode, oob_mode, dma_engine
 _HWDGE, _OOB_SKIP, _OOB_ERROR, _DGE_UNKNOWN = dge_mode.hwdge, oob_mode.skip, oob_mode.error, dge_mode.unknown
 
 
@@ -554,6 +555,20 @@ def _returns_instruction(fn):
     return call
 
 
+# ---- cross-core (LNC=2) ---------------------------------------------------------------------------------------
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None) -> None:
+    """Send ``src`` to the other NeuronCore's ``dst`` while receiving its ``src`` into this core's ``dst`` (an
+    LNC=2 launch; both cores' calls meet: nkisim.core.ops.lnc)."""
+    mode = _member(dma_engine, _DmaEngine, "dma_engine", "sendrecv")
+    _lnc.sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, gpsimd_dma=mode is _DmaEngine.gpsimd_dma)
+
+
+def core_barrier(data, cores, engine=engine.gpsimd, name=None) -> None:
+    """Wait until both NeuronCores of an LNC=2 launch reach this barrier on ``data`` (shared HBM); only ``engine``
+    is blocked (nkisim.core.ops.lnc)."""
+    _lnc.core_barrier(data, cores, _engine(engine, "core_barrier"))
+
+
 def get_nc_version() -> nc_version:
     """Generation of the target NeuronCore: gen2 (trn1), gen3 (trn2)."""
     ctx = _ctx.active()
@@ -573,7 +588,7 @@ for _name in ("dma_copy", "dma_transpose", "nc_matmul", "nc_transpose", "tensor_
               "tensor_tensor_scan", "bn_stats", "bn_aggr", "range_select", "select_reduce", "max8", "nc_find_index8",
               "nc_match_replace8", "tensor_scalar_cumulative", "nc_n_gather", "nonzero_with_count", "dma_compute",
               "rng", "set_rng_seed", "rand_set_state", "rand_get_state", "register_move", "register_load",
-              "register_store"):
+              "register_store", "sendrecv", "core_barrier"):
     globals()[_name] = _returns_instruction(globals()[_name])
 _INSTRUCTIONS = {_n for _n in globals() if isinstance(globals()[_n], _types.FunctionType)
                  and getattr(globals()[_n], "__wrapped__", None) is not None}
@@ -584,10 +599,7 @@ register_alloc = _reg.stream_only(register_alloc)
 
 
 _V4 = "a NeuronCore-v4 (trn3) instruction; nkisim models trn1 and trn2, where the compiler rejects it"
-_LNC2 = ("cross-core synchronisation of an LNC=2 launch; nkisim runs the two programs one after the other, so it "
-         "cannot honour a barrier or an exchange between them")
 _WHY = {"activate2": _V4, "exponential": _V4, "rand2": _V4, "nc_matmul_mx": _V4, "quantize_mx": _V4,
-        "core_barrier": _LNC2, "sendrecv": _LNC2,
         "topk": "the docs do not say how the K results are laid out over a 16-partition snake group"}
 
 
