@@ -306,3 +306,63 @@ def test_a_sealed_class_refuses_kernel_code_and_a_forged_front_end_loads_nothing
     forged = dataclasses.replace(frontends.NKI, tensor="os:system")
     with pytest.raises(TypeError, match="registered front ends"):
         forged.load("tensor")
+
+
+@pytest.mark.parametrize("api", ["nki", "legacy"])
+def test_a_tensors_public_fields_are_read_only_to_kernel_code(api):
+    """C12: the fields the front ends' checks read (``shape``, ``dtype``, ``kind``, ``oob``) cannot be overwritten or
+    deleted on a tensor or any view of it, in either API (before: plain slots, writable past the screen: a kernel
+    could relabel a tile's dtype or memory kind for the front end's checks).  They are C-level read-only members
+    over private slots, so reading them costs a slot's read (tests/test_nkisim_hot_path.py, nkisim.bench)."""
+    import numpy as np
+
+    from nkisim import frontends
+    from nkisim.core.runtime import run_kernel
+
+    seen = []
+
+    def tamper(t):
+        for field, value in (("shape", (1,)), ("dtype", np.dtype(np.float16)), ("kind", 0), ("oob", True)):
+            before = getattr(t, field)  # noqa: B009 - the attribute named by the loop
+            with pytest.raises(AttributeError, match="readonly attribute"):
+                setattr(t, field, value)
+            with pytest.raises(AttributeError, match="readonly attribute"):
+                delattr(t, field)
+            seen.append(getattr(t, field) == before)  # noqa: B009
+
+    if api == "nki":
+        import nki
+        import nki.isa as nisa
+        import nki.language as nl
+
+        @nki.jit
+        def k(x):
+            tamper(x)
+            t = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            tamper(t)
+            tamper(t[0:2, 2:6])
+            out = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out, src=t)
+            return out
+
+        fe = frontends.NKI
+    else:
+        import neuronxcc.nki as lnki
+        import neuronxcc.nki.language as lnl
+
+        @lnki.jit
+        def k(x):
+            tamper(x)
+            t = lnl.load(x)
+            tamper(t)
+            tamper(t[0:2, 2:6])
+            out = lnl.ndarray((4, 8), dtype=lnl.float32, buffer=lnl.shared_hbm)
+            lnl.store(out, t)
+            return out
+
+        fe = frontends.LEGACY
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    run = run_kernel(k, (x,), {}, frontend=fe, mode="full")
+    np.testing.assert_array_equal(np.asarray(run.outputs), x)
+    assert seen == [True] * 12

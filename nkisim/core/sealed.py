@@ -19,11 +19,12 @@ answers ``isinstance(x, C)`` for a subclass or a miss without a call only when `
 costs ~100 ns per such check, +7-12% per instruction on the nki front end.  What a class attribute planted on them
 could change is not a trace record (those come from a view's private slots, ``core.access.operand``): a planted
 method runs kernel code on the kernel's own data, and a class attribute shadowing a slot breaks every tensor
-creation.
+creation.  A tensor's public fields are read-only members over private slots (:func:`readonly_slots`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import os
 import sys
@@ -61,3 +62,56 @@ class Sealed(type):
 
 class SealedEnum(Sealed, enum.EnumType):
     """The API's enums (``nisa.engine``, ...): sealed like the other classes."""
+
+
+# ---- read-only public slots ----------------------------------------------------------------------------------------
+class _MemberDef(ctypes.Structure):
+    """CPython's ``PyMemberDef`` (Include/descrobject.h; unchanged since 3.0): what a ``__slots__`` descriptor reads."""
+
+    _fields_ = [("name", ctypes.c_char_p), ("type", ctypes.c_int), ("offset", ctypes.c_ssize_t),
+                ("flags", ctypes.c_int), ("doc", ctypes.c_char_p)]
+
+
+_T_OBJECT_EX, _READONLY = 16, 1  # Include/structmember.h (Py_T_OBJECT_EX, Py_READONLY in 3.12+)
+_MEMBER_DEFS: list = []  # the PyMemberDefs the descriptors point at: alive as long as the classes
+
+
+def _slot_offset(cls: type, private: str) -> int:
+    """The byte offset of ``cls``'s slot ``private`` in its instances, found by writing a sentinel through the
+    slot's own descriptor into a bare instance and locating it (no layout of CPython's descriptor objects assumed)."""
+    probe = object.__new__(cls)
+    sentinel = object()
+    cls.__dict__[private].__set__(probe, sentinel)
+    word = ctypes.sizeof(ctypes.c_void_p)
+    hits = [off for off in range(0, cls.__basicsize__, word)
+            if ctypes.c_void_p.from_address(id(probe) + off).value == id(sentinel)]
+    if len(hits) != 1:
+        raise RuntimeError(f"slot {private} of {cls.__name__} not found")
+    return hits[0]
+
+
+def readonly_slots(cls: type, **public_to_private: str) -> None:
+    """Give ``cls`` read-only public attributes over its private slots: ``readonly_slots(Tensor, shape="_shape")``
+    makes ``t.shape`` read slot ``_shape`` and ``t.shape = x`` / ``del t.shape`` raise AttributeError ("readonly
+    attribute"), while nkisim writes the private slot.
+
+    Why this way: the public fields of a tensor (``shape``, ``dtype``, ``kind``, ``oob``) are the front ends' checks'
+    inputs, so kernel code must not overwrite them (docs/grading-security.md, C12); and they are read on every
+    instruction.  The descriptor is the one CPython gives a C type's read-only member (``PyDescr_NewMember`` with the
+    READONLY flag, the same C getter as any ``__slots__`` slot), so reading costs what reading a slot costs;
+    a ``property`` would cost a Python call per read and a ``__setattr__`` one per write, tensor creation included.
+    Where the C API is not there (another interpreter), a ``property`` without a setter does the same, slower."""
+    new_member = getattr(ctypes.pythonapi, "PyDescr_NewMember", None) if hasattr(ctypes, "pythonapi") else None
+    for public, private in public_to_private.items():
+        descr = None
+        if new_member is not None:
+            new_member.restype = ctypes.py_object
+            new_member.argtypes = (ctypes.py_object, ctypes.c_void_p)
+            member = _MemberDef(public.encode(), _T_OBJECT_EX, _slot_offset(cls, private), _READONLY, None)
+            _MEMBER_DEFS.append(member)
+            descr = new_member(cls, ctypes.addressof(member))
+        if descr is None:
+            import operator
+
+            descr = property(operator.attrgetter(private), doc=f"read-only: {public}")
+        type.__setattr__(cls, public, descr)

@@ -23,6 +23,7 @@ from nkisim.core.indexing import DynIndex, IndexExpr, Mask
 from nkisim.core.instr import B_HBM, B_SBUF
 from nkisim.core.memory import BUF_NAMES, Allocation, StorageView, base_addr
 from nkisim.core.rules import fail
+from nkisim.core.sealed import readonly_slots
 
 
 class ParDim:
@@ -96,10 +97,11 @@ class Tensor(StorageView):
     (``access.operand``) go through :mod:`nkisim.core.access`, which reads the private slots only.
     Operators and item assignment are the running front end's semantics (``KernelContext.sem``)."""
 
-    # public (read-only by convention): shape, dtype, kind (memory), oob (a gather view
-    # reaching outside its tensor: legal only under a mask); the rest is the view's storage (core.access)
-    __slots__ = ("_v", "_off", "_pd", "_ix", "_opnd", "_par", "_pix", "_map", "_axv", "shape", "dtype", "kind", "oob",
-                 "__weakref__")
+    # public and read-only (sealed.readonly_slots, below the class): shape, dtype, kind (memory), oob (a gather view
+    # reaching outside its tensor: legal only under a mask), over the slots _shape, _dtype, _kind, _oob that nkisim
+    # writes; the rest is the view's storage (core.access)
+    __slots__ = ("_v", "_off", "_pd", "_ix", "_opnd", "_par", "_pix", "_map", "_axv", "_shape", "_dtype", "_kind",
+                 "_oob", "__weakref__")
     _is_tile = True  # IndexExpr + tile defers to Tensor.__radd__ (a dynamic index)
     # a front end's index rules (NkiTensor: negative positions, integer partition index): ``hook(tensor, idx)`` ->
     # the index to apply; it sees every index but the fast path's in-bounds unit-step slice of the leading axis
@@ -110,20 +112,20 @@ class Tensor(StorageView):
                  oob: bool = False, off: int | None = None, par: Tensor | None = None, pix=None,
                  vmap=None) -> None:
         self._a = alloc
-        self.kind = alloc.buf
+        self._kind = alloc.buf
         self._v = view
         # byte offset of the view's first element from the allocation's base (tracked, not queried: hot path)
         self._off = off if off is not None else view.__array_interface__["data"][0] - base_addr(alloc)
         self._pd = pdim  # private: the cost-model records read it (core.access.make_operand)
         self._ix = ix
-        self.oob = oob
+        self._oob = oob
         self._opnd = None
         self._par = par  # basic views: the view this one was indexed from, and the index (lazy view chain)
         self._pix = pix
         self._map = vmap  # (root tensor, views.Map) once computed; gather views built from a map keep it
         self._axv = None  # gather views from index expressions: {index variable: axis} (mask evaluation)
-        self.shape = view.shape if shape is None else shape
-        self.dtype = view.dtype
+        self._shape = view.shape if shape is None else shape
+        self._dtype = view.dtype
 
     # ---- public, read-only metadata --------------------------------------------------------------------
     @property
@@ -433,7 +435,7 @@ class Tensor(StorageView):
             t = _strided(self.__class__, self._a, self._v, self._off, 0, arrs, bshape)
             if t is None:
                 t = self.__class__(self._a, self._v, 0, ix=arrs, shape=bshape, off=self._off)
-                t.oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
+                t._oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
         elif dyn and self._par is None and self._map is None and self._ix is None:
             t = self._gather_root(self, tuple(items), bshape, gather_only=True)
         elif dyn:
@@ -468,7 +470,7 @@ class Tensor(StorageView):
                 if t.oob and t._ix is not None:
                     runtime_ok = in_bounds(t)
                     t._ix = tuple(np.clip(a, 0, max(n - 1, 0)) for a, n in zip(t._ix, t._v.shape))
-                t.oob = twin.oob
+                t._oob = twin.oob
                 t._opnd = make_operand(twin)
             _register_dynamic(t, dyn, runtime_ok)
         return t
@@ -518,7 +520,7 @@ class Tensor(StorageView):
         arrs = views.take(self._ix, shape, norm, self._a.name)
         out_shape = arrs[0].shape if arrs else ()
         t = self.__class__(self._a, self._v, 0, ix=arrs, shape=tuple(out_shape), off=self._off)
-        t.oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
+        t._oob = any(a.size and (a.min() < 0 or a.max() >= n) for a, n in zip(arrs, self._v.shape))
         return t
 
     def oob_message_fields(self) -> dict:
@@ -693,6 +695,10 @@ class Tensor(StorageView):
             raise ValueError(f"expand_dims: repeated axis in {axis!r}")
         rest = iter(self.shape)
         return self.reshape(tuple(1 if d in pos else next(rest) for d in range(nd)))
+
+
+# kernel code reads these and may not write them (docs/grading-security.md C12); reading costs a slot's read
+readonly_slots(Tensor, shape="_shape", dtype="_dtype", kind="_kind", oob="_oob")
 
 
 def _strided(cls: type, a: Allocation, rv: np.ndarray, off0: int, rpd: int, arrs: tuple, shape: tuple,
