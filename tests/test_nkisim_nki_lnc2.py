@@ -488,3 +488,43 @@ def test_an_lnc2_launch_is_not_recorded_as_one_instruction_stream():
 
     with pytest.raises(stream.NotRecordable, match="LNC=2"):
         stream.record(exchange_add[2], (RNG.random((256, 8)).astype(np.float32),))
+
+
+SEEN: list = []
+
+
+@nki.jit
+def uneven_loops(x, counts):
+    """Each core repeats a sendrecv counts[pid] times (a device value), then meets the other at a barrier; the
+    kernel's Python watches for errors around both."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    pid = nl.program_id(0)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    r = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    n_sb = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=n_sb, src=counts[pid:pid + 1, :])
+    n = nisa.register_alloc()
+    nisa.register_load(n, n_sb)
+
+    def body(i):
+        nisa.sendrecv(src=t, dst=r, send_to_rank=1 - pid, recv_from_rank=1 - pid, pipe_id=0)
+
+    try:
+        nl.fori_loop(0, n, body)
+        nisa.core_barrier(data=out, cores=(0, 1))
+    except Exception as exc:  # noqa: BLE001 - what the kernel could learn
+        SEEN.append(type(exc).__name__)
+    SEEN.append(pid)
+    nisa.dma_copy(dst=out, src=r)
+    return out
+
+
+def test_unequal_device_loop_counts_fail_after_the_kernel_returns_and_python_sees_nothing():
+    x = RNG.random((8, 4)).astype(np.float32)
+    SEEN.clear()
+    np.testing.assert_array_equal(uneven_loops[2](x, np.array([[3], [3]], np.int32)), x)
+    SEEN.clear()
+    with raises_rule("nkisim_lnc_lockstep", "core 0 waits at nisa.core_barrier", "core 1 reached nisa.sendrecv"):
+        uneven_loops[2](x, np.array([[2], [3]], np.int32))
+    assert sorted(SEEN) == [0, 1]  # both programs ran to their end; neither caught anything

@@ -15,7 +15,8 @@ about/lnc.rst); the kernel's arguments and its ``nl.shared_hbm`` tensors are the
 points that meet must be the same kind of synchronisation, in the same order on both cores ("the Neuron SDK assumes
 that when running a kernel on multiple cores, the program on each core is 'the same'", lnc.rst); anything else --
 a sendrecv meeting a barrier, different ``pipe_id`` values, a core returning while the other waits -- is a
-:class:`LockstepError` naming both places, never a hang.
+:class:`LockstepError` naming both places, never a hang; it is a run-time fault of the device program (see
+:class:`Lockstep`), raised when both programs have returned.
 
 Nothing here lets one core's Python see the other's device data: the exchange moves values between the cores'
 tensors inside the instruction, as the DMA does.
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from nkisim.core import context as _context
 from nkisim.core.context import KernelContext
@@ -55,13 +56,21 @@ class Arrival:
     where: str
     operands: tuple = ()
     matched: bool = False
-    error: str | None = None
     sync: int = -1
-    peer: Arrival | None = field(default=None, repr=False)
+
+
+# what Lockstep.arrive returns when the launch's synchronisation failed (Lockstep.failure says why)
+FAILED = Arrival(-1, "failed", (), "")
 
 
 class Lockstep:
-    """The cores of one LNC launch and whose turn it is."""
+    """The cores of one LNC launch and whose turn it is.
+
+    A synchronisation that cannot happen (mismatched points, a core returning while the other waits) is the
+    launch's ``failure``: a run-time error of the device program, like an access outside a tensor
+    (``core.ops.registers.fault``).  The cores' instructions record it and run on without synchronising; the error
+    is raised once both programs have returned (``runtime._run_lockstep``), so kernel code cannot catch it, and
+    whether two dynamic loops' iteration counts (device values) agree stays hidden from the kernel's Python."""
 
     def __init__(self, ctxs: list[KernelContext]) -> None:
         self.ctxs = ctxs
@@ -72,14 +81,15 @@ class Lockstep:
         self.waiting: list[Arrival | None] = [None] * n
         self.errors: list[BaseException | None] = [None] * n
         self.results: list = [None] * n
-        self.abort = False
+        self.abort = False  # a core's Python raised: the others unwind
+        self.failure: LockstepError | None = None
         self.syncs = 0
         for c in ctxs:
             c.lockstep = self
 
     def run(self, fn, args, kwargs) -> list:
-        """Run ``fn(*args, **kwargs)`` once per core, in lockstep; each core's return value.  The first error of a
-        core is raised (a core unwound because the other failed reports nothing)."""
+        """Run ``fn(*args, **kwargs)`` once per core, in lockstep; each core's return value.  The first error a
+        core's Python raised is raised (a core unwound because the other failed reports nothing)."""
         threads = [threading.Thread(target=self._main, args=(k, fn, args, kwargs, contextvars.copy_context()),
                                     name=f"nkisim-core{k}", daemon=True) for k in range(len(self.ctxs))]
         stack = _context._STACK
@@ -116,14 +126,14 @@ class Lockstep:
     def _finish(self, k: int) -> None:
         with self.cond:
             self.done[k] = True
-            failed = self.errors[k] is not None
-            if failed:
-                self.abort = True
+            if self.errors[k] is not None:
+                self.abort = True  # the waiting cores unwind (_Unwind): the error is this core's Python's
             for j, w in enumerate(self.waiting):
-                if w is not None and not failed:
+                if w is not None and not self.abort:
                     # the other core waits at a point this core's program never reached
-                    w.error = (f"core {j} reached nisa.{w.kind} at {w.where}, but core {k} returned from the kernel "
+                    self._fail(f"core {j} reached nisa.{w.kind} at {w.where}, but core {k} returned from the kernel "
                                f"without reaching a matching nisa.{w.kind}: {_SAME}")
+                    self.waiting[j] = None
             rest = [j for j in range(len(self.done)) if not self.done[j]]
             if rest:
                 self._hand_to(rest[0])
@@ -133,20 +143,26 @@ class Lockstep:
         self.turn = j
         _context._STACK[-1] = self.ctxs[j]
 
+    def _fail(self, detail: str) -> None:
+        if self.failure is None:
+            self.failure = LockstepError(detail)
+
     def arrive(self, a: Arrival, check) -> Arrival | None:
         """Core ``a.core`` reached a synchronisation point.  Returns the other core's arrival when this core is
         the second to arrive (the caller performs the exchange: both operands are final, the other core is
-        parked at its point), None when it waited for the other.  ``check(first, second)`` says why two arrivals
-        of the same key cannot meet (mismatched operands), or None."""
+        parked at its point), None when it waited for the other, :data:`FAILED` when the launch's synchronisation
+        failed (now or before: ``failure``).  ``check(first, second)`` says why two arrivals of the same key cannot
+        meet (mismatched operands), or None."""
         k = a.core
         with self.cond:
             if self.abort:
                 raise _Unwind
+            if self.failure is not None:
+                return FAILED
             peers = [w for j, w in enumerate(self.waiting) if j != k and w is not None]
             if peers:
                 first = peers[0]
                 self.waiting[first.core] = None
-                problem = None
                 if first.kind != a.kind or first.key != a.key:
                     problem = (f"core {first.core} waits at nisa.{first.kind}{_show(first.key)} ({first.where}) while "
                                f"core {k} reached nisa.{a.kind}{_show(a.key)} ({a.where}): the two cores' "
@@ -154,27 +170,27 @@ class Lockstep:
                 else:
                     problem = check(first, a)
                 if problem is not None:
-                    self.abort = True
-                    raise LockstepError(problem)
+                    self._fail(problem)
+                    return FAILED
                 first.sync = a.sync = self.syncs
                 self.syncs += 1
                 first.matched = a.matched = True
-                first.peer, a.peer = a, first
                 return first
             others = [j for j in range(len(self.done)) if j != k]
             if all(self.done[j] for j in others):
-                j = others[0]
-                raise LockstepError(f"core {k} reached nisa.{a.kind} at {a.where}, but core {j} returned from the "
-                                    f"kernel without reaching a matching nisa.{a.kind}: {_SAME}")
+                self._fail(f"core {k} reached nisa.{a.kind} at {a.where}, but core {others[0]} returned from the "
+                           f"kernel without reaching a matching nisa.{a.kind}: {_SAME}")
+                return FAILED
             self.waiting[k] = a
             self._hand_to(next(j for j in others if not self.done[j]))
             self.cond.notify_all()
-            self.cond.wait_for(lambda: self.turn == k and (a.matched or a.error is not None or self.abort))
+            self.cond.wait_for(lambda: self.turn == k)
+            if self.abort:
+                raise _Unwind
             if a.matched:
                 return None
-            if a.error is not None:
-                raise LockstepError(a.error)
-            raise _Unwind
+            self.waiting[k] = None
+            return FAILED
 
 
 _SAME = ("every core must reach the same synchronisations in the same order (nki/get-started/about/lnc.rst: the "

@@ -394,15 +394,15 @@ def _run_lockstep(ctx: KernelContext, fn, grid, args, kwargs):
         try:
             results = launch.run(fn, args, kwargs)
         except BaseException:
-            for c in cores:
-                if c.fault is not None:  # a core's device program failed first: its error
-                    raise c.fault from None
+            fault = _first_fault(cores, launch)
+            if fault is not None:  # a core's device program failed first: its error
+                raise fault from None
             raise
         for c in cores:
             check_closed(c)
-        for c in cores:
-            if c.fault is not None:
-                raise c.fault
+        fault = _first_fault(cores, launch)
+        if fault is not None:
+            raise fault
         for c in cores:
             c.settle()
             blocks.finish(c.mem, c.trace)
@@ -420,6 +420,16 @@ def _run_lockstep(ctx: KernelContext, fn, grid, args, kwargs):
     trace.meta["spmd"] = {"grid": list(grid), "program_start": starts, "program_core": list(range(len(cores))),
                           "syncs": launch.syncs}
     return results[-1]
+
+
+def _first_fault(cores: list[KernelContext], launch: Lockstep) -> BaseException | None:
+    """The run-time error to report: a core's own fault (an access outside a tensor, ...) before the failed
+    synchronisation it leads to (a faulted core synchronises no more, so the other core's wait fails), and that
+    failure otherwise."""
+    for c in cores:
+        if c.fault is not None and c.fault is not launch.failure:
+            return c.fault
+    return launch.failure
 
 
 def _core_context(ctx: KernelContext) -> KernelContext:

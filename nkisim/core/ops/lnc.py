@@ -2,6 +2,8 @@
 ``core_barrier`` (both cores wait for each other).  Both meet the other core's matching instruction through the
 launch's :class:`~nkisim.core.lockstep.Lockstep`; the trace records the meeting's number (``attrs['sync']``) on
 both cores' instructions, and the performance model makes the two cores' timelines meet there (perf/scheduler.py).
+A meeting that cannot happen is a run-time fault of both cores' programs (``core.ops.registers.fault``), raised
+once the kernel's Python has returned.
 
 Semantics and constraints are AWS's (aws-neuron-sdk nki/api/nki/isa/__init__.py, NKI 0.6):
 
@@ -28,8 +30,9 @@ import numpy as np
 from nkisim.core.access import allocation, read, write
 from nkisim.core.context import current
 from nkisim.core.instr import B_HBM, B_SBUF, E_DMA, E_GPSIMD, Engine
-from nkisim.core.lockstep import Arrival
+from nkisim.core.lockstep import FAILED, Arrival
 from nkisim.core.ops.common import check_partitions, free_of, need_tensor, parts_of
+from nkisim.core.ops.registers import fault
 from nkisim.core.rules import fail
 
 # dma_engine.gpsimd_dma: the largest bytes per partition by element size (nki.isa.sendrecv, "dma_engine")
@@ -100,6 +103,9 @@ def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, *, gpsimd_dma: boo
         return
     here = Arrival(me, op, (op, pipe), ctx.loc, (src, dst))
     first = launch.arrive(here, _check_pair)
+    if first is FAILED:
+        fault(ctx, launch.failure)
+        return
     if first is not None and ctx.full and not launch.ctxs[first.core].faulted:
         _exchange(first, here)
     engine = E_GPSIMD if gpsimd_dma else E_DMA
@@ -152,7 +158,9 @@ def core_barrier(data, cores, engine: Engine) -> None:
     if ctx.faulted or ctx.recording is not None:
         return
     here = Arrival(me, op, (op,), ctx.loc, (data,))
-    launch.arrive(here, _no_check)
+    if launch.arrive(here, _no_check) is FAILED:
+        fault(ctx, launch.failure)
+        return
     # the shared tensor is the barrier's operand: the scheduler orders the core's accesses of it around the
     # barrier; it is a source only, so the barrier counts as no HBM write (outputs must be written by data movement)
     ctx.emit(op, engine, (data,), (), {"sync": here.sync, "peer": 1 - me})
