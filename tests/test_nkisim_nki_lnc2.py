@@ -528,3 +528,44 @@ def test_unequal_device_loop_counts_fail_after_the_kernel_returns_and_python_see
     with raises_rule("nkisim_lnc_lockstep", "core 0 waits at nisa.core_barrier", "core 1 reached nisa.sendrecv"):
         uneven_loops[2](x, np.array([[2], [3]], np.int32))
     assert sorted(SEEN) == [0, 1]  # both programs ran to their end; neither caught anything
+
+
+class _Interrupted(Exception):
+    pass
+
+
+@nki.jit
+def interrupted_while_core1_runs(x):
+    """Core 1 signals the launching thread (as Ctrl-C or a test timeout would) and keeps issuing instructions."""
+    import os
+    import signal
+
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    if nl.program_id(0) == 1:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        for _ in range(100000):
+            nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_an_interrupted_launch_leaves_no_core_running():
+    import signal
+    import threading
+
+    from nkisim.core import context
+
+    def handler(signum, frame):
+        raise _Interrupted
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        with pytest.raises(_Interrupted):
+            interrupted_while_core1_runs[2](np.zeros((4, 4), np.float32))
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert not [t for t in threading.enumerate() if t.name.startswith("nkisim-core")]
+    assert context._STACK == []
+    np.testing.assert_array_equal(exchange_add[2](np.ones((4, 2), np.float32)), np.zeros((4, 2), np.float32))

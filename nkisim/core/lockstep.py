@@ -93,19 +93,38 @@ class Lockstep:
         threads = [threading.Thread(target=self._main, args=(k, fn, args, kwargs, contextvars.copy_context()),
                                     name=f"nkisim-core{k}", daemon=True) for k in range(len(self.ctxs))]
         stack = _context._STACK
-        for t in threads:
-            t.start()
         try:
+            for t in threads:
+                t.start()
             with self.cond:
                 self.cond.wait_for(lambda: all(self.done))
             for t in threads:
                 t.join()
+        except BaseException:
+            self._stop(threads)  # the launching thread was interrupted (Ctrl-C, a test timeout)
+            raise
         finally:
             stack[-1] = self.ctxs[0]
         for err in self.errors:
             if err is not None and not isinstance(err, _Unwind):
                 raise err
         return self.results
+
+    def _stop(self, threads: list[threading.Thread]) -> None:
+        """Unwind the cores' threads before the launch returns, so that none runs on with the context stack the
+        next kernel run uses: the waiting ones wake to an abort, the running one gets :class:`_Unwind` raised in it
+        (CPython's asynchronous exception, delivered at its next bytecode)."""
+        import ctypes  # only here: no module attribute hands it to anyone
+
+        with self.cond:
+            self.abort = True
+            self.cond.notify_all()
+        for t in threads:
+            if t.is_alive() and t.ident is not None:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident), ctypes.py_object(_Unwind))
+        for t in threads:
+            if t.ident is not None:
+                t.join(timeout=10.0)
 
     def _main(self, k: int, fn, args, kwargs, cv: contextvars.Context) -> None:
         with self.cond:
@@ -184,7 +203,7 @@ class Lockstep:
             self.waiting[k] = a
             self._hand_to(next(j for j in others if not self.done[j]))
             self.cond.notify_all()
-            self.cond.wait_for(lambda: self.turn == k)
+            self.cond.wait_for(lambda: self.turn == k or self.abort)
             if self.abort:
                 raise _Unwind
             if a.matched:
