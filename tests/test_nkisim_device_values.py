@@ -596,3 +596,117 @@ def test_item_assignment_into_a_run_time_offset_view_writes_where_the_register_p
     want = np.zeros_like(x)
     want[2] = x[0]
     np.testing.assert_array_equal(k(x, _k(2)), want)
+
+
+# ---- dynamic-loop bodies replay what the compiler inserts, as the same body unrolled --------------------------------
+def _body_kernel(body_of, dynamic: bool, n: int = 3):
+    """A kernel running ``body(i)`` n times, in a dynamic loop (nl.fori_loop) or unrolled (Python range), then
+    ``after()``: ``body, after = body_of(tiles)``."""
+    @nki.jit
+    def k(a, b, row):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        a_s = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        b_s = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        r_s = nl.ndarray((1, 512), dtype=nl.float32, buffer=nl.sbuf)
+        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a_s, src=a)
+        nisa.dma_copy(dst=b_s, src=b)
+        nisa.dma_copy(dst=r_s, src=row)
+        nisa.memset(dst=acc, value=0.0)
+        body, after = body_of(a_s, b_s, r_s, acc)
+        if dynamic:
+            nl.fori_loop(0, n, body)
+        else:
+            for i in range(n):
+                body(i)
+        after()
+        nisa.dma_copy(dst=out, src=acc)
+        return out
+
+    return k
+
+
+def _broadcast_in_no_reorder(a_s, b_s, r_s, acc):
+    def body(i):
+        with nl.no_reorder():
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=r_s.broadcast_to((128, 512)), op=nl.add)
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=b_s, op=nl.add)
+    return body, lambda: None
+
+
+def _spilled_psum(a_s, b_s, r_s, acc):
+    held = []
+    for _ in range(8):  # every PSUM bank held by a live tile: the body's tile gets none (a compiler spill)
+        p = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=p, stationary=a_s, moving=b_s)
+        held.append(p)
+
+    def body(i):
+        ps = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=ps, stationary=a_s, moving=b_s)
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=ps, op=nl.add)
+
+    def after():  # the held tiles stay live across the loop
+        for p in held:
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=p, op=nl.add)
+    return body, after
+
+
+def _body_psum(a_s, b_s, r_s, acc):
+    def body(i):
+        ps = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=ps, stationary=a_s, moving=b_s)
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=ps, op=nl.add)
+    return body, lambda: None
+
+
+@pytest.mark.parametrize("body_of, expect", [
+    (_broadcast_in_no_reorder, lambda a, b, row: 3 * (b + row)),
+    (_spilled_psum, lambda a, b, row: 11 * (a.T @ b)),
+])
+def test_a_dynamic_loop_body_replays_the_compilers_insertions_as_unrolled(body_of, expect):
+    """A partition broadcast first made in a dynamic-loop body (its [1, P] ones memset), a PSUM tile the body
+    allocates that gets no bank (the compiler's spill copy) and a ``no_reorder`` block in the body: the recorded body
+    replays them as the same body unrolled in a static loop has them: identical values, instructions (operation,
+    engine, program-order flag, spill flag) and modelled latency, in both modes.  Before, the broadcast's ones were
+    made in the recorder's scratch trace (the executed iterations were served the wrong allocations: a NumPy
+    broadcast error), the spill copy landed outside the body (the loop was refused) and the block's instructions
+    were not kept in program order."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 512)).astype(np.float32)
+    row = rng.standard_normal((1, 512)).astype(np.float32)
+    from nkisim import frontends
+
+    runs = {}
+    for dynamic in (False, True):
+        for mode in ("full", "timing"):
+            runs[dynamic, mode] = run_kernel(_body_kernel(body_of, dynamic), (a, b, row), {}, frontend=frontends.NKI,
+                                             mode=mode)
+    np.testing.assert_allclose(runs[True, "full"].outputs, expect(a, b, row), rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(runs[True, "full"].outputs, runs[False, "full"].outputs)
+
+    def shape(trace):
+        return [(i.op, i.engine, bool(i.attrs.get("in_order")), bool(i.attrs.get("psum_spill"))) for i in trace.instrs]
+
+    for mode in ("full", "timing"):
+        static, dynamic = runs[False, mode].trace, runs[True, mode].trace
+        assert shape(dynamic) == shape(static)
+        assert estimate(dynamic, "trn2").nc_latency_us == estimate(static, "trn2").nc_latency_us
+    flags = [f for f in shape(runs[True, "full"].trace)]
+    assert any(f[2] for f in flags) if body_of is _broadcast_in_no_reorder else sum(f[3] for f in flags) == 3
+
+
+def test_a_psum_tile_a_dynamic_loop_body_allocates_starts_each_iteration_fresh():
+    """The body allocates a PSUM tile and matmuls into it with the default accumulate: unrolled, each iteration's
+    tile is new and the matmul overwrites it; the device's one body reuses the memory with the compiler's flag (a new
+    accumulation group).  Before, the executor kept the flags across iterations and the second iteration accumulated
+    (3 + 2 + 1 products instead of 3)."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 512)).astype(np.float32)
+    row = np.zeros((1, 512), np.float32)
+    from nkisim import frontends
+
+    got = run_kernel(_body_kernel(_body_psum, True), (a, b, row), {}, frontend=frontends.NKI).outputs
+    np.testing.assert_allclose(got, 3 * (a.T @ b), rtol=1e-4, atol=1e-3)

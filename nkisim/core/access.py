@@ -456,6 +456,18 @@ def mark_written(t: View, mask: np.ndarray | None = None, by_matmul: bool = Fals
         _set_flags(t, _flags_of(t, a.vinit), mask, True)
 
 
+def fresh(t: View) -> None:
+    """A tile a dynamic loop body allocated, at the start of each iteration (core.ops.registers): its PSUM
+    accumulation-group flags as a new allocation's (an ``nl.ndarray`` tile: nothing written; a provisional result:
+    written in full by the instruction producing it), as in the same body unrolled, which allocates it anew in every
+    iteration.  Its values stay: the device's one body reuses the same memory."""
+    a = t._a
+    if a.buf != B_PSUM or a.placed is not None:  # placed tensors are views of the kernel's arena: the kernel's own
+        return
+    a.acc = None if a.provisional else np.zeros(a.base.shape, dtype=bool)
+    a.vinit = None
+
+
 def holds_value_init(t: View) -> bool:
     """Whether any element of the PSUM region ``t`` was last initialised by a non-matmul instruction."""
     a = t._a

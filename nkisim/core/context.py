@@ -199,7 +199,12 @@ class KernelContext:
     def spill(self, alloc: Allocation) -> None:
         """Cost the compiler's spill of a PSUM tile that got no bank (MemoryTracker.charge): one VectorE
         PSUM -> SBUF copy of the whole tile, traced with ``psum_spill`` so the profile summary warns about it.
-        The SBUF side shares the tile's storage: nothing is allocated or charged for it."""
+        The SBUF side shares the tile's storage: nothing is allocated or charged for it.  While a dynamic loop body
+        is recorded (its tiles allocated once for every iteration) the copy is a step of the body, made in each
+        iteration as the same body unrolled makes it for each iteration's tile (core.ops.registers)."""
+        if self.recording is not None:
+            self.recording.append(("spill", alloc))
+            return
         view = self.tensor_type
         src = view(alloc, alloc.base, 0, off=0)  # physical layout: partition axis first
         dst = view(Allocation(B_SBUF, alloc.base, self.mem.new_phys(), None, "psum_spill", alloc.bytes_pp, None),
@@ -405,6 +410,8 @@ class NoReorder:
             self.start = len(ctx.trace.instrs)
             if ctx.stream is not None and not ctx.api_depth:
                 ctx.stream.event(["order", 1])
+            if ctx.recording is not None and not ctx.api_depth:  # in a dynamic loop body: replayed as a block
+                ctx.recording.append(("order", True))
         return self
 
     def __exit__(self, *exc):
@@ -413,6 +420,8 @@ class NoReorder:
             ctx.settle()
             if ctx.stream is not None and not ctx.api_depth:
                 ctx.stream.event(["order", 0])
+            if ctx.recording is not None and not ctx.api_depth:
+                ctx.recording.append(("order", False))
             for ins in ctx.trace.instrs[self.start:]:
                 ins.attrs["in_order"] = True
         return False

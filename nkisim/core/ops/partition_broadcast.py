@@ -110,26 +110,46 @@ def _matmul(ctx: KernelContext, ones: Tensor, moving: Tensor, dst: Tensor, parts
               "is_stationary_onezero": True, _ATTR: True})
 
 
-def _scratch(ctx: KernelContext, parts: int, f: int, dtype, buf: Buf, site=None) -> Tensor:
+def _scratch(ctx: KernelContext, parts: int, f: int, dtype, buf: Buf, site=None, hooked: bool = False) -> Tensor:
     """A compiler temporary: provisional (never charged to capacity), with physical buffers of its own that rotate
-    like any statement's tiles (``MemoryTracker.phys_for``), not shared with the consuming statement's result."""
+    like any statement's tiles (``MemoryTracker.phys_for``), not shared with the consuming statement's result.
+    ``hooked``: allocated for the whole kernel, not by a dynamic loop body's call (core.ops.registers)."""
     return allocate((parts, f), dtype, PSUM_SPEC if buf == B_PSUM else SBUF_SPEC, provisional=True, ctx=ctx,
-                    name=_ATTR, site=(ctx.site, _ATTR) if site is None else site)
+                    name=_ATTR, site=(ctx.site, _ATTR) if site is None else site, hooked=hooked)
 
 
 def _ones(ctx: KernelContext, parts: int, dtype) -> Tensor:
-    """The [1, parts] ones stationary, made once per kernel (its memset is the first broadcast's)."""
+    """The [1, parts] ones stationary, made once per kernel (its memset is the first broadcast's).  A broadcast
+    first made by a dynamic loop body being recorded makes them for the kernel, not for the body (no allocation of
+    the body's), and the recorder emits their memset before the loop (:func:`owe_ones`)."""
     # the row's own dtype: fp32 must pair with fp32 (nki.isa.nc_matmul), and 1.0 is exact in every float dtype
     dt = dtype if dtypes.name(dtype) in _MATMUL_FLOATS else F32
     key = (parts, dtypes.name(dt))
     t = ctx.partition_ones.get(key)
     if t is None:
-        t = ctx.partition_ones[key] = _scratch(ctx, 1, parts, dt, B_SBUF, site=("ones",) + key)
-        ctx.emit("memset", E_VECTOR, (), (t,), {"value": 1.0, _ATTR: True})
-        if ctx.full:
-            write(t, execute.cast(np.ones((1, parts), dtype=F32), t.dtype))
-            mark_written(t)
+        t = ctx.partition_ones[key] = _scratch(ctx, 1, parts, dt, B_SBUF, site=("ones",) + key, hooked=True)
+        _make_ones(ctx, t)
     return t
+
+
+OWED = "kernel_constant"  # an instruction the dynamic-loop recorder emits for the kernel while recording (owe_ones)
+
+
+def _make_ones(ctx: KernelContext, t: Tensor, owed: bool = False) -> None:
+    attrs = {"value": 1.0, _ATTR: True}
+    if owed:
+        attrs[OWED] = True
+    ctx.emit("memset", E_VECTOR, (), (t,), attrs)
+    if ctx.full:
+        write(t, execute.cast(np.ones(t.shape, dtype=F32), t.dtype))
+        mark_written(t)
+
+
+def owe_ones(ctx: KernelContext, made: list) -> None:
+    """The ones tiles a dynamic loop body's call made while it ran dry (its memset went to the recorder's scratch
+    trace, no values written): emitted and written now, in the real trace, before the loop runs."""
+    for t in made:
+        _make_ones(ctx, t, owed=True)
 
 
 def _fill(scratch: Tensor, row: Tensor) -> None:

@@ -42,6 +42,7 @@ from nkisim.core import access, aps, execute
 from nkisim.core.access import mark_written, read, write
 from nkisim.core.context import LIVE, KernelContext, active, current
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_SYNC, Trace
+from nkisim.core.ops import partition_broadcast
 from nkisim.core.ops.common import check_writable, need_on_chip, need_tensor
 from nkisim.core.rules import DeviceFault, DeviceIndexFault, NKIError, fail
 from nkisim.core.sealed import Sealed
@@ -350,13 +351,20 @@ def _record(ctx: KernelContext, fn, args, kwargs):
 
 def _dry_call(ctx: KernelContext, fn, args, kwargs, allocs: list | None):
     """Run ``fn`` with nothing executed: its instructions go to a scratch trace, no values, no flags.  ``allocs``
-    receives the tensors it allocates (None: allocations are not kept)."""
+    receives the tensors it allocates (None: allocations are not kept).
+
+    When recording (``allocs`` given), what the compiler inserts around the call survives the scratch trace as the
+    same body unrolled would have it: a PSUM spill of the call's result (``KernelContext.spill`` at the settle
+    ending the call) is a step of the body (the context appends it while recording), replayed after the call in
+    every iteration; a kernel-wide constant the call made first (the ones of a partition broadcast,
+    ``partition_broadcast.owe_ones``) is emitted and written in the real trace now, before the loop, once."""
     full, trace, hook = ctx.full, ctx.trace, ctx.alloc_hook
     ctx.settle()
     ctx.full = False
     ctx.trace = Trace(trace.target, trace.kernel_name)
     access.FROZEN[0] += 1
     ctx.api_depth = 1
+    ones = len(ctx.partition_ones)
     if allocs is not None:
         def keep(make):
             t = make()
@@ -370,6 +378,8 @@ def _dry_call(ctx: KernelContext, fn, args, kwargs, allocs: list | None):
         ctx.api_depth = 0
         access.FROZEN[0] -= 1
         ctx.full, ctx.trace, ctx.alloc_hook = full, trace, hook
+        if allocs is not None and len(ctx.partition_ones) != ones:
+            partition_broadcast.owe_ones(ctx, list(ctx.partition_ones.values())[ones:])
 
 
 def _call_resolved(ctx: KernelContext, fn, args, kwargs):
@@ -433,19 +443,39 @@ def _resolve(ctx: KernelContext, x, undo: list) -> None:
 
 # ---- dynamic loops ------------------------------------------------------------------------------------------------
 def _begin(ctx: KernelContext) -> tuple:
+    """Start recording a body.  The tiles its Python allocates itself (``nl.ndarray``; its calls keep theirs in
+    their steps) are collected: with the calls' they are the body's tiles, new in every iteration of the body
+    unrolled (see :func:`_end`)."""
     ctx.settle()
     LIVE[0] = True
-    saved = (ctx.recording, len(ctx.trace.instrs))
+    own: list = []
+
+    def collect(make):
+        t = make()
+        own.append(t)
+        return t
+
+    saved = (ctx.recording, len(ctx.trace.instrs), ctx.alloc_hook, own)
     ctx.recording = []
+    ctx.alloc_hook = collect
     return saved
 
 
 def _end(ctx: KernelContext, saved) -> list:
+    """The recorded body, opened by a ``fresh`` step over every tile it allocates: each iteration starts them as
+    new allocations would (no PSUM accumulation group open, ``access.fresh``), as the same body unrolled allocates
+    them anew, where the hardware's one body reuses the memory with the compiler's flags ("allocated once and
+    reused across iterations", nki-dynamic-loops.rst)."""
     body = ctx.recording
-    ctx.recording, n = saved
+    ctx.recording, n, ctx.alloc_hook, own = saved
     ctx.settle()
-    if len(ctx.trace.instrs) != n:
-        # a call that bypassed the executor's wrapper made instructions while the body was recorded
+    tiles = own + [t for step in body if step[0] == "call" for t in step[4]]
+    if tiles:
+        body.insert(0, ("fresh", tiles))
+    if len(ctx.trace.instrs) != n and not all(ins.attrs.get(partition_broadcast.OWED)
+                                               for ins in ctx.trace.instrs[n:]):
+        # a call that bypassed the executor's wrapper made instructions while the body was recorded (those the
+        # recorder owes the kernel, partition_broadcast.owe_ones, excepted)
         del ctx.trace.instrs[n:]
         raise NotImplementedError("nkisim does not support this call inside a dynamic loop body yet (it is not "
                                   "recorded): use the nisa.* instructions there")
@@ -481,8 +511,17 @@ def _run_or_record(ctx: KernelContext, node: tuple) -> None:
 
 
 def _execute(ctx: KernelContext, body: list) -> None:
+    starts: list[int] = []  # open ``no_reorder`` blocks of the body: where their instructions start
     for step in body:
-        _step(ctx, step)
+        if step[0] == "order":  # a ``with nl.no_reorder():`` block of the body (core.context.NoReorder)
+            ctx.settle()
+            if step[1]:
+                starts.append(len(ctx.trace.instrs))
+            else:
+                for ins in ctx.trace.instrs[starts.pop():]:
+                    ins.attrs["in_order"] = True
+        else:
+            _step(ctx, step)
 
 
 def _step(ctx: KernelContext, step: tuple) -> None:
@@ -506,6 +545,12 @@ def _step(ctx: KernelContext, step: tuple) -> None:
             ctx.alloc_hook = hook
     elif kind == "set":
         _set(ctx, step[1], step[2])
+    elif kind == "fresh":
+        for t in step[1]:
+            access.fresh(t)
+    elif kind == "spill":  # the compiler's copy of a PSUM tile the body allocated (KernelContext.spill)
+        ctx.settle()
+        ctx.spill(step[1])
     elif kind == "for":
         _, index, lower, upper, stride, body = step
         lo, hi = _bound(ctx, lower, "nl.fori_loop"), _bound(ctx, upper, "nl.fori_loop")
