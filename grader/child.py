@@ -486,7 +486,9 @@ def _ensure_nki_importable(backend: str, api: str | None) -> None:
 def _run_nkisim(kernel, args, kwargs, mode: str, target: str):
     from nkisim.core.runtime import run_kernel
 
-    run = run_kernel(kernel, args, kwargs, mode=mode, target=target)
+    # graded=True: a grading run, so nkisim refuses what reads the grading machine (nl.shared_constant of a file
+    # path: docs/grading-security.md C7); outside the grader nkisim reads such files as AWS's compiler does
+    run = run_kernel(kernel, args, kwargs, mode=mode, target=target, graded=True)
     return run.outputs, run.trace
 
 

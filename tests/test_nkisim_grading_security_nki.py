@@ -17,8 +17,8 @@ from nkisim.perf import estimate
 RNG = np.random.default_rng(11)
 
 
-def _run(kernel, args, target="trn2", mode="full", **kwargs):
-    run = run_kernel(kernel, args, kwargs, mode=mode, target=target, frontend=NKI)
+def _run(kernel, args, target="trn2", mode="full", graded=False, **kwargs):
+    run = run_kernel(kernel, args, kwargs, mode=mode, target=target, frontend=NKI, graded=graded)
     estimate(run.trace, target)
     return run
 
@@ -480,26 +480,53 @@ def k(a, where):
 """
 
 
-def test_shared_constant_reads_a_npy_file_the_kernels_package_ships(tmp_path):
+def test_shared_constant_reads_any_npy_path_outside_grading(tmp_path, monkeypatch):
+    """nki.language.shared_constant (NKI 0.6): "a numpy array or a file path to a .npy file", read by the compiler
+    on the compiling machine: outside grading nkisim reads any path as AWS's compiler does (AWS's nki-library top-k
+    passes a file it wrote under /tmp), absolute or relative to the working directory."""
     kernel, package = _kernel_file(tmp_path, SHARED_CONSTANT_KERNEL)
     table = np.arange(32, dtype=np.float32).reshape(4, 8)
-    (package / "data").mkdir()
-    np.save(package / "data" / "table.npy", table)
-    out = kernel(np.zeros((4, 8), np.float32), "data/table.npy")
-    np.testing.assert_array_equal(out, table)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    np.save(elsewhere / "table.npy", table)
+    np.testing.assert_array_equal(kernel(np.zeros((4, 8), np.float32), str(elsewhere / "table.npy")), table)
+    monkeypatch.chdir(elsewhere)
+    np.testing.assert_array_equal(kernel(np.zeros((4, 8), np.float32), "table.npy"), table)
+    np.testing.assert_array_equal(_run(kernel, (np.zeros((4, 8), np.float32), "table.npy")).outputs, table)
 
 
-@pytest.mark.parametrize("where", ["ABS", "../outside.npy", "link.npy", "data/table.txt", "missing.npy"])
-def test_shared_constant_refuses_files_the_kernel_does_not_ship(tmp_path, where):
-    """nki.language.shared_constant (NKI 0.6): "The constant is embedded in the compiled binary": a path names a
-    file read at compile time, i.e. one the kernel's package ships; nkisim refuses absolute paths, paths leaving the
-    kernel's directory (also through a link), other file kinds and missing files."""
+@pytest.mark.parametrize("where", ["missing.npy", "table.txt", "pickled.npy"])
+def test_shared_constant_names_a_missing_or_foreign_file(tmp_path, monkeypatch, where):
     kernel, package = _kernel_file(tmp_path, SHARED_CONSTANT_KERNEL)
-    outside = tmp_path / "outside.npy"
-    np.save(outside, np.ones((4, 8), np.float32))
-    (package / "link.npy").symlink_to(outside)
-    (package / "data").mkdir()
-    (package / "data" / "table.txt").write_text("1 2 3")
-    where = str(outside) if where == "ABS" else where
-    with pytest.raises(ValueError, match="read when the kernel is compiled, from what the kernel's package ships"):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "table.txt").write_text("1 2 3")
+    np.save(tmp_path / "pickled.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match=r"no \.npy file at that path|not a NumPy array file"):
         kernel(np.zeros((4, 8), np.float32), where)
+
+
+@pytest.mark.parametrize("where", ["ABS", "RELATIVE", "SHIPPED"])
+def test_graded_runs_refuse_every_shared_constant_path(tmp_path, monkeypatch, where):
+    """C7 (docs/grading-security.md): under grading (run_kernel(graded=True), which only the grader's child
+    passes) a path is refused whatever it names -- a planted /tmp file, a file in the working directory, one beside
+    the kernel -- while a NumPy array constant still works; the same kernels read the file when not graded."""
+    kernel, package = _kernel_file(tmp_path, SHARED_CONSTANT_KERNEL)
+    table = np.arange(32, dtype=np.float32).reshape(4, 8)
+    np.save(tmp_path / "planted.npy", table)
+    np.save(package / "shipped.npy", table)
+    monkeypatch.chdir(tmp_path)
+    path = {"ABS": str(tmp_path / "planted.npy"), "RELATIVE": "planted.npy", "SHIPPED": str(package / "shipped.npy")}
+    args = (np.zeros((4, 8), np.float32), path[where])
+    with pytest.raises(ValueError, match="graded kernels cannot read constant files"):
+        _run(kernel, args, graded=True)
+    np.testing.assert_array_equal(_run(kernel, args).outputs, table)
+
+    def from_array(a):
+        c = nl.shared_constant(np.arange(32, dtype=np.float32).reshape(4, 8))
+        t = nl.ndarray(c.shape, dtype=c.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=c)
+        out = nl.ndarray(c.shape, dtype=c.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    np.testing.assert_array_equal(_run(from_array, args[:1], graded=True).outputs, table)

@@ -254,6 +254,104 @@ def test_nc_matmul_overlapping_output_windows_accumulate():
     np.testing.assert_array_equal(out, ref)
 
 
+def _transpose_mode_kernel(dst_dtype):
+    def kernel(x):
+        s = _sbuf(x)
+        ident = nl.shared_identity_matrix(x.shape[0], dtype=x.dtype)
+        p = nl.ndarray((x.shape[1], x.shape[0]), dtype=dst_dtype, buffer=nl.psum)
+        nisa.nc_matmul(dst=p, stationary=s, moving=ident, is_transpose=True)
+        t = nl.ndarray(p.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=t, src=p)
+        out = nl.ndarray(p.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    return kernel
+
+
+@pytest.mark.parametrize("dt", [nl.bfloat16, nl.float16])
+def test_nc_matmul_transpose_mode_writes_16_bit_psum_bit_accurately(dt, monkeypatch):
+    """trainium2_arch.rst, "Tensor Engine": NeuronCore-v3 transpose mode "can correctly transpose input tensors with
+    NaN/Inf" and gives "FP16/BF16 PSUM output for FP16/BF16 transpose" (nki.isa.nc_matmul(..., is_transpose=True);
+    AWS's nki-library MoE CTE relies on it).  NeuronCore-v2 keeps the float32-only dst."""
+    host = np.float16 if dt == nl.float16 else ml_dtypes.bfloat16
+    x = np.random.default_rng(3).standard_normal((64, 32)).astype(host)
+    x[5, 7], x[9, 1] = np.nan, np.inf
+    out = _run(_transpose_mode_kernel(dt), x)
+    np.testing.assert_array_equal(out.view(np.uint16), x.T.view(np.uint16))  # bit for bit, NaN and Inf in place
+    finite = np.nan_to_num(x.astype(np.float32), nan=0.0, posinf=1.0).astype(host)
+    np.testing.assert_array_equal(_run(_transpose_mode_kernel(nl.float32), finite), finite.T)  # fp32 dst as before
+    other = nl.float16 if dt == nl.bfloat16 else nl.bfloat16
+    with raises_rule("nkisim_matmul_dtype", "float32 PSUM tile"):
+        _run(_transpose_mode_kernel(other), x)
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1")
+    with raises_rule("nkisim_matmul_dtype", "float32 PSUM tile"):
+        _run(_transpose_mode_kernel(dt), x)
+
+
+def _topk_kernel(n, k, cols):
+    """nki.isa.topk's docstring example (n = 42, src_x = ceil(n / 16), k = 8), with n, k and the columns given."""
+    def kernel(in_tensor):
+        par_dim = in_tensor.shape[0]
+        src = nl.ndarray((par_dim, cols), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=src, src=in_tensor)
+        val_dst = nl.ndarray((par_dim, k), dtype=nl.bfloat16, buffer=nl.sbuf)
+        idx_dst = nl.ndarray((par_dim, k), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.topk(val_dst=val_dst, idx_dst=idx_dst, src=src, n=n)
+        o0 = nl.ndarray(val_dst.shape, dtype=val_dst.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o0, src=val_dst)
+        o1 = nl.ndarray(idx_dst.shape, dtype=idx_dst.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o1, src=idx_dst)
+        return o0, o1
+    return kernel
+
+
+@pytest.mark.parametrize(("parts", "n", "k"), [(16, 42, 8), (32, 42, 8), (128, 300, 17), (16, 8, 8)])
+def test_topk_docstring_semantics(parts, n, k):
+    """nki.isa.topk (new in NKI 0.6): the 16-partition snake (element e at partition e % 16, column e // 16) of n
+    bf16 values; val_dst "the K largest values in ascending order", idx_dst "the original 0-based indices".
+    Checked against NumPy per 16-partition group; distinct values, so no tie order is assumed."""
+    cols = -(-n // 16) + 1  # a spare column: only the first n snake elements count
+    rng = np.random.default_rng(parts + n)
+    # distinct bf16 values: consecutive positive bit patterns, shuffled
+    x = (0x3C00 + rng.permutation(parts * cols)).astype(np.uint16).view(ml_dtypes.bfloat16).reshape(parts, cols)
+    vals, idxs = _run(_topk_kernel(n, k, cols), x)
+    for g in range(0, parts, 16):
+        snake = x[g:g + 16].astype(np.float32).T.reshape(-1)[:n]
+        top = np.sort(np.argsort(-snake, kind="stable")[:k])
+        order = top[np.argsort(snake[top], kind="stable")]
+        for p in range(g, g + 16):
+            np.testing.assert_array_equal(idxs[p], order)
+            np.testing.assert_array_equal(vals[p].astype(np.float32), snake[order])
+    assert np.all(np.diff(vals[0].astype(np.float32)) >= 0)
+
+
+@pytest.mark.parametrize(("parts", "n", "k", "cols", "fragment"), [
+    (16, 7, 4, 1, "n = 7"),
+    (16, 42, 43, 3, "K = 43"),
+    (16, 42, 8, 2, "fewer than ceil(n / 16) = 3"),
+    (24, 42, 8, 3, "multiple of 16"),
+])
+def test_topk_documented_constraints(parts, n, k, cols, fragment):
+    x = np.zeros((parts, cols), dtype=ml_dtypes.bfloat16)
+    with raises_rule("nkisim_bad_argument", "topk", fragment):
+        _run(_topk_kernel(n, k, cols), x)
+
+
+def test_topk_is_costed_with_the_documented_estimate():
+    """"Estimated instruction cost: 4*n + K GpSIMD Engine cycles": a larger n costs proportionally more."""
+    from nkisim.perf import estimate
+
+    def engine_us(n):
+        cols = -(-n // 16)
+        run = run_kernel(_topk_kernel(n, 8, cols), (np.zeros((16, cols), dtype=ml_dtypes.bfloat16),), {},
+                         frontend=frontends.NKI, mode="timing")
+        ins = [i for i in run.trace.instrs if i.op == "topk"]
+        assert len(ins) == 1 and ins[0].attrs["n"] == n and ins[0].attrs["k"] == 8
+        return estimate(run.trace, "trn2").total_us
+
+    assert engine_us(16000) > engine_us(1000) + 10  # 60,000 more cycles at GpSimd's ~1.4 GHz: ~40 us
+
+
 def test_tensor_copy_predicated_and_select_reduce_take_mismatched_ranks():
     """Release notes 0.6: "tensor_copy_predicated and select_reduce now handle source, destination, and predicate
     operands with mismatched ranks but matching free-element counts (e.g. a 2D source with a 4D

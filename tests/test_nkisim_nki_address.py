@@ -128,6 +128,58 @@ def test_placed_psum_accumulates_and_a_new_tensor_starts_fresh():
     np.testing.assert_allclose(out, a_t.T @ b, rtol=1e-5)  # the second pass did not add onto the first
 
 
+def grouped_matmuls_declared_up_front(a_t, b):
+    """One PSUM tensor per row group, all declared before any matmul and all placed in bank 5 (the pattern of AWS's
+    nki-library attention CTE): each group's K tiles accumulate with the inferred flag (accumulate=None) into that
+    group's tensor, which is then evicted.  Group g's rows are a_t[:, g*32:(g+1)*32].T @ b."""
+    k, m = a_t.shape
+    _, n = b.shape
+    groups = m // 32
+    out = nl.ndarray((m, n), dtype=nl.float32, buffer=nl.shared_hbm)
+    accs = [nl.ndarray((32, n), dtype=nl.float32, buffer=nl.psum, address=(0, 5 * BANK)) for _ in range(groups)]
+    for g in range(groups):
+        for kt in range(k // 128):
+            lhs = nl.ndarray((128, 32), dtype=a_t.dtype, buffer=nl.sbuf)
+            rhs = nl.ndarray((128, n), dtype=b.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=lhs, src=a_t[kt * 128:(kt + 1) * 128, g * 32:(g + 1) * 32])
+            nisa.dma_copy(dst=rhs, src=b[kt * 128:(kt + 1) * 128, :])
+            nisa.nc_matmul(accs[g], lhs, rhs)
+        res = nl.ndarray((32, n), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=accs[g])
+        nisa.dma_copy(dst=out[g * 32:(g + 1) * 32, :], src=res)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["full", "timing"])
+def test_each_placed_psum_tensor_infers_its_own_accumulation_groups(mode):
+    """nki.isa.nc_matmul, accumulate=None: "first write overwrites, subsequent writes accumulate", per tensor: the
+    first matmul into each group's tensor starts new groups although the previous group's tensor, at the same
+    address, was written (and read) before.  Checked against NumPy; sharing the flags by address gave group g the
+    sum of groups 0..g.  A tensor reused for a second pass keeps accumulating (its flags are its own)."""
+    a_t, b = _f32(256, 128), _f32(256, 64)
+    run = _run(grouped_matmuls_declared_up_front, (a_t, b), mode=mode)
+    if mode == "full":
+        np.testing.assert_allclose(run.outputs, a_t.T @ b, rtol=1e-5)
+
+    def reused(a_t, b):
+        out = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.psum, address=(0, 5 * BANK))
+        for _ in range(2):  # the same tensor twice: the second pass accumulates onto the first
+            for kt in range(2):
+                lhs = nl.ndarray((128, 32), dtype=a_t.dtype, buffer=nl.sbuf)
+                rhs = nl.ndarray((128, 64), dtype=b.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=lhs, src=a_t[kt * 128:(kt + 1) * 128, 0:32])
+                nisa.dma_copy(dst=rhs, src=b[kt * 128:(kt + 1) * 128, :])
+                nisa.nc_matmul(acc, lhs, rhs)
+        res = nl.ndarray((32, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    if mode == "full":
+        np.testing.assert_allclose(_run(reused, (a_t, b)).outputs, 2 * (a_t[:, 0:32].T @ b), rtol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # aliasing: what hardware does when placements overlap
 

@@ -221,17 +221,37 @@ def test_jit_mode_is_deprecated_and_ignored():
         nki.jit(experimental_flags=["skip-non-top-level-shared-hbm-check"])
 
 
-def test_sub_kernels_must_not_be_decorated():
-    @nki.jit
-    def inner(x):
-        return x
+def test_nested_jit_kernel_inlines_into_the_callers_trace():
+    """A @nki.jit sub-kernel called from a running kernel inlines (NKI 0.4 release notes' "nested NKI calls";
+    AWS's nki-library MoE CTE does it): its instructions join the caller's one run, exactly as the undecorated
+    function's do, and its HBM output is the caller's to return."""
 
-    @nki.jit
-    def outer(x):
-        return inner(x)
+    def scale_rows(x, s):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=s)
+        nisa.dma_copy(dst=out, src=t)
+        return out
 
-    with pytest.raises(TypeError, match="remove the @nki.jit decorator from sub-kernels"):
-        outer(_f32(4, 4))
+    inner = nki.jit(scale_rows)
+
+    def outer_with(sub):
+        def outer(x):
+            y = sub(x, 2.0)
+            return sub(y, 3.0)  # a nested kernel's HBM output feeds the next call
+        return outer
+
+    x = _f32(128, 64)
+    nested = run_kernel(nki.jit(outer_with(inner)), (x,), mode="full")
+    plain = run_kernel(nki.jit(outer_with(scale_rows)), (x,), mode="full")
+    np.testing.assert_allclose(nested.outputs, x * np.float32(2.0) * np.float32(3.0), rtol=1e-6)
+    np.testing.assert_array_equal(nested.outputs, plain.outputs)
+    assert [i.op for i in nested.trace] == [i.op for i in plain.trace] and len(nested.trace) == 6
+    # a launch or a simulation inside a kernel is still refused: only a plain nested call inlines
+    for launch in (lambda x: inner[1](x, 2.0), lambda x: nki.simulate(inner)(x, 2.0)):
+        with pytest.raises(TypeError, match="cannot be called from inside a running kernel"):
+            nki.jit(launch)(x)
 
 
 def test_nki_simulator_env_makes_capacity_a_warning(monkeypatch):

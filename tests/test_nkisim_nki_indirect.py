@@ -421,7 +421,8 @@ def test_hwdge_transpose_constraints(shape, fragment):
 
 
 def test_direct_transpose_refuses_swdge_and_indirect_refuses_hwdge():
-    """"The only valid dge_modes are unknown and hwdge" (direct) / "unknown and swdge" (indirect)."""
+    """"The only valid dge_modes are unknown and hwdge" (direct; none too, see below) / "unknown and swdge"
+    (indirect)."""
     with raises_rule("nkisim_bad_argument", "direct transpose"):
         _run(_transpose_kernel((16, 64), nisa.dge_mode.swdge), np.zeros((16, 64), dtype=np.float16))
 
@@ -432,6 +433,53 @@ def test_direct_transpose_refuses_swdge_and_indirect_refuses_hwdge():
         nisa.dma_transpose(dst=dst_sb, src=src_ap, axes=(1, 0), dge_mode=nisa.dge_mode.hwdge)
     with raises_rule("nkisim_bad_argument", "software-DGE transpose"):
         _run(kernel, SRC16, np.zeros((128, 1), dtype=np.uint32))
+
+
+def test_direct_transpose_takes_dge_mode_none_with_static_descriptors():
+    """AWS's DGE deep dive (nki-dge.rst, "How .ap() Affects DGE Mode"): a static dma_transpose takes "none, hwdge,
+    or compiler-selected" (AWS's nki-library MLP TKG passes none).  Values as any transpose, fp32 too (no hwdge
+    2-byte limit); the DMA is marked static (host-built descriptors) and costed with the static issue, so it is
+    timed differently from the hwdge transpose of the same tile; an indirect source still refuses none."""
+    a = RNG.standard_normal((64, 96)).astype(np.float32)
+
+    def kernel(x, mode):
+        s = nl.ndarray((64, 96), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=x)
+        d = nl.ndarray((96, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=d, src=s, dge_mode=mode)
+        out = nl.ndarray((96, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+
+    runs = {}
+    for mode, x in (("none", a), (3, a), ("hwdge", a[:16].astype(np.float16))):
+        dge = nisa.dge_mode.none if mode == "none" else mode
+        if mode == "hwdge":
+            def k16(x):
+                s = nl.ndarray((16, 96), dtype=x.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=s, src=x)
+                d = nl.ndarray((96, 16), dtype=x.dtype, buffer=nl.sbuf)
+                nisa.dma_transpose(dst=d, src=s, dge_mode=nisa.dge_mode.hwdge)
+                out = nl.ndarray((96, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+                nisa.dma_copy(dst=out, src=d)
+                return out
+            runs[mode] = _run(k16, x)
+        else:
+            runs[mode] = _run(lambda x, dge=dge: kernel(x, dge), x)
+        np.testing.assert_array_equal(runs[mode].outputs, x.T)
+    tr = {m: [i for i in r.trace.instrs if i.attrs.get("via") == "dma_transpose"] for m, r in runs.items()}
+    assert tr["none"][0].attrs.get("dge") is False and not tr["none"][0].attrs.get("swdge")
+    assert tr[3][0].attrs.get("dge") is False
+    assert "dge" not in tr["hwdge"][0].attrs
+    assert estimate(runs["none"].trace, "trn2").total_us > 0
+
+    def indirect(src_hbm, idx_hbm):
+        idx_sb = nl.load(idx_hbm)
+        dst_sb = nl.ndarray((128, 128), dtype=src_hbm.dtype, buffer=nl.sbuf)
+        src_ap = src_hbm.ap(pattern=[[128, 128], [1, 128]], vector_offset=idx_sb, indirect_dim=0)
+        nisa.dma_transpose(dst=dst_sb, src=src_ap, axes=(1, 0), dge_mode=nisa.dge_mode.none)
+    with raises_rule("nkisim_bad_argument", "software-DGE transpose", "not none"):
+        _run(indirect, SRC16, np.zeros((128, 1), dtype=np.uint32))
 
 
 @pytest.mark.parametrize(("idx_shape", "idx_dtype", "fragment"), [

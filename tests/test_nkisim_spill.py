@@ -182,6 +182,49 @@ def test_gca035_in_the_current_api():
         run_kernel(k, (np.zeros((4, 4), np.float32),), target="trn2")
 
 
+@pytest.mark.parametrize(("parts", "fits"), [(64, True), (32, True), (96, False), (128, False)])
+def test_gca035_places_narrow_tiles_in_separate_partitions(parts, fits):
+    """An instruction's tiles of <= 64 partitions can start at partition 64 (or a quadrant), so two of them need
+    one partition's bytes side by side, not their sum (G10's legal starts; AWS's nki-library cross-entropy runs a
+    (64, 65535) bf16 tensor_scalar into a second such tile on trn2).  Values match NumPy; wider tiles overlap in
+    partitions and stay GCA035."""
+    f = 65535
+
+    @nki_new.jit
+    def k(x, m):
+        a = nl.ndarray((parts, f), dtype=nl.bfloat16, buffer=nl.sbuf)  # 131,070 B per partition
+        nisa.dma_copy(dst=a, src=x)
+        s = nl.ndarray((parts, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=m)
+        b = nl.ndarray((parts, f), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=b, data=a, op0=nl.subtract, operand0=s)  # 262,144 B summed > 229,376
+        out = nl.ndarray((parts, f), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=b)
+        return out
+
+    import ml_dtypes
+
+    x = RNG.standard_normal((parts, f)).astype(ml_dtypes.bfloat16)
+    m = RNG.standard_normal((parts, 1)).astype(np.float32)
+    if not fits:
+        with pytest.raises(NKICapacityError, match="Total Accessed Bytes per partition by instruction: 262144"):
+            run_kernel(k, (x, m), target="trn2")
+        return
+    run = run_kernel(k, (x, m), target="trn2")
+    want = (x.astype(np.float32) - m).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(run.outputs.astype(np.float32), want.astype(np.float32))
+
+
+def test_gca035_quadrant_packing_is_exhaustive():
+    from nkisim.core.spill import packed_bytes as _packed_bytes
+
+    assert _packed_bytes([[64, 100], [64, 100]]) == 100  # the two halves
+    assert _packed_bytes([[64, 100], [64, 100], [64, 100]]) == 200  # two share a half
+    assert _packed_bytes([[32, 100]] * 4) == 100  # one per quadrant
+    assert _packed_bytes([[128, 10], [32, 100], [64, 100]]) == 110  # the full tile is in every quadrant
+    assert _packed_bytes([[65, 100], [64, 100]]) == 200  # 65 partitions start at 0 only: overlaps both halves
+
+
 def test_explicit_placement_beyond_capacity_stays_an_error():
     @nki_new.jit
     def k(x):

@@ -489,6 +489,22 @@ def holds_data(t: View) -> bool:
     return bool(flags.all())
 
 
+def start_tensor_groups(dst: View) -> None:
+    """The first ``nc_matmul(accumulate=None)`` into a placed PSUM tensor starts new accumulation groups over the
+    tensor's whole region, whatever an earlier tensor placed at the same address wrote there: the compiler infers
+    the flag per tensor ("first write overwrites, subsequent writes accumulate", nki.isa.nc_matmul).  AWS's
+    nki-library attention CTE declares one PSUM tensor per (q group, tile) at the same bank up front and relies on
+    it; sharing the flags by address made every q group after the first accumulate onto the one before."""
+    a = dst._a
+    f = a.fresh
+    if f is None or a.acc is None or FROZEN[0]:
+        return
+    a.fresh = None
+    p0, parts, b0, nbytes = f
+    isz = a.base.itemsize
+    a.acc[p0:p0 + parts, b0 // isz:-(-(b0 + nbytes) // isz)] = False
+
+
 def start_group_over_value_init(dst: View, mask: np.ndarray | None = None) -> None:
     """``nc_matmul(accumulate=None)`` onto PSUM a non-matmul instruction initialised: the compiler infers the flag
     from matmul writes ("first write overwrites, subsequent writes accumulate", nki.isa.nc_matmul), and a memset

@@ -183,30 +183,32 @@ def wrap_host(ctx: KernelContext, value, name: str):
 
 
 def shipped_constant(ctx: KernelContext, path) -> np.ndarray:
-    """The array of a ``.npy`` file named by ``nl.shared_constant(path)``, read only from the kernel's own package.
+    """The array of the ``.npy`` file named by ``nl.shared_constant(path)``.
 
-    On Trainium the file is read when the kernel is compiled and the constant "is embedded in the compiled binary
-    and loaded to HBM at model load time" (nki.language.shared_constant, NKI 0.6): what a kernel can name is what
-    ships with it.  nkisim reads a relative path from the directory of the kernel's source file (or below it), a
-    regular ``.npy`` file without pickles, and refuses anything else -- an absolute path, ``..``, a link out of the
-    directory -- so a kernel cannot read files it does not ship (a grader's references, another run's inputs).
-    Under grading the kernel's directory is the run's private work directory, which holds the submitted file and
-    nothing else: every path is refused there (docs/grading-security.md, "nl.shared_constant")."""
-    code = ctx.kernel_code
-    where = getattr(code, "co_filename", "")
-    if not where or not os.path.isfile(where):
-        raise ValueError(f"nl.shared_constant({path!r}): the kernel has no source file to find its package from; "
-                         "pass the constant as a NumPy array")
-    package = os.path.realpath(os.path.dirname(where))
+    On Trainium the file is read when the kernel is compiled, on the compiling machine, and the constant "is
+    embedded in the compiled binary and loaded to HBM at model load time" (nki.language.shared_constant, NKI 0.6:
+    "a numpy array or a file path to a .npy file").  Outside grading nkisim reads it as AWS's compiler does: any
+    path, absolute or relative to the working directory (AWS's nki-library top-k writes its rotation matrix under
+    /tmp and passes that path), a regular file holding a NumPy array (no pickles).
+
+    Under grading (``ctx.graded``: ``run_kernel(graded=True)``, which only the grader's child passes) every path is
+    refused: a file on the grading machine is not something the submission ships, and reading one would let a
+    kernel load references or planted answers as a constant (C7, docs/grading-security.md).  The flag is the
+    caller's, so kernel code cannot clear it."""
     name = os.fspath(path)
-    full = os.path.realpath(os.path.join(package, name))
-    inside = full.startswith(package + os.sep)
-    if os.path.isabs(name) or not inside or not name.endswith(".npy") or not os.path.isfile(full):
+    if ctx.graded:
         raise ValueError(
-            f"nl.shared_constant({name!r}): a constant file is read when the kernel is compiled, from what the "
-            "kernel's package ships: nkisim reads only a .npy file in or below the kernel file's own directory, "
-            "named by a relative path; pass the constant as a NumPy array otherwise")
-    return np.load(full, allow_pickle=False)
+            f"nl.shared_constant({name!r}): graded kernels cannot read constant files (the file is read on the "
+            "compiling machine, and under grading that machine is the grader's: docs/grading-security.md, C7); "
+            "build the constant in the kernel and pass it as a NumPy array")
+    if not name.endswith(".npy") or not os.path.isfile(name):
+        raise ValueError(f"nl.shared_constant({name!r}): no .npy file at that path (relative paths are read from "
+                         f"the working directory, {os.getcwd()!r}, as the compiler reads them)")
+    try:
+        arr = np.load(name, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"nl.shared_constant({name!r}): not a NumPy array file ({exc})") from None
+    return arr
 
 
 SBUF_SPEC = BufferSpec(B_SBUF, "sbuf")

@@ -24,6 +24,7 @@ from nkisim.core.instr import B_SBUF, E_DMA, Engine, Instr, Trace
 from nkisim.core.memory import Allocation, MemoryTracker
 from nkisim.core.partitions import starts_ok
 from nkisim.core.rules import DeviceIndexFault, fail, message
+from nkisim.core.spill import packed_bytes
 
 _NKISIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Frames in these directories are the emulator itself; the first frame outside them is the kernel statement: core/
@@ -80,6 +81,7 @@ class KernelContext:
         self.loc: str = "?"
         self.site = None
         self.kernel_code = None  # code object of the top-level kernel function (shared_hbm scope rule)
+        self.graded = False  # a grading run (run_kernel(graded=True), the grader's child only): see core.buffers
         self.reduce_regs: dict = {}  # engine -> its 128 reduction registers (ops.reduce.reduce_registers)
         self.partition_ones: dict = {}  # (P, dtype) -> the [1, P] ones stationary of partition broadcasts
         self.rng: np.random.Generator | None = None  # the engines' random number generator (ops.gpsimd)
@@ -251,6 +253,7 @@ class KernelContext:
         total = 0
         locs = []
         pmax = self.limits.pmax
+        tiles: dict = {}  # id(allocation) -> [partitions, bytes per partition over its operands]
         for t in (*srcs, *dsts):
             a = t._a
             if a.buf != B_SBUF or a.tracker is None or a.placed is not None:
@@ -258,7 +261,9 @@ class KernelContext:
             n = a.block_bytes or a.bytes_pp
             total += n
             locs.append(f"{a.name or 'tile'}: {n} Bytes per Partition and total of: {n * pmax} Bytes in SB")
-        if total > self.sb_partition:
+            parts = pmax if a.block_bytes else int(a.base.shape[0]) if a.base.ndim else 1
+            tiles.setdefault(id(a), [parts, 0])[1] += n
+        if total > self.sb_partition and packed_bytes(list(tiles.values())) > self.sb_partition:
             fields = dict(op=op, where=self.loc, locations="; ".join(locs), total=total, size=self.sb_partition)
             if self.mem.simulate:  # AWS's simulator does not check capacity (rules.NKICapacityWarning)
                 self.mem.overflows.append(message("nkisim_sbuf_instruction", **fields))
@@ -425,3 +430,4 @@ class NoReorder:
             for ins in ctx.trace.instrs[self.start:]:
                 ins.attrs["in_order"] = True
         return False
+

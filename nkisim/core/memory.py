@@ -34,7 +34,7 @@ class Allocation:
     __slots__ = (
         "buf", "base", "addr", "row_bytes", "phys", "site", "name", "immutable", "bytes_pp", "tracker",
         "acc", "vinit", "charged", "block_mod", "slot_owner", "space", "block_bytes", "block_record", "provisional",
-        "placed", "__weakref__",
+        "placed", "fresh", "__weakref__",
     )
 
     def __init__(self, buf: Buf, base: np.ndarray, phys: int, site, name: str, bytes_pp: int,
@@ -63,6 +63,9 @@ class Allocation:
         # explicitly placed (nl.ndarray(address=...)): (first partition, partitions, first byte) of its region of the
         # arena ``base``; None where the tensor owns ``base``
         self.placed: tuple[int, int, int] | None = None
+        # a placed PSUM tensor whose first inferred-flag matmul (accumulate=None) has not run yet: (first partition,
+        # partitions, first byte, bytes per partition) of its region (core.access.start_tensor_groups)
+        self.fresh: tuple[int, int, int, int] | None = None
 
     def __del__(self) -> None:
         tracker = self.tracker

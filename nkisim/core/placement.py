@@ -357,6 +357,7 @@ class AddressPlacement:
                     flags = ctx.psum_arena_acc[dt] = np.zeros(typed.shape, dtype=bool)
                 alloc.acc = flags
                 _fresh_groups(ctx, parts, [f0], bytes_pp, p0)
+                alloc.fresh = (p0, parts, f0, bytes_pp)  # and again at its first matmul (access.start_tensor_groups)
         else:
             alloc = Allocation(Buf.SBUF, arena.base, arena.phys, None, name, bytes_pp, None)
         alloc.addr = base_addr(arena)

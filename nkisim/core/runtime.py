@@ -101,7 +101,8 @@ def launch_grid(kernel) -> tuple[tuple[int, ...], list[int] | None]:
 
 
 def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str | None = None,
-               simulate: bool = False, frontend: frontends.FrontEnd | None = None, stream=None) -> KernelRun:
+               simulate: bool = False, frontend: frontends.FrontEnd | None = None, stream=None,
+               graded: bool = False) -> KernelRun:
     """Run a kernel on NumPy inputs; returns its outputs and instruction trace.
 
     A timing run of a kernel whose control flow depends on data (a dynamic loop over a register loaded from
@@ -117,19 +118,24 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
 
     ``stream`` (a ``nkisim.stream.Recorder``) writes the program the kernel's Python makes down as plain data, for
     another process to execute (the grader's parent, docs/grading-security.md).
+
+    ``graded`` is set by the grader's sandboxed child alone (grader/child.py): the run serves a score, so what a
+    kernel could read from the grading machine is refused (``nl.shared_constant`` of a file path, C7 in
+    docs/grading-security.md).  It is the caller's argument, kept in the run's context, which kernel code cannot
+    reach (private names); a kernel cannot turn it off.
     """
     if mode == "timing":
         try:
-            return _run_kernel(kernel, args, kwargs, mode, target, simulate, frontend, stream)
+            return _run_kernel(kernel, args, kwargs, mode, target, simulate, frontend, stream, graded)
         except ValuesNeeded:
-            run = _run_kernel(kernel, args, kwargs, "full", target, simulate, frontend, stream)
+            run = _run_kernel(kernel, args, kwargs, "full", target, simulate, frontend, stream, graded)
             run.outputs = None
             return run
-    return _run_kernel(kernel, args, kwargs, mode, target, simulate, frontend, stream)
+    return _run_kernel(kernel, args, kwargs, mode, target, simulate, frontend, stream, graded)
 
 
 def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: bool,
-                frontend: frontends.FrontEnd | None, stream=None) -> KernelRun:
+                frontend: frontends.FrontEnd | None, stream=None, graded: bool = False) -> KernelRun:
     fn = unwrap(kernel)
     grid, cores = launch_grid(kernel)
     lockstep = bool(grid) and lockstep_launch(kernel)
@@ -140,6 +146,7 @@ def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: b
         frontend = frontend_of(kernel)
     ctx = KernelContext(target, mode, name, frontend)
     ctx.mem.simulate = simulate
+    ctx.graded = bool(graded)
     ctx.middle_end = not has_directive(kernel, "skip_middle_end_transformations")
     ctx.kernel_code = ctx.mem.stop_code = getattr(fn, "__code__", None)
     kwargs = dict(kwargs or {})

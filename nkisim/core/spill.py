@@ -32,6 +32,7 @@ A kernel that fits by liveness is left exactly as it was (no instruction added, 
 from __future__ import annotations
 
 import heapq
+import itertools
 from dataclasses import dataclass, field
 
 from nkisim.core.instr import B_HBM, B_SBUF, E_DMA, Instr, Operand, Region
@@ -201,8 +202,11 @@ def _walk(instrs, locs: list[Location], capacity: int, fixed: int, mem) -> dict[
                     break
             if victim is None:
                 # what the instruction itself accesses: bounded by the whole partition (GCA035's "Total SB
-                # Partition Size", KernelContext._check_accessed), not by the usable bytes
-                if fixed + resident > mem.limits.sbuf_bytes_per_partition and not mem.simulate:
+                # Partition Size", KernelContext._check_accessed), not by the usable bytes, with tiles of <= 64
+                # partitions placed apart where they fit so (packed_bytes)
+                limit = mem.limits.sbuf_bytes_per_partition
+                if fixed + resident > limit and not mem.simulate and fixed + packed_bytes(
+                        [[loc.box[1] - loc.box[0], loc.cost] for loc in here]) > limit:
                     _unplaceable(mem, instrs[i], here, capacity, fixed)
                 break
             if victim.dirty:
@@ -298,3 +302,37 @@ def _splice(trace, inserts: dict[int, list[Instr]]) -> None:
     reloads = [x for x in out if x.attrs.get("spill") == "reload"]
     trace.meta["spill"] = {"saves": len(saves), "save_bytes": sum(x.attrs["bytes"] for x in saves),
                            "reloads": len(reloads), "reload_bytes": sum(x.attrs["bytes"] for x in reloads)}
+
+
+# Where an instruction's tiles can sit: the legal start partitions of a tile of that many partitions (G10, core.
+# partitions: 64 < P <= 128 at 0; 32 < P <= 64 at 0 or 64; P <= 32 at 0, 32, 64 or 96), as sets of quadrants.
+def _quadrant_choices(parts: int) -> tuple[tuple[int, ...], ...]:
+    if parts > 64:
+        return ((0, 1, 2, 3),)
+    if parts > 32:
+        return ((0, 1), (2, 3))
+    return ((0,), (1,), (2,), (3,))
+
+
+def packed_bytes(tiles: list) -> int:
+    """The fewest bytes per partition an instruction's automatically allocated SBUF tiles ([partitions, bytes] each)
+    need together, when each tile may start at any legal partition: two (64, F) tiles fit side by side in the two
+    halves of SBUF, and a compute engine moves data between halves (trainium_inferentia2_arch.rst,
+    "Cross-Partition Connectivity").  The GCA035 message sums every operand per partition (aws-neuron-sdk issue
+    #1060: 128-partition tiles, where both agree); that the compiler places narrower tiles apart is inferred from
+    AWS's nki-library cross-entropy, whose (64, 65535) bf16 tensor_scalar input and output (2 x 131,070 B per
+    partition) run on trn2 in AWS's own fast tests [INFERRED].  Exhaustive over at most 4^6 placements (the rare
+    path: only instructions over the partition size get here); more tiles are summed as before.  Used by
+    KernelContext._check_accessed (GCA035) and by the spill walk for what one instruction accesses."""
+    if len(tiles) > 6:
+        return sum(n for _, n in tiles)
+    best = None
+    for choice in itertools.product(*(_quadrant_choices(p) for p, _ in tiles)):
+        load = [0, 0, 0, 0]
+        for (_, n), quads in zip(tiles, choice):
+            for q in quads:
+                load[q] += n
+        worst = max(load)
+        if best is None or worst < best:
+            best = worst
+    return best or 0

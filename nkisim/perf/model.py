@@ -287,6 +287,10 @@ class CostModel:
             # swaps" (nki.isa.sendrecv), no cost documented: a copy's one element per cycle (GPSIMD_START added
             # below); the wait for the other core is the scheduler's.  The default DMA mode is costed as a DMA.
             work = n
+        elif op == "topk":
+            # nki.isa.topk (NKI 0.6) "Estimated instruction cost: 4*n + K GpSIMD Engine cycles per partition", the
+            # 16-partition groups on their own GpSimd cores (GPSIMD_START added below)
+            work = 4.0 * int_attr(a, "n", int(n)) + int_attr(a, "k", 1)
         elif op in _GUESSED_N_OPS:
             # [GUESS] NKI 0.4-0.6 instructions without an ISA cost formula in the docs (tensor_scalar_cumulative,
             # nonzero_with_count, rng, rand_set_state/rand_get_state): one element per engine cycle, as the

@@ -241,6 +241,8 @@ def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None, two_byte_onl
                     "cast": dt != src.dtype})  # D1
     if indirect:
         _mark_descriptors(ins.attrs, True, None)  # the gather-transpose is software DGE ("dma_gather_transpose")
+    elif dge == "none":
+        _mark_descriptors(ins.attrs, False, "none")  # host-built descriptors: the static issue cost
     values = np.transpose(read(src), axes) if ctx.full else None
     m = transposed_mask(mask, src, shape, lambda m: np.transpose(m, axes))
     if indirect and ctx.full:  # run-time indices outside the tensor: skipped rows or a fault (S4)
@@ -261,7 +263,14 @@ _HWDGE_TRANSPOSE_ROWS = (1, 2, 4, 8, 16)
 def _transpose_dge_rules(ctx: KernelContext, src: Tensor, dge: str, indirect: tuple) -> None:
     """nki.isa.dma_transpose's documented constraints (NKI 0.6 docstring, "DMA Direct Transpose Constraints" and
     "DMA Indirect Transpose Constraints"; release notes 0.6: hwdge "now accepts src.shape[0] in {1,2,4,8,16} ...
-    (previously required ==16) and src.shape[-1] <= 128 (previously required ==128)")."""
+    (previously required ==16) and src.shape[-1] <= 128 (previously required ==128)").
+
+    A direct transpose also takes ``dge_mode=none``: the docstring lists only unknown and hwdge, but AWS's DGE deep
+    dive (nki/deep-dives/nki-dge.rst, "How .ap() Affects DGE Mode") gives a static dma_transpose "none, hwdge, or
+    compiler-selected" and ``.ap()`` with ``scalar_offset`` any mode, and AWS's nki-library passes
+    ``dge_mode=3`` (none) to its MLP TKG bias transpose, which runs on Trainium.  It is the DMA-engine transpose
+    with descriptors pre-computed on the host: no hwdge shape limits, the static issue cost (MODEL.md, "DMA
+    descriptor modes")."""
     op = "dma_transpose"
     if indirect:
         if dge not in ("unknown", "swdge"):
@@ -283,9 +292,9 @@ def _transpose_dge_rules(ctx: KernelContext, src: Tensor, dge: str, indirect: tu
             (idx.dtype != np.uint32, f"indices.dtype must be uint32, got {idx.dtype.name}"),
         ]
     else:
-        if dge not in ("unknown", "hwdge"):
-            fail("nkisim_bad_argument", op=op, detail=f"a direct transpose takes dge_mode unknown or hwdge, not {dge} "
-                 "(swdge is the gather-transpose of a source with vector_offset)")
+        if dge not in ("unknown", "hwdge", "none"):
+            fail("nkisim_bad_argument", op=op, detail=f"a direct transpose takes dge_mode unknown, hwdge or none, not "
+                 f"{dge} (swdge is the gather-transpose of a source with vector_offset)")
         if dge != "hwdge":
             return
         rows = src.shape[0]

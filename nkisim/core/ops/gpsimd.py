@@ -334,6 +334,57 @@ def nonzero_with_count(src, dst: Tensor, index_offset: int = 0, padding_val: int
     return d
 
 
+def topk(src, val_dst: Tensor, idx_dst: Tensor, n: int) -> None:
+    """The K largest of ``n`` bf16 values and their indices (nki.isa.topk, new in NKI 0.6, GpSimdE).
+
+    The docstring: "The source tile is interpreted as a 16-partition snake layout: elements 0..15 fill partitions
+    0..15 of free-dim column 0, elements 16..31 fill column 1, etc."; ``val_dst`` receives "the K largest values in
+    ascending order (BF16)", ``idx_dst`` "the original 0-based indices of those values (uint32)"; K is
+    ``val_dst``'s free size.  nkisim reads one snake per group of 16 partitions (one GpSimd core's partitions) and
+    writes the group's result to each of its 16 partitions [INFERRED: the docstring says "each partition operates
+    independently" and gives no other placement].  Equal values: the lower index is selected first and, within
+    the ascending result, comes first [nkisim's choice; not documented].  Cost: the docstring's estimate,
+    ``4*n + K`` GpSimd cycles (perf/model.py)."""
+    op = "topk"
+    ctx, (s, v, ix) = begin(op, E_GPSIMD, [(src, "src"), (val_dst, "val_dst"), (idx_dst, "idx_dst")])
+    for t, name in ((s, "src"), (v, "val_dst"), (ix, "idx_dst")):
+        if t.kind != B_SBUF:
+            need_on_chip(t, op, name, (B_SBUF,))
+    check_writable(v)
+    check_writable(ix)
+    for t, name, want in ((s, "src", "bfloat16"), (v, "val_dst", "bfloat16"), (ix, "idx_dst", "uint32")):
+        if t.dtype.name != want:
+            fail("nkisim_dtype_not_supported", op=op, dtype=t.dtype.name, operand=name, detail=f" ({want})")
+    n = int(n)
+    parts, k, cols = parts_of(s), free_of(v), free_of(s)
+    problems = [
+        (not 8 <= n < 65536, f"n = {n} must be in [8, 65536)"),
+        (not (1 <= k < 32768 and k <= n), f"K = {k} (val_dst's free size) must be in [1, 32768) and <= n"),
+        (cols < -(-n // 16), f"src has {cols} columns, fewer than ceil(n / 16) = {-(-n // 16)}"),
+        (parts % 16 != 0, f"the partition dim ({parts}) must be a multiple of 16"),
+        (parts_of(v) != parts or parts_of(ix) != parts or free_of(ix) != k,
+         f"val_dst {list(v.shape)} and idx_dst {list(ix.shape)} must both be [{parts}, K]"),
+    ]
+    bad = [why for cond, why in problems if cond]
+    if bad:
+        fail("nkisim_bad_argument", op=op, detail="; ".join(bad))
+    ctx.emit(op, E_GPSIMD, (s,), (v, ix), {"n": n, "k": k})
+    if ctx.full:
+        rows = as_rows(f32_values(s))
+        vals = np.empty((parts, k), dtype=F32)
+        idxs = np.empty((parts, k), dtype=np.uint32)
+        for g in range(0, parts, 16):
+            snake = rows[g:g + 16].T.reshape(-1)[:n]  # element e: partition g + e % 16, column e // 16
+            chosen = np.argsort(-snake, kind="stable")[:k]  # largest first, ties by lower index
+            order = chosen[np.argsort(snake[chosen], kind="stable")]  # ascending by value
+            vals[g:g + 16] = snake[order]
+            idxs[g:g + 16] = order.astype(np.uint32)
+        write(v, execute.cast(vals, v.dtype).reshape(v.shape))
+        write(ix, idxs.reshape(ix.shape))
+        mark_written(v)
+        mark_written(ix)
+
+
 # ---- the GpSimd lanes' XORWOW generators ---------------------------------------------------------------------------
 XORWOW_WORDS = 6  # "src_seeds element count for XORWOW must be 6 elements (GpSimd)" (nki.isa.rand_set_state)
 

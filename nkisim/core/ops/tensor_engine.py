@@ -17,6 +17,7 @@ from nkisim.core.access import (
     psum_write,
     read,
     start_group_over_value_init,
+    start_tensor_groups,
 )
 from nkisim.core.context import KernelContext, current
 from nkisim.core.dtypes import F32
@@ -140,7 +141,11 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
     if (d1 in _FP32_CLASS) != (d2 in _FP32_CLASS):
         fail("nkisim_matmul_dtype", detail=f"fp32/tf32 operands must pair with fp32/tf32, got {d1} and {d2}")
     out_shape = (m,) + tuple(moving.shape[1:]) if moving.ndim > 1 else (m, 1)
-    out = _matmul_out(ctx, out_shape, dst, op_name)
+    # NeuronCore-v3 transpose mode writes a 16-bit result for a 16-bit input ("FP16/BF16 PSUM output for FP16/BF16
+    # transpose", trainium2_arch.rst, "Tensor Engine"; AWS's nki-library MoE CTE transposes bf16 into bf16 PSUM)
+    same16 = (stationary.dtype if is_transpose and ctx.target != "trn1" and d1 in ("bfloat16", "float16")
+              and d2 == d1 else None)
+    out = _matmul_out(ctx, out_shape, dst, op_name, same16)
     attrs = {"K": k1, "M": m, "N": n, "accumulate": dst is not None and accumulate is not False,
              "is_transpose": bool(is_transpose)}
     # the ones/zeros hints make an fp32 matmul up to 2x faster (nki.isa.nc_matmul docs, is_*_onezero): the cost
@@ -161,7 +166,10 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
         mv = _operand_values(moving, d2).reshape(k1, n)
         if is_stationary_onezero or is_moving_onezero or is_transpose:
             _check_matmul_promises(ctx, op_name, attrs, (s, d1, is_stationary_onezero), (mv, d2, is_moving_onezero))
-        values = (s.T @ mv).reshape(out_shape)
+        if attrs["is_transpose"] and ctx.target != "trn1":
+            values = s.T.reshape(out_shape)  # bit-accurate: NaN/Inf stay where they are (trainium2_arch.rst)
+        else:
+            values = (s.T @ mv).reshape(out_shape)
     return _matmul_done(ctx, ins, out, values, mask_values(mask, out_shape, stationary, moving), dst, accumulate)
 
 
@@ -205,17 +213,19 @@ def _check_matmul_promises(ctx: KernelContext, op_name: str, attrs: dict, statio
                 fail("nkisim_matmul_transpose_mode", op=op_name, shape=[k, n], why=why)
 
 
-def _matmul_out(ctx: KernelContext, out_shape: tuple, dst: Tensor | None, op_name: str) -> Tensor:
+def _matmul_out(ctx: KernelContext, out_shape: tuple, dst: Tensor | None, op_name: str, same16=None) -> Tensor:
     """The PSUM tile a matmul writes: fresh, or ``dst`` (fp32 on NeuronCore-v2/v3: "The dst tile must be a float32
-    tile in NeuronCore-v2 and NeuronCore-v3", nki.isa.nc_matmul)."""
+    tile in NeuronCore-v2 and NeuronCore-v3", nki.isa.nc_matmul; ``same16``: the 16-bit input dtype of a v3
+    transpose-mode matmul, which may also write that dtype)."""
     if dst is None:
         out = new_result(ctx, out_shape, F32, B_PSUM)
     else:
         out = need_tensor(dst, op_name, "dst")
         need_on_chip(out, op_name, "dst", (B_PSUM,))
-        if out.dtype != F32:
+        if out.dtype != F32 and (same16 is None or out.dtype != same16):
             fail("nkisim_matmul_dtype", detail=f"dst '{out.name}' is {out.dtype}: the matmul output must be a "
-                 "float32 PSUM tile on NeuronCore-v2 and -v3")
+                 "float32 PSUM tile on NeuronCore-v2 and -v3 (a NeuronCore-v3 transpose-mode matmul, "
+                 "is_transpose=True, may also write its bfloat16/float16 input dtype)")
         if parts_of(out) != out_shape[0] or free_of(out) * parts_of(out) != out_shape[0] * free_of_shape(out_shape):
             fail("nkisim_dst_mismatch", op=op_name, dst=list(out.shape), result=list(out_shape),
                  detail=" (the stationary's free size x the moving's free size)")
@@ -242,6 +252,7 @@ def _matmul_done(ctx: KernelContext, ins, out: Tensor, values, mask, dst: Tensor
     if accumulate is True and holds_value_init(dst) and applies("nkisim_matmul_accumulate_value_init", ctx.era):
         fail("nkisim_matmul_accumulate_value_init", op=ins.op, dst=list(dst.shape), target=ctx.target)
     if accumulate is None:
+        start_tensor_groups(dst)  # a placed tensor's first matmul: new groups, whatever aliased it before
         start_group_over_value_init(dst, mask)  # the compiler's inferred flag: a memset is no matmul write
     if values is not None:
         psum_write(dst, np.asarray(values).reshape(dst.shape), accumulate is not False, mask,

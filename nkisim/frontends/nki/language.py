@@ -178,8 +178,8 @@ def empty_like(x, dtype=None, buffer=None, name="") -> NkiTensor:
 
 
 def shared_constant(constant):
-    """A shared HBM tensor holding constant data (a NumPy array, or the path of a .npy file the kernel's package
-    ships: ``core.buffers.shipped_constant``)."""
+    """A shared HBM tensor holding constant data (a NumPy array, or the path of a .npy file, read as the compiler
+    reads it and refused in a graded run: ``core.buffers.shipped_constant``)."""
     ctx = _ctx.current("shared_constant")
     ctx.settle()
     arr = _buffers.shipped_constant(ctx, constant) if isinstance(constant, str) else _np.asarray(constant)

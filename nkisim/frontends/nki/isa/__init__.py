@@ -389,6 +389,14 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None, **re
     _gps.nonzero_with_count(src, dst, index_offset, padding_val)
 
 
+def topk(val_dst, idx_dst, src, n, name=None, **removed) -> None:
+    """The K largest of the ``n`` bf16 values of each 16-partition snake of ``src`` and their indices, ascending
+    (GpSimdE; K is ``val_dst``'s free size)."""
+    if removed:
+        _removed("topk", removed)
+    _gps.topk(src, val_dst, idx_dst, n)
+
+
 def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=oob_mode.error, name=None,
                 **removed) -> None:
     """``dst = srcs[0] + srcs[1] + ...`` computed by the DMA engines in fp32 (``reduce_op`` nl.add and ``scales``
