@@ -15,7 +15,8 @@ import pytest
 from nkisim_util import raises_rule
 
 from nkisim.core.runtime import run_kernel
-from nkisim.perf import estimate
+from nkisim.perf import costs_for, estimate
+from nkisim.perf.model import CostModel
 
 RNG = np.random.default_rng(3202)
 
@@ -440,7 +441,7 @@ def test_the_barrier_cost_is_a_guess_of_one_remote_semaphore_round_trip():
     run = run_kernel(lopsided[2], (x.copy(), nisa.engine.vector), mode="timing")
     estimate(run.trace)
     b = _op(_cores(run)[0], "core_barrier")
-    # MIN_II on the engine + DMA fixed latencies (trn2: 500 + 350 ns): perf/model.py, [GUESS]
+    # MIN_II on the engine + the semaphore round trip (a guess: DMA fixed latencies, trn2 500 + 350 ns)
     assert 850.0 < b.end_ns - b.start_ns < 1000.0
     assert b.engine.name == "VECTOR"
 
@@ -469,7 +470,10 @@ def test_a_sendrecv_starts_when_both_cores_have_arrived_and_ends_together():
     assert estimate(full.trace).total_us == estimate(timing.trace).total_us
     c0, c1 = _cores(timing)
     s0, s1 = _op(c0, "sendrecv"), _op(c1, "sendrecv")
-    assert s0.start_ns == s1.start_ns >= _op(c0, "activation", 11).end_ns
+    # the CoreBarrier hand-off (a guess: one DMA's fixed latencies, 850 ns on trn2), then the transfer
+    sync = CostModel(costs_for("trn2")).core_sync_ns()
+    assert sync == 850.0
+    assert s0.start_ns == s1.start_ns >= _op(c0, "activation", 11).end_ns + sync
     assert s0.end_ns == s1.end_ns
     assert _op(c1, "dma_copy", 1).start_ns >= s1.end_ns  # core 1 stores what core 0 sent, after it arrived
 
@@ -569,3 +573,15 @@ def test_an_interrupted_launch_leaves_no_core_running():
     assert not [t for t in threading.enumerate() if t.name.startswith("nkisim-core")]
     assert context._STACK == []
     np.testing.assert_array_equal(exchange_add[2](np.ones((4, 2), np.float32)), np.zeros((4, 2), np.float32))
+
+
+@nki.jit
+def old_spelling(x):
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=t, dst=t, send_to_rank=1, recv_from_rank=1, pipe_id=0, use_gpsimd_dma=True)
+    return x
+
+
+def test_the_removed_use_gpsimd_dma_flag_names_its_replacement():
+    with pytest.raises(TypeError, match="dma_engine=nisa.dma_engine.gpsimd_dma"):
+        old_spelling[2](X)

@@ -194,14 +194,10 @@ class CostModel:
         if op in _REGISTER_OPS:  # sequencer register instructions: a guessed fixed cost (costs.register_op_cycles)
             return ComputeCost(RESOURCE_OF.get(eng, "SyncE"), tc.register_op_cycles / tc.base_clock_ghz, 0.0)
         if op == "core_barrier":
-            # [GUESS, conservative] nisa.core_barrier: "each NeuronCore writes a semaphore to each other core (remote
-            # semaphore update) and then waits for the other cores' semaphores" (nki.isa.core_barrier); no latency
-            # is documented.  Taken as MIN_II to issue plus one DMA round trip (fixed trigger-to-first-byte and
-            # last-byte-to-completion latencies: a remote semaphore write crosses the chip as a DMA does), during
-            # which the engine is blocked.  The wait for the other core is the scheduler's (perf/scheduler.py).
+            # nisa.core_barrier: MIN_II to issue plus the remote semaphore round trip (core_sync_ns), during which
+            # the engine is blocked.  The wait for the other core is the scheduler's (perf/scheduler.py).
             ghz = tc.gpsimd_ghz if eng == Engine.GPSIMD else tc.scalar_ghz if eng == Engine.SCALAR else tc.vector_ghz
-            trip = tc.dma_pre_latency_ns + tc.dma_post_latency_ns
-            return ComputeCost(RESOURCE_OF.get(eng, "GpSimdE"), tc.min_ii_cycles / ghz + trip, 0.0)
+            return ComputeCost(RESOURCE_OF.get(eng, "GpSimdE"), tc.min_ii_cycles / ghz + self.core_sync_ns(), 0.0)
         if first is None:  # no operands (a barrier-like instruction): MIN_II
             ghz = tc.scalar_ghz if eng == Engine.SCALAR else tc.vector_ghz
             return ComputeCost(RESOURCE_OF.get(eng, "VectorE"), tc.min_ii_cycles / ghz, 0.0)
@@ -309,6 +305,15 @@ class CostModel:
             cycles *= tc.stride_penalty_factor  # A2: stride > 16 B runs each access interface at ~half rate
         resource = RESOURCE_OF.get(eng, "VectorE")
         return ComputeCost(resource, cycles / ghz, lat_cycles * tc.instr_latency_scale / ghz, 0.0, act_table)
+
+    def core_sync_ns(self) -> float:
+        """[GUESS, conservative] One cross-core semaphore hand-off of an LNC=2 pair: nisa.core_barrier ("each
+        NeuronCore writes a semaphore to each other core (remote semaphore update) and then waits for the other
+        cores' semaphores") and the CoreBarrier synchronisation of nisa.sendrecv on the DMA queues ("Uses the
+        standard DMA engine with CoreBarrier synchronization"), nki.isa NKI 0.6; no latency is documented.  Taken
+        as one DMA's fixed latencies, trigger to first byte plus last byte to completion (a remote semaphore write
+        crosses the chip as a DMA does): 850 ns on trn2."""
+        return self.tc.dma_pre_latency_ns + self.tc.dma_post_latency_ns
 
     # ---------------------------------------------------------------------------------------------------------
     def dma_cost(self, ins: Instr) -> DmaCost:

@@ -684,7 +684,8 @@ def _synchronised(ins: Instr, i: int, instrs: list[Instr], access: dict, floor: 
     every = yield (sid, 0, arrive)
     if every > dep + _EPS:
         dep, dep_pred = every, -1  # held by another core
-    if is_dma:
+    if is_dma:  # sendrecv on the DMA queues: the CoreBarrier hand-off, then the transfer (model.core_sync_ns)
+        dep += placer.model.core_sync_ns()
         start, read_done, done, pred[i] = placer.dma(ins, i, dep, dep_pred)
         same_done = done
         w_eng = None

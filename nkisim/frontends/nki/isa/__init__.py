@@ -564,9 +564,16 @@ def _returns_instruction(fn):
 
 
 # ---- cross-core (LNC=2) ---------------------------------------------------------------------------------------
-def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None) -> None:
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=dma_engine.dma, name=None,
+             **removed) -> None:
     """Send ``src`` to the other NeuronCore's ``dst`` while receiving its ``src`` into this core's ``dst`` (an
     LNC=2 launch; both cores' calls meet: nkisim.core.ops.lnc)."""
+    if "use_gpsimd_dma" in removed:
+        raise TypeError("nisa.sendrecv(use_gpsimd_dma=...) was replaced by the dma_engine enum in NKI 0.3 (migration "
+                        "guide): pass dma_engine=nisa.dma_engine.gpsimd_dma, or dma_engine=nisa.dma_engine.dma for "
+                        "use_gpsimd_dma=False")
+    if removed:
+        _removed("sendrecv", removed)
     mode = _member(dma_engine, _DmaEngine, "dma_engine", "sendrecv")
     _lnc.sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, gpsimd_dma=mode is _DmaEngine.gpsimd_dma)
 
