@@ -254,6 +254,65 @@ def test_nc_matmul_overlapping_output_windows_accumulate():
     np.testing.assert_array_equal(out, ref)
 
 
+def _accumulate_onto(init):
+    def kernel(a, b):
+        s, m = _sbuf(a), _sbuf(b)
+        acc = nl.ndarray((a.shape[1], b.shape[1]), dtype=nl.float32, buffer=nl.psum)
+        if init:
+            nisa.memset(dst=acc, value=1.0)  # a non-matmul write
+        nisa.nc_matmul(dst=acc, stationary=s, moving=m, accumulate=True)
+        r = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=r, src=acc)
+        o = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=r)
+        return o
+    return kernel
+
+
+@pytest.mark.parametrize(("init", "code"), [(True, "nkisim_matmul_accumulate_value_init"),
+                                            (False, "nkisim_matmul_accumulate_uninit")])
+def test_nc_matmul_psum_patterns_wrong_on_hardware_warn_in_simulation(init, code):
+    """Release notes 0.6: "nki.isa.nc_matmul warns on PSUM accumulation patterns that produce incorrect results on
+    hardware" (nki.simulate).  accumulate=True onto PSUM a memset initialised (undefined on NeuronCore-v2/v3,
+    nc_matmul's note) or onto PSUM nothing wrote: the compiled kernel is refused, the simulated one warns and
+    accumulates onto what the PSUM holds (the memset's 1.0; unwritten memory is NaN in nkisim)."""
+    a, b = np.ones((16, 8), np.float32), np.ones((16, 4), np.float32)
+    with raises_rule(code, "accumulate=True"):
+        nki.jit(_accumulate_onto(init))(a, b)
+    from nkisim.core.rules import NKISimulationWarning
+
+    with pytest.warns(NKISimulationWarning, match="accumulate=True adds to the PSUM destination"):
+        out = nki.simulate(_accumulate_onto(init))(a, b)
+    if init:
+        np.testing.assert_array_equal(out, np.full((8, 4), 17.0, np.float32))
+    else:
+        assert np.isnan(out).all()
+
+
+def test_sequence_bounds_docstring_shape_and_padding():
+    """nki.isa.sequence_bounds (NKI 0.6): "with input shape (1, 512), the output shape becomes (1, 2, 512)", each
+    element's [start_index, end_index] of its segment, padding (id 0) "a start index of n and an end index of (-1)".
+    The end is one past the segment's last element (AWS's 2.26 doc test's NumPy equivalent)."""
+    ids = np.zeros((1, 512), np.int32)
+    ids[0, 0:100], ids[0, 100:101], ids[0, 101:400] = 3, 7, 3  # a segment id reused after another one
+    seen = {}
+
+    def kernel(seg):
+        s = _sbuf(seg)
+        d = nl.ndarray((1, 2, 512), dtype=nl.int32, buffer=nl.sbuf)
+        seen["shape"] = d.shape
+        nisa.sequence_bounds(dst=d, segment_ids=s)
+        o = nl.ndarray(d.shape, dtype=d.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=d)
+        return o
+    out = _run(kernel, ids)
+    assert out.shape == (1, 2, 512)
+    want_start = np.r_[np.zeros(100), [100], np.full(299, 101), np.full(112, 512)]
+    want_end = np.r_[np.full(100, 100), [101], np.full(299, 400), np.full(112, -1)]
+    np.testing.assert_array_equal(out[0, 0], want_start)
+    np.testing.assert_array_equal(out[0, 1], want_end)
+
+
 def _transpose_mode_kernel(dst_dtype):
     def kernel(x):
         s = _sbuf(x)

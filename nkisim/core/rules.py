@@ -59,7 +59,10 @@ class NKISimulationWarning(UserWarning):
 
     The known-issues page says "Top-level tensors must be on HBM" (nki_known_issues, Unsupported Syntax 1), yet
     AWS's ``range_select`` doc test returns an SBUF tile from an ``nki.jit(mode='simulation')`` kernel and checks
-    its values.  So simulation warns and returns the values; compiling still fails."""
+    its values.  So simulation warns and returns the values; compiling still fails.  The same holds for the PSUM
+    accumulation patterns that give wrong results on hardware (``nc_matmul(accumulate=True)`` onto PSUM no matmul
+    wrote, or a non-matmul instruction initialised): "nc_matmul warns on PSUM accumulation patterns that produce
+    incorrect results on hardware" (NKI 0.6.0 release notes)."""
 
 
 class NKICapacityWarning(UserWarning):

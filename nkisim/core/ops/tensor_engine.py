@@ -5,6 +5,8 @@ A matmul writes one PSUM bank; its accumulation-group semantics (first write ove
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from nkisim.core import access, dtypes, execute
@@ -37,7 +39,7 @@ from nkisim.core.ops.common import (
     transposed_mask,
 )
 from nkisim.core.ops.elementwise import tensor_copy
-from nkisim.core.rules import applies, fail
+from nkisim.core.rules import NKISimulationWarning, applies, fail, message
 from nkisim.core.tensor import Tensor
 
 # nc_matmul hints that buy speed on a promise about the data, checked on the values (_check_matmul_promises)
@@ -247,10 +249,10 @@ def _matmul_done(ctx: KernelContext, ins, out: Tensor, values, mask, dst: Tensor
         return dst  # a dynamic loop body being recorded: the flags are checked when it executes
     # the rules read the accumulation-group flags, which both modes keep: they fire with or without values
     if accumulate is True and not holds_data(dst):
-        fail("nkisim_matmul_accumulate_uninit", op=ins.op, dst=list(dst.shape))
+        _psum_rule(ctx, "nkisim_matmul_accumulate_uninit", op=ins.op, dst=list(dst.shape))
     # every target nkisim models (trn1, trn2) is NeuronCore-v2/v3, where the note below applies
     if accumulate is True and holds_value_init(dst) and applies("nkisim_matmul_accumulate_value_init", ctx.era):
-        fail("nkisim_matmul_accumulate_value_init", op=ins.op, dst=list(dst.shape), target=ctx.target)
+        _psum_rule(ctx, "nkisim_matmul_accumulate_value_init", op=ins.op, dst=list(dst.shape), target=ctx.target)
     if accumulate is None:
         start_tensor_groups(dst)  # a placed tensor's first matmul: new groups, whatever aliased it before
         start_group_over_value_init(dst, mask)  # the compiler's inferred flag: a memset is no matmul write
@@ -260,6 +262,17 @@ def _matmul_done(ctx: KernelContext, ins, out: Tensor, values, mask, dst: Tensor
     else:
         psum_flags(dst, accumulate is not False, mask)
     return dst
+
+
+def _psum_rule(ctx: KernelContext, code: str, **fields) -> None:
+    """A PSUM accumulation pattern that gives wrong results on hardware: an error when compiling; under the CPU
+    simulator a warning, after which the matmul accumulates onto whatever the PSUM holds ("nki.isa.nc_matmul warns
+    on PSUM accumulation patterns that produce incorrect results on hardware", NKI 0.6.0 release notes, nki.simulate
+    fixes; nkisim's simulator mode treats the compiler's other checks the same way)."""
+    if ctx.mem.simulate:
+        warnings.warn(NKISimulationWarning(message(code, **fields)), stacklevel=4)
+    else:
+        fail(code, **fields)
 
 
 def _double_row_matmul(ctx: KernelContext, stationary: Tensor, moving: Tensor, k: int, mask, op_name: str,
