@@ -32,7 +32,7 @@ from grader.judge import judge_output
 from grader.recording import build_record, error_record, now, tool_versions
 from grader.records import CaseRecord, GradeConfig, GradeRecord, RecordStatus, Status, TestResult, Verdict
 from grader.rubric import Rubric, RubricError, TestSpec, load_rubric
-from grader.runner import CaseRun, ImportCheck, check_import, run_case
+from grader.runner import CaseRun, ImportCheck, KernelServers, check_import, run_case
 from grader.sandbox import detect_isolation
 from grader.submission import Submission, load_submission
 
@@ -87,6 +87,10 @@ class _Grading:
         # (file, function) -> (input elements, why, test id) of the smallest call that hit a resource limit
         self.exhausted: dict[tuple[str, str], tuple[int, str, str]] = {}
         self._lock = threading.Lock()
+        # warm kernel servers (grader/forkserver.py): one per worker thread, a fork per kernel call
+        self.servers = (KernelServers(target=config.target, limits=rubric.limits, tmp_root=config.tmp_root,
+                                      size=max(1, config.workers))
+                        if backend == "nkisim" and KernelServers.enabled() else None)
 
     # ------------------------------------------------------------------------------------------ screen ----
     def screen(self) -> None:
@@ -155,6 +159,7 @@ class _Grading:
                 timeout_s=self.rubric.limits.import_timeout_s,
                 tmp_root=self.config.tmp_root,
                 hidden=self.config.hidden_dirs,
+                servers=self.servers,
             )
 
         items = sorted(wanted.items())
@@ -286,6 +291,7 @@ class _Grading:
             timeout_s=test.timeout_s * self.config.timeout_scale,
             tmp_root=self.config.tmp_root,
             hidden=self.config.hidden_dirs,
+            servers=self.servers,
         )
         self.features.update(run.features)
         return run
@@ -484,11 +490,15 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
         raise GraderError(f"--target must be trn2 or trn1, got {config.target!r}")
     seed = effective_seed(rubric, sub.content_hash, config)
     grading = _Grading(sub, rubric, config, backend, seed)
-    t_screen = time.perf_counter()
-    grading.screen()
-    screen_s = time.perf_counter() - t_screen
-    import_s = grading.check_imports(rubric.tests)
-    results = _run_phases(grading, rubric.tests, max(1, config.workers))
+    try:
+        t_screen = time.perf_counter()
+        grading.screen()
+        screen_s = time.perf_counter() - t_screen
+        import_s = grading.check_imports(rubric.tests)
+        results = _run_phases(grading, rubric.tests, max(1, config.workers))
+    finally:
+        if grading.servers is not None:
+            grading.servers.close()  # before the CPU count: a server's calls are counted once it is reaped
     failed = [r for r in results if r.status == Status.GRADER_ERROR]
     cpu_grader, cpu_kernels = (b - a for a, b in zip(cpu0, _cpu_seconds()))
     return build_record(
@@ -512,6 +522,8 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
             **{f"import:{name}": sec for name, sec in import_s.items()},
             **{f"test:{r.id}": r.seconds for r in results},
             **grading.store.stats.as_timings(),
+            # sandboxed process start-ups (warm servers + one-off processes) for how many kernel calls
+            **(grading.servers.as_timings() if grading.servers is not None else {}),
             # CPU seconds of this process (inputs, references, judging, costing traces) and of the sandboxed
             # kernel processes; exact when nothing else runs in the process meanwhile (a batch worker)
             "cpu:grader_s": cpu_grader,

@@ -23,6 +23,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,11 +34,12 @@ import numpy as np
 from grader.problems import Invocation
 from grader.records import Status, Verdict
 from grader.rubric import Limits
-from grader.sandbox import Isolation, ProcessResult, detect_isolation, run_sandboxed
+from grader.sandbox import Isolation, ProcessResult, ServerGone, WarmServer, detect_isolation, run_sandboxed
 from grader.seeds import registered_private_dirs
 from grader.staff import reference_dir
 
 CHILD_SCRIPT = str(Path(__file__).with_name("child.py"))
+SERVER_SCRIPT = str(Path(__file__).with_name("forkserver.py"))
 MAX_STATUS_BYTES = 1 << 20
 # Bounds on what the parent parses and costs (the staff kernels issue ~4e4 instructions on the largest test).
 MAX_TRACE_BYTES = 256 << 20
@@ -164,12 +166,7 @@ def _prepare_dirs(root: Path, iso: Isolation) -> tuple[Path, Path, Path]:
     # lib/ holds only links to the nkisim and nkibench packages: the child imports the same nkisim as the parent
     # (whose traceio reads the child's trace) and, on Trainium, times kernels through nkibench, without the
     # grader package or the staff reference on its sys.path.
-    lib = root / "lib"
-    lib.mkdir()
-    _compile_nkisim()
-    (lib / "nkisim").symlink_to(_nkisim_dir(), target_is_directory=True)
-    (lib / "nkibench").symlink_to(_nkibench_dir(), target_is_directory=True)
-    os.chmod(lib, 0o755)
+    _lib_links(root)
     work = root / "work"
     inputs = root / f"in-{secrets.token_hex(16)}"
     outputs = root / f"out-{secrets.token_hex(16)}"
@@ -183,6 +180,136 @@ def _prepare_dirs(root: Path, iso: Isolation) -> tuple[Path, Path, Path]:
         os.chmod(work, 0o700)
         os.chmod(outputs, 0o700)
     return work, inputs, outputs
+
+
+def _lib_links(root: Path) -> Path:
+    """``root/lib``: links to the nkisim and nkibench packages only (the child's whole sys.path addition)."""
+    lib = root / "lib"
+    lib.mkdir()
+    _compile_nkisim()
+    (lib / "nkisim").symlink_to(_nkisim_dir(), target_is_directory=True)
+    (lib / "nkibench").symlink_to(_nkibench_dir(), target_is_directory=True)
+    os.chmod(lib, 0o755)
+    return lib
+
+
+class KernelServers:
+    """The warm kernel servers of one grading (grader/forkserver.py): at most ``size`` at a time (one per worker
+    thread), each serving one NKI API's calls one after another.  A grading that uses them saves a Python start-up
+    and the NumPy and nkisim imports per kernel call (about 0.15-0.2 CPU s each, ~20 calls per submission).
+
+    Servers never run student code and never outlive the grading (:meth:`close`); a server that fails to start or
+    dies is replaced, or the call runs as a one-off process (:func:`run_sandboxed`) as before.  Only nkisim runs
+    use them: on Trainium every call gets a fresh process and runtime.  ``GRADER_WARM_SERVERS=0`` turns them off."""
+
+    def __init__(self, *, target: str, limits: Limits, tmp_root: str | None = None, size: int = 1) -> None:
+        self.target, self.limits, self.tmp_root, self.size = target, limits, tmp_root, max(1, size)
+        self._idle: list[tuple[str, WarmServer, Path]] = []
+        self._busy = 0
+        self._lock = threading.Lock()
+        self.failed = False
+        self.started = 0  # servers started
+        self.one_off = 0  # calls that ran in a process of their own (no server could serve them)
+        self.calls = 0
+        self._inputs: dict[int, tuple[np.ndarray, str]] = {}
+        self._inputs_dir: Path | None = None
+        self._inputs_lock = threading.Lock()
+
+    @staticmethod
+    def enabled() -> bool:
+        return os.environ.get("GRADER_WARM_SERVERS", "1") != "0"
+
+    def _start(self, api: str) -> tuple[str, WarmServer, Path]:
+        root = Path(tempfile.mkdtemp(prefix="asst4-server-", dir=self.tmp_root))
+        try:
+            lib = _lib_links(root)
+            os.chmod(root, 0o711)
+            server = WarmServer([sys.executable, "-I", "-B", SERVER_SCRIPT, CHILD_SCRIPT, str(lib), api],
+                                cwd=str(root), limits=self.limits, env_extra=_nkisim_env(self.target))
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        self.started += 1
+        return api, server, root
+
+    def acquire(self, api: str) -> tuple[str, WarmServer, Path] | None:
+        """An idle live server of ``api``, or a new one; None when servers cannot be used here."""
+        with self._lock:
+            if self.failed:
+                return None
+            for i, item in enumerate(self._idle):
+                if item[0] == api and item[1].alive:
+                    self._busy += 1
+                    return self._idle.pop(i)
+            stale = [item for item in self._idle if not item[1].alive]
+            self._idle = [item for item in self._idle if item[1].alive]
+            while self._idle and len(self._idle) + self._busy >= self.size:  # another API's idle server makes room
+                stale.append(self._idle.pop(0))
+            self._busy += 1
+        for item in stale:
+            self._discard(item)
+        try:
+            return self._start(api)
+        except (ServerGone, OSError) as exc:
+            print(f"grader: kernel server unavailable, one process per call instead: {exc}", file=sys.stderr)
+            with self._lock:
+                self.failed = True
+                self._busy -= 1
+            return None
+
+    def release(self, item: tuple[str, WarmServer, Path]) -> None:
+        with self._lock:
+            self._busy -= 1
+            if item[1].alive:
+                self._idle.append(item)
+                return
+        self._discard(item)
+
+    @staticmethod
+    def _discard(item: tuple[str, WarmServer, Path]) -> None:
+        item[1].close()
+        shutil.rmtree(item[2], ignore_errors=True)
+
+    def input_file(self, arr: np.ndarray) -> str:
+        """The .npy file holding ``arr`` for this grading's calls, written on first use: the three 224x224 batch-4
+        correctness tests share X and W (205 MB), which were written once per call before.  Keyed by the array
+        object (held here, so its id stays unique): the grader's inputs are memoised, read-only arrays.  The files
+        are the grading's own (a submission reads only its own inputs, as before), 0644 in a 0711 directory of a
+        random name, removed by :meth:`close`."""
+        with self._inputs_lock:
+            hit = self._inputs.get(id(arr))
+            if hit is not None and hit[0] is arr:
+                return hit[1]
+            if self._inputs_dir is None:
+                self._inputs_dir = Path(tempfile.mkdtemp(prefix="asst4-inputs-", dir=self.tmp_root))
+                os.chmod(self._inputs_dir, 0o711)
+            path = self._inputs_dir / f"in-{secrets.token_hex(16)}.npy"
+            np.save(path, arr, allow_pickle=False)
+            os.chmod(path, 0o644)
+            self._inputs[id(arr)] = (arr, str(path))
+            return str(path)
+
+    def as_timings(self) -> dict[str, float]:
+        """For result.json's timings: sandboxed process start-ups and kernel calls (import checks included)."""
+        return {"processes:started": float(self.started + self.one_off), "processes:calls": float(self.calls)}
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for item in idle:
+            self._discard(item)
+        with self._inputs_lock:
+            self._inputs.clear()
+            if self._inputs_dir is not None:
+                shutil.rmtree(self._inputs_dir, ignore_errors=True)
+                self._inputs_dir = None
+
+
+def _nkisim_env(target: str) -> dict[str, str]:
+    env = {"NEURON_PLATFORM_TARGET_OVERRIDE": target, "NKISIM_TARGET": target}
+    if os.environ.get("NEURON_RT_VISIBLE_CORES"):
+        env["NEURON_RT_VISIBLE_CORES"] = os.environ["NEURON_RT_VISIBLE_CORES"]
+    return env
 
 
 def _launch(
@@ -200,9 +327,11 @@ def _launch(
     import_clock: bool,
     collect: Callable[[ProcessResult, Path, str], Any],
     hidden: tuple[str, ...] = (),
+    servers: KernelServers | None = None,
 ) -> Any:
-    """Lay out a private run directory, start grader/child.py on it in the sandbox and hand the result to
-    ``collect(process result, output dir, module file name)`` before the directory is removed."""
+    """Lay out a private run directory, start grader/child.py on it in the sandbox (a fork of one of ``servers``
+    for nkisim runs, else a fresh process) and hand the result to ``collect(process result, output dir, module
+    file name)`` before the directory is removed."""
     iso = detect_isolation()
     root = Path(tempfile.mkdtemp(prefix="asst4-case-", dir=tmp_root))
     try:
@@ -212,6 +341,9 @@ def _launch(
         os.chmod(module_file, 0o644)
         input_paths = []
         for i, arr in enumerate(inv.args if inv is not None else ()):
+            if servers is not None and not arr.flags.writeable:  # a shared, read-only input: one file per grading
+                input_paths.append(servers.input_file(arr))
+                continue
             p = in_dir / f"arg{i}.npy"
             np.save(p, arr, allow_pickle=False)
             os.chmod(p, 0o644)
@@ -235,22 +367,38 @@ def _launch(
             "gid": iso.gid,
             **job_fields,
         }
-        env = {"NEURON_PLATFORM_TARGET_OVERRIDE": target, "NKISIM_TARGET": target}
+        env = _nkisim_env(target)
         if backend == "neuron":  # includes NEURON_RT_VISIBLE_CORES, the NeuronCore a Ray task was given
             env = {**hardware_env(), **env}
-        elif os.environ.get("NEURON_RT_VISIBLE_CORES"):
-            env["NEURON_RT_VISIBLE_CORES"] = os.environ["NEURON_RT_VISIBLE_CORES"]
-        proc: ProcessResult = run_sandboxed(
-            [sys.executable, "-I", "-B", CHILD_SCRIPT],
-            stdin_bytes=lambda context: json.dumps({**job, **context}).encode(),
-            cwd=str(work),
-            limits=limits,
-            timeout_s=timeout_s,
-            env_extra=env,
-            isolation=iso,
-            child_drops_privileges=True,
-            clock_file=str(out_dir / "import.started") if import_clock else None,
-        )
+        clock_file = str(out_dir / "import.started") if import_clock else None
+        proc: ProcessResult | None = None
+        served = servers.acquire(api or "legacy") if servers is not None and backend == "nkisim" else None
+        if served is not None:
+            try:
+                proc = served[1].run(lambda context: json.dumps({**job, **context}).encode(), timeout_s=timeout_s,
+                                     clock_file=clock_file)
+            except ServerGone:
+                proc = None  # the call runs in a process of its own below, from an empty output directory
+                for leftover in out_dir.iterdir():
+                    leftover.unlink()
+            finally:
+                servers.release(served)
+        if servers is not None:
+            with servers._lock:
+                servers.calls += 1
+                servers.one_off += proc is None
+        if proc is None:
+            proc = run_sandboxed(
+                [sys.executable, "-I", "-B", CHILD_SCRIPT],
+                stdin_bytes=lambda context: json.dumps({**job, **context}).encode(),
+                cwd=str(work),
+                limits=limits,
+                timeout_s=timeout_s,
+                env_extra=env,
+                isolation=iso,
+                child_drops_privileges=True,
+                clock_file=clock_file,
+            )
         return collect(proc, out_dir, module_file.name)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -271,8 +419,10 @@ def run_case(
     tmp_root: str | None = None,
     hidden: tuple[str, ...] = (),
     api: str | None = None,
+    servers: KernelServers | None = None,
 ) -> CaseRun:
-    """Run ``function`` from the student's ``rel_file`` on ``inv`` in a fresh sandboxed process.  A latency timed on
+    """Run ``function`` from the student's ``rel_file`` on ``inv`` in a fresh sandboxed process (a fork of a warm
+    server of ``servers``, or a process started for it).  A latency timed on
     Trainium is also recorded with nkisim's estimate of the same kernel (nkibench.feedback, docs/grading.md)."""
     run = _launch(
         source,
@@ -287,6 +437,7 @@ def run_case(
         tmp_root=tmp_root,
         import_clock=False,
         hidden=hidden,
+        servers=servers,
         collect=lambda proc, out_dir, name: _collect(
             proc, out_dir, inv, name, limits, timeout_s, want_trace and backend == "nkisim", rel_file
         ),
@@ -344,6 +495,7 @@ def check_import(
     tmp_root: str | None = None,
     hidden: tuple[str, ...] = (),
     api: str | None = None,
+    servers: KernelServers | None = None,
 ) -> ImportCheck:
     """Import the student's ``rel_file`` once in the sandbox (no kernel call) within ``timeout_s`` seconds of
     import time, and report which of ``functions`` it lacks."""
@@ -360,6 +512,7 @@ def check_import(
         tmp_root=tmp_root,
         import_clock=True,
         hidden=hidden,
+        servers=servers,
         collect=lambda proc, out_dir, name: _collect_import(proc, out_dir, rel_file, name, limits, timeout_s),
     )
 

@@ -23,6 +23,7 @@ through a pipe and only its tail is kept, so a printing loop cannot fill the dis
 from __future__ import annotations
 
 import functools
+import json
 import os
 import pwd
 import shutil
@@ -350,3 +351,153 @@ def _wait(
             return False, clock_started or os.path.exists(clock_file)
         except subprocess.TimeoutExpired:
             continue
+
+
+# ------------------------------------------------------------------------------------------ warm servers ----
+SERVER_CPU_SECONDS = 7 * 24 * 3600  # the server's own limit; each call sets its own (grader/child.py: _confine)
+SERVER_NPROC = 1 << 15  # likewise: each call lowers RLIMIT_NPROC to its own limit before student code
+
+
+@functools.cache
+def _spawner() -> Any:
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="grader-server-spawner")
+
+
+class ServerGone(RuntimeError):
+    """A warm server did not start or died between calls: the call runs in a one-off process instead."""
+
+
+def _read_line(fd: int, buf: bytearray, deadline: float, clock_file: str | None = None,
+               timeout_s: float = 0.0) -> tuple[bytes | None, bool, bool]:
+    """One line from ``fd`` before ``deadline`` (moved to now + ``timeout_s`` when ``clock_file`` appears):
+    (line or None, timed out, clock started)."""
+    import select
+
+    clock_started = clock_file is None
+    while b"\n" not in buf:
+        now = time.perf_counter()
+        if not clock_started and os.path.exists(clock_file):
+            clock_started, deadline = True, now + timeout_s
+        if now >= deadline:
+            return None, True, clock_started
+        wait = deadline - now if clock_started else min(deadline - now, 0.05)
+        ready, _, _ = select.select([fd], [], [], wait)
+        if ready:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return None, False, clock_started
+            buf += chunk
+    i = buf.index(b"\n")
+    line = bytes(buf[:i])
+    del buf[: i + 1]
+    return line, False, clock_started or (clock_file is not None and os.path.exists(clock_file))
+
+
+class WarmServer:
+    """grader/forkserver.py under every layer a one-off child gets from :func:`run_sandboxed` (setpriv, prlimit,
+    unshare), serving kernel calls one at a time; each call is a fresh fork with its own pids cgroup, rlimits,
+    mount and PID namespaces (grader/forkserver.py says why that keeps one process per call's isolation)."""
+
+    def __init__(self, python_argv: list[str], *, cwd: str, limits: Limits, env_extra: dict[str, str] | None = None,
+                 isolation: Isolation | None = None, startup_limit_s: float = 120.0) -> None:
+        self.iso = iso = isolation or detect_isolation()
+        self.limits = limits
+        popen_user: dict[str, Any] = {}
+        inner = [*iso.unshare_argv, *python_argv]
+        if iso.uid is not None and not iso.unshare_argv:
+            popen_user = {"user": iso.uid, "group": iso.gid, "extra_groups": []}
+        argv = [*_wrappers(SERVER_CPU_SECONDS, limits, SERVER_NPROC), *inner]
+        # Started from a thread that lives as long as this process: setpriv's --pdeathsig fires when the *thread*
+        # that forked the server ends (prctl(2), PR_SET_PDEATHSIG), and a grading's worker threads end with each
+        # phase, while the server serves the whole grading.
+        self.proc = _spawner().submit(
+            subprocess.Popen, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
+            env=scrubbed_env(cwd, env_extra), start_new_session=True, close_fds=True, **popen_user,
+        ).result()
+        self._err: deque[bytes] = deque()
+        self._reader = threading.Thread(target=_drain, args=(self.proc.stderr, self._err, [0]), daemon=True)
+        self._reader.start()
+        self._buf = bytearray()
+        line, _, _ = _read_line(self.proc.stdout.fileno(), self._buf, time.perf_counter() + startup_limit_s)
+        if line is None or not line.startswith(b'{"ready"'):
+            self.close()
+            raise ServerGone("the kernel server did not start: " + self.errors())
+        self.alive = True
+        # the server's namespaces hold for every call; the PID namespace and /proc are each call's own, and the
+        # call names them (grader/child.py's status)
+        self.features = tuple(f for f in iso.features if f not in ("pid-namespace", "private-proc"))
+
+    def errors(self) -> str:
+        return b"".join(self._err)[-2000:].decode("utf-8", errors="replace")
+
+    def run(self, job: Callable[[dict[str, Any]], bytes], *, timeout_s: float, clock_file: str | None = None,
+            startup_limit_s: float = 120.0) -> ProcessResult:
+        """One kernel call (``job`` as for :func:`run_sandboxed`'s ``stdin_bytes``); raises ServerGone when the
+        server is no longer there to run it.  A call that times out takes its server with it."""
+        if not self.alive or self.proc.poll() is not None:
+            self.alive = False
+            raise ServerGone("the kernel server has ended: " + self.errors())
+        cpu_seconds = int(timeout_s) + self.limits.cpu_seconds_slack
+        run_uid = self.iso.uid if self.iso.uid is not None else os.geteuid()
+        nproc = self.limits.processes + (_processes_of(run_uid) if self.iso.uid is None else 0)
+        group = cgroups.PidsCgroup.create(self.limits.processes) if "pids-cgroup" in self.iso.features else None
+        payload = job({"cgroup": group.procs_file if group is not None else None,
+                       "rlimits": rlimit_table(self.limits, cpu_seconds, nproc)})
+        started = time.perf_counter()
+        try:
+            try:
+                self.proc.stdin.write(payload.replace(b"\n", b" ") + b"\n")
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError) as exc:
+                self.alive = False
+                raise ServerGone(f"the kernel server has ended: {exc}") from None
+            deadline = started + (startup_limit_s if clock_file else timeout_s)
+            line, timed_out, clock_started = _read_line(
+                self.proc.stdout.fileno(), self._buf, deadline, clock_file, timeout_s
+            )
+            if timed_out:
+                self.close(kill=True)  # the call and its server: the next call gets a new server
+                return ProcessResult(None, True, time.perf_counter() - started, "", None, self.features,
+                                     group.peak() if group is not None else None, clock_started)
+            if line is None:
+                self.close(kill=True)
+                raise ServerGone("the kernel server ended during a call: " + self.errors())
+        finally:
+            peak = group.peak() if group is not None else None
+            if group is not None:
+                group.destroy()
+        reply = json.loads(line)
+        rc = reply.get("returncode")
+        sig = None
+        if isinstance(rc, int) and rc < 0:
+            try:
+                sig = signal.Signals(-rc).name
+            except ValueError:
+                sig = f"signal {-rc}"
+        output = str(reply.get("output", ""))[-OUTPUT_TAIL_BYTES:]
+        return ProcessResult(rc, False, time.perf_counter() - started, output, sig, self.features, peak,
+                             clock_started)
+
+    def close(self, kill: bool = False) -> None:
+        """End the server: an idle one by closing its stdin (it exits at once), a busy one (``kill``) by killing
+        it, and with it the call still running (its PID namespace and process group go too)."""
+        self.alive = False
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        if not kill:
+            try:  # reaped, not killed: its calls' CPU time reaches the grader (RUSAGE_CHILDREN, result.json)
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        _kill_group(self.proc)
+        self.proc.wait()
+        self._reader.join(timeout=5)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            try:
+                stream.close()
+            except OSError:
+                pass

@@ -1,0 +1,184 @@
+"""A warm, trusted kernel-process server: one interpreter per grading worker imports NumPy and nkisim once, then
+forks a fresh process per kernel call, which runs grader/child.py's job exactly as a freshly started child would.
+
+Started by grader/runner.py (``KernelServer``) as ``python -I -B grader/forkserver.py CHILD_SCRIPT`` behind the
+same wrappers as a one-off child (setpriv --pdeathsig, prlimit, unshare: its own mount, network and PID
+namespaces; the pids cgroup and the tighter rlimits are per call).  It never imports or runs student code: it
+loads grader/child.py by path, pre-imports what every child imports before student code (NumPy, nkisim's
+runtime, trace writer and both NKI front ends), and then serves one job at a time:
+
+* the grader writes a job (grader/child.py's JSON, one line) to the server's stdin;
+* the server forks; the fork closes every descriptor it inherited, sends its output into a pipe of its own,
+  joins the call's pids cgroup, asks for SIGKILL when the server dies, and (where the server may: mount
+  namespaces) unshares a mount and a PID namespace and forks once more, so the call runs as the init of a PID
+  namespace of its own with a /proc of its own, exactly as ``unshare --fork --pid --mount-proc`` starts a
+  one-off child: everything the call starts dies with it and it sees no other process.  That process runs
+  ``child.run_job(job)``: rlimits, inputs, read-only file system, dropped privileges, undumpable, then the
+  student's import and kernel call;
+* the server drains the call's output (keeping the last 64 KiB, like grader/sandbox.py), waits for it and
+  writes one JSON line to its stdout: the exit status or signal and the output's tail.
+
+Why this keeps the isolation of one process per call: each call is a fork of an interpreter that has run no
+student code, so no call sees another's state (module globals, nkisim's caches, the NumPy heap); the calls of
+one grading run one after another in a server, each in its own mount and PID namespaces with its own directories
+writable, as before.  What a call shares with the server is read-only after the fork (copy-on-write memory).  The
+server is PID 1 of its namespace: a call, in a namespace nested below it, cannot see or signal it.  A call that
+hangs is killed by the grader together with its server (a new server serves the next call).
+
+What changes for a kernel: NumPy's global random state is the server's, the same in every call of a grading
+(it was seeded afresh per process before); nothing graded depends on it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import os
+import select
+import signal
+import sys
+from collections import deque
+
+CLONE_NEWNS, CLONE_NEWPID = 0x00020000, 0x20000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+PR_SET_PDEATHSIG = 1
+OUTPUT_TAIL_BYTES = 64 * 1024
+MAX_JOB_BYTES = 1 << 20
+
+
+def _load_child(path: str):
+    """grader/child.py as a module (by path: the grader package is not on this interpreter's sys.path)."""
+    spec = importlib.util.spec_from_file_location("asst4_child", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _preimport(child, lib: str, api: str) -> None:
+    """What every child of ``api`` imports before student code, once (each fork shares it copy-on-write).  One
+    API per server: a child of a one-off process imports only its own file's namespace, and so does this one."""
+    sys.path[:0] = [lib]
+    import numpy  # noqa: F401
+
+    import nkisim.core.runtime  # noqa: F401
+    import nkisim.core.traceio  # noqa: F401
+
+    try:
+        child._ensure_nki_importable("nkisim", api)
+        fe = child._frontends().get(api)
+        for sub in fe.submodules:
+            importlib.import_module(f"{fe.namespace}.{sub}")
+    except ImportError:
+        pass  # the child reports it for the job that needs it
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    return libc
+
+
+def _exit_like(status: int) -> None:
+    """End this process as the process it waited for ended (the same exit code, or the same signal)."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def _case(child, job: dict, out_fd: int) -> None:
+    """In the fork: isolate, then run the job (never returns)."""
+    try:
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.closerange(3, 65536)  # the server's job and reply pipes above all
+        os.setsid()
+        libc = _libc()
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if job.get("cgroup"):
+            try:
+                with open(job["cgroup"], "w") as fh:  # before anything forks: every later process is born inside
+                    fh.write(str(os.getpid()))
+            except OSError:
+                pass
+        for key in ("HOME", "TMPDIR"):
+            os.environ[key] = str(job.get("work_dir", "/"))
+        features = []
+        if job.get("jail") and libc.unshare(CLONE_NEWNS | CLONE_NEWPID) == 0:
+            pid = os.fork()
+            if pid:
+                _, status = os.waitpid(pid, 0)
+                _exit_like(status)
+            # PID 1 of a namespace of its own, with a /proc that shows only this call's processes
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            features.append("pid-namespace")
+            if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) == 0 and libc.mount(
+                b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None
+            ) == 0:
+                features.append("private-proc")
+        job["server_features"] = features
+        child.run_job(job)
+    except BaseException:  # noqa: BLE001 - nothing may return into the server's loop
+        pass
+    os._exit(3)
+
+
+def _serve_one(child, job: dict) -> dict:
+    """Run one job in a fork; its exit status and the tail of its output."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        _case(child, job, w)
+    os.close(w)
+    tail: deque[bytes] = deque()
+    kept = 0
+    status = None
+    while status is None:
+        ready, _, _ = select.select([r], [], [], 0.02)
+        chunk = os.read(r, 1 << 16) if ready else None
+        if chunk:
+            tail.append(chunk)
+            kept += len(chunk)
+            while kept - len(tail[0]) >= OUTPUT_TAIL_BYTES and len(tail) > 1:
+                kept -= len(tail.popleft())
+            continue
+        # end of output (every writer gone: the call has ended) or a quiet spell: has the call ended?
+        done, st = os.waitpid(pid, 0 if chunk == b"" else os.WNOHANG)
+        if done:
+            status = st
+    try:  # whatever the call left behind dies with it: its PID namespace did; without one, its process group
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    os.close(r)
+    return {"returncode": os.waitstatus_to_exitcode(status),
+            "output": b"".join(tail)[-OUTPUT_TAIL_BYTES:].decode("utf-8", errors="replace")}
+
+
+def serve(child_path: str, lib: str, api: str) -> None:
+    """Pre-import, say ready, then one job per line of stdin until it closes; one reply line per job."""
+    child = _load_child(child_path)
+    _preimport(child, lib, api)
+    replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    replies.write(json.dumps({"ready": True}) + "\n")
+    replies.flush()
+    buf = b""
+    while True:
+        while b"\n" not in buf:
+            chunk = os.read(0, 1 << 16)
+            if not chunk or len(buf) > MAX_JOB_BYTES:
+                os._exit(0)  # at once: no interpreter teardown for the grader to wait out
+            buf += chunk
+        line, buf = buf.split(b"\n", 1)
+        reply = _serve_one(child, json.loads(line.decode("utf-8")))
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
+if __name__ == "__main__":
+    serve(*sys.argv[1:4])

@@ -1,0 +1,194 @@
+"""The warm kernel servers (grader/forkserver.py, grader/sandbox.py: WarmServer, grader/runner.py: KernelServers):
+one pre-imported interpreter per grading worker forks each kernel call.  What must hold: every call starts from the
+server's state, never from an earlier call's; a call sees only its own processes; a call that hangs takes its server
+with it and the next call gets a new one; the calls' CPU time reaches the grader's accounting; and grading with
+servers gives exactly what one process per call gives."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from grader_helpers import FAST_RUBRIC, GOOD, check_reports
+
+from grader.pipeline import grade_submission
+from grader.records import GradeConfig
+from grader.rubric import load_rubric
+from grader.sandbox import detect_isolation
+
+needs_namespaces = pytest.mark.skipif(not detect_isolation().unshare_argv, reason="needs mount namespaces")
+
+# A correct transpose that remembers, in a module global, every call made in its process: a second call in the same
+# process (state carried from one test or case to the next) fails it.
+REMEMBERS = '''
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+
+CALLS = []
+
+
+@nki.jit
+def matrix_transpose(a_tensor):
+    CALLS.append(a_tensor.shape)
+    if len(CALLS) > 1:
+        raise RuntimeError("STATE FROM AN EARLIER CALL: " + str(CALLS))
+    M, N = a_tensor.shape
+    P = nl.tile_size.pmax
+    out = nl.ndarray((N, M), dtype=a_tensor.dtype, buffer=nl.hbm)
+    for i in nl.affine_range(M // P):
+        for j in nl.affine_range(N // P):
+            tile = nl.ndarray((P, P), dtype=a_tensor.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(src=a_tensor[i * P : (i + 1) * P, j * P : (j + 1) * P], dst=tile)
+            back = nisa.tensor_copy(nisa.nc_transpose(tile))
+            nisa.dma_copy(src=back, dst=out[j * P : (j + 1) * P, i * P : (i + 1) * P])
+    return out
+'''
+
+# Screen off: escapes the Python restrictions and reports the processes its /proc shows and what they run.
+LOOKS_AROUND = '''
+import neuronxcc.nki as nki
+
+
+def _sys():
+    for cls in ().__class__.__base__.__subclasses__():
+        if cls.__name__ == "_wrap_close":
+            return cls.__init__.__globals__["sys"]
+    raise RuntimeError("no escape found")
+
+
+@nki.jit
+def matrix_transpose(a_tensor):
+    os = _sys().modules["os"]
+    seen = []
+    for pid in sorted(p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with _sys().modules["io"].open("/proc/" + pid + "/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\\0", b" ").decode()
+        except OSError as exc:
+            cmd = "unreadable: " + exc.strerror
+        seen.append(pid + "=" + cmd)
+    raise RuntimeError("PROCESSES " + repr(seen) + " SELF " + str(os.getpid()))
+'''
+
+
+def _two_correctness_tests(tmp_path: Path) -> Path:
+    """The fast rubric plus a second correctness test on one smaller tile (ready at the same time as the first)."""
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text(Path(FAST_RUBRIC).read_text() + """
+[[test]]
+id = "part1.transpose_small"
+name = "transpose correctness, one tile"
+part = 1
+file = "part1/kernels.py"
+function = "matrix_transpose"
+kind = "correctness"
+problem = "transpose"
+points = 1
+timeout_s = 20
+cases = [{ shape = [128, 128], dtype = "float32" }]
+""")
+    return rubric
+
+
+def _submission(tmp_path: Path, kernels: str) -> Path:
+    sub = tmp_path / "sub"
+    shutil.copytree(GOOD, sub)
+    (sub / "part1" / "kernels.py").write_text(kernels)
+    return sub
+
+
+def _grade(tmp_path: Path, sub: Path, name: str = "out", rubric: str = FAST_RUBRIC, **kw):
+    scratch = tmp_path / f"scratch-{name}"
+    scratch.mkdir()
+    cfg = GradeConfig(rubric_path=rubric, tmp_root=str(scratch), **kw)
+    record = grade_submission(sub, tmp_path / name, cfg)
+    assert record.status == "graded", record.error
+    check_reports(tmp_path / name, load_rubric(rubric).total_points)
+    assert not list(scratch.iterdir()), "run and server directories must be removed"
+    return record
+
+
+def test_every_call_starts_from_the_servers_state_not_an_earlier_calls(tmp_path):
+    """Three calls of a kernel that fails on a second call in its process (two correctness cases and the timed run,
+    one after another in the same server): all pass, so no call saw another's module state."""
+    record = _grade(tmp_path, _submission(tmp_path, REMEMBERS), workers=1)
+    assert [t.status for t in record.tests] == ["passed", "passed"], [t.message for t in record.tests]
+    assert sum(len(t.cases) for t in record.tests) == 3
+
+
+@needs_namespaces
+def test_a_call_sees_only_its_own_processes(tmp_path):
+    """A kernel that escaped the Python restrictions lists /proc: it is PID 1 of a namespace of its own and sees no
+    other process (no server, no sibling call, no grader); the one process it sees is itself, a fork of the server."""
+    record = _grade(tmp_path, _submission(tmp_path, LOOKS_AROUND), screen=False, workers=1)
+    msg = record.tests[0].message
+    assert "PROCESSES" in msg, msg
+    seen = msg.split("PROCESSES ", 1)[1].split(" SELF ", 1)[0]
+    assert seen.startswith("['1=") and seen.count("', '") == 0, seen
+    assert "SELF 1" in msg, msg
+    assert {"pid-namespace", "private-proc"} <= set(record.isolation), record.isolation
+
+
+def test_the_calls_cpu_time_reaches_the_grading_record(tmp_path):
+    """The servers are reaped, not killed, and are started from a thread that outlives the grading's worker threads
+    (setpriv's parent-death signal follows the thread that forked): otherwise their calls' CPU seconds never reach
+    RUSAGE_CHILDREN and result.json's cpu:kernels_s misses them.  Two tests ready at once run on two worker
+    threads, which end with their phase."""
+    record = _grade(tmp_path, GOOD, rubric=str(_two_correctness_tests(tmp_path)), workers=2)
+    assert [t.status for t in record.tests] == ["passed"] * 3
+    # the import check of part1/kernels.py + 4 kernel calls, on at most one server per worker thread
+    assert record.timings["processes:calls"] == 5
+    assert record.timings["processes:started"] <= 2, record.timings
+    calls = sum(c.cpu_seconds or 0.0 for t in record.tests for c in t.cases)
+    assert calls > 0
+    assert record.timings["cpu:kernels_s"] >= 0.9 * calls, (record.timings, calls)
+
+
+def test_servers_grade_exactly_as_one_process_per_call(tmp_path, monkeypatch):
+    """The same submission graded with warm servers and with one process per call: the same verdicts, messages,
+    latencies and errors."""
+    warm = _grade(tmp_path, GOOD, "warm", workers=1)
+    monkeypatch.setenv("GRADER_WARM_SERVERS", "0")
+    cold = _grade(tmp_path, GOOD, "cold", workers=1)
+
+    def view(record):
+        return [(t.id, t.status, t.score, t.latency_us, t.message, [(c.verdict, c.max_abs_error) for c in t.cases])
+                for t in record.tests]
+
+    assert view(warm) == view(cold)
+    assert json.loads((tmp_path / "warm" / "results.json").read_text())["score"] == warm.score
+
+
+def test_a_hung_call_takes_its_server_and_the_next_call_gets_a_new_one(tmp_path):
+    """The kernel loops forever on one shape: that call times out and its server is killed with it; a later test's
+    smaller call runs on a new server and passes."""
+    rubric = _two_correctness_tests(tmp_path)
+    hangs = REMEMBERS.replace("    CALLS.append(a_tensor.shape)\n",
+                              "    CALLS.append(a_tensor.shape)\n    while a_tensor.shape[0] == 256:\n        pass\n")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    cfg = GradeConfig(rubric_path=str(rubric), tmp_root=str(scratch), workers=1, timeout_scale=0.25)
+    record = grade_submission(_submission(tmp_path, hangs), tmp_path / "out", cfg)
+    by_id = {t.id: t for t in record.tests}
+    assert by_id["part1.transpose"].status == "timeout", by_id["part1.transpose"].message
+    assert by_id["part1.transpose_small"].status == "passed", by_id["part1.transpose_small"].message
+    assert not list(scratch.iterdir()), "run and server directories must be removed"
+
+
+def test_a_shared_input_is_written_once_per_grading(tmp_path):
+    """The 224x224 batch-4 tests share X and W: one file per array and grading, readable by the calls, gone after."""
+    import numpy as np
+
+    from grader.runner import KernelServers
+
+    servers = KernelServers(target="trn2", limits=load_rubric(FAST_RUBRIC).limits, tmp_root=str(tmp_path))
+    x, w = np.arange(12, dtype=np.float32).reshape(3, 4), np.ones(5, dtype=np.float32)
+    first, again, other = servers.input_file(x), servers.input_file(x), servers.input_file(w)
+    assert first == again != other
+    assert np.array_equal(np.load(first), x) and oct(Path(first).stat().st_mode & 0o777) == "0o644"
+    assert oct(Path(first).parent.stat().st_mode & 0o777) == "0o711"
+    servers.close()
+    assert not list(tmp_path.iterdir())
