@@ -68,6 +68,9 @@ SCREEN_ON: dict[str, tuple[set[str], float]] = {
     "annotation_eval_nki": ({"error"}, 0),
     # NumPy's error state around an instruction turned a device value into an exception in the kernel's Python
     "errstate_probe_nki": ({"rejected"}, 0),
+    # a value check's error (a broken onezero promise) raised inside the call named the offending value: a try around a
+    # hinted matmul read every input element; scored 10 (correctness) before, now a fault after the kernel returns
+    "promise_probe_nki": ({"error"}, 0),
     # reads the wall clock (a side channel of device values and of the run's mode) and works only when it can
     "clock_read_nki": ({"rejected"}, 0),
     # Correct on the correctness shapes, skips the work on the larger timed shape: correctness only.

@@ -710,3 +710,116 @@ def test_a_psum_tile_a_dynamic_loop_body_allocates_starts_each_iteration_fresh()
 
     got = run_kernel(_body_kernel(_body_psum, True), (a, b, row), {}, frontend=frontends.NKI).outputs
     np.testing.assert_allclose(got, 3 * (a.T @ b), rtol=1e-4, atol=1e-3)
+
+
+# ---- S10: a check on the values is a fault, never an exception in the kernel's Python -------------------------------
+@pytest.mark.parametrize("api", ["nki", "legacy"])
+def test_a_broken_matmul_promise_is_a_fault_the_kernel_cannot_catch(api):
+    """``is_stationary_onezero=True`` on a tile that is not all 0/1: before, the promise error was raised inside the
+    call, naming the first other value and its position, so a ``try`` around a hinted matmul read any tile
+    (tests/hostile/promise_probe_nki scored 10).  Now the call returns, the kernel's Python goes on unaware, and
+    the rule's error (no value, no position) is raised once it has returned; a 0/1 tile keeps the hint."""
+    import neuronxcc.nki as lnki
+    import neuronxcc.nki.isa as lnisa
+    import neuronxcc.nki.language as lnl
+
+    from nkisim import frontends
+    from nkisim.core.rules import NKIError
+
+    def probe(mm):
+        try:
+            mm()
+            SEEN.append("returned")
+        except Exception as exc:  # noqa: BLE001 - what a kernel could learn
+            SEEN.append(str(exc))
+
+    if api == "nki":
+        @nki.jit
+        def k(s_in, m_in):
+            s = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+            m = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=s, src=s_in)
+            nisa.dma_copy(dst=m, src=m_in)
+            ps = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            probe(lambda: nisa.nc_matmul(dst=ps, stationary=s, moving=m, is_stationary_onezero=True))
+            sb = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=sb, src=ps)
+            out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=out, src=sb)
+            return out
+
+        fe = frontends.NKI
+    else:
+        @lnki.jit
+        def k(s_in, m_in):
+            s, m = lnl.load(s_in), lnl.load(m_in)
+            box = []
+            probe(lambda: box.append(lnisa.nc_matmul(s, m, is_stationary_onezero=True)))
+            out = lnl.ndarray((128, 512), dtype=lnl.float32, buffer=lnl.shared_hbm)
+            lnl.store(out, lnl.copy(box[0]) if box else lnl.zeros((128, 512), dtype=lnl.float32))
+            return out
+
+        fe = frontends.LEGACY
+    rng = np.random.default_rng(5)
+    m = rng.random((128, 512), dtype=np.float32)
+    SEEN.clear()
+    zero_one = (rng.random((128, 128)) < 0.5).astype(np.float32)
+    np.testing.assert_allclose(run_kernel(k, (zero_one, m), {}, frontend=fe).outputs, zero_one.T @ m, rtol=1e-5)
+    s = zero_one.copy()
+    s[3, 7] = 0.625
+    with pytest.raises(NKIError, match="holds values other than ones and zeros") as err:
+        run_kernel(k, (s, m), {}, frontend=fe)
+    assert err.value.code == "nkisim_matmul_onezero_hint" and "0.625" not in str(err.value)
+    assert SEEN == ["returned", "returned"]
+
+
+def test_an_error_of_the_values_is_a_fault_and_a_rules_error_is_not(monkeypatch):
+    """The front end's calls tell an exception out of the values (a NumPy error on some data) from a rule broken
+    whatever the data by running the call again without values: the first is a fault raised once the kernel's Python
+    has returned (no text of it), the second is raised in the call as before.  Simulated here by a value step that
+    fails on large data."""
+    from nkisim import frontends
+    from nkisim.core.ops import tensor_engine
+    from nkisim.core.rules import DeviceFault
+
+    real = tensor_engine._operand_values
+
+    def fragile(t, dtype_name):
+        v = real(t, dtype_name)
+        if (v > 0.99).any():
+            raise FloatingPointError(f"value {float(v.max())!r} too large")
+        return v
+
+    monkeypatch.setattr(tensor_engine, "_operand_values", fragile)
+
+    @nki.jit
+    def k(s_in):
+        s = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=s_in)
+        ps = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        try:
+            nisa.nc_matmul(dst=ps, stationary=s, moving=s)
+            SEEN.append("returned")
+        except FloatingPointError as exc:
+            SEEN.append(str(exc))
+        try:
+            nisa.nc_matmul(dst=ps, stationary=s, moving=s[:, 0:64], accumulate=7)  # a rule: raised in the call
+        except Exception as exc:  # noqa: BLE001
+            SEEN.append(type(exc).__name__)
+        sb = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=sb, src=ps)
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=sb)
+        return out
+
+    small = np.full((128, 128), 0.5, np.float32)
+    SEEN.clear()
+    run_kernel(k, (small,), {}, frontend=frontends.NKI)
+    clean = list(SEEN)
+    big = small.copy()
+    big[5, 5] = 1.5
+    SEEN.clear()
+    with pytest.raises(DeviceFault, match="FloatingPointError while the device program computed") as err:
+        run_kernel(k, (big,), {}, frontend=frontends.NKI)
+    assert "1.5" not in str(err.value)
+    assert SEEN == clean and SEEN[0] == "returned" and SEEN[1] != "returned"

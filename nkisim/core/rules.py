@@ -198,7 +198,7 @@ _RULE_LIST = [
        "nc_matmul: {detail}",
        "nki.isa.nc_matmul: fp8/bf16/fp16/tf32/fp32 inputs; fp32/tf32 must pair with fp32/tf32"),
     _r("nkisim_matmul_onezero_hint",
-       "{op}: {hint}=True but the {operand} tile ({dtype}) holds {value!r} at {where}, not only ones and zeros: the "
+       "{op}: {hint}=True but the {operand} tile ({dtype}) holds values other than ones and zeros: the "
        "hint lets TensorE run the fp32 matmul in fewer passes (\"could lead to 2x better performance\"), which "
        "holds only for a 0/1 tile; pass it only for tiles of zeros and ones",
        "nki.isa.nc_matmul (2.21, 2.26): is_stationary_onezero / is_moving_onezero \"hints ... whether the operand "
@@ -415,11 +415,14 @@ _ERROR_CLASSES = {"nkisim_sbuf_capacity": NKICapacityError, "nkisim_sbuf_instruc
                   "err_tensor_access_out_of_bound": NKIIndexError}
 
 
+def error(code: str, **fields) -> NKIError:
+    """The catalogue error ``code`` with its message filled in (not raised: a fault is raised later)."""
+    return _ERROR_CLASSES.get(code, NKIError)(code, message(code, **fields))
+
+
 def fail(code: str, **fields) -> None:
     """Raise the catalogue error ``code`` with its message filled in."""
-    message_text = message(code, **fields)
-    cls = _ERROR_CLASSES.get(code, NKIError)
-    raise cls(code, message_text)
+    raise error(code, **fields)
 
 
 def markdown() -> str:
