@@ -823,3 +823,31 @@ def test_an_error_of_the_values_is_a_fault_and_a_rules_error_is_not(monkeypatch)
         run_kernel(k, (big,), {}, frontend=frontends.NKI)
     assert "1.5" not in str(err.value)
     assert SEEN == clean and SEEN[0] == "returned" and SEEN[1] != "returned"
+
+
+@pytest.mark.parametrize("mode", ["full", "timing"])
+def test_device_print_runs_no_kernel_code_that_tells_the_mode(mode, capsys):
+    """S11: ``nl.device_print(prefix, t)`` printed ``prefix`` only when values are computed, so ``__str__`` of a
+    prefix of the kernel's class (the one dunder a helper class may define besides ``__init__``/``__repr__``) ran
+    only in full mode: a kernel counting its calls knew whether it was being timed without values.  Now the prefix
+    is made text at the call, in both modes."""
+    from nkisim import frontends
+
+    class Label:
+        def __str__(self):
+            SEEN.append("str")
+            return "label"
+
+    @nki.jit
+    def k(x):
+        t = nl.ndarray((1, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nl.device_print(Label(), t)
+        out = nl.ndarray((1, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    SEEN.clear()
+    run_kernel(k, (np.arange(4, dtype=np.float32).reshape(1, 4),), {}, frontend=frontends.NKI, mode=mode)
+    assert SEEN == ["str"]
+    assert ("label [[0. 1. 2. 3.]]" in capsys.readouterr().out) == (mode == "full")

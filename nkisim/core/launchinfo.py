@@ -71,8 +71,13 @@ def program_ndim() -> int:
 
 
 def device_print(prefix, tensor) -> None:
-    """Print ``prefix`` and the values of ``tensor`` when the kernel runs with values."""
+    """Print ``prefix`` and the values of ``tensor`` when the kernel runs with values.  The prefix (and a value that
+    is not a tile) is made text at the call, in both modes: ``str()`` of an object of the kernel's class runs its
+    ``__str__``, and run only when values are computed it told the kernel's Python which mode it ran in
+    (docs/grading-security.md S11)."""
     ctx = current("device_print")
     ctx.settle()
+    prefix = str(prefix)
+    shown = None if isinstance(tensor, Tensor) else str(tensor)
     if ctx.full:
-        print(prefix, np.array(read(tensor)) if isinstance(tensor, Tensor) else tensor)
+        print(prefix, np.array(read(tensor)) if shown is None else shown)
