@@ -342,11 +342,9 @@ def _bad_call(what: str):
             w = nl.ndarray((x.shape[0], 300), dtype=nl.float32, buffer=nl.sbuf)
             nisa.sendrecv(src=w, dst=w, send_to_rank=peer, recv_from_rank=peer, pipe_id=0,
                           dma_engine=nisa.dma_engine.gpsimd_dma)
-        elif what == "barrier on sbuf":
-            nisa.core_barrier(data=t, cores=(0, 1))
-        elif what == "barrier on private hbm":
-            h = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.hbm)
-            nisa.core_barrier(data=h, cores=(0, 1))
+        elif what == "barrier on psum":
+            p = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.psum)
+            nisa.core_barrier(data=p, cores=(0, 1))
         elif what == "barrier of core 0 only":
             nisa.core_barrier(data=out, cores=(0,))
         elif what == "barrier on the dma queues":
@@ -365,8 +363,7 @@ def _bad_call(what: str):
     ("send to itself", "nkisim_bad_argument", ("send_to_rank=0 is the running core",)),
     ("rank 2", "nkisim_bad_argument", ("send_to_rank=2", "0 and 1")),
     ("gpsimd_dma too wide", "nkisim_bad_argument", ("at most 1024 bytes per partition", "has 1200")),
-    ("barrier on sbuf", "nkisim_bad_argument", ("data must be a tensor in shared HBM", "not sbuf")),
-    ("barrier on private hbm", "nkisim_bad_argument", ("data must be a tensor in shared HBM", "not private_hbm")),
+    ("barrier on psum", "nkisim_bad_argument", ("must be data in shared HBM", "not psum")),
     ("barrier of core 0 only", "nkisim_bad_argument", ("cores=(0,)", "only cores=(0, 1) is supported")),
     ("barrier on the dma queues", "nkisim_bad_argument", ("compute engine",)),
 ])
@@ -383,6 +380,37 @@ def test_cross_core_instructions_need_an_lnc2_launch_on_trn2(op):
     if op == "sendrecv":
         with raises_rule("nkisim_bad_argument", "NeuronCore-v3 or newer (trn2)"):
             run_kernel(kernel[2], (X,), target="trn1")
+
+
+@nki.jit
+def barrier_on_a_counter(x):
+    """nki-library's forms (MoE CTE shard-on-I): a barrier on an SBUF tile, and at LNC=1 a barrier of core 0 alone
+    written ``cores=(0)``, the integer."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
+    if nl.num_programs() == 2:
+        nisa.core_barrier(t, (0, 1))
+    else:
+        nisa.core_barrier(t, (0))
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_a_barrier_on_an_sbuf_tile_and_a_one_core_barrier_at_lnc1_run_as_nki_library_uses_them():
+    x = RNG.random((16, 4)).astype(np.float32)
+    np.testing.assert_allclose(barrier_on_a_counter[2](x), 2 * (x + 1), rtol=1e-6)
+    np.testing.assert_allclose(barrier_on_a_counter(x), 2 * (x + 1), rtol=1e-6)
+    run = run_kernel(barrier_on_a_counter, (x,), mode="timing")
+    estimate(run.trace)
+    barrier = _op(run.trace.instrs, "core_barrier")
+    # one core: no operand (it reads nothing a graded kernel's HBM traffic could count), no meeting, MIN_II
+    assert barrier.srcs == () and barrier.dsts == () and "sync" not in barrier.attrs
+    assert barrier.end_ns - barrier.start_ns < 100.0
+    after = _op(run_kernel(barrier_on_a_counter[2], (x,), mode="timing").trace.instrs, "core_barrier")
+    assert after.srcs[0].region.buf.name == "SBUF" and after.attrs["sync"] == 0
 
 
 # ---- costs: the cores' timelines meet ---------------------------------------------------------------------------

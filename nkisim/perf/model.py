@@ -194,10 +194,12 @@ class CostModel:
         if op in _REGISTER_OPS:  # sequencer register instructions: a guessed fixed cost (costs.register_op_cycles)
             return ComputeCost(RESOURCE_OF.get(eng, "SyncE"), tc.register_op_cycles / tc.base_clock_ghz, 0.0)
         if op == "core_barrier":
-            # nisa.core_barrier: MIN_II to issue plus the remote semaphore round trip (core_sync_ns), during which
-            # the engine is blocked.  The wait for the other core is the scheduler's (perf/scheduler.py).
+            # nisa.core_barrier: MIN_II to issue plus, with another core (an LNC=2 meeting, attrs['sync']), the
+            # remote semaphore round trip (core_sync_ns), during which the engine is blocked.  The wait for the
+            # other core is the scheduler's (perf/scheduler.py).  A barrier of one core (LNC=1) is MIN_II.
             ghz = tc.gpsimd_ghz if eng == Engine.GPSIMD else tc.scalar_ghz if eng == Engine.SCALAR else tc.vector_ghz
-            return ComputeCost(RESOURCE_OF.get(eng, "GpSimdE"), tc.min_ii_cycles / ghz + self.core_sync_ns(), 0.0)
+            trip = self.core_sync_ns() if "sync" in a else 0.0
+            return ComputeCost(RESOURCE_OF.get(eng, "GpSimdE"), tc.min_ii_cycles / ghz + trip, 0.0)
         if first is None:  # no operands (a barrier-like instruction): MIN_II
             ghz = tc.scalar_ghz if eng == Engine.SCALAR else tc.vector_ghz
             return ComputeCost(RESOURCE_OF.get(eng, "VectorE"), tc.min_ii_cycles / ghz, 0.0)

@@ -18,7 +18,8 @@ Semantics and constraints are AWS's (aws-neuron-sdk nki/api/nki/isa/__init__.py,
   is refused (the docs describe an exchange between the two cores, and nkisim pairs the two cores' calls).
 * ``core_barrier``: "a synchronization point where all specified NeuronCores must reach before any can proceed";
   ``data`` "must be data in shared HBM"; "Currently only ``cores=(0, 1)`` is supported"; "The barrier will block
-  execution on this engine, other engines will not be blocked" (the engine defaults to GpSimd).
+  execution on this engine, other engines will not be blocked" (the engine defaults to GpSimd).  nki-library also
+  passes SBUF tiles as ``data`` and calls a one-core barrier at LNC=1 (see :func:`core_barrier`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 
 from nkisim.core.access import allocation, read, write
 from nkisim.core.context import current
-from nkisim.core.instr import B_HBM, B_SBUF, E_DMA, E_GPSIMD, Engine
+from nkisim.core.instr import B_PSUM, B_SBUF, E_DMA, E_GPSIMD, Engine
 from nkisim.core.lockstep import FAILED, Arrival
 from nkisim.core.ops.common import check_partitions, free_of, need_tensor, parts_of
 from nkisim.core.ops.registers import fault
@@ -134,35 +135,54 @@ def _exchange(first: Arrival, second: Arrival) -> None:
 
 
 def core_barrier(data, cores, engine: Engine) -> None:
-    """Both cores wait here for each other; the barrier occupies ``engine`` (other engines run on)."""
+    """Both cores wait here for each other; the barrier occupies ``engine`` (other engines run on).
+
+    Two points where nkisim follows AWS's nki-library (d2ad3a5, whose fast suite runs on Trainium) over the
+    docstring: ``data`` may be an SBUF tile (MoE CTE shard-on-I: ``core_barrier(block_idx, (0, 1))`` on an SBUF
+    counter), and at LNC=1 a barrier of core 0 alone, ``cores=(0)`` (the integer), orders nothing across cores (the
+    same kernel at one shard).  The docs' "must be data in shared HBM" and "only allowed ... when LNC is enabled" are
+    not what the compiler enforces there.  ``data`` is the barrier's dependency: the core's accesses of it are
+    ordered around the barrier (perf/scheduler.py)."""
     op = "core_barrier"
     ctx = current(op)
     ctx.settle()
-    launch, me = _lnc(ctx, op)
     data = need_tensor(data, op, "data")
-    if data.kind != B_HBM or allocation(data).space not in ("shared_hbm", "argument"):
-        fail("nkisim_bad_argument", op=op, detail=f"data must be a tensor in shared HBM (nl.shared_hbm, or a kernel "
-             f"argument), not {allocation(data).space} (nki.isa.core_barrier: 'must be data in shared HBM')")
+    if data.kind == B_PSUM:
+        fail("nkisim_bad_argument", op=op, detail="data is the tensor the cores synchronise on: shared HBM (nki.isa."
+             "core_barrier: 'must be data in shared HBM'; nki-library also passes SBUF tiles), not psum")
+    if ctx.target == "trn1":
+        fail("nkisim_bad_argument", op=op, detail="available only on NeuronCore-v3 or newer (trn2); the target is "
+             "trn1 (NeuronCore-v2)")
     try:
-        listed = tuple(operator.index(c) for c in cores)
+        listed = (operator.index(cores),) if not hasattr(cores, "__iter__") else tuple(operator.index(c) for c in cores)
     except TypeError:
         fail("nkisim_bad_argument", op=op, detail=f"cores must be a tuple of core indices, (0, 1), got {cores!r}")
-    if listed != (0, 1):
-        fail("nkisim_bad_argument", op=op, detail=f"cores={listed}: only cores=(0, 1) is supported (nki.isa."
-             "core_barrier: 'Currently only cores=(0, 1) is supported')")
     if engine == E_DMA:
         fail("nkisim_bad_argument", op=op, detail="the barrier runs on a compute engine's sequencer (gpsimd by "
              "default; vector, scalar, tensor or sync), not on the DMA queues")
     if engine == Engine.UNKNOWN:
         engine = E_GPSIMD  # the default changed from unknown to gpsimd "(no behavioral change)": NKI release notes
+    if ctx.lockstep is None:
+        if listed != (0,):
+            fail("nkisim_bad_argument", op=op, detail=f"cores={listed} at LNC=1: the kernel runs on core 0 alone; a "
+                 f"barrier with the other core {_NOT_LNC2.format(op=op)}")
+        # one core: nothing to wait for.  No operand: the instruction reads no data (a graded kernel's HBM traffic
+        # counts operands, docs/grading-security.md)
+        ctx.emit(op, engine, (), (), {})
+        return
+    me = ctx.program_ids[0]
+    if listed != (0, 1):
+        fail("nkisim_bad_argument", op=op, detail=f"cores={listed}: only cores=(0, 1) is supported (nki.isa."
+             "core_barrier: 'Currently only cores=(0, 1) is supported')")
     if ctx.faulted or ctx.recording is not None:
         return
+    launch = ctx.lockstep
     here = Arrival(me, op, (op,), ctx.loc, (data,))
     if launch.arrive(here, _no_check) is FAILED:
         fault(ctx, launch.failure)
         return
-    # the shared tensor is the barrier's operand: the scheduler orders the core's accesses of it around the
-    # barrier; it is a source only, so the barrier counts as no HBM write (outputs must be written by data movement)
+    # the synchronised tensor is the barrier's operand: the scheduler orders the core's accesses of it around the
+    # barrier; it is a source only, so the barrier counts as no write (outputs must be written by data movement)
     ctx.emit(op, engine, (data,), (), {"sync": here.sync, "peer": 1 - me})
 
 
