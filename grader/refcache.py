@@ -172,9 +172,7 @@ class ReferenceStore:
 
     # ---------------------------------------------------------------------------------------- public ----
     def get(self, descriptor: dict[str, Any], compute: Callable[[], np.ndarray]) -> np.ndarray:
-        address = hashlib.sha256(
-            json.dumps({"v": REFERENCE_VERSION, **descriptor}, sort_keys=True).encode()
-        ).hexdigest()
+        address = self._address(descriptor)
         key = ("reference", address)
         found: list[bool] = []
 
@@ -188,6 +186,22 @@ class ReferenceStore:
         if not found:
             self.stats.add(from_memory=1)
         return value
+
+    def peek(self, descriptor: dict[str, Any]) -> np.ndarray | None:
+        """The value under ``descriptor`` if this process or the disk cache has it; never computes."""
+        address = self._address(descriptor)
+        hit = _MEMORY.get(("reference", address))
+        if hit is not None or self.dir is None:
+            return hit
+        try:
+            data_path, mac_path, _ = self._paths(address)
+        except OSError:
+            return None
+        return self._load(address, data_path, mac_path)
+
+    @staticmethod
+    def _address(descriptor: dict[str, Any]) -> str:
+        return hashlib.sha256(json.dumps({"v": REFERENCE_VERSION, **descriptor}, sort_keys=True).encode()).hexdigest()
 
     # ------------------------------------------------------------------------------------------ disk ----
     def _paths(self, address: str) -> tuple[Path, Path, Path]:

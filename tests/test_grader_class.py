@@ -384,3 +384,38 @@ def test_docs_list_what_every_test_checks():
     assert table == rubric_markdown(load_rubric()), "regenerate the table: python -m grader rubric --markdown"
     for t in load_rubric().tests:
         assert f"`{t.id}`" in table
+
+
+def test_a_smaller_batch_is_the_first_images_of_a_larger_and_shares_its_convolution(monkeypatch):
+    """The batch-1 timed tests' X is the first image of the batch-4 correctness tests' X (same W, same bias), so
+    the parent slices the batch-4 convolution instead of computing another 58 GFLOP (224x224); the slice equals
+    the batch-1 convolution computed on its own."""
+    refcache.clear_memory()
+    problem = problems.get("conv2d")
+    computed: list[tuple[int, ...]] = []
+    real = conv.conv2d_accumulate
+
+    def counting(x, w, *a, **kw):
+        computed.append(x.shape)
+        return real(x, w, *a, **kw)
+
+    monkeypatch.setattr(conv, "conv2d_accumulate", counting)
+    four = dict(batch=4, in_channels=4, out_channels=3, height=9, width=7, kernel=3, pool=1, bias="random",
+                dtype="float32")
+    one = {**four, "batch": 1, "pool": 2}
+    seed = problems.case_seed(5, "conv2d" + json.dumps(problem.input_fields(four), sort_keys=True), 0)
+    assert problem.input_fields(one) == problem.input_fields(four)
+    big, small = problem.shared_invocation(four, seed), problem.shared_invocation(one, seed)
+    for a, b in zip(small.inv.args, big.inv.args):
+        np.testing.assert_array_equal(a, b[: len(a)])
+    store = refcache.ReferenceStore(None, None)
+    problem.expected(store, big, "float64")
+    got = problem.expected(store, small, "float64")
+    assert computed == [(4, 4, 9, 7)]  # the batch-4 convolution only; batch 1 is its first image
+    np.testing.assert_array_equal(got, conv.conv2d_reference(small.inv, "float64"))
+    # computed on its own when no larger batch's convolution is at hand (e.g. --only part2.perf_fp32)
+    refcache.clear_memory()
+    computed.clear()
+    alone = problem.expected(refcache.ReferenceStore(None, None), problem.shared_invocation(one, seed), "float64")
+    assert computed == [(1, 4, 9, 7)]
+    np.testing.assert_array_equal(alone, got)

@@ -60,7 +60,8 @@ class Problem(Protocol):
         ...
 
     def input_fields(self, case: dict[str, Any]) -> dict[str, Any]:
-        """The fields of ``case`` that determine its inputs (cases equal on them get the same arrays)."""
+        """The fields of ``case`` its inputs' random stream depends on (cases equal on them share a seed: the same
+        arrays, or where a problem says so more, e.g. conv2d's batch prefixes)."""
         ...
 
     def input_elements(self, case: dict[str, Any]) -> int:
