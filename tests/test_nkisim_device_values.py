@@ -851,3 +851,24 @@ def test_device_print_runs_no_kernel_code_that_tells_the_mode(mode, capsys):
     run_kernel(k, (np.arange(4, dtype=np.float32).reshape(1, 4),), {}, frontend=frontends.NKI, mode=mode)
     assert SEEN == ["str"]
     assert ("label [[0. 1. 2. 3.]]" in capsys.readouterr().out) == (mode == "full")
+
+
+def test_a_registers_name_is_read_only():
+    """C12 for registers: a register is a name (``rid``) keying its value in the executor; kernel code could set it
+    to another register's and alias that register's executor slot.  Read-only now, as a tensor's public fields."""
+    from nkisim import frontends
+
+    @nki.jit
+    def k(x):
+        r, other = nisa.register_alloc(1), nisa.register_alloc(2)
+        for forge in (lambda: setattr(r, "rid", other.rid), lambda: delattr(r, "rid")):
+            with pytest.raises(AttributeError, match="readonly attribute"):
+                forge()
+        SEEN.append(r.rid != other.rid)
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=x)
+        return out
+
+    SEEN.clear()
+    run_kernel(k, (np.zeros((1, 1), np.float32),), {}, frontend=frontends.NKI)
+    assert SEEN == [True]

@@ -45,7 +45,7 @@ from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_SYNC, Trace
 from nkisim.core.ops import partition_broadcast
 from nkisim.core.ops.common import check_writable, need_on_chip, need_tensor
 from nkisim.core.rules import DeviceFault, DeviceIndexFault, NKIError, fail
-from nkisim.core.sealed import Sealed
+from nkisim.core.sealed import Sealed, readonly_slots
 from nkisim.core.tensor import Tensor
 
 _MASK32 = 0xFFFFFFFF
@@ -70,13 +70,17 @@ class Register:
     """A virtual register: a name.  Its 32-bit value (or why it is unknown) lives in the executor
     (``KernelContext.regs``); nothing on the object depends on it."""
 
-    __slots__ = ("rid",)
+    __slots__ = ("_rid",)
 
     def __init__(self) -> None:
-        self.rid = next(_IDS)
+        self._rid = next(_IDS)
 
     def __repr__(self) -> str:
         return f"VirtualRegister(#{self.rid})"
+
+
+# the register's name is read-only to kernel code (a forged rid would alias another register's executor slot)
+readonly_slots(Register, rid="_rid")
 
 
 # ---- the executor's state -------------------------------------------------------------------------------------------
