@@ -193,6 +193,28 @@ def test_judge_agrees_with_numpy_allclose(values, noise, rel):
     assert verdict.passed == bool(np.allclose(got.astype(np.float64), expected, rtol=1e-5, atol=1e-8))
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from([1.0, -2.5, 0.0, np.inf, -np.inf, np.nan, 3e38]), min_size=1, max_size=12),
+       st.lists(st.sampled_from([1.0, -2.5, 0.0, 1e30]), min_size=12, max_size=12))
+def test_judge_agrees_with_numpy_isclose_on_nan_and_inf(got_values, exp_values):
+    """NaN and infinities in the output are judged in the comparison's one pass, as np.isclose judges them against
+    a finite reference, and named as NaN / infinite values."""
+    got = np.array(got_values, dtype=np.float32)
+    expected = np.array(exp_values[: got.size], dtype=np.float64)
+    verdict = judge_output([got], expected, np.dtype(np.float32), {"float32": (1e-5, 1e-8)})
+    close = np.isclose(got.astype(np.float64), expected, rtol=1e-5, atol=1e-8)
+    assert verdict.passed == bool(close.all())
+    if np.isnan(got).any():
+        assert verdict.message.startswith(f"output contains {int(np.isnan(got).sum())} NaN")
+    elif np.isinf(got).any():
+        assert verdict.message.startswith(f"output contains {int(np.isinf(got).sum())} infinite")
+    elif not verdict.passed:
+        assert verdict.mismatches == int((~close).sum())
+    # an infinity in the reference is matched by the same infinity
+    inf_ref = np.array([1.0, np.inf])
+    assert judge_output([np.array([1.0, np.inf], np.float32)], inf_ref, np.dtype(np.float32), {}).passed
+
+
 def test_judge_messages():
     exp = np.ones((4, 4))
     f32 = np.dtype(np.float32)
