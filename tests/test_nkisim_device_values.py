@@ -872,3 +872,38 @@ def test_a_registers_name_is_read_only():
     SEEN.clear()
     run_kernel(k, (np.zeros((1, 1), np.float32),), {}, frontend=frontends.NKI)
     assert SEEN == [True]
+
+
+@pytest.mark.parametrize("mode", ["full", "timing"])
+@pytest.mark.parametrize("view, ok", [
+    (lambda out: out, True),
+    (lambda out: out.reshape((8, 4)), True),
+    (lambda out: out.permute((1, 0)), False),
+    (lambda out: out[0:2, :], False),
+    (lambda out: out[:, 0:8:2], False),
+    (lambda out: out.ap([[1, 8], [8, 4]]), False),
+])
+def test_a_kernel_returns_its_output_tensors_storage_not_a_view_of_it(view, ok, mode):
+    """S12: a view copies no data ("share the same underlying storage -- no data is copied", nki.language.NkiTensor),
+    so what the host receives is the output tensor's storage as it lies.  Before, nkisim handed the host a
+    returned view's values: out.permute((1, 0)) after a contiguous copy was a transpose no instruction made
+    (tests/hostile/return_view_nki: 12 points).  The tensor and its reshapes pass; permuted, partial and strided
+    views are refused, in both modes."""
+    from nkisim_util import raises_rule
+
+    from nkisim import frontends
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=x)
+        return view(out)
+
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    if ok:
+        run = run_kernel(k, (x,), {}, frontend=frontends.NKI, mode=mode)
+        if mode == "full":
+            np.testing.assert_array_equal(np.asarray(run.outputs).reshape(-1), x.reshape(-1))
+    else:
+        with raises_rule("nkisim_output_view", "view of its tensor"):
+            run_kernel(k, (x,), {}, frontend=frontends.NKI, mode=mode)

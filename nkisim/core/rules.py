@@ -340,6 +340,13 @@ _RULE_LIST = [
        "{op} of '{name}': {detail}",
        "nki.language.NkiTensor view methods (nki/api/nki/language/__init__.py, NKI 0.6): permute, broadcast, "
        "expand_dim, squeeze_dim, reshape_dim, flatten_dims, slice, select, view, ap"),
+    _r("nkisim_output_view",
+       "kernel output '{name}' is a {what} view of its tensor: a view shares the tensor's storage and copies no "
+       "data, so the host receives the storage as it lies, not the view; write the output in the layout you return "
+       "and return the tensor (or a reshape of it)",
+       "nki.language.NkiTensor (NKI 0.6): 'All view operations (slice, permute, reshape, etc.) return new NkiTensor "
+       "objects that share the same underlying storage -- no data is copied. Views are consumed by NKI ISA "
+       "instructions'; what the host receives is the output tensor's storage (grading security S12)"),
     _r("nkisim_output_buffer",
        "kernel output '{name}' is in {buffer}: all kernel output (return) tensors must be allocated with "
        "buffer=nl.shared_hbm",
