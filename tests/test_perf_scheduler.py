@@ -395,9 +395,10 @@ def test_trn1_short_dma_runs_move_at_the_documented_size_efficiency():
     DMAs still overlap their fixed cost (no ~1 us serial floor per DMA as on trn2 with static descriptors)."""
 
     def throughput(bpp: int, n: int = 60) -> float:
+        # rows of a wider HBM tensor: each partition's run is its own (contiguous HBM rows merge, see below)
         tb = TraceBuilder("trn1")
         for _ in range(n):
-            tb.dma(tb.hbm(128, bpp // 4), tb.sbuf(128, bpp // 4))
+            tb.dma(tb.hbm(128, bpp // 4, contiguous_bytes=bpp), tb.sbuf(128, bpp // 4))
         return n * 128 * bpp / estimate(tb.trace, costs=costs_for("trn1")).makespan_us
 
     full = throughput(32768)
@@ -407,6 +408,30 @@ def test_trn1_short_dma_runs_move_at_the_documented_size_efficiency():
     for _ in range(300):
         tb.dma(tb.hbm(128, 2), tb.sbuf(128, 2))  # the t1-stream-2 DMAs: 8 B per partition
     assert estimate(tb.trace, costs=costs_for("trn1")).makespan_us < 300 * 0.5
+
+
+def test_trn1_contiguous_hbm_rows_move_as_one_run_per_engine():
+    """DMA overview, Example 2: a contiguous [128, 128] bf16 tile (256 B per partition) is "a single DMA operation
+    of 2KiB (8 rows x 128 elements x 2 bytes)" on each of the 16 engines.  So on trn1 a tile of whole rows of a
+    row-major tensor moves at the run efficiency of its engine's 8 rows, while the same bytes per partition taken
+    out of wider rows (strided) keep the per-row rate (issue 33: trn1 elementwise kernels)."""
+
+    from nkisim.perf.model import CostModel
+
+    def transfer_ns(bpp: int, contiguous: bool, target: str = "trn1") -> float:
+        tc = costs_for(target)
+        tb = TraceBuilder(target)
+        hbm = tb.hbm(128, bpp // 4) if contiguous else tb.hbm(128, bpp // 4, contiguous_bytes=bpp)
+        cost = CostModel(tc).dma_cost(tb.dma(hbm, tb.sbuf(128, bpp // 4)))
+        return cost.per_engine_ns - cost.descriptors / tc.dma_engines * tc.dma_desc_ns  # the bytes' share
+
+    # 256 B rows: 8 x 256 B = 2 KiB per engine (81%) instead of 256 B (43%)
+    assert transfer_ns(256, False) / transfer_ns(256, True) == pytest.approx(0.81 / 0.43)
+    # 1 KiB rows: 8 KiB per engine, the full rate
+    assert transfer_ns(1024, False) / transfer_ns(1024, True) == pytest.approx(1.0 / 0.43)
+    # long rows already move at the full rate; trn2 has no run-length term (its per-DMA cost models the figure)
+    assert transfer_ns(8192, False) == pytest.approx(transfer_ns(8192, True))
+    assert transfer_ns(256, False, "trn2") == pytest.approx(transfer_ns(256, True, "trn2"))
 
 
 def test_trn2_dma_rate_does_not_depend_on_run_length_beyond_the_per_dma_cost():
@@ -479,8 +504,8 @@ def test_element_granular_dma_issues_like_any_128_row_dma(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_element_granular_dma_reads_the_bursts_it_spans(dtype):
     """Elements 36 B (fp32) / 18 B (fp16) apart share 64 B HBM bursts: the engines move the span's bursts (not a
-    burst per element), each element still a DMA buffer of its own; slower than a contiguous load of the same
-    bytes, faster than one burst per element."""
+    burst per element) and pay the per-packet overhead per burst read (issue 33, per-tap weight loads: it was paid
+    per element); slower than a contiguous load of the same bytes, faster than one burst per element."""
     tc = costs_for("trn2")
     elem, _ = _weight_slice_dma(dtype, True)
     isz = _itemsize(dtype)
@@ -488,8 +513,9 @@ def test_element_granular_dma_reads_the_bursts_it_spans(dtype):
     span = (runs - 1) * 9 * isz + isz
     bursts = -(-span // tc.dma_min_burst_bytes)
     expect = (rows_per_engine * bursts * tc.dma_min_burst_bytes / tc.dma_bw_bytes_per_ns
-              + rows_per_engine * runs * tc.dma_desc_ns)
+              + rows_per_engine * bursts * tc.dma_desc_ns)
     assert elem.per_engine_ns == pytest.approx(expect)
+    assert elem.descriptors == 128 * runs  # the report still counts each element's buffer
     one_burst_each = rows_per_engine * runs * (tc.dma_min_burst_bytes / tc.dma_bw_bytes_per_ns + tc.dma_desc_ns)
     assert elem.per_engine_ns < one_burst_each
     tb = TraceBuilder()

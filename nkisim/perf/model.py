@@ -324,9 +324,9 @@ class CostModel:
         a = ins.attrs
         key = (
             None if src is None else (src.region.buf, src.region.p_lo, src.region.p_hi, src.partitions,
-                                      src.contiguous_bytes, src.free_elems, src.itemsize),
+                                      src.contiguous_bytes, src.free_elems, src.itemsize, src.inner_stride_bytes),
             None if dst is None else (dst.region.buf, dst.region.p_lo, dst.region.p_hi, dst.partitions,
-                                      dst.contiguous_bytes, dst.free_elems, dst.itemsize),
+                                      dst.contiguous_bytes, dst.free_elems, dst.itemsize, dst.inner_stride_bytes),
             a.get("bytes"), a.get("via"), a.get("transpose"), a.get("dge"), a.get("swdge"), a.get("rmw"),
         )
         hit = self._dma_memo.get(key)
@@ -374,16 +374,22 @@ class CostModel:
         bytes_e = nbytes / neng
         desc_e = ndesc / neng
         burst = tc.dma_min_burst_bytes
+        packets_e = desc_e  # per-packet overhead units per engine (dma_desc_ns each)
         if chunk >= burst:
             eff_bytes_e = bytes_e
         elif narrow is not None and per_row > chunk and not transpose:
             # element-granular rows (e.g. W[o0:o1, i0:i1, kh, kw]: every element its own 2-4 B run): the runs of a
             # row are one strided access pattern and the engine reads the HBM bursts they span, so elements
-            # closer together than a burst share it [INFERRED]; each run stays a DMA buffer with its own
-            # overhead (A2: "data within a DMA buffer must be continuous")
+            # closer together than a burst share it [INFERRED].  The per-packet overhead (PGf29: a 4-byte packet
+            # 7 ns) is paid per HBM transaction, i.e. per burst read, not per element: one descriptor carries the
+            # row's whole access pattern (NEFF engine json ``from_steps``/``from_sizes``), and the elements one
+            # burst holds arrive in one transaction (issue 33, deliverable 3: per-tap weight loads; before, each
+            # element paid the overhead, 1,024 x 2 ns per engine for a 128 x 128 slice)
             runs = -(-per_row // chunk)
             span = (runs - 1) * max(int(narrow.inner_stride_bytes), chunk) + chunk
-            eff_bytes_e = rows / neng * min(runs, -(-span // burst)) * burst
+            bursts = min(runs, -(-span // burst))
+            eff_bytes_e = rows / neng * bursts * burst
+            packets_e = rows / neng * bursts
         else:
             eff_bytes_e = desc_e * burst  # a run smaller than one HBM burst still moves a whole burst [INFERRED]
         if side is None and src is not None and src.region.buf == Buf.HBM:
@@ -391,7 +397,17 @@ class CostModel:
             # plausibility floor counts them (costs.dma_floor_us, one floor for both); before, a single HBM -> HBM
             # dma_copy was modelled at half that floor (grading security V6)
             eff_bytes_e *= 2
-        per_engine = eff_bytes_e / (tc.dma_bw_bytes_per_ns * run_efficiency(tc, chunk)) + desc_e * tc.dma_desc_ns
+        run = chunk
+        if tc.dma_run_efficiency and chunk >= per_row and not transpose:
+            # the HBM side contiguous across partition rows (a tile of whole rows of a row-major tensor): an engine's
+            # rows are one contiguous HBM run, "each performing a single DMA operation of 2KiB (8 rows x 128
+            # elements x 2 bytes)" for a [128, 128] bf16 tile with 256 B per partition (DMA overview, Example 2;
+            # Example 1: A[4, 4096] is one 32 KiB transfer on one engine), so the run-length efficiency is that of
+            # the engine's share, not of one row (issue 33, deliverable 3: trn1 elementwise kernels)
+            for o in (src, dst):
+                if o is not None and o.region.buf == Buf.HBM and o.contiguous_bytes > per_row:
+                    run = max(run, min(int(o.contiguous_bytes), int(bytes_e)))
+        per_engine = eff_bytes_e / (tc.dma_bw_bytes_per_ns * run_efficiency(tc, run)) + packets_e * tc.dma_desc_ns
         if transpose:
             if tc.dma_issue_dge_ns > 0:  # v3: HBM->SBUF transpose up to 90% of copy throughput, SBUF->SBUF 50% (A3)
                 from_hbm = src is not None and src.region.buf == Buf.HBM
