@@ -215,6 +215,38 @@ def test_gca035_places_narrow_tiles_in_separate_partitions(parts, fits):
     np.testing.assert_array_equal(run.outputs.astype(np.float32), want.astype(np.float32))
 
 
+def test_gca035_counts_an_in_place_tile_once_in_the_current_api():
+    """An activation reading and writing one (64, 65535) bf16 tile (131,070 B per partition) in place needs the
+    tile's bytes once (nki-library's cross-entropy runs exp in place on it); the legacy eras keep summing every
+    operand, so the same in-place instruction on a (128, 60000) fp16 tile (120,000 B, 240,000 summed) stays
+    GCA035 there."""
+    import ml_dtypes
+
+    @nki_new.jit
+    def k(x):
+        a = nl.ndarray((64, 65535), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x)
+        nisa.activation(dst=a, op=nl.exp, data=a)
+        out = nl.ndarray((64, 65535), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=a)
+        return out
+
+    x = (RNG.standard_normal((64, 65535)) / 4).astype(ml_dtypes.bfloat16)
+    out = run_kernel(k, (x,), target="trn2").outputs
+    np.testing.assert_allclose(out.astype(np.float32), np.exp(x.astype(np.float32)), rtol=1e-2)
+
+    @nki.jit
+    def legacy(x):
+        out = lnl.ndarray(x.shape, dtype=x.dtype, buffer=lnl.shared_hbm)
+        t = lnl.load(x)
+        t[...] = lnl.exp(t)
+        lnl.store(out, value=t)
+        return out
+
+    with pytest.raises(NKICapacityError, match="Total Accessed Bytes per partition by instruction: 240000"):
+        run_kernel(legacy, (np.zeros((P, 60000), np.float16),), target="trn2")
+
+
 def test_gca035_quadrant_packing_is_exhaustive():
     from nkisim.core.spill import packed_bytes as _packed_bytes
 

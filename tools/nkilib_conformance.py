@@ -99,7 +99,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"nki-library {commit_of(checkout)} at {checkout}", flush=True)
         print("$ " + " ".join(cmd), flush=True)
         start = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=checkout, env=env, capture_output=not args.verbose, text=True)
+        limit = int((args.memory_gib if args.memory_gib else 0.6 * _mem_total()) * 2**30)
+        print(f"(address space limited to {limit / 2**30:.1f} GiB)", flush=True)
+        proc = subprocess.run(cmd, cwd=checkout, env=env, capture_output=not args.verbose, text=True,
+                              preexec_fn=(lambda: _limit_memory(limit)) if limit > 0 else None)
         wall = time.perf_counter() - start
         records = [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines()] \
             if results.exists() else []
@@ -108,6 +111,24 @@ def run(args: argparse.Namespace) -> int:
         print("error: no case ran (see the pytest output above)", file=sys.stderr)
         return 2
     return report(records, wall, args.json)
+
+
+def _mem_total() -> float:
+    """The machine's memory in GiB (0 when unknown: no limit)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("MemTotal:")) / 2**20
+    except (OSError, StopIteration, ValueError):
+        return 0.0
+
+
+def _limit_memory(limit: int) -> None:
+    """In the pytest child: cap its address space, so that a case too large for this machine (nki-library's
+    cross-entropy at Qwen3-8B size: 4.25 GB of bf16 logits, its torch reference upcast to fp32) raises MemoryError
+    in its own process (the plugin reports it out of scope) rather than the OOM killer ending other processes."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def report(records: list[dict], wall: float, json_out: str | None) -> int:
@@ -158,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all-sizes", action="store_true", help="also run the large shapes the harness skips")
     parser.add_argument("--timeout", type=int, default=0, help="seconds per case (pytest-timeout); 0: none")
     parser.add_argument("--json", help="also write every case's record to this file")
+    parser.add_argument("--memory-gib", type=float, default=None,
+                        help="address-space limit of the pytest process in GiB (default: 60%% of the machine's "
+                             "memory): a case beyond it fails with MemoryError in its own process, reported out "
+                             "of scope, instead of the kernel's OOM killer ending other processes")
     parser.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
     return run(parser.parse_args(argv))
 

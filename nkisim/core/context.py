@@ -67,6 +67,7 @@ class KernelContext:
         self.trace = Trace(self.target, name)
         self.mem = MemoryTracker(self.limits, self.target)
         self.mem.block_dimensions = frontend.key == "legacy"  # nl.par_dim exists in neuronxcc.nki only
+        self.mem.pack_partitions = self.era == "nki"  # GCA035 per distinct tile and partition range (core.spill)
         self.mem.position = self.trace.instrs.__len__
         self.sb_partition = self.limits.sbuf_bytes_per_partition  # GCA035's "Total SB Partition Size"
         self.pending: weakref.ref | None = None  # provisional result allocation, charged at the next call
@@ -262,8 +263,9 @@ class KernelContext:
             total += n
             locs.append(f"{a.name or 'tile'}: {n} Bytes per Partition and total of: {n * pmax} Bytes in SB")
             parts = pmax if a.block_bytes else int(a.base.shape[0]) if a.base.ndim else 1
-            tiles.setdefault(id(a), [parts, 0])[1] += n
-        if total > self.sb_partition and packed_bytes(list(tiles.values())) > self.sb_partition:
+            tiles[id(a)] = [parts, n]  # a tile read and written in place occupies its bytes once
+        if total > self.sb_partition and (not self.mem.pack_partitions
+                                          or packed_bytes(list(tiles.values())) > self.sb_partition):
             fields = dict(op=op, where=self.loc, locations="; ".join(locs), total=total, size=self.sb_partition)
             if self.mem.simulate:  # AWS's simulator does not check capacity (rules.NKICapacityWarning)
                 self.mem.overflows.append(message("nkisim_sbuf_instruction", **fields))

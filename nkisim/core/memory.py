@@ -104,6 +104,10 @@ class MemoryTracker:
         # over-subscriptions are collected here as messages instead of raised
         self.simulate = False
         self.overflows: list[str] = []
+        # GCA035 as the NKI 0.6 compiler applies it (the "nki" era): an instruction's distinct tiles, each once,
+        # placed apart by partition range where they are narrow enough (core.spill.packed_bytes); the legacy
+        # eras keep the summed count of every operand
+        self.pack_partitions = False
         # per-block liveness of block-dimension tensors (core.blocks): SBUF live bytes after every change, keyed by
         # the trace position; the tensors' records; an upper bound on the peak (every block live at once)
         self.position = None  # () -> number of instructions traced so far (set by the kernel context)

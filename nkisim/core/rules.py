@@ -281,7 +281,8 @@ _RULE_LIST = [
        "instruction reads and writes must fit in one partition together (the compiler can spill other tiles, not "
        "these): split the instruction over smaller tiles of the free dimension",
        "neuronx-cc GCA035 (aws-neuron-sdk issue #1060, trn1: 'Total Accessed Bytes per partition by instruction: "
-       "198024, Total SB Partition Size: 196608'); every operand counted, the same tile once per operand"),
+       "198024, Total SB Partition Size: 196608'); every operand counted, the same tile once per operand (the current "
+       "API: each distinct tile once, narrow tiles placed apart by partition range: core.spill.packed_bytes)"),
     _r("nkisim_direct_alloc",
        "direct allocation: {detail}",
        "nki.compiler.sbuf.mod_alloc; nki_direct_allocation_guide.rst"),

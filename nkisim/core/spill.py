@@ -205,8 +205,8 @@ def _walk(instrs, locs: list[Location], capacity: int, fixed: int, mem) -> dict[
                 # Partition Size", KernelContext._check_accessed), not by the usable bytes, with tiles of <= 64
                 # partitions placed apart where they fit so (packed_bytes)
                 limit = mem.limits.sbuf_bytes_per_partition
-                if fixed + resident > limit and not mem.simulate and fixed + packed_bytes(
-                        [[loc.box[1] - loc.box[0], loc.cost] for loc in here]) > limit:
+                if fixed + resident > limit and not mem.simulate and (not mem.pack_partitions or fixed + packed_bytes(
+                        [[loc.box[1] - loc.box[0], loc.cost] for loc in here]) > limit):
                     _unplaceable(mem, instrs[i], here, capacity, fixed)
                 break
             if victim.dirty:
@@ -321,7 +321,9 @@ def packed_bytes(tiles: list) -> int:
     "Cross-Partition Connectivity").  The GCA035 message sums every operand per partition (aws-neuron-sdk issue
     #1060: 128-partition tiles, where both agree); that the compiler places narrower tiles apart is inferred from
     AWS's nki-library cross-entropy, whose (64, 65535) bf16 tensor_scalar input and output (2 x 131,070 B per
-    partition) run on trn2 in AWS's own fast tests [INFERRED].  Exhaustive over at most 4^6 placements (the rare
+    partition) run on trn2 in AWS's own fast tests [INFERRED]; so does an in-place ``activation`` on one such tile,
+    counted once.  Applied to the current API's kernels (``MemoryTracker.pack_partitions``, the "nki" era); the
+    legacy eras keep the summed count.  Exhaustive over at most 4^6 placements (the rare
     path: only instructions over the partition size get here); more tiles are summed as before.  Used by
     KernelContext._check_accessed (GCA035) and by the spill walk for what one instruction accesses."""
     if len(tiles) > 6:

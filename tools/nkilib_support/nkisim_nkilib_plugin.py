@@ -237,6 +237,11 @@ def pytest_runtest_makereport(item, call):
     with the must-alias suffix): out of scope, reported with the exception."""
     outcome = yield
     report = outcome.get_result()
+    if call.when == "call" and report.failed and call.excinfo is not None and (
+            call.excinfo.errisinstance(MemoryError) or "MemoryError" in str(call.excinfo.value)[:2000]):
+        _DEFECT[item.nodeid] = ("out of scope: needs more memory than this machine allows the run (MemoryError "
+                                "under tools/nkilib_conformance.py --memory-gib)")
+        return
     if call.when != "call" or not report.failed or _LAUNCHED[0] or call.excinfo is None:
         return
     paths = [str(entry.path) for entry in call.excinfo.traceback]
@@ -257,7 +262,8 @@ def pytest_runtest_logreport(report) -> None:
             if "slow simulation" in reason.lower():
                 reason = "large shape (the harness's slow-simulation skip)"
         elif report.nodeid in _DEFECT:
-            outcome, reason = "library-defect", _DEFECT[report.nodeid]
+            reason = _DEFECT[report.nodeid]
+            outcome = "out-of-scope" if reason.startswith("out of scope") else "library-defect"
         else:
             outcome, reason = report.outcome, "" if report.passed else _reason(report)
         _write(config, {"nodeid": report.nodeid, "outcome": outcome, "reason": reason, "seconds": round(seconds, 3)})
