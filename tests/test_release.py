@@ -88,12 +88,13 @@ def test_release_strips_reference_solutions_and_keeps_student_files(edition):
 
 
 # Staff-only material, named here independently of .release-exclude (a second list, so that a path dropped from
-# that file by mistake fails this test): the staff solutions and ladder, the staff and maintainer docs, the staff
-# tools and CI entry point, the exclusion list itself (it names the audit's open gaps), the staff suite.
+# that file by mistake fails this test): the staff solutions and ladder, the staff and maintainer docs (the TAs'
+# guide to batch grading on Ray among them), the staff tools and CI entry point, the exclusion list itself (it names
+# the audit's open gaps), the staff suite.
 STAFF_ONLY = (
     ".release-exclude", ".ci/*", "tools/*", "staff/*", "editions/*", "grader/reference/*",
     "nkisim/calibration/corpus/*", "docs/maintainers.md", "docs/staff-notes.md", "docs/grading-security.md",
-    "tests/test_*.py", "tests/*/*",
+    "docs/ray.md", "tests/test_*.py", "tests/*/*",
 )
 STUDENT_TESTS = {"tests/test_setup_check.py"}
 STAFF_MAKE_TARGETS = {"release", "gradescope"}
@@ -130,6 +131,24 @@ def test_release_file_list_has_nothing_staff_only(edition):
             assert (tree / path).exists(), f"make {target} runs {path}, which the release does not have"
     # the staff repository's own Makefile has both targets (the block is dropped, not the targets from staff)
     assert STAFF_MAKE_TARGETS <= set(_make_targets((REPO / "Makefile").read_text()))
+
+
+# A Markdown link's relative target: `[text](docs/x.md#part)` -> "docs/x.md" (placeholders such as `(...)` and
+# absolute URLs are not paths).
+MD_LINK = re.compile(r"\]\(([^)\s#:]+?)(?:#[^)\s]*)?\)")
+
+
+def test_released_markdown_links_stay_in_the_release(edition):
+    """Every relative link of a released Markdown file names a released file: a student who follows one from
+    docs/grading.md or docs/nkisim.md never lands on a staff-only page left behind (docs/ray.md,
+    docs/maintainers.md)."""
+    _, (tree, _) = edition
+    dangling = []
+    for md in sorted(tree.rglob("*.md")):
+        for target in MD_LINK.findall(md.read_text(encoding="utf-8")):
+            if set(target) != {"."} and not (md.parent / target).exists():
+                dangling.append(f"{md.relative_to(tree)} -> {target}")
+    assert dangling == []
 
 
 def test_staff_blocks_are_dropped_and_refuse_malformed_markers():
