@@ -67,6 +67,13 @@ class Timing:
             raise ValueError(f"warmup {self.warmup} / iterations {self.iterations}: need warmup >= 0, iterations >= 1")
         object.__setattr__(self, "versions", MappingProxyType(dict(self.versions)))
 
+    def __reduce__(self):
+        # the read-only versions mapping does not pickle: rebuild from a plain dict (timings travel back from the
+        # harness's worker processes, nkibench.forkpool)
+        fields = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        fields["versions"] = dict(self.versions)
+        return _timing, (fields,)
+
     def version_text(self) -> str:
         return ", ".join(f"{k} {v}" for k, v in self.versions.items())
 
@@ -77,6 +84,10 @@ class Timing:
             "versions": dict(self.versions), "dge_disabled": self.dge_disabled, "profiled": self.profiled,
             "measured": self.measured, "samples_us": list(self.samples_us), "profile_files": list(self.profile_files),
         }
+
+
+def _timing(fields: dict) -> Timing:
+    return Timing(**fields)
 
 
 @dataclass(frozen=True)

@@ -204,6 +204,17 @@ class InputBank:
     def _shape_key(case: ConvCase) -> tuple:
         return (case.batch, case.in_channels, case.out_channels, case.height, case.width, case.filter_size, case.dtype)
 
+    def key(self, case: ConvCase) -> tuple:
+        """What the inputs and the convolution of ``case`` are shared by (all but bias and pooling)."""
+        return self._shape_key(case)
+
+    def has_convolution(self, key: tuple) -> bool:
+        return key in self._conv
+
+    def set_convolution(self, key: tuple, conv: np.ndarray) -> None:
+        """The convolution of the inputs under ``key``, computed elsewhere (a worker process: ParallelRuns)."""
+        self._conv[key] = conv
+
     def _rng(self, case: ConvCase, stream: int) -> np.random.Generator:
         dims = self._shape_key(case)[:-1]
         return np.random.default_rng([self.seed, stream, *dims, 16 if case.dtype == "float16" else 32])
@@ -410,6 +421,19 @@ def _short_error(exc: BaseException) -> str:
     return f"{name}: {text[0] if text else ''}"
 
 
+def case_run(kernel: Callable, case: ConvCase, bank: InputBank, simulate: bool) -> tuple:
+    """One correctness case's launch: ("out", output array), or ("error", traceback text, short error, whether the
+    toolchain rather than the kernel failed).  What a worker process sends back (see ParallelRuns)."""
+    X, W, bias = bank.inputs(case)
+    try:
+        out = launch(kernel, (X, W, bias), {"pool_size": case.pool_size}, simulate)
+    except Exception as exc:  # noqa: BLE001 - a broken kernel fails its test, not the harness
+        remote = isinstance(exc, nkibench.KernelError) and exc.traceback_text
+        text = exc.traceback_text.rstrip() if remote else traceback.format_exc().rstrip()
+        return "error", text, _short_error(exc), isinstance(exc, nkibench.BenchError)
+    return "out", np.asarray(out)
+
+
 def run_correctness(
     kernel: Callable,
     tests: list[CorrectnessTest],
@@ -417,31 +441,40 @@ def run_correctness(
     simulate: bool = False,
     log: Callable[[str], None] = print,
     verbose_errors: bool = True,
+    runs: ParallelRuns | None = None,
+    first: tuple | None = None,
+    announced: bool = False,
 ) -> list[TestResult]:
+    """The correctness tests in order; ``runs``: take each case's launch from the worker processes instead of
+    launching it here (the same launches, judged and printed here in the same order); ``first``: the first
+    case's outcome (case_run), already run; ``announced``: the first test's "Running" line is printed already."""
     results = []
     traceback_shown = False
-    prefetched = False
-    for test in tests:
-        log(f"Running correctness test: {test.name} ...")
+    prefetched = runs is not None  # the workers compute the references
+    for ti, test in enumerate(tests):
+        if ti or not announced:
+            log(f"Running correctness test: {test.name} ...")
         passed, detail = True, ""
-        for case in test.cases:
-            X, W, bias = bank.inputs(case)
-            try:
-                out = launch(kernel, (X, W, bias), {"pool_size": case.pool_size}, simulate)
-            except Exception as exc:  # noqa: BLE001 - a broken kernel fails its test, not the harness
+        for ci, case in enumerate(test.cases):
+            if runs is not None:
+                outcome = runs.case(ti, ci)
+            elif first is not None and ti == ci == 0:
+                outcome = first
+            else:
+                outcome = case_run(kernel, case, bank, simulate)
+            if outcome[0] == "error":
+                _, text, short, toolchain = outcome
                 if verbose_errors and not traceback_shown:  # the first traceback is enough to debug
-                    remote = isinstance(exc, nkibench.KernelError) and exc.traceback_text
-                    log(exc.traceback_text.rstrip() if remote else traceback.format_exc().rstrip())
+                    log(text)
                     traceback_shown = True
-                toolchain = isinstance(exc, nkibench.BenchError)  # the toolchain failed, not the kernel
-                what = "could not run" if toolchain else "kernel raised"
-                passed, detail = False, f"{case.describe()}: {what} {_short_error(exc)}"
+                what = "could not run" if toolchain else "kernel raised"  # the toolchain failed, not the kernel
+                passed, detail = False, f"{case.describe()}: {what} {short}"
                 break
             if not prefetched:  # the kernel runs: from now on the references are computed beside it
                 bank.prefetch([c for t in tests for c in t.cases])
                 prefetched = True
-            ref = bank.reference(case)
-            out = np.asarray(out)
+            ref = runs.reference(case) if runs is not None else bank.reference(case)
+            out = outcome[1]
             if not outputs_match(out, ref, case.dtype):
                 if out.shape != ref.shape:
                     why = f"output shape {out.shape}, expected {ref.shape}"
@@ -497,6 +530,22 @@ def measure_latency(kernel: Callable, case: ConvCase, bank: InputBank,
                             iterations=BENCH_ITERS, profile=profile)
 
 
+def perf_run(kernel: Callable, case: ConvCase, bank: InputBank, profile_stem: str | None, perfetto: bool,
+             in_worker: bool = False) -> tuple:
+    """One timed test's measurement: ("ok", Measurement, profile failure or ""), or ("error", short error).  A
+    profile error without a timing stops the harness: raised here, or (``in_worker``) sent back as ("raise", text)."""
+    try:
+        return "ok", measure_latency(kernel, case, bank, profile_stem, perfetto), ""
+    except nkibench.ProfileError as exc:  # the ordinary timing stands; the missing profile is said loudly
+        if exc.measurement is None:
+            if in_worker:
+                return "raise", str(exc)
+            raise
+        return "ok", exc.measurement, str(exc)
+    except Exception as exc:  # noqa: BLE001
+        return "error", _short_error(exc)
+
+
 def run_performance(
     kernel: Callable,
     tests: list[PerformanceTest],
@@ -505,7 +554,9 @@ def run_performance(
     log: Callable[[str], None] = print,
     thresholds: Callable[[str, int, int], tuple[float, float, str]] | None = None,
     perfetto: bool = False,
+    runs: ParallelRuns | None = None,
 ) -> list[TestResult]:
+    """The timed tests in order; ``runs``: take each measurement from the worker processes."""
     results = []
     modelled = on_nkisim(kernel)
     notes_shown = False
@@ -519,7 +570,7 @@ def run_performance(
         def thresholds(dtype: str, height: int, pool: int) -> tuple[float, float, str]:
             return conv_thresholds(dtype, height, pool, backend, api)
 
-    for test in tests:
+    for k, test in enumerate(tests):
         case = test.case
         kind = "extra-credit performance" if test.extra_credit else "performance"
         log(
@@ -528,21 +579,15 @@ def run_performance(
         )
         relaxed, optimized, source = thresholds(case.dtype, case.height, case.pool_size)
         stem = profile_base_name(profile, case, test.extra_credit) if profile else None
-        profile_failure = ""
-        try:
-            measured = measure_latency(kernel, case, bank, stem, perfetto)
-        except nkibench.ProfileError as exc:  # the ordinary timing stands; the missing profile is said loudly
-            if exc.measurement is None:
-                raise
-            measured, profile_failure = exc.measurement, str(exc)
-        except Exception as exc:  # noqa: BLE001
-            log(f"  FAILED: kernel raised {_short_error(exc)}")
-            results.append(
-                TestResult(
-                    test.name, False, 0.0, test.points, test.extra_credit, _short_error(exc), None, (relaxed, optimized)
-                )
-            )
+        outcome = runs.perf(k) if runs is not None else perf_run(kernel, case, bank, stem, perfetto)
+        if outcome[0] == "raise":
+            raise nkibench.ProfileError(outcome[1])
+        if outcome[0] == "error":
+            log(f"  FAILED: kernel raised {outcome[1]}")
+            results.append(TestResult(test.name, False, 0.0, test.points, test.extra_credit, outcome[1], None,
+                                      (relaxed, optimized)))
             continue
+        _, measured, profile_failure = outcome
         latency = measured.timing.p99_us
         points = performance_credit(latency, relaxed, optimized, test.points)
         verdict = (
@@ -580,6 +625,119 @@ def run_performance(
     return results
 
 
+class ParallelRuns:
+    """The harness's kernel runs (correctness cases, timed tests) and reference convolutions as jobs of forked
+    worker processes (nkibench.forkpool), taken back in the order the serial harness runs them.
+
+    The jobs are the serial harness's own functions (case_run, perf_run, conv2d) on the same inputs, so the
+    outputs, references, latencies, scores and printed lines are the same; only their wall time shares the cores.
+    Jobs start largest first (the batch-4 224x224 runs), so the cores stay busy to the end, then the references
+    (a kernel that raises needs none: the harness stops the workers when it has its verdicts); the timed tests
+    queue last and start when a worker is free: without --profile before the correctness verdicts (a failed check
+    discards them unseen), with --profile only after every correctness test passed (no profile of a kernel that
+    failed is ever written).  The references are computed by workers too: the pool forks, so this process starts
+    no thread (InputBank.prefetch is the serial harness's)."""
+
+    def __init__(self, kernel: Callable, tests: list[CorrectnessTest], perf: list[PerformanceTest], bank: InputBank,
+                 simulate: bool, profile: str | None, perfetto: bool, workers: int, done: dict | None = None) -> None:
+        from nkibench import forkpool
+
+        self.bank, self.perf_tests, self.profile = bank, perf, profile
+        self.done = dict(done or {})  # ("case", ti, ci) -> outcome of a case already run in this process
+        self.pool = forkpool.ForkPool(workers)
+        cases, refs, timed = [], {}, []
+        for ti, test in enumerate(tests):
+            for ci, case in enumerate(test.cases):
+                refs.setdefault(bank.key(case), case)
+                if ("case", ti, ci) in self.done:
+                    continue
+                bank.inputs(case)  # made here, once: every worker inherits them
+                cases.append((_cost(case), ("case", ti, ci),
+                              lambda c=case: case_run(kernel, c, bank, simulate), _out_shape(case)))
+        for key, case in refs.items():
+            X, W, _ = bank.inputs(case)
+            conv_shape = (case.batch, case.out_channels, case.height - case.filter_size + 1,
+                          case.width - case.filter_size + 1)
+            refs[key] = (_cost(case), ("ref", key), lambda X=X, W=W: _one_thread(conv2d, X, W),
+                         (conv_shape, np.float32))
+        for k, test in enumerate(perf):
+            stem = profile_base_name(profile, test.case, test.extra_credit) if profile else None
+            bank.inputs(test.case)
+            timed.append((_cost(test.case), ("perf", k), lambda c=test.case, s=stem: perf_run(
+                kernel, c, bank, s, perfetto, in_worker=True), None))
+        # the kernel runs first (a kernel that raises needs no reference), each kind largest first (stable: equal
+        # costs keep the harness's order); the workers inherit the job table, so every job is added before they fork
+        jobs = [j for group in (cases, list(refs.values()), timed) for j in sorted(group, key=lambda j: -j[0])]
+        for _, key, fn, out in jobs:
+            self.pool.add(key, fn, out_shape=out[0] if out else None, out_dtype=out[1] if out else None)
+        for _, key, _, _ in jobs:
+            if key[0] != "perf" or profile is None:
+                self.pool.queue(key)
+
+    def case(self, ti: int, ci: int) -> tuple:
+        if ("case", ti, ci) in self.done:
+            return self.done.pop(("case", ti, ci))
+        return self._take(("case", ti, ci), "correctness case")
+
+    def perf(self, k: int) -> tuple:
+        if self.profile is not None and k == 0:  # every correctness test passed: now the profiled runs may start
+            for j in range(len(self.perf_tests)):
+                self.pool.queue(("perf", j))
+        return self._take(("perf", k), "timed test")
+
+    def reference(self, case: ConvCase) -> np.ndarray:
+        key = self.bank.key(case)
+        if not self.bank.has_convolution(key):
+            self.bank.set_convolution(key, self.pool.result(("ref", key)))
+        return self.bank.reference(case)
+
+    def _take(self, key, what: str) -> tuple:
+        from nkibench import forkpool
+
+        try:
+            return self.pool.result(key)
+        except forkpool.WorkerError as exc:  # the worker died (killed, out of memory): the run fails, loudly
+            return ("error", str(exc), f"WorkerError: the {what}'s worker process died", True) if key[0] == "case" \
+                else ("error", f"WorkerError: {str(exc).splitlines()[0]}")
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def _one_thread(fn: Callable, *args):
+    """``fn(*args)`` with one BLAS thread: the workers share the cores already (the command line sets
+    OPENBLAS_NUM_THREADS=1; a library caller may not have)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return fn(*args)
+    with threadpool_limits(limits=1, user_api="blas"):
+        return fn(*args)
+
+
+def _cost(case: ConvCase) -> float:
+    """A job's relative cost, to start the largest first: the conv's multiply-adds."""
+    return float(case.batch * case.in_channels * case.out_channels * case.height * case.width)
+
+
+def _out_shape(case: ConvCase) -> tuple[tuple[int, ...], np.dtype]:
+    """The output a correct kernel returns for ``case`` (sent back through shared memory; any other through the
+    pipe, to be judged as the serial harness judges it)."""
+    k = case.filter_size
+    h, w = (case.height - k + 1) // case.pool_size, (case.width - k + 1) // case.pool_size
+    return (case.batch, case.out_channels, h, w), np.dtype(case.dtype)
+
+
+def default_jobs(kernel: Callable) -> int:
+    """Worker processes for the command line: one per usable core (at most 4: there are three large runs) where
+    kernels run on nkisim and the platform forks (Linux); else 1 (in process, as always)."""
+    from nkibench import forkpool
+
+    if not forkpool.available() or not on_nkisim(kernel):
+        return 1
+    return max(1, min(4, forkpool.usable_cores()))
+
+
 def run_harness(
     kernel: Callable,
     test_maxpool: bool = False,
@@ -590,12 +748,15 @@ def run_harness(
     performance: bool = True,
     only: str | None = None,
     perfetto: bool = False,
+    jobs: int = 1,
 ) -> HarnessReport:
     """Everything the command line does, returning the per-test results and scores.
 
     ``only`` (``--only``): run just the named tests (select_tests), in the usual order; the selected performance
     tests still wait for the selected correctness tests to pass.  The report then covers those tests only
-    (``report.selected``), and its score lines say so: a selection is feedback, not a score."""
+    (``report.selected``), and its score lines say so: a selection is feedback, not a score.  ``jobs`` > 1: the
+    kernel runs happen in that many forked worker processes (ParallelRuns; Linux only, else in process), with the
+    same results and printed lines."""
     report = HarnessReport(backend_label(kernel))
     bank = InputBank(seed)
     log(f"Backend: {report.backend}")
@@ -609,12 +770,31 @@ def run_harness(
     else:
         chosen = [t for t in correctness_tests() if test_maxpool or not t.needs_maxpool]
         perf = [t for t in performance_tests() if test_maxpool or not t.needs_maxpool]
-    report.correctness = run_correctness(kernel, chosen, bank, simulate, log)
-    if not all(r.passed for r in report.correctness):
-        log("Correctness failed, skipping performance tests.")
-        report.skipped_performance = True
-    elif performance:
-        report.performance = run_performance(kernel, perf, bank, profile, log, perfetto=perfetto)
+    from nkibench import forkpool
+
+    runs, first = None, None
+    # forking is safe only from a single-threaded process: a thread (an earlier serial run's reference thread, the
+    # caller's) may hold a lock, inside BLAS for one, that a worker would wait on forever
+    if jobs > 1 and forkpool.available() and threading.active_count() == 1:
+        if chosen:
+            # the first case runs here: a kernel that raises stays in process (each test stops at its first case,
+            # so workers would have nothing to do), one that runs hands the rest to the workers
+            log(f"Running correctness test: {chosen[0].name} ...")
+            first = case_run(kernel, chosen[0].cases[0], bank, simulate)
+        if first is None or first[0] != "error":
+            runs = ParallelRuns(kernel, chosen, perf if performance else [], bank, simulate, profile, perfetto,
+                                jobs, done={("case", 0, 0): first} if first else None)
+    try:
+        report.correctness = run_correctness(kernel, chosen, bank, simulate, log, runs=runs,
+                                             first=first if runs is None else None, announced=first is not None)
+        if not all(r.passed for r in report.correctness):
+            log("Correctness failed, skipping performance tests.")
+            report.skipped_performance = True
+        elif performance:
+            report.performance = run_performance(kernel, perf, bank, profile, log, perfetto=perfetto, runs=runs)
+    finally:
+        if runs is not None:
+            runs.close()
     if report.skipped_performance or not performance:
         report.performance = [TestResult(t.name, False, 0.0, t.points, t.extra_credit, "skipped") for t in perf]
     return report
@@ -664,6 +844,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         + "; patterns such as 'perf_*' work; a pooling test named here runs without --test_maxpool",
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="kernel runs in N worker processes at once (default: one per core, up to 4, on Linux with nkisim; "
+        "1 runs everything in this process); the results and output are the same",
+    )
+    parser.add_argument(
         "--submission",
         default=None,
         metavar="DIR",
@@ -672,6 +860,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.seed < 0:
         parser.error("--seed must be a non-negative integer")
+    if args.jobs is not None and args.jobs < 1:
+        parser.error("--jobs must be a positive integer")
     if args.submission is not None and not Path(args.submission).exists():
         parser.error(f"--submission {args.submission}: no such file or directory")
     if args.only is not None:
@@ -690,8 +880,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"test_harness.py: {exc}", file=sys.stderr)
         return 2
     started = time.perf_counter()
+    jobs = args.jobs if args.jobs is not None else default_jobs(kernel)
     report = run_harness(kernel, args.test_maxpool, args.simulate, args.seed, args.profile, only=args.only,
-                         perfetto=args.perfetto)
+                         perfetto=args.perfetto, jobs=jobs)
     print()
     for line in score_lines(report):
         print(line)
