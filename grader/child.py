@@ -18,8 +18,14 @@ Protocol (the parent is the only one that knows where results go):
 4. The kernel runs through nkisim's runtime, or on Trainium (``backend = neuron``) through nkibench, the timing
    layer the course scripts use: nki.baremetal / nki.benchmark for ``neuronxcc.nki`` kernels, nki.jit's NEFF
    timed by the Neuron runtime (nrtpy) for ``import nki`` kernels (job ``api``: the file's API).
+   With ``want_stream`` (nkisim, current API) the kernel is only specialized: its Python runs once in timing mode
+   and the program it made is written as ``stream.json`` (nkisim.stream), no outputs and no trace.
 5. Outputs are written as .npy, the trace with nkisim.core.traceio, then a small status.json -- each file via
    tmp + os.replace.  Nothing printed counts; the parent judges the arrays itself and costs the trace itself.
+
+The same script, started with ``stream_file`` instead of a kernel to run, is the parent's re-execution of such a
+stream: it loads no student module, runs the stream with nkisim on the inputs the parent gave it, in the same
+sandbox (CPU, memory and time limits: a stream may be huge or loop forever), and writes outputs and trace as in 5.
 """
 
 from __future__ import annotations
@@ -492,6 +498,34 @@ def _run_nkisim(kernel, args, kwargs, mode: str, target: str):
     return run.outputs, run.trace
 
 
+# The largest instruction stream either side handles (the staff conv's largest case writes ~10 MB).
+MAX_STREAM_BYTES = 256 << 20
+
+
+def _specialize(kernel, args, kwargs, target: str, out_dir: str) -> None:
+    """Run the kernel's Python once, computing no values (timing mode), and write the program it made as
+    ``stream.json`` (nkisim.stream): the parent executes that program itself (docs/grading-security.md, item 5)."""
+    from nkisim import stream
+    from nkisim.core.runtime import run_kernel
+
+    rec = stream.Recorder()
+    run_kernel(kernel, args, kwargs, mode="timing", target=target, stream=rec)
+    _atomic_write_bytes(os.path.join(out_dir, "stream.json"), stream.dumps(rec.data()))
+
+
+def _replay(path: str, args, kwargs, mode: str, target: str):
+    """Execute the instruction stream at ``path`` (shipped by a specializing child) with nkisim on this process's
+    inputs.  No student code exists in this process: the stream is data, read by nkisim.stream."""
+    from nkisim import stream
+
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_STREAM_BYTES + 1)
+    if len(data) > MAX_STREAM_BYTES:
+        raise stream.StreamError(f"the instruction stream is over {MAX_STREAM_BYTES >> 20} MiB")
+    run = stream.replay(stream.loads(data), args, kwargs, mode=mode, target=target)
+    return run.outputs, run.trace
+
+
 # The course harness's timing counts (part2/test_harness.py: warmup 5, 20 timed iterations; p99 in microseconds).
 HARDWARE_WARMUP = 5
 HARDWARE_ITERATIONS = 20
@@ -512,6 +546,31 @@ def _run_neuron(kernel, args, kwargs, mode: str, want_latency: bool, api: str | 
         m = backend.measure(kernel, tuple(args), kwargs, warmup=HARDWARE_WARMUP, iterations=HARDWARE_ITERATIONS)
         latency = float(m.timing.p99_us)
     return outputs, latency, {"backend": backend.name, "versions": dict(backend.versions())}
+
+
+def _write_results(status: dict, job: dict, out_dir: str, outputs, trace, latency, traceio) -> None:
+    """Outputs as .npy, the trace (when asked for) and the hardware latency, each file via tmp + os.replace."""
+    import numpy as np
+
+    status["stage"] = "output"
+    if outputs is not None:
+        outs = outputs if isinstance(outputs, tuple | list) else (outputs,)
+        status["n_outputs"] = len(outs)
+        for i, arr in enumerate(outs):
+            arr = np.asarray(arr)
+            if arr.dtype == object:
+                raise TypeError(f"kernel output {i} is not a numeric array")
+            tmp = os.path.join(out_dir, f"output_{i}.tmp.npy")
+            np.save(tmp, arr, allow_pickle=False)
+            os.replace(tmp, os.path.join(out_dir, f"output_{i}.npy"))
+    if trace is not None and job.get("want_trace"):
+        tmp = os.path.join(out_dir, "trace.tmp")
+        traceio.dump(trace, tmp)
+        os.replace(tmp, os.path.join(out_dir, "trace.bin"))
+    if latency is not None:
+        status["hardware_p99_us"] = latency
+    status["ok"] = True
+    status["stage"] = "done"
 
 
 class _Done(Exception):  # noqa: N818 - control flow, never an error
@@ -543,6 +602,8 @@ def run_job(job: dict) -> int:
 
             if job.get("want_trace"):
                 import nkisim.core.traceio as traceio
+            if job.get("want_stream") or job.get("stream_file"):
+                import nkisim.stream  # noqa: F401 - imported before student code, never by it
         args = [np.load(p, allow_pickle=False) for p in job["inputs"]]
         kwargs = dict(job["kwargs"])
         if job.get("jail"):
@@ -552,6 +613,14 @@ def run_job(job: dict) -> int:
         # a fork of grader/forkserver.py names the namespaces it set up for this call itself
         status["jail"] = status.get("jail", []) + [str(f) for f in job.get("server_features", ())] + _undumpable()
 
+        if job.get("stream_file"):
+            # the parent's re-execution of a specialized kernel: nkisim runs the stream; no student code is loaded
+            status["stage"] = "kernel"
+            t0 = time.perf_counter()
+            outputs, trace = _replay(job["stream_file"], args, kwargs, job["mode"], job["target"])
+            status["kernel_seconds"] = time.perf_counter() - t0
+            _write_results(status, job, out_dir, outputs, trace, None, traceio)
+            raise _Done
         status["stage"] = "import"
         # The parent starts the import clock when this file appears (interpreter start-up is not the student's).
         _atomic_write_bytes(os.path.join(out_dir, "import.started"), b"")
@@ -571,7 +640,10 @@ def run_job(job: dict) -> int:
 
         status["stage"] = "kernel"
         t0 = time.perf_counter()
-        if job["backend"] == "nkisim":
+        if job["backend"] == "nkisim" and job.get("want_stream"):
+            _specialize(kernel, args, kwargs, job["target"], out_dir)
+            outputs = trace = latency = None
+        elif job["backend"] == "nkisim":
             outputs, trace = _run_nkisim(kernel, args, kwargs, job["mode"], job["target"])
             latency = None
         else:
@@ -580,26 +652,7 @@ def run_job(job: dict) -> int:
             )
             trace = None
         status["kernel_seconds"] = time.perf_counter() - t0
-
-        status["stage"] = "output"
-        if outputs is not None:
-            outs = outputs if isinstance(outputs, tuple | list) else (outputs,)
-            status["n_outputs"] = len(outs)
-            for i, arr in enumerate(outs):
-                arr = np.asarray(arr)
-                if arr.dtype == object:
-                    raise TypeError(f"kernel output {i} is not a numeric array")
-                tmp = os.path.join(out_dir, f"output_{i}.tmp.npy")
-                np.save(tmp, arr, allow_pickle=False)
-                os.replace(tmp, os.path.join(out_dir, f"output_{i}.npy"))
-        if trace is not None and job.get("want_trace"):
-            tmp = os.path.join(out_dir, "trace.tmp")
-            traceio.dump(trace, tmp)
-            os.replace(tmp, os.path.join(out_dir, "trace.bin"))
-        if latency is not None:
-            status["hardware_p99_us"] = latency
-        status["ok"] = True
-        status["stage"] = "done"
+        _write_results(status, job, out_dir, outputs, trace, latency, traceio)
     except _Done:
         pass
     except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from student code are verdicts too

@@ -63,6 +63,7 @@ def _preimport(child, lib: str, api: str) -> None:
 
     import nkisim.core.runtime  # noqa: F401
     import nkisim.core.traceio  # noqa: F401
+    import nkisim.stream  # noqa: F401  (the current API's calls are specialized to a stream and replayed)
 
     try:
         child._ensure_nki_importable("nkisim", api)

@@ -64,6 +64,8 @@ class CaseRun:
     # Set when the call hit a resource limit ("timed out", "ran out of memory", ...): the grader then does not
     # call the same function again on inputs at least as large (grader/pipeline.py).
     exhausted: str | None = None
+    # the instruction stream a specializing child shipped (nkisim.stream, JSON bytes), until the parent replays it
+    stream: bytes | None = None
 
 
 def _student_frames(tb: str, module_file: str, shown_as: str | None = None) -> str:
@@ -328,6 +330,7 @@ def _launch(
     collect: Callable[[ProcessResult, Path, str], Any],
     hidden: tuple[str, ...] = (),
     servers: KernelServers | None = None,
+    stream: bytes | None = None,
 ) -> Any:
     """Lay out a private run directory, start grader/child.py on it in the sandbox (a fork of one of ``servers``
     for nkisim runs, else a fresh process) and hand the result to ``collect(process result, output dir, module
@@ -348,6 +351,10 @@ def _launch(
             np.save(p, arr, allow_pickle=False)
             os.chmod(p, 0o644)
             input_paths.append(str(p))
+        if stream is not None:  # the parent's re-execution: the stream is one more (read-only) input
+            p = in_dir / "stream.json"
+            p.write_bytes(stream)
+            os.chmod(p, 0o644)
         job = {
             "backend": backend,
             "target": target,
@@ -365,6 +372,7 @@ def _launch(
             "mask": _masked_dirs(hidden, root),
             "uid": iso.uid,
             "gid": iso.gid,
+            **({"stream_file": str(in_dir / "stream.json")} if stream is not None else {}),
             **job_fields,
         }
         env = _nkisim_env(target)
@@ -423,7 +431,14 @@ def run_case(
 ) -> CaseRun:
     """Run ``function`` from the student's ``rel_file`` on ``inv`` in a fresh sandboxed process (a fork of a warm
     server of ``servers``, or a process started for it).  A latency timed on
-    Trainium is also recorded with nkisim's estimate of the same kernel (nkibench.feedback, docs/grading.md)."""
+    Trainium is also recorded with nkisim's estimate of the same kernel (nkibench.feedback, docs/grading.md).
+
+    On nkisim, a current-API file is specialized in that process and executed by the parent (:func:`_replayed`):
+    the outputs judged and the trace costed come from nkisim running the program the child shipped, never from the
+    process that ran student code."""
+    if backend == "nkisim" and api == REPLAYED_API:
+        return _replayed(source, rel_file, function, inv, mode=mode, want_trace=want_trace, target=target,
+                         limits=limits, timeout_s=timeout_s, tmp_root=tmp_root, hidden=hidden, servers=servers)
     run = _launch(
         source,
         rel_file,
@@ -444,6 +459,66 @@ def run_case(
     )
     if backend == "neuron" and run.hardware_p99_us is not None:
         _record_hardware_pair(source, rel_file, function, inv, target, api, run)
+    return run
+
+
+# The API whose kernels the parent re-executes (nkisim.stream records the current API only; the legacy API keeps the
+# child's outputs and trace: docs/grading-security.md, item 5).
+REPLAYED_API: str | None = "nki"
+MAX_STREAM_BYTES = 256 << 20
+
+
+def _replayed(source: bytes, rel_file: str, function: str, inv: Invocation, *, mode: str, want_trace: bool,
+              target: str, limits: Limits, timeout_s: float, tmp_root: str | None, hidden: tuple[str, ...],
+              servers: KernelServers | None = None) -> CaseRun:
+    """Specialize-then-execute: the sandboxed child runs the student's Python once, computing no values, and ships
+    the program it made (``stream.json``, plain JSON); a second sandboxed process, which loads no student code,
+    executes that program with nkisim on the parent's inputs (the same CPU, memory and time limits: a stream can be
+    huge or loop forever).  Whatever stream a compromised child ships, the outputs and the trace are what nkisim
+    gives for that program; a malformed one is the test's error (nkisim.stream.StreamError names the event)."""
+    common = dict(backend="nkisim", target=target, api=REPLAYED_API, limits=limits, timeout_s=timeout_s,
+                  tmp_root=tmp_root, import_clock=False, hidden=hidden, servers=servers)
+    first = _launch(
+        source, rel_file, inv, {"mode": "timing", "want_trace": False, "want_stream": True, "function": function},
+        collect=lambda proc, out_dir, name: _collect_stream(proc, out_dir, inv, name, limits, timeout_s, rel_file),
+        **common,
+    )
+    if first.verdict != Verdict.OK:
+        return first
+    shipped, first.stream = first.stream, None
+    run = _launch(
+        b"", rel_file, inv, {"mode": mode, "want_trace": want_trace, "function": function},
+        collect=lambda proc, out_dir, name: _collect(proc, out_dir, inv, name, limits, timeout_s, want_trace, rel_file),
+        stream=shipped, **common,
+    )
+    run.wall_seconds += first.wall_seconds
+    if run.cpu_seconds is not None and first.cpu_seconds is not None:
+        run.cpu_seconds += first.cpu_seconds
+    run.features = tuple(dict.fromkeys((*first.features, *run.features)))
+    run.output_tail = (first.output_tail + run.output_tail)[-4000:]
+    if run.verdict == Verdict.ERROR and run.message.startswith("StreamError"):
+        run.message = "the kernel's instruction stream was refused: " + run.message
+    return run
+
+
+def _collect_stream(proc: ProcessResult, out_dir: Path, inv: Invocation, module_name: str, limits: Limits,
+                    timeout_s: float, rel_file: str | None) -> CaseRun:
+    """The specializing child's verdict and, when it succeeded, the stream it wrote (size-capped bytes)."""
+    run = _collect(proc, out_dir, inv, module_name, limits, timeout_s, False, rel_file)
+    if run.verdict != Verdict.OK:
+        return run
+    path = out_dir / "stream.json"
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_STREAM_BYTES + 1)
+    except OSError:
+        return CaseRun(Verdict.BAD_OUTPUT, "the kernel's run shipped no instruction stream",
+                       wall_seconds=run.wall_seconds, output_tail=run.output_tail, features=run.features)
+    if len(data) > MAX_STREAM_BYTES:
+        return CaseRun(Verdict.BAD_OUTPUT, f"the kernel's instruction stream is over {MAX_STREAM_BYTES >> 20} MiB; "
+                       "no course kernel needs that much", wall_seconds=run.wall_seconds, output_tail=run.output_tail,
+                       features=run.features)
+    run.stream = data
     return run
 
 

@@ -55,7 +55,7 @@ from nkisim.core.tensor import Tensor
 FORMAT = "nkisim-stream/1"
 # bounds on what a replay accepts (a stream is untrusted data): nesting of loop bodies and values, sizes
 MAX_DEPTH = 32
-MAX_ARRAY = 1 << 16
+MAX_ARRAY = 1 << 20
 MAX_NAME = 200
 
 
@@ -129,6 +129,7 @@ class Recorder:
         self._funcs: dict = {}  # "module:function" -> index
         self._last_res = None  # weak reference to the last call's tensor result (item assignment retargets it)
         self._derived: dict = {}  # id(view) -> (weak reference, how it was derived): gather views
+        self._in_check: list | None = None  # allocations dropped while a capacity check walks the frames
         self._codes: dict = {}  # id(code) -> index
         self._code_list: list = []
         self._code_keep: list = []
@@ -137,6 +138,7 @@ class Recorder:
         self._lib: dict = {}
         self._closed = True
         self._last: list | None = None
+        self._mark = 0  # trace length after the last recorded call or loop: nothing else may add instructions
 
     # -- set-up and end (run_kernel) -----------------------------------------------------------------------------
     def begin(self, ctx: KernelContext, kernel, names, hbm_args, hbm_kwargs) -> None:
@@ -171,9 +173,12 @@ class Recorder:
             "cores": list(cores) if cores else None, "middle_end": ctx.middle_end, "simulate": ctx.mem.simulate,
         }
         ctx.stream = self
+        ctx.mem.on_reclaim = self._reclaimed
+        self._mark = len(ctx.trace.instrs)
         LIVE[0] = True
 
     def end(self, ctx: KernelContext, ret) -> None:
+        self._check_gap(ctx)
         self.events.append(["return", self._enc(ret, 0)])
         self._closed = True
         ctx.stream = None
@@ -194,13 +199,18 @@ class Recorder:
         ``settle`` finds is the first frame outside the emulator, which must stay the kernel's."""
         if self._closed:
             return None
+        self._check_gap(ctx)
         fid = self._funcs.get(key)
         if fid is None:
             fid = self._funcs[key] = len(self._funcs)
-        entry = ["call", fid, [self._arg(a) for a in args], [[k, self._arg(v)] for k, v in kwargs.items()], None,
-                 [list(e) for e in ctx.sym_loops] if ctx.sym_loops else None, None, False]
+        try:
+            entry = ["call", fid, [self._arg(a) for a in args], [[k, self._arg(v)] for k, v in kwargs.items()], None,
+                     [list(e) for e in ctx.sym_loops] if ctx.sym_loops else None, None, False]
+        except NotRecordable as exc:
+            # the call's own error (an argument the front end refuses) comes first: raised by after() otherwise
+            return (None, self._open, exc)
         lst = self._cur
-        token = (entry, self._open)
+        token = (entry, self._open, None)
         self._open = [lst, len(lst)]
         lst.append(entry)
         return token
@@ -209,8 +219,13 @@ class Recorder:
         """The call made by :meth:`before` returned ``res`` (or raised)."""
         if token is None:
             return
-        entry, self._open = token
+        entry, self._open, unrecordable = token
+        if unrecordable is not None:
+            if raised:
+                return
+            raise unrecordable
         entry[4] = self._stmt(ctx)
+        self._mark = len(ctx.trace.instrs)
         if raised:
             entry[7] = True
             return
@@ -240,6 +255,20 @@ class Recorder:
             raise NotRecordable("depends_on on an instruction handle the stream does not know")
         self._cur.append(["depends", mine, ids])
 
+    def _check_gap(self, ctx: KernelContext) -> None:
+        """Every instruction of the run comes from a recorded call (or a recorded loop's execution): anything else
+        would be missing from the replay, silently cheaper and different, so it stops the recording."""
+        n = len(ctx.trace.instrs)
+        if n != self._mark and not self._stack:
+            last = ctx.trace.instrs[-1]
+            raise NotRecordable(f"an instruction ({last.op} at {last.where}) was made outside the calls nkisim "
+                                "records in an instruction stream")
+
+    def executed(self, ctx: KernelContext) -> None:
+        """A recorded dynamic loop ran at the kernel's top level: its instructions are the loop's."""
+        if not self._stack:
+            self._mark = len(ctx.trace.instrs)
+
     def push(self, ctx: KernelContext) -> None:
         self._stack.append((self._cur, self._stmt(ctx)))
         self._cur = []
@@ -257,8 +286,35 @@ class Recorder:
             del self._allocs[key]
         if self._closed:
             return
+        if self._in_check is not None:
+            self._in_check.append(aid)
+            return
         ev = ["drop", aid]
         if self._open is not None:  # died during a call: the kernel had let it go before the call
+            lst, i = self._open
+            lst.insert(i, ev)
+            self._open[1] = i + 1
+        else:
+            self._cur.append(ev)
+
+    def _reclaimed(self, allocs: list | None) -> None:
+        """The capacity check found these tiles dead (``core.liveness``, from the kernel's frames): the replay,
+        which has no kernel frames, takes the same ones (during the same call).  Called with None when the check
+        starts: tiles dropped while it walks the frames (it refreshes their locals snapshots) are dropped at the
+        same point of the replay."""
+        if self._closed:
+            return
+        if allocs is None:
+            self._in_check = []
+            return
+        dropped, self._in_check = self._in_check or [], None
+        aids = []
+        for a in allocs:
+            known = self._allocs.get(id(a))
+            if known is not None and known[1]() is a:
+                aids.append(known[0])
+        ev = ["reclaim", aids, dropped]
+        if self._open is not None:
             lst, i = self._open
             lst.insert(i, ev)
             self._open[1] = i + 1
@@ -476,28 +532,37 @@ class _Replayer:
         events = s.get("events")
         _need(isinstance(events, list), "header", "events")
         self.events = events
-        self.pos = 0
-        self.allocs: dict = {}
-        self.regs: dict = {}
-        self.handles: dict = {}
-        self.orders: list = []
-        self.fcache: dict = {}
-        self.last_res = None
-        self.vcache: dict = {}  # aid -> {view index: the view} (dropped with the allocation)
-        self.ccache: dict = {}
-        self.checked: set = set()  # (view index, storage key) pairs core.aps.rebuild has checked
         self.functions = s.get("functions")
         _need(isinstance(self.functions, list), "header", "function table")
         self.consts = s.get("consts")
         self.views = s.get("views")
         _need(isinstance(self.consts, list) and isinstance(self.views, list), "header", "constant or view table")
+        self.fcache: dict = {}
+        self.checked: set = set()  # (view index, storage key) pairs core.aps.rebuild has checked
+        self._reset()
+
+    def _reset(self) -> None:
+        """The state of one run of the stream."""
+        self.pos = 0
+        self.allocs: dict = {}
+        self.regs: dict = {}
+        self.handles: dict = {}
+        self.orders: list = []
+        self.last_res = None
+        self.reclaims: list = []  # the dead tiles of each capacity check still to come, in order
+        self.reclaimed: set = set()
+        self.vcache: dict = {}  # aid -> {view index: the view} (dropped with the allocation)
+        self.ccache: dict = {}
 
     # -- run_kernel calls this once per program ------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         ctx = current("replay")
         if not isinstance(ctx, _ReplayContext):
+            # a new run (the first, or run_kernel's full rerun of a timing run that needs register values)
+            self._reset()
             ctx.__class__ = _ReplayContext  # the statements come from the stream from now on
             ctx.kernel_code = ctx.mem.stop_code = self.codes[0]
+            ctx.mem.dead_source = self._dead
             self._bind_args(ctx, args, kwargs)
         evs = self.events
         if self.nki_grid:
@@ -517,6 +582,27 @@ class _Replayer:
                 return ret
             self._event(ctx, ev, self.pos - 1, 0)
         raise StreamError("the stream ends without the kernel's return")
+
+    def _dead(self) -> dict:
+        """The tiles the recording run's capacity check found dead at this point (``MemoryTracker.reclaim``)."""
+        aids, dropped = self.reclaims.pop(0) if self.reclaims else ([], [])
+        for aid in dropped:
+            self._drop(aid)
+        self.reclaimed.update(aids)
+        out = {}
+        for aid in aids:
+            t = self.allocs.get(aid)
+            if t is not None:
+                a = _allocation(t)
+                out[id(a)] = a
+        return out
+
+    def _drop(self, aid: int) -> None:
+        """The kernel let allocation ``aid`` go: so does the replay (it dies when nkisim holds it no more)."""
+        gone = self.allocs.pop(aid, None)
+        self.vcache.pop(aid, None)
+        if gone is not None and self.last_res is not None and _allocation(self.last_res) is _allocation(gone):
+            self.last_res = None
 
     def _bind_args(self, ctx, args, kwargs) -> None:
         s = self.s
@@ -558,11 +644,11 @@ class _Replayer:
             self._call(ctx, ev, where)
         elif kind == "drop":
             _need(len(ev) == 2 and type(ev[1]) is int, where, "malformed drop")
-            gone = self.allocs.pop(ev[1], None)
-            self.vcache.pop(ev[1], None)
-            if gone is not None and self.last_res is not None and _allocation(self.last_res) is _allocation(gone):
-                self.last_res = None
-            del gone
+            self._drop(ev[1])
+        elif kind == "reclaim":
+            _need(len(ev) == 3 and isinstance(ev[1], list) and isinstance(ev[2], list)
+                  and all(type(a) is int for a in ev[1] + ev[2]), where, "malformed reclaim")
+            self.reclaims.append((ev[1], ev[2]))
         elif kind == "set":
             _need(len(ev) == 3 and type(ev[1]) is int and type(ev[2]) is int, where, "malformed set")
             registers.immediate(self._reg(ev[1]), ev[2])
@@ -608,6 +694,9 @@ class _Replayer:
     def _call(self, ctx: _ReplayContext, ev, where: str) -> None:
         _need(len(ev) == 8 and isinstance(ev[2], list) and isinstance(ev[3], list), where, "malformed call")
         fn = self._function(ev[1], where)
+        if self.functions[ev[1]].endswith(":shared_constant"):
+            _need(not ev[2] or not isinstance(ev[2][0], str), where, "nl.shared_constant of a file path is not "
+                  "replayed (the path is the child's; under grading every path is refused)")
         memo: dict = {}
         dec = self._dec
         args = [dec(a, 1, where, memo) for a in ev[2]]
@@ -734,6 +823,8 @@ class _Replayer:
             _need(len(x) == 3 and type(x[1]) is int, where, "malformed tensor")
             root = self.allocs.get(x[1])
             _need(root is not None, where, f"tensor of allocation {x[1]} used after it was dropped, or never made")
+            _need(x[1] not in self.reclaimed, where, f"tensor of allocation {x[1]} used after the capacity check "
+                  "found it dead")
             vid = x[2]
             if type(vid) is int:
                 cache = self.vcache.get(x[1])

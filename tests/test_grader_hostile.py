@@ -119,6 +119,12 @@ SCREEN_OFF: dict[str, set[str]] = {
     "alias_rebind_nki": {"error"},
     # without the screen: the NumPy view withholds datetime64, and a dtype spelt at run time reads a stopped clock
     "clock_read_nki": {"error"},
+    # issue 31 item 5: syntax only the screen refuses (C2), yet worthless since the parent executes the program the
+    # child shipped: the child holds no device data (timing mode) and what it writes into an output never reaches
+    # the parent, so the host transpose behind a flat copy is judged as the flat copy (12 before, docs/grading-
+    # security.md "Specialize in the child, execute in the parent")
+    "match_private_nki": {"failed"},
+    "format_escape_nki": {"failed", "error"},
 }
 # Files a hostile submission reads from outside its own directory (planted before grading, removed after).
 PLANTED = {"shared_constant_path_nki": "/tmp/asst4-hostile-shared_constant.npy"}

@@ -177,6 +177,46 @@ def test_item_assignment_gathers_and_tensor_methods_replay_exactly():
     np.testing.assert_allclose(_outputs(replayed)[0], rows + rows[0:1], rtol=1e-6)
 
 
+@nki.jit
+def rebinding_loop(x):
+    """Each iteration binds a new 120 KiB-per-partition tile to ``t`` while the previous one is still bound: two do
+    not fit in SBUF, and the capacity check reclaims the old one because the kernel never reads it again
+    (core.liveness, from the kernel's frames, which a replay does not have)."""
+    out = nl.ndarray((3, 128, 30720), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in range(3):
+        t = nl.ndarray((128, 30720), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i])
+        nisa.dma_copy(dst=out[i], src=t)
+    return out
+
+
+def test_tiles_the_capacity_check_found_dead_are_reclaimed_in_the_replay_too():
+    x = RNG.standard_normal((3, 128, 30720)).astype(np.float32)
+    direct, replayed = _roundtrip(rebinding_loop, (x,))
+    assert "spill" not in direct.trace.meta  # reclaimed, not spilled
+    _same(direct, replayed)
+    np.testing.assert_array_equal(_outputs(replayed)[0], x)
+
+
+@nki.jit
+def halves(x):
+    """Program ``p`` of a two-program grid adds ``p`` to its half of the rows (shared output)."""
+    p = nl.program_id(0)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[p * 128:(p + 1) * 128, :])
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=float(p))
+    nisa.dma_copy(dst=out[p * 128:(p + 1) * 128, :], src=t)
+    return out
+
+
+def test_an_lnc2_launch_is_not_recorded():
+    """kernel[2] runs its two programs in lockstep (core.lockstep), which one sequential stream cannot express."""
+    x = RNG.standard_normal((256, 4)).astype(np.float32)
+    with pytest.raises(stream.NotRecordable, match="LNC=2"):
+        stream.record(halves[2], (x,))
+
+
 def test_the_replay_uses_its_own_inputs():
     """The stream holds no data: replayed on other inputs, the program computes on those."""
     a, b = (RNG.standard_normal(128).astype(np.float32) for _ in range(2))
@@ -232,6 +272,22 @@ def test_a_stream_for_other_arguments_is_refused(naive):
         stream.loads(b'{"format": "pickle"}')
     with pytest.raises(stream.StreamError, match="JSON"):
         stream.loads(b"\x80\x04K\x01.")
+
+
+def test_an_instruction_made_outside_the_recorded_calls_stops_the_recording():
+    """Nothing reaches the trace without a record: an unrecorded instruction would be missing from the replay."""
+    from nkisim.core.ops import elementwise
+
+    @nki.jit
+    def sneaky(a):
+        out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
+        elementwise.memset_dst(t, 0.0)  # the core's builder, not the front end's recorded call
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    with pytest.raises(stream.NotRecordable, match="memset .* outside the calls"):
+        stream.record(sneaky, (np.zeros((128, 4), np.float32),))
 
 
 def test_the_legacy_front_end_is_not_recorded():

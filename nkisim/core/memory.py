@@ -99,6 +99,10 @@ class MemoryTracker:
         self._bank = limits.psum_bank_bytes
         self.closed = False
         self.stop_code = None  # the kernel function's code: frames older than it cannot hold its tiles
+        # a run whose program is recorded (nkisim.stream) is told which tiles reclaim found dead; a replayed run has
+        # no kernel frames to analyse and takes the recorded ones instead (checked there: never used again)
+        self.on_reclaim = None
+        self.dead_source = None
         self.spills: list[tuple] = []  # (name, bytes per partition, site) of PSUM tiles spilled past the 8 banks
         # nki.simulate_kernel: capacity is the compiler's check, not the simulator's (rules.NKICapacityWarning);
         # over-subscriptions are collected here as messages instead of raised
@@ -345,7 +349,15 @@ class MemoryTracker:
         liveness.  Runs only when an allocation would over-subscribe ``buf`` (nkisim.core.liveness)."""
         from nkisim.core.liveness import dead_allocations
 
-        for aid, alloc in dead_allocations(Allocation, StorageView, self.stop_code).items():
+        if self.dead_source is not None:
+            dead = self.dead_source()
+        else:
+            if self.on_reclaim is not None:
+                self.on_reclaim(None)  # the frame walk may let tiles go (a frame's locals snapshot is refreshed)
+            dead = dead_allocations(Allocation, StorageView, self.stop_code)
+            if self.on_reclaim is not None:
+                self.on_reclaim(list(dead.values()))
+        for aid, alloc in dead.items():
             if alloc is keep or alloc.buf != buf or not alloc.charged or alloc.tracker is not self:
                 continue
             alloc.charged = False

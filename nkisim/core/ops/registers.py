@@ -542,6 +542,8 @@ def _run_or_record(ctx: KernelContext, node: tuple) -> None:
         fault(ctx, exc)
     finally:
         ctx.api_depth = 0
+        if ctx.stream is not None:
+            ctx.stream.executed(ctx)
 
 
 def _execute(ctx: KernelContext, body: list) -> None:

@@ -447,6 +447,7 @@ _reg.wrap_api(globals(), exclude={"ndarray", "ds", "affine_range", "sequential_r
                                   "shared_constant", "expand_dims"})
 # an allocation makes no instruction, but the program a recorded stream replays needs it (nkisim.stream)
 ndarray = _reg.stream_only(ndarray)
+shared_constant = _reg.stream_only(shared_constant)
 
 
 def __getattr__(name: str):
