@@ -322,6 +322,10 @@ def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: 
             fail("err_store_dst_shape_smaller_than_other_shape", dst=list(out.shape), src=list(src.shape))
         if not partition_broadcast and parts_of(out) != parts_of(src):
             fail("err_num_partition_mismatch", params=f"{shape_str(out, 'dst')}, {shape_str(src, 'src')}", op=op_name)
+    if src.shape != out.shape and math.prod(src.shape) != math.prod(out.shape) and not _fills(src.shape, out.shape):
+        # a rule on shapes, so checked whether or not values are computed (issue 31: a timing run accepted what a
+        # full run refused)
+        fail("nkisim_shape_mismatch", op=op_name, shapes=[list(src.shape), list(out.shape)], detail="")
     m = mask_values(mask, out.shape, src, out)
     read_from = src
     if out.shape != src.shape and parts_of(src) == 1 and parts_of(out) > 1:
@@ -338,11 +342,8 @@ def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: 
         if v.shape != out.shape:
             if v.size == math.prod(out.shape):
                 v = v.reshape(out.shape)
-            else:
-                try:
-                    v = np.broadcast_to(pad_dims(v, out.shape), out.shape)
-                except ValueError:
-                    fail("nkisim_shape_mismatch", op=op_name, shapes=[list(src.shape), list(out.shape)], detail="")
+            else:  # broadcastable: checked above
+                v = np.broadcast_to(pad_dims(v, out.shape), out.shape)
         values = v
     return deliver(ctx, ins, out, values, m, dst)
 
@@ -363,6 +364,12 @@ def tensor_copy_predicated(src, dst: Tensor, predicate, *, reverse_pred: bool = 
     if parts > 1 and (parts_of(p) == 1 or (not scalar and parts_of(s) == 1)):  # a [1, F] src/predicate (G6)
         srcs = broadcast_operands(ctx, srcs, parts, E_VECTOR)
     ctx.emit("tensor_copy_predicated", E_VECTOR, srcs, (d,), {})
+    for t, name in ((p, "predicate"), (None if scalar else s, "src")):
+        if t is not None and t.shape != d.shape and _same_elements_shape(t.shape, d.shape) is None:
+            # a rule on shapes, checked in timing runs too (issue 31); "src, dst and predicate must occupy the same
+            # number of partitions and same number of elements per partition" (tensor_copy_predicated docs)
+            fail("nkisim_shape_mismatch", op="tensor_copy_predicated", shapes=[list(t.shape), list(d.shape)],
+                 detail=f" ({name} and dst)")
     m = mask_values(mask, d.shape, p, d) if scalar else mask_values(mask, d.shape, s, p, d)  # bounds-checks too
     if ctx.full:
         cond = _same_elements(p, d) != 0
@@ -387,6 +394,23 @@ def _same_elements(t: Tensor, like: Tensor) -> np.ndarray:
     if v.shape != tuple(like.shape) and v.ndim and v.shape[0] == like.shape[0] and v.size == math.prod(like.shape):
         return v.reshape(like.shape)
     return pad_dims(v, like.shape) if v.shape != tuple(like.shape) else v
+
+
+def _same_elements_shape(shape: tuple, like: tuple) -> tuple | None:
+    """The shape :func:`_same_elements` gives an operand of ``shape`` laid out as ``like``'s, or None when it
+    cannot fill ``like``: the rule on shapes alone, so a timing run (no values) refuses what a full run does."""
+    if shape and shape[0] == like[0] and math.prod(shape) == math.prod(like):
+        return tuple(like)
+    return tuple(like) if _fills(shape, like) else None
+
+
+def _fills(shape: tuple, like: tuple) -> bool:
+    """Whether values of ``shape``, right-padded with unit dims (:func:`pad_dims`), broadcast to exactly ``like``."""
+    padded = tuple(shape) + (1,) * (len(like) - len(shape))
+    try:
+        return np.broadcast_shapes(padded, tuple(like)) == tuple(like)
+    except ValueError:
+        return False
 
 
 def tensor_copy_dynamic(src, dst=None, *, which: str, dtype=None, engine: Engine = E_UNKNOWN, mask=None) -> Tensor:

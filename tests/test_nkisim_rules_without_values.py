@@ -1,0 +1,94 @@
+"""Issue 31's principle: a rule on shapes does not depend on whether values are computed.  Each check here once ran
+only in a full run (values), so a timing run accepted a kernel a full run refused; both modes now refuse it with
+the same error, and the shapes the rule allows still run in both."""
+from __future__ import annotations
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+import numpy as np
+import pytest
+
+from nkisim.core.rules import NKIError
+from nkisim.core.runtime import run_kernel
+
+MODES = ("full", "timing")
+
+
+def _copy_kernel(src_shape, dst_shape):
+    @nki.jit
+    def kernel(a):
+        out = nl.ndarray(dst_shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        s = nl.ndarray(src_shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=a)
+        d = nl.ndarray(dst_shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=d, src=s)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+    return kernel
+
+
+def _predicated_kernel(src_shape, pred_shape, dst_shape):
+    @nki.jit
+    def kernel(a, pr):
+        out = nl.ndarray(dst_shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        s = nl.ndarray(src_shape, dtype=nl.float32, buffer=nl.sbuf)
+        p = nl.ndarray(pred_shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=a)
+        nisa.dma_copy(dst=p, src=pr)
+        d = nl.ndarray(dst_shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=d, value=-1.0)
+        nisa.tensor_copy_predicated(src=s, dst=d, predicate=p)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+    return kernel
+
+
+def _refused(kernel, args, mode) -> NKIError:
+    with pytest.raises(NKIError) as info:
+        run_kernel(kernel, args, mode=mode)
+    return info.value
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tensor_copy_refuses_a_source_that_cannot_fill_dst_in_both_modes(mode):
+    # more elements in dst than in src, same partitions, and [128, 3] does not broadcast to [128, 4]
+    err = _refused(_copy_kernel((128, 3), (128, 4)), (np.ones((128, 3), np.float32),), mode)
+    assert err.code == "nkisim_shape_mismatch"
+    assert str(err) == "tensor_copy: operand shapes [[128, 3], [128, 4]] are not compatible"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("src_shape", "dst_shape"), [((128, 1), (128, 4)), ((128, 8), (128, 2, 4))])
+def test_tensor_copy_still_broadcasts_and_reshapes_in_both_modes(mode, src_shape, dst_shape):
+    a = np.random.default_rng(0).random(src_shape, dtype=np.float32)
+    run = run_kernel(_copy_kernel(src_shape, dst_shape), (a,), mode=mode)
+    if mode == "full":
+        want = np.broadcast_to(a, dst_shape) if a.size != np.prod(dst_shape) else a.reshape(dst_shape)
+        np.testing.assert_array_equal(run.outputs, want)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("src_shape", "pred_shape", "operand"), [((128, 3), (128, 4), "src"),
+                                                                  ((128, 4), (128, 3), "predicate")])
+def test_tensor_copy_predicated_refuses_mismatched_operands_in_both_modes(mode, src_shape, pred_shape, operand):
+    k = _predicated_kernel(src_shape, pred_shape, (128, 4))
+    err = _refused(k, (np.ones(src_shape, np.float32), np.ones(pred_shape, np.float32)), mode)
+    assert err.code == "nkisim_shape_mismatch"
+    bad = src_shape if operand == "src" else pred_shape
+    assert str(err) == (f"tensor_copy_predicated: operand shapes [{list(bad)}, [128, 4]] are not compatible "
+                        f"({operand} and dst)")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("src_shape", "pred_shape"), [((128, 8), (128, 2, 4)), ((128, 1), (128, 8)),
+                                                       ((128, 8), (128, 8))])
+def test_tensor_copy_predicated_same_elements_or_broadcast_run_in_both_modes(mode, src_shape, pred_shape):
+    rng = np.random.default_rng(1)
+    a = rng.random(src_shape, dtype=np.float32)
+    pr = (rng.random(pred_shape) < 0.5).astype(np.float32)
+    dst_shape = (128, 8)
+    run = run_kernel(_predicated_kernel(src_shape, pred_shape, dst_shape), (a, pr), mode=mode)
+    if mode == "full":
+        src = np.broadcast_to(a, dst_shape) if a.size != 128 * 8 else a.reshape(dst_shape)
+        np.testing.assert_array_equal(run.outputs, np.where(pr.reshape(dst_shape) != 0, src, -1.0))
