@@ -964,3 +964,30 @@ def test_store_to_an_element_of_an_hbm_tensor():
     """``out[b, h]`` (AWS's flash_attn_bwd stores its per-head dsinks so) is the 0-d element, written in place."""
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(run_kernel(_store_one_element, (a,)).outputs, 2 * a)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tensor_reduce over free axes that are not the trailing ones (allowed by the legacy toolchain: core/ops/reduce.py)
+
+
+@nki.jit
+def _pool_windows(x):
+    """2x2 max-pool of a (128, 8) row pair as the corpus kernels write it: a (128, 2, 4, 2) view reduced over its
+    window axes (1, 3), with nisa.tensor_reduce and with nl.max."""
+    out = nl.ndarray((128, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+    out2 = nl.ndarray((128, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    w = t.reshape((128, 2, 4, 2))
+    nl.store(out, nisa.tensor_reduce(nl.max, w, axis=(1, 3)))
+    nl.store(out2, nl.max(w, axis=[1, 3]))
+    return out, out2
+
+
+@pytest.mark.parametrize("mode", ["full", "timing"])
+def test_legacy_tensor_reduce_takes_non_trailing_free_axes(mode):
+    x = RNG.standard_normal((128, 16)).astype(np.float32)
+    run = run_kernel(_pool_windows, (x,), mode=mode)
+    if mode == "full":
+        want = x.reshape(128, 2, 4, 2).max(axis=(1, 3))
+        for got in run.outputs:
+            np.testing.assert_array_equal(got, want)
