@@ -110,7 +110,15 @@ def run(args: argparse.Namespace) -> int:
         print((proc.stdout or "")[-5000:] + (proc.stderr or "")[-5000:])
         print("error: no case ran (see the pytest output above)", file=sys.stderr)
         return 2
-    return report(records, wall, args.json)
+    status = report(records, wall, args.json)
+    if proc.returncode < 0:
+        # killed (the kernel's OOM killer, a signal): the cases after the one running then have no record, so the
+        # figure above is not the library's (a run killed by the OOM killer in the cross-entropy forward at Qwen3-8B
+        # size once reported 42 of 42, silently without the cases after it)
+        print(f"error: pytest died by signal {-proc.returncode} after {len(records)} records; the run is incomplete "
+              "(a case ran out of memory? lower --memory-gib so that it fails alone)", file=sys.stderr)
+        return 2
+    return status
 
 
 def _mem_total() -> float:
