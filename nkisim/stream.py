@@ -154,7 +154,7 @@ class Recorder:
             # the two cores' programs interleave at their synchronisations (core.lockstep): one sequential stream
             # of programs cannot express that
             raise NotRecordable("nkisim records instruction streams of single-core launches, not of an LNC=2 "
-                                "launch (kernel[2]: two programs run in lockstep)")
+                                "launch (kernel[2]: two programs run in lockstep); call the kernel without [2]")
         grid, cores = launch_grid(kernel)
         fn = unwrap(kernel)
         self._code(ctx.kernel_code)  # the kernel function's code is code 0
