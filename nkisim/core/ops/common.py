@@ -274,6 +274,17 @@ def write_side(t: Tensor, values: np.ndarray) -> None:
     mark_written(t)
 
 
+def check_reduce_res(op: str, reduce_res, parts: int) -> Tensor:
+    """``reduce_res`` reads one reduction register per partition out: a writable tile of ``parts`` partitions and
+    one element each.  Checked before any value is computed, so a timing run refuses what a full run does (issue
+    31: a [128, 2] reduce_res failed only when the registers were reshaped into it)."""
+    r = need_tensor(reduce_res, op, "reduce_res")
+    if parts_of(r) != parts or free_of(r) != 1:
+        fail("nkisim_scalar_operand_shape", op=op, operand="reduce_res", p=parts, shape=list(r.shape))
+    check_writable(r)
+    return r
+
+
 # reduce_cmd values (nisa.reduce_cmd): idle, reset, reduce, reset_reduce
 RESET, REDUCE, RESET_REDUCE = 1, 2, 3
 

@@ -16,6 +16,7 @@ from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_GPSIMD, E_SCALAR, E_UNKNO
 from nkisim.core.ops.common import (
     begin,
     check_partitions,
+    check_reduce_res,
     check_writable,
     deliver,
     engine_checks,
@@ -487,6 +488,8 @@ def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, 
         fail("nkisim_engine_op_unsupported", op=op_name, engine="Scalar Engine", target=ctx.target,
              detail=f"reduce_op '{reduce_op}': on NeuronCore-v2 the reduce_op can only be an addition "
              "(nki.isa.activation_reduce docs)")
+    if reduce_res is not None:
+        reduce_res = check_reduce_res(op_name, reduce_res, p)
     sc, ts = scalar_operand(ctx, op_name, data, scale, "scale")
     bi, tb = scalar_operand(ctx, op_name, data, bias, "bias")
     srcs = [data] + [t for t in (ts, tb) if t is not None]

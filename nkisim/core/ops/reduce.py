@@ -16,6 +16,7 @@ from nkisim.core.ops.common import (
     RESET_REDUCE,
     as_rows,
     begin,
+    check_reduce_res,
     check_writable,
     deliver,
     engine_checks,
@@ -263,6 +264,8 @@ def range_select(on_true_tile, comp_op0: str, comp_op1: str, bound0, bound1, *, 
              detail="range_select is available only on NeuronCore-v3 (trn2) and beyond")
     b0, t0 = scalar_operand(ctx, "range_select", src, bound0, "bound0")
     b1, t1 = scalar_operand(ctx, "range_select", src, bound1, "bound1")
+    if reduce_res is not None:
+        reduce_res = check_reduce_res("range_select", reduce_res, parts_of(src))
     out = new_result(ctx, src.shape, out_dtype(dtype, src))
     dsts = (out,) if reduce_res is None else (out, reduce_res)
     ins = ctx.emit("range_select", E_VECTOR, [src] + [t for t in (t0, t1) if t is not None], dsts,
@@ -297,6 +300,8 @@ def select_reduce(dst: Tensor, predicate, on_true, on_false, *, reduce_res=None,
     if reduce_op != "maximum":
         fail("nkisim_bad_argument", op=op, detail=f"reduce_op must be max (np.max / nl.maximum), got '{reduce_op}'")
     fv, tf = scalar_operand(ctx, op, t, on_false, "on_false")
+    if reduce_res is not None:
+        reduce_res = check_reduce_res(op, reduce_res, parts_of(d))
     srcs = [p, t] + ([tf] if tf is not None else [])
     dsts = (d,) if reduce_res is None else (d, reduce_res)
     ctx.emit(op, E_VECTOR, srcs, dsts, {"reduce": reduce_res is not None})
