@@ -21,8 +21,10 @@ runtime, trace writer and both NKI front ends), and then serves one job at a tim
 Why this keeps the isolation of one process per call: each call is a fork of an interpreter that has run no
 student code, so no call sees another's state (module globals, nkisim's caches, the NumPy heap); the calls of
 one grading run one after another in a server, each in its own mount and PID namespaces with its own directories
-writable, as before.  What a call shares with the server is read-only after the fork (copy-on-write memory).  The
-server is PID 1 of its namespace: a call, in a namespace nested below it, cannot see or signal it.  A call that
+writable, as before.  What a call shares with the server is read-only after the fork (copy-on-write memory); the
+server's memory may still hold earlier jobs of the same grading (paths of run directories already removed, and of
+the grading's own input files), never a seed or a reference.  The server is PID 1 of its namespace and undumpable:
+a call, in a namespace nested below it, can neither see nor signal nor trace it.  A call that
 hangs is killed by the grader together with its server (a new server serves the next call).
 
 What changes for a kernel: NumPy's global random state is the server's, the same in every call of a grading
@@ -42,7 +44,7 @@ from collections import deque
 
 CLONE_NEWNS, CLONE_NEWPID = 0x00020000, 0x20000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
 OUTPUT_TAIL_BYTES = 64 * 1024
 MAX_JOB_BYTES = 1 << 20
 
@@ -164,6 +166,7 @@ def _serve_one(child, job: dict) -> dict:
 def serve(child_path: str, lib: str, api: str) -> None:
     """Pre-import, say ready, then one job per line of stdin until it closes; one reply line per job."""
     child = _load_child(child_path)
+    _libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no call can open its /proc/<pid>/mem (it cannot see it either)
     _preimport(child, lib, api)
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
     replies.write(json.dumps({"ready": True}) + "\n")
