@@ -547,6 +547,9 @@ def select(condition, x, y, *, dtype=None, mask=None, dst: Tensor | None = None)
         raise TypeError("nl.where needs at least one tile operand")
     engine_checks("where", E_VECTOR, [(t, "operand") for t in tiles], ctx)
     ref = max(tiles, key=lambda t: math.prod(t.shape))
+    if any(t.shape != ref.shape and not _fills(t.shape, ref.shape) for t in tiles):
+        # every operand fills the result (partition-first broadcast), checked in timing runs too (issue 31)
+        fail("nkisim_shape_mismatch", op="where", shapes=[list(t.shape) for t in tiles], detail="")
     dts = [t.dtype for t in (x, y) if isinstance(t, Tensor)] or [F32]
     out_dt = dtypes.to_dtype(dtype) if dtype is not None else (dts[0] if len(dts) == 1 else dtypes.promote(*dts))
     out = result_tile(ctx, ref.shape, out_dt, dst, "where")
