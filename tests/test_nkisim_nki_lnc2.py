@@ -12,11 +12,14 @@ import nki.isa as nisa
 import nki.language as nl
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from nkisim_util import raises_rule
 
 from nkisim.core.runtime import run_kernel
 from nkisim.perf import costs_for, estimate
 from nkisim.perf.model import CostModel
+from nkisim.perf.scheduler import GapResource
 
 RNG = np.random.default_rng(3202)
 
@@ -613,3 +616,21 @@ def old_spelling(x):
 def test_the_removed_use_gpsimd_dma_flag_names_its_replacement():
     with pytest.raises(TypeError, match="dma_engine=nisa.dma_engine.gpsimd_dma"):
         old_spelling[2](X)
+
+
+# ---- the engine a barrier blocks --------------------------------------------------------------------------------
+@given(st.lists(st.tuples(st.floats(0, 1000), st.floats(0.5, 50)), max_size=12), st.floats(0, 1200),
+       st.floats(0, 1200), st.floats(0.1, 80))
+def test_a_closed_stretch_takes_no_request_and_later_gaps_stay(busy, t, ask, d):
+    """GapResource.close_before(t): no request starts before t any more (the engine waits at a barrier until t);
+    placements that start at or after t are where they were."""
+    gr, ref = GapResource(), GapResource()
+    for s, dur in busy:
+        for g in (gr, ref):
+            start, pos = g.find(s, dur)
+            g.insert(start, dur, pos, 0)
+    gr.close_before(t, 1)
+    start, _ = gr.find(ask, d)
+    assert start >= t - 1e-9
+    before, _ = ref.find(max(ask, t), d)
+    assert start == pytest.approx(before)
