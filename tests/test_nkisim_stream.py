@@ -217,6 +217,20 @@ def test_an_lnc2_launch_is_not_recorded():
         stream.record(halves[2], (x,))
 
 
+def test_a_forged_reclaim_buys_no_capacity():
+    """A stream that declares a tile dead at a capacity check and uses it afterwards is refused (the replay has the
+    whole program: a reclaimed tile is never read again)."""
+    x = RNG.standard_normal((3, 128, 30720)).astype(np.float32)
+    data, _ = stream.record(rebinding_loop, (x,))
+    forged = copy.deepcopy(data)
+    reclaims = [e for e in forged["events"] if e[0] == "reclaim"]
+    assert reclaims
+    out_aid = _call_events(forged)[0][6][1]  # the output tensor, written in every iteration
+    reclaims[0][1].append(out_aid)
+    with pytest.raises(stream.StreamError, match="found it dead"):
+        stream.replay(forged, (x,))
+
+
 def test_the_replay_uses_its_own_inputs():
     """The stream holds no data: replayed on other inputs, the program computes on those."""
     a, b = (RNG.standard_normal(128).astype(np.float32) for _ in range(2))
