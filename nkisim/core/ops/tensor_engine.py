@@ -279,8 +279,9 @@ def _psum_rule(ctx: KernelContext, code: str, **fields) -> None:
     """A PSUM accumulation pattern that gives wrong results on hardware: an error when compiling; under the CPU
     simulator a warning, after which the matmul accumulates onto whatever the PSUM holds ("nki.isa.nc_matmul warns
     on PSUM accumulation patterns that produce incorrect results on hardware", NKI 0.6.0 release notes, nki.simulate
-    fixes; nkisim's simulator mode treats the compiler's other checks the same way)."""
-    if ctx.mem.simulate:
+    fixes; nkisim's simulator mode treats the compiler's other checks the same way).  The legacy API's
+    ``nki.simulate_kernel`` keeps the error: the release note is about NKI 0.6's simulator."""
+    if ctx.mem.simulate and ctx.era == "nki":
         warnings.warn(NKISimulationWarning(message(code, **fields)), stacklevel=4)
     else:
         fail(code, **fields)
