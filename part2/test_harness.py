@@ -631,7 +631,8 @@ class ParallelRuns:
 
     The jobs are the serial harness's own functions (case_run, perf_run, conv2d) on the same inputs, so the
     outputs, references, latencies, scores and printed lines are the same; only their wall time shares the cores.
-    Jobs start largest first (the batch-4 224x224 runs), so the cores stay busy to the end, then the references
+    The small images' runs and references go first (the first verdicts come about as soon as serially), then the
+    large runs largest first (the batch-4 224x224 ones), so the cores stay busy to the end, then their references
     (a kernel that raises needs none: the harness stops the workers when it has its verdicts); the timed tests
     queue last and start when a worker is free: without --profile before the correctness verdicts (a failed check
     discards them unseen), with --profile only after every correctness test passed (no profile of a kernel that
@@ -665,9 +666,14 @@ class ParallelRuns:
             bank.inputs(test.case)
             timed.append((_cost(test.case), ("perf", k), lambda c=test.case, s=stem: perf_run(
                 kernel, c, bank, s, perfetto, in_worker=True), None))
-        # the kernel runs first (a kernel that raises needs no reference), each kind largest first (stable: equal
-        # costs keep the harness's order); the workers inherit the job table, so every job is added before they fork
-        jobs = [j for group in (cases, list(refs.values()), timed) for j in sorted(group, key=lambda j: -j[0])]
+        # The small images first, in the harness's order with their references (the first verdicts come as soon as
+        # serially), then the large runs largest first (the cores stay busy to the end), their references (a kernel
+        # that raises needs none), the timed tests; the workers inherit the job table, so every job is added
+        # before they fork.
+        small = [j for j in (*cases, *refs.values()) if j[0] < _SMALL_JOB]
+        large = [sorted((j for j in group if j[0] >= _SMALL_JOB), key=lambda j: -j[0])
+                 for group in (cases, refs.values())]
+        jobs = [*small, *large[0], *large[1], *sorted(timed, key=lambda j: -j[0])]
         for _, key, fn, out in jobs:
             self.pool.add(key, fn, out_shape=out[0] if out else None, out_dtype=out[1] if out else None)
         for _, key, _, _ in jobs:
@@ -713,6 +719,10 @@ def _one_thread(fn: Callable, *args):
         return fn(*args)
     with threadpool_limits(limits=1, user_api="blas"):
         return fn(*args)
+
+
+# a job below this cost (the conv's multiply-adds: the 32x16 images) takes about a second at most
+_SMALL_JOB = 1e9
 
 
 def _cost(case: ConvCase) -> float:
