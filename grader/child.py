@@ -509,7 +509,8 @@ def _specialize(kernel, args, kwargs, target: str, out_dir: str) -> None:
     from nkisim.core.runtime import run_kernel
 
     rec = stream.Recorder()
-    run_kernel(kernel, args, kwargs, mode="timing", target=target, stream=rec)
+    # graded=True as in _run_nkisim: the specialization serves a score (rule C7 refuses nl.shared_constant paths)
+    run_kernel(kernel, args, kwargs, mode="timing", target=target, stream=rec, graded=True)
     _atomic_write_bytes(os.path.join(out_dir, "stream.json"), stream.dumps(rec.data()))
 
 
@@ -522,7 +523,7 @@ def _replay(path: str, args, kwargs, mode: str, target: str):
         data = fh.read(MAX_STREAM_BYTES + 1)
     if len(data) > MAX_STREAM_BYTES:
         raise stream.StreamError(f"the instruction stream is over {MAX_STREAM_BYTES >> 20} MiB")
-    run = stream.replay(stream.loads(data), args, kwargs, mode=mode, target=target)
+    run = stream.replay(stream.loads(data), args, kwargs, mode=mode, target=target, graded=True)
     return run.outputs, run.trace
 
 

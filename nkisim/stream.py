@@ -932,17 +932,18 @@ class _Replayer:
         return dt
 
 
-def replay(stream: dict, args=(), kwargs=None, *, mode: str = "full", target: str | None = None) -> KernelRun:
+def replay(stream: dict, args=(), kwargs=None, *, mode: str = "full", target: str | None = None,
+           graded: bool = False) -> KernelRun:
     """Execute a recorded stream on ``args``/``kwargs`` (the caller's own inputs) with nkisim: the outputs, trace and
     every check are this run's.  A malformed or forged stream raises :class:`StreamError`; the program's own errors
-    are nkisim's, as if the kernel had made them."""
+    are nkisim's, as if the kernel had made them.  ``graded`` as in ``run_kernel`` (the grader's re-execution)."""
     if not isinstance(stream, dict) or stream.get("format") != FORMAT:
         raise StreamError(f"not an instruction stream of format {FORMAT}")
     rep = _Replayer(stream)
     tgt = stream.get("target")
     _need(tgt in ("trn1", "trn2"), "header", f"target {tgt!r:.40}")
     return run_kernel(rep, args, kwargs, mode=mode, target=target or tgt, frontend=rep.fe,
-                      simulate=bool(stream.get("simulate", False)))
+                      simulate=bool(stream.get("simulate", False)), graded=graded)
 
 
 __all__ = ["FORMAT", "NotRecordable", "Recorder", "StreamError", "Trace", "dumps", "loads", "record", "replay"]
