@@ -22,6 +22,19 @@ import test_harness as harness  # noqa: E402
 pytestmark = pytest.mark.skipif(not forkpool.available(), reason="worker processes are forked on Linux only")
 
 
+@pytest.fixture(autouse=True)
+def _the_harness_is_the_only_thread():
+    """The harness forks its workers only while it is the process's one thread (a thread may hold a BLAS lock).
+    An earlier grader test in the same pytest worker leaves the grader's process-lifetime server-spawner thread
+    (grader/sandbox.py ``_spawner``), which the student's harness never has beside it: end it here, or the
+    parallel runs below would quietly run in process (and ``_both`` used to wait on that thread forever)."""
+    sandbox = sys.modules.get("grader.sandbox")
+    if sandbox is not None and sandbox._spawner.cache_info().currsize:
+        sandbox._spawner().shutdown(wait=True)
+        sandbox._spawner.cache_clear()
+    yield
+
+
 def test_results_come_back_in_any_order_with_their_output(capfd):
     with forkpool.ForkPool(2) as pool:
         for i in range(5):
@@ -93,7 +106,8 @@ def _both(kernel, capfd, monkeypatch, **kw) -> tuple:
     for jobs in (2, 1):
         for t in threading.enumerate():  # an earlier serial run's reference thread: the harness would not fork
             if t is not threading.main_thread():
-                t.join()
+                assert t.name.startswith("harness-"), f"a foreign thread {t.name!r} would keep the harness serial"
+                t.join(timeout=300)
         log: list[str] = []
         reports.append(harness.run_harness(kernel, log=log.append, jobs=jobs, **kw))
         lines.append((log, capfd.readouterr().out))
