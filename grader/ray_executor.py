@@ -93,7 +93,8 @@ def choose_backend(requested: str, cluster_neuron_cores: float) -> str:
         if cluster_neuron_cores < 1:
             raise ValueError(
                 f"--backend neuron: no node of the Ray cluster offers the {NEURON_RESOURCE!r} resource; start the "
-                f"Trainium nodes with `ray start ... --resources='{{\"{NEURON_RESOURCE}\": N}}'` (see docs/ray.md)"
+                f"Trainium nodes with `ray start ... --resources='{{\"{NEURON_RESOURCE}\": N}}'` (see docs/grading.md, "
+                "'Grading on a Ray cluster')"
             )
         return "neuron"
     if requested == "auto":

@@ -5,6 +5,7 @@ tarball holds exactly the two kernel files.  Both editions: the default (current
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import re
 import shutil
@@ -303,3 +304,33 @@ def test_handout_figures_regenerate(tmp_path):
         png = tmp_path / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"figures/{name}.png" in (REPO / "handouts" / "handout.md").read_text()
+
+
+
+# A repository document named in a string of Python code (a message, a help text): `(see docs/ray.md)`.
+DOC_NAMED = re.compile(r"(?<![\w/.-])((?:docs|handouts)/[\w./-]+?\.md)\b")
+
+
+def _message_strings(source: str):
+    """The string constants of a module that are not docstrings (f-string pieces included): what its users read."""
+    tree = ast.parse(source)
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.value
+
+
+def test_released_messages_name_only_released_documents(edition):
+    """Every ``docs/*.md`` or ``handouts/*.md`` that a released program's strings name (an error message, a help
+    text) is in the release: the Ray executor's refusal sent its reader to docs/ray.md and a graded
+    ``nl.shared_constant`` path's refusal to docs/grading-security.md, both staff-only."""
+    _, (tree, _) = edition
+    missing = sorted({f"{py.relative_to(tree)} -> {doc}" for py in tree.rglob("*.py")
+                      for text in _message_strings(py.read_text(encoding="utf-8"))
+                      for doc in DOC_NAMED.findall(text) if not (tree / doc).exists()})
+    assert missing == []

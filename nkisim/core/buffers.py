@@ -199,7 +199,7 @@ def shipped_constant(ctx: KernelContext, path) -> np.ndarray:
     if ctx.graded:
         raise ValueError(
             f"nl.shared_constant({name!r}): graded kernels cannot read constant files (the file is read on the "
-            "compiling machine, and under grading that machine is the grader's: docs/grading-security.md, C7); "
+            "compiling machine, and under grading that machine is the grader's); "
             "build the constant in the kernel and pass it as a NumPy array")
     if not name.endswith(".npy") or not os.path.isfile(name):
         raise ValueError(f"nl.shared_constant({name!r}): no .npy file at that path (relative paths are read from "
