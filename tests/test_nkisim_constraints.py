@@ -288,6 +288,19 @@ def test_scalar_operand_shape():
             _z((128, 8)), _z((64, 1)))
 
 
+def test_reduce_res_shape():
+    """reduce_res is a tile of one element per partition (NKI docs), not "a scalar" as the operand rule says."""
+    def reduce_into(a, n):
+        res = nl.ndarray((128, n), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation_reduce(nl.exp, nl.load(a), reduce_op=nl.add, reduce_res=res)
+
+    run(reduce_into, _z((128, 8)), n=1)
+    with raises_rule("nkisim_reduce_res_shape", "activation: reduce_res must be a SBUF/PSUM tile with the same "
+                     "partition axis size as the input tile and one element per partition, shape (128, 1); got "
+                     "[128, 2]"):
+        run(reduce_into, _z((128, 8)), n=2)
+
+
 def test_activation_bias_and_scale_types():
     run(lambda a, b: nisa.activation(nl.exp, nl.load(a), bias=nl.load(b), scale=nl.load(b)), _z((128, 8)),
         _z((128, 1)))

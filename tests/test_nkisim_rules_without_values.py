@@ -133,6 +133,9 @@ REDUCE_RES_CALLS = {
                    lambda x: np.exp(x).sum(axis=1, keepdims=True)),
     "range_select": (_range_select, lambda x: x[:, 1:3].max(axis=1, keepdims=True)),
     "select_reduce": (_select_reduce, lambda x: np.where(x != 0, x, -5.0).max(axis=1, keepdims=True)),
+    "tensor_scalar_reduce": (lambda d, x, r: nisa.tensor_scalar_reduce(dst=d, data=x, op0=nl.multiply, operand0=2.0,
+                                                                         reduce_op=nl.add, reduce_res=r),
+                             lambda x: (2 * x).sum(axis=1, keepdims=True)),
 }
 
 
@@ -144,8 +147,10 @@ def test_reduce_res_of_the_wrong_shape_is_refused_in_both_modes(mode, op, res_sh
     reshape of the registers), and a timing run accepted it."""
     x = np.random.default_rng(2).random((128, 4), dtype=np.float32)
     err = _refused(_reduce_res_kernel(REDUCE_RES_CALLS[op][0], res_shape), (x,), mode)
-    assert err.code == "nkisim_scalar_operand_shape"
-    assert "operand reduce_res must be" in str(err) and str(list(res_shape)) in str(err)
+    assert err.code == "nkisim_reduce_res_shape"
+    # the docs' words (NKI 0.6 nki.isa.activation_reduce): a tile of one element per partition, never "a scalar"
+    assert "reduce_res must be a SBUF/PSUM tile with the same partition axis size as the input tile" in str(err)
+    assert "a scalar" not in str(err) and "shape (128, 1); got " + str(list(res_shape)) in str(err)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -264,6 +264,12 @@ _RULE_LIST = [
     _r("nkisim_scalar_operand_shape",
        "{op}: operand {operand} must be a scalar or a per-partition vector of shape ({p}, 1), got {shape}",
        "nki.isa.tensor_scalar / activation"),
+    _r("nkisim_reduce_res_shape",
+       "{op}: reduce_res must be a SBUF/PSUM tile with the same partition axis size as the input tile and one "
+       "element per partition, shape ({p}, 1); got {shape}",
+       "nki.isa.activation_reduce / tensor_scalar_reduce (NKI 0.6): reduce_res 'must be a SBUF/PSUM tile with the "
+       "same partition axis size as the input tile data and one element per partition', 'a tile of shape "
+       "(data.shape[0], 1)'; select_reduce: 'a vector of shape (on_true.shape[0], 1)'"),
     _r("nkisim_hbm_opaque",
        "HBM tensor '{name}' lives in device memory: kernel code cannot read or compute on it on the host "
        "({action}). Move data on-chip with nisa.dma_copy(src=..., dst=...) or nl.load(...) first",

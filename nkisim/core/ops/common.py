@@ -280,7 +280,7 @@ def check_reduce_res(op: str, reduce_res, parts: int) -> Tensor:
     31: a [128, 2] reduce_res failed only when the registers were reshaped into it)."""
     r = need_tensor(reduce_res, op, "reduce_res")
     if parts_of(r) != parts or free_of(r) != 1:
-        fail("nkisim_scalar_operand_shape", op=op, operand="reduce_res", p=parts, shape=list(r.shape))
+        fail("nkisim_reduce_res_shape", op=op, p=parts, shape=list(r.shape))
     check_writable(r)
     return r
 

@@ -123,7 +123,7 @@ def tensor_scalar_reduce(data, op0: str, operand0, reduce_op: str, reduce_res: T
     if op0 in execute.UNARY_ALU:  # nl.abs (nki-library's rmsnorm/layernorm kernels): VectorE runs it
         operand0 = unary_operands(ctx, op, E_VECTOR, op0, operand0)[0]
     if r is not None and (parts_of(r) != parts_of(d) or free_of(r) != 1):
-        fail("nkisim_scalar_operand_shape", op=op, operand="reduce_res", p=parts_of(d), shape=list(r.shape))
+        fail("nkisim_reduce_res_shape", op=op, p=parts_of(d), shape=list(r.shape))
     cmd = int(reduce_cmd)
     if cmd not in (REDUCE, RESET_REDUCE, LOAD_REDUCE):
         fail("nkisim_bad_argument", op=op, detail="reduce_cmd must be reset_reduce, reduce or load_reduce")
