@@ -926,10 +926,6 @@ def _full(v, shape=(128, 512)):
 LANGUAGE_EXAMPLES = {
     "add": (lambda: nl.add(_full(3.0), _full(2.0)), 5.0),
     "add_scalar": (lambda: nl.add(_full(3.0), 2.0), 5.0),
-    "abs_max": (lambda: nl.abs_max(_full(-5.0), _full(3.0, (128, 1))), -5.0),  # "original (signed) value"
-    "abs_max_tie": (lambda: nl.abs_max(_full(1.0), _full(-1.0, (128, 1))), -1.0),  # "tie ... returns y"
-    "abs_min": (lambda: nl.abs_min(_full(5.0), _full(-3.0, (128, 1))), -3.0),
-    "abs_min_tie": (lambda: nl.abs_min(_full(1.0), _full(-1.0, (128, 1))), -1.0),
     "abs": (lambda: nl.abs(_full(-1.0)), 1.0),
     "abs_fp16": (lambda: nl.abs(_full(-1.0), dtype=nl.float16), 1.0),
     "square": (lambda: nl.square(_full(3.0)), 9.0),
@@ -1132,3 +1128,174 @@ def test_access_pattern_deep_dive_illegal_partition_step():
         t.ap(pattern=[[64, 8], [1, 32]], offset=0)
     with raises_rule("nkisim_view", "must walk the partitions"):
         _run(kernel)
+
+
+# ---- the nki.language sweep: every documented rule of a language function, each from its docstring ---------------
+# (nki/api/nki/language/__init__.py and nki/get-started/nki-language-guide.rst, NKI 0.6)
+def _tile(v, dt=nl.float32, shape=(4, 8)):
+    return nl.full(shape, v, dtype=dt, buffer=nl.sbuf)
+
+
+def _out(build):
+    def kernel():
+        c = build()
+        o = nl.ndarray(c.shape, dtype=c.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=c)
+        return o
+    return _run(kernel)
+
+
+@pytest.mark.parametrize("op, x, y, want", [
+    ("equal", 1.0, 1.0, 1.0), ("not_equal", 1.0, 1.0, 0.0), ("less", 1.0, 2.0, 1.0), ("less_equal", 3.0, 2.0, 0.0),
+    ("greater", 3.0, 2.0, 1.0), ("greater_equal", 2.0, 2.0, 1.0)])
+@pytest.mark.parametrize("dt", [nl.float32, nl.bfloat16, nl.int32])
+def test_comparisons_default_to_the_input_tile_dtype(op, x, y, want, dt):
+    """nl.equal ... nl.greater_equal: "dtype: ... Defaults to the input tile dtype. Use dtype=nl.uint8 for a
+    boolean-like result"; "return: a tile with 1 where equal, 0 otherwise" (a bool tile before)."""
+    fn = getattr(nl, op)
+    for build in (lambda: fn(_tile(x, dt), _tile(y, dt)), lambda: fn(_tile(x, dt), y)):
+        out = _out(build)
+        assert out.dtype == np.dtype(dt) and out.shape == (4, 8)
+        np.testing.assert_array_equal(out.astype(np.float32), np.float32(want))
+    out = _out(lambda: fn(_tile(x, dt), _tile(y, dt), dtype=nl.uint8))
+    assert out.dtype == np.uint8 and (out == int(want)).all()
+    # an integer tile against a fractional scalar still gives the tile's dtype, "the input tile dtype"
+    assert _out(lambda: nl.less(_tile(1, nl.int32), 1.5)).dtype == np.int32
+
+
+@pytest.mark.parametrize("op", ["equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "bitwise_and",
+                                "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "logical_and",
+                                "logical_or", "logical_xor"])
+def test_two_scalars_are_refused_where_a_tile_is_required(op):
+    """ "y: a tile or a scalar value. At least one of x, y must be a tile." (comparisons, bitwise and logical)."""
+    with pytest.raises(TypeError, match=f"nl.{op}: at least one of x, y must be a tile"):
+        _out(lambda: getattr(nl, op)(1, 2))
+    # the legacy API keeps its scalar (op) scalar
+    assert lnl.equal(1.0, 1.0) == 1
+
+
+def test_logical_not_is_xor_with_one():
+    """nl.logical_not: "Implemented as XOR with 1, so inputs should be boolean-like (0 or 1 values). For
+    non-boolean inputs, use nl.equal(x, 0) instead"; dtype "will default to be the same as the data type of the
+    input tile"."""
+    ints = np.array([[0, 1, 2, 3, 7, -1, 0, 1]] * 4, np.int32)
+
+    def kernel(x):
+        t = _sbuf(x)
+        o = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=nl.logical_not(t))
+        return o
+    np.testing.assert_array_equal(_run(kernel, ints), ints ^ 1)  # 2 -> 3: not a negation, as the docstring warns
+    out = _out(lambda: nl.logical_not(_tile(1.0)))
+    assert out.dtype == np.float32 and (out == 0.0).all()
+    assert (_out(lambda: nl.logical_not(_tile(0.0, nl.bfloat16))).astype(np.float32) == 1.0).all()
+
+
+def test_logical_binary_operators_keep_the_input_dtype():
+    out = _out(lambda: nl.logical_and(_tile(1, nl.int32), _tile(1, nl.int32)))
+    assert out.dtype == np.int32 and (out == 1).all()
+    out = _out(lambda: nl.logical_xor(_tile(1.0), _tile(1.0)))
+    assert out.dtype == np.float32 and (out == 0).all()
+
+
+def test_all_defaults_to_the_input_dtype():
+    """nl.all: "a tile with the logical AND reduction"; dtype "will default to be the same as the data type of the
+    input tile" (a bool tile before)."""
+    x = np.ones((4, 8), np.float32)
+    x[1, 3] = 0.0
+
+    def kernel(a):
+        r = nl.all(_sbuf(a), axis=1)
+        o = nl.ndarray(r.shape, dtype=r.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=r)
+        return o
+    out = _run(kernel, x)
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out, [1.0, 0.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_var_always_keeps_the_reduced_dims(keepdims):
+    """nl.var: "keepdims: currently ignored; result always has keepdims=True shape"."""
+    x = np.random.default_rng(3).normal(size=(4, 3, 8)).astype(np.float32)
+
+    def kernel(a):
+        r = nl.var(_sbuf(a), axis=2, keepdims=keepdims)
+        o = nl.ndarray(r.shape, dtype=r.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=r)
+        return o
+    out = _run(kernel, x)
+    assert out.shape == (4, 3, 1)
+    np.testing.assert_allclose(out, x.var(axis=2, keepdims=True), rtol=1e-4)
+
+
+def test_broadcast_to_needs_the_same_rank():
+    """nl.broadcast_to: "shape: the target shape. Must have the same rank as x. Each dimension must either match or
+    be broadcast from size 1"; "If x.shape is already the same as shape, returns x unchanged"."""
+    assert (_out(lambda: nl.broadcast_to(_tile(2.0, shape=(4, 1)), (4, 8))) == 2.0).all()
+    with raises_rule("nkisim_shape_mismatch", "same rank"):
+        _out(lambda: nl.broadcast_to(_tile(2.0, shape=(4,)), (4, 8)))
+    seen = []
+
+    def same():
+        t = _tile(2.0)
+        seen.append(nl.broadcast_to(t, (4, 8)) is t)
+        return t
+    _out(same)
+    assert seen == [True]
+
+
+@pytest.mark.parametrize("op", ["abs_max", "abs_min"])
+def test_abs_max_and_abs_min_are_trn3_only(op):
+    """ "Available only on NeuronCore-v4 (trn3) and newer" (their docstrings); "These are trn3 only and run on the
+    Vector Engine. Also usable as op0 with nki.isa.tensor_scalar and nki.isa.tensor_scalar_reduce" (release notes,
+    NKI 0.4.0).  nkisim models trn1 and trn2: every use is refused, naming trn3."""
+    for target in ("trn1", "trn2"):
+        with raises_rule("nkisim_engine_op_unsupported", "trn3"):
+            run_kernel(lambda: _out_k(lambda: getattr(nl, op)(_tile(-5.0), _tile(3.0))), (), {},
+                       frontend=frontends.NKI, target=target)
+    fn = getattr(nl, op)
+    for build in (lambda d: nisa.tensor_scalar(dst=d, data=_tile(-5.0), op0=fn, operand0=3.0),
+                  lambda d: nisa.tensor_tensor(dst=d, data1=_tile(-5.0), data2=_tile(3.0), op=fn)):
+        def kernel(build=build):
+            d = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+            build(d)
+            return _out_k(lambda: d)
+        with raises_rule("nkisim_engine_op_unsupported", "trn3"):
+            run_kernel(kernel, (), {}, frontend=frontends.NKI)
+
+
+def test_abs_max_and_abs_min_values_for_trn3():
+    """Their values as documented, kept in the core for trn3: "abs_max(-5, 3) returns -5"; "abs_min(-5, 3) returns
+    3"; "tie-breaking: returns y when |x| == |y|" (the docstrings' examples)."""
+    from nkisim.core import execute
+
+    x = np.float32([-5.0, 1.0, 5.0, 1.0])
+    y = np.float32([3.0, -1.0, -3.0, -1.0])
+    np.testing.assert_array_equal(execute.alu("abs_max", x, y), [-5.0, -1.0, 5.0, -1.0])
+    np.testing.assert_array_equal(execute.alu("abs_min", x, y), [3.0, -1.0, -3.0, -1.0])
+
+
+def _out_k(build):
+    c = build()
+    o = nl.ndarray(c.shape, dtype=c.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=o, src=c)
+    return o
+
+
+def test_hbm_integer_indexing_is_at_least_1d():
+    """NkiTensor.__getitem__: "HBM tensors: integer indexing removes the dimension. Result is at least 1D" (an
+    integer on every axis was a 0-d view)."""
+    shapes = []
+
+    def kernel(a):
+        shapes.extend([a[1].shape, a[1, 2].shape, a[-1, -1].shape])
+        o = nl.ndarray((2,), dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((1, 1), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a[1, 2])
+        nisa.dma_copy(dst=o[0], src=t)
+        nisa.dma_copy(dst=o[1], src=a[-1, -1])
+        return o
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(_run(kernel, x), [x[1, 2], x[-1, -1]])
+    assert shapes == [(4,), (1,), (1,)]

@@ -81,6 +81,10 @@ ALU = {
 
 # Operators of one operand (see above): only tensor_scalar-style instructions take them, with no operand or 0
 UNARY_ALU = frozenset({"abs", "square", "relu", "rsqrt", "reciprocal", "invert"})
+# Operators of NeuronCore-v4 (trn3) only: "These are trn3 only and run on the Vector Engine" (release notes, NKI
+# 0.4.0, nl.abs_max / nl.abs_min; their 0.6 docstrings: "Available only on NeuronCore-v4 (trn3) and newer").
+# Their values are defined above; no target nkisim models accepts them (core.ops.elementwise.v4_operators).
+V4_ALU = frozenset({"abs_max", "abs_min"})
 
 def _fold(ufunc):
     """A left fold along the given axes in row-major order (x0 op x1 op x2 ...), for operators NumPy will not

@@ -22,21 +22,33 @@ from nkisim.core.ops import elementwise
 from nkisim.core.ops.assign import retargetable
 from nkisim.core.tensor import Tensor
 
-# comparisons and logical ops default to dtype=bool (nki.language.less_equal docs)
+# comparisons and logical ops default to dtype=bool (nki.language.less_equal docs, SDK 2.26)
 _BOOL_RESULT = frozenset({"equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and",
                           "logical_or", "logical_xor"})
+# NKI 0.6 (nki/api/nki/language/__init__.py): "At least one of x, y must be a tile" for these
+_TILE_OPERAND = _BOOL_RESULT | {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"}
 # Toolchain eras in which ``acc + nl.matmul(...)`` (both PSUM) spells matmul accumulation (the 2024 course compiler)
 ACC_PLUS_MATMUL_ERAS = frozenset({"2024"})
 
 
-def binary(alu: str, x, y, *, dtype=None, mask=None):
+def binary(alu: str, x, y, *, dtype=None, mask=None, bool_result: bool = True):
     """nl.<alu>(x, y) and the Python operators on tiles: tile (op) tile, tile (op) scalar, scalar (op) scalar.
 
     Tile (op) tile broadcasts a one-partition operand across the partitions (the language level does; the ISA
-    instruction does not)."""
+    instruction does not).  ``bool_result``: comparisons and logical operators give a bool tile unless ``dtype``
+    says otherwise (the legacy API's docs).  NKI 0.6 documents them otherwise (``bool_result=False``): the result
+    "Defaults to the input tile dtype" and holds "1 where equal, 0 otherwise" (``dtype=nl.uint8`` "for a
+    boolean-like result"), and "At least one of x, y must be a tile" for them and the bitwise operators
+    (nki/api/nki/language/__init__.py, ``nl.equal`` ... ``nl.right_shift``)."""
     xt, yt = isinstance(x, Tensor), isinstance(y, Tensor)
+    if not bool_result and not (xt or yt) and alu in _TILE_OPERAND:
+        raise TypeError(f"nl.{alu}: at least one of x, y must be a tile, got {type(x).__name__} and "
+                        f"{type(y).__name__}")
     if dtype is None and alu in _BOOL_RESULT:
-        dtype = np.bool_
+        if bool_result:
+            dtype = np.bool_
+        elif xt != yt:  # tile (op) scalar: the tile's dtype, whatever the scalar is
+            dtype = x.dtype if xt else y.dtype
     if xt and yt:
         if alu == "add" and dtype is None and mask is None:
             ctx = current(alu)

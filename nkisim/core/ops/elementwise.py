@@ -11,7 +11,7 @@ from nkisim.core import dtypes, execute
 from nkisim.core.access import check_bounds, dynamic_tiles, mark_written, read, runtime_bounds, write
 from nkisim.core.context import KernelContext, current
 from nkisim.core.dtypes import F32
-from nkisim.core.execute import UNARY_ALU
+from nkisim.core.execute import UNARY_ALU, V4_ALU
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_GPSIMD, E_SCALAR, E_UNKNOWN, E_VECTOR, ENGINE_NAMES, Engine
 from nkisim.core.ops.common import (
     begin,
@@ -88,6 +88,7 @@ def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = E_UNKNO
     if engine == E_UNKNOWN:
         engine = E_GPSIMD if op == "power" else E_VECTOR
     engine_checks(op_name, engine, [(a, "data1"), (b, "data2")], ctx)
+    v4_operators(ctx, op_name, op)
     if engine == E_GPSIMD:
         _gpsimd_alu(ctx, op_name, op)
     if a.kind == B_PSUM and b.kind == B_PSUM and not psum_pair:
@@ -203,6 +204,15 @@ def unary_operands(ctx: KernelContext, op_name: str, engine: Engine, op0, operan
     return operands[0], operands[1], engine
 
 
+def v4_operators(ctx: KernelContext, op_name: str, *ops) -> None:
+    """Refuse the operators of NeuronCore-v4 (trn3) only (``execute.V4_ALU``), on every modelled target."""
+    bad = [o for o in ops if o in V4_ALU]
+    if bad:
+        fail("nkisim_engine_op_unsupported", op=op_name, engine="any engine", target=ctx.target,
+             detail=f"'{bad[0]}' is a NeuronCore-v4 (trn3) operator (NKI 0.4.0 release notes: \"trn3 only\"); "
+             "nkisim models trn1 and trn2")
+
+
 def _describe(x) -> str:
     """An operand named without its values (a tile's values must never reach the kernel's Python)."""
     shape = getattr(x, "shape", None)
@@ -228,6 +238,7 @@ def tensor_scalar(data, op0: str, operand0, reverse0: bool = False, op1: str | N
     ctx = current(op_name)
     ctx.settle()
     data = need_tensor(data, op_name, "data")
+    v4_operators(ctx, op_name, op0, op1)
     if op0 in UNARY_ALU or op1 in UNARY_ALU:
         operand0, operand1, engine = unary_operands(ctx, op_name, engine, op0, operand0, op1, operand1)
     if engine == E_UNKNOWN:
@@ -277,6 +288,7 @@ def scalar_tensor_tensor(data, op0: str, operand0, op1: str, operand1, *, revers
     """out = (data op0 operand0) op1 operand1: operand0 a scalar or [P, 1] tile, operand1 a tile like data."""
     engine = E_VECTOR if engine == E_UNKNOWN else engine
     ctx, (d, o1) = begin("scalar_tensor_tensor", engine, [(data, "data"), (operand1, "operand1")])
+    v4_operators(ctx, "scalar_tensor_tensor", op0, op1)
     if tuple(o1.shape) != tuple(d.shape):
         fail("nkisim_shape_mismatch", op="scalar_tensor_tensor", shapes=[list(d.shape), list(o1.shape)], detail="")
     s0, t0 = scalar_operand(ctx, "scalar_tensor_tensor", d, operand0, "operand0")
@@ -538,6 +550,17 @@ def invert(x, *, dtype=None, mask=None) -> Tensor:
     return tensor_scalar(x, "bitwise_xor", ones, dtype=dtype, mask=mask, op_name="invert")
 
 
+def logical_not_xor(x, *, dtype=None, mask=None) -> Tensor:
+    """NKI 0.6's ``nl.logical_not``: "Implemented as XOR with 1, so inputs should be boolean-like (0 or 1 values).
+    For non-boolean inputs, use ``nl.equal(x, 0)`` instead" (nki/api/nki/language/__init__.py): one VectorE
+    instruction, the input's dtype by default.  On an integer tile the XOR is bitwise, so a non-boolean value is
+    not negated (2 -> 3), the difference the docstring warns of; other tiles take the logical XOR with 1 (bitvec
+    operators need integers), which is ``x == 0``."""
+    if x.dtype.kind in "iu":
+        return tensor_scalar(x, "bitwise_xor", 1, dtype=dtype, mask=mask, op_name="logical_not")
+    return tensor_scalar(x, "logical_xor", 1.0, dtype=dtype, mask=mask, op_name="logical_not")
+
+
 def select(condition, x, y, *, dtype=None, mask=None, dst: Tensor | None = None) -> Tensor:
     """nl.where: one VectorE instruction reading the predicate and both value operands."""
     ctx = current("where")
@@ -566,8 +589,13 @@ def select(condition, x, y, *, dtype=None, mask=None, dst: Tensor | None = None)
     return deliver(ctx, ins, out, values, mask_values(mask, out.shape, *tiles), dst)
 
 
-def broadcast_to(src: Tensor, shape) -> Tensor:
+def broadcast_to(src: Tensor, shape, *, same_rank: bool = False) -> Tensor:
+    """A copy of ``src`` broadcast to ``shape`` (``src`` itself when the shapes are equal).  ``same_rank``: NKI
+    0.6's ``nl.broadcast_to`` takes a target shape that "Must have the same rank as ``x``" (its docstring)."""
     dims = tuple(int(d) for d in shape)
+    if same_rank and len(dims) != src.ndim:
+        fail("nkisim_shape_mismatch", op="broadcast_to", shapes=[list(src.shape), list(dims)],
+             detail=": the target shape must have the same rank as x (each dimension equal or broadcast from 1)")
     if tuple(src.shape) == dims:
         return src
     return tensor_copy(src, shape=dims, op_name="broadcast_to")

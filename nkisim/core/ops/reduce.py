@@ -35,7 +35,7 @@ from nkisim.core.ops.common import (
     scalar_operand,
     write_side,
 )
-from nkisim.core.ops.elementwise import unary_operands
+from nkisim.core.ops.elementwise import unary_operands, v4_operators
 from nkisim.core.rules import NKIError, applies, fail
 from nkisim.core.tensor import Tensor
 
@@ -120,6 +120,7 @@ def tensor_scalar_reduce(data, op0: str, operand0, reduce_op: str, reduce_res: T
     tiles = [(data, "data")] + ([(reduce_res, "reduce_res")] if reduce_res is not None else [])
     ctx, checked = begin(op, E_VECTOR, tiles)
     d, r = checked[0], (checked[1] if reduce_res is not None else None)
+    v4_operators(ctx, op, op0)
     if op0 in execute.UNARY_ALU:  # nl.abs (nki-library's rmsnorm/layernorm kernels): VectorE runs it
         operand0 = unary_operands(ctx, op, E_VECTOR, op0, operand0)[0]
     if r is not None and (parts_of(r) != parts_of(d) or free_of(r) != 1):

@@ -279,7 +279,7 @@ def copy(x, dtype=None) -> NkiTensor:
 
 
 def broadcast_to(x, shape, dtype=None) -> NkiTensor:
-    out = _ew.broadcast_to(x, shape)
+    out = _ew.broadcast_to(x, shape, same_rank=True)
     if dtype is not None and _dt.to_dtype(dtype) != out.dtype:
         out = _ew.tensor_copy(out, dtype=dtype, op_name="broadcast_to")
     return out
@@ -292,7 +292,7 @@ def expand_dims(x, axis):
 # ---- element-wise -----------------------------------------------------------------------------------------------
 def _binary(alu: str):
     def fn(x, y, dtype=None):
-        return _sem.binary(alu, x, y, dtype=dtype)
+        return _sem.binary(alu, x, y, dtype=dtype, bool_result=False)  # NKI 0.6: comparisons keep the input dtype
 
     fn.__name__ = fn.__qualname__ = alu
     fn.nki_alu = alu
@@ -329,7 +329,7 @@ invert.nki_alu = "invert"  # also the operator table's Bitwise Not (a unary oper
 
 
 def logical_not(x, dtype=None) -> NkiTensor:
-    return _ew.tensor_scalar(x, "equal", 0, dtype=dtype if dtype is not None else bool_, op_name="logical_not")
+    return _ew.logical_not_xor(x, dtype=dtype)
 
 
 # ---- reductions and composites --------------------------------------------------------------------------------
@@ -349,7 +349,8 @@ prod = _reduction("multiply", "prod")
 
 
 def all(x, axis, dtype=None):  # noqa: A001 - NKI name
-    return _red.tensor_reduce("logical_and", x, axis, dtype=dtype if dtype is not None else bool_, op_name="all")
+    """The logical AND reduction; its dtype "will default to be the same as the data type of the input tile"."""
+    return _red.tensor_reduce("logical_and", x, axis, dtype=dtype, op_name="all")
 
 
 all.nki_alu = "logical_and"
@@ -360,8 +361,8 @@ def mean(x, axis, dtype=None, keepdims=False) -> NkiTensor:
 
 
 def var(x, axis, dtype=None, keepdims=False) -> NkiTensor:
-    out = _comp.var(x, axis, dtype=dtype)
-    return out if not keepdims else out.expand_dims(axis)
+    """NKI 0.6: "keepdims: currently ignored; result always has keepdims=True shape" (nl.var docstring)."""
+    return _comp.var(x, axis, dtype=dtype).expand_dims(axis)
 
 
 def softmax(x, axis=-1, dtype=None) -> NkiTensor:

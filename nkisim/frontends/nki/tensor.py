@@ -5,8 +5,9 @@ its attributes (``strides``, ``offset``, ``size``, ``buffer`` as a memory-region
 ``permute``, ``broadcast``, ``select``, ``slice``, ``reshape_dim``, ``flatten_dims``, ``expand_dim``,
 ``squeeze_dim``, ``view``, ``get_pattern``, ``is_contiguous``, ``is_indirect``), all of them
 ``nkisim.core.aps`` views of the same storage, and its indexing rules: negative indices count from the end, an
-integer on the partition dim of an on-chip tensor keeps it as size 1 ("Result is always at least 2D"), and tensors
-are not index expressions (``nl.ds`` is a slice).  No view copies data.
+integer on the partition dim of an on-chip tensor keeps it as size 1 ("Result is always at least 2D"), an HBM
+tensor indexed by an integer on every axis is a (1,) view ("Result is at least 1D"), and tensors are not index
+expressions (``nl.ds`` is a slice).  No view copies data.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ def _normalize(t: NkiTensor, idx) -> tuple:
         else:
             out.append(it)
         dim += 1
+    if not on_chip and out and len(out) == len(shape) and all(isinstance(o, int) for o in out):
+        # "HBM tensors: integer indexing removes the dimension. Result is at least 1D" (NkiTensor.__getitem__,
+        # NKI 0.6): an integer on every axis is the one-element (1,) view, not a 0-d one
+        out[-1] = slice(out[-1], out[-1] + 1)
     return tuple(out)
 
 
