@@ -36,7 +36,8 @@ def judge_output(
     # np.isclose semantics (|got - expected| <= atol + rtol * |expected|), computed in float64 over slices of
     # CHUNK values into buffers reused from slice to slice: outputs reach 50 M values, and slices keep the
     # temporaries in cache (about 3x faster than whole-array passes).  A NaN or an infinity the reference does not
-    # have is "far" too (not (diff <= tol)), so they are counted in the same pass and named only when there are any.
+    # have is "far" too (not (diff <= tol)), so they are counted in the same pass and named only when there are any;
+    # a NaN in the reference matches nothing (np.allclose with equal_nan=False).
     got_flat, exp_flat = out.reshape(-1), expected.reshape(-1)
     exp_has_inf = bool(np.isinf(expected).any())
     n = min(CHUNK, got_flat.size)
@@ -55,7 +56,11 @@ def judge_output(
         tol += atol
         np.less_equal(diff, tol, out=ok)
         if exp_has_inf:
-            ok |= np.isinf(exp) & (got == exp)
+            # np.isclose: an infinite reference value is matched by the same infinity only (its tolerance is
+            # infinite too, so any finite output would pass the comparison above: |got - inf| <= inf)
+            inf = np.isinf(exp)
+            ok &= ~inf
+            ok |= inf & (got == exp)
         if k:
             max_err = max(max_err, float(np.fmax.reduce(diff)))
         n_far = k - int(np.count_nonzero(ok))

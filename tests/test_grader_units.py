@@ -215,6 +215,31 @@ def test_judge_agrees_with_numpy_isclose_on_nan_and_inf(got_values, exp_values):
     assert judge_output([np.array([1.0, np.inf], np.float32)], inf_ref, np.dtype(np.float32), {}).passed
 
 
+VALUES_AND_NON_FINITE = st.sampled_from([1.0, -2.5, 0.0, 1e30, np.inf, -np.inf, np.nan])
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(VALUES_AND_NON_FINITE, VALUES_AND_NON_FINITE), min_size=1, max_size=12))
+def test_judge_agrees_with_numpy_allclose_on_non_finite_references(pairs):
+    """Output and reference both with NaN and infinities: the verdict is np.allclose's with equal_nan=False.  A
+    finite output against an infinite reference failed np.allclose but passed the judge (|got - inf| <= inf)."""
+    got = np.array([g for g, _ in pairs], dtype=np.float32)
+    expected = np.array([e for _, e in pairs], dtype=np.float64)
+    verdict = judge_output([got], expected, np.dtype(np.float32), {"float32": (1e-5, 1e-8)})
+    assert verdict.passed == bool(np.allclose(got.astype(np.float64), expected, rtol=1e-5, atol=1e-8,
+                                              equal_nan=False)), (got, expected, verdict.message)
+
+
+def test_judge_refuses_a_finite_output_where_the_reference_is_infinite():
+    f32 = np.dtype(np.float32)
+    for ref in (np.inf, -np.inf):
+        verdict = judge_output([np.array([1.0, 3e38], np.float32)], np.array([1.0, ref]), f32, {})
+        assert not verdict.passed and verdict.mismatches == 1 and "first at index (1,)" in verdict.message
+        assert not judge_output([np.array([1.0, -ref], np.float32)], np.array([1.0, ref]), f32, {}).passed
+        assert judge_output([np.array([1.0, ref], np.float32)], np.array([1.0, ref]), f32, {}).passed
+    assert not judge_output([np.array([np.nan], np.float32)], np.array([np.nan]), f32, {}).passed
+
+
 def test_judge_messages():
     exp = np.ones((4, 4))
     f32 = np.dtype(np.float32)
