@@ -10,6 +10,7 @@ import nki.language as nl
 import numpy as np
 import pytest
 
+from nkisim.core.rules import DeviceFault, NKIError
 from nkisim.core.runtime import run_kernel
 from nkisim.perf import estimate
 
@@ -219,3 +220,108 @@ def test_ap_scalar_offset_from_a_tensor_and_in_timing_mode():
     np.testing.assert_array_equal(offset_from_tensor(x, np.array([[3]], np.int32)), x[3:4])
     timed = run_kernel(offset_from_tensor, (x, np.array([[3]], np.int32)), mode="timing")
     assert timed.outputs is None and len(timed.trace.instrs) == 3
+
+
+def _loop_body_kernel(failing_body, loop: str):
+    """A kernel whose one dynamic loop (``loop``: dynamic_range or fori_loop) runs ``failing_body(t)``."""
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        if loop == "dynamic_range":
+            for _ in nl.dynamic_range(2):
+                failing_body(t)
+        else:
+            nl.fori_loop(0, 2, lambda i: failing_body(t))
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    return k
+
+
+def _python_error(t):
+    raise ZeroDivisionError("the body's own Python error")
+
+
+def _rule_error(t):
+    wide = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=t, data1=t, data2=wide, op=nl.add)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("loop", ["dynamic_range", "fori_loop"])
+@pytest.mark.parametrize("mode", ["full", "timing"])
+def test_an_error_raised_by_a_loop_body_is_the_error_reported(loop, mode):
+    """The body's own error (its Python's, or a rule its instruction breaks while it is recorded) is what the kernel's
+    author sees: a dynamic_range body left by an exception was reported as "the loop body must run to its end (no
+    break or return)", which hid the error and its line."""
+    x = np.ones((4, 4), np.float32)
+    with pytest.raises(ZeroDivisionError, match="the body's own Python error"):
+        run_kernel(_loop_body_kernel(_python_error, loop), (x,), mode=mode)
+    with pytest.raises(NKIError, match=r"tensor_tensor: operand shapes \[\[4, 4\], \[4, 8\]\]") as err:
+        run_kernel(_loop_body_kernel(_rule_error, loop), (x,), mode=mode)
+    assert err.value.code == "nkisim_shape_mismatch"
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_break_out_of_a_dynamic_range_body_is_still_refused():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        for _ in nl.dynamic_range(2):
+            nisa.tensor_tensor(dst=t, data1=t, data2=t, op=nl.add)
+            break
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    with pytest.raises(NKIError, match="must run to its end"):
+        run_kernel(k, (np.ones((4, 4), np.float32),))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("loop", ["dynamic_range", "fori_loop"])
+def test_a_loop_body_failing_on_its_values_names_the_instruction_and_the_error_not_the_values(loop, monkeypatch):
+    """An error of the values a loop body computes (here a FloatingPointError on an operand over 0.99, as in
+    test_nkisim_device_values' S10 test) is a fault naming the instruction and the error's type, in the words of the
+    same error outside a loop; it reached the kernel's author as the raw exception, whose text may carry a value
+    computed on the device (docs/grading-security.md: error texts reveal no device values)."""
+    from nkisim.core.ops import tensor_engine
+
+    real = tensor_engine._operand_values
+
+    def fragile(t, dtype_name):
+        v = real(t, dtype_name)
+        if (v > 0.99).any():
+            raise FloatingPointError(f"value {float(v.max())!r} too large")
+        return v
+
+    monkeypatch.setattr(tensor_engine, "_operand_values", fragile)
+
+    def matmul(s):
+        ps = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=ps, stationary=s, moving=s)
+        nisa.tensor_copy(dst=s, src=ps)
+
+    @nki.jit
+    def k(s_in):
+        s = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=s_in)
+        if loop == "dynamic_range":
+            for _ in nl.dynamic_range(2):
+                matmul(s)
+        else:
+            nl.fori_loop(0, 2, lambda i: matmul(s))
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=s)
+        return out
+
+    small = np.full((128, 128), 1e-3, np.float32)
+    run_kernel(k, (small,))
+    big = small.copy()
+    big[5, 5] = 1.5
+    with pytest.raises(DeviceFault, match="nc_matmul: FloatingPointError while the device program computed its "
+                       "values") as err:
+        run_kernel(k, (big,))
+    assert "1.5" not in str(err.value) and err.value.__cause__ is None and err.value.__context__ is None

@@ -114,6 +114,9 @@ class KernelContext:
         self.regs: dict = {}
         self.fault: BaseException | None = None
         self.faulted = False
+        # the fault a dynamic_range body left early recorded when it is ``fault``: an exception out of that body
+        # closes it too, and run_kernel then raises that exception, not this consequence of it
+        self.open_body: BaseException | None = None
         self.recording: list | None = None
         self.api_depth = 0
         self.alloc_hook = None

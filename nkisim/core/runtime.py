@@ -182,7 +182,9 @@ def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: b
             if stream is not None:
                 stream.end(ctx, ret)
         except BaseException:
-            if ctx.fault is not None:  # the device program failed first: its error, not what followed in Python
+            # the device program failed first: its error, not what followed in Python (but a dynamic_range body the
+            # exception left is a consequence: the exception is the error, core.ops.registers.DynamicRange)
+            if ctx.fault is not None and ctx.fault is not ctx.open_body:
                 raise ctx.fault from None
             raise
         if not lockstep:

@@ -313,11 +313,16 @@ def _failed(fn, args, kwargs, exc: Exception):
         res = _dry_call(ctx, fn, args, kwargs, None)
     except Exception:  # noqa: BLE001 - the call fails without values too: the rule's own error
         raise exc from None
-    fault(ctx, DeviceFault(f"{getattr(fn, '__name__', 'an instruction')}: {type(exc).__name__} while the device "
-                           "program computed its values (a run-time error of the device program; nkisim does not "
-                           "print run-time values)"))
+    fault(ctx, values_fault(getattr(fn, "__name__", "an instruction"), exc))
     LIVE[0] = True  # later calls take the executor's path, which runs them dry once the run has faulted
     return res
+
+
+def values_fault(name: str, exc: BaseException, where: str = "") -> DeviceFault:
+    """The fault for an error of the values an instruction computed: its name and the error's type, never the
+    error's text (which may carry a value computed on the device, docs/grading-security.md S10)."""
+    return DeviceFault(f"{name}: {type(exc).__name__} while the device program computed its values{where} (a run-time "
+                       "error of the device program; nkisim does not print run-time values)")
 
 
 def wrap_api(namespace: dict, exclude=()) -> None:
@@ -536,10 +541,10 @@ def _run_or_record(ctx: KernelContext, node: tuple) -> None:
         _step(ctx, node)
     except _Abort:
         pass
-    except ValuesNeeded as exc:
+    except (ValuesNeeded, NKIError) as exc:  # texts that name no run-time value
         fault(ctx, exc)
     except Exception as exc:  # noqa: BLE001 - a run-time error of the device program is a fault (see fault)
-        fault(ctx, exc)
+        fault(ctx, values_fault("a dynamic loop", exc))
     finally:
         ctx.api_depth = 0
         if ctx.stream is not None:
@@ -577,6 +582,11 @@ def _step(ctx: KernelContext, step: tuple) -> None:
                 _call_resolved(ctx, fn, args, kwargs)
             else:
                 fn(*args, **kwargs)
+        except (_Abort, ValuesNeeded, NKIError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the recorded call ran dry without it: an error of the values
+            fault(ctx, values_fault(getattr(fn, "__name__", "an instruction"), exc, " in a dynamic loop body"))
+            raise _Abort from None
         finally:
             ctx.alloc_hook = hook
     elif kind == "set":
@@ -682,9 +692,13 @@ class DynamicRange(metaclass=Sealed):
             recorded = _end(ctx, saved)
             if not done:
                 # the for statement left the body (break, return or an exception): the hardware loop has one body
-                # that runs to its end; an exception is already on its way, a break is refused (here, or by
-                # check_closed when the generator is not closed before the kernel returns)
-                fault(ctx, NKIError("nkisim_dynamic_loop", OPEN_BODY))
+                # that runs to its end; a break is refused (here, or by check_closed when the generator is not
+                # closed before the kernel returns).  An exception closes the body too, on its way out: run_kernel
+                # raises it rather than this fault (``ctx.open_body``), which would hide the error and its line.
+                err = NKIError("nkisim_dynamic_loop", OPEN_BODY)
+                if ctx.fault is None:
+                    ctx.open_body = err
+                fault(ctx, err)
         _run_or_record(ctx, ("for", index, self.start, self.stop, self.step, recorded))
 
 
