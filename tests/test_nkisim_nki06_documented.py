@@ -1299,3 +1299,94 @@ def test_hbm_integer_indexing_is_at_least_1d():
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_array_equal(_run(kernel, x), [x[1, 2], x[-1, -1]])
     assert shapes == [(4,), (1,), (1,)]
+
+
+# ---- the nki.isa sweep: documented options and constraints of the instructions -------------------------------------
+def _run_isa(body, target=None, arr=None):
+    def kernel(a):
+        body(a)
+        t = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=0.0)
+        o = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=t)
+        return o
+    kw = {} if target is None else {"target": target}
+    return run_kernel(kernel, (np.zeros((128, 64), np.float32) if arr is None else arr,), {},
+                      frontend=frontends.NKI, **kw)
+
+
+def _sb(shape=(128, 64), dt=nl.float32, buffer=nl.sbuf, fill=None):
+    t = nl.ndarray(shape, dtype=dt, buffer=buffer)
+    if fill is not None:
+        nisa.memset(dst=t, value=fill)
+    return t
+
+
+def test_dma_copy_priority_is_neuroncore_v4_only():
+    """nisa.dma_copy: "priority: (optional): DMA quality-of-service priority level 0-3 ... (NeuronCore-v4+ only)"."""
+    for target in ("trn1", "trn2"):
+        with raises_rule("nkisim_bad_argument", "priority=1", "NeuronCore-v4"):
+            _run_isa(lambda a: nisa.dma_copy(dst=_sb(), src=a, priority=1), target=target)
+    _run_isa(lambda a: nisa.dma_copy(dst=_sb(), src=a, priority=None))
+
+
+def test_dma_copy_engine_is_the_hardware_dges():
+    """nisa.dma_copy: "engine: (optional) the engine to use for HWDGE descriptor generation: nki.isa.engine.sync or
+    nki.isa.engine.scalar. Only valid when dge_mode=nisa.dge_mode.hwdge"."""
+    hw = nisa.dge_mode.hwdge
+    for eng in (nisa.engine.sync, nisa.engine.scalar):
+        _run_isa(lambda a, eng=eng: nisa.dma_copy(dst=_sb(), src=a, engine=eng, dge_mode=hw), target="trn2")
+        with raises_rule("nkisim_bad_argument", "only valid with dge_mode=nisa.dge_mode.hwdge"):
+            _run_isa(lambda a, eng=eng: nisa.dma_copy(dst=_sb(), src=a, engine=eng))
+    with raises_rule("nkisim_bad_argument", "sync or nisa.engine.scalar, not VectorE"):
+        _run_isa(lambda a: nisa.dma_copy(dst=_sb(), src=a, engine=nisa.engine.vector, dge_mode=hw))
+
+
+def test_hardware_dge_needs_neuroncore_v3():
+    """nisa.dma_copy: "Hardware based DGE is only supported for NeuronCore-v3 or newer"."""
+    with raises_rule("nkisim_engine_op_unsupported", "hwdge", "trn1"):
+        _run_isa(lambda a: nisa.dma_copy(dst=_sb(), src=a, dge_mode=nisa.dge_mode.hwdge), target="trn1")
+    _run_isa(lambda a: nisa.dma_copy(dst=_sb(), src=a, dge_mode=nisa.dge_mode.hwdge), target="trn2")
+
+
+def test_memset_runs_on_vector_or_gpsimd():
+    """nisa.memset: "engine: specify which engine to use for memset: nki.isa.engine.vector or
+    nki.isa.engine.gpsimd" (the legacy API's memset keeps taking any engine)."""
+    for eng in (nisa.engine.vector, nisa.engine.gpsimd, nisa.engine.unknown):
+        _run_isa(lambda a, eng=eng: nisa.memset(dst=_sb(), value=1.0, engine=eng))
+    for eng in (nisa.engine.scalar, nisa.engine.tensor):
+        with raises_rule("nkisim_bad_argument", "vector or nisa.engine.gpsimd"):
+            _run_isa(lambda a, eng=eng: nisa.memset(dst=_sb(), value=1.0, engine=eng))
+
+
+@pytest.mark.parametrize("pred_dt", [nl.uint8, nl.uint16, nl.uint32])
+def test_tensor_copy_predicated_documented_constraints(pred_dt):
+    """nisa.tensor_copy_predicated: "predicate must be of type uint8, uint16, or uint32"; "src and dst must share
+    the same data type"; "Either src or predicate may be in PSUM, but not both simultaneously"."""
+    x = np.random.default_rng(5).normal(size=(128, 64)).astype(np.float32)
+    mask = (np.arange(64) % 3 == 0)[None, :].repeat(128, 0)
+
+    def kernel(a, m):
+        s = _sbuf(a)
+        p = nl.ndarray(m.shape, dtype=pred_dt, buffer=nl.sbuf)
+        nisa.dma_copy(dst=p, src=m)
+        d = _sb(fill=-1.0)
+        nisa.tensor_copy_predicated(dst=d, src=s, predicate=p)
+        o = nl.ndarray(d.shape, dtype=d.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=d)
+        return o
+    np.testing.assert_array_equal(_run(kernel, x, mask.astype(np.dtype(pred_dt))), np.where(mask, x, -1.0))
+    for bad in (nl.float32, nl.int32, nl.int8):
+        with raises_rule("nkisim_bad_argument", "predicate must be of type uint8, uint16 or uint32"):
+            _run_isa(lambda a, bad=bad: nisa.tensor_copy_predicated(dst=_sb(), src=_sb(fill=1.0),
+                                                                   predicate=_sb(dt=bad, fill=1)))
+    with raises_rule("nkisim_bad_argument", "src (bfloat16) and dst (float32) must share the same data type"):
+        _run_isa(lambda a: nisa.tensor_copy_predicated(dst=_sb(), src=_sb(dt=nl.bfloat16, fill=1.0),
+                                                       predicate=_sb(dt=pred_dt, fill=1)))
+    with raises_rule("nkisim_two_inputs_in_psum"):
+        _run_isa(lambda a: nisa.tensor_copy_predicated(dst=_sb(), src=_sb(buffer=nl.psum, fill=1.0),
+                                                       predicate=_sb(dt=pred_dt, buffer=nl.psum, fill=1)))
+    # one of them in PSUM, and a number as src, are fine
+    _run_isa(lambda a: nisa.tensor_copy_predicated(dst=_sb(), src=_sb(buffer=nl.psum, fill=1.0),
+                                                   predicate=_sb(dt=pred_dt, fill=1)))
+    _run_isa(lambda a: nisa.tensor_copy_predicated(dst=_sb(), src=3.0, predicate=_sb(dt=pred_dt, fill=1)))

@@ -33,7 +33,7 @@ def _predicated_kernel(src_shape, pred_shape, dst_shape):
     def kernel(a, pr):
         out = nl.ndarray(dst_shape, dtype=nl.float32, buffer=nl.shared_hbm)
         s = nl.ndarray(src_shape, dtype=nl.float32, buffer=nl.sbuf)
-        p = nl.ndarray(pred_shape, dtype=nl.float32, buffer=nl.sbuf)
+        p = nl.ndarray(pred_shape, dtype=nl.uint8, buffer=nl.sbuf)  # "predicate must be of type uint8, ..."
         nisa.dma_copy(dst=s, src=a)
         nisa.dma_copy(dst=p, src=pr)
         d = nl.ndarray(dst_shape, dtype=nl.float32, buffer=nl.sbuf)

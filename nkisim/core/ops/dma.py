@@ -11,7 +11,7 @@ import numpy as np
 from nkisim.core import dtypes, execute
 from nkisim.core.access import check_writable, dynamic_tiles, in_bounds, read, runtime_bounds, scatter_add, write
 from nkisim.core.context import KernelContext, current
-from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_DMA
+from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_DMA, E_SCALAR, E_SYNC, E_UNKNOWN, ENGINE_NAMES, Engine
 from nkisim.core.memory import BUF_NAMES
 from nkisim.core.ops.common import (
     check_partitions,
@@ -26,6 +26,28 @@ from nkisim.core.ops.common import (
 from nkisim.core.ops.elementwise import memset, tensor_copy
 from nkisim.core.rules import fail
 from nkisim.core.tensor import Tensor
+
+
+def check_dma_options(op: str, dge: str | None, *, priority=None, engine: Engine = E_UNKNOWN) -> None:
+    """The options of NKI 0.6's ``nisa.dma_copy`` beyond the copy itself (nki/api/nki/isa/__init__.py):
+    ``priority`` "DMA quality-of-service priority level 0-3 ... (NeuronCore-v4+ only)"; ``engine`` "the engine to
+    use for HWDGE descriptor generation: nki.isa.engine.sync or nki.isa.engine.scalar. Only valid when
+    dge_mode=nisa.dge_mode.hwdge"; and "Hardware based DGE is only supported for NeuronCore-v3 or newer" (not
+    trn1).  ``dge``: the dge_mode's name, None for the compiler's choice."""
+    ctx = current(op)
+    if priority is not None:
+        fail("nkisim_bad_argument", op=op, detail=f"priority={priority!r} is a NeuronCore-v4 (trn3) option; nkisim "
+             "models trn1 and trn2, which take no DMA priority (leave it None)")
+    if engine != E_UNKNOWN:
+        if dge != "hwdge":
+            fail("nkisim_bad_argument", op=op, detail="engine selects the hardware DGE's engine: it is only valid "
+                 "with dge_mode=nisa.dge_mode.hwdge")
+        if engine not in (E_SYNC, E_SCALAR):
+            fail("nkisim_bad_argument", op=op, detail=f"the hardware DGE runs on nisa.engine.sync or "
+                 f"nisa.engine.scalar, not {ENGINE_NAMES[engine]}")
+    if dge == "hwdge" and ctx.target == "trn1":
+        fail("nkisim_engine_op_unsupported", op=op, engine="the hardware DGE (dge_mode=hwdge)", target=ctx.target,
+             detail="hardware based DGE is only supported for NeuronCore-v3 (trn2) or newer")
 
 
 def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_rmw_op: str | None = None,

@@ -361,10 +361,16 @@ def tensor_copy(src, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None, dst: 
     return deliver(ctx, ins, out, values, m, dst)
 
 
+_PREDICATE_DTYPES = frozenset({np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32)})
+
+
 def tensor_copy_predicated(src, dst: Tensor, predicate, *, reverse_pred: bool = False, dtype=None,
-                           mask=None) -> Tensor:
+                           mask=None, strict: bool = False) -> Tensor:
     """dst = predicate ? src : dst, in place (VectorE).  ``src`` may be a number: "If src is a scalar, the scalar is
-    copied to the dst tile" (2.26 nki.isa.tensor_copy_predicated docs)."""
+    copied to the dst tile" (2.26 nki.isa.tensor_copy_predicated docs).  ``strict``: NKI 0.6's constraints
+    (nki/api/nki/isa/__init__.py): "Either src or predicate may be in PSUM, but not both"; "predicate must be of
+    type uint8, uint16, or uint32"; "src and dst must share the same data type" (the legacy API took a bool
+    predicate, as its comparisons return, and any dtypes)."""
     scalar = isinstance(src, (bool, int, float, np.number))
     tiles = [(dst, "dst"), (predicate, "predicate")]
     if not scalar:
@@ -372,6 +378,15 @@ def tensor_copy_predicated(src, dst: Tensor, predicate, *, reverse_pred: bool = 
     ctx, checked = begin("tensor_copy_predicated", E_VECTOR, tiles)
     s, d, p = (np.float32(src), *checked) if scalar else checked
     check_writable(d)
+    if strict:
+        if not scalar and s.kind == B_PSUM and p.kind == B_PSUM:
+            fail("nkisim_two_inputs_in_psum", op="tensor_copy_predicated")
+        if p.dtype not in _PREDICATE_DTYPES:
+            fail("nkisim_bad_argument", op="tensor_copy_predicated", detail=f"predicate must be of type uint8, "
+                 f"uint16 or uint32, got {p.dtype.name} (compare with dtype=nl.uint8)")
+        if not scalar and s.dtype != d.dtype:
+            fail("nkisim_bad_argument", op="tensor_copy_predicated", detail=f"src ({s.dtype.name}) and dst "
+                 f"({d.dtype.name}) must share the same data type")
     srcs = (p, d) if scalar else (s, p, d)
     parts = parts_of(d)
     if parts > 1 and (parts_of(p) == 1 or (not scalar and parts_of(s) == 1)):  # a [1, F] src/predicate (G6)
@@ -622,6 +637,11 @@ def memset_dst(dst: Tensor, value, *, engine: Engine = E_UNKNOWN, strict: bool =
     check_writable(dst)
     if engine == E_UNKNOWN:
         engine = E_VECTOR
+    elif strict and engine not in (E_VECTOR, E_GPSIMD):
+        # "engine: specify which engine to use for memset: nki.isa.engine.vector or nki.isa.engine.gpsimd"
+        # (nki.isa.memset, NKI 0.6)
+        fail("nkisim_bad_argument", op="memset", detail=f"memset runs on nisa.engine.vector or nisa.engine.gpsimd, "
+             f"not {ENGINE_NAMES[engine]}")
     if engine == E_GPSIMD and dst.kind == B_PSUM:
         fail("nkisim_gpsimd_psum", op="memset", operand="dst")
     # NKI 0.3+ refuses a float value for an integer dst (migration guide, "nisa.memset - strict type matching": 2.0

@@ -66,6 +66,7 @@ del _m, _e
 # module aliases: the parameters of the same names shadow the enum classes inside the instruction functions
 _DgeMode, _OobMode, _DmaEngine = dge_mode, oob_mode, dma_engine
 _HWDGE, _OOB_SKIP, _OOB_ERROR, _DGE_UNKNOWN = dge_mode.hwdge, oob_mode.skip, oob_mode.error, dge_mode.unknown
+_ENGINE_UNKNOWN = engine.unknown
 
 
 def _member(value, enum, param: str, op: str):
@@ -113,11 +114,13 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     """Copy ``src`` to ``dst`` on the DMA engines (HBM/SBUF; casts through fp32 when the dtypes differ)."""
     if removed:
         _removed("dma_copy", removed)
-    if dge_mode is _DGE_UNKNOWN and oob_mode is _OOB_ERROR:  # the defaults: the per-instruction fast path
-        _dma.dma_copy(src, dst, oob_skip=False)
+    if dge_mode is _DGE_UNKNOWN and oob_mode is _OOB_ERROR and priority is None and engine is _ENGINE_UNKNOWN:
+        _dma.dma_copy(src, dst, oob_skip=False)  # the defaults: the per-instruction fast path
         return
     dge_mode = _dge(dge_mode, "dma_copy")
     skip = _member(oob_mode, _OobMode, "oob_mode", "dma_copy") is _OOB_SKIP
+    _dma.check_dma_options("dma_copy", None if dge_mode is _DGE_UNKNOWN else dge_mode.name, priority=priority,
+                           engine=_engine(engine, "dma_copy"))
     if dge_mode is _HWDGE and getattr(src, "dtype", None) != getattr(dst, "dtype", None):
         # "NKI 0.3.0 enforces that source and destination element types must match when using
         # dge_mode=dge_mode.hwdge" (migration guide): the hardware DGE moves raw bytes
@@ -226,7 +229,7 @@ def memset(dst, value, engine=engine.unknown, name=None, **removed) -> None:
 def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None, **removed) -> None:
     if removed:
         _removed("tensor_copy_predicated", removed)
-    _ew.tensor_copy_predicated(src, dst, predicate, reverse_pred=reverse_pred)
+    _ew.tensor_copy_predicated(src, dst, predicate, reverse_pred=reverse_pred, strict=True)
 
 
 def iota(dst, pattern, offset=0, channel_multiplier=0, name=None, **removed) -> None:
