@@ -537,6 +537,7 @@ class _Replayer:
         self.consts = s.get("consts")
         self.views = s.get("views")
         _need(isinstance(self.consts, list) and isinstance(self.views, list), "header", "constant or view table")
+        self.share = None  # core.sharing.Member when replayed in a group (replay_group)
         self.fcache: dict = {}
         self.checked: set = set()  # (view index, storage key) pairs core.aps.rebuild has checked
         self._reset()
@@ -561,6 +562,8 @@ class _Replayer:
             # a new run (the first, or run_kernel's full rerun of a timing run that needs register values)
             self._reset()
             ctx.__class__ = _ReplayContext  # the statements come from the stream from now on
+            if not self.nki_grid:  # a member of a lockstep group (replay_group); grid launches never hand over
+                ctx.share = self.share
             ctx.kernel_code = ctx.mem.stop_code = self.codes[0]
             ctx.mem.dead_source = self._dead
             self._bind_args(ctx, args, kwargs)
@@ -946,4 +949,79 @@ def replay(stream: dict, args=(), kwargs=None, *, mode: str = "full", target: st
                       simulate=bool(stream.get("simulate", False)), graded=graded)
 
 
-__all__ = ["FORMAT", "NotRecordable", "Recorder", "StreamError", "Trace", "dumps", "loads", "record", "replay"]
+def replay_group(members: list, *, mode: str = "full", target: str | None = None, graded: bool = False,
+                 share: bool = True) -> tuple[list, dict]:
+    """Replay several streams in one process, each on its own inputs, as :func:`replay` does one: ``members`` is a
+    list of ``(stream, args, kwargs)``; returns each member's :class:`KernelRun` or the exception its replay raised
+    (a malformed stream's :class:`StreamError`, the program's own error), and figures (``hits``/``misses``: reused
+    and computed matmul products, ``cpu_seconds`` per member).
+
+    With ``share`` and values computed, the members run in lockstep and reuse each other's products of
+    bit-identical operands (``core.sharing``: the grader's three batch-4 224x224 correctness cases multiply the same
+    X and W); every member's outputs, trace and errors are the ones :func:`replay` gives it alone.  Without, they run
+    one after another.  The BLAS thread count and the cycle collector are set once for the whole group (each run
+    would restore them at its end, under the feet of the runs still going)."""
+    import gc
+
+    from nkisim.core import runtime
+    from nkisim.core.sharing import Member, ShareGroup
+
+    fns: list = []
+    reps: list = []
+    for stream, args, kwargs in members:
+        if not isinstance(stream, dict) or stream.get("format") != FORMAT:
+            reps.append(StreamError(f"not an instruction stream of format {FORMAT}"))
+            continue
+        try:
+            rep = _Replayer(stream)
+            tgt = stream.get("target")
+            _need(tgt in ("trn1", "trn2"), "header", f"target {tgt!r:.40}")
+        except StreamError as exc:
+            reps.append(exc)
+            continue
+        reps.append(rep)
+
+        def fn(rep=rep, args=args, kwargs=kwargs, tgt=tgt):
+            return run_kernel(rep, args, kwargs, mode=mode, target=target or tgt, frontend=rep.fe,
+                              simulate=bool(rep.s.get("simulate", False)), graded=graded)
+
+        fns.append(fn)
+    live = [r for r in reps if isinstance(r, _Replayer)]
+    group = ShareGroup(len(live))
+    if share and mode == "full":
+        for k, rep in enumerate(live):
+            rep.share = Member(group, k)
+    blas = runtime._single_thread_blas()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if share and mode == "full":
+            results, errors = group.run(fns)
+        else:
+            results, errors = [], []
+            for fn in fns:
+                try:
+                    results.append(fn())
+                    errors.append(None)
+                except Exception as exc:  # noqa: BLE001 - the member's own error
+                    results.append(None)
+                    errors.append(exc)
+    finally:
+        if blas is not None:
+            blas.restore_original_limits()
+        if gc_was_enabled:
+            runtime._freeze()
+            gc.enable()
+    out: list = []
+    it = iter(zip(results, errors))
+    for r in reps:
+        if isinstance(r, _Replayer):
+            res, err = next(it)
+            out.append(err if err is not None else res)
+        else:
+            out.append(r)
+    return out, {"hits": group.hits, "misses": group.misses, "cpu_seconds": list(group.cpu_seconds)}
+
+
+__all__ = ["FORMAT", "NotRecordable", "Recorder", "StreamError", "Trace", "dumps", "loads", "record", "replay",
+           "replay_group"]

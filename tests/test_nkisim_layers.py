@@ -30,7 +30,7 @@ LAYERS = [
     {"access", "partitions"},
     {"context"},
     {"tensor"},
-    {"aps", "buffers", "launchinfo", "lockstep"},
+    {"aps", "buffers", "launchinfo", "lockstep", "sharing"},
     {"ops.common", "ops.partition_broadcast"},
     {"ops.elementwise"},
     {"ops.dma", "ops.tensor_engine", "ops.reduce", "ops.gpsimd", "ops.registers", "ops.collectives", "ops.lnc"},

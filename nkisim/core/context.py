@@ -102,6 +102,8 @@ class KernelContext:
         self.shared_pos = 0
         # an LNC=2 launch: the core.lockstep.Lockstep both cores' contexts share (None otherwise)
         self.lockstep = None
+        # a run in a lockstep group sharing identical matmul products (core.sharing.Member; None otherwise)
+        self.share = None
         # symbolic loops (nl.affine_range / nl.sequential_range) being run: [instance id, iteration] each, and the
         # direct placements their first iteration made (see traced_once)
         self.sym_loops: list[list[int]] = []

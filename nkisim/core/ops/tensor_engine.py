@@ -163,7 +163,14 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
             attrs[UNVERIFIED] = unchecked
     ins = ctx.emit("nc_matmul", E_TENSOR, (stationary, moving), (out,), attrs)
     values = None
-    if ctx.full:
+    if ctx.full and ctx.share is not None and not (is_stationary_onezero or is_moving_onezero or is_transpose):
+        # a run of a lockstep group (core.sharing): the product of bit-identical operands another run just made
+        # (the moving operand is handed back as the raw tile or a contiguous copy of it: the same values in the
+        # layout reshape(k1, n) gives either way)
+        values = ctx.share.product(read(stationary), read(moving), (d1, d2, k1, m, n), lambda mv: (
+            _operand_values(stationary, d1).reshape(k1, m).T @ _as_operand(mv, d2).reshape(k1, n)
+        ).reshape(out_shape))
+    elif ctx.full:
         s = _operand_values(stationary, d1).reshape(k1, m)
         mv = _operand_values(moving, d2).reshape(k1, n)
         if is_stationary_onezero or is_moving_onezero or is_transpose:
@@ -178,7 +185,11 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
 def _operand_values(t: Tensor, dtype_name: str) -> np.ndarray:
     """A matmul operand as TensorE multiplies it: fp32, with a tf32 tile's values rounded to tf32's 10-bit mantissa
     (whatever bits a DMA left in its 32-bit container: "tfloat32 (1S,8E,10M)", nki.api.shared.rst)."""
-    v = execute.to_f32(read(t))
+    return _as_operand(read(t), dtype_name)
+
+
+def _as_operand(raw: np.ndarray, dtype_name: str) -> np.ndarray:
+    v = execute.to_f32(raw)
     return dtypes.round_tf32(v) if dtype_name == "tfloat32" else v
 
 

@@ -1,0 +1,155 @@
+"""Streams replayed as one lockstep group (nkisim.stream.replay_group, nkisim.core.sharing) give each member exactly
+what replaying it alone gives: outputs bit for bit, every trace field, metadata and memory peaks, and its own error;
+products of bit-identical operands are computed once."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nkisim import stream
+from nkisim.core import context
+from nkisim.core.sharing import ShareGroup, same_bits
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module(rel: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+CONV = _module("grader/reference/part2/conv2d.py", "share_ref_conv")
+RELAXED = _module("grader/reference/relaxed/part2/conv2d.py", "share_ref_relaxed")
+
+
+def _fields(trace) -> list:
+    return [[getattr(i, k) for k in i.__slots__] for i in trace.instrs]
+
+
+def _same(alone, grouped) -> None:
+    assert not isinstance(grouped, BaseException), grouped
+    assert _fields(grouped.trace) == _fields(alone.trace)
+    assert grouped.trace.meta == alone.trace.meta
+    assert (grouped.peak_sbuf_bytes, grouped.peak_psum_bytes) == (alone.peak_sbuf_bytes, alone.peak_psum_bytes)
+    got, want = grouped.outputs, alone.outputs
+    assert got.dtype == want.dtype and got.shape == want.shape
+    # bitwise: NaN, -0.0 and every rounding as the separate run made them
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def _conv_members(mod, b, ci, co, h, w, dt, seed=3, variants=(("zeros", 1), ("random", 1), ("random", 2))):
+    rng = np.random.default_rng(seed)
+    x = rng.random((b, ci, h, w), dtype=np.float32).astype(dt)
+    wt = rng.random((co, ci, 3, 3), dtype=np.float32).astype(dt)
+    members = []
+    for bias_kind, pool in variants:
+        bias = np.zeros(co, dt) if bias_kind == "zeros" else rng.random(co, dtype=np.float32).astype(dt)
+        args, kwargs = [x, wt, bias], {"pool_size": pool}
+        data, _ = stream.record(mod.fused_conv2d_maxpool, args, kwargs)
+        members.append((stream.loads(stream.dumps(data)), args, kwargs))
+    return members
+
+
+def _alone(members):
+    return [stream.replay(s, [a.copy() for a in args], dict(kw)) for s, args, kw in members]
+
+
+@pytest.mark.parametrize("mod", [CONV, RELAXED], ids=["reference", "relaxed"])
+@pytest.mark.parametrize("case", [(4, 128, 128, 32, 16, np.float32), (2, 256, 128, 18, 20, np.float16)],
+                         ids=["f32-batch4", "f16"])
+def test_the_staff_convs_grouped_are_their_separate_replays_bit_for_bit(mod, case):
+    members = _conv_members(mod, *case)
+    alone = _alone(members)
+    grouped, figures = stream.replay_group(members)
+    for a, g in zip(alone, grouped, strict=True):
+        _same(a, g)
+    # large, bias and maxpool multiply the same X and W in the same order: the two later ones reuse every product
+    assert figures["misses"] > 0 and figures["hits"] == 2 * figures["misses"]
+    assert context._STACK == []  # the module state the members swapped is the caller's again
+
+
+def test_members_whose_inputs_or_programs_differ_compute_their_own_products():
+    same = _conv_members(CONV, 2, 128, 128, 16, 16, np.float32, variants=(("random", 1), ("random", 1)))
+    other_x = _conv_members(CONV, 2, 128, 128, 16, 16, np.float32, seed=4, variants=(("random", 1),))
+    other_kernel = _conv_members(RELAXED, 2, 128, 128, 16, 16, np.float32, variants=(("random", 1),))
+    members = [same[0], other_x[0], other_kernel[0], same[1]]
+    grouped, figures = stream.replay_group(members)
+    for a, g in zip(_alone(members), grouped, strict=True):
+        _same(a, g)
+    per_run = figures["misses"] + figures["hits"]
+    assert figures["hits"] > 0  # the last member found the first one's products, across the two in between
+    assert figures["misses"] >= 3 * per_run // 4  # the three different members computed all of theirs
+
+
+def _break_midway(s: dict) -> dict:
+    """The stream with a call about two thirds in naming no function: the replay raises StreamError there, after
+    it made instructions and matmuls."""
+    bad = copy.deepcopy(s)
+    calls = [i for i, ev in enumerate(bad["events"]) if ev[0] == "call"]
+    bad["events"][calls[2 * len(calls) // 3]][1] = 10**6
+    return bad
+
+
+def test_a_member_that_fails_midway_or_is_malformed_leaves_the_others_as_they_are_alone():
+    members = _conv_members(CONV, 2, 128, 128, 16, 16, np.float32)
+    broken = (_break_midway(members[0][0]), members[0][1], members[0][2])
+    forged = ({"format": "something else"}, members[1][1], members[1][2])
+    group = [broken, members[0], forged, members[1], members[2]]
+    grouped, figures = stream.replay_group(group)
+    assert isinstance(grouped[0], stream.StreamError) and "malformed function index" in str(grouped[0])
+    with pytest.raises(stream.StreamError, match="malformed function index"):  # the error it raises alone
+        stream.replay(broken[0], broken[1], broken[2])
+    assert isinstance(grouped[2], stream.StreamError) and "format" in str(grouped[2])
+    for a, g in zip(_alone(members), (grouped[1], grouped[3], grouped[4]), strict=True):
+        _same(a, g)
+    assert figures["hits"] > 0
+
+
+def test_without_sharing_the_members_run_one_after_another_with_the_same_results():
+    members = _conv_members(CONV, 2, 128, 128, 16, 16, np.float32)
+    grouped, figures = stream.replay_group(members, share=False)
+    for a, g in zip(_alone(members), grouped, strict=True):
+        _same(a, g)
+    assert figures["hits"] == figures["misses"] == 0
+
+
+def test_same_bits_is_bitwise():
+    a = np.array([[0.0, 1.0], [np.nan, 2.0]], np.float32)
+    b = a.copy()
+    assert same_bits(a, b)
+    b[0, 0] = -0.0  # equal as floats, not as bits
+    assert not same_bits(a, b)
+    c = a.copy()
+    assert same_bits(a, c) and not np.array_equal(a, c)  # NaN: the same bits, unequal as floats
+    c[1, 1] = np.nextafter(np.float32(2.0), np.float32(3.0))
+    assert not same_bits(a, c)
+
+
+def test_a_group_hands_over_in_order_and_reports_each_members_error():
+    group = ShareGroup(3, window=1)
+    seen: list = []
+
+    def member(k, fail=False):
+        def fn():
+            for i in range(3):
+                seen.append((k, i))
+                group.product(k, np.zeros((2, 2), np.float32), np.full((2, 2), k, np.float32), ("f",),
+                              lambda mv: mv * 2)
+                if fail and i == 1:
+                    raise RuntimeError(f"member {k}")
+            return k
+        return fn
+
+    results, errors = group.run([member(0), member(1, fail=True), member(2)])
+    assert results == [0, None, 2]
+    assert isinstance(errors[1], RuntimeError) and errors[0] is None and errors[2] is None
+    assert seen == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (0, 2), (2, 2)]
