@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from grader import apis, plausibility, policy, problems, ranking, refcache, seeds, thresholds
+from grader import apis, plausibility, policy, problems, ranking, refcache, scratch, seeds, thresholds
 from grader.calibrate import ensure_reference_timings
 from grader.judge import judge_output
 from grader.recording import build_record, error_record, now, tool_versions
@@ -484,6 +484,7 @@ def _run_phases(grading: _Grading, tests: tuple[TestSpec, ...], workers: int) ->
 def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
     """Grade an already-read submission (raises GraderError / RubricError for grader-side problems)."""
     started_at, t0, cpu0 = now(), time.perf_counter(), _cpu_seconds()
+    scratch.reap_stale(config.tmp_root)  # what SIGKILLed graders left there (first grading of the process only)
     rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
     backend = resolve_backend(config.backend)
     if config.target not in ("trn2", "trn1"):

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from grader import scratch
 from grader.problems import Invocation
 from grader.records import Status, Verdict
 from grader.rubric import Limits
@@ -222,7 +223,7 @@ class KernelServers:
         return os.environ.get("GRADER_WARM_SERVERS", "1") != "0"
 
     def _start(self, api: str) -> tuple[str, WarmServer, Path]:
-        root = Path(tempfile.mkdtemp(prefix="asst4-server-", dir=self.tmp_root))
+        root = scratch.make_dir("server", self.tmp_root)
         try:
             lib = _lib_links(root)
             os.chmod(root, 0o711)
@@ -283,7 +284,7 @@ class KernelServers:
             if hit is not None and hit[0] is arr:
                 return hit[1]
             if self._inputs_dir is None:
-                self._inputs_dir = Path(tempfile.mkdtemp(prefix="asst4-inputs-", dir=self.tmp_root))
+                self._inputs_dir = scratch.make_dir("inputs", self.tmp_root)
                 os.chmod(self._inputs_dir, 0o711)
             path = self._inputs_dir / f"in-{secrets.token_hex(16)}.npy"
             np.save(path, arr, allow_pickle=False)
@@ -336,7 +337,7 @@ def _launch(
     for nkisim runs, else a fresh process) and hand the result to ``collect(process result, output dir, module
     file name)`` before the directory is removed."""
     iso = detect_isolation()
-    root = Path(tempfile.mkdtemp(prefix="asst4-case-", dir=tmp_root))
+    root = scratch.make_dir("case", tmp_root)
     try:
         work, in_dir, out_dir = _prepare_dirs(root, iso)
         module_file = work / Path(rel_file).name
