@@ -1390,3 +1390,87 @@ def test_tensor_copy_predicated_documented_constraints(pred_dt):
     _run_isa(lambda a: nisa.tensor_copy_predicated(dst=_sb(), src=_sb(buffer=nl.psum, fill=1.0),
                                                    predicate=_sb(dt=pred_dt, fill=1)))
     _run_isa(lambda a: nisa.tensor_copy_predicated(dst=_sb(), src=3.0, predicate=_sb(dt=pred_dt, fill=1)))
+
+
+def _mm_tiled(k, m, pos, size, target="trn2", dt=nl.bfloat16, perf=None):
+    def body(a):
+        st = _sb((k, 2, m) if perf else (k, m), dt=dt, fill=1.0)
+        mv = _sb((k, 2, 512) if perf else (k, 512), dt=dt, fill=1.0)
+        ps = nl.ndarray((m, 512), dtype=nl.float32, buffer=nl.psum)
+        kw = {"perf_mode": perf} if perf else {}
+        nisa.nc_matmul(dst=ps, stationary=st, moving=mv, tile_position=pos, tile_size=size, **kw)
+    return _run_isa(body, target=target)
+
+
+def test_pe_tiling_sizes_positions_and_generations():
+    """nisa.nc_matmul "Tiling mode": "Row tiling mode slices the 128 PE rows into 2x 64 row tiles (NeuronCore-v2 or
+    newer), or 4x 32 row tiles (NeuronCore-v3 or newer). Column tiling mode slices the 128 PE columns in the same
+    fashion"; "The start_row must be a multiple of row_size ... Similarly, the start_column must be a multiple of
+    column_size"; "double_row performance mode cannot be combined with Tensor Engine column tiling mode"; the
+    docstring's own example: tile_position (64, 0) with tile_size (64, 128) is the bottom half."""
+    _mm_tiled(64, 64, (64, 0), (64, 128), target="trn1")
+    _mm_tiled(32, 64, (96, 0), (32, 128), target="trn2")
+    _mm_tiled(64, 32, (0, 96), (64, 32), target="trn2")
+    with raises_rule("nkisim_bad_argument", "need NeuronCore-v3"):
+        _mm_tiled(32, 64, (32, 0), (32, 128), target="trn1")
+    with raises_rule("nkisim_bad_argument", "multiples of the row and column tile sizes"):
+        _mm_tiled(64, 64, (32, 0), (64, 128))
+    with raises_rule("nkisim_bad_argument", "a tile size is 128, 64 (2 tiles) or 32 (4 tiles)"):
+        _mm_tiled(64, 64, (0, 0), (96, 128))
+    f8 = nl.float8_e4m3
+    _mm_tiled(64, 64, (64, 0), (64, 128), dt=f8, perf=nisa.matmul_perf_mode.double_row)  # row tiling is fine
+    with raises_rule("nkisim_bad_argument", "double_row performance mode cannot be combined with column tiling"):
+        _mm_tiled(64, 64, (0, 64), (64, 64), dt=f8, perf=nisa.matmul_perf_mode.double_row)
+
+
+def test_nc_transpose_runs_on_tensor_or_vector():
+    """nisa.nc_transpose: "engine: specify which engine to use for transpose: nki.isa.engine.tensor or
+    nki.isa.engine.vector" (GpSimd was accepted)."""
+    for eng in (nisa.engine.vector, nisa.engine.unknown):
+        _run_isa(lambda a, eng=eng: nisa.nc_transpose(dst=_sb((32, 32)), data=_sb((32, 32), fill=1.0), engine=eng))
+    _run_isa(lambda a: nisa.nc_transpose(dst=nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.psum),
+                                         data=_sb((128, 64), fill=1.0), engine=nisa.engine.tensor))
+    with raises_rule("nkisim_bad_argument", "tensor or nisa.engine.vector, not GpSimd"):
+        _run_isa(lambda a: nisa.nc_transpose(dst=_sb((32, 32)), data=_sb((32, 32), fill=1.0),
+                                             engine=nisa.engine.gpsimd))
+
+
+def test_tensor_tensor_and_tensor_scalar_engines():
+    """nisa.tensor_tensor: "engine: ... nki.isa.engine.vector, nki.isa.engine.gpsimd or nki.isa.engine.unknown";
+    "Valid choices for op: 1. Any supported binary operator that runs on the Vector Engine. 2. nl.power. (Which runs
+    on the GpSimd engine.)".  nisa.tensor_scalar: "engine: ... nki.isa.engine.gpsimd (only allowed for rsqrt)"."""
+    tt = nisa.tensor_tensor
+    _run_isa(lambda a: tt(dst=_sb(), data1=_sb(fill=2.0), data2=_sb(fill=3.0), op=nl.power, engine=nisa.engine.gpsimd))
+    _run_isa(lambda a: tt(dst=_sb(), data1=_sb(fill=2.0), data2=_sb(fill=3.0), op=nl.add, engine=nisa.engine.gpsimd))
+    for op, eng, frag in ((nl.power, nisa.engine.vector, "'power' cannot run on VectorE"),
+                          (nl.add, nisa.engine.scalar, "'add' cannot run on ScalarE")):
+        with raises_rule("nkisim_bad_argument", frag):
+            _run_isa(lambda a, op=op, eng=eng: tt(dst=_sb(), data1=_sb(fill=2.0), data2=_sb(fill=3.0), op=op,
+                                                   engine=eng))
+    ts = nisa.tensor_scalar
+    _run_isa(lambda a: ts(dst=_sb(), data=_sb(fill=4.0), op0=nl.rsqrt, operand0=0, engine=nisa.engine.gpsimd))
+    with raises_rule("nkisim_bad_argument", "'multiply' cannot run on GpSimdE", "only for nl.rsqrt"):
+        _run_isa(lambda a: ts(dst=_sb(), data=_sb(fill=4.0), op0=nl.multiply, operand0=2.0, engine=nisa.engine.gpsimd))
+
+
+@pytest.mark.parametrize("op", ["add", "average", "maximum", "bitwise_or", "bitwise_and", "minimum", "multiply"])
+def test_tensor_partition_reduce_operators(op):
+    """nisa.tensor_partition_reduce: "op: the reduction operator (add, average, max, bitwise_or, bitwise_and)"."""
+    ints = op.startswith("bitwise")
+    x = np.random.default_rng(8).integers(0, 16, size=(32, 8)) if ints else \
+        np.random.default_rng(8).normal(size=(32, 8))
+    x = x.astype(np.int32 if ints else np.float32)
+
+    def kernel(a):
+        d = nl.ndarray((1, 8), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.tensor_partition_reduce(dst=d, op=getattr(nl, op), data=_sbuf(a))
+        o = nl.ndarray((1, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=d)
+        return o
+    ref = {"add": lambda v: v.sum(0), "average": lambda v: v.mean(0), "maximum": lambda v: v.max(0),
+           "bitwise_or": np.bitwise_or.reduce, "bitwise_and": np.bitwise_and.reduce}
+    if op in ref:
+        np.testing.assert_allclose(_run(kernel, x)[0], ref[op](x), rtol=1e-5)
+    else:
+        with raises_rule("nkisim_bad_argument", "add, average, max, bitwise_or, bitwise_and"):
+            _run(kernel, x)

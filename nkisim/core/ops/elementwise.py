@@ -75,16 +75,23 @@ def _align(op: str, a: Tensor, b: Tensor, allow_partition_broadcast: bool):
 
 def tensor_tensor(data1, data2, op: str, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None,
                   dst: Tensor | None = None, partition_broadcast: bool = False, op_name: str = "tensor_tensor",
-                  psum_pair: bool = False, first_write_inits: bool = False) -> Tensor:
+                  psum_pair: bool = False, first_write_inits: bool = False, strict: bool = False) -> Tensor:
     """``data1 op data2`` element-wise into ``dst`` or a fresh tile.  ``partition_broadcast``: the language-level
     operators (``nl.add``, ``a + b``) broadcast a one-partition operand across the partitions; the ISA instruction
     does not.  ``psum_pair``: both inputs may be in PSUM (the 2024 ``acc + nl.matmul`` spelling).
     ``first_write_inits``: an in-place accumulation (``data1`` is ``dst``: ``+=``, ``nl.loop_reduce``) whose SBUF
-    destination elements were never written takes ``data2`` there (see :func:`_unwritten`)."""
+    destination elements were never written takes ``data2`` there (see :func:`_unwritten`).  ``strict``: NKI
+    0.6's engines (nki.isa.tensor_tensor): "engine: ... vector, gpsimd or unknown", and the valid operators are
+    "Any supported binary operator that runs on the Vector Engine" or "nl.power. (Which runs on the GpSimd
+    engine.)"."""
     ctx = current(op_name)
     ctx.settle()
     a = need_tensor(data1, op_name, "data1")
     b = need_tensor(data2, op_name, "data2")
+    if strict and engine != E_UNKNOWN and (engine not in (E_VECTOR, E_GPSIMD) or (op == "power" and
+                                                                                   engine == E_VECTOR)):
+        fail("nkisim_bad_argument", op=op_name, detail=f"'{op}' cannot run on {ENGINE_NAMES[engine]}: tensor_tensor "
+             "runs on nisa.engine.vector or nisa.engine.gpsimd, and nl.power on GpSimd only")
     if engine == E_UNKNOWN:
         engine = E_GPSIMD if op == "power" else E_VECTOR
     engine_checks(op_name, engine, [(a, "data1"), (b, "data2")], ctx)
@@ -234,10 +241,19 @@ def _scalar_engine_alu(ctx: KernelContext, op_name: str, op0, op1) -> None:
 
 def tensor_scalar(data, op0: str, operand0, reverse0: bool = False, op1: str | None = None, operand1=None,
                   reverse1: bool = False, *, dtype=None, engine: Engine = E_UNKNOWN, mask=None,
-                  op_name: str = "tensor_scalar", dst: Tensor | None = None) -> Tensor:
+                  op_name: str = "tensor_scalar", dst: Tensor | None = None, strict: bool = False) -> Tensor:
+    """``(data op0 operand0) op1 operand1``.  ``strict``: NKI 0.6's rule (nki.isa.tensor_scalar): "engine: ...
+    nki.isa.engine.gpsimd (only allowed for rsqrt)".  Not enforced: the same docstring's "the operand0 and operand1
+    (if used) must be float32", which the legacy docs lack and which may mean the scalar constants; the course's
+    own vector add passes a float16 operand tile (tests/test_frontend_equivalence.py)."""
     ctx = current(op_name)
     ctx.settle()
     data = need_tensor(data, op_name, "data")
+    if strict:
+        if engine == E_GPSIMD and any(o not in (None, "rsqrt") for o in (op0, op1)):
+            bad = next(o for o in (op0, op1) if o not in (None, "rsqrt"))
+            fail("nkisim_bad_argument", op=op_name, detail=f"'{bad}' cannot run on GpSimdE: tensor_scalar takes "
+                 "nisa.engine.gpsimd only for nl.rsqrt")
     v4_operators(ctx, op_name, op0, op1)
     if op0 in UNARY_ALU or op1 in UNARY_ALU:
         operand0, operand1, engine = unary_operands(ctx, op_name, engine, op0, operand0, op1, operand1)

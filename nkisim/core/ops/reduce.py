@@ -154,11 +154,16 @@ def tensor_scalar_reduce(data, op0: str, operand0, reduce_op: str, reduce_res: T
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, *[t for t in (d, r, out) if t is not None]))
 
 
-def tensor_partition_reduce(op: str, data, *, dtype=None, mask=None) -> Tensor:
-    """Reduce across the partitions: [P, free...] -> [1, free...] (GpSimdE)."""
+_PARTITION_REDUCE = ("add", "average", "maximum", "bitwise_or", "bitwise_and")
+
+
+def tensor_partition_reduce(op: str, data, *, dtype=None, mask=None, strict: bool = False) -> Tensor:
+    """Reduce across the partitions: [P, free...] -> [1, free...] (GpSimdE).  ``strict``: only NKI 0.6's operators
+    ("op: the reduction operator (add, average, max, bitwise_or, bitwise_and)", nki.isa.tensor_partition_reduce)."""
     ctx, (d,) = begin("tensor_partition_reduce", E_GPSIMD, [(data, "data")])
-    if op not in execute.REDUCE:
-        fail("nkisim_bad_argument", op="tensor_partition_reduce", detail=f"'{op}' is not a reduction operator")
+    if op not in execute.REDUCE or (strict and op not in _PARTITION_REDUCE):
+        fail("nkisim_bad_argument", op="tensor_partition_reduce", detail=f"'{op}' is not a reduction operator"
+             + (" of tensor_partition_reduce (add, average, max, bitwise_or, bitwise_and)" if strict else ""))
     out = new_result(ctx, (1,) + tuple(d.shape[1:]), out_dtype(dtype, d))
     ins = ctx.emit("tensor_partition_reduce", E_GPSIMD, (d,), (out,), {"alu": op})
     values = execute.REDUCE[op](f32_values(d), axis=0, keepdims=True) if ctx.full else None

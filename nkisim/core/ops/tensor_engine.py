@@ -69,10 +69,17 @@ def stage_psum_operand(ctx: KernelContext, t: Tensor, op_name: str, name: str) -
     return t
 
 
-def check_pe_tiling(stationary: Tensor, tile_position, tile_size) -> None:
+def check_pe_tiling(stationary: Tensor, tile_position, tile_size, *, strict: bool = False,
+                    double_row: bool = False) -> None:
     """PE tiling requirements of nki.isa.nc_matmul (2.2x docs): both ``tile_position`` and ``tile_size`` set, (row,
     column) values that are multiples of 32, ``tile_size`` at least the stationary tile ([K, M]), not 32 x 32 on
-    NeuronCore-v2; the tile must fit the 128 x 128 PE array.  Values only: the model does not time PE tiling."""
+    NeuronCore-v2; the tile must fit the 128 x 128 PE array.  Values only: the model does not time PE tiling.
+
+    ``strict``: NKI 0.6's "Tiling mode" text as well (nki/api/nki/isa/__init__.py): the PE rows are sliced "into 2x
+    64 row tiles (NeuronCore-v2 or newer), or 4x 32 row tiles (NeuronCore-v3 or newer)", the columns "in the same
+    fashion", so a size is 128, 64 or 32 (not 32 on NeuronCore-v2); "The start_row must be a multiple of row_size
+    ... Similarly, the start_column must be a multiple of column_size"; and "double_row performance mode cannot be
+    combined with Tensor Engine column tiling mode"."""
     def bad(why: str):
         fail("nkisim_bad_argument", op="nc_matmul", detail=f"tile_position={tuple(tile_position)!r}, "
               f"tile_size={tuple(tile_size)!r}: {why}")
@@ -86,13 +93,22 @@ def check_pe_tiling(stationary: Tensor, tile_position, tile_size) -> None:
     if pos[0] + size[0] > 128 or pos[1] + size[1] > 128:
         bad("the tile must fit the 128 x 128 PE array")
     k, m = stationary.shape[0], 1
-    for d in stationary.shape[1:]:
+    for d in stationary.shape[2 if double_row else 1:]:  # double_row: [K, 2, M], the 2 is contracted
         m *= d
     if size[0] < k or size[1] < m:
         bad(f"tile_size must be at least the stationary tile [{k}, {m}]")
     ctx = current("nc_matmul")
     if ctx.target == "trn1" and size == (32, 32):
         bad("row and column sizes cannot both be 32 on NeuronCore-v2")
+    if strict:
+        if any(v not in (32, 64, 128) for v in size):
+            bad("a tile size is 128, 64 (2 tiles) or 32 (4 tiles)")
+        if ctx.target == "trn1" and 32 in size:
+            bad("32-wide tiles (4 per array) need NeuronCore-v3 (trn2); NeuronCore-v2 slices into 2 x 64")
+        if pos[0] % size[0] or pos[1] % size[1]:
+            bad("the start row and start column must be multiples of the row and column tile sizes")
+        if double_row and size[1] != 128:
+            bad("double_row performance mode cannot be combined with column tiling")
 
 
 def check_psum_bank(ctx: KernelContext, dst: Tensor, op: str) -> None:
@@ -335,10 +351,14 @@ def _double_row_matmul(ctx: KernelContext, stationary: Tensor, moving: Tensor, k
 def nc_transpose(data: Tensor, *, engine: Engine = E_UNKNOWN, dtype=None, mask=None,
                  op_name: str = "nc_transpose", dst: Tensor | None = None) -> Tensor:
     """The partition axis and the (flattened) free axes of ``data`` swapped, into a fresh tile (TensorE: PSUM,
-    VectorE: SBUF) or into ``dst`` (the current API: same dtype as ``data``)."""
+    VectorE: SBUF) or into ``dst`` (the current API: same dtype as ``data``, and an engine that is Tensor or Vector:
+    "engine: specify which engine to use for transpose: nki.isa.engine.tensor or nki.isa.engine.vector", NKI 0.6)."""
     ctx = current(op_name)
     ctx.settle()
     data = need_tensor(data, op_name, "data")
+    if dst is not None and engine not in (E_UNKNOWN, E_TENSOR, E_VECTOR):
+        fail("nkisim_bad_argument", op=op_name, detail=f"transposes run on nisa.engine.tensor or nisa.engine.vector, "
+             f"not {ENGINE_LABEL.get(engine, str(engine))}")
     p = parts_of(data)
     f = free_of(data)
     lim = ctx.limits

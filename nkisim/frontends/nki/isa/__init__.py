@@ -148,9 +148,10 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     mode")."""
     if removed:
         _removed("nc_matmul", removed)
-    if tile_position or tile_size:
-        _te.check_pe_tiling(stationary, tile_position, tile_size)
     mode = perf_mode if isinstance(perf_mode, matmul_perf_mode) else matmul_perf_mode(perf_mode)
+    if tile_position or tile_size:
+        _te.check_pe_tiling(stationary, tile_position, tile_size, strict=True,
+                            double_row=mode is matmul_perf_mode.double_row)
     _te.nc_matmul(stationary, moving, is_transpose=bool(is_transpose), double_row=mode is matmul_perf_mode.double_row,
                   is_stationary_onezero=bool(is_stationary_onezero), is_moving_onezero=bool(is_moving_onezero),
                   dst=dst, accumulate=accumulate)
@@ -175,7 +176,7 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **rem
     if removed:
         _removed("tensor_tensor", removed)
     _ew.tensor_tensor(data1, data2, _alu(op, "tensor_tensor"), dtype=dst.dtype, engine=_engine(engine, "tensor_tensor"),
-                      dst=dst)
+                      dst=dst, strict=True)
 
 
 def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None, reverse1=False,
@@ -184,7 +185,7 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
         _removed("tensor_scalar", removed)
     _ew.tensor_scalar(data, _alu(op0, "tensor_scalar", unary=True), operand0, reverse0,
                       _alu(op1, "tensor_scalar", unary=True) if op1 is not None else None, operand1, reverse1,
-                      dtype=dst.dtype, engine=_engine(engine, "tensor_scalar"), dst=dst)
+                      dtype=dst.dtype, engine=_engine(engine, "tensor_scalar"), dst=dst, strict=True)
 
 
 def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None,
@@ -285,7 +286,8 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None, 
 def tensor_partition_reduce(dst, op, data, name=None, **removed) -> None:
     if removed:
         _removed("tensor_partition_reduce", removed)
-    _assign.into(dst, _red.tensor_partition_reduce(_alu(op, "tensor_partition_reduce"), data, dtype=dst.dtype))
+    _assign.into(dst, _red.tensor_partition_reduce(_alu(op, "tensor_partition_reduce"), data, dtype=dst.dtype,
+                                                   strict=True))
 
 
 def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
