@@ -1474,3 +1474,70 @@ def test_tensor_partition_reduce_operators(op):
     else:
         with raises_rule("nkisim_bad_argument", "add, average, max, bitwise_or, bitwise_and"):
             _run(kernel, x)
+
+
+def test_activation_reduce_op_and_bias_dtypes():
+    """nisa.activation: "reduce_op must be nl.add" (activation_reduce takes others on NeuronCore-v3: "On
+    NeuronCore-v2, the reduce_op must be nl.add"); "the bias parameter can be any supported dtype except tfloat32"
+    (the 2.26 error catalogue's float32/float16/bfloat16 rule stays the legacy API's)."""
+    act = nisa.activation
+    red = nisa.reduce_cmd.reset_reduce
+    _run_isa(lambda a: act(dst=_sb(), op=nl.exp, data=_sb(fill=0.5), reduce_op=nl.add, reduce_res=_sb((128, 1)),
+                           reduce_cmd=red))
+    with raises_rule("nkisim_bad_argument", "reduce_op must be nl.add, got nl.maximum"):
+        _run_isa(lambda a: act(dst=_sb(), op=nl.exp, data=_sb(fill=0.5), reduce_op=nl.maximum,
+                               reduce_res=_sb((128, 1)), reduce_cmd=red))
+    _run_isa(lambda a: nisa.activation_reduce(dst=_sb(), op=nl.exp, data=_sb(fill=0.5), reduce_op=nl.maximum,
+                                              reduce_res=_sb((128, 1))), target="trn2")
+    x = np.random.default_rng(4).normal(size=(128, 64)).astype(np.float32)
+
+    def kernel(a):
+        b = nl.ndarray((128, 1), dtype=nl.int8, buffer=nl.sbuf)
+        nisa.iota(dst=b, pattern=[[0, 1]], channel_multiplier=1, offset=-64)
+        d = _sb()
+        act(dst=d, op=nl.copy, data=_sbuf(a), bias=b, scale=2.0)
+        o = nl.ndarray(d.shape, dtype=d.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=d)
+        return o
+    np.testing.assert_allclose(_run(kernel, x), 2.0 * x + (np.arange(128, dtype=np.float32) - 64)[:, None], rtol=1e-6)
+    with raises_rule("nkisim_bad_argument", "any dtype except tfloat32"):
+        _run_isa(lambda a: act(dst=_sb(), op=nl.exp, data=_sb(fill=0.5), bias=_sb((128, 1), dt=nl.tfloat32, fill=0.0)))
+    with raises_rule("err_activation_bias_invalid_type", "int8"):
+        def legacy(x):
+            t = lnl.load(x)
+            return lisa.activation(op=lnl.exp, data=t, bias=lnl.zeros((128, 1), dtype=lnl.int8))
+        run_kernel(legacy, (x,), {}, frontend=frontends.LEGACY)
+
+
+def test_more_dtype_and_operand_rules_of_the_isa_docstrings():
+    """nc_stream_shuffle: "dst must have same data type as src"; dropout: "prob data type must be float32", "The
+    output data type dst.dtype must match the input data type data.dtype"; scalar_tensor_tensor: "Both op0 and op1
+    must be arithmetic operators ... Bitvec operators are not supported", "data and operand1 cannot both reside in
+    PSUM"; tensor_scalar_reduce: "op0 can only be arithmetic ... Bitvec operators are not supported" (a NumPy
+    TypeError before) and a reduce_op that is a reduction operator (a KeyError before); tensor_tensor_scan: "data0
+    and data1 cannot both reside in PSUM"."""
+    i32 = nl.int32
+    with raises_rule("nkisim_dst_mismatch", "dst has src's dtype"):
+        _run_isa(lambda a: nisa.nc_stream_shuffle(dst=_sb((32, 64), dt=nl.bfloat16), src=_sb((32, 64), fill=1.0),
+                                                  shuffle_mask=list(range(32))))
+    with raises_rule("nkisim_dst_mismatch", "dst has data's dtype"):
+        _run_isa(lambda a: nisa.dropout(dst=_sb(dt=nl.bfloat16), data=_sb(fill=1.0), prob=0.5))
+    with raises_rule("nkisim_bad_argument", "prob must be float32, got a bfloat16 tile"):
+        _run_isa(lambda a: nisa.dropout(dst=_sb(), data=_sb(fill=1.0), prob=_sb((128, 1), dt=nl.bfloat16, fill=0.5)))
+    _run_isa(lambda a: nisa.dropout(dst=_sb(), data=_sb(fill=1.0), prob=_sb((128, 1), fill=0.5)))
+    with raises_rule("nkisim_bad_argument", "not the bitvec 'bitwise_and'"):
+        _run_isa(lambda a: nisa.scalar_tensor_tensor(dst=_sb(dt=i32), data=_sb(dt=i32, fill=3), op0=nl.bitwise_and,
+                                                     operand0=1, op1=nl.bitwise_or, operand1=_sb(dt=i32, fill=4)))
+    with raises_rule("nkisim_two_inputs_in_psum"):
+        _run_isa(lambda a: nisa.scalar_tensor_tensor(dst=_sb(), data=_sb(buffer=nl.psum, fill=1.0), op0=nl.add,
+                                                     operand0=1.0, op1=nl.add, operand1=_sb(buffer=nl.psum, fill=1.0)))
+    with raises_rule("nkisim_bad_argument", "op0 must be an arithmetic operator"):
+        _run_isa(lambda a: nisa.tensor_scalar_reduce(dst=_sb(dt=i32), data=_sb(dt=i32, fill=3), op0=nl.bitwise_and,
+                                                     operand0=1, reduce_op=nl.add, reduce_res=_sb((128, 1), dt=i32)))
+    with raises_rule("nkisim_bad_argument", "'power' is not an arithmetic reduction operator"):
+        _run_isa(lambda a: nisa.tensor_scalar_reduce(dst=_sb(), data=_sb(fill=1.0), op0=nl.add, operand0=1.0,
+                                                     reduce_op=nl.power, reduce_res=_sb((128, 1))))
+    with raises_rule("nkisim_two_inputs_in_psum"):
+        _run_isa(lambda a: nisa.tensor_tensor_scan(dst=_sb(), data0=_sb(buffer=nl.psum, fill=1.0),
+                                                   data1=_sb(buffer=nl.psum, fill=1.0), initial=0.0,
+                                                   op0=nl.multiply, op1=nl.add))

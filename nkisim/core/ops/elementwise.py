@@ -300,11 +300,21 @@ def tensor_scalar(data, op0: str, operand0, reverse0: bool = False, op1: str | N
 
 # ---- arithmetic ------------------------------------------------------------------------------------------------
 def scalar_tensor_tensor(data, op0: str, operand0, op1: str, operand1, *, reverse0: bool = False,
-                         reverse1: bool = False, dtype=None, engine: Engine = E_UNKNOWN, mask=None) -> Tensor:
-    """out = (data op0 operand0) op1 operand1: operand0 a scalar or [P, 1] tile, operand1 a tile like data."""
+                         reverse1: bool = False, dtype=None, engine: Engine = E_UNKNOWN, mask=None,
+                         strict: bool = False) -> Tensor:
+    """out = (data op0 operand0) op1 operand1: operand0 a scalar or [P, 1] tile, operand1 a tile like data.
+    ``strict``: NKI 0.6's rules (nki.isa.scalar_tensor_tensor): "Both op0 and op1 must be arithmetic operators ...
+    Bitvec operators are not supported"; "data and operand1 cannot both reside in PSUM"."""
     engine = E_VECTOR if engine == E_UNKNOWN else engine
     ctx, (d, o1) = begin("scalar_tensor_tensor", engine, [(data, "data"), (operand1, "operand1")])
     v4_operators(ctx, "scalar_tensor_tensor", op0, op1)
+    if strict:
+        bad = [o for o in (op0, op1) if execute.ALU.get(o, (None, False))[1]]
+        if bad:
+            fail("nkisim_bad_argument", op="scalar_tensor_tensor", detail=f"op0 and op1 must be arithmetic "
+                 f"operators, not the bitvec '{bad[0]}'")
+        if d.kind == B_PSUM and o1.kind == B_PSUM:
+            fail("nkisim_two_inputs_in_psum", op="scalar_tensor_tensor")
     if tuple(o1.shape) != tuple(d.shape):
         fail("nkisim_shape_mismatch", op="scalar_tensor_tensor", shapes=[list(d.shape), list(o1.shape)], detail="")
     s0, t0 = scalar_operand(ctx, "scalar_tensor_tensor", d, operand0, "operand0")
@@ -508,7 +518,10 @@ def tensor_copy_dynamic(src, dst=None, *, which: str, dtype=None, engine: Engine
 
 def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, reduce_op=None,
                reduce_res: Tensor | None = None, reduce_cmd: int = 0, op_name: str = "activation",
-               dst: Tensor | None = None) -> Tensor:
+               dst: Tensor | None = None, any_bias_dtype: bool = False) -> Tensor:
+    """``op(data * scale + bias)`` on ScalarE.  A bias tile is float32, float16 or bfloat16 (nki.errors 2.26,
+    err_activation_bias_invalid_type); ``any_bias_dtype``: NKI 0.6's rule instead, "the bias parameter can be any
+    supported dtype except tfloat32" (nki.isa.activation)."""
     ctx = current(op_name)
     ctx.settle()
     data = need_tensor(data, op_name, "data")
@@ -517,14 +530,17 @@ def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, 
         fail("nkisim_bad_argument", op=op_name, detail=f"'{func}' is not an activation function")
     p = parts_of(data)
     if isinstance(bias, Tensor):
-        if (dtypes.name(bias.dtype) not in ("float32", "float16", "bfloat16") or parts_of(bias) != p
+        bname = dtypes.name(bias.dtype)
+        if any_bias_dtype and bname == "tfloat32":
+            fail("nkisim_bad_argument", op=op_name, detail="the bias can be any dtype except tfloat32")
+        if ((not any_bias_dtype and bname not in ("float32", "float16", "bfloat16")) or parts_of(bias) != p
                 or free_of(bias) != 1):
-            fail("err_activation_bias_invalid_type", p=p, got=f"{bias.dtype.name}{list(bias.shape)}")
+            fail("err_activation_bias_invalid_type", p=p, got=f"{bname}{list(bias.shape)}")
     elif bias is not None and ctx.target == "trn1":
         fail("err_activation_bias_invalid_type", p=p, got=f"immediate {bias!r} (immediates need NeuronCore-v3)")
     if isinstance(scale, Tensor):
         if dtypes.name(scale.dtype) != "float32" or parts_of(scale) != p or free_of(scale) != 1:
-            fail("err_activation_scale_invalid_type", p=p, got=f"{scale.dtype.name}{list(scale.shape)}")
+            fail("err_activation_scale_invalid_type", p=p, got=f"{dtypes.name(scale.dtype)}{list(scale.shape)}")
     elif not isinstance(scale, (int, float, np.floating, np.integer)):
         fail("err_activation_scale_invalid_type", p=p, got=type(scale).__name__)
     if reduce_op not in (None, "add") and ctx.target == "trn1" and (reduce_res is not None or reduce_cmd):

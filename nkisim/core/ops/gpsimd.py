@@ -226,10 +226,13 @@ def local_gather(src_buffer, index, num_elem_per_idx: int = 1, num_valid_indices
 
 
 # ---- data movement within partitions ---------------------------------------------------------------------------
-def nc_stream_shuffle(src, dst: Tensor, shuffle_mask, *, dtype=None, mask=None) -> Tensor:
+def nc_stream_shuffle(src, dst: Tensor, shuffle_mask, *, dtype=None, mask=None, strict: bool = False) -> Tensor:
     """Within each group of 32 partitions, dst partition i receives src partition shuffle_mask[i] (255: left
-    unchanged) (VectorE, in place)."""
+    unchanged) (VectorE, in place).  ``strict``: "dst must have same data type as src" (NKI 0.6 docstring)."""
     ctx, (s, d) = begin("nc_stream_shuffle", E_VECTOR, [(src, "src"), (dst, "dst")])
+    if strict and s.dtype != d.dtype:
+        fail("nkisim_dst_mismatch", op="nc_stream_shuffle", dst=f"{list(d.shape)} {d.dtype}",
+             result=f"{list(s.shape)} {s.dtype}", detail=" (dst has src's dtype)")
     need_on_chip(d, "nc_stream_shuffle", "dst")
     check_writable(d)
     sm = [int(x) for x in shuffle_mask]
@@ -284,10 +287,18 @@ def rand(shape, dtype=F32, *, mask=None) -> Tensor:
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, out))
 
 
-def dropout(data, prob, *, dtype=None, mask=None) -> Tensor:
-    """Zero each element with probability prob (a scalar or a [P, 1] tile), no rescaling (VectorE)."""
+def dropout(data, prob, *, dtype=None, mask=None, strict: bool = False) -> Tensor:
+    """Zero each element with probability prob (a scalar or a [P, 1] tile), no rescaling (VectorE).  ``strict``:
+    NKI 0.6's rules (nki.isa.dropout): "prob data type must be float32"; "The output data type dst.dtype must match
+    the input data type data.dtype"."""
     ctx, (d,) = begin("dropout", E_VECTOR, [(data, "data")])
     pr, tp = scalar_operand(ctx, "dropout", d, prob, "prob")
+    if strict:
+        if tp is not None and tp.dtype != F32:
+            fail("nkisim_bad_argument", op="dropout", detail=f"prob must be float32, got a {tp.dtype.name} tile")
+        if dtype is not None and dtypes.to_dtype(dtype) != d.dtype:
+            fail("nkisim_dst_mismatch", op="dropout", dst=f"{dtypes.to_dtype(dtype)}", result=f"{d.dtype}",
+                 detail=" (dst has data's dtype)")
     out = new_result(ctx, d.shape, out_dtype(dtype, d))
     ins = ctx.emit("tensor_scalar", E_VECTOR, [d] + ([tp] if tp is not None else []), (out,), {"alu0": "dropout"})
     values = None

@@ -10,7 +10,7 @@ from nkisim.core import dtypes, execute
 from nkisim.core.access import mark_written, write
 from nkisim.core.context import current
 from nkisim.core.dtypes import F32
-from nkisim.core.instr import E_GPSIMD, E_VECTOR
+from nkisim.core.instr import B_PSUM, E_GPSIMD, E_VECTOR
 from nkisim.core.ops.common import (
     REDUCE,
     RESET_REDUCE,
@@ -121,6 +121,12 @@ def tensor_scalar_reduce(data, op0: str, operand0, reduce_op: str, reduce_res: T
     ctx, checked = begin(op, E_VECTOR, tiles)
     d, r = checked[0], (checked[1] if reduce_res is not None else None)
     v4_operators(ctx, op, op0)
+    # "op0 can only be arithmetic operation ... Bitvec operators are not supported in this API"; the reduce_op is
+    # one of the legal reduction operators (nki.isa.tensor_scalar_reduce, NKI 0.6 and 2.26)
+    if execute.ALU.get(op0, (None, False))[1]:
+        fail("nkisim_bad_argument", op=op, detail=f"op0 must be an arithmetic operator, not the bitvec '{op0}'")
+    if reduce_op not in execute.REDUCE or execute.ALU[reduce_op][1]:
+        fail("nkisim_bad_argument", op=op, detail=f"'{reduce_op}' is not an arithmetic reduction operator")
     if op0 in execute.UNARY_ALU:  # nl.abs (nki-library's rmsnorm/layernorm kernels): VectorE runs it
         operand0 = unary_operands(ctx, op, E_VECTOR, op0, operand0)[0]
     if r is not None and (parts_of(r) != parts_of(d) or free_of(r) != 1):
@@ -171,9 +177,12 @@ def tensor_partition_reduce(op: str, data, *, dtype=None, mask=None, strict: boo
 
 
 def tensor_tensor_scan(data0, data1, initial, op0: str, op1: str, *, reverse0: bool = False, reverse1: bool = False,
-                       dtype=None, mask=None) -> Tensor:
-    """Scan along the free axis: r[i] = (data0[i] op0 r[i-1]) op1 data1[i], r[-1] = initial (VectorE)."""
+                       dtype=None, mask=None, strict: bool = False) -> Tensor:
+    """Scan along the free axis: r[i] = (data0[i] op0 r[i-1]) op1 data1[i], r[-1] = initial (VectorE).
+    ``strict``: "The two input tiles, data0 and data1 cannot both reside in PSUM" (NKI 0.6 docstring)."""
     ctx, (a, b) = begin("tensor_tensor_scan", E_VECTOR, [(data0, "data0"), (data1, "data1")])
+    if strict and a.kind == B_PSUM and b.kind == B_PSUM:
+        fail("nkisim_two_inputs_in_psum", op="tensor_tensor_scan")
     if tuple(a.shape) != tuple(b.shape):
         fail("nkisim_shape_mismatch", op="tensor_tensor_scan", shapes=[list(a.shape), list(b.shape)], detail="")
     init, ti = scalar_operand(ctx, "tensor_tensor_scan", a, initial, "initial")

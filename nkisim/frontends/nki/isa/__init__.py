@@ -194,7 +194,7 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
         _removed("scalar_tensor_tensor", removed)
     _assign.into(dst, _ew.scalar_tensor_tensor(data, _alu(op0, "scalar_tensor_tensor"), operand0,
                                                _alu(op1, "scalar_tensor_tensor"), operand1, reverse0=reverse0,
-                                               reverse1=reverse1, dtype=dst.dtype))
+                                               reverse1=reverse1, dtype=dst.dtype, strict=True))
 
 
 def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=reduce_cmd.idle,
@@ -202,16 +202,19 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     """``dst = op(data * scale + bias)`` on ScalarE, optionally reducing each partition into the registers."""
     if removed:
         _removed("activation", removed)
-    _ew.activation(_act(op), data, bias=bias, scale=scale, dtype=dst.dtype,
-                   reduce_op=_alu(reduce_op, "activation") if reduce_op is not None else None, reduce_res=reduce_res,
-                   reduce_cmd=_reduce_cmd(reduce_cmd, "activation"), dst=dst)
+    red = _alu(reduce_op, "activation") if reduce_op is not None else None
+    if red not in (None, "add"):  # "reduce_op must be nl.add" (nisa.activation; activation_reduce takes others)
+        _fail("nkisim_bad_argument", op="activation", detail=f"reduce_op must be nl.add, got nl.{red} (on "
+              "NeuronCore-v3, nisa.activation_reduce reduces with other operators)")
+    _ew.activation(_act(op), data, bias=bias, scale=scale, dtype=dst.dtype, reduce_op=red, reduce_res=reduce_res,
+                   reduce_cmd=_reduce_cmd(reduce_cmd, "activation"), dst=dst, any_bias_dtype=True)
 
 
 def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None, **removed) -> None:
     if removed:
         _removed("activation_reduce", removed)
     _ew.activation(_act(op), data, bias=bias, scale=scale, dtype=dst.dtype, reduce_op=_alu(reduce_op, "activation"),
-                   reduce_res=reduce_res, reduce_cmd=reduce_cmd.reset_reduce.value, dst=dst)
+                   reduce_res=reduce_res, reduce_cmd=reduce_cmd.reset_reduce.value, dst=dst, any_bias_dtype=True)
 
 
 def reciprocal(dst, data, name=None, **removed) -> None:
@@ -253,13 +256,13 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
 def dropout(dst, data, prob, name=None, **removed) -> None:
     if removed:
         _removed("dropout", removed)
-    _assign.into(dst, _gps.dropout(data, prob, dtype=dst.dtype))
+    _assign.into(dst, _gps.dropout(data, prob, dtype=dst.dtype, strict=True))
 
 
 def nc_stream_shuffle(dst, src, shuffle_mask, name=None, **removed) -> None:
     if removed:
         _removed("nc_stream_shuffle", removed)
-    _gps.nc_stream_shuffle(src, dst, shuffle_mask)
+    _gps.nc_stream_shuffle(src, dst, shuffle_mask, strict=True)
 
 
 def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None, **removed) -> None:
@@ -310,7 +313,7 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
         _removed("tensor_tensor_scan", removed)
     _assign.into(dst, _red.tensor_tensor_scan(data0, data1, initial, _alu(op0, "tensor_tensor_scan"),
                                               _alu(op1, "tensor_tensor_scan"), reverse0=reverse0, reverse1=reverse1,
-                                              dtype=dst.dtype))
+                                              dtype=dst.dtype, strict=True))
 
 
 def bn_stats(dst, data, name=None, **removed) -> None:
