@@ -1541,3 +1541,23 @@ def test_more_dtype_and_operand_rules_of_the_isa_docstrings():
         _run_isa(lambda a: nisa.tensor_tensor_scan(dst=_sb(), data0=_sb(buffer=nl.psum, fill=1.0),
                                                    data1=_sb(buffer=nl.psum, fill=1.0), initial=0.0,
                                                    op0=nl.multiply, op1=nl.add))
+
+
+def test_nl_rsqrt_runs_on_gpsimd_and_refuses_psum():
+    """NKI 0.5.0 release notes: "The experimental nki.language.rsqrt API now provides higher numerical precision
+    using the GpSimd Engine. PSUM inputs are no longer supported; use nki.isa.activation directly if you need PSUM
+    input or Scalar Engine throughput" (it was a ScalarE activation taking PSUM)."""
+    x = np.random.default_rng(9).uniform(0.5, 4.0, size=(128, 64)).astype(np.float32)
+
+    def kernel(a):
+        r = nl.rsqrt(_sbuf(a))
+        o = nl.ndarray(r.shape, dtype=r.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=r)
+        return o
+    run = run_kernel(kernel, (x,), {}, frontend=frontends.NKI)
+    np.testing.assert_allclose(run.outputs, 1.0 / np.sqrt(x), rtol=1e-6)
+    assert [i.engine.name for i in run.trace.instrs if i.attrs.get("alu0") == "rsqrt"] == ["GPSIMD"]
+    with raises_rule("nkisim_gpsimd_psum", "psum"):
+        _run_isa(lambda a: nl.rsqrt(_sb(buffer=nl.psum, fill=4.0)))
+    # nisa.activation(op=nl.rsqrt) still takes PSUM, on ScalarE
+    _run_isa(lambda a: nisa.activation(dst=_sb(), op=nl.rsqrt, data=_sb(buffer=nl.psum, fill=4.0)))

@@ -23,6 +23,7 @@ from nkisim.core import dtypes as _dt
 from nkisim.core import launchinfo as _launch
 from nkisim.core import placement as _placement
 from nkisim.core import semantics as _sem
+from nkisim.core.instr import E_GPSIMD as _GPSIMD
 from nkisim.core.instr import Buf as _Buf
 from nkisim.core.ops import dma as _dma
 from nkisim.core.ops import elementwise as _ew
@@ -319,6 +320,16 @@ for _name in _ACTIVATIONS:
     globals()[_name] = _unary(_name)
 del _name
 copy.nki_act = "copy"
+
+
+def rsqrt(x, dtype=None) -> NkiTensor:
+    """NKI 0.5.0 release notes: "The experimental nki.language.rsqrt API now provides higher numerical precision
+    using the GpSimd Engine. PSUM inputs are no longer supported; use nki.isa.activation directly if you need PSUM
+    input or Scalar Engine throughput": the operator table's rsqrt on GpSimd (which cannot read PSUM)."""
+    return _ew.tensor_scalar(x, "rsqrt", 0.0, dtype=dtype, engine=_GPSIMD, op_name="rsqrt")
+
+
+rsqrt.nki_act = "rsqrt"  # still the activation function when passed as op= (nisa.activation(op=nl.rsqrt))
 
 
 def invert(x, dtype=None) -> NkiTensor:
