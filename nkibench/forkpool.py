@@ -54,6 +54,88 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+# A cgroup v1 limit at or above this is "no limit" (the kernel reports PAGE_COUNTER_MAX pages: 2^63 - 4096 bytes).
+_NO_LIMIT = 1 << 60
+
+
+def _read_int(path) -> int | None:
+    try:
+        text = open(path).read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # cgroup v2 writes "max" for no limit
+
+
+def _inactive_file(directory: str, key: str) -> int:
+    """Page cache the cgroup can drop under pressure (memory.stat's ``key``), so not taken from its headroom."""
+    try:
+        with open(os.path.join(directory, "memory.stat")) as f:
+            for line in f:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _cgroup_headroom(proc: str, cgroup_root: str) -> int | None:
+    """The least room left (limit - usage, reclaimable page cache counted as free) in this process's memory cgroup
+    and its ancestors, v2 (``memory.max``, ``memory.current``) or v1 (``memory.limit_in_bytes``,
+    ``memory.usage_in_bytes``); None when no cgroup limits memory.  A container's own cgroup may be mounted as the
+    hierarchy's root (its path in /proc/self/cgroup is then the host's): the mount's root is read too."""
+    try:
+        lines = open(os.path.join(proc, "self", "cgroup")).read().splitlines()
+    except OSError:
+        return None
+    dirs: list[tuple[str, str, str, str]] = []  # (directory, limit file, usage file, memory.stat key)
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":  # v2: "0::/path"
+            mount, files = os.path.join(cgroup_root, "unified"), ("memory.max", "memory.current", "inactive_file")
+            if not os.path.exists(os.path.join(mount, "cgroup.controllers")):
+                mount = cgroup_root
+        elif "memory" in controllers.split(","):
+            mount = os.path.join(cgroup_root, "memory")
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+        else:
+            continue
+        parts = [q for q in path.strip("/").split("/") if q]
+        for depth in range(len(parts), -1, -1):
+            d = os.path.join(mount, *parts[:depth])
+            if os.path.isdir(d):
+                dirs.append((d, *files))
+        dirs.append((mount, *files))
+    room = None
+    for d, limit_file, usage_file, stat_key in dict.fromkeys(dirs):
+        limit = _read_int(os.path.join(d, limit_file))
+        usage = _read_int(os.path.join(d, usage_file))
+        if limit is None or usage is None or limit >= _NO_LIMIT:
+            continue
+        left = max(0, limit - max(0, usage - _inactive_file(d, stat_key)))
+        room = left if room is None else min(room, left)
+    return room
+
+
+def memory_available(proc: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> int | None:
+    """Bytes this process and its workers may still use: the machine's ``MemAvailable`` (/proc/meminfo: free memory
+    plus what the kernel can reclaim without swapping) or, when less, what the memory cgroups this process runs in
+    (a container's, a Slurm job's) leave under their limits.  None where neither can be read (not Linux)."""
+    avail = None
+    try:
+        with open(os.path.join(proc, "meminfo")) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    room = _cgroup_headroom(proc, cgroup_root)
+    if room is not None:
+        avail = room if avail is None else min(avail, room)
+    return avail
+
+
 class WorkerError(RuntimeError):
     """A worker died or failed outside the job's own error handling (killed, out of memory, a result that
     could not be sent back)."""

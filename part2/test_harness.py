@@ -738,14 +738,29 @@ def _out_shape(case: ConvCase) -> tuple[tuple[int, ...], np.dtype]:
     return (case.batch, case.out_channels, h, w), np.dtype(case.dtype)
 
 
-def default_jobs(kernel: Callable) -> int:
-    """Worker processes for the command line: one per usable core (at most 4: there are three large runs) where
-    kernels run on nkisim and the platform forks (Linux); else 1 (in process, as always)."""
+# Memory of the parallel harness (``--jobs N``, nkisim, Linux; the process tree's proportional set size sampled
+# every 0.25 s): each worker's private memory peaks at 1.05 GB (the staff reference and the handout's starting
+# point alike: a batch-4 224x224 run's inputs, output and trace), the parent's share at about 0.6 GB (2.55 and
+# 2.68 GB for the whole tree at --jobs 2).  So N workers need about PARENT + N * WORKER bytes.
+WORKER_BYTES = int(1.1 * 2**30)
+PARENT_BYTES = int(0.7 * 2**30)
+
+
+def default_jobs(kernel: Callable, available: int | None = None) -> int:
+    """Worker processes for the command line: one per usable core, at most 4 (there are three large runs), and no
+    more than the memory left holds (``available`` bytes, default ``forkpool.memory_available()``: MemAvailable or
+    the cgroup's limit, whichever is less; a worker swapped out or killed by the OOM killer costs more than the
+    core it adds) where kernels run on nkisim and the platform forks (Linux); else 1 (in process, as always)."""
     from nkibench import forkpool
 
     if not forkpool.available() or not on_nkisim(kernel):
         return 1
-    return max(1, min(4, forkpool.usable_cores()))
+    jobs = min(4, forkpool.usable_cores())
+    if available is None:
+        available = forkpool.memory_available()
+    if available is not None:
+        jobs = min(jobs, (available - PARENT_BYTES) // WORKER_BYTES)
+    return max(1, jobs)
 
 
 def run_harness(
@@ -858,8 +873,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=None,
         metavar="N",
-        help="kernel runs in N worker processes at once (default: one per core, up to 4, on Linux with nkisim; "
-        "1 runs everything in this process); the results and output are the same",
+        help="kernel runs in N worker processes at once (default on Linux with nkisim: one per core, up to 4, and "
+        "no more than the available memory holds at about 1.1 GB each (MemAvailable, or the memory cgroup's limit "
+        "when lower); 1 runs everything in this process); the results and output are the same",
     )
     parser.add_argument(
         "--submission",
