@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import resource
 import threading
 import time
@@ -32,7 +33,7 @@ from grader.judge import judge_output
 from grader.recording import build_record, error_record, now, tool_versions
 from grader.records import CaseRecord, GradeConfig, GradeRecord, RecordStatus, Status, TestResult, Verdict
 from grader.rubric import Rubric, RubricError, TestSpec, load_rubric
-from grader.runner import CaseRun, ImportCheck, KernelServers, check_import, run_case
+from grader.runner import REPLAYED_API, CaseRun, ImportCheck, KernelServers, check_import, run_case, run_group
 from grader.sandbox import detect_isolation
 from grader.submission import Submission, load_submission
 
@@ -63,6 +64,38 @@ def _input_key(problem: problems.Problem, case: dict[str, Any]) -> str:
     return problem.name + json.dumps(problem.input_fields(case), sort_keys=True)
 
 
+class _CaseGroup:
+    """Correctness calls of one kernel on the same X and W (``part2.large``, ``bias``, ``maxpool``), made together by
+    :func:`grader.runner.run_group` when the first of their tests' threads asks for one; the others wait for it.
+    Each call's outcome is the one it would have alone (docs/grading.md, "Correctness cases replayed together")."""
+
+    def __init__(self, members: list[tuple[TestSpec, int, dict[str, Any]]]) -> None:
+        self.members = members
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._started = False
+        self.runs: dict[tuple[str, int], CaseRun] = {}
+
+    def run_for(self, grading: _Grading, test: TestSpec, index: int, inv: problems.Invocation) -> CaseRun:
+        with self._lock:
+            first, self._started = not self._started, True
+        if first:
+            try:
+                self.runs = grading._run_group(self)
+            finally:
+                self._done.set()
+        else:
+            self._done.wait()
+        run = self.runs.get((test.id, index))
+        # the group could not run (a grader error, reported by the test that started it): this call alone
+        return run if run is not None else grading._run(test, inv, mode="full", want_trace=grading.want_trace)
+
+
+def share_enabled() -> bool:
+    """Whether correctness calls sharing X and W are replayed together (``GRADER_SHARE_PRODUCTS=0``: each alone)."""
+    return os.environ.get("GRADER_SHARE_PRODUCTS", "1") != "0"
+
+
 class _Grading:
     def __init__(self, sub: Submission, rubric: Rubric, config: GradeConfig, backend: str, seed: int):
         self.sub = sub
@@ -91,6 +124,9 @@ class _Grading:
         self.servers = (KernelServers(target=config.target, limits=rubric.limits, tmp_root=config.tmp_root,
                                       size=max(1, config.workers))
                         if backend == "nkisim" and KernelServers.enabled() else None)
+        # correctness calls replayed together, by (test id, case index), and what the groups saved
+        self.groups: dict[tuple[str, int], _CaseGroup] = {}
+        self.share_figures = {"groups": 0, "calls": 0, "hits": 0, "misses": 0, "alone": 0}
 
     # ------------------------------------------------------------------------------------------ screen ----
     def screen(self) -> None:
@@ -199,6 +235,47 @@ class _Grading:
         if test.function in check.missing:
             return Status.ERROR, f"{test.file} defines no function {test.function!r}"
         return None
+
+    # ------------------------------------------------------------------------------------ shared calls ----
+    def plan_groups(self, tests: tuple[TestSpec, ...]) -> None:
+        """Group the correctness calls of one kernel whose inputs are the same X and W (the problem's input fields:
+        conv2d cases differing only in bias and pooling) when nkisim replays them (current API): they are made by
+        one :func:`grader.runner.run_group`.  Calls of files the screen, the API check or the import check
+        already decided are left out, as is everything when ``GRADER_SHARE_PRODUCTS=0``."""
+        if self.backend != "nkisim" or not share_enabled():
+            return
+        planned: dict[tuple[str, str, str], list[tuple[TestSpec, int, dict[str, Any]]]] = {}
+        for t in tests:
+            if (t.kind != "correctness" or t.file not in self.sub.files or t.file in self.blocking
+                    or self._api_problem(t.file) is not None or self._import_problem(t) is not None
+                    or self._api_of(t.file) != REPLAYED_API):
+                continue
+            problem = problems.get(t.problem)
+            for i, case in enumerate(t.cases):
+                planned.setdefault((t.file, t.function, _input_key(problem, case)), []).append((t, i, case))
+        for members in planned.values():
+            if len(members) > 1:
+                group = _CaseGroup(members)
+                for t, i, _ in members:
+                    self.groups[(t.id, i)] = group
+
+    def _run_group(self, group: _CaseGroup) -> dict[tuple[str, int], CaseRun]:
+        test0 = group.members[0][0]
+        invs = [self._invocation(t, case).inv for t, _, case in group.members]
+        runs, figures = run_group(
+            self.sub.files[test0.file], test0.file, test0.function, invs,
+            [t.timeout_s * self.config.timeout_scale for t, _, _ in group.members], want_trace=self.want_trace,
+            target=self.config.target, limits=self.rubric.limits, tmp_root=self.config.tmp_root,
+            hidden=self.config.hidden_dirs, servers=self.servers,
+        )
+        with self._lock:
+            self.share_figures["groups"] += 1
+            self.share_figures["calls"] += len(invs)
+            for key in ("hits", "misses", "alone"):
+                self.share_figures[key] += figures[key]
+        for run in runs:
+            self.features.update(run.features)
+        return {(t.id, i): run for (t, i, _), run in zip(group.members, runs, strict=True)}
 
     # ------------------------------------------------------------------------------ resource-limit marks ----
     def _not_run(self, test: TestSpec, case: dict[str, Any]) -> str | None:
@@ -312,7 +389,9 @@ class _Grading:
                 return
             shared = self._invocation(test, case)
             inv = shared.inv
-            run = self._run(test, inv, mode="full", want_trace=self.want_trace)
+            group = self.groups.get((test.id, i))
+            run = (group.run_for(self, test, i, inv) if group is not None
+                   else self._run(test, inv, mode="full", want_trace=self.want_trace))
             self._mark(test, case, run)
             rec = CaseRecord(
                 i, run.verdict, run.message, run.wall_seconds, run.kernel_seconds, output_tail=run.output_tail[-2000:],
@@ -496,6 +575,7 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
         grading.screen()
         screen_s = time.perf_counter() - t_screen
         import_s = grading.check_imports(rubric.tests)
+        grading.plan_groups(rubric.tests)
         results = _run_phases(grading, rubric.tests, max(1, config.workers))
     finally:
         if grading.servers is not None:
@@ -525,6 +605,8 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
             **grading.store.stats.as_timings(),
             # sandboxed process start-ups (warm servers + one-off processes) for how many kernel calls
             **(grading.servers.as_timings() if grading.servers is not None else {}),
+            # correctness calls replayed together (runner.run_group): groups, calls, products reused / computed
+            **({f"share:{k}": float(v) for k, v in grading.share_figures.items()} if grading.groups else {}),
             # CPU seconds of this process (inputs, references, judging, costing traces) and of the sandboxed
             # kernel processes; exact when nothing else runs in the process meanwhile (a batch worker)
             "cpu:grader_s": cpu_grader,

@@ -15,6 +15,7 @@ and costed there.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -332,10 +333,12 @@ def _launch(
     hidden: tuple[str, ...] = (),
     servers: KernelServers | None = None,
     stream: bytes | None = None,
+    prepare: Callable[[Path, Path], dict[str, Any]] | None = None,
 ) -> Any:
     """Lay out a private run directory, start grader/child.py on it in the sandbox (a fork of one of ``servers``
     for nkisim runs, else a fresh process) and hand the result to ``collect(process result, output dir, module
-    file name)`` before the directory is removed."""
+    file name)`` before the directory is removed.  ``prepare(input dir, output dir)`` writes more inputs (a group
+    replay's streams) and returns the job fields naming them."""
     iso = detect_isolation()
     root = scratch.make_dir("case", tmp_root)
     try:
@@ -356,6 +359,7 @@ def _launch(
             p = in_dir / "stream.json"
             p.write_bytes(stream)
             os.chmod(p, 0o644)
+        extra = prepare(in_dir, out_dir) if prepare is not None else {}
         job = {
             "backend": backend,
             "target": target,
@@ -375,6 +379,7 @@ def _launch(
             "gid": iso.gid,
             **({"stream_file": str(in_dir / "stream.json")} if stream is not None else {}),
             **job_fields,
+            **extra,
         }
         env = _nkisim_env(target)
         if backend == "neuron":  # includes NEURON_RT_VISIBLE_CORES, the NeuronCore a Ray task was given
@@ -477,29 +482,172 @@ def _replayed(source: bytes, rel_file: str, function: str, inv: Invocation, *, m
     executes that program with nkisim on the parent's inputs (the same CPU, memory and time limits: a stream can be
     huge or loop forever).  Whatever stream a compromised child ships, the outputs and the trace are what nkisim
     gives for that program; a malformed one is the test's error (nkisim.stream.StreamError names the event)."""
-    common = dict(backend="nkisim", target=target, api=REPLAYED_API, limits=limits, timeout_s=timeout_s,
-                  tmp_root=tmp_root, import_clock=False, hidden=hidden, servers=servers)
-    first = _launch(
-        source, rel_file, inv, {"mode": "timing", "want_trace": False, "want_stream": True, "function": function},
-        collect=lambda proc, out_dir, name: _collect_stream(proc, out_dir, inv, name, limits, timeout_s, rel_file),
-        **common,
-    )
+    common = dict(backend="nkisim", target=target, api=REPLAYED_API, limits=limits, tmp_root=tmp_root,
+                  import_clock=False, hidden=hidden, servers=servers)
+    first = _specialized(source, rel_file, function, inv, timeout_s=timeout_s, **common)
     if first.verdict != Verdict.OK:
         return first
     shipped, first.stream = first.stream, None
-    run = _launch(
+    return _with_specialization(first, _replay_one(rel_file, function, inv, shipped, mode=mode, want_trace=want_trace,
+                                                   timeout_s=timeout_s, **common))
+
+
+def _specialized(source: bytes, rel_file: str, function: str, inv: Invocation, **common: Any) -> CaseRun:
+    """The specializing child's run: its verdict and, when it succeeded, the stream it shipped (``stream``)."""
+    return _launch(
+        source, rel_file, inv, {"mode": "timing", "want_trace": False, "want_stream": True, "function": function},
+        collect=lambda proc, out_dir, name: _collect_stream(proc, out_dir, inv, name, common["limits"],
+                                                            common["timeout_s"], rel_file),
+        **common,
+    )
+
+
+def _replay_one(rel_file: str, function: str, inv: Invocation, shipped: bytes, *, mode: str, want_trace: bool,
+                **common: Any) -> CaseRun:
+    """The replay of one shipped stream in a process of its own (the parent's half of :func:`_replayed`)."""
+    return _launch(
         b"", rel_file, inv, {"mode": mode, "want_trace": want_trace, "function": function},
-        collect=lambda proc, out_dir, name: _collect(proc, out_dir, inv, name, limits, timeout_s, want_trace, rel_file),
+        collect=lambda proc, out_dir, name: _collect(proc, out_dir, inv, name, common["limits"], common["timeout_s"],
+                                                     want_trace, rel_file),
         stream=shipped, **common,
     )
-    run.wall_seconds += first.wall_seconds
-    if run.cpu_seconds is not None and first.cpu_seconds is not None:
-        run.cpu_seconds += first.cpu_seconds
-    run.features = tuple(dict.fromkeys((*first.features, *run.features)))
-    run.output_tail = (first.output_tail + run.output_tail)[-4000:]
+
+
+def _with_specialization(first: CaseRun | None, run: CaseRun) -> CaseRun:
+    """A replay's outcome with the specializing run's time, output and features added (``first``: None when another
+    call's specialization served it: the same signature, shared) and a refused stream named as such."""
+    if first is not None:
+        run.wall_seconds += first.wall_seconds
+        if run.cpu_seconds is not None and first.cpu_seconds is not None:
+            run.cpu_seconds += first.cpu_seconds
+        run.features = tuple(dict.fromkeys((*first.features, *run.features)))
+        run.output_tail = (first.output_tail + run.output_tail)[-4000:]
     if run.verdict == Verdict.ERROR and run.message.startswith("StreamError"):
         run.message = "the kernel's instruction stream was refused: " + run.message
     return run
+
+
+def _signature(inv: Invocation) -> str:
+    """What a kernel's specialization depends on: its arguments' shapes and dtypes and its keyword constants (NKI's
+    jit compiles one kernel per such signature; the kernel's Python sees no values)."""
+    return json.dumps([[[list(a.shape), a.dtype.str] for a in inv.args], inv.kwargs], sort_keys=True, default=str)
+
+
+def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation], timeouts: list[float], *,
+              want_trace: bool, target: str, limits: Limits, tmp_root: str | None = None,
+              hidden: tuple[str, ...] = (), servers: KernelServers | None = None) -> tuple[list[CaseRun], dict]:
+    """Several correctness calls of one current-API kernel on the same X and W (``part2.large``, ``bias`` and
+    ``maxpool``), each the outcome :func:`run_case` would give it (full mode), for about the CPU time of fewer:
+
+    1. one specializing child per distinct signature (:func:`_signature`: the same program for the same shapes, as
+       NKI's jit cache has it), its verdict shared by the calls of that signature;
+    2. one sandboxed replay process for every specialized call (nkisim.stream.replay_group: the calls run in
+       lockstep and reuse the products of bit-identical matmul operands; each writes its own outputs, trace and
+       status), limited to the sum of their times;
+    3. a call whose group replay could not give its own outcome -- the process timed out, crashed or was killed,
+       or the call ran out of memory beside the others -- is replayed alone, as :func:`run_case` does.
+
+    Returns the calls' outcomes and figures (``hits``/``misses``: reused and computed products, ``alone``: calls
+    replayed alone after the group)."""
+    common = dict(backend="nkisim", target=target, api=REPLAYED_API, limits=limits, tmp_root=tmp_root,
+                  import_clock=False, hidden=hidden, servers=servers)
+    specs: dict[str, CaseRun] = {}
+    shipped: dict[str, bytes | None] = {}
+    firsts: list[CaseRun | None] = []
+    streams: list[bytes | None] = []
+    for inv, t in zip(invs, timeouts, strict=True):
+        sig = _signature(inv)
+        spec = specs.get(sig)
+        if spec is None:
+            spec = specs[sig] = _specialized(source, rel_file, function, inv, timeout_s=t, **common)
+            shipped[sig], spec.stream = spec.stream, None
+            firsts.append(spec)
+        else:
+            firsts.append(None)
+        streams.append(shipped[sig] if spec.verdict == Verdict.OK else None)
+    out: list[CaseRun | None] = [None] * len(invs)
+    for k, inv in enumerate(invs):
+        spec = specs[_signature(inv)]
+        if spec.verdict != Verdict.OK:
+            out[k] = dataclasses.replace(spec, outputs=[], stream=None)
+    live = [k for k in range(len(invs)) if out[k] is None]
+    figures = {"hits": 0, "misses": 0, "alone": 0}
+    if len(live) > 1:
+        runs = _launch(
+            b"", rel_file, None, {"mode": "full", "want_trace": want_trace, "function": function},
+            prepare=lambda in_dir, out_dir: _group_inputs(in_dir, out_dir, [(invs[k], streams[k]) for k in live],
+                                                          servers),
+            collect=lambda proc, out_dir, name: _collect_group(proc, out_dir, [invs[k] for k in live],
+                                                               [timeouts[k] for k in live], name, limits, want_trace,
+                                                               rel_file, figures),
+            timeout_s=sum(timeouts[k] for k in live), **common,
+        )
+        for k, run in zip(live, runs or [None] * len(live), strict=True):
+            out[k] = run
+    for k in live:
+        if out[k] is None:  # not grouped, or the group could not give this call its own outcome
+            if len(live) > 1:
+                figures["alone"] += 1
+            out[k] = _replay_one(rel_file, function, invs[k], streams[k], mode="full", want_trace=want_trace,
+                                 timeout_s=timeouts[k], **common)
+        out[k] = _with_specialization(firsts[k], out[k])
+    return [r for r in out if r is not None], figures
+
+
+def _group_inputs(in_dir: Path, out_dir: Path, members: list[tuple[Invocation, bytes | None]],
+                  servers: KernelServers | None) -> dict[str, Any]:
+    """Write a group replay's streams and inputs (an array several members pass is written once) and name them,
+    with each member's own output directory, in the job's ``group``."""
+    written: dict[int, str] = {}
+    group = []
+    for k, (inv, shipped) in enumerate(members):
+        paths = []
+        for i, arr in enumerate(inv.args):
+            path = written.get(id(arr))
+            if path is None:
+                if servers is not None and not arr.flags.writeable:
+                    path = servers.input_file(arr)
+                else:
+                    p = in_dir / f"m{k}-arg{i}.npy"
+                    np.save(p, arr, allow_pickle=False)
+                    os.chmod(p, 0o644)
+                    path = str(p)
+                written[id(arr)] = path
+            paths.append(path)
+        sfile = in_dir / f"stream{k}.json"
+        sfile.write_bytes(shipped or b"")
+        os.chmod(sfile, 0o644)
+        group.append({"stream_file": str(sfile), "inputs": paths, "kwargs": inv.kwargs,
+                      "out_dir": str(out_dir / f"m{k}")})
+    return {"group": group}
+
+
+def _collect_group(proc: ProcessResult, out_dir: Path, invs: list[Invocation], timeouts: list[float],
+                   module_name: str, limits: Limits, want_trace: bool, rel_file: str,
+                   figures: dict) -> list[CaseRun | None] | None:
+    """Each member's outcome from its own directory, as :func:`_collect` reads a single replay's; None for a member
+    (or, when the process itself failed, for the group) whose outcome the group could not give: it is replayed
+    alone.  A member that ran out of memory is too: it shared the process's memory limit with the others."""
+    if proc.timed_out or proc.signal_name or proc.returncode:
+        return None
+    status = _read_status(out_dir / "status.json")
+    if status is None or not status.get("ok"):
+        return None
+    got = status.get("group")
+    if isinstance(got, dict):
+        for key in ("hits", "misses"):
+            if isinstance(got.get(key), int):
+                figures[key] += got[key]
+    runs: list[CaseRun | None] = []
+    for k, (inv, t) in enumerate(zip(invs, timeouts, strict=True)):
+        mdir = out_dir / f"m{k}"
+        if not (mdir / "status.json").is_file():
+            runs.append(None)
+            continue
+        run = _collect(proc, mdir, inv, module_name, limits, t, want_trace, rel_file)
+        run.wall_seconds = proc.wall_seconds / len(invs)  # the group's wall time, split evenly
+        runs.append(None if run.exhausted or run.verdict in (Verdict.CRASHED, Verdict.GRADER_ERROR) else run)
+    return runs
 
 
 def _collect_stream(proc: ProcessResult, out_dir: Path, inv: Invocation, module_name: str, limits: Limits,

@@ -1013,14 +1013,17 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
             runtime._freeze()
             gc.enable()
     out: list = []
-    it = iter(zip(results, errors))
+    cpu: list = []
+    it = iter(zip(results, errors, group.cpu_seconds))
     for r in reps:
         if isinstance(r, _Replayer):
-            res, err = next(it)
+            res, err, sec = next(it)
             out.append(err if err is not None else res)
+            cpu.append(sec)
         else:
             out.append(r)
-    return out, {"hits": group.hits, "misses": group.misses, "cpu_seconds": list(group.cpu_seconds)}
+            cpu.append(0.0)
+    return out, {"hits": group.hits, "misses": group.misses, "cpu_seconds": cpu}
 
 
 __all__ = ["FORMAT", "NotRecordable", "Recorder", "StreamError", "Trace", "dumps", "loads", "record", "replay",

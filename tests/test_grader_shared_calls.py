@@ -1,0 +1,228 @@
+"""Issue 35, item 2: correctness calls of one current-API kernel on the same X and W (part2.large, bias, maxpool) are
+specialized once per signature and replayed together in one sandboxed process (grader.runner.run_group,
+nkisim.stream.replay_group), reusing products of bit-identical matmul operands.  Each call's outcome -- verdict,
+message, outputs bit for bit, trace -- is the one it gets alone; a failing call leaves its siblings' as they are;
+a group that cannot give a call its own outcome replays that call alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from grader_helpers import FAST_RUBRIC, ROOT
+
+import grader.runner as runner
+from grader import problems
+from grader.pipeline import grade_submission
+from grader.records import GradeConfig
+from grader.rubric import load_rubric
+from grader.sandbox import ProcessResult
+
+STAFF_CONV = (ROOT / "grader" / "reference" / "part2" / "conv2d.py").read_bytes()
+# the staff kernel, failing in its Python (at specialization) for pool_size 2 only
+POOL_FAILS = STAFF_CONV.replace(b"def fused_conv2d_maxpool(X, W, bias, pool_size=1):\n",
+                                b"def fused_conv2d_maxpool(X, W, bias, pool_size=1):\n"
+                                b"    if pool_size == 2:\n        raise ValueError('no pooling here')\n", 1)
+SHAPE = {"batch": 2, "in_channels": 128, "out_channels": 128, "height": 16, "width": 16, "kernel": 3,
+         "dtype": "float32"}
+VARIANTS = [{"bias": "zeros", "pool": 1}, {"bias": "random", "pool": 1}, {"bias": "random", "pool": 2}]
+
+
+def _invs(seed: int = 5) -> list:
+    # the pipeline's rule: cases differing only in bias and pooling share the seed of their inputs, hence X and W
+    return [problems.get("conv2d").shared_invocation({**SHAPE, **v}, seed).inv for v in VARIANTS]
+
+
+def _alone(source: bytes, invs, limits, tmp_path) -> list:
+    return [runner.run_case(source, "part2/conv2d.py", "fused_conv2d_maxpool", inv, mode="full", want_trace=True,
+                            backend="nkisim", target="trn2", limits=limits, timeout_s=60.0, tmp_root=str(tmp_path),
+                            api="nki") for inv in invs]
+
+
+def _group(source: bytes, invs, limits, tmp_path):
+    return runner.run_group(source, "part2/conv2d.py", "fused_conv2d_maxpool", invs, [60.0] * len(invs),
+                            want_trace=True, target="trn2", limits=limits, tmp_root=str(tmp_path))
+
+
+def _fields(trace) -> list:
+    return [[getattr(i, k) for k in i.__slots__] for i in trace.instrs]
+
+
+def _same(alone, grouped) -> None:
+    assert (grouped.verdict, grouped.message, grouped.exhausted) == (alone.verdict, alone.message, alone.exhausted)
+    assert len(grouped.outputs) == len(alone.outputs)
+    for g, a in zip(grouped.outputs, alone.outputs, strict=True):
+        assert g.dtype == a.dtype and g.shape == a.shape and np.array_equal(g.view(np.uint8), a.view(np.uint8))
+    if alone.trace is not None:
+        assert _fields(grouped.trace) == _fields(alone.trace) and grouped.trace.meta == alone.trace.meta
+
+
+@pytest.fixture(scope="module")
+def limits():
+    return load_rubric(FAST_RUBRIC).limits
+
+
+def test_grouped_calls_are_their_separate_runs_bit_for_bit(limits, tmp_path, monkeypatch):
+    seen: list = []
+    real = runner.run_sandboxed
+
+    def launch(argv, *, stdin_bytes, timeout_s, **kw):
+        seen.append((json.loads(stdin_bytes({}) if callable(stdin_bytes) else stdin_bytes), timeout_s, kw["limits"]))
+        return real(argv, stdin_bytes=stdin_bytes, timeout_s=timeout_s, **kw)
+
+    monkeypatch.setattr(runner, "run_sandboxed", launch)
+    invs = _invs()
+    grouped, figures = _group(STAFF_CONV, invs, limits, tmp_path)
+    jobs = [j for j, _, _ in seen]
+    # one specialization per signature (the two pool-1 calls share theirs), then one replay of all three
+    assert [j.get("want_stream", False) for j in jobs] == [True, True, False]
+    assert len(jobs[2]["group"]) == 3 and "stream_file" not in jobs[2]
+    # the group's process runs in the sandbox as every call does, with the sum of the calls' time limits
+    assert seen[2][2] is limits and seen[2][1] == 180.0
+    assert figures["hits"] > 0 and figures["hits"] == 2 * figures["misses"] and figures["alone"] == 0
+    monkeypatch.setattr(runner, "run_sandboxed", real)
+    for alone, got in zip(_alone(STAFF_CONV, invs, limits, tmp_path), grouped, strict=True):
+        assert alone.verdict == "ok", alone.message
+        _same(alone, got)
+    assert not list(tmp_path.iterdir()), "run directories must be removed"
+
+
+def test_a_call_that_fails_leaves_its_siblings_as_they_are_alone(limits, tmp_path):
+    invs = _invs()
+    grouped, _ = _group(POOL_FAILS, invs, limits, tmp_path)
+    alone = _alone(POOL_FAILS, invs, limits, tmp_path)
+    assert [r.verdict for r in alone] == ["ok", "ok", "error"] and "no pooling here" in alone[2].message
+    for a, g in zip(alone, grouped, strict=True):
+        _same(a, g)
+
+
+def test_a_refused_stream_is_that_calls_error_only(limits, tmp_path, monkeypatch):
+    """A compromised child ships a stream that breaks two thirds in for the pooling signature: the pooling call's
+    replay raises there (the message it gets alone), the other two are unaffected."""
+    real = runner._specialized
+
+    def broken(source, rel_file, function, inv, **common):
+        run = real(source, rel_file, function, inv, **common)
+        if inv.kwargs["pool_size"] == 2:
+            s = json.loads(run.stream)
+            calls = [i for i, ev in enumerate(s["events"]) if ev[0] == "call"]
+            s["events"][calls[2 * len(calls) // 3]][1] = 10**6
+            run.stream = json.dumps(s).encode()
+        return run
+
+    monkeypatch.setattr(runner, "_specialized", broken)
+    invs = _invs()
+    grouped, figures = _group(STAFF_CONV, invs, limits, tmp_path)
+    assert grouped[2].verdict == "error"
+    assert grouped[2].message.startswith("the kernel's instruction stream was refused: StreamError")
+    assert "malformed function index" in grouped[2].message
+    for a, g in zip(_alone(STAFF_CONV, invs[:2], limits, tmp_path), grouped[:2], strict=True):
+        _same(a, g)
+    assert figures["alone"] == 0
+
+
+def test_a_group_that_cannot_give_a_call_its_outcome_replays_it_alone(limits, tmp_path, monkeypatch):
+    """The group's process timed out, crashed or ran a call out of memory: those calls are replayed alone."""
+    real = runner._collect_group
+    monkeypatch.setattr(runner, "_collect_group", lambda *a: [None if k == 1 else r for k, r in enumerate(real(*a))])
+    invs = _invs()
+    grouped, figures = _group(STAFF_CONV, invs, limits, tmp_path)
+    assert figures["alone"] == 1
+    monkeypatch.setattr(runner, "_collect_group", lambda *a: None)
+    whole, figures = _group(STAFF_CONV, invs, limits, tmp_path)
+    assert figures["alone"] == 3
+    for a, g, w in zip(_alone(STAFF_CONV, invs, limits, tmp_path), grouped, whole, strict=True):
+        _same(a, g)
+        _same(a, w)
+
+
+def _member_dir(out: Path, k: int, status: dict) -> None:
+    (out / f"m{k}").mkdir(parents=True)
+    (out / f"m{k}" / "status.json").write_text(json.dumps(status))
+
+
+def test_what_the_parent_takes_from_a_group_process(tmp_path, limits):
+    invs = _invs()[:3]
+    proc = ProcessResult(returncode=0, timed_out=False, wall_seconds=3.0, output_tail="")
+    (tmp_path / "status.json").write_text(json.dumps({"ok": True, "group": {"hits": 4, "misses": 2}}))
+    _member_dir(tmp_path, 0, {"ok": False, "stage": "kernel", "error_type": "MemoryError", "error": ""})
+    _member_dir(tmp_path, 1, {"ok": False, "stage": "kernel", "error_type": "StreamError", "error": "bad event"})
+    figures = {"hits": 0, "misses": 0}
+    runs = runner._collect_group(proc, tmp_path, invs, [60.0] * 3, "conv2d.py", limits, False, "part2/conv2d.py",
+                                 figures)
+    # out of memory beside the others: alone; its own error: kept; no status at all: alone
+    assert runs[0] is None and runs[1].verdict == "error" and "bad event" in runs[1].message and runs[2] is None
+    assert figures == {"hits": 4, "misses": 2} and runs[1].wall_seconds == 1.0
+    for failed in (ProcessResult(returncode=None, timed_out=True, wall_seconds=9.0, output_tail=""),
+                   ProcessResult(returncode=-9, timed_out=False, wall_seconds=9.0, output_tail="",
+                                 signal_name="SIGKILL")):
+        assert runner._collect_group(failed, tmp_path, invs, [60.0] * 3, "conv2d.py", limits, False, "x", {}) is None
+
+
+RUBRIC_TAIL = """
+[[test]]
+id = "conv.plain"
+name = "conv, no bias"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "correctness"
+problem = "conv2d"
+points = 1
+timeout_s = 60
+cases = [{CASE}]
+
+[[test]]
+id = "conv.bias"
+name = "conv + bias"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "correctness"
+problem = "conv2d"
+points = 1
+timeout_s = 60
+cases = [{CASE_BIAS}]
+
+[[test]]
+id = "conv.pool"
+name = "conv + bias + pool"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "correctness"
+problem = "conv2d"
+points = 1
+timeout_s = 60
+cases = [{CASE_POOL}]
+"""
+
+
+def _toml_case(variant: dict) -> str:
+    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in {**SHAPE, **variant}.items()) + " }"
+
+
+@pytest.mark.parametrize("source", [STAFF_CONV, POOL_FAILS], ids=["staff", "pool-fails"])
+def test_a_grading_with_and_without_grouping_gives_the_same_results(tmp_path, monkeypatch, source):
+    head = Path(FAST_RUBRIC).read_text().split("[[test]]")[0]
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text(head + RUBRIC_TAIL.replace("{CASE}", _toml_case(VARIANTS[0]))
+                      .replace("{CASE_BIAS}", _toml_case(VARIANTS[1])).replace("{CASE_POOL}", _toml_case(VARIANTS[2])))
+    sub = tmp_path / "sub"
+    (sub / "part2").mkdir(parents=True)
+    (sub / "part2" / "conv2d.py").write_bytes(source)
+    records = {}
+    for share in ("1", "0"):
+        monkeypatch.setenv("GRADER_SHARE_PRODUCTS", share)
+        config = GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=2, tmp_root=str(tmp_path))
+        records[share] = grade_submission(sub, None, config)
+    on, off = records["1"], records["0"]
+    assert [(t.id, t.status, t.score, t.message) for t in on.tests] == \
+        [(t.id, t.status, t.score, t.message) for t in off.tests]
+    assert [c.max_abs_error for t in on.tests for c in t.cases] == [c.max_abs_error for t in off.tests for c in t.cases]
+    assert on.timings["share:groups"] == 1 and on.timings["share:calls"] == 3
+    assert "share:groups" not in off.timings
+    expected = ["passed", "passed", "passed" if source is STAFF_CONV else "error"]
+    assert [t.status for t in on.tests] == expected
