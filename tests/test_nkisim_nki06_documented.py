@@ -1561,3 +1561,84 @@ def test_nl_rsqrt_runs_on_gpsimd_and_refuses_psum():
         _run_isa(lambda a: nl.rsqrt(_sb(buffer=nl.psum, fill=4.0)))
     # nisa.activation(op=nl.rsqrt) still takes PSUM, on ScalarE
     _run_isa(lambda a: nisa.activation(dst=_sb(), op=nl.rsqrt, data=_sb(buffer=nl.psum, fill=4.0)))
+
+
+def test_language_guide_dynamic_loop_rules():
+    """nki-language-guide.rst, "Dynamic Control Flow": "The induction variable of a dynamic_range loop is also a
+    VirtualRegister, but it is frozen: you cannot write to it with register_move or register_load"; nl.fori_loop:
+    "writing to i has no effect on the loop"; nl.no_reorder: "Register-based dynamic loops (nl.fori_loop,
+    nl.while_loop) are not supported inside a no_reorder block. Static loops ... are allowed"."""
+    def frozen(a):
+        for i in nl.dynamic_range(3):
+            nisa.register_move(i, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with raises_rule("nkisim_bad_argument", "induction variable of a dynamic_range loop is frozen"):
+            _run_isa(frozen)
+
+    def counted(a):
+        acc = _sb((1, 1), fill=0.0)
+        one = _sb((1, 1), fill=1.0)
+
+        def body(i):
+            nisa.register_move(i, 100)  # no effect on the loop
+            nisa.tensor_tensor(dst=acc, data1=acc, data2=one, op=nl.add)
+        nl.fori_loop(0, 4, body)
+        o = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=acc)
+        return o
+    assert _run(counted, np.zeros((1, 1), np.float32))[0, 0] == 4.0
+
+    def in_block(a):
+        with nl.no_reorder():
+            nl.fori_loop(0, 2, lambda i: None)
+    with raises_rule("nkisim_bad_argument", "not supported inside a no_reorder block"):
+        _run_isa(in_block)
+
+    def static_in_block(a):
+        with nl.no_reorder():
+            for _ in nl.static_range(2):
+                nisa.memset(dst=_sb(), value=0.0)
+        nl.fori_loop(0, 2, lambda i: None)  # after the block: fine
+    _run_isa(static_in_block)
+
+
+def test_language_guide_indexing_and_classes():
+    """nki-language-guide.rst: "t[0, ..., :]" is (1, 64, 64) ("partition index 0 is kept at size 1"), "u[:, 0:32, :]"
+    is (1, 32, 64), "t[:, :, ::2]" is (64, 64, 32); a @dataclass NKIObject with a method ("prints 1 True"); a class
+    instance and an Enum member passed as kernel arguments."""
+    from dataclasses import dataclass
+    from enum import Enum
+
+    @dataclass
+    class C(nl.NKIObject):
+        x: int
+        y: bool = False
+
+        def toggle(self):
+            self.y = not self.y
+
+    class A(nl.NKIObject):
+        x: int = 1
+
+        def __init__(self, x):
+            self.x = x
+
+    class E(Enum):
+        x = 1
+        y = 2
+
+    seen = []
+
+    def kernel(x, a, e):
+        t = nl.ndarray((64, 64, 64), dtype=nl.float32, buffer=nl.sbuf)
+        u = t[0, ..., :]
+        seen.extend([u.shape, u[:, 0:32, :].shape, t[...].shape, t[:, :, ::2].shape])
+        c = C(1)
+        c.toggle()
+        seen.extend([(c.x, c.y), a.x, e == E.y])
+        o = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=x)
+        return o
+    run_kernel(kernel, (np.zeros((1, 1), np.float32), A(7), E.y), {}, frontend=frontends.NKI)
+    assert seen == [(1, 64, 64), (1, 32, 64), (64, 64, 64), (64, 64, 32), (1, True), 7, True]

@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import itertools
 import types
+import weakref
 
 import numpy as np
 
@@ -85,6 +86,31 @@ readonly_slots(Register, rid="_rid")
 
 # ---- the executor's state -------------------------------------------------------------------------------------------
 _UNSET = "it was allocated without a value and never written"
+# The induction registers of ``nl.dynamic_range`` loops: "frozen: you cannot write to it with register_move or
+# register_load" (nki/get-started/nki-language-guide.rst, "Dynamic Control Flow"); register ids are never reused.
+_FROZEN: set[int] = set()
+# Open ``nl.no_reorder()`` blocks per running kernel, counted by the current API's front end: "Register-based dynamic
+# loops (nl.fori_loop, nl.while_loop) are not supported inside a no_reorder block" (nl.no_reorder, NKI 0.6).
+_NO_REORDER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def no_reorder_block(delta: int) -> None:
+    """Enter (+1) or leave (-1) a ``no_reorder`` block of the running kernel (see ``_NO_REORDER``)."""
+    ctx = active()
+    if ctx is not None:
+        _NO_REORDER[ctx] = _NO_REORDER.get(ctx, 0) + delta
+
+
+def _no_dynamic_loop_in_no_reorder(ctx: KernelContext, op: str) -> None:
+    if _NO_REORDER.get(ctx, 0) > 0:
+        fail("nkisim_bad_argument", op=op, detail="register-based dynamic loops (nl.fori_loop, nl.while_loop) are "
+             "not supported inside a no_reorder block; static loops (range, nl.static_range) are")
+
+
+def _writable(dst: Register, op: str) -> None:
+    if dst.rid in _FROZEN:
+        fail("nkisim_bad_argument", op=op, detail="the induction variable of a dynamic_range loop is frozen: "
+             "register_move and register_load cannot write it")
 
 
 def _get(ctx: KernelContext, r: Register, op: str) -> int:
@@ -165,6 +191,7 @@ def register_move(dst: Register, src) -> None:
     """``dst = src`` (an immediate integer or another register): one sequencer instruction, no memory access."""
     ctx = current("register_move")
     ctx.settle()
+    _writable(dst, "register_move")
     if not isinstance(src, Register) and not (isinstance(src, (int, np.integer)) and not isinstance(src, bool)):
         raise TypeError(f"nisa.register_move: src must be an integer or a VirtualRegister, got {type(src).__name__}")
     ctx.emit("register_move", E_SYNC, (), (), {})
@@ -181,6 +208,7 @@ def register_load(dst: Register, src: Tensor) -> None:
     core.execute.cast)."""
     ctx = current("register_load")
     ctx.settle()
+    _writable(dst, "register_load")
     src = _one_element(src, "register_load", "src")
     ctx.emit("register_load", E_SYNC, (src,), (), {})
     if not _executing(ctx):
@@ -625,6 +653,7 @@ def fori_loop(lower, upper, body, step: int, make_register) -> None:
     _need_bound(lower, "nl.fori_loop")
     _need_bound(upper, "nl.fori_loop")
     ctx = current("fori_loop")
+    _no_dynamic_loop_in_no_reorder(ctx, "nl.fori_loop")
     index = make_register()
     saved = _begin(ctx)
     st = _stream_push(ctx)
@@ -643,6 +672,7 @@ def while_loop(init: Register, body, make_register) -> None:
     if not isinstance(init, Register):
         raise TypeError(f"nl.while_loop: init must be a VirtualRegister, got {type(init).__name__}")
     ctx = current("while_loop")
+    _no_dynamic_loop_in_no_reorder(ctx, "nl.while_loop")
     cond = make_register()
     saved = _begin(ctx)
     st = _stream_push(ctx)
@@ -680,6 +710,7 @@ class DynamicRange(metaclass=Sealed):
     def __iter__(self):
         ctx = current("dynamic_range")
         index = self.make_register()
+        _FROZEN.add(index.rid)
         saved = _begin(ctx)
         st = _stream_push(ctx)
         done = False

@@ -256,10 +256,23 @@ def ds(start, size) -> slice:
     return slice(start, start + size)
 
 
+class _NoReorder(_ctx.NoReorder):
+    """The core's block, counted so that a register-based dynamic loop inside it is refused (nl.no_reorder, NKI
+    0.6: "Register-based dynamic loops (nl.fori_loop, nl.while_loop) are not supported inside a no_reorder block")."""
+
+    def __enter__(self):
+        _reg.no_reorder_block(+1)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _reg.no_reorder_block(-1)
+        return super().__exit__(*exc)
+
+
 def no_reorder():
     """``with nl.no_reorder():``: the block's instructions keep program order on each engine (the scheduler does
     not fill gaps with them)."""
-    return _ctx.NoReorder()
+    return _NoReorder()
 
 
 # ---- data movement --------------------------------------------------------------------------------------------
