@@ -133,7 +133,8 @@ def _mem_total() -> float:
 def _limit_memory(limit: int) -> None:
     """In the pytest child: cap its address space, so that a case too large for this machine (nki-library's
     cross-entropy at Qwen3-8B size: 4.25 GB of bf16 logits, its torch reference upcast to fp32) raises MemoryError
-    in its own process (the plugin reports it out of scope) rather than the OOM killer ending other processes."""
+    in its own process rather than the OOM killer ending other processes.  The plugin reports it out of scope when
+    the test's own code ran out (inputs, golden), a failure when it was raised inside nkisim (the kernel's run)."""
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -189,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write every case's record to this file")
     parser.add_argument("--memory-gib", type=float, default=None,
                         help="address-space limit of the pytest process in GiB (default: 60%% of the machine's "
-                             "memory): a case beyond it fails with MemoryError in its own process, reported out "
-                             "of scope, instead of the kernel's OOM killer ending other processes")
+                             "memory): a case beyond it fails with MemoryError in its own process instead of the "
+                             "kernel's OOM killer ending other processes; out of scope when the test's own code "
+                             "(inputs, golden) ran out, a failure when nkisim did")
     parser.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output")
     return run(parser.parse_args(argv))
 
