@@ -305,13 +305,18 @@ def test_activation_bias_and_scale_types():
     run(lambda a, b: nisa.activation(nl.exp, nl.load(a), bias=nl.load(b), scale=nl.load(b)), _z((128, 8)),
         _z((128, 1)))
     run(lambda a, b: nisa.activation(nl.exp, nl.load(a), bias=nl.load(b)), _z((128, 8)), _z((128, 1), np.float16))
-    with raises_rule("err_activation_bias_invalid_type", "bias must be a (128, 1) tile", "got float32[64, 1]"):
+    with raises_rule("err_activation_bias_invalid_type", "Bias parameter of activation or activation_reduce must "
+                     "be a vector of type float32, float16, or bfloat16: a (128, 1) tile, got float32[64, 1]"):
         run(lambda a, b: nisa.activation(nl.exp, nl.load(a), bias=nl.load(b)), _z((128, 8)), _z((64, 1)))
     with raises_rule("err_activation_bias_invalid_type", "got int8[128, 1]"):
         run(lambda a, b: nisa.activation(nl.exp, nl.load(a), bias=nl.load(b)), _z((128, 8)), _z((128, 1), np.int8))
-    with raises_rule("err_activation_scale_invalid_type", "scale must be a float32 scalar", "got float16[128, 1]"):
+    with raises_rule("err_activation_scale_invalid_type", "Scale parameter of activation or activation_reduce must "
+                     "be a scalar or vector of type float32, got float16[128, 1]"):
         run(lambda a, b: nisa.activation(nl.exp, nl.load(a), scale=nl.load(b)), _z((128, 8)),
             _z((128, 1), np.float16))
+    with raises_rule("err_activation_scale_scalar_or_vector", "Scale parameter of activation must be either a scalar "
+                     "value or a 1D vector spanning the partition dimension: a (128, 1) tile, got float32[128, 2]"):
+        run(lambda a, b: nisa.activation(nl.exp, nl.load(a), scale=nl.load(b)), _z((128, 8)), _z((128, 2)))
     run(lambda a: nisa.activation(nl.exp, nl.load(a), bias=0.5), _z((128, 8)))  # immediate bias: trn2 only
     with raises_rule("err_activation_bias_invalid_type", "immediates need NeuronCore-v3"):
         run_kernel(lambda a: nisa.activation(nl.exp, nl.load(a), bias=0.5) and None, (_z((128, 8)),),

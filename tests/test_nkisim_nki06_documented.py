@@ -1502,6 +1502,10 @@ def test_activation_reduce_op_and_bias_dtypes():
     np.testing.assert_allclose(_run(kernel, x), 2.0 * x + (np.arange(128, dtype=np.float32) - 64)[:, None], rtol=1e-6)
     with raises_rule("nkisim_bad_argument", "any dtype except tfloat32"):
         _run_isa(lambda a: act(dst=_sb(), op=nl.exp, data=_sb(fill=0.5), bias=_sb((128, 1), dt=nl.tfloat32, fill=0.0)))
+    # a bias of the wrong shape: the operand rule (the 2.26 error text names the 2.26 dtypes, which NKI 0.6 widened)
+    with raises_rule("nkisim_scalar_operand_shape", "operand bias must be a scalar or a per-partition vector of shape "
+                     "(128, 1), got [128, 2]"):
+        _run_isa(lambda a: act(dst=_sb(), op=nl.exp, data=_sb(fill=0.5), bias=_sb((128, 2), dt=nl.int8, fill=0.0)))
     with raises_rule("err_activation_bias_invalid_type", "int8"):
         def legacy(x):
             t = lnl.load(x)

@@ -228,11 +228,16 @@ _RULE_LIST = [
        "{op}: dtype {dtype} is not supported for operand '{operand}'{detail}",
        "nki.isa per-instruction dtype lists"),
     _r("err_activation_bias_invalid_type",
-       "activation: bias must be a ({p}, 1) tile of float32, float16 or bfloat16, got {got}",
-       "nki.errors @2.26; nki.isa.activation"),
+       "Bias parameter of activation or activation_reduce must be a vector of type float32, float16, or bfloat16: "
+       "a ({p}, 1) tile, got {got}",
+       "nki.errors @2.26 (the description, verbatim); nki.isa.activation"),
     _r("err_activation_scale_invalid_type",
-       "activation: scale must be a float32 scalar or a ({p}, 1) float32 tile, got {got}",
-       "nki.errors @2.26; nki.isa.activation"),
+       "Scale parameter of activation or activation_reduce must be a scalar or vector of type float32, got {got}",
+       "nki.errors @2.26 (the description, verbatim); nki.isa.activation"),
+    _r("err_activation_scale_scalar_or_vector",
+       "Scale parameter of activation must be either a scalar value or a 1D vector spanning the partition "
+       "dimension: a ({p}, 1) tile, got {got}",
+       "nki.errors @2.26 (the description, verbatim); nki.isa.activation"),
     _r("nkisim_engine_op_unsupported",
        "{op} on {engine} is not supported on {target}: {detail}",
        "nki.isa.tensor_scalar engine notes (ScalarE: multiply / add / multiply->add only; on trn1 not in the "

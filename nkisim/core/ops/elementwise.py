@@ -533,16 +533,21 @@ def activation(func: str, data, *, bias=None, scale=1.0, dtype=None, mask=None, 
         bname = dtypes.name(bias.dtype)
         if any_bias_dtype and bname == "tfloat32":
             fail("nkisim_bad_argument", op=op_name, detail="the bias can be any dtype except tfloat32")
-        if ((not any_bias_dtype and bname not in ("float32", "float16", "bfloat16")) or parts_of(bias) != p
-                or free_of(bias) != 1):
+        if parts_of(bias) != p or free_of(bias) != 1:
+            if any_bias_dtype:  # NKI 0.6: a scalar or a [N, 1] vector of any dtype but tfloat32, so not the 2.26 text
+                fail("nkisim_scalar_operand_shape", op=op_name, operand="bias", p=p, shape=list(bias.shape))
+            fail("err_activation_bias_invalid_type", p=p, got=f"{bname}{list(bias.shape)}")
+        if not any_bias_dtype and bname not in ("float32", "float16", "bfloat16"):
             fail("err_activation_bias_invalid_type", p=p, got=f"{bname}{list(bias.shape)}")
     elif bias is not None and ctx.target == "trn1":
         fail("err_activation_bias_invalid_type", p=p, got=f"immediate {bias!r} (immediates need NeuronCore-v3)")
-    if isinstance(scale, Tensor):
-        if dtypes.name(scale.dtype) != "float32" or parts_of(scale) != p or free_of(scale) != 1:
-            fail("err_activation_scale_invalid_type", p=p, got=f"{dtypes.name(scale.dtype)}{list(scale.shape)}")
+    if isinstance(scale, Tensor):  # the dtype, then the shape: nki.errors has one code for each
+        if dtypes.name(scale.dtype) != "float32":
+            fail("err_activation_scale_invalid_type", got=f"{dtypes.name(scale.dtype)}{list(scale.shape)}")
+        if parts_of(scale) != p or free_of(scale) != 1:
+            fail("err_activation_scale_scalar_or_vector", p=p, got=f"{dtypes.name(scale.dtype)}{list(scale.shape)}")
     elif not isinstance(scale, (int, float, np.floating, np.integer)):
-        fail("err_activation_scale_invalid_type", p=p, got=type(scale).__name__)
+        fail("err_activation_scale_invalid_type", got=type(scale).__name__)
     if reduce_op not in (None, "add") and ctx.target == "trn1" and (reduce_res is not None or reduce_cmd):
         fail("nkisim_engine_op_unsupported", op=op_name, engine="Scalar Engine", target=ctx.target,
              detail=f"reduce_op '{reduce_op}': on NeuronCore-v2 the reduce_op can only be an addition "
