@@ -1646,3 +1646,50 @@ def test_language_guide_indexing_and_classes():
         return o
     run_kernel(kernel, (np.zeros((1, 1), np.float32), A(7), E.y), {}, frontend=frontends.NKI)
     assert seen == [(1, 64, 64), (1, 32, 64), (64, 64, 64), (64, 64, 32), (1, True), 7, True]
+
+
+def test_dynamic_loops_deep_dive_examples():
+    """nki/deep-dives/nki-dynamic-loops.rst: "dynamic_range loops inside a nl.no_reorder() block are not currently
+    supported" and its workaround ("no_reorder inside the dynamic loop body"); its "Runtime trip count from a
+    VirtualRegister" example (rows i .. i+128 for i in 0, 128, 256, 384 through scalar_offset=i) against NumPy."""
+    def bad(a):
+        with nl.no_reorder():
+            for _ in nl.dynamic_range(2):
+                nisa.memset(dst=_sb(), value=0.0)
+
+    def workaround(a):
+        for _ in nl.dynamic_range(2):
+            with nl.no_reorder():
+                nisa.memset(dst=_sb(), value=0.0)
+
+    def example(input_tensor):
+        out_tensor = nl.ndarray(input_tensor.shape, dtype=input_tensor.dtype, buffer=nl.shared_hbm)
+        start = nisa.register_alloc(0)
+        stop = nisa.register_alloc(512)
+        for i in nl.dynamic_range(start, stop, 128):
+            tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            result = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(src=input_tensor.ap([[512, 128], [1, 512]], scalar_offset=i), dst=tile)
+            nisa.tensor_scalar(dst=result, data=tile, op0=nl.add, operand0=2.0)
+            nisa.dma_copy(src=result, dst=out_tensor.ap([[512, 128], [1, 512]], scalar_offset=i))
+        return out_tensor
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with raises_rule("nkisim_bad_argument", "not supported inside a no_reorder block"):
+            _run_isa(bad)
+        _run_isa(workaround)
+        x = np.random.default_rng(2).normal(size=(512, 512)).astype(np.float32)
+        np.testing.assert_array_equal(_run(example, x), x + np.float32(2.0))
+
+
+def test_nl_dtype_is_the_type_of_the_data_types():
+    """nki/api/nki/language/__init__.py: "DType = str", the type of every nl data type (``bool_: DType``, ...),
+    used in annotations (``dtype: nl.DType``); the name was missing."""
+    assert all(isinstance(getattr(nl, n), nl.DType) for n in ("bool_", "int8", "uint32", "float16", "bfloat16",
+                                                               "float32", "tfloat32", "float8_e4m3", "float8_e5m2"))
+
+    def kernel(a, dt: nl.DType):
+        o = nl.ndarray(a.shape, dtype=dt, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=a)
+        return o
+    assert _run(kernel, np.ones((4, 4), np.float32), nl.bfloat16).dtype == ml_dtypes.bfloat16

@@ -103,8 +103,9 @@ def no_reorder_block(delta: int) -> None:
 
 def _no_dynamic_loop_in_no_reorder(ctx: KernelContext, op: str) -> None:
     if _NO_REORDER.get(ctx, 0) > 0:
-        fail("nkisim_bad_argument", op=op, detail="register-based dynamic loops (nl.fori_loop, nl.while_loop) are "
-             "not supported inside a no_reorder block; static loops (range, nl.static_range) are")
+        fail("nkisim_bad_argument", op=op, detail="register-based dynamic loops (nl.fori_loop, nl.while_loop, "
+             "nl.dynamic_range) are not supported inside a no_reorder block; static loops (range, nl.static_range) "
+             "are, and a no_reorder block inside the loop body is")
 
 
 def _writable(dst: Register, op: str) -> None:
@@ -709,6 +710,8 @@ class DynamicRange(metaclass=Sealed):
 
     def __iter__(self):
         ctx = current("dynamic_range")
+        # "dynamic_range loops inside a nl.no_reorder() block are not currently supported" (nki-dynamic-loops.rst)
+        _no_dynamic_loop_in_no_reorder(ctx, "nl.dynamic_range")
         index = self.make_register()
         _FROZEN.add(index.rid)
         saved = _begin(ctx)

@@ -33,6 +33,7 @@ from nkisim.core.ops import registers as _reg
 from nkisim.core.sealed import Sealed as _Sealed
 from nkisim.frontends import NKI as _NKI
 from nkisim.frontends import _operators, _unsupported
+from nkisim.frontends.nki.dtype import NkiDType as DType  # noqa: F401  (the stub's ``DType = str``: annotations)
 
 # ---- data types (nki.dtype, re-exported as nl.X; the packed MX types are placeholders) -------------------------
 from nkisim.frontends.nki.dtype import (  # noqa: F401  (public NKI names)
