@@ -277,6 +277,14 @@ def test_reduce_partition_axis():
         run(lambda a: nisa.tensor_reduce(nl.add, nl.load(a), axis=0), _z((8, 8)))
     with raises_rule("nkisim_reduce_partition_axis", "axis=(0, 1)"):
         run(lambda a: nl.sum(nl.load(a), axis=(0, 1)), _z((8, 8)))
+    # an axis the tile does not have is not the partition axis
+    with raises_rule("nkisim_bad_argument", "tensor_reduce: axis 2 is out of range for a 2-D tile: the free axes are "
+                     "1 to 1"):
+        run(lambda a: nisa.tensor_reduce(nl.add, nl.load(a), axis=2), _z((8, 8)))
+    with raises_rule("nkisim_bad_argument", "axis -3 is out of range for a 2-D tile"):
+        run(lambda a: nl.max(nl.load(a), axis=[1, -3]), _z((8, 8)))
+    with raises_rule("nkisim_reduce_partition_axis", "axis=-2"):
+        run(lambda a: nisa.tensor_reduce(nl.add, nl.load(a), axis=-2), _z((8, 8)))
 
 
 def test_scalar_operand_shape():

@@ -51,9 +51,12 @@ def tensor_reduce(op: str, data, axis, *, negate: bool = False, keepdims: bool =
     norm = []
     for ax in axes:
         ax = int(ax)
+        if not -nd <= ax < nd:  # not the partition axis: no axis at all (numpy's AxisError, in the rule's words)
+            fail("nkisim_bad_argument", op=op_name, detail=f"axis {ax} is out of range for a {nd}-D tile: the free "
+                 f"axes are 1 to {nd - 1}" if nd > 1 else f"axis {ax}: a 1-D tile has no free axis")
         if ax < 0:
             ax += nd
-        if ax == 0 or not 0 < ax < nd:
+        if ax == 0:
             fail("nkisim_reduce_partition_axis", op=op_name, axis=axis)
         norm.append(ax)
     # Trailing contiguous axes only in the current API, where the compiler refuses the rest (nki.isa.tensor_reduce,
