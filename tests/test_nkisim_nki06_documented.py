@@ -1693,3 +1693,38 @@ def test_nl_dtype_is_the_type_of_the_data_types():
         nisa.dma_copy(dst=o, src=a)
         return o
     assert _run(kernel, np.ones((4, 4), np.float32), nl.bfloat16).dtype == ml_dtypes.bfloat16
+
+
+@pytest.mark.parametrize("mode, vector_ok, scalar_ok", [("unknown", True, True), ("swdge", True, True),
+                                                       ("hwdge", False, True), ("none", False, False)])
+def test_dge_modes_and_dynamic_addresses(mode, vector_ok, scalar_ok):
+    """nki/deep-dives/nki-dge.rst: swdge "is the only mode that supports indirect (gather/scatter) operations with
+    dynamic indices"; hwdge "Does not support indirect (gather/scatter) operations"; none "Cannot handle dynamic
+    (runtime-computed) addresses or indices"; nisa.dma_copy: "When either sw_dge or hw_dge mode is used, the src and
+    dst tensors can have a dynamic start address"."""
+    dge = getattr(nisa.dge_mode, mode)
+    x = np.arange(8 * 64, dtype=np.float32).reshape(8, 64)
+
+    def gather(a):
+        idx = nl.ndarray((4, 1), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.iota(dst=idx, pattern=[[0, 1]], channel_multiplier=2)  # rows 0, 2, 4, 6
+        t = nl.ndarray((4, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a.ap(pattern=[[64, 4], [1, 64]], vector_offset=idx, indirect_dim=0), dge_mode=dge)
+        o = nl.ndarray((4, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=t)
+        return o
+
+    def scalar(a):
+        r = nisa.register_alloc(3)
+        t = nl.ndarray((1, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a.ap(pattern=[[64, 1], [1, 64]], scalar_offset=r, indirect_dim=0), dge_mode=dge)
+        o = nl.ndarray((1, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=t)
+        return o
+    for kernel, ok, want, frag in ((gather, vector_ok, x[0:8:2], "indirect (gather/scatter) view"),
+                                   (scalar, scalar_ok, x[3:4], "run-time (scalar_offset) view")):
+        if ok:
+            np.testing.assert_array_equal(_run(kernel, x), want)
+        else:
+            with raises_rule("nkisim_bad_argument", frag, f"dge_mode={mode} cannot address"):
+                _run(kernel, x)

@@ -459,6 +459,15 @@ def _offset_unknown(self):
     return element_offset(self)
 
 
+def indirection(t) -> str | None:
+    """How a view addresses its tensor at run time: "vector" (per-partition offsets: ``vector_offset`` /
+    ``vector_select``, or index arrays), "scalar" (``.ap(scalar_offset=...)`` / ``select(dim, tensor)``) or None."""
+    r = getattr(t, "_recipe", None) if type(t) in _DYNAMIC.values() else None
+    if r is not None:
+        return "vector" if isinstance(r, VectorRecipe) else "scalar"
+    return "vector" if getattr(t, "_ix", None) is not None else None
+
+
 def dynamic_class(cls: type) -> type:
     """The class of run-time-offset views of tensor class ``cls`` (one per class, made once)."""
     dyn = _DYNAMIC.get(cls)

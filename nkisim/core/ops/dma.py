@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from nkisim.core import dtypes, execute
+from nkisim.core import aps, dtypes, execute
 from nkisim.core.access import check_writable, dynamic_tiles, in_bounds, read, runtime_bounds, scatter_add, write
 from nkisim.core.context import KernelContext, current
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_DMA, E_SCALAR, E_SYNC, E_UNKNOWN, ENGINE_NAMES, Engine
@@ -28,7 +28,8 @@ from nkisim.core.rules import fail
 from nkisim.core.tensor import Tensor
 
 
-def check_dma_options(op: str, dge: str | None, *, priority=None, engine: Engine = E_UNKNOWN) -> None:
+def check_dma_options(op: str, dge: str | None, *, priority=None, engine: Engine = E_UNKNOWN, src=None,
+                      dst=None) -> None:
     """The options of NKI 0.6's ``nisa.dma_copy`` beyond the copy itself (nki/api/nki/isa/__init__.py):
     ``priority`` "DMA quality-of-service priority level 0-3 ... (NeuronCore-v4+ only)"; ``engine`` "the engine to
     use for HWDGE descriptor generation: nki.isa.engine.sync or nki.isa.engine.scalar. Only valid when
@@ -48,6 +49,17 @@ def check_dma_options(op: str, dge: str | None, *, priority=None, engine: Engine
     if dge == "hwdge" and ctx.target == "trn1":
         fail("nkisim_engine_op_unsupported", op=op, engine="the hardware DGE (dge_mode=hwdge)", target=ctx.target,
              detail="hardware based DGE is only supported for NeuronCore-v3 (trn2) or newer")
+    if dge in ("hwdge", "none"):
+        # nki-dge.rst: swdge "is the only mode that supports indirect (gather/scatter) operations"; hwdge "Does not
+        # support indirect (gather/scatter) operations"; none "Cannot handle dynamic (runtime-computed) addresses or
+        # indices" (dma_copy: "When either sw_dge or hw_dge mode is used, the src and dst tensors can have a dynamic
+        # start address")
+        for t, name in ((src, "src"), (dst, "dst")):
+            how = aps.indirection(t) if t is not None else None
+            if how == "vector" or (how == "scalar" and dge == "none"):
+                what = "an indirect (gather/scatter) view" if how == "vector" else "a run-time (scalar_offset) view"
+                fail("nkisim_bad_argument", op=op, detail=f"{name} is {what}, which dge_mode={dge} cannot address: "
+                     + ("use dge_mode=swdge (or unknown)" if how == "vector" else "use swdge, hwdge or unknown"))
 
 
 def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_rmw_op: str | None = None,

@@ -120,7 +120,7 @@ def dma_copy(dst, src, priority=None, oob_mode=oob_mode.error, dge_mode=dge_mode
     dge_mode = _dge(dge_mode, "dma_copy")
     skip = _member(oob_mode, _OobMode, "oob_mode", "dma_copy") is _OOB_SKIP
     _dma.check_dma_options("dma_copy", None if dge_mode is _DGE_UNKNOWN else dge_mode.name, priority=priority,
-                           engine=_engine(engine, "dma_copy"))
+                           engine=_engine(engine, "dma_copy"), src=src, dst=dst)
     if dge_mode is _HWDGE and getattr(src, "dtype", None) != getattr(dst, "dtype", None):
         # "NKI 0.3.0 enforces that source and destination element types must match when using
         # dge_mode=dge_mode.hwdge" (migration guide): the hardware DGE moves raw bytes
