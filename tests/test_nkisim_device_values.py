@@ -830,7 +830,12 @@ def test_device_print_runs_no_kernel_code_that_tells_the_mode(mode, capsys):
     """S11: ``nl.device_print(prefix, t)`` printed ``prefix`` only when values are computed, so ``__str__`` of a
     prefix of the kernel's class (the one dunder a helper class may define besides ``__init__``/``__repr__``) ran
     only in full mode: a kernel counting its calls knew whether it was being timed without values.  Now the prefix
-    is made text at the call, in both modes."""
+    is made text at the call, in both modes.  The current API takes only a string ("must be a constant string",
+    nl.device_print, NKI 0.6): there an object prefix is refused before anything of it runs, in both modes; the
+    legacy API still takes one, and runs its ``__str__`` once, in both modes."""
+    import neuronxcc.nki as lnki
+    import neuronxcc.nki.language as lnl
+
     from nkisim import frontends
 
     class Label:
@@ -847,8 +852,20 @@ def test_device_print_runs_no_kernel_code_that_tells_the_mode(mode, capsys):
         nisa.dma_copy(dst=out, src=t)
         return out
 
+    @lnki.jit
+    def legacy(x):
+        t = lnl.load(x)
+        lnl.device_print(Label(), t)
+        out = lnl.ndarray((1, 4), dtype=lnl.float32, buffer=lnl.shared_hbm)
+        lnl.store(out, value=t)
+        return out
+
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
     SEEN.clear()
-    run_kernel(k, (np.arange(4, dtype=np.float32).reshape(1, 4),), {}, frontend=frontends.NKI, mode=mode)
+    with pytest.raises(TypeError, match="print_prefix must be a constant string"):
+        run_kernel(k, (x,), {}, frontend=frontends.NKI, mode=mode)
+    assert SEEN == []
+    run_kernel(legacy, (x,), {}, frontend=frontends.LEGACY, mode=mode)
     assert SEEN == ["str"]
     assert ("label [[0. 1. 2. 3.]]" in capsys.readouterr().out) == (mode == "full")
 

@@ -1728,3 +1728,22 @@ def test_dge_modes_and_dynamic_addresses(mode, vector_ok, scalar_ok):
         else:
             with raises_rule("nkisim_bad_argument", frag, f"dge_mode={mode} cannot address"):
                 _run(kernel, x)
+
+
+def test_language_memory_and_argument_rules():
+    """nl.store: "value: an SBUF tile that contains the values to store"; nl.device_print: "print_prefix ... must be
+    a constant string", "tensor ... Can be in SBUF or HBM"; nl.random_seed: "seed: a [1,1] tensor on SBUF or PSUM
+    with a 32-bit seed value"; nl.shared_constant: "Create a tensor in shared HBM" (it reported private_hbm)."""
+    with raises_rule("err_unsupported_memory", "'value' of 'store'"):
+        _run_isa(lambda a: nl.store(nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm),
+                                    _sb(buffer=nl.psum, fill=1.0)))
+    with raises_rule("err_unsupported_memory", "'tensor' of 'device_print'"):
+        _run_isa(lambda a: nl.device_print("p", _sb(buffer=nl.psum, fill=1.0)))
+    with pytest.raises(TypeError, match="print_prefix must be a constant string"):
+        _run_isa(lambda a: nl.device_print(3, _sb(fill=1.0)))
+    for seed in (lambda: 5, lambda: _sb((2, 1), dt=nl.int32, fill=1), lambda: _sb((1, 1), dt=nl.int16, fill=1)):
+        with raises_rule("nkisim_bad_argument", "seed must be a [1, 1] SBUF or PSUM tensor holding a 32-bit value"):
+            _run_isa(lambda a, seed=seed: nl.random_seed(seed()))
+    seen = []
+    _run_isa(lambda a: seen.append(nl.shared_constant(np.eye(4, dtype=np.float32)).buffer))
+    assert seen == [nl.shared_hbm]

@@ -157,9 +157,10 @@ def _shared_again(ctx: KernelContext, dims, dt, name: str) -> Tensor | None:
     return t
 
 
-def wrap_host(ctx: KernelContext, value, name: str):
+def wrap_host(ctx: KernelContext, value, name: str, space: str = "argument"):
     """A read-only HBM tensor holding host data (kernel arguments, nl.shared_constant); anything that is not an
-    array (ints, tuples, shape-only ``nt.tensor`` placeholders in full mode raise) is returned as given."""
+    array (ints, tuples, shape-only ``nt.tensor`` placeholders in full mode raise) is returned as given.  ``space``:
+    the memory space the tensor reports (NKI 0.6's shared_constant is "a tensor in shared HBM")."""
     if getattr(value, "__nkisim_placeholder__", False):  # nt.tensor[[shape], dtype]: shape only (nki.benchmark)
         if ctx.full:
             raise TypeError(f"argument '{name}' is {value!r}, a shape-only placeholder: it has no values, so it can "
@@ -177,7 +178,7 @@ def wrap_host(ctx: KernelContext, value, name: str):
         base = np.array(arr, dtype=dt, copy=True, order="C") if ctx.full else np.empty(arr.shape, dtype=dt)
         alloc = Allocation(B_HBM, base, ctx.mem.new_phys(), None, name, 0, None)
         alloc.immutable = True
-        alloc.space = "argument"
+        alloc.space = space
         return ctx.tensor_type(alloc, base, 0, off=0)
     return value
 

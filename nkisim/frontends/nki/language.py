@@ -23,6 +23,9 @@ from nkisim.core import dtypes as _dt
 from nkisim.core import launchinfo as _launch
 from nkisim.core import placement as _placement
 from nkisim.core import semantics as _sem
+from nkisim.core.instr import B_HBM as _HBM
+from nkisim.core.instr import B_PSUM as _PSUM
+from nkisim.core.instr import B_SBUF as _SBUF
 from nkisim.core.instr import E_GPSIMD as _GPSIMD
 from nkisim.core.instr import Buf as _Buf
 from nkisim.core.ops import dma as _dma
@@ -30,7 +33,10 @@ from nkisim.core.ops import elementwise as _ew
 from nkisim.core.ops import gpsimd as _gps
 from nkisim.core.ops import reduce as _red
 from nkisim.core.ops import registers as _reg
+from nkisim.core.ops.common import need_on_chip as _need_on_chip
+from nkisim.core.rules import fail as _fail
 from nkisim.core.sealed import Sealed as _Sealed
+from nkisim.core.tensor import Tensor as _Tensor
 from nkisim.frontends import NKI as _NKI
 from nkisim.frontends import _operators, _unsupported
 from nkisim.frontends.nki.dtype import NkiDType as DType  # noqa: F401  (the stub's ``DType = str``: annotations)
@@ -154,6 +160,11 @@ def ndarray(shape, dtype, buffer=sbuf, name="", address=None) -> NkiTensor:
     return _buffers.allocate(shape, dtype, buffer, name=name)
 
 
+def _describe(x) -> str:
+    shape = getattr(x, "shape", None)
+    return f"a tensor of shape {list(shape)}" if shape is not None else repr(x)
+
+
 def _shape(shape):
     return (shape,) if isinstance(shape, int) else tuple(shape)
 
@@ -185,7 +196,7 @@ def shared_constant(constant):
     ctx = _ctx.current("shared_constant")
     ctx.settle()
     arr = _buffers.shipped_constant(ctx, constant) if isinstance(constant, str) else _np.asarray(constant)
-    return _buffers.wrap_host(ctx, arr, "shared_constant")
+    return _buffers.wrap_host(ctx, arr, "shared_constant", space="shared_hbm")  # "a tensor in shared HBM"
 
 
 def shared_identity_matrix(n, dtype=uint8, dst=None):
@@ -286,6 +297,10 @@ def load_transpose2d(src, dtype=None) -> NkiTensor:
 
 
 def store(dst, value) -> None:
+    """``value``: "an SBUF tile that contains the values to store" (nl.store, NKI 0.6: a DMA, which cannot read
+    PSUM; copy a PSUM result to SBUF first, e.g. with nl.copy)."""
+    if isinstance(value, _Tensor):
+        _need_on_chip(value, "store", "value", (_SBUF,))
     _dma.store(dst, value)
 
 
@@ -423,11 +438,21 @@ def rand(shape, dtype, buffer=sbuf, name="") -> NkiTensor:
 
 
 def random_seed(seed) -> None:
+    """``seed``: "a [1,1] tensor on SBUF or PSUM with a 32-bit seed value" (nl.random_seed, NKI 0.6)."""
+    if not (isinstance(seed, _Tensor) and tuple(seed.shape) == (1, 1) and seed.dtype.itemsize == 4
+            and seed.kind in (_SBUF, _PSUM)):
+        _fail("nkisim_bad_argument", op="random_seed", detail="seed must be a [1, 1] SBUF or PSUM tensor holding a "
+              f"32-bit value, got {_describe(seed)}")
     _gps.random_seed(seed)
 
 
 def device_print(print_prefix, tensor) -> None:
-    """Print a tile's values (the simulator prints them; compiled kernels print nothing): nkisim.core.launchinfo."""
+    """Print a tile's values (the simulator prints them; compiled kernels print nothing): nkisim.core.launchinfo.
+    NKI 0.6: "print_prefix: ... must be a constant string"; "tensor: tensor to print out. Can be in SBUF or HBM"."""
+    if not isinstance(print_prefix, str):
+        raise TypeError(f"nl.device_print: print_prefix must be a constant string, got {type(print_prefix).__name__}")
+    if isinstance(tensor, _Tensor):
+        _need_on_chip(tensor, "device_print", "tensor", (_SBUF, _HBM))
     _launch.device_print(print_prefix, tensor)
 
 
