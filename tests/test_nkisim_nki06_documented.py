@@ -1747,3 +1747,47 @@ def test_language_memory_and_argument_rules():
     seen = []
     _run_isa(lambda a: seen.append(nl.shared_constant(np.eye(4, dtype=np.float32)).buffer))
     assert seen == [nl.shared_hbm]
+
+
+def test_range_select_and_select_reduce_documented_constraints():
+    """nisa.range_select: "The comparison operators must be one of: nl.equal, nl.less, nl.less_equal, nl.greater,
+    nl.greater_equal"; "on_true_tile must be one of the FP dtypes, and bound0/bound1 must be FP32 types"; reduce_op
+    "Currently only nl.maximum is supported"; on_false_value "Due to hardware constraints, this must be FP32_MIN".
+    nisa.select_reduce: "on_true can be any supported dtype except tfloat32, int32, uint32"; "predicate dtype can be
+    any supported integer type int8, uint8, int16, uint16"; "reduce_res dtype must of float type"; "Either on_true or
+    predicate may be in PSUM, but not both simultaneously".  All of these ran before."""
+    fmin = float(np.finfo(np.float32).min)
+
+    def rs(**kw):
+        args = dict(dst=_sb(), on_true_tile=_sb(fill=1.0), comp_op0=nl.greater_equal, comp_op1=nl.less,
+                    bound0=_sb((128, 1), fill=0.0), bound1=_sb((128, 1), fill=8.0), reduce_res=_sb((128, 1)),
+                    reduce_op=nl.maximum, on_false_value=fmin)
+        args.update({k: v() for k, v in kw.items()})
+        nisa.range_select(**args)
+    _run_isa(lambda a: rs())
+    for kw, frag in ((dict(comp_op0=lambda: nl.not_equal), "'not_equal' is not a comparison operator"),
+                     (dict(on_true_tile=lambda: _sb(dt=nl.int32, fill=1), dst=lambda: _sb(dt=nl.int32)),
+                      "on_true_tile must have a floating-point dtype"),
+                     (dict(bound1=lambda: _sb((128, 1), dt=nl.bfloat16, fill=8.0)), "bound1 must be a float32 tile"),
+                     (dict(reduce_op=lambda: nl.add), "reduce_op must be nl.maximum"),
+                     (dict(on_false_value=lambda: 0.0), "on_false_value must be FP32_MIN")):
+        with raises_rule("nkisim_bad_argument", frag):
+            _run_isa(lambda a, kw=kw: rs(**kw))
+
+    def sr(**kw):
+        args = dict(dst=_sb(), predicate=_sb(dt=nl.uint8, fill=1), on_true=_sb(fill=1.0), on_false=0.0,
+                    reduce_res=_sb((128, 1)), reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        args.update({k: v() for k, v in kw.items()})
+        nisa.select_reduce(**args)
+    _run_isa(lambda a: sr())
+    _run_isa(lambda a: sr(predicate=lambda: _sb(dt=nl.int16, fill=1)))
+    for kw, frag in ((dict(on_true=lambda: _sb(dt=nl.int32, fill=1), dst=lambda: _sb(dt=nl.int32)),
+                      "on_true cannot be int32"),
+                     (dict(predicate=lambda: _sb(dt=nl.uint32, fill=1)), "predicate must be int8, uint8, int16"),
+                     (dict(predicate=lambda: _sb(fill=1.0)), "got float32"),
+                     (dict(reduce_res=lambda: _sb((128, 1), dt=nl.int32)), "reduce_res must have a float dtype")):
+        with raises_rule("nkisim_bad_argument", frag):
+            _run_isa(lambda a, kw=kw: sr(**kw))
+    with raises_rule("nkisim_two_inputs_in_psum"):
+        _run_isa(lambda a: sr(on_true=lambda: _sb(buffer=nl.psum, fill=1.0),
+                              predicate=lambda: _sb(dt=nl.uint8, buffer=nl.psum, fill=1)))

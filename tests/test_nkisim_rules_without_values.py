@@ -124,7 +124,10 @@ def _range_select(d, x, r):
 
 
 def _select_reduce(d, x, r):
-    nisa.select_reduce(dst=d, predicate=x, on_true=x, on_false=-5.0, reduce_res=r,
+    # "predicate dtype can be any supported integer type int8, uint8, int16, uint16" (NKI 0.6): x != 0 as uint8
+    p = nl.ndarray(x.shape, dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=p, data=x, op0=nl.not_equal, operand0=0.0)
+    nisa.select_reduce(dst=d, predicate=p, on_true=x, on_false=-5.0, reduce_res=r,
                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
 
 

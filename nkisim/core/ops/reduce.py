@@ -272,16 +272,21 @@ def bn_aggr(data, *, dtype=None, mask=None) -> Tensor:
 
 def range_select(on_true_tile, comp_op0: str, comp_op1: str, bound0, bound1, *, reduce_res=None,
                  reduce_op: str = "maximum", reduce_cmd: int = 0, range_start: int = 0,
-                 on_false_value=-3.4028235e38, dtype=None, mask=None) -> Tensor:
+                 on_false_value=-3.4028235e38, dtype=None, mask=None, strict: bool = False) -> Tensor:
     """out[p, j] = (comp_op0(j + range_start, bound0[p]) and comp_op1(j + range_start, bound1[p])) ? in : false
     value; each row's reduction goes into VectorE's reduction registers as ``reduce_cmd`` says (idle, reset, reduce,
-    reset_reduce: ops.reduce_registers) and ``reduce_res`` reads the registers out."""
+    reset_reduce: ops.reduce_registers) and ``reduce_res`` reads the registers out.  ``strict``: NKI 0.6's
+    constraints (nki.isa.range_select): comparison operators among equal/less/less_equal/greater/greater_equal,
+    "on_true_tile must be one of the FP dtypes, and bound0/bound1 must be FP32 types", reduce_op "Currently only
+    nl.maximum", on_false_value "Due to hardware constraints, this must be FP32_MIN"."""
     ctx, (src,) = begin("range_select", E_VECTOR, [(on_true_tile, "on_true_tile")])
     if ctx.target == "trn1":  # nki.isa.range_select docs: "Available only on NeuronCore-v3 and beyond."
         fail("nkisim_engine_op_unsupported", op="range_select", engine="Vector Engine", target=ctx.target,
              detail="range_select is available only on NeuronCore-v3 (trn2) and beyond")
     b0, t0 = scalar_operand(ctx, "range_select", src, bound0, "bound0")
     b1, t1 = scalar_operand(ctx, "range_select", src, bound1, "bound1")
+    if strict:
+        _range_select_rules(src, comp_op0, comp_op1, t0, t1, reduce_op, on_false_value)
     if reduce_res is not None:
         reduce_res = check_reduce_res("range_select", reduce_res, parts_of(src))
     out = new_result(ctx, src.shape, out_dtype(dtype, src))
@@ -303,8 +308,35 @@ def range_select(on_true_tile, comp_op0: str, comp_op1: str, bound0, bound1, *, 
     return finish(ctx, ins, out, values, mask_values(mask, out.shape, src, out))
 
 
+_COMPARISONS = ("equal", "less", "less_equal", "greater", "greater_equal")
+
+
+def _range_select_rules(src: Tensor, comp_op0, comp_op1, t0, t1, reduce_op, on_false_value) -> None:
+    op = "range_select"
+    bad = [c for c in (comp_op0, comp_op1) if c not in _COMPARISONS]
+    if bad:
+        fail("nkisim_bad_argument", op=op, detail=f"'{bad[0]}' is not a comparison operator (nl.equal, nl.less, "
+             "nl.less_equal, nl.greater, nl.greater_equal)")
+    if src.dtype.kind in "iub":
+        fail("nkisim_bad_argument", op=op, detail=f"on_true_tile must have a floating-point dtype, got {src.dtype}")
+    for t, name in ((t0, "bound0"), (t1, "bound1")):
+        if t is None or t.dtype != F32:
+            fail("nkisim_bad_argument", op=op, detail=f"{name} must be a float32 tile with one element per partition"
+                 + (f", got {t.dtype}" if t is not None else ", got a number"))
+    if reduce_op != "maximum":
+        fail("nkisim_bad_argument", op=op, detail=f"reduce_op must be nl.maximum (the only one supported), got "
+             f"'{reduce_op}'")
+    if np.float32(on_false_value) != np.finfo(np.float32).min:
+        fail("nkisim_bad_argument", op=op, detail=f"on_false_value must be FP32_MIN (-3.4028235e+38, a hardware "
+             f"constraint), got {on_false_value!r}")
+
+
+_SELECT_PREDICATES = frozenset(np.dtype(d) for d in (np.int8, np.uint8, np.int16, np.uint16))
+
+
 def select_reduce(dst: Tensor, predicate, on_true, on_false, *, reduce_res=None, reduce_cmd: int = 0,
-                  reduce_op: str = "maximum", reverse_pred: bool = False, dtype=None, mask=None) -> Tensor:
+                  reduce_op: str = "maximum", reverse_pred: bool = False, dtype=None, mask=None,
+                  strict: bool = False) -> Tensor:
     """dst = predicate ? on_true : on_false (VectorE, in place), each row's max going into VectorE's reduction
     registers as ``reduce_cmd`` says ("reset_reduce: Reset accumulators to -inf, then accumulate"; the registers
     are shared with range_select) and ``reduce_res`` reading them out (2.26 nki.isa.select_reduce docs)."""
@@ -320,6 +352,18 @@ def select_reduce(dst: Tensor, predicate, on_true, on_false, *, reduce_res=None,
     fv, tf = scalar_operand(ctx, op, t, on_false, "on_false")
     if reduce_res is not None:
         reduce_res = check_reduce_res(op, reduce_res, parts_of(d))
+    if strict:
+        # NKI 0.6 (nki.isa.select_reduce): "on_true can be any supported dtype except tfloat32, int32, uint32";
+        # "predicate dtype can be any supported integer type int8, uint8, int16, uint16"; "reduce_res dtype must
+        # of float type"; "Either on_true or predicate may be in PSUM, but not both simultaneously"
+        if dtypes.name(t.dtype) in ("tfloat32", "int32", "uint32"):
+            fail("nkisim_bad_argument", op=op, detail=f"on_true cannot be {dtypes.name(t.dtype)}")
+        if p.dtype not in _SELECT_PREDICATES:
+            fail("nkisim_bad_argument", op=op, detail=f"predicate must be int8, uint8, int16 or uint16, got {p.dtype}")
+        if reduce_res is not None and reduce_res.dtype.kind in "iub":
+            fail("nkisim_bad_argument", op=op, detail=f"reduce_res must have a float dtype, got {reduce_res.dtype}")
+        if t.kind == B_PSUM and p.kind == B_PSUM:
+            fail("nkisim_two_inputs_in_psum", op=op)
     srcs = [p, t] + ([tf] if tf is not None else [])
     dsts = (d,) if reduce_res is None else (d, reduce_res)
     ctx.emit(op, E_VECTOR, srcs, dsts, {"reduce": reduce_res is not None})

@@ -337,7 +337,7 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
                                         bound0, bound1, reduce_res=reduce_res,
                                         reduce_op=_alu(reduce_op, "range_select"),
                                         reduce_cmd=_reduce_cmd(reduce_cmd, "range_select"), range_start=range_start,
-                                        on_false_value=on_false_value, dtype=dst.dtype))
+                                        on_false_value=on_false_value, dtype=dst.dtype, strict=True))
 
 
 def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle, reduce_op=maximum,
@@ -346,7 +346,7 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
         _removed("select_reduce", removed)
     _red.select_reduce(dst, predicate, on_true, on_false, reduce_res=reduce_res,
                        reduce_cmd=_reduce_cmd(reduce_cmd, "select_reduce"), reduce_op=_alu(reduce_op, "select_reduce"),
-                       reverse_pred=reverse_pred)
+                       reverse_pred=reverse_pred, strict=True)
 
 
 def max8(dst, src, name=None, **removed) -> None:
