@@ -639,15 +639,41 @@ def _collect_group(proc: ProcessResult, out_dir: Path, invs: list[Invocation], t
             if isinstance(got.get(key), int):
                 figures[key] += got[key]
     runs: list[CaseRun | None] = []
+    cpu: list[float | None] = []
     for k, (inv, t) in enumerate(zip(invs, timeouts, strict=True)):
         mdir = out_dir / f"m{k}"
-        if not (mdir / "status.json").is_file():
+        mstatus = _read_status(mdir / "status.json")
+        if mstatus is None:
             runs.append(None)
+            cpu.append(None)
             continue
+        got = mstatus.get("cpu_seconds")
+        cpu.append(float(got) if isinstance(got, int | float) and got >= 0 else None)
         run = _collect(proc, mdir, inv, module_name, limits, t, want_trace, rel_file)
         run.wall_seconds = proc.wall_seconds / len(invs)  # the group's wall time, split evenly
         runs.append(None if run.exhausted or run.verdict in (Verdict.CRASHED, Verdict.GRADER_ERROR) else run)
+    # The group's process has the sum of the members' time limits; no member may use more of it than its own limit
+    # gives it alone: a call whose share of the group's time nears its limit is replayed alone, where that limit
+    # holds (a pooling call doing far more work than its siblings passed here and timed out alone: G11 in
+    # docs/grading-security.md)
+    for k in _over_their_time(proc.wall_seconds, cpu, timeouts):
+        runs[k] = None
     return runs
+
+
+# A grouped call replayed alone when its estimated time alone is over this fraction of its time limit: the estimate
+# (its thread's CPU time, scaled by the group's wall/CPU ratio for the machine's load) leaves out the process's own
+# start-up and the load's variation, which the margin covers; honest calls use a few percent of their limit
+GROUP_TIME_FRACTION = 0.5
+
+
+def _over_their_time(wall_seconds: float, cpu: list[float | None], timeouts: list[float]) -> list[int]:
+    """The members of a group whose time alone, estimated from their share of the group's, may be over their limit:
+    ``cpu`` is each member's own thread's CPU seconds as the replay process measured them (it runs no student
+    code; None: not reported, so not known to be under the limit), scaled by the group's wall/CPU ratio."""
+    load = max(1.0, wall_seconds / max(sum(c for c in cpu if c is not None), 1e-3))
+    return [k for k, (c, t) in enumerate(zip(cpu, timeouts, strict=True))
+            if c is None or c * load >= GROUP_TIME_FRACTION * t]
 
 
 def _collect_stream(proc: ProcessResult, out_dir: Path, inv: Invocation, module_name: str, limits: Limits,

@@ -147,8 +147,10 @@ def test_what_the_parent_takes_from_a_group_process(tmp_path, limits):
     invs = _invs()[:3]
     proc = ProcessResult(returncode=0, timed_out=False, wall_seconds=3.0, output_tail="")
     (tmp_path / "status.json").write_text(json.dumps({"ok": True, "group": {"hits": 4, "misses": 2}}))
-    _member_dir(tmp_path, 0, {"ok": False, "stage": "kernel", "error_type": "MemoryError", "error": ""})
-    _member_dir(tmp_path, 1, {"ok": False, "stage": "kernel", "error_type": "StreamError", "error": "bad event"})
+    _member_dir(tmp_path, 0, {"ok": False, "stage": "kernel", "error_type": "MemoryError", "error": "",
+                              "cpu_seconds": 0.5})
+    _member_dir(tmp_path, 1, {"ok": False, "stage": "kernel", "error_type": "StreamError", "error": "bad event",
+                              "cpu_seconds": 0.5})
     figures = {"hits": 0, "misses": 0}
     runs = runner._collect_group(proc, tmp_path, invs, [60.0] * 3, "conv2d.py", limits, False, "part2/conv2d.py",
                                  figures)

@@ -1,0 +1,148 @@
+"""Grading security of the lockstep groups (grader.runner.run_group: part2.large, bias and maxpool replayed in one
+process): no call's outcome may depend on its siblings'.  The hostile submissions of tests/hostile_group/ are graded
+with a rubric of three correctness calls on one X and W, each with its expected score (docs/grading-security.md,
+G11)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from grader_helpers import FAST_RUBRIC, TESTS, check_reports
+
+import grader.runner as runner
+from grader import problems
+from grader.pipeline import grade_submission
+from grader.records import GradeConfig
+from grader.rubric import load_rubric
+from grader.sandbox import ProcessResult
+
+HOSTILE_GROUP = TESTS / "hostile_group"
+SHAPE = {"batch": 2, "in_channels": 128, "out_channels": 128, "height": 16, "width": 16, "kernel": 3,
+         "dtype": "float32"}
+VARIANTS = [{"bias": "zeros", "pool": 1}, {"bias": "random", "pool": 1}, {"bias": "random", "pool": 2}]
+
+
+def _member(out: Path, k: int, cpu) -> None:
+    (out / f"m{k}").mkdir(parents=True)
+    status = {"ok": False, "stage": "kernel", "error_type": "ValueError", "error": f"member {k}"}
+    if cpu is not None:
+        status["cpu_seconds"] = cpu
+    (out / f"m{k}" / "status.json").write_text(json.dumps(status))
+
+
+@pytest.fixture(scope="module")
+def limits():
+    return load_rubric(FAST_RUBRIC).limits
+
+
+def _collect(tmp_path: Path, limits, cpus: list, timeouts: list[float], wall: float) -> list:
+    invs = [problems.get("conv2d").shared_invocation({**SHAPE, **v}, 5).inv for v in VARIANTS]
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "status.json").write_text(json.dumps({"ok": True, "group": {"hits": 0, "misses": 3}}))
+    for k, cpu in enumerate(cpus):
+        _member(tmp_path, k, cpu)
+    proc = ProcessResult(returncode=0, timed_out=False, wall_seconds=wall, output_tail="")
+    return runner._collect_group(proc, tmp_path, invs, timeouts, "conv2d.py", limits, False, "part2/conv2d.py",
+                                 {"hits": 0, "misses": 0})
+
+
+def test_a_member_that_used_its_siblings_time_is_replayed_alone(tmp_path, limits):
+    """The group's process may run for the sum of the calls' limits; a call whose own time nears its own limit
+    is replayed alone, where that limit holds (G11: the pooling call did 20,000 extra matmuls, 3x its limit, and
+    passed beside two quick siblings).  Its error here is kept only when its time was well within its limit."""
+    runs = _collect(tmp_path, limits, [0.4, 0.4, 14.0], [10.0, 10.0, 10.0], wall=15.0)
+    assert runs[0] is not None and runs[1] is not None and runs[2] is None
+    assert "member 0" in runs[0].message
+
+
+def test_the_estimate_scales_with_the_machines_load(tmp_path, limits):
+    # 3 CPU s of a 10 s limit alone, but the group took 4x its CPU time in wall time: 12 s alone, over the limit
+    runs = _collect(tmp_path, limits, [0.5, 0.5, 3.0], [10.0, 10.0, 10.0], wall=16.0)
+    assert runs[2] is None and runs[0] is not None
+    # the same CPU on a quiet machine: within half its limit, kept
+    runs = _collect(tmp_path / "quiet", limits, [0.5, 0.5, 3.0], [10.0, 10.0, 10.0], wall=4.0)
+    assert all(r is not None for r in runs)
+
+
+@pytest.mark.parametrize("cpu", [None, "12", -1.0, float("nan")], ids=["missing", "text", "negative", "nan"])
+def test_a_member_without_a_believable_time_is_replayed_alone(tmp_path, limits, cpu):
+    runs = _collect(tmp_path, limits, [0.4, 0.4, cpu], [10.0, 10.0, 10.0], wall=2.0)
+    assert runs[0] is not None and runs[1] is not None and runs[2] is None
+
+
+RUBRIC_TAIL = """
+[[test]]
+id = "conv.plain"
+name = "conv, no bias"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "correctness"
+problem = "conv2d"
+points = 1
+timeout_s = 30
+cases = [{CASE}]
+
+[[test]]
+id = "conv.bias"
+name = "conv + bias"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "correctness"
+problem = "conv2d"
+points = 1
+timeout_s = 30
+cases = [{CASE_BIAS}]
+
+[[test]]
+id = "conv.pool"
+name = "conv + bias + pool"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "correctness"
+problem = "conv2d"
+points = 1
+timeout_s = 5
+cases = [{CASE_POOL}]
+"""
+
+# name -> (status of each of the three calls, score)
+GROUPED = {
+    # 20,000 extra matmuls for the pooling call only (about 7 CPU s of values in the replay, under 1 s to
+    # specialize): 3 before the closure (the pooling call ran in its siblings' unused 60 s), 2 now
+    "slow_pool_nki": (["passed", "passed", "timeout"], 2),
+}
+
+
+def _toml_case(variant: dict) -> str:
+    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in {**SHAPE, **variant}.items()) + " }"
+
+
+def test_every_grouped_hostile_submission_has_an_expectation():
+    assert {p.name for p in HOSTILE_GROUP.iterdir() if p.is_dir()} == set(GROUPED)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(GROUPED))
+def test_grouped_hostile_submission(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADER_SHARE_PRODUCTS", "1")
+    head = Path(FAST_RUBRIC).read_text().split("[[test]]")[0]
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text(head + RUBRIC_TAIL.replace("{CASE}", _toml_case(VARIANTS[0]))
+                      .replace("{CASE_BIAS}", _toml_case(VARIANTS[1])).replace("{CASE_POOL}", _toml_case(VARIANTS[2])))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = tmp_path / "out"
+    config = GradeConfig(rubric_path=str(rubric), backend="nkisim", timeout_scale=1.0, tmp_root=str(scratch))
+    record = grade_submission(HOSTILE_GROUP / name, out, config)
+    assert record.status == "graded", record.error
+    check_reports(out, load_rubric(str(rubric)).total_points)
+    statuses, score = GROUPED[name]
+    assert [t.status for t in record.tests] == statuses, [(t.id, t.status, t.message) for t in record.tests]
+    assert record.score == score
+    assert record.timings["share:groups"] == 1
+    assert not list(scratch.iterdir()), "sandbox run directories must be removed"
