@@ -76,6 +76,9 @@ SCREEN_ON: dict[str, tuple[set[str], float]] = {
     "return_view_nki": ({"error"}, 0),
     # reads the wall clock (a side channel of device values and of the run's mode) and works only when it can
     "clock_read_nki": ({"rejected"}, 0),
+    # a register-valued while loop made the specializing child's timing run repeat itself with values, on the real
+    # inputs: past the screen, the kernel read its input there and shipped the host transpose as a constant
+    "values_in_child_nki": ({"rejected"}, 0),
     # Correct on the correctness shapes, skips the work on the larger timed shape: correctness only.
     "skip_work_when_timed": ({"passed"}, 10),
     # Floods stdout but computes the right answer: full credit, and the grader survives the flood.
@@ -124,6 +127,8 @@ SCREEN_OFF: dict[str, set[str]] = {
     # the parent, so the host transpose behind a flat copy is judged as the flat copy (12 before, docs/grading-
     # security.md "Specialize in the child, execute in the parent")
     "match_private_nki": {"failed"},
+    # without the screen: 12 before the closure (docs/grading-security.md L2); the child records in timing mode only
+    "values_in_child_nki": {"failed"},
     "format_escape_nki": {"failed", "error"},
 }
 # Files a hostile submission reads from outside its own directory (planted before grading, removed after).
