@@ -1791,3 +1791,31 @@ def test_range_select_and_select_reduce_documented_constraints():
     with raises_rule("nkisim_two_inputs_in_psum"):
         _run_isa(lambda a: sr(on_true=lambda: _sb(buffer=nl.psum, fill=1.0),
                               predicate=lambda: _sb(dt=nl.uint8, buffer=nl.psum, fill=1)))
+
+
+def test_dma_transpose_destination_and_generation():
+    """nisa.dma_transpose: "dst: the destination of transpose, must be a tile in SBUF"; "src.dtype == dst.dtype";
+    dge_mode "Hardware based DGE is only supported for NeuronCore-v3 or newer" (an HBM destination, a casting
+    transpose and hwdge on trn1 all ran)."""
+    def kernel(dst_dtype=nl.bfloat16, dst_buffer=nl.sbuf, dge=nisa.dge_mode.unknown):
+        def k(a):
+            s = nl.ndarray((16, 64), dtype=nl.bfloat16, buffer=nl.sbuf)
+            nisa.dma_copy(dst=s, src=a)
+            d = nl.ndarray((64, 16), dtype=dst_dtype, buffer=dst_buffer)
+            nisa.dma_transpose(dst=d, src=s, dge_mode=dge)
+            if dst_buffer is nl.shared_hbm:
+                return d
+            o = nl.ndarray((64, 16), dtype=dst_dtype, buffer=nl.shared_hbm)
+            nisa.dma_copy(dst=o, src=d)
+            return o
+        return k
+    x = np.random.default_rng(1).normal(size=(16, 64)).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(_run(kernel(), x), x.T)
+    with raises_rule("err_unsupported_memory", "'dst' of 'dma_transpose'"):
+        _run(kernel(dst_buffer=nl.shared_hbm), x)
+    with raises_rule("nkisim_dst_mismatch", "src.dtype == dst.dtype"):
+        _run(kernel(dst_dtype=nl.float32), x)
+    with raises_rule("nkisim_engine_op_unsupported", "hwdge", "trn1"):
+        run_kernel(kernel(dge=nisa.dge_mode.hwdge), (x,), {}, frontend=frontends.NKI, target="trn1")
+    np.testing.assert_array_equal(run_kernel(kernel(dge=nisa.dge_mode.hwdge), (x,), {}, frontend=frontends.NKI,
+                                             target="trn2").outputs, x.T)

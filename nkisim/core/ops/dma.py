@@ -262,7 +262,12 @@ def dma_transpose(src: Tensor, axes=None, *, dtype=None, mask=None, two_byte_onl
         fail("err_num_partition_exceed_arch_limit", n=shape[0], limit=ctx.limits.pmax)
     if dst is not None:
         dst = need_tensor(dst, "dma_transpose", "dst")
-        need_on_chip(dst, "dma_transpose", "dst", (B_HBM, B_SBUF))
+        # the current API (dge given): "dst: the destination of transpose, must be a tile in SBUF"; "src.dtype ==
+        # dst.dtype" (nki.isa.dma_transpose, NKI 0.6)
+        need_on_chip(dst, "dma_transpose", "dst", (B_SBUF,) if dge is not None else (B_HBM, B_SBUF))
+        if dge is not None and dst.dtype != src.dtype:
+            fail("nkisim_dst_mismatch", op="dma_transpose", dst=f"{list(dst.shape)} {dst.dtype}",
+                 result=f"{list(src.shape)} {src.dtype}", detail=" (src.dtype == dst.dtype: a transpose does not cast)")
         check_writable(dst)
         if tuple(dst.shape) != shape:
             fail("nkisim_dst_mismatch", op="dma_transpose", dst=list(dst.shape), result=list(shape),
@@ -331,7 +336,12 @@ def _transpose_dge_rules(ctx: KernelContext, src: Tensor, dge: str, indirect: tu
                  f"{dge} (swdge is the gather-transpose of a source with vector_offset)")
         if dge != "hwdge":
             return
+        if ctx.target == "trn1":  # "Hardware based DGE is only supported for NeuronCore-v3 or newer"
+            fail("nkisim_engine_op_unsupported", op=op, engine="the hardware DGE (dge_mode=hwdge)", target=ctx.target,
+                 detail="hardware based DGE is only supported for NeuronCore-v3 (trn2) or newer")
         rows = src.shape[0]
+        # The docstring keeps "For 2-d input tiles, src.shape[0] == 16" while the 0.6 release notes relax
+        # src.shape[0] to {1, 2, 4, 8, 16} without naming a rank: nkisim follows the release notes for 2-D too.
         problems = [
             (rows not in _HWDGE_TRANSPOSE_ROWS, f"src.shape[0] = {rows} must be in {{1, 2, 4, 8, 16}}"),
             (src.ndim > 2 and (rows * src.shape[-2]) % 16 != 0,
