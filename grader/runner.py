@@ -316,6 +316,12 @@ def _nkisim_env(target: str) -> dict[str, str]:
     return env
 
 
+def _dtype_spec(dtype: np.dtype) -> str:
+    """A dtype as the child rebuilds it (grader/child.py ``_stand_ins``): NumPy's own by its type string, an
+    ml_dtypes one (bfloat16, float8_*) by its name."""
+    return dtype.str if dtype.kind in "biufc" else dtype.name
+
+
 def _launch(
     source: bytes,
     rel_file: str,
@@ -347,7 +353,11 @@ def _launch(
         module_file.write_bytes(source)
         os.chmod(module_file, 0o644)
         input_paths = []
-        for i, arr in enumerate(inv.args if inv is not None else ()):
+        # a specializing child computes no values (nkisim.stream records in timing mode, never rerun with them): it
+        # gets the inputs' shapes and dtypes and makes zero-filled stand-ins, so no input data is ever in the process
+        # that runs the kernel's Python (docs/grading-security.md L3)
+        shapes_only = bool(job_fields.get("want_stream"))
+        for i, arr in enumerate(inv.args if inv is not None and not shapes_only else ()):
             if servers is not None and not arr.flags.writeable:  # a shared, read-only input: one file per grading
                 input_paths.append(servers.input_file(arr))
                 continue
@@ -365,6 +375,8 @@ def _launch(
             "target": target,
             "api": api,
             "inputs": input_paths,
+            **({"input_specs": [[list(a.shape), _dtype_spec(a.dtype)] for a in inv.args]}
+               if shapes_only and inv is not None else {}),
             "kwargs": inv.kwargs if inv is not None else {},
             "module_path": str(module_file),
             "module_name": module_file.stem,

@@ -79,6 +79,9 @@ SCREEN_ON: dict[str, tuple[set[str], float]] = {
     # a register-valued while loop made the specializing child's timing run repeat itself with values, on the real
     # inputs: past the screen, the kernel read its input there and shipped the host transpose as a constant
     "values_in_child_nki": ({"rejected"}, 0),
+    # walked the frames above it from an exception's traceback to the specializing child's real input arrays and
+    # shipped the host transpose as a constant (12 with the screen off before L3: the child now gets zero stand-ins)
+    "inputs_in_child_nki": ({"rejected"}, 0),
     # Correct on the correctness shapes, skips the work on the larger timed shape: correctness only.
     "skip_work_when_timed": ({"passed"}, 10),
     # Floods stdout but computes the right answer: full credit, and the grader survives the flood.
@@ -129,6 +132,7 @@ SCREEN_OFF: dict[str, set[str]] = {
     "match_private_nki": {"failed"},
     # without the screen: 12 before the closure (docs/grading-security.md L2); the child records in timing mode only
     "values_in_child_nki": {"failed"},
+    "inputs_in_child_nki": {"failed"},  # 12 before L3 (docs/grading-security.md)
     "format_escape_nki": {"failed", "error"},
 }
 # Files a hostile submission reads from outside its own directory (planted before grading, removed after).

@@ -1,0 +1,58 @@
+"""The specializing child never holds input data (docs/grading-security.md L3): it runs the kernel's Python in
+timing mode, so it is given zero-filled stand-ins of the inputs' shapes and dtypes, never the parent's arrays.
+Before, it loaded the real inputs, and a kernel past the screen found them by walking frames from an exception's
+traceback (tests/hostile/inputs_in_child_nki: 12 points with the screen off)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from grader_helpers import FAST_RUBRIC, HOSTILE
+
+import grader.runner as runner
+from grader.problems.base import Invocation
+from grader.rubric import load_rubric
+
+
+@pytest.fixture(scope="module")
+def limits():
+    return load_rubric(FAST_RUBRIC).limits
+
+
+def _transpose_call(x: np.ndarray) -> Invocation:
+    return Invocation(args=[x], kwargs={}, out_shape=(x.shape[1], x.shape[0]), out_dtype=x.dtype, flops=0.0)
+
+
+def test_the_specializing_child_gets_shapes_not_data(limits, tmp_path, monkeypatch):
+    jobs: list = []
+    real = runner.run_sandboxed
+
+    def launch(argv, *, stdin_bytes, **kw):
+        jobs.append(json.loads(stdin_bytes({}) if callable(stdin_bytes) else stdin_bytes))
+        return real(argv, stdin_bytes=stdin_bytes, **kw)
+
+    monkeypatch.setattr(runner, "run_sandboxed", launch)
+    x = np.random.default_rng(3).standard_normal((256, 128)).astype(np.float32)
+    source = (HOSTILE / "inputs_in_child_nki" / "part1" / "kernels.py").read_bytes()
+    run = runner.run_case(source, "part1/kernels.py", "matrix_transpose", _transpose_call(x), mode="full",
+                          want_trace=False, backend="nkisim", target="trn2", limits=limits, timeout_s=60.0,
+                          tmp_root=str(tmp_path), api="nki")
+    spec, replay = jobs
+    assert spec.get("want_stream") and spec["inputs"] == [] and spec["input_specs"] == [[[256, 128], "<f4"]]
+    assert not replay.get("want_stream") and len(replay["inputs"]) == 1 and "input_specs" not in replay
+    # the frame walk found the stand-in: the constant it shipped is zeros, not the host transpose
+    assert run.verdict == "ok", run.message
+    np.testing.assert_array_equal(run.outputs[0], np.zeros((128, 256), np.float32))
+
+
+def test_stand_ins_keep_shape_and_dtype():
+    import ml_dtypes
+
+    from grader import child
+
+    arrays = [np.ones((2, 3), np.float16), np.ones((4,), np.int32), np.ones((2, 2), ml_dtypes.bfloat16)]
+    made = child._stand_ins([[list(a.shape), runner._dtype_spec(a.dtype)] for a in arrays])
+    for a, m in zip(arrays, made, strict=True):
+        assert m.shape == a.shape and m.dtype == a.dtype and not m.any()
