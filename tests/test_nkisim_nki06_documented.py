@@ -1819,3 +1819,11 @@ def test_dma_transpose_destination_and_generation():
         run_kernel(kernel(dge=nisa.dge_mode.hwdge), (x,), {}, frontend=frontends.NKI, target="trn1")
     np.testing.assert_array_equal(run_kernel(kernel(dge=nisa.dge_mode.hwdge), (x,), {}, frontend=frontends.NKI,
                                              target="trn2").outputs, x.T)
+
+
+def test_migration_guide_removed_names():
+    """NKI migration guide: "nki.isa.tensor_copy_dynamic_src / nki.isa.tensor_copy_dynamic_dst — removed ... Use
+    nisa.tensor_copy() with .ap() and scalar_offset" (a bare AttributeError before)."""
+    for name in ("tensor_copy_dynamic_src", "tensor_copy_dynamic_dst"):
+        with pytest.raises(AttributeError, match="removed in NKI 0.4.0: use nisa.tensor_copy"):
+            getattr(nisa, name)

@@ -626,10 +626,17 @@ _WHY = {"activate2": _V4, "exponential": _V4, "rand2": _V4, "nc_matmul_mx": _V4,
         "topk": "the docs do not say how the K results are laid out over a 16-partition snake group"}
 
 
+# removed from the API, with their replacements (NKI migration guide, "nki.isa.tensor_copy_dynamic_src /
+# nki.isa.tensor_copy_dynamic_dst — removed": "removed in NKI 0.4.0 (they were deprecated in 0.3.0)")
+_REMOVED = {name: "removed in NKI 0.4.0: use nisa.tensor_copy(dst, src) with a run-time offset view, "
+                  "t.ap(pattern, scalar_offset=register_or_tensor, indirect_dim=d)"
+            for name in ("tensor_copy_dynamic_src", "tensor_copy_dynamic_dst")}
+
+
 def __getattr__(name: str):
     from nkisim.frontends import NKI, _unsupported
 
-    return _unsupported.missing(NKI, "nisa", name, why=_WHY)
+    return _unsupported.missing(NKI, "nisa", name, _REMOVED, why=_WHY)
 
 
 del annotations  # the __future__ import must not leak as an NKI name
