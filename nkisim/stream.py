@@ -946,7 +946,19 @@ def replay(stream: dict, args=(), kwargs=None, *, mode: str = "full", target: st
     tgt = stream.get("target")
     _need(tgt in ("trn1", "trn2"), "header", f"target {tgt!r:.40}")
     return run_kernel(rep, args, kwargs, mode=mode, target=target or tgt, frontend=rep.fe,
-                      simulate=bool(stream.get("simulate", False)), graded=graded)
+                      simulate=_simulated(stream, graded), graded=graded)
+
+
+def _simulated(stream: dict, graded: bool) -> bool:
+    """Whether the stream's program runs under the simulator's rules (``nki.simulate``: a compiler error such as the
+    start-partition rule or the SBUF capacity check is a warning there).  A graded program is compiled, never
+    simulated, and the grader's specializing child records it so: a graded stream asking for the simulator was
+    forged by that child, and is refused (docs/grading-security.md L4: a copy at an illegal start partition scored
+    full credit that way)."""
+    sim = stream.get("simulate", False)
+    _need(type(sim) is bool, "header", "simulate flag")
+    _need(not (graded and sim), "header", "simulate=true: a graded program runs as compiled, never simulated")
+    return sim
 
 
 def replay_group(members: list, *, mode: str = "full", target: str | None = None, graded: bool = False,
@@ -976,14 +988,15 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
             rep = _Replayer(stream)
             tgt = stream.get("target")
             _need(tgt in ("trn1", "trn2"), "header", f"target {tgt!r:.40}")
+            sim = _simulated(stream, graded)
         except StreamError as exc:
             reps.append(exc)
             continue
         reps.append(rep)
 
-        def fn(rep=rep, args=args, kwargs=kwargs, tgt=tgt):
-            return run_kernel(rep, args, kwargs, mode=mode, target=target or tgt, frontend=rep.fe,
-                              simulate=bool(rep.s.get("simulate", False)), graded=graded)
+        def fn(rep=rep, args=args, kwargs=kwargs, tgt=tgt, sim=sim):
+            return run_kernel(rep, args, kwargs, mode=mode, target=target or tgt, frontend=rep.fe, simulate=sim,
+                              graded=graded)
 
         fns.append(fn)
     live = [r for r in reps if isinstance(r, _Replayer)]

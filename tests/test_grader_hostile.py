@@ -82,6 +82,9 @@ SCREEN_ON: dict[str, tuple[set[str], float]] = {
     # walked the frames above it from an exception's traceback to the specializing child's real input arrays and
     # shipped the host transpose as a constant (12 with the screen off before L3: the child now gets zero stand-ins)
     "inputs_in_child_nki": ({"rejected"}, 0),
+    # set the simulator's flag on its run and in the recorder's header: a copy at an illegal start partition (an
+    # error when compiled) was a warning in the grader's replay, 12 points with the screen off before L4
+    "simulate_forge_nki": ({"rejected"}, 0),
     # Correct on the correctness shapes, skips the work on the larger timed shape: correctness only.
     "skip_work_when_timed": ({"passed"}, 10),
     # Floods stdout but computes the right answer: full credit, and the grader survives the flood.
@@ -133,6 +136,7 @@ SCREEN_OFF: dict[str, set[str]] = {
     # without the screen: 12 before the closure (docs/grading-security.md L2); the child records in timing mode only
     "values_in_child_nki": {"failed"},
     "inputs_in_child_nki": {"failed"},  # 12 before L3 (docs/grading-security.md)
+    "simulate_forge_nki": {"error"},  # 12 before L4: the graded replay refuses the stream
     "format_escape_nki": {"failed", "error"},
 }
 # Files a hostile submission reads from outside its own directory (planted before grading, removed after).
