@@ -18,7 +18,7 @@ Protocol (the parent is the only one that knows where results go):
 4. The kernel runs through nkisim's runtime, or on Trainium (``backend = neuron``) through nkibench, the timing
    layer the course scripts use: nki.baremetal / nki.benchmark for ``neuronxcc.nki`` kernels, nki.jit's NEFF
    timed by the Neuron runtime (nrtpy) for ``import nki`` kernels (job ``api``: the file's API).
-   With ``want_stream`` (nkisim, current API) the kernel is only specialized: its Python runs once in timing mode
+   With ``want_stream`` (nkisim, either API) the kernel is only specialized: its Python runs once in timing mode
    and the program it made is written as ``stream.json`` (nkisim.stream), no outputs and no trace.
 5. Outputs are written as .npy, the trace with nkisim.core.traceio, then a small status.json -- each file via
    tmp + os.replace.  Nothing printed counts; the parent judges the arrays itself and costs the trace itself.

@@ -33,7 +33,7 @@ from grader.judge import judge_output
 from grader.recording import build_record, error_record, now, tool_versions
 from grader.records import CaseRecord, GradeConfig, GradeRecord, RecordStatus, Status, TestResult, Verdict
 from grader.rubric import Rubric, RubricError, TestSpec, load_rubric
-from grader.runner import REPLAYED_API, CaseRun, ImportCheck, KernelServers, check_import, run_case, run_group
+from grader.runner import REPLAYED_APIS, CaseRun, ImportCheck, KernelServers, check_import, run_case, run_group
 from grader.sandbox import detect_isolation
 from grader.submission import Submission, load_submission
 
@@ -239,7 +239,7 @@ class _Grading:
     # ------------------------------------------------------------------------------------ shared calls ----
     def plan_groups(self, tests: tuple[TestSpec, ...]) -> None:
         """Group the correctness calls of one kernel whose inputs are the same X and W (the problem's input fields:
-        conv2d cases differing only in bias and pooling) when nkisim replays them (current API): they are made by
+        conv2d cases differing only in bias and pooling) when nkisim replays them (either API): they are made by
         one :func:`grader.runner.run_group`.  Calls of files the screen, the API check or the import check
         already decided are left out, as is everything when ``GRADER_SHARE_PRODUCTS=0``."""
         if self.backend != "nkisim" or not share_enabled():
@@ -248,7 +248,7 @@ class _Grading:
         for t in tests:
             if (t.kind != "correctness" or t.file not in self.sub.files or t.file in self.blocking
                     or self._api_problem(t.file) is not None or self._import_problem(t) is not None
-                    or self._api_of(t.file) != REPLAYED_API):
+                    or (self._api_of(t.file) or "legacy") not in REPLAYED_APIS):
                 continue
             problem = problems.get(t.problem)
             for i, case in enumerate(t.cases):
@@ -266,7 +266,7 @@ class _Grading:
             self.sub.files[test0.file], test0.file, test0.function, invs,
             [t.timeout_s * self.config.timeout_scale for t, _, _ in group.members], want_trace=self.want_trace,
             target=self.config.target, limits=self.rubric.limits, tmp_root=self.config.tmp_root,
-            hidden=self.config.hidden_dirs, servers=self.servers,
+            hidden=self.config.hidden_dirs, servers=self.servers, api=self._api_of(test0.file) or "legacy",
         )
         with self._lock:
             self.share_figures["groups"] += 1

@@ -451,12 +451,13 @@ def run_case(
     server of ``servers``, or a process started for it).  A latency timed on
     Trainium is also recorded with nkisim's estimate of the same kernel (nkibench.feedback, docs/grading.md).
 
-    On nkisim, a current-API file is specialized in that process and executed by the parent (:func:`_replayed`):
+    On nkisim, a file of either API is specialized in that process and executed by the parent (:func:`_replayed`):
     the outputs judged and the trace costed come from nkisim running the program the child shipped, never from the
     process that ran student code."""
-    if backend == "nkisim" and api == REPLAYED_API:
+    if backend == "nkisim" and (api or "legacy") in REPLAYED_APIS:  # no API: the legacy one, as _launch has it
         return _replayed(source, rel_file, function, inv, mode=mode, want_trace=want_trace, target=target,
-                         limits=limits, timeout_s=timeout_s, tmp_root=tmp_root, hidden=hidden, servers=servers)
+                         limits=limits, timeout_s=timeout_s, tmp_root=tmp_root, hidden=hidden, servers=servers,
+                         api=api or "legacy")
     run = _launch(
         source,
         rel_file,
@@ -480,21 +481,21 @@ def run_case(
     return run
 
 
-# The API whose kernels the parent re-executes (nkisim.stream records the current API only; the legacy API keeps the
-# child's outputs and trace: docs/grading-security.md, item 5).
-REPLAYED_API: str | None = "nki"
+# The APIs whose kernels the parent re-executes on nkisim (nkisim.stream records both: docs/grading-security.md,
+# item 5); a file of another API (none today) would keep the child's outputs and trace.
+REPLAYED_APIS: tuple[str, ...] = ("nki", "legacy")
 MAX_STREAM_BYTES = 256 << 20
 
 
 def _replayed(source: bytes, rel_file: str, function: str, inv: Invocation, *, mode: str, want_trace: bool,
               target: str, limits: Limits, timeout_s: float, tmp_root: str | None, hidden: tuple[str, ...],
-              servers: KernelServers | None = None) -> CaseRun:
+              servers: KernelServers | None = None, api: str = "nki") -> CaseRun:
     """Specialize-then-execute: the sandboxed child runs the student's Python once, computing no values, and ships
     the program it made (``stream.json``, plain JSON); a second sandboxed process, which loads no student code,
     executes that program with nkisim on the parent's inputs (the same CPU, memory and time limits: a stream can be
     huge or loop forever).  Whatever stream a compromised child ships, the outputs and the trace are what nkisim
     gives for that program; a malformed one is the test's error (nkisim.stream.StreamError names the event)."""
-    common = dict(backend="nkisim", target=target, api=REPLAYED_API, limits=limits, tmp_root=tmp_root,
+    common = dict(backend="nkisim", target=target, api=api, limits=limits, tmp_root=tmp_root,
                   import_clock=False, hidden=hidden, servers=servers)
     first = _specialized(source, rel_file, function, inv, timeout_s=timeout_s, **common)
     if first.verdict != Verdict.OK:
@@ -547,9 +548,11 @@ def _signature(inv: Invocation) -> str:
 
 def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation], timeouts: list[float], *,
               want_trace: bool, target: str, limits: Limits, tmp_root: str | None = None,
-              hidden: tuple[str, ...] = (), servers: KernelServers | None = None) -> tuple[list[CaseRun], dict]:
-    """Several correctness calls of one current-API kernel on the same X and W (``part2.large``, ``bias`` and
-    ``maxpool``), each the outcome :func:`run_case` would give it (full mode), for about the CPU time of fewer:
+              hidden: tuple[str, ...] = (), servers: KernelServers | None = None,
+              api: str = "nki") -> tuple[list[CaseRun], dict]:
+    """Several correctness calls of one kernel (``api``: its file's, one of :data:`REPLAYED_APIS`) on the same X
+    and W (``part2.large``, ``bias`` and ``maxpool``), each the outcome :func:`run_case` would give it (full mode),
+    for about the CPU time of fewer:
 
     1. one specializing child per distinct signature (:func:`_signature`: the same program for the same shapes, as
        NKI's jit cache has it), its verdict shared by the calls of that signature;
@@ -561,7 +564,7 @@ def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation
 
     Returns the calls' outcomes and figures (``hits``/``misses``: reused and computed products, ``alone``: calls
     replayed alone after the group)."""
-    common = dict(backend="nkisim", target=target, api=REPLAYED_API, limits=limits, tmp_root=tmp_root,
+    common = dict(backend="nkisim", target=target, api=api, limits=limits, tmp_root=tmp_root,
                   import_clock=False, hidden=hidden, servers=servers)
     specs: dict[str, CaseRun] = {}
     shipped: dict[str, bytes | None] = {}

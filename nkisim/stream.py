@@ -23,14 +23,25 @@ The stream is JSON (never pickle): a header and a list of events.
   view]`` a tensor view (``core.aps.view_state``), ``["R", id]`` a register, ``["H", id]`` an instruction handle,
   ``["L", "module:name"]`` an object of the front end's public modules (operators, dtypes, enums, buffers),
   ``["t"|"l", items]``, ``["d", [[k, v], ...]]``, ``["s", start, stop, step]``, ``["E"]`` (Ellipsis), ``["D",
-  dtype]``, ``["n", dtype, value]`` (a NumPy scalar), ``["N", name]`` (a NumPy type or ufunc), ``["A", dtype,
-  shape, values]`` (a small NumPy array).
+  dtype]``, ``["n", dtype, value]`` (a NumPy scalar), ``["N", name]`` (a NumPy type, ufunc or operator function),
+  ``["A", dtype, shape, values]`` (a small NumPy array).  The legacy API's own: ``["X", values, variables]`` an
+  index expression (``nl.arange``), ``["M", values, [values, variables]]`` a ``mask=`` predicate, ``["pd", n]``
+  ``nl.par_dim(n)``, ``["B", "sbuf"|"psum", ...]`` a ``mod_alloc`` buffer, ``["Bc", "sbuf"|"psum", [[block,
+  place], ...]]`` an ``alloc(f)`` buffer (the places ``f`` returned), ``["T", allocation, ["g", ...]]`` a
+  gather view of ``nl.arange`` indices and ``["T", allocation, view, [variables, block]]`` a view with the index
+  variables of its axes (masks are evaluated through them) or a wrapped direct-allocation block.
+
+Both front ends are recorded (the header's ``frontend``: ``"nki"`` or ``"legacy"``), each marking which of its calls
+a stream may name: the current API's ``registers.api`` / ``registers.stream_only`` wrappers, the legacy API's
+``registers.stream_only`` on every instruction- or allocation-making function and on the methods of its semantics
+(operators and assignment on tiles).  A stream names only its own front end's functions and objects.
 
 What the replay trusts from the stream is only the program: which documented functions were called with which
 arguments, in which order, and when the kernel dropped its tensors.  Every check, every value and every cost comes
 from nkisim running that program; a stream that names anything else, or views outside their storage, raises
-:class:`StreamError` naming the event.  Not recorded (the recorder raises :class:`NotRecordable`): the legacy front
-end, ``nl.shared_constant``, gather views of index tensors (``vector_select``).
+:class:`StreamError` naming the event.  Not recorded (the recorder raises :class:`NotRecordable`): an LNC=2 launch,
+``nl.shared_constant`` of a file path and views indexed by a tile's values (the legacy ``t[idx_tile, i_f]``).  A
+placement function (``ncc.sbuf.alloc(f)``) is recorded as the places it returned (``["Bc", buffer, table]``).
 """
 
 from __future__ import annotations
@@ -45,14 +56,21 @@ import numpy as np
 
 from nkisim import frontends
 from nkisim.core import aps, dtypes
+from nkisim.core.access import dynamic_tiles
+from nkisim.core.buffers import BufferSpec
 from nkisim.core.context import LIVE, KernelContext, Site, current
-from nkisim.core.instr import Trace
+from nkisim.core.indexing import IndexExpr, Mask
+from nkisim.core.instr import Buf, Trace
 from nkisim.core.ops import registers
+from nkisim.core.placement import CallbackAlloc, PsumModAlloc, SbufModAlloc
 from nkisim.core.runtime import KernelRun, run_kernel
 from nkisim.core.semantics import Semantics
-from nkisim.core.tensor import Tensor
+from nkisim.core.tensor import ParDim, Tensor
 
 FORMAT = "nkisim-stream/1"
+# the front ends whose programs are recorded and replayed (registry keys): the legacy one has no dynamic loops,
+# registers or instruction handles, and its own argument objects (index expressions, masks, par_dim, mod_alloc)
+REPLAYABLE = ("nki", "legacy")
 # bounds on what a replay accepts (a stream is untrusted data): nesting of loop bodies and values, sizes
 MAX_DEPTH = 32
 MAX_ARRAY = 1 << 20
@@ -138,15 +156,20 @@ class Recorder:
         self._lib: dict = {}
         self._closed = True
         self._last: list | None = None
+        self._ctx: KernelContext | None = None  # the run being recorded (dynamically indexed views: ctx.dyn)
+        self._placements: dict = {}  # id(CallbackAlloc) -> the places its function returned in this call
+        self._legacy = False
         self._mark = 0  # trace length after the last recorded call or loop: nothing else may add instructions
 
     # -- set-up and end (run_kernel) -----------------------------------------------------------------------------
     def begin(self, ctx: KernelContext, kernel, names, hbm_args, hbm_kwargs) -> None:
-        if ctx.frontend.key != "nki":
-            raise NotRecordable(f"nkisim records instruction streams of the current API only, not the "
-                                f"{ctx.frontend.title}")
+        if ctx.frontend.key not in REPLAYABLE:
+            raise NotRecordable(f"nkisim records instruction streams of {' and '.join(REPLAYABLE)} kernels, not of "
+                                f"the {ctx.frontend.title}")
         self.__init__()
         self._closed = False
+        self._ctx = ctx
+        self._legacy = ctx.frontend.key == "legacy"
         self._lib = library(ctx.frontend)[0]
         from nkisim.core.runtime import launch_grid, lockstep_launch, unwrap
 
@@ -181,6 +204,7 @@ class Recorder:
         self._check_gap(ctx)
         self.events.append(["return", self._enc(ret, 0)])
         self._closed = True
+        self._ctx = None
         ctx.stream = None
 
     def data(self) -> dict:
@@ -390,7 +414,26 @@ class Recorder:
             if d is not None and d[0]() is x:
                 how = d[1]
                 return ["T", known[0], [how[0], self._enc(how[1], depth + 1), how[2], self._enc(how[3], depth + 1)]]
-            state = aps.view_state(x)
+            ctx = self._ctx
+            if self._legacy and ctx is not None and ctx.dyn:
+                # a view indexed by a tile's values holds stand-in indices here (no values), and so does any view
+                # the kernel derives from it: none can be written down as addresses
+                what = "is" if dynamic_tiles(ctx, x) else "may be derived from a view"
+                raise NotRecordable(f"a view of '{x.name}' {what} indexed by a tile's values (a dynamic index): "
+                                    "nkisim cannot record such views in an instruction stream yet")
+            try:
+                state = aps.view_state(x)
+            except NotImplementedError as exc:
+                raise NotRecordable(str(exc)) from None
+            extra = None
+            if self._legacy:
+                axv, lblk = aps.view_extras(x)
+                if axv is not None or lblk is not None:
+                    extra = [[[k, v] for k, v in axv.items()] if axv else None, lblk]
+            if state[0] == "g":
+                state = ["g", state[1], state[2], state[3], state[4], [self._enc(a, depth + 1) for a in state[5]],
+                         state[6]]
+                return ["T", known[0], state] if extra is None else ["T", known[0], state, extra]
             if state[0] != "v":
                 state = (state[0], self._enc(state[1], depth + 1), state[2], state[3], self._enc(state[4], depth + 1),
                          state[5], self._enc(state[6], depth + 1), state[7])
@@ -400,7 +443,7 @@ class Recorder:
             if vid is None:
                 vid = self._views[vkey] = len(self._view_list)
                 self._view_list.append(list(state))
-            return ["T", known[0], vid]
+            return ["T", known[0], vid] if extra is None else ["T", known[0], vid, extra]
         if isinstance(x, registers.Register):
             return ["R", x.rid]
         if type(x) in (list, tuple):
@@ -420,20 +463,69 @@ class Recorder:
         if isinstance(x, np.dtype):
             return ["D", dtypes.name(x)]
         if isinstance(x, np.generic):
-            return ["n", x.dtype.name, x.item() if x.dtype.kind != "V" else None]
+            return ["n", x.dtype.name, x.item() if x.dtype.kind != "V" else float(x)]  # bfloat16, fp8: exact
         if isinstance(x, (np.ufunc, type)) and getattr(np, getattr(x, "__name__", ""), None) is x:
             return ["N", x.__name__]
+        if callable(x) and getattr(np, getattr(x, "__name__", ""), None) is x and _np_operator(x):
+            return ["N", x.__name__]  # np.max, np.sum, ...: operators the front ends take (frontends._operators)
         if isinstance(x, np.ndarray) and x.dtype.kind in "biuf" and x.size <= MAX_ARRAY:
             return ["A", x.dtype.name, list(x.shape), x.reshape(-1).tolist()]
         if isinstance(x, Semantics):  # a method of the running front end's semantics (item assignment)
             return ["S"]
         if isinstance(x, (int, float)):  # subclasses of int/float (IntEnum members not in the library)
             return int(x) if isinstance(x, int) else float(x)
+        if self._legacy:
+            return self._enc_legacy(x, depth)
         raise NotRecordable(f"nkisim cannot record a {type(x).__name__} argument in an instruction stream")
+
+    def _enc_legacy(self, x, depth: int):
+        """The legacy API's own argument objects: index expressions and masks (pure data: values and the index
+        variable of each axis), ``nl.par_dim`` in shapes, and direct-allocation buffers (``ncc.sbuf.mod_alloc``)."""
+        if isinstance(x, IndexExpr):
+            return ["X", self._enc(x.values, depth + 1), list(x.axv) if x.axv is not None else None]
+        if isinstance(x, Mask):
+            named = None
+            if x.named is not None:
+                named = [self._enc(x.named[0], depth + 1), list(x.named[1])]
+            return ["M", self._enc(x.values, depth + 1) if x.values is not None else None, named]
+        if isinstance(x, ParDim):
+            return ["pd", x.size]
+        if isinstance(x, BufferSpec) and x.direct is not None:
+            d = x.direct
+            if type(d) is SbufModAlloc:
+                return ["B", "sbuf", d.base_addr, d.base_partition, list(d.num_free_tiles)]
+            if type(d) is PsumModAlloc:
+                return ["B", "psum", d.base_bank, d.base_addr, list(d.num_bank_tiles)]
+            if type(d) is CallbackAlloc:
+                # ncc.sbuf.alloc(f): the compiler calls the kernel's f per block; the stream holds the places it
+                # returned (filled in by placed() while the call runs), never f
+                table = self._placements[id(d)] = []
+                return ["Bc", "psum" if x.kind == Buf.PSUM else "sbuf", table]
+        raise NotRecordable(f"nkisim cannot record a {type(x).__name__} argument in an instruction stream")
+
+    def placed(self, spec, idx: tuple, got: tuple) -> None:
+        """A placement function (``ncc.sbuf.alloc(f)``) placed block ``idx`` at ``got`` during a recorded call."""
+        table = self._placements.get(id(spec))
+        if table is None or self._closed:
+            raise NotRecordable("a placement function was called outside the call that allocates with it")
+        table.append([list(idx), list(got)])
 
 
 _SCALARS = (int, float, bool, str, type(None))
+# what a legacy program cannot hold: the current API's dynamic loops, registers and instruction handles
+_NKI_ONLY = ("set", "depends", "fori", "while", "drange")
+_NKI_TAGS = {"R": "register", "H": "instruction handle"}
 _INTERNED = (np.dtype, np.generic)
+
+
+def _np_operator(x) -> bool:
+    """A NumPy function the front ends take as an operator (``np.max`` for ``nisa.tensor_reduce``)."""
+    from nkisim.frontends._operators import NP_ACT, NP_ALU
+
+    try:
+        return x in NP_ALU or x in NP_ACT
+    except TypeError:
+        return False
 
 
 def _allocation(t: Tensor):
@@ -497,8 +589,9 @@ class _Replayer:
     def __init__(self, s: dict) -> None:
         self.s = s
         fe_key = s.get("frontend")
-        _need(fe_key == "nki", "header", f"front end {fe_key!r} (only 'nki' streams replay)")
-        self.fe = frontends.BY_KEY["nki"]
+        _need(fe_key in REPLAYABLE, "header", f"front end {fe_key!r:.40} (streams of {', '.join(REPLAYABLE)} replay)")
+        self.fe = frontends.BY_KEY[fe_key]
+        self.legacy = fe_key == "legacy"
         _, self.lib, modules = library(self.fe)
         self.modules = {m: importlib.import_module(m) for m in (*modules, self.fe.semantics.split(":")[0])}
         name = s.get("kernel")
@@ -652,6 +745,8 @@ class _Replayer:
             _need(len(ev) == 3 and isinstance(ev[1], list) and isinstance(ev[2], list)
                   and all(type(a) is int for a in ev[1] + ev[2]), where, "malformed reclaim")
             self.reclaims.append((ev[1], ev[2]))
+        elif self.legacy and kind in _NKI_ONLY:
+            raise StreamError(f"{where}: {kind!r} events do not exist in a legacy API program")
         elif kind == "set":
             _need(len(ev) == 3 and type(ev[1]) is int and type(ev[2]) is int, where, "malformed set")
             registers.immediate(self._reg(ev[1]), ev[2])
@@ -823,6 +918,8 @@ class _Replayer:
                 c = self.ccache[x[1]] = self._dec(self.consts[x[1]], depth + 1, where, {})
             return c
         if tag == "T":
+            if len(x) == 4 and self.legacy:
+                return self._legacy_view(x, depth, where, memo)
             _need(len(x) == 3 and type(x[1]) is int, where, "malformed tensor")
             root = self.allocs.get(x[1])
             _need(root is not None, where, f"tensor of allocation {x[1]} used after it was dropped, or never made")
@@ -858,7 +955,11 @@ class _Replayer:
                     except (ValueError, TypeError) as exc:
                         raise StreamError(f"{where}: {exc}") from None
                     return v
-                if state[:1] in (["dyn"], ["vec"]):
+                if state[:1] == ["g"]:
+                    _need(self.legacy and len(state) == 7 and isinstance(state[5], list) and len(state[5]) <= 8, where,
+                          "malformed gather view")
+                    state = [*state[:5], [self._dec(a, depth + 1, where, memo) for a in state[5]], state[6]]
+                elif state[:1] in (["dyn"], ["vec"]):
                     _need(len(state) == 8, where, "malformed run-time-offset view")
                     state = [state[0], self._dec(state[1], depth + 1, where, memo), state[2], state[3],
                              self._dec(state[4], depth + 1, where, memo), state[5],
@@ -870,6 +971,8 @@ class _Replayer:
                 except (ValueError, TypeError) as exc:
                     raise StreamError(f"{where}: {exc}") from None
             return v
+        if self.legacy and tag in _NKI_TAGS:
+            raise StreamError(f"{where}: a {_NKI_TAGS[tag]} does not exist in a legacy API program")
         if tag == "R":
             _need(len(x) == 2 and type(x[1]) is int, where, "malformed register")
             return self._reg(x[1])
@@ -905,14 +1008,15 @@ class _Replayer:
             _need(len(x) == 2 and x[1] in self.lib, where, f"unknown library object {x[1:]!r:.100}")
             return self.lib[x[1]]
         if tag == "D":
-            return np.dtype(self._dtype(x, where))
+            return np.dtype(self._dtype(x, where, numeric=False))
         if tag == "n":
             _need(len(x) == 3 and type(x[2]) in (int, float, bool), where, "malformed NumPy scalar")
-            return np.asarray(x[2]).astype(self._dtype(x, where))[()]
+            return np.asarray(x[2]).astype(self._dtype(x, where, numeric=False))[()]
         if tag == "N":
             _need(len(x) == 2 and isinstance(x[1], str) and not x[1].startswith("_"), where, "malformed NumPy name")
             obj = getattr(np, x[1], None)
-            _need(isinstance(obj, np.ufunc) or (isinstance(obj, type) and issubclass(obj, np.generic)), where,
+            _need(isinstance(obj, np.ufunc) or (isinstance(obj, type) and issubclass(obj, np.generic))
+                  or _np_operator(obj), where,
                   f"np.{x[1]:.50} is not a NumPy type or ufunc")
             return obj
         if tag == "A":
@@ -921,9 +1025,86 @@ class _Replayer:
             dt = self._dtype(x, where)
             _need(int(np.prod(x[2])) == len(x[3]), where, "array shape and values differ")
             return np.asarray(x[3]).astype(dt).reshape(x[2])
+        if self.legacy and tag in ("X", "M", "pd", "B", "Bc"):
+            return self._legacy_value(x, depth, where, memo)
         raise StreamError(f"{where}: unknown value tag {tag!r:.20}")
 
-    def _dtype(self, x, where: str):
+    def _placement(self, x, where: str):
+        """``["Bc", "sbuf"|"psum", [[block index, place], ...]]``: ``ncc.<buffer>.alloc`` of a function answering with
+        the places the kernel's function returned; the core checks them as it checks the kernel's."""
+        _need(len(x) == 3 and x[1] in ("sbuf", "psum") and isinstance(x[2], list) and len(x[2]) <= MAX_ARRAY, where,
+              "malformed placement table")
+        places = {}
+        for e in x[2]:
+            _need(isinstance(e, list) and len(e) == 2 and all(isinstance(v, list) and len(v) <= 8 for v in e)
+                  and all(type(n) is int for v in e for n in v), where, "malformed placement table")
+            places[tuple(e[0])] = tuple(e[1])
+
+        def place(idx, pdim_size, fdim_size):
+            got = places.get(tuple(idx))
+            if got is None:
+                raise StreamError(f"{where}: the placement table has no place for block {tuple(idx)}")
+            return got
+
+        ncc = self.modules[f"{self.fe.package}.compiler"]
+        return (ncc.sbuf if x[1] == "sbuf" else ncc.psum).alloc(place)
+
+    def _legacy_view(self, x, depth: int, where: str, memo: dict):
+        """``["T", allocation, view, [index variables, logical block]]``: a legacy view with its extras."""
+        extra = x[3]
+        _need(isinstance(extra, list) and len(extra) == 2, where, "malformed view extras")
+        axv, lblk = extra
+        _need(axv is None or (isinstance(axv, list) and len(axv) <= 64 and all(
+            isinstance(p, list) and len(p) == 2 and all(type(v) is int and v >= 0 for v in p) for p in axv)), where,
+            "malformed index variables of a view")
+        _need(lblk is None or (type(lblk) is int and lblk >= 0), where, "malformed logical block")
+        base = self._dec(x[:3], depth + 1, where, {})  # a fresh view, never the cached one: the extras are its own
+        if type(x[2]) is int:
+            base = aps.rebuild(self.allocs[x[1]], self.views[x[2]], True)
+        return aps.annotate(base, {k: v for k, v in axv} if axv else None, lblk)
+
+    def _legacy_value(self, x, depth: int, where: str, memo: dict):
+        tag = x[0]
+        if tag == "X":
+            _need(len(x) == 3, where, "malformed index expression")
+            vals = self._dec(x[1], depth + 1, where, memo)
+            _need(isinstance(vals, np.ndarray) and vals.dtype.kind in "iu", where, "malformed index expression")
+            axv = x[2]
+            _need(axv is None or (isinstance(axv, list) and len(axv) == vals.ndim and all(
+                v is None or type(v) is int for v in axv)), where, "malformed index variables")
+            return IndexExpr(vals.astype(np.int64), tuple(axv) if axv is not None else None)
+        if tag == "M":
+            _need(len(x) == 3 and (x[1] is not None or x[2] is not None), where, "malformed mask")
+            vals = None if x[1] is None else self._dec(x[1], depth + 1, where, memo)
+            _need(vals is None or isinstance(vals, np.ndarray), where, "malformed mask values")
+            named = None
+            if x[2] is not None:
+                _need(isinstance(x[2], list) and len(x[2]) == 2 and isinstance(x[2][1], list), where, "malformed mask")
+                arr = self._dec(x[2][0], depth + 1, where, memo)
+                names = x[2][1]
+                _need(isinstance(arr, np.ndarray) and arr.ndim == len(names) and all(type(v) is int for v in names)
+                      and len(set(names)) == len(names), where, "malformed mask predicate")
+                named = (arr.astype(bool), tuple(names))
+            return Mask(vals, named)
+        if tag == "pd":
+            _need(len(x) == 2 and type(x[1]) is int and x[1] >= 0, where, "malformed par_dim")
+            return ParDim(x[1])
+        if tag == "Bc":
+            return self._placement(x, where)
+        _need(len(x) == 5 and x[1] in ("sbuf", "psum") and type(x[2]) is int and type(x[3]) is int
+              and isinstance(x[4], list) and len(x[4]) <= 8 and all(type(n) is int for n in x[4]), where,
+              "malformed direct allocation")
+        ncc = self.modules[f"{self.fe.package}.compiler"]
+        try:
+            if x[1] == "sbuf":
+                return ncc.sbuf.mod_alloc(base_addr=x[2], base_partition=x[3], num_free_tiles=tuple(x[4]))
+            return ncc.psum.mod_alloc(base_bank=x[2], base_addr=x[3], num_bank_tiles=tuple(x[4]))
+        except (TypeError, ValueError) as exc:
+            raise StreamError(f"{where}: {exc}") from None
+
+    def _dtype(self, x, where: str, numeric: bool = True):
+        """The dtype a stream names: one of nkisim's (``core.dtypes``); ``numeric``: a NumPy one (arrays), not
+        bfloat16 or fp8, which nkisim takes as dtypes and scalars only."""
         from nkisim.core.dtypes import to_dtype
 
         _need(isinstance(x[1], str) and len(x[1]) <= 32, where, "malformed dtype")
@@ -931,7 +1112,7 @@ class _Replayer:
             dt = to_dtype(x[1])
         except Exception:  # noqa: BLE001 - any failure is a malformed stream
             raise StreamError(f"{where}: unknown dtype {x[1]!r}") from None
-        _need(dt.kind in "biuf", where, f"dtype {x[1]!r} is not numeric")
+        _need(dt.kind in "biuf" or not numeric, where, f"dtype {x[1]!r} is not numeric")
         return dt
 
 

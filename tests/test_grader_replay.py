@@ -1,12 +1,13 @@
-"""Issue 31, item 5: the score does not rest on the process that runs student code.  For a current-API file on
+"""Issue 31, item 5: the score does not rest on the process that runs student code.  For a file of either API on
 nkisim, the sandboxed child only specializes the kernel and ships its program (nkisim.stream); a second process
 that loads no student code executes that program on the parent's inputs, and the parent judges those outputs and
-costs that trace.
+costs that trace.  Every test runs for the current API and for the legacy one (the staff reference of each).
 
 A compromised child is simulated (tests/fixtures/compromised_child.py started in place of grader/child.py): it
 writes the right answer computed on the host and a forged, instruction-free trace, and ships the stream of a cheap
-copy.  The verdict follows the stream's real behaviour; with the parent trusting the child (``REPLAYED_API`` off,
-the closure reverted) the forged answer passes and the forged trace is costed, so these tests fail."""
+copy.  The verdict follows the stream's real behaviour; with the parent trusting the child (the API left out of
+``REPLAYED_APIS``, the closure reverted) the forged answer passes and the forged trace is costed, so these tests
+fail."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from grader_helpers import FAST_RUBRIC, ROOT
 
 import grader.runner as runner
@@ -21,12 +23,16 @@ from grader import problems
 from grader.rubric import load_rubric
 
 COMPROMISED = str(Path(__file__).resolve().parent / "fixtures" / "compromised_child.py")
-STAFF = (ROOT / "grader" / "reference" / "part1" / "kernels.py").read_bytes()
+STAFF = {"nki": (ROOT / "grader" / "reference" / "part1" / "kernels.py").read_bytes(),
+         "legacy": (ROOT / "grader" / "reference" / "legacy" / "part1" / "kernels.py").read_bytes()}
+APIS = pytest.mark.parametrize("api", ["nki", "legacy"])
 
 
-def _case(monkeypatch, tmp_path, forge: str | None, *, mode: str = "full", source: bytes = STAFF):
-    """One transpose case of ``source`` through runner.run_case; with ``forge``, the compromised child runs in place
-    of grader/child.py wherever student code would run (the replay process stays grader/child.py)."""
+def _case(monkeypatch, tmp_path, forge: str | None, *, mode: str = "full", api: str = "nki"):
+    """One transpose case of the staff part 1 of ``api`` through runner.run_case; with ``forge``, the compromised
+    child runs in place of grader/child.py wherever student code would run (the replay process stays
+    grader/child.py)."""
+    source = STAFF[api]
     real = runner.run_sandboxed
     seen: list[dict] = []
 
@@ -45,13 +51,14 @@ def _case(monkeypatch, tmp_path, forge: str | None, *, mode: str = "full", sourc
     scratch.mkdir(exist_ok=True)
     run = runner.run_case(source, "part1/kernels.py", "matrix_transpose", inv, mode=mode, want_trace=True,
                           backend="nkisim", target="trn2", limits=rubric.limits, timeout_s=60.0,
-                          tmp_root=str(scratch), api="nki")
+                          tmp_root=str(scratch), api=api)
     assert not list(scratch.iterdir()), "run directories must be removed"
     return run, inv, seen
 
 
-def test_an_honest_kernel_is_specialized_in_the_child_and_executed_by_the_parent(monkeypatch, tmp_path):
-    run, inv, jobs = _case(monkeypatch, tmp_path, None)
+@APIS
+def test_an_honest_kernel_is_specialized_in_the_child_and_executed_by_the_parent(monkeypatch, tmp_path, api):
+    run, inv, jobs = _case(monkeypatch, tmp_path, None, api=api)
     assert run.verdict == "ok", run.message
     np.testing.assert_array_equal(run.outputs[0], inv.args[0].T)
     assert [j.get("want_stream", False) for j in jobs] == [True, False]
@@ -61,8 +68,9 @@ def test_an_honest_kernel_is_specialized_in_the_child_and_executed_by_the_parent
     assert any(i.op == "nc_transpose" for i in run.trace.instrs)
 
 
-def test_a_compromised_child_gains_nothing_from_forged_outputs_and_trace(monkeypatch, tmp_path):
-    run, inv, _ = _case(monkeypatch, tmp_path, "stream")
+@APIS
+def test_a_compromised_child_gains_nothing_from_forged_outputs_and_trace(monkeypatch, tmp_path, api):
+    run, inv, _ = _case(monkeypatch, tmp_path, "stream", api=api)
     assert run.verdict == "ok", run.message
     # the outputs are what the shipped program computes (the input's bytes), not the forged answer
     np.testing.assert_array_equal(run.outputs[0], inv.args[0].reshape(384, 256))
@@ -71,17 +79,19 @@ def test_a_compromised_child_gains_nothing_from_forged_outputs_and_trace(monkeyp
     assert [i.op for i in run.trace.instrs] == ["dma_copy"]
 
 
-def test_a_compromised_child_timed_gets_the_latency_of_the_program_it_shipped(monkeypatch, tmp_path):
+@APIS
+def test_a_compromised_child_timed_gets_the_latency_of_the_program_it_shipped(monkeypatch, tmp_path, api):
     from nkisim.perf import estimate
 
-    run, inv, _ = _case(monkeypatch, tmp_path, "stream", mode="timing")
+    run, inv, _ = _case(monkeypatch, tmp_path, "stream", mode="timing", api=api)
     assert run.verdict == "ok", run.message
     assert run.outputs == []
     assert estimate(run.trace, "trn2").nc_latency_us > 0  # the forged trace has no instruction: 0 us
 
 
-def test_a_malformed_stream_is_the_tests_error_not_the_graders(monkeypatch, tmp_path):
-    run, _, _ = _case(monkeypatch, tmp_path, "garbage")
+@APIS
+def test_a_malformed_stream_is_the_tests_error_not_the_graders(monkeypatch, tmp_path, api):
+    run, _, _ = _case(monkeypatch, tmp_path, "garbage", api=api)
     assert run.verdict == "error"
     assert "instruction stream was refused" in run.message and "not valid JSON" in run.message, run.message
     assert run.outputs == []

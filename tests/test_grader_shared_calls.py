@@ -21,6 +21,7 @@ from grader.rubric import load_rubric
 from grader.sandbox import ProcessResult
 
 STAFF_CONV = (ROOT / "grader" / "reference" / "part2" / "conv2d.py").read_bytes()
+LEGACY_CONV = (ROOT / "grader" / "reference" / "legacy" / "part2" / "conv2d.py").read_bytes()
 # the staff kernel, failing in its Python (at specialization) for pool_size 2 only
 POOL_FAILS = STAFF_CONV.replace(b"def fused_conv2d_maxpool(X, W, bias, pool_size=1):\n",
                                 b"def fused_conv2d_maxpool(X, W, bias, pool_size=1):\n"
@@ -35,15 +36,15 @@ def _invs(seed: int = 5) -> list:
     return [problems.get("conv2d").shared_invocation({**SHAPE, **v}, seed).inv for v in VARIANTS]
 
 
-def _alone(source: bytes, invs, limits, tmp_path) -> list:
+def _alone(source: bytes, invs, limits, tmp_path, api: str = "nki") -> list:
     return [runner.run_case(source, "part2/conv2d.py", "fused_conv2d_maxpool", inv, mode="full", want_trace=True,
                             backend="nkisim", target="trn2", limits=limits, timeout_s=60.0, tmp_root=str(tmp_path),
-                            api="nki") for inv in invs]
+                            api=api) for inv in invs]
 
 
-def _group(source: bytes, invs, limits, tmp_path):
+def _group(source: bytes, invs, limits, tmp_path, api: str = "nki"):
     return runner.run_group(source, "part2/conv2d.py", "fused_conv2d_maxpool", invs, [60.0] * len(invs),
-                            want_trace=True, target="trn2", limits=limits, tmp_root=str(tmp_path))
+                            want_trace=True, target="trn2", limits=limits, tmp_root=str(tmp_path), api=api)
 
 
 def _fields(trace) -> list:
@@ -87,6 +88,16 @@ def test_grouped_calls_are_their_separate_runs_bit_for_bit(limits, tmp_path, mon
         assert alone.verdict == "ok", alone.message
         _same(alone, got)
     assert not list(tmp_path.iterdir()), "run directories must be removed"
+
+
+def test_legacy_calls_are_grouped_as_the_current_apis_are(limits, tmp_path):
+    """The legacy API is replayed too (docs/grading-security.md, item 5): its calls group the same way."""
+    invs = _invs()
+    grouped, figures = _group(LEGACY_CONV, invs, limits, tmp_path, api="legacy")
+    assert figures["hits"] > 0 and figures["alone"] == 0
+    for alone, got in zip(_alone(LEGACY_CONV, invs, limits, tmp_path, api="legacy"), grouped, strict=True):
+        assert alone.verdict == "ok", alone.message
+        _same(alone, got)
 
 
 def test_a_call_that_fails_leaves_its_siblings_as_they_are_alone(limits, tmp_path):
@@ -206,7 +217,7 @@ def _toml_case(variant: dict) -> str:
     return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in {**SHAPE, **variant}.items()) + " }"
 
 
-@pytest.mark.parametrize("source", [STAFF_CONV, POOL_FAILS], ids=["staff", "pool-fails"])
+@pytest.mark.parametrize("source", [STAFF_CONV, POOL_FAILS, LEGACY_CONV], ids=["staff", "pool-fails", "legacy-staff"])
 def test_a_grading_with_and_without_grouping_gives_the_same_results(tmp_path, monkeypatch, source):
     head = Path(FAST_RUBRIC).read_text().split("[[test]]")[0]
     rubric = tmp_path / "rubric.toml"
@@ -226,5 +237,5 @@ def test_a_grading_with_and_without_grouping_gives_the_same_results(tmp_path, mo
     assert [c.max_abs_error for t in on.tests for c in t.cases] == [c.max_abs_error for t in off.tests for c in t.cases]
     assert on.timings["share:groups"] == 1 and on.timings["share:calls"] == 3
     assert "share:groups" not in off.timings
-    expected = ["passed", "passed", "passed" if source is STAFF_CONV else "error"]
+    expected = ["passed", "passed", "error" if source is POOL_FAILS else "passed"]
     assert [t.status for t in on.tests] == expected

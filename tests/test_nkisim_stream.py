@@ -304,15 +304,10 @@ def test_an_instruction_made_outside_the_recorded_calls_stops_the_recording():
         stream.record(sneaky, (np.zeros((128, 4), np.float32),))
 
 
-def test_the_legacy_front_end_is_not_recorded():
-    from neuronxcc import nki as lnki
-    from neuronxcc.nki import language as lnl
-
-    @lnki.jit
-    def legacy_copy(a):
-        out = lnl.ndarray(a.shape, dtype=a.dtype, buffer=lnl.shared_hbm)
-        lnl.store(out, value=lnl.load(a))
-        return out
-
-    with pytest.raises(stream.NotRecordable, match="current API only"):
-        stream.record(legacy_copy, (np.zeros((128, 4), np.float32),))
+def test_a_current_api_stream_cannot_name_the_legacy_front_end(naive):
+    """The header's front end decides which functions and objects a stream may name (both are recorded:
+    tests/test_nkisim_stream_legacy.py): a current-API stream calling a legacy function is refused."""
+    s, args = naive
+    forged = _forge(s, lambda s: s["functions"].__setitem__(0, "nkisim.frontends.legacy.isa:dma_copy"))
+    with pytest.raises(stream.StreamError, match="not a function of the kernel's front end"):
+        stream.replay(forged, args)

@@ -691,17 +691,65 @@ def view_state(t: Tensor) -> tuple:
     """What makes view ``t`` of its allocation, as plain data or API objects: ``("v", dtype name, shape, byte
     strides, byte offset, partition axis)`` for a strided view; ``("dyn", base, pattern, offset, source, dim, dtype,
     where)`` / ``("vec", ...)`` for a run-time-offset view (rebuilt through :func:`dynamic_ap` / :func:`vector_ap`,
-    their checks included).  Gather views of index tensors are not representable yet (NotImplementedError)."""
+    their checks included); ``("g", dtype name, storage shape, storage strides, byte offset, index arrays, shape)``
+    for a legacy gather view of ``nl.arange`` indices (:func:`_rebuild_gather`)."""
     r = getattr(t, "_recipe", None)
     if r is not None:
         kind = "vec" if isinstance(r, VectorRecipe) else "dyn"
         return (kind, r.base, r.pattern, r.offset, r.source, r.dim, r.dtype, r.where)
     v = t._v
-    if t._ix is not None or tuple(t.shape) != v.shape:
-        raise NotImplementedError(f"nkisim cannot record a gather view ('{t.name}') in an instruction stream yet")
     from nkisim.core.dtypes import name
 
+    if t._ix is not None:  # the legacy API's views indexed by nl.arange / nl.mgrid expressions that no stride gives
+        return ("g", name(v.dtype), list(v.shape), list(v.strides), int(t._off), list(t._ix), list(t.shape))
+    if tuple(t.shape) != v.shape:
+        raise NotImplementedError(f"nkisim cannot record a view of '{t.name}' shaped {tuple(t.shape)} over "
+                                  f"storage {v.shape} in an instruction stream")
     return ("v", name(v.dtype), list(v.shape), list(v.strides), int(t._off), int(t._pd))
+
+
+def view_extras(t: Tensor) -> tuple:
+    """What a legacy view carries beyond its addresses: the index variables of its axes (``{variable: axis}``, for
+    ``mask=`` predicates) and the logical block of a wrapped direct allocation; (None, None) for most views."""
+    from nkisim.core.access import LOGICAL_BLOCK
+
+    return t._axv, LOGICAL_BLOCK.get(t) if LOGICAL_BLOCK else None
+
+
+def annotate(t: Tensor, axv: dict | None, lblk: int | None) -> Tensor:
+    """Give a rebuilt view the extras :func:`view_extras` read (a fresh view: never one the caller shares)."""
+    from nkisim.core.access import LOGICAL_BLOCK
+
+    t._axv = axv
+    if lblk is not None:
+        LOGICAL_BLOCK[t] = lblk
+    return t
+
+
+def _rebuild_gather(root: Tensor, state, checked: bool) -> Tensor:
+    """A gather view (``("g", dtype, storage shape, storage strides, offset, index arrays, shape)``): the storage
+    view is checked as any strided view (its partition axis is the one stepping by the storage's partition pitch),
+    the index arrays must broadcast to the view's shape, and whether they leave the storage is computed here, as
+    the core computes it when a kernel indexes (an out-of-bounds gather is an error unless a mask disables it)."""
+    _, dt_name, vshape, vstrides, off, arrs, shape = state
+    if not (isinstance(vshape, list) and isinstance(vstrides, list) and isinstance(shape, list)
+            and all(type(n) is int and n >= 0 for n in shape) and isinstance(arrs, (list, tuple))
+            and len(arrs) == len(vshape) and all(isinstance(x, np.ndarray) and x.dtype.kind in "iu" for x in arrs)):
+        raise ValueError(f"malformed gather view state {state!r:.200}")
+    pd = 0
+    if root.kind != B_HBM:
+        base = root._a.base
+        pitch = base.strides[0] if base.ndim else base.nbytes
+        pd = next((k for k, (n, st) in enumerate(zip(vshape, vstrides)) if n > 1 and st == pitch), 0)
+    v = rebuild(root, ("v", dt_name, vshape, vstrides, off, pd), checked)
+    arrs = tuple(x.astype(np.int64) for x in arrs)
+    try:
+        if np.broadcast_shapes(*(x.shape for x in arrs), tuple(shape)) != tuple(shape):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"gather view of '{root._a.name}': its index arrays do not broadcast to {shape}") from None
+    oob = any(x.size and (x.min() < 0 or x.max() >= n) for x, n in zip(arrs, vshape))
+    return root.__class__(root._a, v._v, 0, ix=arrs, shape=tuple(shape), oob=oob, off=off)
 
 
 def rebuild(root: Tensor, state, checked: bool = False) -> Tensor:
@@ -722,6 +770,8 @@ def rebuild(root: Tensor, state, checked: bool = False) -> Tensor:
         if kind == "vec":
             return vector_ap(base, pattern, offset, source, int(dim), dtype, where)
         return dynamic_ap(base, pattern, offset, source, int(dim), dtype, where)
+    if kind == "g" and len(state) == 7:
+        return _rebuild_gather(root, state, checked)
     if kind != "v" or len(state) != 6:
         raise ValueError(f"malformed view state {state!r:.200}")
     _, dt_name, shape, strides, off, pdim = state

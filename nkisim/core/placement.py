@@ -194,6 +194,8 @@ class CallbackAlloc:
         addrs = {}
         for idx in itertools.product(*(range(d) for d in block_dims)):
             got = tuple(int(v) for v in self._call(idx, parts, tile_bytes))
+            if ctx.stream is not None:  # the program is being recorded: the replay takes these places (nkisim.stream)
+                ctx.stream.placed(self, idx, got)
             if psum_kind:
                 if len(got) != 3:
                     raise ValueError(f"ncc.psum.alloc: the placement function must return (bank, start_partition, "

@@ -105,7 +105,7 @@ LEGACY = FrontEnd(
     symbols_file="legacy_symbols.txt",
     distributions=("neuronx-cc", "neuronxcc"),
     tensor="nkisim.core.tensor:Tensor",
-    semantics="nkisim.core.semantics:Semantics",
+    semantics="nkisim.frontends.legacy.semantics:LegacySemantics",
     docs="Neuron SDK 2.20-2.26 NKI docs",
 )
 

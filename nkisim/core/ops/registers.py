@@ -303,6 +303,18 @@ def stream_only(fn):
     return call
 
 
+def wrap_recorded(namespace: dict, exclude=()) -> None:
+    """Wrap (:func:`stream_only`) every public function a front-end module defines, but those in ``exclude``: the
+    legacy API's calls, which a recorded stream replays (nkisim.stream) but which have no dynamic loops, registers
+    or run-time offsets for :func:`api` to handle.  Off a recording a wrapped call costs one list read."""
+    mod = namespace.get("__name__")
+    for name, obj in list(namespace.items()):
+        if name.startswith("_") or name in exclude or not isinstance(obj, types.FunctionType):
+            continue
+        if obj.__module__ == mod:
+            namespace[name] = stream_only(obj)
+
+
 def _dispatch(ctx: KernelContext, fn, args, kwargs):
     """One front-end call at the kernel's level: recorded into the dynamic loop body being recorded, run dry after
     a fault, else run with its run-time-offset views resolved."""

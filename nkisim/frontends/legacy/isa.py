@@ -15,6 +15,7 @@ from nkisim.core.ops import dma as _dma
 from nkisim.core.ops import elementwise as _ew
 from nkisim.core.ops import gpsimd as _gps
 from nkisim.core.ops import reduce as _red
+from nkisim.core.ops import registers as _reg
 from nkisim.core.ops import tensor_engine as _te
 from nkisim.core.rules import fail as _fail
 from nkisim.core.sealed import Sealed as _Sealed
@@ -278,6 +279,10 @@ def get_nc_version() -> nc_version:
     ctx = _ctx.active()
     target = ctx.target if ctx is not None else _config.current_target()
     return nc_version.gen2 if target == "trn1" else nc_version.gen3
+
+
+# every instruction is written down when the kernel's program is recorded (nkisim.stream: the grader replays it)
+_reg.wrap_recorded(globals(), exclude={"get_nc_version"})
 
 
 def __getattr__(name: str):

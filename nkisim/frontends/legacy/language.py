@@ -21,6 +21,7 @@ from nkisim.core.ops import dma as _dma
 from nkisim.core.ops import elementwise as _ew
 from nkisim.core.ops import gpsimd as _gps
 from nkisim.core.ops import reduce as _red
+from nkisim.core.ops import registers as _reg
 from nkisim.core.rules import fail as _fail
 from nkisim.core.sealed import Sealed as _Sealed
 from nkisim.core.tensor import ParDim as _ParDim
@@ -260,7 +261,13 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **kwargs):
         what = f"'{found[0]}' holds no tile yet" if found else "its result is not assigned to a tile"
         _fail("nkisim_bad_argument", op="loop_reduce", detail=f"the destination is the assignment target and "
               f"also an input, but {what}: create it before the loop (b = nl.zeros(..., buffer=nl.sbuf))")
-    return _comp.loop_reduce(found[1], x, _alu(op, "loop_reduce"), dtype=dtype, mask=mask)
+    return _loop_reduce(found[1], x, _alu(op, "loop_reduce"), dtype, mask)
+
+
+def _loop_reduce(dst, x, alu: str, dtype, mask):
+    """The instruction of ``nl.loop_reduce`` once its destination is known: what a recorded stream names (the
+    destination comes from the kernel's frame, which a replay does not have)."""
+    return _comp.loop_reduce(dst, x, alu, dtype=dtype, mask=mask)
 
 
 def expand_dims(data, axis):
@@ -502,6 +509,14 @@ def all_reduce(x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=Tr
             "launch grid one after another, so no program can combine its tile with the others' (see docs/nkisim.md "
             "'Unsupported API'); with one program along program_axes the reduction is a copy")
     return _ew.tensor_copy(x, dtype=dtype, mask=mask, op_name="all_reduce")
+
+
+# every call that makes instructions or allocations is written down when the kernel's program is recorded
+# (nkisim.stream: the grader replays it); loops, launch-grid queries, index helpers and host helpers are not
+_reg.wrap_recorded(globals(), exclude={"par_dim", "affine_range", "sequential_range", "static_range", "loop_reduce",
+                                       "program_id", "num_programs", "program_ndim", "nc", "spmd_dim", "ds", "finfo",
+                                       "static_cast", "expand_dims"})
+_loop_reduce = _reg.stream_only(_loop_reduce)
 
 
 def __getattr__(name: str):
