@@ -67,7 +67,7 @@ class ShareGroup:
     member hands over to the next unfinished one there.  ``hits`` / ``misses`` count reused and computed products.
     """
 
-    def __init__(self, n: int, window: int = WINDOW) -> None:
+    def __init__(self, n: int, window: int | None = None) -> None:
         self.n = n
         self.batons = [threading.Lock() for _ in range(n)]
         for b in self.batons:
@@ -77,8 +77,9 @@ class ShareGroup:
         self.errors: list[BaseException | None] = [None] * n
         self.cpu_seconds = [0.0] * n
         # the last ``window`` products of each member but the last: (matmul index, key, copies of the raw stationary
-        # and moving operands, their strides, the product), by matmul index modulo ``window``
-        self.window = max(1, window)
+        # and moving operands, their strides, the product, the member that made the copies), by matmul index modulo
+        # ``window``
+        self.window = max(1, window or WINDOW)
         self.rings: list[list] = [[None] * self.window for _ in range(n)]
         self.count = [0] * n
         self.hits = 0
@@ -170,9 +171,15 @@ class ShareGroup:
         if entry is None:
             self.misses += 1
             if k < self.n - 1:  # a later member may multiply the same operands: keep a copy of them
-                mv = np.array(moving, copy=True)  # contiguous: the copy reshape(K, N) makes of a strided window
+                old = self.rings[k][slot]
+                # contiguous copies (the one reshape(K, N) makes of a strided window anyway), into this member's own
+                # copies of the slot's previous matmul when they fit (no page faults for fresh 0.3 MB buffers per
+                # matmul); never into another member's, which a hit put in this ring
+                mine = old is not None and old[7] == k
+                st = _copy_into(old[2] if mine else None, stationary)
+                mv = _copy_into(old[3] if mine else None, moving)
                 values = compute(mv)
-                entry = (i, key, np.array(stationary, copy=True), mv, stationary.strides, moving.strides, values)
+                entry = (i, key, st, mv, stationary.strides, moving.strides, values, k)
             else:
                 values = compute(moving)
         else:
@@ -183,6 +190,14 @@ class ShareGroup:
         if i % self.window == self.window - 1:
             self._hand_over(k)
         return values
+
+
+def _copy_into(buf: np.ndarray | None, a: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``a``, written into ``buf`` when it has the same dtype and shape."""
+    if buf is not None and buf.dtype == a.dtype and buf.shape == a.shape:
+        np.copyto(buf, a)
+        return buf
+    return np.array(a, copy=True)
 
 
 def _same_layout(raw: np.ndarray, snap: np.ndarray, strides: tuple) -> bool:
