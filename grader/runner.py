@@ -666,6 +666,8 @@ def _collect_group(proc: ProcessResult, out_dir: Path, invs: list[Invocation], t
         cpu.append(float(got) if isinstance(got, int | float) and got >= 0 else None)
         run = _collect(proc, mdir, inv, module_name, limits, t, want_trace, rel_file)
         run.wall_seconds = proc.wall_seconds / len(invs)  # the group's wall time, split evenly
+        if isinstance(status.get("jail"), list):  # the process's isolation layers, as a single replay reports them
+            run.features = (*run.features, *(str(x) for x in status["jail"][:10]))
         runs.append(None if run.exhausted or run.verdict in (Verdict.CRASHED, Verdict.GRADER_ERROR) else run)
     # The group's process has the sum of the members' time limits; no member may use more of it than its own limit
     # gives it alone: a call whose share of the group's time nears its limit is replayed alone, where that limit

@@ -87,6 +87,8 @@ def test_grouped_calls_are_their_separate_runs_bit_for_bit(limits, tmp_path, mon
     for alone, got in zip(_alone(STAFF_CONV, invs, limits, tmp_path), grouped, strict=True):
         assert alone.verdict == "ok", alone.message
         _same(alone, got)
+        # the isolation layers of the process that ran it are recorded, as for a single replay
+        assert {"numpy-clock-stopped", "undumpable"} & set(alone.features) <= set(got.features)
     assert not list(tmp_path.iterdir()), "run directories must be removed"
 
 
