@@ -85,6 +85,8 @@ SCREEN_ON: dict[str, tuple[set[str], float]] = {
     # set the simulator's flag on its run and in the recorder's header: a copy at an illegal start partition (an
     # error when compiled) was a warning in the grader's replay, 12 points with the screen off before L4
     "simulate_forge_nki": ({"rejected"}, 0),
+    # inputs_in_child_nki in the legacy API, now that it is replayed too: 12 with the screen off without L3
+    "inputs_in_child_legacy": ({"rejected"}, 0),
     # Correct on the correctness shapes, skips the work on the larger timed shape: correctness only.
     "skip_work_when_timed": ({"passed"}, 10),
     # Floods stdout but computes the right answer: full credit, and the grader survives the flood.
@@ -137,6 +139,7 @@ SCREEN_OFF: dict[str, set[str]] = {
     "values_in_child_nki": {"failed"},
     "inputs_in_child_nki": {"failed"},  # 12 before L3 (docs/grading-security.md)
     "simulate_forge_nki": {"error"},  # 12 before L4: the graded replay refuses the stream
+    "inputs_in_child_legacy": {"failed"},  # 12 with L3 reverted (the legacy replay alone does not stop it)
     "format_escape_nki": {"failed", "error"},
 }
 # Files a hostile submission reads from outside its own directory (planted before grading, removed after).
