@@ -534,7 +534,20 @@ def _specialize(kernel, args, kwargs, target: str, out_dir: str) -> None:
     _atomic_write_bytes(os.path.join(out_dir, "stream.json"), stream.dumps(rec.data()))
 
 
-def _replay(path: str, args, kwargs, mode: str, target: str):
+def _of_api(shipped: dict, api: str | None) -> dict:
+    """The stream, when its front end is the API of the file the parent graded (the parent times each API against
+    its own staff kernels and the front ends keep different rules): a child that ships a program of the other API
+    forged it (docs/grading-security.md L5)."""
+    from nkisim import stream
+
+    want = api or "legacy"
+    got = shipped.get("frontend")
+    if got != want:
+        raise stream.StreamError(f"header: front end {got!r:.40}, but the graded file uses the {want!r} API")
+    return shipped
+
+
+def _replay(path: str, args, kwargs, mode: str, target: str, api: str | None = None):
     """Execute the instruction stream at ``path`` (shipped by a specializing child) with nkisim on this process's
     inputs.  No student code exists in this process: the stream is data, read by nkisim.stream."""
     from nkisim import stream
@@ -543,7 +556,7 @@ def _replay(path: str, args, kwargs, mode: str, target: str):
         data = fh.read(MAX_STREAM_BYTES + 1)
     if len(data) > MAX_STREAM_BYTES:
         raise stream.StreamError(f"the instruction stream is over {MAX_STREAM_BYTES >> 20} MiB")
-    run = stream.replay(stream.loads(data), args, kwargs, mode=mode, target=target, graded=True)
+    run = stream.replay(_of_api(stream.loads(data), api), args, kwargs, mode=mode, target=target, graded=True)
     return run.outputs, run.trace
 
 
@@ -581,7 +594,7 @@ def _replay_group(group: list, job: dict, out_dir: str) -> dict:
                 data = fh.read(MAX_STREAM_BYTES + 1)
             if len(data) > MAX_STREAM_BYTES:
                 raise stream.StreamError(f"the instruction stream is over {MAX_STREAM_BYTES >> 20} MiB")
-            members.append((stream.loads(data), args, kwargs))
+            members.append((_of_api(stream.loads(data), job.get("api")), args, kwargs))
         except Exception as exc:  # noqa: BLE001 - this member's error, as its own replay would report it
             errors[k] = exc
             members.append(({}, args, kwargs))
@@ -707,7 +720,7 @@ def run_job(job: dict) -> int:
             # the parent's re-execution of a specialized kernel: nkisim runs the stream; no student code is loaded
             status["stage"] = "kernel"
             t0 = time.perf_counter()
-            outputs, trace = _replay(job["stream_file"], args, kwargs, job["mode"], job["target"])
+            outputs, trace = _replay(job["stream_file"], args, kwargs, job["mode"], job["target"], job.get("api"))
             status["kernel_seconds"] = time.perf_counter() - t0
             _write_results(status, job, out_dir, outputs, trace, None, traceio)
             raise _Done

@@ -95,3 +95,13 @@ def test_a_malformed_stream_is_the_tests_error_not_the_graders(monkeypatch, tmp_
     assert run.verdict == "error"
     assert "instruction stream was refused" in run.message and "not valid JSON" in run.message, run.message
     assert run.outputs == []
+
+
+@APIS
+def test_a_stream_of_the_other_api_is_refused(monkeypatch, tmp_path, api):
+    """The program replayed is one the graded file's API makes (docs/grading-security.md L5): a compromised child
+    shipping the other front end's program (timed against the other API's rules) is refused."""
+    run, _, _ = _case(monkeypatch, tmp_path, "otherapi", api=api)
+    assert run.verdict == "error"
+    assert "instruction stream was refused" in run.message and "but the graded file uses the" in run.message, \
+        run.message
