@@ -8,7 +8,9 @@
 * A DMA waits for its dependencies, then for a slot on the serial issue resource (hardware DGE on trn2, or the
   static descriptor ring), then a fixed overlappable latency, then moves its bytes on the DMA engines its SBUF
   partitions map to (engine k serves partitions 8k..8k+7).  DMA resources serve requests in time order (a request
-  never waits behind a later-ready one queued before it in program order), modelled as earliest-gap placement.
+  never waits behind a later-ready one queued before it in program order), modelled as earliest-gap placement;
+  on the DMA engines a transfer that finds only shorter idle stretches moves in them, interleaved with the
+  transfers already placed (the engines serve their queues round robin, DMA overview; ``_interleave``).
 * HBM writes are not ordered against each other (regions are bounding byte ranges, so two disjoint strided
   stores would look overlapping); HBM RAW and WAR are honoured.
 
@@ -243,6 +245,44 @@ def _pick_engine(ins: Instr, model: CostModel, gaps: dict, ready: float, tc: Tar
         if best is None or s + c.ii_ns < best[0] - _EPS:
             best = (s + c.ii_ns, eng)
     ins.engine = best[1]
+
+
+def _idle_before(res: GapResource, t: float, pos: int) -> bool:
+    """Whether ``res`` is idle for some time between ``t`` and the end of its interval ``pos - 1`` (where ``find``
+    placed a request ready at ``t``): busy intervals never touch (``insert`` merges them), so there is idle time
+    unless one interval runs from before ``t`` to there."""
+    k = bisect_right(res.ends, t)
+    return k < pos - 1 or (k < len(res.starts) and res.starts[k] > t + _EPS)
+
+
+def _interleave(res: GapResource, t: float, d: float, owner: int) -> tuple[list[tuple[float, float]], int]:
+    """Place ``d`` ns of a DMA's transfer on ``res`` from ``t`` on, in every idle stretch until it is done.
+
+    The DMA engines serve their queues round robin ("DMA transfers from different DMA queues are scheduled in a
+    round robin fashion (for NeuronCore-v2 and v3)", DMA overview), so a transfer that is ready does not wait for
+    an idle window as long as itself: it moves whenever the engines are not moving an earlier-placed transfer.
+    Without this, the list scheduler (which places in program order) let a store ready late but earlier in
+    program order hold back a load ready microseconds before it (issue 33: t1-stream-256k-1000).  Returns the
+    pieces (start, end) and the request whose interval ends where the last piece starts (-1: none)."""
+    pieces: list[tuple[float, float]] = []
+    starts, ends = res.starts, res.ends
+    cur, rem = t, d
+    i = bisect_right(ends, cur)
+    who, who_end = -1, t
+    while rem > _EPS:
+        if i < len(starts) and starts[i] <= cur + _EPS:  # inside (or at the start of) a busy interval
+            if ends[i] > cur:
+                cur = ends[i]
+                who, who_end = res.owners[i], cur
+            i += 1
+            continue
+        take = rem if i >= len(starts) else min(rem, starts[i] - cur)
+        res.insert(cur, take, i, owner)
+        pieces.append((cur, cur + take))
+        rem -= take
+        cur += take
+        i = bisect_right(ends, cur)
+    return pieces, (who if abs(pieces[-1][0] - who_end) < 1e-6 and who_end > t + _EPS else -1)
 
 
 def _ramp_extra(x0: float, work: float, win: float, r0: float) -> float:
@@ -544,6 +584,19 @@ class _Placer:
         late = t_data
         for res, engs in self.dma_eng.groups(c.engines):
             s, pos = res.find(t_data, d)
+            if s > t_data + _EPS and _idle_before(res, t_data, pos):
+                # no idle stretch as long as the transfer from its ready time on, only shorter ones: the engines
+                # interleave it with the transfers already there (_interleave) instead of holding it back
+                pieces, o_ = _interleave(res, t_data, d, i)
+                portions.extend((engs, a, b) for a, b in pieces)
+                s = pieces[-1][0]
+                if s > late + _EPS:
+                    late = s
+                    if o_ >= 0:
+                        p = o_
+                if pieces[-1][1] > done:
+                    done = pieces[-1][1]
+                continue
             if s > late + _EPS:
                 late = s
                 o_ = res.owner_before(s, pos)
