@@ -40,8 +40,10 @@ What the replay trusts from the stream is only the program: which documented fun
 arguments, in which order, and when the kernel dropped its tensors.  Every check, every value and every cost comes
 from nkisim running that program; a stream that names anything else, or views outside their storage, raises
 :class:`StreamError` naming the event.  Not recorded (the recorder raises :class:`NotRecordable`): an LNC=2 launch,
-``nl.shared_constant`` of a file path and views indexed by a tile's values (the legacy ``t[idx_tile, i_f]``).  A
-placement function (``ncc.sbuf.alloc(f)``) is recorded as the places it returned (``["Bc", buffer, table]``).
+``nl.shared_constant`` of a file path and a legacy view indexed again after a tile indexed it.  A placement function
+(``ncc.sbuf.alloc(f)``) is recorded as the places it returned (``["Bc", buffer, table]``), a legacy view indexed by a
+tile's values (``t[idx_tile, i_f]``) as that indexing (``["T", allocation, ["ix", base, index]]``; ``["Y", tile,
+offset]`` a tile plus an offset), which the replay makes again with the tile's values of its own run.
 """
 
 from __future__ import annotations
@@ -56,10 +58,9 @@ import numpy as np
 
 from nkisim import frontends
 from nkisim.core import aps, dtypes
-from nkisim.core.access import dynamic_tiles
 from nkisim.core.buffers import BufferSpec
 from nkisim.core.context import LIVE, KernelContext, Site, current
-from nkisim.core.indexing import IndexExpr, Mask
+from nkisim.core.indexing import DynIndex, IndexExpr, Mask
 from nkisim.core.instr import Buf, Trace
 from nkisim.core.ops import registers
 from nkisim.core.placement import CallbackAlloc, PsumModAlloc, SbufModAlloc
@@ -413,14 +414,9 @@ class Recorder:
             d = self._derived.get(id(x))
             if d is not None and d[0]() is x:
                 how = d[1]
+                if how[0] == "ix":  # legacy t[idx_tile, i_f]: the base view and the index, resolved by the replay
+                    return ["T", known[0], ["ix", self._enc(how[1], depth + 1), self._enc(list(how[2]), depth + 1)]]
                 return ["T", known[0], [how[0], self._enc(how[1], depth + 1), how[2], self._enc(how[3], depth + 1)]]
-            ctx = self._ctx
-            if self._legacy and ctx is not None and ctx.dyn:
-                # a view indexed by a tile's values holds stand-in indices here (no values), and so does any view
-                # the kernel derives from it: none can be written down as addresses
-                what = "is" if dynamic_tiles(ctx, x) else "may be derived from a view"
-                raise NotRecordable(f"a view of '{x.name}' {what} indexed by a tile's values (a dynamic index): "
-                                    "nkisim cannot record such views in an instruction stream yet")
             try:
                 state = aps.view_state(x)
             except NotImplementedError as exc:
@@ -431,6 +427,13 @@ class Recorder:
                 if axv is not None or lblk is not None:
                     extra = [[[k, v] for k, v in axv.items()] if axv else None, lblk]
             if state[0] == "g":
+                ctx = self._ctx
+                if ctx is not None and ctx.dyn:
+                    # a view indexed further from one indexed by a tile's values holds stand-in indices here (no
+                    # values): its addresses cannot be written down; the one the tile indexed is recorded as made
+                    raise NotRecordable(f"a view of '{x.name}' indexed again after a dynamic index (a tile's "
+                                        "values) cannot be recorded in an instruction stream yet: index the tensor "
+                                        "once, with the tile and the nl.arange expressions together")
                 state = ["g", state[1], state[2], state[3], state[4], [self._enc(a, depth + 1) for a in state[5]],
                          state[6]]
                 return ["T", known[0], state] if extra is None else ["T", known[0], state, extra]
@@ -490,6 +493,8 @@ class Recorder:
             return ["M", self._enc(x.values, depth + 1) if x.values is not None else None, named]
         if isinstance(x, ParDim):
             return ["pd", x.size]
+        if isinstance(x, DynIndex):
+            return ["Y", self._enc(x.tile, depth + 1), self._enc(x.offset, depth + 1)]
         if isinstance(x, BufferSpec) and x.direct is not None:
             d = x.direct
             if type(d) is SbufModAlloc:
@@ -955,6 +960,20 @@ class _Replayer:
                     except (ValueError, TypeError) as exc:
                         raise StreamError(f"{where}: {exc}") from None
                     return v
+                if state[:1] == ["ix"]:
+                    _need(self.legacy and len(state) == 3 and isinstance(state[2], list), where,
+                          "malformed dynamically indexed view")
+                    base = self._dec(state[1], depth + 1, where, memo)
+                    idx = self._dec(state[2], depth + 1, where, memo)
+                    _need(isinstance(base, Tensor) and _allocation(base) is _allocation(root), where,
+                          "a dynamically indexed view's base is not a view of its allocation")
+                    _need(any(isinstance(i, (Tensor, DynIndex)) for i in idx), where,
+                          "a dynamically indexed view without a tile among its indices")
+                    try:
+                        v = memo[key] = base[tuple(idx)]  # registered as dynamic in this run, as the kernel's was
+                    except (ValueError, TypeError, IndexError) as exc:
+                        raise StreamError(f"{where}: {exc}") from None
+                    return v
                 if state[:1] == ["g"]:
                     _need(self.legacy and len(state) == 7 and isinstance(state[5], list) and len(state[5]) <= 8, where,
                           "malformed gather view")
@@ -1025,7 +1044,7 @@ class _Replayer:
             dt = self._dtype(x, where)
             _need(int(np.prod(x[2])) == len(x[3]), where, "array shape and values differ")
             return np.asarray(x[3]).astype(dt).reshape(x[2])
-        if self.legacy and tag in ("X", "M", "pd", "B", "Bc"):
+        if self.legacy and tag in ("X", "M", "pd", "B", "Bc", "Y"):
             return self._legacy_value(x, depth, where, memo)
         raise StreamError(f"{where}: unknown value tag {tag!r:.20}")
 
@@ -1089,6 +1108,12 @@ class _Replayer:
         if tag == "pd":
             _need(len(x) == 2 and type(x[1]) is int and x[1] >= 0, where, "malformed par_dim")
             return ParDim(x[1])
+        if tag == "Y":
+            _need(len(x) == 3, where, "malformed dynamic index")
+            tile, off = self._dec(x[1], depth + 1, where, memo), self._dec(x[2], depth + 1, where, memo)
+            _need(isinstance(tile, Tensor) and (type(off) is int or isinstance(off, IndexExpr)), where,
+                  "malformed dynamic index")
+            return DynIndex(tile, off)
         if tag == "Bc":
             return self._placement(x, where)
         _need(len(x) == 5 and x[1] in ("sbuf", "psum") and type(x[2]) is int and type(x[3]) is int

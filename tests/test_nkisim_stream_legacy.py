@@ -278,21 +278,53 @@ def test_a_forged_placement_is_checked_as_the_kernels_would_be():
 
 
 # ---- not recordable: refused when recording, never replayed differently --------------------------------------
-def test_a_view_indexed_by_a_tiles_values_is_not_recorded():
-    @nki.jit
-    def gather(table, idx):
-        out = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
-        ix = nl.load(idx)
-        i_f = nl.arange(8)[None, :]
-        nl.store(out, value=nl.load(table[ix, i_f]))
-        return out
+@nki.jit
+def gathers(table, idx, offs):
+    """Rows of ``table`` picked by an index tile (an indirect DMA, ``t[idx_tile, i_f]``), a tile plus an affine
+    offset (``idx + i_p``: a DynIndex), and a copy at a run-time offset (``tensor_copy_dynamic_src``)."""
+    out = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+    shifted = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+    picked = nl.ndarray((1, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+    ix = nl.load(idx)
+    i_f = nl.arange(8)[None, :]
+    rows = nl.load(table[ix, i_f])
+    nl.store(out, value=rows)
+    i_p = nl.arange(4)[:, None]
+    nl.store(shifted, value=nl.load(table[ix[0:1, 0:1] + i_p, i_f]))
+    src = nl.load(table[0:1, :])
+    o = nl.load(offs)
+    nl.store(picked, value=nisa.tensor_copy_dynamic_src(src[0, o[0, 0] + nl.arange(4)[None, :]]))
+    return out, shifted, picked
 
-    with pytest.raises(stream.NotRecordable, match="is indexed by a tile's values"):
-        stream.record(gather, (np.zeros((16, 8), np.float32), np.zeros((4, 1), np.int32)))
 
+def test_views_indexed_by_a_tiles_values_replay_exactly():
+    """The stream holds how such a view was made (its base and its index, the tile among it); the replay indexes
+    again, with the tile's values in its own run."""
+    table = RNG.standard_normal((16, 8)).astype(np.float32)
+    idx = np.array([[3], [0], [11], [7]], np.int32)
+    offs = np.array([[2]], np.int32)
+    _, replayed = _roundtrip(gathers, (table, idx, offs))
+    got = _outputs(replayed)
+    np.testing.assert_array_equal(got[0], table[idx[:, 0]])
+    np.testing.assert_array_equal(got[1], table[3:7])
+    np.testing.assert_array_equal(got[2], table[0:1, 2:6])
+    # the stream has no index values: replayed on other indices, the program gathers those rows
+    data, _ = stream.record(gathers, (table, idx, offs))
+    other = np.array([[1], [2], [3], [4]], np.int32)
+    run = stream.replay(stream.loads(stream.dumps(data)), (table, other, offs))
+    np.testing.assert_array_equal(run.outputs[0], table[1:5])
+    # forged: the tile taken out of the index (a plain gather the kernel did not make) is refused
+    view = next(a for e in _calls(data) for a in e[2] if isinstance(a, list) and a[:1] == ["T"]
+                and isinstance(a[2], list) and a[2][:1] == ["ix"])
+    view[2][2][1][0] = 0
+    with pytest.raises(stream.StreamError, match="without a tile"):
+        stream.replay(stream.loads(stream.dumps(data)), (table, idx, offs))
+
+
+def test_a_view_indexed_again_after_a_dynamic_index_is_not_recorded():
     @nki.jit
     def derived(table, idx):
-        """A plain-looking view sliced from a dynamically indexed one: its addresses are stand-ins in the child."""
+        """A view indexed from a dynamically indexed one: its addresses are stand-ins in the child."""
         out = nl.ndarray((2, 8), dtype=nl.float32, buffer=nl.shared_hbm)
         ix = nl.load(idx)
         i_f = nl.arange(8)[None, :]
@@ -300,7 +332,7 @@ def test_a_view_indexed_by_a_tiles_values_is_not_recorded():
         nl.store(out, value=nl.load(rows[0:2, :]))
         return out
 
-    with pytest.raises(stream.NotRecordable, match="may be derived from a view indexed by a tile's values"):
+    with pytest.raises(stream.NotRecordable, match="indexed again after a dynamic index"):
         stream.record(derived, (np.zeros((16, 8), np.float32), np.zeros((4, 1), np.int32)))
 
 

@@ -473,6 +473,9 @@ class Tensor(StorageView):
                 t._oob = twin.oob
                 t._opnd = make_operand(twin)
             _register_dynamic(t, dyn, runtime_ok)
+            ctx = current("dynamic index")
+            if ctx.stream is not None:  # a recorded program: the view is written down as the indexing that made it
+                ctx.stream.derived(t, ("ix", self, idx))
         return t
 
     def _index_gather(self, idx) -> Tensor:
