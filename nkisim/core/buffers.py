@@ -76,7 +76,8 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
             again = _shared_again(ctx, dims, dt, name)
             if again is not None:
                 return again
-        base, view = make_storage(dims, 0, dt, fill, not ctx.full)
+        base, view = hbm_storage(ctx, dims, dt, name,
+                                 lambda: make_storage(dims, 0, dt, fill, not ctx.full))
         alloc = Allocation(B_HBM, base, ctx.mem.new_phys(), None, name or "hbm", 0, None)
         alloc.space = buffer.name
         t = ctx.tensor_type(alloc, view, 0, off=0)
@@ -137,6 +138,33 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
     return ctx.tensor_type(alloc, view, pdim, None, None, False, 0)
 
 
+def hbm_storage(ctx: KernelContext, dims, dt: np.dtype, name: str, make):
+    """``make()``, the host array behind an HBM tensor, once the tensor is known to fit in the device memory one
+    NeuronCore addresses (``TargetLimits.hbm_bytes_per_core``, rule nkisim_hbm_capacity).
+
+    Checked once per HBM tensor (kernel arguments, placeholders and nl.ndarray/nl.zeros in HBM, in both front
+    ends and both modes), never per instruction.  Without it a kernel asking for a 128 TiB tensor got NumPy's bare
+    "Unable to allocate 128. TiB" instead of an error naming the tensor and the device's limit; a legal tensor the
+    host cannot hold gets a MemoryError that says so (it is the emulating machine's limit, not the kernel's)."""
+    nbytes = dt.itemsize
+    for d in dims:
+        nbytes *= int(d)  # Python ints: the product of a huge shape must not wrap
+    limits = ctx.limits
+    limit = limits.hbm_bytes_per_core
+    if nbytes > limit:
+        size = f"{nbytes / (1 << 40):.4g} TiB" if nbytes >= 1 << 40 else f"{nbytes / (1 << 30):.4g} GiB"
+        fail("nkisim_hbm_capacity", name=f" '{name}'" if name else "", shape=[int(d) for d in dims], dtype=dt.name,
+             nbytes=nbytes, size=size, limit=limit, limit_gib=limit >> 30, target=limits.name)
+    try:
+        return make()
+    except MemoryError:
+        label = f" '{name}'" if name else ""
+        raise MemoryError(f"nkisim: this machine ran out of memory for HBM tensor{label} {[int(d) for d in dims]} "
+                          f"{dt.name} ({nbytes} bytes): the tensor fits in the {limit} bytes of HBM one NeuronCore "
+                          f"of {limits.name} addresses, but the emulator holds it in host memory; run on a machine "
+                          "with more free memory, or with smaller shapes") from None
+
+
 def _shared_again(ctx: KernelContext, dims, dt, name: str) -> Tensor | None:
     """The n-th shared_hbm tensor of a later SPMD program is the n-th of the first program (visible to all).  In
     an LNC=2 launch the cores run in lockstep (core.lockstep), so either core may get to its n-th first: None then,
@@ -166,7 +194,9 @@ def wrap_host(ctx: KernelContext, value, name: str, space: str = "argument"):
             raise TypeError(f"argument '{name}' is {value!r}, a shape-only placeholder: it has no values, so it can "
                             "only be passed to nki.benchmark (timing); pass a NumPy array to run the kernel")
         dt = dtypes.to_dtype(value.dtype)
-        alloc = Allocation(B_HBM, np.empty(value.shape, dtype=dt), ctx.mem.new_phys(), None, name, 0, None)
+        shape = tuple(value.shape)
+        alloc = Allocation(B_HBM, hbm_storage(ctx, shape, dt, name, lambda: np.empty(shape, dtype=dt)),
+                           ctx.mem.new_phys(), None, name, 0, None)
         alloc.immutable = True
         return ctx.tensor_type(alloc, alloc.base, 0, off=0)
     # a class is never an array: np.float16 / ml_dtypes.bfloat16 passed as a dtype argument have __array__ and
@@ -175,7 +205,9 @@ def wrap_host(ctx: KernelContext, value, name: str, space: str = "argument"):
                                         and not isinstance(value, (Tensor, np.generic, type))):
         arr = np.asarray(value)
         dt = dtypes.to_dtype(arr.dtype)
-        base = np.array(arr, dtype=dt, copy=True, order="C") if ctx.full else np.empty(arr.shape, dtype=dt)
+        base = hbm_storage(ctx, arr.shape, dt, name,
+                           (lambda: np.array(arr, dtype=dt, copy=True, order="C")) if ctx.full
+                           else (lambda: np.empty(arr.shape, dtype=dt)))
         alloc = Allocation(B_HBM, base, ctx.mem.new_phys(), None, name, 0, None)
         alloc.immutable = True
         alloc.space = space

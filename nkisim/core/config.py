@@ -31,6 +31,7 @@ class TargetLimits:
     vector_sbuf_fmax: int
     vector_psum_fmax: int
     vector_transpose_max: int
+    hbm_bytes_per_core: int  # the device memory one kernel (one logical NeuronCore) may address
 
     @property
     def psum_bytes_per_partition(self) -> int:
@@ -55,6 +56,10 @@ TARGETS: dict[str, TargetLimits] = {
         vector_sbuf_fmax=64 * 1024,
         vector_psum_fmax=4 * 1024,
         vector_transpose_max=32,
+        # 32 GiB per chip in 2 HBM stacks shared by its 2 NeuronCores (nki/guides/architecture/
+        # trainium_inferentia2_arch.rst); "On inf2/trn1, each Neuron core has 16GB of memory"
+        # (libraries/nxd-inference/api-guides/api-guide.rst, developer_guides/feature-guide.rst)
+        hbm_bytes_per_core=16 << 30,
     ),
     # NeuronCore-v3. SBUF 128 x 224 KiB (trainium2_arch.rst); usable 212984 B/partition is the value of
     # tile_size.total_available_sbuf_size on trn2 (KLR Trace.lean, see shared/nki-api.md 2.3). PSUM unchanged.
@@ -71,6 +76,11 @@ TARGETS: dict[str, TargetLimits] = {
         vector_sbuf_fmax=64 * 1024,
         vector_psum_fmax=4 * 1024,
         vector_transpose_max=32,
+        # 96 GiB per chip in 4 stacks of 24 GiB (nki/guides/architecture/trainium2_arch.rst); "Each bank is shared
+        # by two physical NeuronCore-v3", under LNC=1 "both physical NeuronCores have access to the entire 24GB HBM
+        # bank" (about-neuron/arch/neuron-features/logical-neuroncore-config.rst), and "On trn2, each Neuron core
+        # has 24GB of memory (with logical_nc_config set to 2)" (nxd-inference api-guide.rst): 24 GiB either way
+        hbm_bytes_per_core=24 << 30,
     ),
 }
 

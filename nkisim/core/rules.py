@@ -51,7 +51,8 @@ class DeviceIndexFault(DeviceFault, IndexError):
 class NKICapacityError(NKIError, MemoryError):
     """An SBUF capacity error the compiler's allocator reports: one instruction's tiles do not fit in a partition
     (GCA035), or a tile does not fit beside the explicit placements.  Over-subscription by automatically allocated
-    tiles spills instead (core.spill), as PSUM does."""
+    tiles spills instead (core.spill), as PSUM does.  Also an HBM tensor larger than the device memory one
+    NeuronCore addresses (nkisim_hbm_capacity).  A MemoryError too, as NumPy's own error for such an array was."""
 
 
 class NKISimulationWarning(UserWarning):
@@ -282,6 +283,14 @@ _RULE_LIST = [
     _r("nkisim_reshape",
        "reshape of '{name}' {shape} to {new}: {detail}",
        "nki tensor.reshape"),
+    _r("nkisim_hbm_capacity",
+       "HBM tensor{name} {shape} {dtype} needs {nbytes} bytes ({size}), more than the {limit} bytes "
+       "({limit_gib} GiB) of device memory one NeuronCore of {target} can address: split it over several kernel "
+       "launches or make it smaller",
+       "HBM 16 GiB per NeuronCore on trn1 (32 GiB per chip, 2 cores: trainium_inferentia2_arch.rst; 'On inf2/trn1, "
+       "each Neuron core has 16GB of memory', nxd-inference api-guide.rst), 24 GiB on trn2 (96 GiB in 4 banks of "
+       "24 GiB, each shared by two physical NeuronCore-v3: trainium2_arch.rst, logical-neuroncore-config.rst); "
+       "checked once per HBM tensor (kernel arguments, nl.ndarray/nl.zeros in HBM)"),
     _r("nkisim_sbuf_capacity",
        "SBUF over-subscribed on {target}: {peak} bytes per partition live, capacity {capacity} bytes per "
        "partition. Largest live tiles: {tiles}",
@@ -431,6 +440,7 @@ def message(code: str, **fields) -> str:
 
 
 _ERROR_CLASSES = {"nkisim_sbuf_capacity": NKICapacityError, "nkisim_sbuf_instruction": NKICapacityError,
+                  "nkisim_hbm_capacity": NKICapacityError,
                   "err_tensor_access_out_of_bound": NKIIndexError}
 
 
