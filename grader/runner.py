@@ -570,8 +570,10 @@ def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation
     shipped: dict[str, bytes | None] = {}
     firsts: list[CaseRun | None] = []
     streams: list[bytes | None] = []
-    for inv, t in zip(invs, timeouts, strict=True):
-        sig = _signature(inv)
+    # calls share a specialization when they share a signature and a time limit: each call's specializing run has
+    # its own limit alone, so a call with a shorter one never rides on a sibling's longer one
+    sigs = [f"{_signature(inv)}|{t!r}" for inv, t in zip(invs, timeouts, strict=True)]
+    for inv, t, sig in zip(invs, timeouts, sigs, strict=True):
         spec = specs.get(sig)
         if spec is None:
             spec = specs[sig] = _specialized(source, rel_file, function, inv, timeout_s=t, **common)
@@ -581,8 +583,8 @@ def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation
             firsts.append(None)
         streams.append(shipped[sig] if spec.verdict == Verdict.OK else None)
     out: list[CaseRun | None] = [None] * len(invs)
-    for k, inv in enumerate(invs):
-        spec = specs[_signature(inv)]
+    for k, sig in enumerate(sigs):
+        spec = specs[sig]
         if spec.verdict != Verdict.OK:
             out[k] = dataclasses.replace(spec, outputs=[], stream=None)
     live = [k for k in range(len(invs)) if out[k] is None]

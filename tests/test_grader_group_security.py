@@ -72,6 +72,25 @@ def test_a_member_without_a_believable_time_is_replayed_alone(tmp_path, limits, 
     assert runs[0] is not None and runs[1] is not None and runs[2] is None
 
 
+@pytest.mark.parametrize(("timeouts", "specialized"), [([60.0, 60.0, 60.0], [60.0, 60.0]),
+                                                        ([60.0, 20.0, 60.0], [60.0, 20.0, 60.0])])
+def test_a_specialization_is_shared_only_within_one_time_limit(limits, monkeypatch, timeouts, specialized):
+    """Calls of one signature share a specializing run only when their limits are the same: a call with a shorter
+    limit never rides on a sibling's longer one (L1's rule for the specializing runs)."""
+    seen: list = []
+
+    def spec(source, rel_file, function, inv, *, timeout_s, **common):
+        seen.append(timeout_s)
+        return runner.CaseRun(runner.Verdict.TIMEOUT, f"timed out at {timeout_s:g} s")
+
+    monkeypatch.setattr(runner, "_specialized", spec)
+    invs = [problems.get("conv2d").shared_invocation({**SHAPE, **v}, 5).inv for v in VARIANTS]
+    runs, _ = runner.run_group(b"", "part2/conv2d.py", "fused_conv2d_maxpool", invs, timeouts, want_trace=False,
+                               target="trn2", limits=limits)
+    assert seen == specialized
+    assert [r.message for r in runs] == [f"timed out at {t:g} s" for t in timeouts]
+
+
 RUBRIC_TAIL = """
 [[test]]
 id = "conv.plain"

@@ -1,7 +1,7 @@
 """``nl.DType`` (NKI 0.6: the type of the data types) hands kernel code the dtype class itself, so a kernel can make
 a dtype of its own: one named like a 16-bit type over 32-bit storage would buy fp32 exactness at the bf16 matmul
-rate if a name reached the rules or the cost model.  It does not: a dtype is resolved by its storage, and the trace
-names the storage's type (docs/grading-security.md, audit index, ``nl.DType``)."""
+rate if a name reached the rules or the cost model while the storage made the values.  It does not: the dtype is one
+real dtype throughout (docs/grading-security.md, audit index, ``nl.DType``)."""
 
 from __future__ import annotations
 
@@ -34,14 +34,18 @@ def _matmul_loop(dtype):
     return kernel
 
 
-@pytest.mark.parametrize(("name", "storage", "honest"), [("bfloat16", "float32", nl.float32),
-                                                         ("float32", "float16", nl.float16)])
-def test_a_dtype_made_by_kernel_code_is_its_storages(name, storage, honest):
+@pytest.mark.parametrize(("name", "storage"), [("bfloat16", "float32"), ("float32", "float16")])
+def test_a_dtype_made_by_kernel_code_is_one_honest_dtype(name, storage):
+    """The made dtype is one real dtype throughout: values, the trace's dtype names and the latency are those of an
+    honest twin (its storage's; or its name's, when a dtype of that name is already known to the process: dtypes
+    equal by name), never a name's cost over another storage's values."""
     a = np.random.default_rng(0).standard_normal((128, 128)).astype(np.float32)
     b = np.random.default_rng(1).standard_normal((128, 512)).astype(np.float32)
     forged = run_kernel(_matmul_loop(nl.DType(name, storage)), (a, b), {}, target="trn2")
-    twin = run_kernel(_matmul_loop(honest), (a, b), {}, target="trn2")
+    ops = {tuple(s.dtype for s in i.srcs) for i in forged.trace.instrs if i.op == "nc_matmul"}
+    assert len(ops) == 1
+    (named,) = {d for op in ops for d in op}
+    twin = run_kernel(_matmul_loop(getattr(nl, named)), (a, b), {}, target="trn2")
+    assert named in (name, storage)
     np.testing.assert_array_equal(forged.outputs, twin.outputs)
-    ops = [[s.dtype for s in i.srcs] for i in forged.trace.instrs if i.op == "nc_matmul"]
-    assert ops and all(d == [str(honest)] * 2 for d in ops)
     assert estimate(forged.trace, "trn2").nc_latency_us == estimate(twin.trace, "trn2").nc_latency_us
