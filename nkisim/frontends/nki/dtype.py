@@ -22,6 +22,7 @@ import ml_dtypes as _ml_dtypes
 import numpy as _np
 
 from nkisim.core import dtypes as _dt
+from nkisim.core.sealed import Sealed as _Sealed
 
 
 class NkiDType:
@@ -158,6 +159,31 @@ float8_e8m0fnu = Trn3DType("float8_e8m0fnu")
 _BY_NAME = {str(d): d for d in (bool_, int8, int16, int32, uint8, uint16, uint32, float16, float32, bfloat16,
                                 tfloat32, float8_e4m3, float8_e4m3fn, float8_e5m2)}
 _BY_NAME["bool_"] = bool_
+
+
+class _DTypeMeta(_Sealed):  # sealed: kernel code cannot plant class attributes (grading security C5)
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, NkiDType)
+
+    def __call__(cls, name, storage=None):
+        """``nl.DType(name)``: the stub's ``DType = str`` names a data type, so this is the NKI data type of that name
+        (as ``nl.DType("bfloat16") is nl.bfloat16``).  No new data type is made: a storage argument that is not the
+        name's own storage is refused, so kernel code cannot pair a name with another storage."""
+        found = _BY_NAME.get(str(name))
+        if found is None:
+            raise TypeError(f"nl.DType({name!r}): not an NKI data type (nki.language supports "
+                            f"{', '.join(sorted(_BY_NAME))})")
+        if storage is not None and _np.dtype(storage) != found.storage:
+            raise TypeError(f"nl.DType({name!r}, {storage!r}): {name} is stored as {found.storage}, not "
+                            f"{_np.dtype(storage)}")
+        return found
+
+
+class DType(metaclass=_DTypeMeta):
+    """``nl.DType``: the type of the NKI data types (the stub's ``DType = str``): ``isinstance(nl.float32,
+    nl.DType)``, annotations ``dtype: nl.DType``, and ``nl.DType("float32") is nl.float32``."""
+
+    __slots__ = ()
 
 
 def from_host(value):

@@ -39,10 +39,10 @@ from nkisim.core.sealed import Sealed as _Sealed
 from nkisim.core.tensor import Tensor as _Tensor
 from nkisim.frontends import NKI as _NKI
 from nkisim.frontends import _operators, _unsupported
-from nkisim.frontends.nki.dtype import NkiDType as DType  # noqa: F401  (the stub's ``DType = str``: annotations)
 
 # ---- data types (nki.dtype, re-exported as nl.X; the packed MX types are placeholders) -------------------------
 from nkisim.frontends.nki.dtype import (  # noqa: F401  (public NKI names)
+    DType,  # noqa: F401  (the stub's ``DType = str``: annotations)
     bfloat16,
     bool_,
     float4_e2m1fn_x4,
