@@ -31,6 +31,9 @@ _NKISIM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # and the registered front ends' packages (kernels elsewhere in the package, e.g. calibration kernels, are user
 # code).  A front end living elsewhere is found through the registry, never by a directory name written here.
 EMULATOR_DIRS = (os.path.join(_NKISIM_DIR, "core") + os.sep, *(fe.directory + os.sep for fe in frontends.FRONT_ENDS))
+# Code objects of the core's wrappers around front-end functions (core.ops.registers: ``api``, ``stream_only``).  A
+# wrapper's frame is the core's, so the namespace check looks through it to the front-end function it called.
+TRAMPOLINES: set = set()
 _STACK: list[KernelContext] = []
 # Set once any kernel records a dynamic loop body or makes a run-time-offset view (core.ops.registers.api reads it:
 # until then the front-end wrappers cost one list read)
@@ -193,14 +196,16 @@ class KernelContext:
         migration guide).  Checked once per kernel statement (settle caches statements)."""
         last = None
         while f is not None and f.f_code.co_filename.startswith(EMULATOR_DIRS):
-            last = f
+            if f.f_code not in TRAMPOLINES:
+                last = f
             f = f.f_back
         if last is None:
             return
         fe = _front_end_of_file(last.f_code.co_filename)
         if fe is not False and fe is not self.frontend:
-            mod = last.f_code.co_filename.rsplit(os.sep, 1)[-1].removesuffix(".py")
-            where = fe.namespace if mod in ("nki", "__init__") else f"{fe.namespace}.{mod}"
+            rel = os.path.relpath(last.f_code.co_filename, fe.directory).removesuffix(".py").split(os.sep)
+            mods = [m for m in rel if m not in ("nki", "__init__")]  # nki.py / a package's __init__: the package
+            where = ".".join([fe.namespace, *mods])
             fail("nkisim_mixed_namespaces", call=f"{where}.{last.f_code.co_name}", used=fe.namespace,
                  kernel=self.frontend.namespace)
 

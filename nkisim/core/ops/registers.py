@@ -41,7 +41,7 @@ import numpy as np
 
 from nkisim.core import access, aps, execute
 from nkisim.core.access import mark_written, read, write
-from nkisim.core.context import LIVE, KernelContext, active, current
+from nkisim.core.context import LIVE, TRAMPOLINES, KernelContext, active, current
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, E_SYNC, Trace
 from nkisim.core.ops import partition_broadcast
 from nkisim.core.ops.common import check_writable, need_on_chip, need_tensor
@@ -264,6 +264,7 @@ def api(fn):
 
     key = _streamable(fn)
     call.nkisim_api = fn
+    TRAMPOLINES.add(call.__code__)
     return call
 
 
@@ -300,6 +301,7 @@ def stream_only(fn):
         return res
 
     key = _streamable(fn)
+    TRAMPOLINES.add(call.__code__)
     return call
 
 

@@ -568,6 +568,7 @@ def _returns_instruction(fn):
     call.__name__ = call.__qualname__ = fn.__name__
     call.__doc__ = fn.__doc__
     call.__wrapped__ = fn
+    _ctx.TRAMPOLINES.add(call.__code__)  # the namespace check looks through it to ``fn``
     return call
 
 
