@@ -80,7 +80,9 @@ class KernelContext:
         self.unwritten = None  # (weakref to the last result tile, its values, mask): written lazily by settle
         self.last_mask: np.ndarray | None = None  # mask= of the last retargetable result (set by ops.common.finish)
         self.acc_spelling = None  # (matmul result ref, acc view, materialize): 2024 `acc + nl.matmul(..)`
-        self._where: dict = {}  # (id(code), bytecode offset) -> (code, loc, site): settle's cache per call site
+        # id(code) of kernel (non-emulator) code -> (code, {bytecode offset: (code, loc, site)}): settle's cache per
+        # call site; the code is held, so no other code object takes its id while this run lasts
+        self._where: dict = {}
         self._lines: dict = {}  # (code, line) -> the same, per kernel statement
         self.loc: str = "?"
         self.site = None
@@ -162,24 +164,28 @@ class KernelContext:
         self.last_values = None
         f = sys._getframe(2)  # skip settle and its caller (always an ops or api function)
         emu = _EMULATOR_CODES
+        where = self._where
         while f is not None:
             code = f.f_code
-            if id(code) not in emu:
-                if not code.co_filename.startswith(EMULATOR_DIRS):
-                    break
-                emu[id(code)] = code  # kept alive: its id stays its own
-            f = f.f_back
-        if f is None:
-            self.loc, self.site = "?", None
+            i = id(code)
+            if i in emu:
+                f = f.f_back
+                continue
+            sites = where.get(i)
+            if sites is None:  # a code object met for the first time
+                if code.co_filename.startswith(EMULATOR_DIRS):
+                    emu[i] = code  # kept alive: its id stays its own
+                    f = f.f_back
+                    continue
+                sites = where[i] = (code, {})
+            # keyed on the bytecode offset: a frame's f_lineno decodes the line table from the function's start (the
+            # dearest part of this walk), a call site's offset maps to one line for good
+            w = sites[1].get(f.f_lasti)
+            if w is None:
+                w = sites[1][f.f_lasti] = self._where_slow(code, f.f_lineno)
+            self.loc, self.site = w[1], w[2]
             return
-        # keyed on the bytecode offset: a frame's f_lineno decodes the line table from the function's start (the
-        # dearest part of this walk), a call site's offset maps to one line for good.  The code object is held by
-        # the entry, so no other code object takes its id while this run lasts.
-        w = self._where.get((id(code), f.f_lasti))
-        if w is None:
-            w = self._where_slow(code, f.f_lineno)
-            self._where[(id(code), f.f_lasti)] = w
-        self.loc, self.site = w[1], w[2]
+        self.loc, self.site = "?", None
 
     def _where_slow(self, code, line: int) -> tuple:
         """(code, 'file:line', site) of a call site seen for the first time; the namespace check runs once per
@@ -245,11 +251,12 @@ class KernelContext:
             self._check_accessed(op, srcs, dsts)
         if engine != E_DMA:
             # partition lanes (G11): a run of partitions, one free pattern; DMAs address every byte
-            for o in so + do:
+            ops = so + do
+            for o in ops:
                 if not o.lanes:
                     self._check_lanes(op, engine, srcs, dsts)
                     break
-            if not (starts_ok(so) and starts_ok(do)):
+            if not starts_ok(ops):
                 # start-partition rule (G10); a fresh result's place is decided when it is retargeted
                 partitions.check(ins, self.mem.simulate, self.trace.meta,
                                  len(dsts) == 1 and dsts[0]._a.provisional, srcs, dsts)

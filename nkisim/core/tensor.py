@@ -128,10 +128,8 @@ class Tensor(StorageView):
         self._dtype = view.dtype
 
     # ---- public, read-only metadata --------------------------------------------------------------------
-    @property
-    def pdim(self) -> int:
-        """The partition axis (read-only: the trace's records are built from the private slot)."""
-        return self._pd
+    # ``pdim``, the partition axis, is a read-only member over ``_pd`` (below the class): the trace's records are
+    # built from the private slot, and the builders read it on every instruction
 
     @property
     def ndim(self) -> int:
@@ -231,7 +229,12 @@ class Tensor(StorageView):
         n_adv = 0
         has_basic_slice = False
         for it in idx:
-            if _is_adv(it):
+            c = it.__class__
+            if c is slice:  # the usual items first: an exact int or slice is neither advanced nor a mask
+                has_basic_slice = True
+            elif c is int:
+                pass
+            elif _is_adv(it):
                 n_adv += 1
             elif isinstance(it, Mask):
                 raise NotImplementedError("nkisim: operand masking t[mask] is not supported; pass mask= to the "
@@ -269,11 +272,11 @@ class Tensor(StorageView):
             if dim >= ndim:
                 raise IndexError(f"too many indices for tensor '{self._a.name}' of shape {shape}")
             n = shape[dim]
-            if isinstance(it, slice):
+            if it.__class__ is slice or isinstance(it, slice):
                 start, stop, step = it.start, it.stop, it.step
-                start = 0 if start is None else _as_index(start)
-                stop = n if stop is None else _as_index(stop)
-                step = 1 if step is None else _as_index(step)
+                start = 0 if start is None else start if start.__class__ is int else _as_index(start)
+                stop = n if stop is None else stop if stop.__class__ is int else _as_index(stop)
+                step = 1 if step is None else step if step.__class__ is int else _as_index(step)
                 if step <= 0:
                     raise IndexError(f"nkisim: slice step must be positive (got {step})")
                 if start < 0 or stop < 0:
@@ -289,7 +292,7 @@ class Tensor(StorageView):
                     free_kept = True
                 out_axes += 1
             else:
-                i = _as_index(it)
+                i = it if it.__class__ is int else _as_index(it)
                 if i < 0:
                     fail("err_tensor_access_out_of_bound", name=self._a.name, dim=dim, lo=i, hi=i, size=n)
                 if i >= n:
@@ -511,7 +514,7 @@ class Tensor(StorageView):
                          size=n)
                 norm.append(slice(start, stop, step))
             else:
-                i = _as_index(it)
+                i = it if it.__class__ is int else _as_index(it)
                 if i < 0:
                     fail("err_tensor_access_out_of_bound", name=self._a.name, dim=dim, lo=i, hi=i, size=n)
                 norm.append(i)
@@ -701,7 +704,7 @@ class Tensor(StorageView):
 
 
 # kernel code reads these and may not write them (docs/grading-security.md C12); reading costs a slot's read
-readonly_slots(Tensor, shape="_shape", dtype="_dtype", kind="_kind", oob="_oob")
+readonly_slots(Tensor, shape="_shape", dtype="_dtype", kind="_kind", oob="_oob", pdim="_pd")
 
 
 def _strided(cls: type, a: Allocation, rv: np.ndarray, off0: int, rpd: int, arrs: tuple, shape: tuple,

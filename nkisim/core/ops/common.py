@@ -66,9 +66,12 @@ def parts_of(t: Tensor) -> int:
 
 
 def free_of(t: Tensor) -> int:
-    p = parts_of(t)
+    shape = t.shape
+    if not shape:
+        return 1
+    p = shape[t.pdim]
     n = 1
-    for d in t.shape:
+    for d in shape:
         n *= d
     return n // p if p else 0
 

@@ -112,7 +112,8 @@ def dma_copy(src: Tensor, dst: Tensor, *, via: str = "dma_copy", mask=None, dst_
     ins = ctx.emit("dma_copy", E_DMA, srcs, (dst,), {"bytes": n_dst * itemsize, "via": via, "cast": cast})
     if dst_rmw_op is not None:
         ins.attrs["rmw"] = dst_rmw_op
-    _mark_descriptors(ins.attrs, bool(indirect), dge)
+    if indirect or dge is not None:
+        _mark_descriptors(ins.attrs, bool(indirect), dge)
     if ctx.full:
         vals = read(src)
         if vals.shape != dst.shape:

@@ -395,7 +395,9 @@ def nc_transpose(data: Tensor, *, engine: Engine = E_UNKNOWN, dtype=None, mask=N
             check_psum_bank(ctx, out, op_name)
     ins = ctx.emit("nc_transpose", engine, (data,), (out,), {"P": p, "F": f})
     values = execute.to_f32(read(data)).reshape(p, f).T if ctx.full else None
-    tmask = transposed_mask(mask, data, (f, p), lambda m: m.reshape(p, f).T)
+    # no mask and an in-bounds source (the usual call): nothing to evaluate
+    tmask = None if mask is None and not data.oob else transposed_mask(mask, data, (f, p),
+                                                                         lambda m: m.reshape(p, f).T)
     if dst is not None:
         return deliver(ctx, ins, out, values, tmask, dst)
     out = finish(ctx, ins, out, values, tmask)

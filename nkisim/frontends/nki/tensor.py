@@ -27,6 +27,26 @@ def _normalize(t: NkiTensor, idx) -> tuple:
     """The index with negative positions made positive and an integer on an on-chip partition dim kept as a
     size-1 slice; tensors as indices are refused (the API addresses dynamically through ``.ap``/``select``)."""
     items = idx if isinstance(idx, tuple) else (idx,)
+    # the usual index needs no rewriting: non-negative ints (not on an on-chip partition dim) and slices with
+    # non-negative int (or no) bounds, at least one slice when it addresses every axis of an HBM tensor; returned as
+    # it is, without the walk below (views are on the per-instruction path: python -m nkisim.bench)
+    first = t.kind != B_HBM  # an int on an on-chip tensor's dim 0 becomes a size-1 slice
+    sliced = False
+    for it in items:
+        c = it.__class__
+        if c is slice:
+            lo = it.start
+            hi = it.stop
+            if not (lo is None or lo.__class__ is int and lo >= 0) or not (
+                    hi is None or hi.__class__ is int and hi >= 0):
+                break
+            sliced = True
+        elif c is not int or it < 0 or first:
+            break
+        first = False
+    else:
+        if sliced or len(items) != len(t.shape):
+            return items
     shape = t.shape
     n_real = sum(1 for it in items if it is not Ellipsis and it is not None)
     out = []
