@@ -47,24 +47,132 @@ class BufferSpec(metaclass=Sealed):
 
 
 def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=None, provisional: bool = False,
-             ctx: KernelContext | None = None, site=None, hooked: bool = False) -> Tensor:
-    """Create a tensor in ``buffer``; on-chip tensors are checked against the partition limit and capacity."""
+             ctx: KernelContext | None = None, site=None, hooked: bool = False, poison: bool = True) -> Tensor:
+    """Create a tensor in ``buffer``; on-chip tensors are checked against the partition limit and capacity.
+    ``poison=False``: the caller writes every element before anything can read one (``nl.zeros``' memset), so the
+    poison fill of a fresh tile would be overwritten unseen."""
     if ctx is None:
         ctx = current("nl.ndarray")
         ctx.settle()
     if ctx.alloc_hook is not None and not hooked:
         # a dynamic loop body (core.ops.registers): allocated once when recorded, the same tensor in every iteration
         return ctx.alloc_hook(lambda: allocate(shape, dtype, buffer, name=name, fill=fill, provisional=provisional,
-                                               ctx=ctx, site=site, hooked=True))
+                                               ctx=ctx, site=site, hooked=True, poison=poison))
     if buffer is None:
         buffer = SBUF_SPEC
-    elif not isinstance(buffer, BufferSpec):
+    elif buffer.__class__ is not BufferSpec and not isinstance(buffer, BufferSpec):
         raise TypeError(f"buffer must be nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm or nl.private_hbm, not {buffer!r}")
     dims, pdim = parse_shape(shape)
-    dt = dtypes.to_dtype(dtype if dtype is not None else np.float32)
-    kind = buffer.kind
     if site is None:
         site = ctx.site
+    mem = ctx.mem
+    geo = mem.geometry.get((dims, pdim, id(dtype), buffer, provisional))
+    if geo is None or geo[0] is not dtype:
+        geo = _geometry(ctx, dims, pdim, dtype, buffer, provisional, name)
+        if geo is None:  # HBM or a direct placement
+            return _allocate_other(ctx, dims, pdim, dtype, buffer, name, fill, site, provisional)
+    _, dt, bytes_pp, nblocks, kept, pool, _ = geo
+    kind = buffer.kind
+    if kind == B_SBUF and not provisional:
+        if ctx.direct_alloc is True:
+            fail("nkisim_direct_alloc", detail="automatic (nl.sbuf) and direct (ncc.sbuf.mod_alloc) allocation "
+                 "cannot be mixed in one kernel")
+        ctx.direct_alloc = False
+    if kept is not None and fill is None:
+        base, view = kept  # a timing run: geometry only (_geometry)
+    elif pool and fill is None and ctx.full:
+        # full mode: the storage of a dead tile of this geometry that nothing else holds (MemoryTracker.release),
+        # poisoned as a new one is (a provisional result is written in full at once, as below)
+        base = pool.pop()
+        if poison and not provisional:
+            base.fill(geo[6])
+        view = np.moveaxis(base, 0, pdim) if pdim else base
+    else:
+        # A provisional result is written in full right after allocation (ops.finish poisons it first when a mask
+        # leaves elements unwritten), so it skips the poison fill.
+        base, view = make_storage(dims, pdim, dt, fill, not ctx.full or provisional or not poison)
+    if nblocks > 1 and kind == B_SBUF and not provisional:
+        # block dimensions are logical tiles, not physical ones (nki.compiler.sbuf.alloc; NKI Block Dimension
+        # Migration Guide): charge one block now, check per-block liveness at the end of the run (core.blocks)
+        block_pp = bytes_pp // nblocks
+        alloc = Allocation(kind, base, mem.phys_for(site, kind, block_pp), site, name, bytes_pp, mem)
+        alloc.block_bytes = block_pp
+        mem.track_blocks(alloc, nblocks)
+        mem.charge(alloc)
+        return ctx.tensor_type(alloc, view, pdim, None, None, False, 0)
+    alloc = Allocation(kind, base, mem.phys_for(site, kind, bytes_pp, provisional), site, name, bytes_pp, mem)
+    alloc.pool = pool
+    if provisional:
+        alloc.provisional = True
+    if nblocks > 1:
+        alloc.block_bytes = bytes_pp // nblocks  # PSUM: each block is a tile of its own, within one bank
+    if not provisional and mem.charge(alloc):
+        ctx.spill(alloc)
+    if kind == B_PSUM and not provisional:
+        # per-element "written" flags of the matmul accumulation groups; provisional PSUM results (acc None) were
+        # written by the instruction that produced them, i.e. all flags set.  Kept in both modes: the accumulate
+        # rules read them, and a rule must not depend on whether values are computed (grading security, S4)
+        alloc.acc = np.zeros(base.shape, dtype=bool)
+    return ctx.tensor_type(alloc, view, pdim, None, None, False, 0)
+
+
+def _geometry(ctx: KernelContext, dims: tuple[int, ...], pdim: int, dtype, buffer: BufferSpec, provisional: bool,
+              name: str) -> tuple | None:
+    """What an automatically allocated on-chip tensor of this shape, dtype and memory is, checked once per run:
+    ``(dtype as given, storage dtype, bytes per partition, logical blocks, timing storage, full-mode storage pool,
+    poison value)``, cached in ``MemoryTracker.geometry`` (the era and limits are the run's; only a geometry that
+    passed its checks is kept, so a refused one raises at every allocation).  None for HBM and direct placements,
+    which take the general path (``_allocate_other``).
+
+    In a timing run no value is ever written or read, so every tile of one geometry shares one read-only array:
+    a view of it gives the tile's shape, strides and byte offsets, which is all the operands and rules use (an
+    allocation then costs no NumPy storage; a write by mistake raises instead of going unnoticed).  The run's mode
+    decides, not ``ctx.full``: a full run's dynamic-loop body is allocated while it runs dry
+    (``core.ops.registers._dry_call``), and its tiles hold values once it executes."""
+    dt = dtypes.to_dtype(dtype if dtype is not None else np.float32)
+    kind = buffer.kind
+    if kind == B_HBM or buffer.direct is not None:
+        return None
+    if not dims:
+        raise ValueError("on-chip tensors need at least one dimension (the partition dimension)")
+    parts = dims[pdim]
+    if parts > ctx.limits.pmax:
+        fail("err_num_partition_exceed_arch_limit", n=parts, limit=ctx.limits.pmax)
+    bytes_pp = dt.itemsize
+    for i, d in enumerate(dims):
+        if i != pdim:
+            bytes_pp *= d
+    if kind == B_PSUM and not provisional and applies("nkisim_psum_tile_fmax", ctx.era):
+        per_tile = bytes_pp
+        for d in dims[:pdim]:
+            per_tile //= max(d, 1)  # block dimensions hold separate tiles
+        bank = ctx.limits.psum_bank_bytes
+        if per_tile > bank:
+            fail("nkisim_psum_tile_fmax", name=name or "tile", shape=list(dims), n=per_tile // dt.itemsize,
+                 nbytes=per_tile, limit=bank // 4, bank=bank)
+    nblocks = 1
+    for d in dims[:pdim]:
+        nblocks *= d
+    kept = pool = None
+    if ctx.mem.values:  # a full run (not ctx.full: see above)
+        pool = []
+    else:
+        base = make_storage(dims, pdim, dt, None, True)[0]
+        base.flags.writeable = False
+        kept = (base, np.moveaxis(base, 0, pdim) if pdim else base)
+    geo = (dtype, dt, bytes_pp, nblocks, kept, pool, dtypes.poison_value(dt))
+    cache = ctx.mem.geometry
+    if len(cache) >= 4096:  # shapes computed at run time: keep the cache bounded
+        cache.clear()
+    cache[(dims, pdim, id(dtype), buffer, provisional)] = geo  # the entry holds ``dtype``: its id stays its own
+    return geo
+
+
+def _allocate_other(ctx: KernelContext, dims, pdim: int, dtype, buffer: BufferSpec, name: str, fill, site,
+                    provisional: bool) -> Tensor:
+    """HBM tensors and direct placements (``buffer.direct``)."""
+    dt = dtypes.to_dtype(dtype if dtype is not None else np.float32)
+    kind = buffer.kind
     if kind == B_HBM:
         if fill is not None and not provisional and applies("err_hbm_tensor_with_init_value_not_supported",
                                                             ctx.era):
@@ -101,41 +209,7 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
         if per_tile > bank:
             fail("nkisim_psum_tile_fmax", name=name or "tile", shape=list(dims), n=per_tile // dt.itemsize,
                  nbytes=per_tile, limit=bank // 4, bank=bank)
-    if buffer.direct is not None:
-        return buffer.direct.place(ctx, dims, pdim, dt, name, bytes_pp)
-    if kind == B_SBUF and not provisional:
-        if ctx.direct_alloc is True:
-            fail("nkisim_direct_alloc", detail="automatic (nl.sbuf) and direct (ncc.sbuf.mod_alloc) allocation "
-                 "cannot be mixed in one kernel")
-        ctx.direct_alloc = False
-    # A provisional result is written in full right after allocation (ops.finish poisons it first when a mask
-    # leaves elements unwritten), so it skips the poison fill.
-    base, view = make_storage(dims, pdim, dt, fill, not ctx.full or provisional)
-    mem = ctx.mem
-    nblocks = 1
-    for d in dims[:pdim]:
-        nblocks *= d
-    if nblocks > 1 and kind == B_SBUF and not provisional:
-        # block dimensions are logical tiles, not physical ones (nki.compiler.sbuf.alloc; NKI Block Dimension
-        # Migration Guide): charge one block now, check per-block liveness at the end of the run (core.blocks)
-        block_pp = bytes_pp // nblocks
-        alloc = Allocation(kind, base, mem.phys_for(site, kind, block_pp), site, name, bytes_pp, mem)
-        alloc.block_bytes = block_pp
-        mem.track_blocks(alloc, nblocks)
-        mem.charge(alloc)
-        return ctx.tensor_type(alloc, view, pdim, None, None, False, 0)
-    alloc = Allocation(kind, base, mem.phys_for(site, kind, bytes_pp, provisional), site, name, bytes_pp, mem)
-    alloc.provisional = provisional
-    if nblocks > 1:
-        alloc.block_bytes = bytes_pp // nblocks  # PSUM: each block is a tile of its own, within one bank
-    if not provisional and mem.charge(alloc):
-        ctx.spill(alloc)
-    if kind == B_PSUM and not provisional:
-        # per-element "written" flags of the matmul accumulation groups; provisional PSUM results (acc None) were
-        # written by the instruction that produced them, i.e. all flags set.  Kept in both modes: the accumulate
-        # rules read them, and a rule must not depend on whether values are computed (grading security, S4)
-        alloc.acc = np.zeros(base.shape, dtype=bool)
-    return ctx.tensor_type(alloc, view, pdim, None, None, False, 0)
+    return buffer.direct.place(ctx, dims, pdim, dt, name, bytes_pp)
 
 
 def hbm_storage(ctx: KernelContext, dims, dt: np.dtype, name: str, make):

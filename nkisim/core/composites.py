@@ -36,7 +36,7 @@ def filled(shape, dtype, buffer: BufferSpec | None, name: str, value) -> Tensor:
     if getattr(buffer, "direct", None) is not None:
         fail("nkisim_direct_alloc", detail="tensors with an init value cannot be created with direct allocation "
              "(err_tensor_creation_on_scratchpad_with_init_value_not_supported)")
-    t = allocate(shape, dtype, buffer, name=name, ctx=ctx)
+    t = allocate(shape, dtype, buffer, name=name, ctx=ctx, poison=False)  # the memset writes every element
     elementwise.memset_into(ctx, t, value, E_VECTOR)
     return t
 

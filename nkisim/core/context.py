@@ -72,6 +72,7 @@ class KernelContext:
         self.mem.block_dimensions = frontend.key == "legacy"  # nl.par_dim exists in neuronxcc.nki only
         self.mem.pack_partitions = self.era == "nki"  # GCA035 per distinct tile and partition range (core.spill)
         self.mem.position = self.trace.instrs.__len__
+        self.mem.values = self.full  # the run's mode (allocation storage, core.buffers)
         self.sb_partition = self.limits.sbuf_bytes_per_partition  # GCA035's "Total SB Partition Size"
         self.pending: weakref.ref | None = None  # provisional result allocation, charged at the next call
         self.last_instr: Instr | None = None

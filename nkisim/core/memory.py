@@ -9,6 +9,8 @@ allocation reuses it (tile-buffer reuse, so WAR hazards appear in the trace as o
 
 from __future__ import annotations
 
+from sys import getrefcount
+
 import numpy as np
 
 from nkisim.core import dtypes
@@ -18,6 +20,9 @@ from nkisim.core.rules import fail, message
 from nkisim.core.sites import ROTATION_DEPTH, site_str
 
 BUF_NAMES = {B_HBM: "hbm", B_SBUF: "sbuf", B_PSUM: "psum"}
+# dead storage arrays kept per geometry for reuse in full mode (core.buffers): a loop's tiles die and are replaced
+# a few at a time, so a short free list serves them; more would only hold memory a finished loop no longer needs
+POOL_DEPTH = 16
 
 
 class StorageView:
@@ -34,7 +39,7 @@ class Allocation:
     __slots__ = (
         "buf", "base", "addr", "row_bytes", "phys", "site", "name", "immutable", "bytes_pp", "tracker",
         "acc", "vinit", "charged", "block_mod", "slot_owner", "space", "block_bytes", "block_record", "provisional",
-        "placed", "fresh", "__weakref__",
+        "placed", "fresh", "pool", "__weakref__",
     )
 
     def __init__(self, buf: Buf, base: np.ndarray, phys: int, site, name: str, bytes_pp: int,
@@ -66,6 +71,9 @@ class Allocation:
         # a placed PSUM tensor whose first inferred-flag matmul (accumulate=None) has not run yet: (first partition,
         # partitions, first byte, bytes per partition) of its region (core.access.start_tensor_groups)
         self.fresh: tuple[int, int, int, int] | None = None
+        # full mode, automatic allocation: the free list of storage arrays of its geometry (core.buffers), which
+        # its storage joins when it dies, if nothing else holds it (MemoryTracker.release)
+        self.pool: list | None = None
 
     def __del__(self) -> None:
         tracker = self.tracker
@@ -133,6 +141,11 @@ class MemoryTracker:
         # the largest automatically allocated SBUF location so far (bytes per partition; a block of a block tensor):
         # KernelContext.emit checks an instruction's accessed bytes only when this could exceed a partition
         self.big_tile = 0
+        # core.buffers: what each (shape, dtype, memory) of automatic allocation is, checked once per run, and
+        # whether the run computes values (its mode, set by the kernel context; ``ctx.full`` is off while a call
+        # runs dry, core.ops.registers)
+        self.geometry: dict = {}
+        self.values = True
 
     # -- physical ids -------------------------------------------------------------------------------------
     def phys_for(self, site, buf: Buf = B_SBUF, bytes_pp: int = 0, provisional: bool = False) -> int:
@@ -285,17 +298,26 @@ class MemoryTracker:
 
     def charge(self, alloc: Allocation) -> bool:
         """Count ``alloc`` as live; True when it is a PSUM tile the compiler spills (no bank left)."""
-        if alloc.charged or alloc.buf == B_HBM or self.closed:
+        buf = alloc.buf
+        if alloc.charged or buf == B_HBM or self.closed:
             return False
         alloc.charged = True
-        buf = alloc.buf
-        cost = self.charged_bytes(alloc) if alloc.block_bytes else self._cost(buf, alloc.bytes_pp)
-        self.live[buf] += cost
-        self.live_allocs[id(alloc)] = (buf, alloc.name, alloc.base.dtype, alloc.bytes_pp, alloc.site, alloc.base.shape,
-                                       alloc.phys, self.position() if self.position is not None else 0,
+        # the per-allocation path: _cost and _capacity inlined
+        if alloc.block_bytes:
+            cost = self.charged_bytes(alloc)
+        elif buf == B_PSUM:
+            cost = -(-alloc.bytes_pp // self._bank) * self._bank
+        else:
+            cost = alloc.bytes_pp
+        live = self.live
+        live[buf] += cost
+        base = alloc.base
+        position = self.position
+        self.live_allocs[id(alloc)] = (buf, alloc.name, base.dtype, alloc.bytes_pp, alloc.site, base.shape,
+                                       alloc.phys, position() if position is not None else 0,
                                        alloc.provisional, cost)
-        capacity = self._capacity(buf)
-        if self.live[buf] > capacity:
+        capacity = self.limits.sbuf_usable_bytes if buf == B_SBUF else self.limits.psum_bytes_per_partition
+        if live[buf] > capacity:
             self.reclaim(buf, alloc)
         if buf == B_PSUM and self.live[buf] > capacity:
             # Automatically allocated PSUM beyond the 8 banks: neuronx-cc spills instead of failing (AWS's
@@ -405,19 +427,30 @@ class MemoryTracker:
         buf = alloc.buf
         site = alloc.site
         if not alloc.charged:  # never held memory (HBM, or a matmul result folded into `acc +=`)
+            pool = alloc.pool
+            if pool is not None and len(pool) < POOL_DEPTH and not self.closed:
+                base = alloc.base
+                if getrefcount(base) == _SOLE_REFS:
+                    pool.append(base)
             if site is not None and not self.closed:
                 self._free_phys.setdefault((site, buf), []).append(alloc.phys)
             return
         alloc.charged = False
-        cost = self.charged_bytes(alloc) if alloc.block_bytes else self._cost(buf, alloc.bytes_pp)
-        self.live[buf] -= cost
         rec = self.live_allocs.pop(id(alloc), None)
+        # what charge() counted (the record's last field); recomputed only for a tile charged without a record
+        cost = rec[9] if rec is not None else self.charged_bytes(alloc)
+        self.live[buf] -= cost
         if self.sbuf_log is not None:
             self._log_end(rec, alloc)
         if self.block_records:  # block-dimension bookkeeping (core.blocks), else nothing
             self._released(alloc)
             if buf == B_SBUF:
                 self._note_sbuf()
+        pool = alloc.pool
+        if pool is not None and len(pool) < POOL_DEPTH and not self.closed:
+            base = alloc.base
+            if getrefcount(base) == _SOLE_REFS:  # no view of the storage is left anywhere: reusable as fresh
+                pool.append(base)
         if site is not None and not self.closed:
             key = (site, buf)
             self._free_phys.setdefault(key, []).append(alloc.phys)
@@ -468,3 +501,17 @@ def make_storage(shape: tuple[int, ...], pdim: int, dtype: np.dtype, fill, timin
         base = np.full(phys_shape, fill, dtype=dtype)
     view = np.moveaxis(base, 0, pdim) if pdim else base
     return base, view
+
+
+def _sole_refs() -> int:
+    """What ``getrefcount`` says in ``MemoryTracker.release`` of a storage array that only its allocation holds
+    (the slot, the local name, the call's argument in CPython 3.11; measured, not assumed, so another interpreter
+    can only make pooling rarer, never unsafe)."""
+    a = Allocation.__new__(Allocation)
+    a.tracker = None
+    a.base = np.empty(1)
+    base = a.base
+    return getrefcount(base)
+
+
+_SOLE_REFS = _sole_refs()
