@@ -663,16 +663,24 @@ def test_no_reorder_block_is_timed_in_program_order():
     assert starts[True][1] >= starts[True][0]  # in program order inside the block
 
 
-def test_one_namespace_per_kernel_the_other_way():
-    """The current API's instructions are wrapped twice (the handle wrapper, the executor's): the check looks
-    through both to name the function the legacy kernel called."""
+@pytest.mark.parametrize("live", [False, True])
+def test_one_namespace_per_kernel_the_other_way(live):
+    """The current API's instructions are wrapped twice (the handle wrapper, the executor's) and, once a process
+    has seen registers or dynamic loops (``LIVE``), run through the executor's dispatch: the check looks through
+    all of them to name the function the legacy kernel called, whichever tests ran before."""
     import neuronxcc.nki.language as legacy_nl
 
+    from nkisim.core import context
     from nkisim.frontends import LEGACY
+
+    was, context.LIVE[0] = context.LIVE[0], live
 
     def k(x):
         t = legacy_nl.ndarray((4, 4), dtype=legacy_nl.float32, buffer=legacy_nl.sbuf)
         nisa.dma_copy(dst=t, src=x)
 
-    with raises_rule("nkisim_mixed_namespaces", "nki.isa.dma_copy", "written for neuronxcc.nki"):
-        run_kernel(k, (_f32(4, 4),), frontend=LEGACY)
+    try:
+        with raises_rule("nkisim_mixed_namespaces", "nki.isa.dma_copy", "written for neuronxcc.nki"):
+            run_kernel(k, (_f32(4, 4),), frontend=LEGACY)
+    finally:
+        context.LIVE[0] = was

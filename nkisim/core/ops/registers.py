@@ -758,3 +758,9 @@ def check_closed(ctx: KernelContext) -> None:
     """After the kernel's Python returned: no dynamic loop body is still being recorded (a ``break`` left one)."""
     if ctx.recording is not None:
         raise NKIError("nkisim_dynamic_loop", OPEN_BODY)
+
+
+# The executor's frames between a wrapper and the front-end function it runs: the namespace check
+# (KernelContext._check_namespace) looks through them as through the wrappers themselves.
+TRAMPOLINES.update(f.__code__ for f in (_dispatch, _call_resolved, _record, _dry_call, _failed))
+
