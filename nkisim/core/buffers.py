@@ -133,23 +133,7 @@ def _geometry(ctx: KernelContext, dims: tuple[int, ...], pdim: int, dtype, buffe
     kind = buffer.kind
     if kind == B_HBM or buffer.direct is not None:
         return None
-    if not dims:
-        raise ValueError("on-chip tensors need at least one dimension (the partition dimension)")
-    parts = dims[pdim]
-    if parts > ctx.limits.pmax:
-        fail("err_num_partition_exceed_arch_limit", n=parts, limit=ctx.limits.pmax)
-    bytes_pp = dt.itemsize
-    for i, d in enumerate(dims):
-        if i != pdim:
-            bytes_pp *= d
-    if kind == B_PSUM and not provisional and applies("nkisim_psum_tile_fmax", ctx.era):
-        per_tile = bytes_pp
-        for d in dims[:pdim]:
-            per_tile //= max(d, 1)  # block dimensions hold separate tiles
-        bank = ctx.limits.psum_bank_bytes
-        if per_tile > bank:
-            fail("nkisim_psum_tile_fmax", name=name or "tile", shape=list(dims), n=per_tile // dt.itemsize,
-                 nbytes=per_tile, limit=bank // 4, bank=bank)
+    bytes_pp = _on_chip_bytes(ctx, dims, pdim, dt, kind, name, provisional)
     nblocks = 1
     for d in dims[:pdim]:
         nblocks *= d
@@ -192,6 +176,14 @@ def _allocate_other(ctx: KernelContext, dims, pdim: int, dtype, buffer: BufferSp
         if buffer.name == "shared_hbm" and ctx.grid:
             ctx.shared_first.append(t)
         return t
+    bytes_pp = _on_chip_bytes(ctx, dims, pdim, dt, kind, name, provisional)
+    return buffer.direct.place(ctx, dims, pdim, dt, name, bytes_pp)
+
+
+def _on_chip_bytes(ctx: KernelContext, dims, pdim: int, dt: np.dtype, kind: int, name: str,
+                   provisional: bool) -> int:
+    """The bytes per partition of an on-chip tile of ``dims``, after the rules every on-chip allocation obeys
+    (partitions, PSUM tile size): one place for the cached geometry path and the direct placements."""
     if not dims:
         raise ValueError("on-chip tensors need at least one dimension (the partition dimension)")
     parts = dims[pdim]
@@ -209,7 +201,7 @@ def _allocate_other(ctx: KernelContext, dims, pdim: int, dtype, buffer: BufferSp
         if per_tile > bank:
             fail("nkisim_psum_tile_fmax", name=name or "tile", shape=list(dims), n=per_tile // dt.itemsize,
                  nbytes=per_tile, limit=bank // 4, bank=bank)
-    return buffer.direct.place(ctx, dims, pdim, dt, name, bytes_pp)
+    return bytes_pp
 
 
 def hbm_storage(ctx: KernelContext, dims, dt: np.dtype, name: str, make):
