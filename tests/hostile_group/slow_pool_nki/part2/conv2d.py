@@ -194,7 +194,7 @@ def _band_plan(conv_rows, rows_per_mm, pool_size):
 
 
 # full-mode matmuls of [128, 128] x [128, 512] fp32 (about 0.3 ms each in the replay, 30 us to specialize)
-WASTE_MATMULS = 20_000
+WASTE_MATMULS = 60_000
 
 
 def _waste(n):
