@@ -241,3 +241,16 @@ def test_a_grading_with_and_without_grouping_gives_the_same_results(tmp_path, mo
     assert "share:groups" not in off.timings
     expected = ["passed", "passed", "error" if source is POOL_FAILS else "passed"]
     assert [t.status for t in on.tests] == expected
+
+
+def test_grouping_by_default_only_when_calls_run_one_at_a_time(monkeypatch):
+    """A batch grades each submission with one worker: grouping costs no wall time there.  A grading alone with two
+    workers would wait for the group on one core, so it groups only when asked (GRADER_SHARE_PRODUCTS=1)."""
+    from grader.pipeline import share_enabled
+
+    monkeypatch.delenv("GRADER_SHARE_PRODUCTS", raising=False)
+    assert share_enabled(1) and not share_enabled(2)
+    monkeypatch.setenv("GRADER_SHARE_PRODUCTS", "1")
+    assert share_enabled(1) and share_enabled(2)
+    monkeypatch.setenv("GRADER_SHARE_PRODUCTS", "0")
+    assert not share_enabled(1) and not share_enabled(2)
