@@ -53,3 +53,34 @@ def test_nl_dtype_cannot_pair_a_name_with_another_storage(name, storage):
     twin = run_kernel(_matmul_loop(getattr(nl, name)), (a, b), {}, target="trn2")
     np.testing.assert_array_equal(made.outputs, twin.outputs)
     assert estimate(made.trace, "trn2").nc_latency_us == estimate(twin.trace, "trn2").nc_latency_us
+
+
+@pytest.mark.parametrize(("name", "storage"), [("float32", "float16"), ("bfloat16", "float32")])
+def test_the_dtype_class_itself_makes_no_new_data_type(name, storage):
+    """``type(nl.float32)(name, storage)`` -- the class of the data types, which kernel code can reach with ``type``
+    -- was unsealed: it made a dtype pairing any name with any storage.  Such an object compares and hashes equal to
+    the real one by name, so it took the real one's place in ``core.dtypes.to_dtype``'s process-wide cache: after a
+    forged ``float32`` stored as float16 was looked up once, every later ``"float32"`` of the process was float16
+    (docs/grading-security.md, L7).  The class now answers as ``nl.DType``: the real data type, or an error."""
+    from nkisim.core import dtypes
+
+    cls = type(nl.float32)
+    assert cls(name, name) is getattr(nl, name)
+    with pytest.raises(TypeError, match=f"{name} is stored as"):
+        cls(name, storage)
+    with pytest.raises(TypeError, match="not an NKI data type"):
+        cls("float64", "float64")
+    with pytest.raises(TypeError, match="not a NeuronCore-v4 data type"):
+        type(nl.float8_e5m2_x4)(name)
+    assert type(nl.float8_e5m2_x4)("float8_e5m2_x4") is nl.float8_e5m2_x4
+    assert dtypes.to_dtype(name) == np.dtype(dtypes.to_dtype(getattr(nl, name)))
+    assert dtypes.to_dtype("float32") == np.float32
+
+
+def test_data_types_copy_and_pickle_as_themselves():
+    import copy
+    import pickle
+
+    for d in (nl.float32, nl.bfloat16, nl.tfloat32, nl.float8_e5m2_x4):
+        assert copy.deepcopy(d) is d
+        assert pickle.loads(pickle.dumps(d)) is d
