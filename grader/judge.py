@@ -7,6 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 
 CHUNK = 1 << 18  # values compared per slice
+# what a ranked run's failure message says instead of the values (judge_output, reveal=False)
+SECRET_NOTE = ("a ranked run's inputs are secret, so no value, position or count is shown: `python -m grader grade` "
+               "on your own inputs shows them")
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,16 @@ def judge_output(
     expected: np.ndarray,
     expected_dtype: np.dtype,
     tolerances: dict[str, tuple[float, float]],
+    *,
+    reveal: bool = True,
 ) -> Verdict:
+    """The verdict on ``outputs``.  ``reveal=False`` (a ranked run: inputs from the class's secret seed, the same
+    for every submission and every resubmission): the message names no value, index, count or error size, and
+    ``max_abs_error`` is None.  Each of those is a channel from the secret inputs to the student -- the reference
+    value at the first mismatch, and whatever the kernel encodes, on the device, into its own output there, into
+    how many values it gets wrong, or into the size of an error small enough to pass -- and with a class seed what
+    leaks adds up over resubmissions (docs/grading-security.md, L8).  A student's own run (per-submission seed:
+    new inputs whenever a file changes) reveals them all."""
     if not outputs:
         return Verdict(False, "the kernel returned no output tensor")
     if len(outputs) > 1:
@@ -67,6 +79,9 @@ def judge_output(
         if n_far and first is None:
             first = lo + int(np.flatnonzero(~ok)[0])
         bad += n_far
+    if bad and not reveal:
+        return Verdict(False, f"values differ from the reference (rtol={rtol:g}, atol={atol:g}); {SECRET_NOTE}",
+                       None, bad)
     if bad and out.dtype.kind == "f":
         n_nan = int(np.isnan(out).sum())
         if n_nan:
@@ -84,4 +99,6 @@ def judge_output(
             max_err,
             bad,
         )
+    if not reveal:
+        return Verdict(True, "matches the reference", None, 0)
     return Verdict(True, f"matches the reference (max abs error {max_err:.3g})", max_err, 0)

@@ -410,7 +410,7 @@ class _Grading:
                 self._failed_run(res, run, i, n)
                 return
             verdict = judge_output(run.outputs, self._expected(test, case, shared), inv.out_dtype,
-                                   self.rubric.tolerances)
+                                   self.rubric.tolerances, reveal=self.config.seed_mode != "secret")
             rec.verdict = Verdict.PASSED if verdict.passed else Verdict.FAILED
             rec.message, rec.max_abs_error = verdict.message, verdict.max_abs_error
             if run.trace is not None and policy.DMA_TRANSPOSE in test.disallowed_apis:
@@ -480,7 +480,7 @@ class _Grading:
             return
         if verify:
             verdict = judge_output(run.outputs, self._expected(test, case, shared), inv.out_dtype,
-                                   self.rubric.tolerances)
+                                   self.rubric.tolerances, reveal=self.config.seed_mode != "secret")
             if not verdict.passed:
                 res.status = Status.FAILED
                 res.message = "the timed run's output is wrong, so its latency does not count: " + verdict.message

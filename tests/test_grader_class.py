@@ -164,6 +164,69 @@ def test_chunked_judging_matches_whole_array_isclose(n, bad, seed):
         assert f"first at index ({int(np.flatnonzero(far)[0])},)" in v.message
 
 
+
+@given(st.integers(1, 500), st.floats(-1e6, 1e6), st.integers(0, 2**31))
+@settings(max_examples=40, deadline=None)
+def test_a_ranked_verdict_names_no_value(n, shift, seed):
+    """With the class's secret seed every resubmission gets the same inputs, so whatever a verdict's message says
+    about the data adds up: the reference value at the first mismatch, and what a kernel encodes on the device into
+    its own output there, into how many values it gets wrong or into the size of an error small enough to pass
+    (docs/grading-security.md, L8).  A ranked verdict's message is a function of the tolerances alone."""
+    rng = np.random.default_rng(seed)
+    expected = rng.standard_normal(n)
+    wrong = (expected + shift + rng.standard_normal(n)).astype(np.float32)
+    close = (expected * (1 + 1e-7)).astype(np.float32)
+    f32, tol = np.dtype(np.float32), {"float32": (1e-5, 1e-8)}
+    for out in (wrong, close, np.full(n, np.nan, np.float32)):
+        shown = judge.judge_output([out], expected, f32, tol)
+        ranked = judge.judge_output([out], expected, f32, tol, reveal=False)
+        assert ranked.passed == shown.passed and ranked.max_abs_error is None
+        assert ranked.message == ("matches the reference" if shown.passed else
+                                  "values differ from the reference (rtol=1e-05, atol=1e-08); " + judge.SECRET_NOTE)
+
+
+WRONG_CONV = """
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def fused_conv2d_maxpool(X, W, bias, pool_size=1):
+    batch, _, height, width = X.shape
+    cout = W.shape[0]
+    oh, ow = (height - 2) // pool_size, (width - 2) // pool_size
+    out = nl.ndarray((batch, cout, oh, ow), dtype=X.dtype, buffer=nl.shared_hbm)
+    zero = nl.ndarray((cout, oh * ow), dtype=X.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=zero, value=0.0)
+    flat = out.reshape((batch * cout, oh * ow))
+    for b in nl.affine_range(batch):
+        nisa.dma_copy(dst=flat[b * cout:(b + 1) * cout, :], src=zero)
+    return out
+"""
+
+
+@pytest.mark.slow
+def test_a_ranked_grading_shows_no_value_of_the_secret_inputs(tmp_path):
+    """A wrong conv graded with the class seed: its message and result.json name no value, position, count or
+    error size; graded on its own seed, the same kernel's message names them all."""
+    (tmp_path / "rubric.toml").write_text(CONV_RUBRIC)
+    sub = tmp_path / "sub" / "part2"
+    sub.mkdir(parents=True)
+    (sub / "conv2d.py").write_text(WRONG_CONV)
+    base = GradeConfig(rubric_path=str(tmp_path / "rubric.toml"), only=("part2.tiny",))
+    ranked_config, _ = class_config(base, tmp_path / "ranked")
+    ranked = grade_submission(tmp_path / "sub", tmp_path / "ranked" / "s", ranked_config)
+    own = grade_submission(tmp_path / "sub", tmp_path / "own", base)
+    (r,), (o,) = ranked.tests, own.tests
+    assert r.status == o.status == "failed"
+    assert "first at index" in o.message and "max abs error" in o.message
+    assert judge.SECRET_NOTE in r.message and "index" not in r.message and "expected" not in r.message
+    record = json.loads((tmp_path / "ranked" / "s" / "result.json").read_text())
+    cases = [c for t in record["tests"] for c in t.get("cases", [])]
+    assert cases and all(c.get("max_abs_error") is None for c in cases)
+
+
 # --------------------------------------------------------------------------------------- the cache ----
 
 
