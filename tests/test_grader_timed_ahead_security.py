@@ -1,0 +1,107 @@
+"""Grading security of timed calls made ahead of their tests (docs/grading-security.md, "Correctness calls replayed
+together"): a timed test earns nothing unless the correctness tests it requires passed, however early the grader
+made its call -- alone, in a group beside the correctness calls (their products shared), or speculatively, before
+their outcome was known.
+
+``tests/hostile_timed/batch_probe_nki`` is the staff conv for the first image only: right and fast for a batch of
+one (the timed shape), wrong for the batch-2 correctness calls. Graded with and without product sharing: both
+correctness tests fail and the timed test does not run, 0 points; with the requirement dropped from the rubric the
+same timed call earns its points, so the requirement alone is what denies them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from grader_helpers import FAST_RUBRIC, TESTS, check_reports
+
+from grader.pipeline import grade_submission
+from grader.records import GradeConfig
+from grader.rubric import load_rubric
+
+PROBE = TESTS / "hostile_timed" / "batch_probe_nki"
+SHAPE = {"in_channels": 128, "out_channels": 128, "height": 16, "width": 16, "kernel": 3, "dtype": "float32"}
+
+TESTS_TOML = """
+[[test]]
+id = "conv.plain"
+name = "conv, no bias"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "correctness"
+problem = "conv2d"
+points = 1
+timeout_s = 60
+cases = [{PLAIN}]
+
+[[test]]
+id = "conv.bias"
+name = "conv + bias"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "correctness"
+problem = "conv2d"
+points = 1
+timeout_s = 60
+cases = [{BIAS}]
+
+[[test]]
+id = "conv.speed"
+name = "conv latency"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "performance"
+problem = "conv2d"
+points = 2
+{REQUIRES}timeout_s = 60
+cases = [{TIMED}]
+thresholds = { source = "fixed", optimized_us = 1000000.0, relaxed_us = 2000000.0 }
+"""
+
+
+def _case(**kw) -> str:
+    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in {**SHAPE, **kw}.items()) + " }"
+
+
+def _rubric(tmp_path: Path, requires: bool) -> Path:
+    head = Path(FAST_RUBRIC).read_text().split("[[test]]")[0]
+    body = (TESTS_TOML.replace("{PLAIN}", _case(batch=2, pool=1, bias="zeros"))
+            .replace("{BIAS}", _case(batch=2, pool=1, bias="random"))
+            .replace("{TIMED}", _case(batch=1, pool=1, bias="random"))
+            .replace("{REQUIRES}", 'requires = ["conv.plain", "conv.bias"]\n' if requires else ""))
+    path = tmp_path / "rubric.toml"
+    path.write_text(head + body)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("share", ["1", "0"], ids=["grouped", "alone"])
+def test_a_timed_call_of_a_kernel_that_fails_its_requirements_earns_nothing(share, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADER_SHARE_PRODUCTS", share)
+    rubric = _rubric(tmp_path, requires=True)
+    out = tmp_path / "out"
+    config = GradeConfig(rubric_path=str(rubric), backend="nkisim", timeout_scale=1.0)
+    record = grade_submission(PROBE, out, config)
+    assert record.status == "graded", record.error
+    check_reports(out, load_rubric(str(rubric)).total_points)
+    got = {t.id: t.status for t in record.tests}
+    assert got == {"conv.plain": "failed", "conv.bias": "failed", "conv.speed": "skipped"}, \
+        [(t.id, t.status, t.message) for t in record.tests]
+    assert record.score == 0
+
+
+@pytest.mark.slow
+def test_the_timed_call_itself_would_earn_its_points(tmp_path, monkeypatch):
+    """The control: without the requirement the probe's timed call passes its check and earns full credit."""
+    monkeypatch.setenv("GRADER_SHARE_PRODUCTS", "1")
+    rubric = _rubric(tmp_path, requires=False)
+    record = grade_submission(PROBE, tmp_path / "out", GradeConfig(rubric_path=str(rubric), backend="nkisim",
+                                                                   timeout_scale=1.0))
+    got = {t.id: t.status for t in record.tests}
+    assert got == {"conv.plain": "failed", "conv.bias": "failed", "conv.speed": "passed"}, \
+        [(t.id, t.status, t.message) for t in record.tests]
+    assert record.score == 2
