@@ -135,6 +135,9 @@ GROUPED = {
     # ran within the 5 s alone on a quiet machine, so the call passed for want of work, not for want of a guard):
     # 3 before the closure (the pooling call ran in its siblings' unused 60 s), 2 now
     "slow_pool_nki": (["passed", "passed", "timeout"], 2),
+    # the weights garbled with the bias between images (+ 0.0 for part2.large): the bias and pooling calls' later
+    # products are their own, wrong; 3 were the write not to give the weights a new storage version (the memo)
+    "bias_garble_nki": (["passed", "failed", "failed"], 1),
 }
 
 
