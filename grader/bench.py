@@ -216,6 +216,21 @@ def _where_cpu_goes(results: list[JobResult]) -> str:
             f"(largest: {top}; the rest start-ups and small tests)")
 
 
+def _groups_line(results: list[JobResult]) -> str:
+    """Mean figures of a full-credit submission's calls made together (grader.runner.run_group): groups, calls in
+    them, timed calls made speculatively and those discarded, products reused / computed."""
+    graded = [r for r in results if r.status == "graded"]
+    if not graded or not any("share:calls" in r.timings for r in graded):
+        return "  calls made together: none (GRADER_SHARE_PRODUCTS=0, or no kernel replayed)"
+
+    def mean(key: str) -> float:
+        return sum(r.timings.get(f"share:{key}", 0.0) for r in graded) / len(graded)
+
+    return (f"  calls made together per full-credit submission: {mean('groups'):.1f} groups of {mean('calls'):.1f} "
+            f"calls ({mean('speculative'):.1f} timed calls made speculatively, {mean('unused'):.1f} discarded); "
+            f"products reused {mean('hits'):.0f}, computed {mean('misses'):.0f}; replayed alone {mean('alone'):.1f}")
+
+
 def _projection(results: list[JobResult], roster: dict[str, str], jobs: int) -> str:
     """The issue's class (100: 80 full-credit, 15 stubs, 5 hostile) from this run's mean CPU seconds per kind, on
     ``jobs`` otherwise idle cores."""
@@ -259,6 +274,7 @@ def bench_class(args: argparse.Namespace, kinds: list[str], tmp: Path) -> None:
                 print(_kind_line("  " + kind, by_kind[kind]))
         print(_references_line(results))
         print(_where_cpu_goes(by_kind.get("staff", [])))
+        print(_groups_line(by_kind.get("staff", [])))
         print(_projection(results, roster, args.jobs))
         wall2, cpu2, again = _timed_batch(source, out, executor, args.jobs, config)
         print(f"[{executor}] regrade of the unchanged class: {wall2:.1f} s wall, {_cpu_note(executor, cpu2)}; "

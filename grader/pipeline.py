@@ -15,13 +15,17 @@ status 'error' (Gradescope shows "autograder error", the CLI exits non-zero).
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 import json
 import os
 import resource
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,43 +69,172 @@ def _input_key(problem: problems.Problem, case: dict[str, Any]) -> str:
 
 
 class _CaseGroup:
-    """Correctness calls of one kernel on the same X and W (``part2.large``, ``bias``, ``maxpool``), made together by
-    :func:`grader.runner.run_group` when the first of their tests' threads asks for one; the others wait for it.
-    Each call's outcome is the one it would have alone (docs/grading.md, "Correctness cases replayed together")."""
+    """Calls of one kernel on the same X and W, made together by :func:`grader.runner.run_group` when the first of
+    their tests' threads allowed to start them asks; the others wait for it and take their own call's outcome
+    (docs/grading.md, "Correctness calls replayed together").
+
+    ``members``: (test, case index, case), the correctness calls first (``part2.large``, ``bias``, ``maxpool``),
+    then timed calls on the same inputs (the batch-1 float32 timed runs, whose X is the first image of the batch-4
+    X: "batch prefixes").  A group with correctness calls is started by one of them, and its timed calls are made
+    speculatively, before their tests' requirements are known: a timed test takes its call's outcome only when it
+    runs at all (its requirements passed, as today), else the run is discarded.  A group of timed calls only (the
+    float16 pair) is started by the first of their tests, with only the calls whose tests will run."""
 
     def __init__(self, members: list[tuple[TestSpec, int, dict[str, Any]]]) -> None:
         self.members = members
+        self.correctness = any(t.kind == "correctness" for t, _, _ in members)
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._started = False
-        self.runs: dict[tuple[str, int], CaseRun] = {}
+        self.runs: dict[tuple[str, int], CaseRun | None] = {}
+        self.taken: set[tuple[str, int]] = set()
 
-    def run_for(self, grading: _Grading, test: TestSpec, index: int, inv: problems.Invocation) -> CaseRun:
+    def may_start(self, test: TestSpec) -> bool:
+        return test.kind == "correctness" or not self.correctness
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def prefetch(self, grading: _Grading, done: dict[str, TestResult]) -> None:
+        """Make the group's calls before any of its tests asks (a free kernel slot, nothing else waiting for it):
+        only groups of timed calls, each speculative until its test's requirements have passed."""
         with self._lock:
-            first, self._started = not self._started, True
+            if self._started or self.correctness:
+                return
+            self._started = True
+        try:
+            self.runs = grading._run_group(self, None, 0, done)
+        finally:
+            self._done.set()
+
+    def run_for(self, grading: _Grading, test: TestSpec, index: int, done: dict[str, TestResult]) -> CaseRun | None:
+        """This call's outcome from the group (None: the group did not make it; the caller makes it alone)."""
+        with self._lock:
+            first = not self._started and self.may_start(test)
+            self._started = self._started or first
+            started = self._started
+        if not started:  # a timed test whose correctness group was never made (its tests did not call): alone
+            return None
         if first:
             try:
-                self.runs = grading._run_group(self)
+                self.runs = grading._run_group(self, test.id, index, done)
             finally:
                 self._done.set()
         else:
-            self._done.wait()
-        run = self.runs.get((test.id, index))
-        # the group could not run (a grader error, reported by the test that started it): this call alone
-        return run if run is not None else grading._run(test, inv, mode="full", want_trace=grading.want_trace)
+            with grading.slots.claim(-1):  # waiting holds no worker
+                self._done.wait()
+        with self._lock:
+            self.taken.add((test.id, index))
+        return self.runs.get((test.id, index))
+
+    def unused(self) -> int:
+        """Calls the group made that no test took (speculative timed runs of tests that did not run)."""
+        return sum(1 for key, run in self.runs.items() if run is not None and key not in self.taken)
+
+
+class _Slots:
+    """The kernel-call slots of a grading: ``n`` sandboxed kernel processes (or groups) at a time, the largest
+    waiting call first.  A test's thread claims a slot's worth of the machine while it runs (a call, or the
+    parent's judging between calls), not while it waits for a group another test started; speculative calls
+    (timed runs made before their tests' requirements are known) start only on a slot no running test claims
+    (docs/grading.md, round 7)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = max(1, n)
+        self.busy = 0
+        self.claims = 0  # test threads running (in a slot or in the parent's own work), not waiting for a group
+        self.ahead = 0  # slots held by speculative calls
+        self._cv = threading.Condition()
+        self._waiting: list[tuple[bool, float, int]] = []
+        self._seq = itertools.count()
+
+    @contextmanager
+    def hold(self, size: float, *, speculative: bool = False) -> Iterator[None]:
+        with self._cv:
+            entry = (speculative, -float(size), next(self._seq))
+            heapq.heappush(self._waiting, entry)
+            while self.busy >= self.n or self._waiting[0] != entry:
+                self._cv.wait()
+            heapq.heappop(self._waiting)
+            self.busy += 1
+            self.ahead += speculative
+            self._cv.notify_all()
+        try:
+            yield
+        finally:
+            with self._cv:
+                self.busy -= 1
+                self.ahead -= speculative
+                self._cv.notify_all()
+
+    def add_claims(self, delta: int) -> None:
+        with self._cv:
+            self.claims += delta
+            self._cv.notify_all()
+
+    @contextmanager
+    def claim(self, delta: int = 1) -> Iterator[None]:
+        """A test's thread running (``delta`` 1) or, inside, waiting for a group (-1)."""
+        self.add_claims(delta)
+        try:
+            yield
+        finally:
+            self.add_claims(-delta)
+
+    def wait_idle(self, stop: threading.Event, timeout: float = 0.5) -> bool:
+        """Block until a slot is free that no running test claims (True) or ``stop`` is set (False)."""
+        with self._cv:
+            while not stop.is_set():
+                if self.claims + self.ahead < self.n and self.busy < self.n and not self._waiting:
+                    return True
+                self._cv.wait(timeout)
+        return False
+
+    def wake(self) -> None:
+        with self._cv:
+            self._cv.notify_all()
+
+
+def _split(members: list[tuple[TestSpec, int, dict[str, Any]]],
+           parts: int) -> list[list[tuple[TestSpec, int, dict[str, Any]]]]:
+    """The calls of one planned group in up to ``parts`` groups, one per worker: the correctness calls spread so
+    that their sizes (input elements) balance, the timed calls added to the lightest.  Each group runs on one core;
+    with two workers, two groups keep both busy for the products of two leaders instead of one.  Within a group,
+    correctness calls come first (the largest batch leads: later members reuse its products), timed calls last."""
+    def size(m: tuple[TestSpec, int, dict[str, Any]]) -> int:
+        return problems.get(m[0].problem).input_elements(m[2])
+
+    ordered = sorted(members, key=lambda m: (m[0].kind != "correctness", -size(m)))
+    n = min(max(1, parts), sum(1 for m in ordered if m[0].kind == "correctness"))
+    if n <= 1:
+        return [ordered]
+    bins: list[list[tuple[TestSpec, int, dict[str, Any]]]] = [[] for _ in range(n)]
+    weights = [0] * n
+    for m in ordered:
+        k = min(range(n), key=lambda j: (weights[j], j))
+        bins[k].append(m)
+        weights[k] += size(m)
+    return [b for b in bins if b]
+
+
+def group_split() -> bool:
+    """Whether a grading with several workers splits a group into one per worker (``GRADER_GROUP_SPLIT``, default
+    on): one group's process holds one core while the other worker runs out of other work (docs/grading.md,
+    round 7)."""
+    return os.environ.get("GRADER_GROUP_SPLIT", "1") != "0"
 
 
 def share_enabled(workers: int) -> bool:
-    """Whether correctness calls sharing X and W are replayed together: by default only when this grading runs its
-    kernel calls one at a time (``workers`` 1, as each grading of a batch does), where the group's one process is no
-    longer than the calls in turn.  With two workers the group puts the three 224x224 calls on one core while the
-    other waits: on a quiet 2-core machine the staff reference took 34.7-38.8 s wall grouped against 26.4-27.0 s
-    alone, for 44.3-48.4 against 42.9-44.1 CPU s (docs/grading.md, round 6).  ``GRADER_SHARE_PRODUCTS=1`` groups
-    whatever the workers, ``=0`` never."""
+    """Whether calls sharing X and W are made together (:meth:`_Grading.plan_groups`): by default, whatever the
+    workers -- one worker (each grading of a batch) makes one group, several make one per worker
+    (:func:`group_split`), so that no core waits for a group while the other runs it (round 6 grouped the three
+    224x224 calls on one core with two workers: 34.7-38.8 s wall against 26.4-27.0 s alone, so it grouped with one
+    worker only; docs/grading.md, round 7).  ``GRADER_SHARE_PRODUCTS=1`` groups, ``=0`` never."""
     forced = os.environ.get("GRADER_SHARE_PRODUCTS")
     if forced is not None:
         return forced != "0"
-    return workers <= 1
+    return workers >= 1
 
 
 class _Grading:
@@ -132,9 +265,16 @@ class _Grading:
         self.servers = (KernelServers(target=config.target, limits=rubric.limits, tmp_root=config.tmp_root,
                                       size=max(1, config.workers))
                         if backend == "nkisim" and KernelServers.enabled() else None)
-        # correctness calls replayed together, by (test id, case index), and what the groups saved
+        # calls made together (runner.run_group) or ahead of their tests, by (test id, case index), and what the
+        # groups saved
         self.groups: dict[tuple[str, int], _CaseGroup] = {}
-        self.share_figures = {"groups": 0, "calls": 0, "hits": 0, "misses": 0, "alone": 0}
+        self.units: list[_CaseGroup] = []
+        self.slots = _Slots(max(1, config.workers))
+        # references computed while the calls that need them run (several workers: the parent's float64
+        # convolutions would otherwise wait for the call and hold its worker)
+        self.ref_pool = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="grader-refs")
+                         if config.workers > 1 else None)
+        self.share_figures = {"groups": 0, "calls": 0, "speculative": 0, "hits": 0, "misses": 0, "alone": 0}
 
     # ------------------------------------------------------------------------------------------ screen ----
     def screen(self) -> None:
@@ -246,44 +386,92 @@ class _Grading:
 
     # ------------------------------------------------------------------------------------ shared calls ----
     def plan_groups(self, tests: tuple[TestSpec, ...]) -> None:
-        """Group the correctness calls of one kernel whose inputs are the same X and W (the problem's input fields:
-        conv2d cases differing only in bias and pooling) when nkisim replays them (either API): they are made by
-        one :func:`grader.runner.run_group`.  Calls of files the screen, the API check or the import check
-        already decided are left out, as is everything when :func:`share_enabled` says no."""
-        if self.backend != "nkisim" or not share_enabled(max(1, self.config.workers)):
+        """Plan the calls made together or ahead of their tests.
+
+        Grouping (when :func:`share_enabled` says so): the calls of one kernel whose inputs are the same X and W
+        (the problem's input fields: conv2d cases differing only in bias, pooling and batch, a smaller batch's X
+        being the first images of the larger's) are made by one :func:`grader.runner.run_group` when nkisim
+        replays them (either API): correctness calls, and timed calls when timed runs compute values
+        (``verify_performance_outputs``) and bring back traces: the batch-1 float32 timed runs join the batch-4
+        correctness calls, the float16 pair is a group of its own.  With several workers every other timed call
+        is a unit of its own too, so that it can be made on a free worker before its requirements are known
+        (:func:`_run_scheduled`).  Calls of files the screen, the API check or the import check already decided
+        are left out."""
+        if self.backend != "nkisim":
+            return
+        grouping = share_enabled(max(1, self.config.workers))
+        timed = self.rubric.verify_performance_outputs and self.want_trace
+        ahead = timed and self.config.workers > 1
+        if not grouping and not ahead:
             return
         planned: dict[tuple[str, str, str], list[tuple[TestSpec, int, dict[str, Any]]]] = {}
         for t in tests:
-            if (t.kind != "correctness" or t.file not in self.sub.files or t.file in self.blocking
-                    or self._api_problem(t.file) is not None or self._import_problem(t) is not None
+            if ((t.kind != "correctness" and not (timed and t.kind == "performance")) or t.file not in self.sub.files
+                    or t.file in self.blocking or self._api_problem(t.file) is not None
+                    or self._import_problem(t) is not None
                     or (self._api_of(t.file) or "legacy") not in REPLAYED_APIS):
                 continue
             problem = problems.get(t.problem)
-            for i, case in enumerate(t.cases):
-                planned.setdefault((t.file, t.function, _input_key(problem, case)), []).append((t, i, case))
-        for members in planned.values():
-            if len(members) > 1:
-                group = _CaseGroup(members)
-                for t, i, _ in members:
-                    self.groups[(t.id, i)] = group
+            cases = t.cases if t.kind == "correctness" else t.cases[:1]  # a timed test makes its first case's call
+            for i, case in enumerate(cases):
+                key = _input_key(problem, case) if grouping else f"{t.id}#{i}"
+                planned.setdefault((t.file, t.function, key), []).append((t, i, case))
+        for planned_members in planned.values():
+            for members in _split(planned_members, self.config.workers if group_split() else 1):
+                if len(members) > 1 or (ahead and members[0][0].kind == "performance"):
+                    group = _CaseGroup(members)
+                    self.units.append(group)
+                    for t, i, _ in members:
+                        self.groups[(t.id, i)] = group
 
-    def _run_group(self, group: _CaseGroup) -> dict[tuple[str, int], CaseRun]:
-        test0 = group.members[0][0]
-        invs = [self._invocation(t, case).inv for t, _, case in group.members]
-        runs, figures = run_group(
-            self.sub.files[test0.file], test0.file, test0.function, invs,
-            [t.timeout_s * self.config.timeout_scale for t, _, _ in group.members], want_trace=self.want_trace,
-            target=self.config.target, limits=self.rubric.limits, tmp_root=self.config.tmp_root,
-            hidden=self.config.hidden_dirs, servers=self.servers, api=self._api_of(test0.file) or "legacy",
-        )
+    def _wanted(self, group: _CaseGroup, member: tuple[TestSpec, int, dict[str, Any]],
+                asker: tuple[str | None, int], done: dict[str, TestResult]) -> bool | None:
+        """Whether a member's call is made with its group: True (asked for), False (speculatively: its test's
+        requirements are not all known yet) or None (not made: its test will not make it, or not with this group's
+        outcome: a requirement already failed, or its function hit a resource limit on inputs no larger)."""
+        t, i, case = member
+        if (t.id, i) == asker:
+            return True
+        if any(r in done and not done[r].passed for r in t.requires) or self._not_run(t, case) is not None:
+            return None
+        if t.kind == "correctness":
+            return True
+        # a timed call beside correctness calls, or beside a timed call whose requirements are not all known yet
+        return not group.correctness and all(r in done for r in t.requires)
+
+    def _run_group(self, group: _CaseGroup, asker: str | None, index: int,
+                   done: dict[str, TestResult]) -> dict[tuple[str, int], CaseRun | None]:
+        """Make the group's wanted calls (``asker``: the test whose call starts it, None when made ahead)."""
+        wanted = [self._wanted(group, m, (asker, index), done) for m in group.members]
+        members = [m for m, w in zip(group.members, wanted, strict=True) if w is not None]
+        if not members:
+            return {}
+        speculative = [not w for w in wanted if w is not None]
+        test0 = members[0][0]
+        shared = [self._invocation(t, case) for t, _, case in members]
+        invs = [sh.inv for sh in shared]
+        for (t, _, case), sh in zip(members, shared, strict=True):
+            self._prefetch_reference(t, case, sh)
+        size = sum(float(a.size) for inv in invs for a in inv.args)
+        with self.slots.hold(size, speculative=all(speculative)):
+            runs, figures = run_group(
+                self.sub.files[test0.file], test0.file, test0.function, invs,
+                [t.timeout_s * self.config.timeout_scale for t, _, _ in members], want_trace=self.want_trace,
+                target=self.config.target, limits=self.rubric.limits, tmp_root=self.config.tmp_root,
+                hidden=self.config.hidden_dirs, servers=self.servers, api=self._api_of(test0.file) or "legacy",
+                speculative=speculative,
+            )
         with self._lock:
-            self.share_figures["groups"] += 1
-            self.share_figures["calls"] += len(invs)
+            self.share_figures["groups"] += len(members) > 1
+            self.share_figures["calls"] += sum(1 for r in runs if r is not None)
+            self.share_figures["speculative"] += sum(1 for r, a in zip(runs, speculative, strict=True)
+                                                     if r is not None and a)
             for key in ("hits", "misses", "alone"):
                 self.share_figures[key] += figures[key]
         for run in runs:
-            self.features.update(run.features)
-        return {(t.id, i): run for (t, i, _), run in zip(group.members, runs, strict=True)}
+            if run is not None:
+                self.features.update(run.features)
+        return {(t.id, i): run for (t, i, _), run in zip(members, runs, strict=True)}
 
     # ------------------------------------------------------------------------------ resource-limit marks ----
     def _not_run(self, test: TestSpec, case: dict[str, Any]) -> str | None:
@@ -327,9 +515,9 @@ class _Grading:
                     res.status = Status.SKIPPED
                     res.message = "skipped: needs a passing " + ", ".join(unmet) + " first"
                 elif test.kind == "correctness":
-                    self._correctness(test, res)
+                    self._correctness(test, res, done)
                 else:
-                    self._performance(test, res)
+                    self._performance(test, res, done)
                 self._note_disallowed(test, res)
         except Exception as exc:  # noqa: BLE001 - a grader bug must not look like a student failure
             res.status = Status.GRADER_ERROR
@@ -361,7 +549,26 @@ class _Grading:
         precision = problems.reference_precision(test.problem, case, self.rubric.tolerances)
         return problems.get(test.problem).expected(self.store, shared, precision)
 
+    def _prefetch_reference(self, test: TestSpec, case: dict[str, Any], shared: problems.SharedInvocation) -> None:
+        """With several workers, start computing a call's reference beside the call (the judge's ``_expected``
+        then finds it in the reference store): the float64 convolution of a 224x224 batch-4 case takes as long as
+        a call, and computed after it, it held the worker while no kernel ran."""
+        if self.ref_pool is None:
+            return
+
+        def compute() -> None:
+            try:
+                self._expected(test, case, shared)
+            except Exception:  # noqa: BLE001 - the judge computes it again and reports what goes wrong
+                pass
+
+        self.ref_pool.submit(compute)
+
     def _run(self, test: TestSpec, inv: problems.Invocation, *, mode: str, want_trace: bool) -> CaseRun:
+        with self.slots.hold(sum(float(a.size) for a in inv.args)):
+            return self._run_held(test, inv, mode=mode, want_trace=want_trace)
+
+    def _run_held(self, test: TestSpec, inv: problems.Invocation, *, mode: str, want_trace: bool) -> CaseRun:
         run = run_case(
             self.sub.files[test.file],
             test.file,
@@ -390,16 +597,18 @@ class _Grading:
         )
         res.message = label + run.message
 
-    def _correctness(self, test: TestSpec, res: TestResult) -> None:
+    def _correctness(self, test: TestSpec, res: TestResult, done: dict[str, TestResult]) -> None:
         n = len(test.cases)
         for i, case in enumerate(test.cases):
             if self._skip_case(test, case, res, i, n):
                 return
             shared = self._invocation(test, case)
             inv = shared.inv
+            self._prefetch_reference(test, case, shared)
             group = self.groups.get((test.id, i))
-            run = (group.run_for(self, test, i, inv) if group is not None
-                   else self._run(test, inv, mode="full", want_trace=self.want_trace))
+            run = group.run_for(self, test, i, done) if group is not None else None
+            if run is None:  # not grouped, or the group could not make it (a grader error its starter reports)
+                run = self._run(test, inv, mode="full", want_trace=self.want_trace)
             self._mark(test, case, run)
             rec = CaseRecord(
                 i, run.verdict, run.message, run.wall_seconds, run.kernel_seconds, output_tail=run.output_tail[-2000:],
@@ -455,7 +664,7 @@ class _Grading:
         res.status, res.message = Status.SKIPPED, (f"case {index + 1}/{n}: " if n > 1 else "") + why
         return True
 
-    def _performance(self, test: TestSpec, res: TestResult) -> None:
+    def _performance(self, test: TestSpec, res: TestResult, done: dict[str, TestResult]) -> None:
         case = test.cases[0]
         if self._skip_case(test, case, res, 0, 1):
             return
@@ -465,7 +674,12 @@ class _Grading:
         res.relaxed_us, res.optimized_us = relaxed, optimized
         verify = self.rubric.verify_performance_outputs
         mode = "full" if verify else "timing"
-        run = self._run(test, inv, mode=mode, want_trace=True)  # nkisim: the trace; neuron: nki.benchmark
+        if verify:
+            self._prefetch_reference(test, case, shared)
+        group = self.groups.get((test.id, 0))  # grouped only when verified (mode "full") with traces
+        run = group.run_for(self, test, 0, done) if group is not None else None
+        if run is None:
+            run = self._run(test, inv, mode=mode, want_trace=True)  # nkisim: the trace; neuron: nki.benchmark
         self._mark(test, case, run)
         if run.verdict == Verdict.OK and self.backend == "nkisim" and run.trace is None:
             raise GraderError("no instruction trace came back from a timed run (is nkisim.core.traceio installed?)")
@@ -550,21 +764,72 @@ def _work_problem(test: TestSpec, run: CaseRun, inv: problems.Invocation) -> str
 
 
 def _run_phases(grading: _Grading, tests: tuple[TestSpec, ...], workers: int) -> list[TestResult]:
-    """Correctness tests first, then the tests that depend on them; each phase may run in parallel."""
+    """Correctness tests first, then the tests that depend on them; one at a time (``workers`` 1, each grading of
+    a batch), else scheduled (:func:`_run_scheduled`)."""
+    if workers > 1:
+        return _run_scheduled(grading, tests, workers)
     done: dict[str, TestResult] = {}
     remaining = list(tests)
     while remaining:
         ready = [t for t in remaining if all(r in done for r in t.requires)]
         if not ready:  # cycle: should have been rejected by the rubric loader
             raise GraderError(f"tests {[t.id for t in remaining]} have circular requirements")
-        if workers > 1 and len(ready) > 1:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                results = list(pool.map(lambda t: grading.run_test(t, done), ready))
-        else:
-            results = [grading.run_test(t, done) for t in ready]
-        for t, r in zip(ready, results):
-            done[t.id] = r
+        for t in ready:
+            done[t.id] = grading.run_test(t, done)
         remaining = [t for t in remaining if t.id not in done]
+    return [done[t.id] for t in tests]
+
+
+def _run_scheduled(grading: _Grading, tests: tuple[TestSpec, ...], workers: int) -> list[TestResult]:
+    """Several workers: each test starts as soon as the tests it requires are done (a thread each), and its kernel
+    calls take the grading's ``workers`` slots, the largest waiting call first (:class:`_Slots`); references are
+    computed beside the calls (``_prefetch_reference``).  When a slot is free and no call waits for it, the next
+    unit of timed calls (:meth:`_Grading.plan_groups`) is made ahead, speculatively: its tests take the outcomes
+    if they run, as they would have made them.  A test's result does not depend on this order: its requirements
+    are decided before it starts, and the one thing shared between tests (a function's resource-limit mark) was
+    already raced by two workers."""
+    done: dict[str, TestResult] = {}
+    remaining = list(tests)
+    stop = threading.Event()
+    ahead = [u for u in grading.units if not u.correctness]
+    ahead.sort(key=lambda u: -sum(problems.get(t.problem).input_elements(c) for t, _, c in u.members))
+
+    def speculate() -> None:
+        while grading.slots.wait_idle(stop):
+            unit = next((u for u in ahead if not u.started), None)
+            if unit is None:
+                return
+            unit.prefetch(grading, done)
+
+    helper = threading.Thread(target=speculate, name="grader-ahead", daemon=True) if ahead else None
+    running: dict[Future[TestResult], TestSpec] = {}
+    released = 0
+    with ThreadPoolExecutor(max_workers=max(workers, len(tests)), thread_name_prefix="grader-test") as pool:
+        try:
+            while remaining or running:
+                ready = [t for t in remaining if all(r in done for r in t.requires)]
+                if not ready and not running:  # cycle: should have been rejected by the rubric loader
+                    raise GraderError(f"tests {[t.id for t in remaining]} have circular requirements")
+                # a test claims a worker from before its thread starts until its dependents are started: no
+                # speculative call slips in between
+                grading.slots.add_claims(len(ready) - released)
+                released = 0
+                for t in ready:
+                    running[pool.submit(grading.run_test, t, done)] = t
+                remaining = [t for t in remaining if t not in ready]
+                if helper is not None and helper.ident is None:
+                    helper.start()  # after the first tests' claims
+                finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    t = running.pop(fut)
+                    done[t.id] = fut.result()  # run_test never raises: its own failures are grader errors
+                released = len(finished)
+        finally:
+            stop.set()
+            grading.slots.wake()
+            if helper is not None and helper.ident is not None:
+                helper.join()
+            grading.slots.add_claims(-released)
     return [done[t.id] for t in tests]
 
 
@@ -586,6 +851,8 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
         grading.plan_groups(rubric.tests)
         results = _run_phases(grading, rubric.tests, max(1, config.workers))
     finally:
+        if grading.ref_pool is not None:
+            grading.ref_pool.shutdown(wait=True, cancel_futures=True)
         if grading.servers is not None:
             grading.servers.close()  # before the CPU count: a server's calls are counted once it is reaped
     failed = [r for r in results if r.status == Status.GRADER_ERROR]
@@ -615,6 +882,8 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
             **(grading.servers.as_timings() if grading.servers is not None else {}),
             # correctness calls replayed together (runner.run_group): groups, calls, products reused / computed
             **({f"share:{k}": float(v) for k, v in grading.share_figures.items()} if grading.groups else {}),
+            **({"share:unused": float(sum(g.unused() for g in {id(g): g for g in grading.groups.values()}.values()))}
+               if grading.groups else {}),
             # CPU seconds of this process (inputs, references, judging, costing traces) and of the sandboxed
             # kernel processes; exact when nothing else runs in the process meanwhile (a batch worker)
             "cpu:grader_s": cpu_grader,

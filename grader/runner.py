@@ -549,7 +549,7 @@ def _signature(inv: Invocation) -> str:
 def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation], timeouts: list[float], *,
               want_trace: bool, target: str, limits: Limits, tmp_root: str | None = None,
               hidden: tuple[str, ...] = (), servers: KernelServers | None = None,
-              api: str = "nki") -> tuple[list[CaseRun], dict]:
+              api: str = "nki", speculative: list[bool] | None = None) -> tuple[list[CaseRun | None], dict]:
     """Several correctness calls of one kernel (``api``: its file's, one of :data:`REPLAYED_APIS`) on the same X
     and W (``part2.large``, ``bias`` and ``maxpool``), each the outcome :func:`run_case` would give it (full mode),
     for about the CPU time of fewer:
@@ -562,32 +562,46 @@ def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation
     3. a call whose group replay could not give its own outcome -- the process timed out, crashed or was killed,
        or the call ran out of memory beside the others -- is replayed alone, as :func:`run_case` does.
 
-    Returns the calls' outcomes and figures (``hits``/``misses``: reused and computed products, ``alone``: calls
-    replayed alone after the group)."""
+    ``speculative[k]``: call ``k`` is made ahead of being asked for (a timed run whose correctness tests have not
+    passed yet: the batch-1 float32 timed runs multiply the first image of the batch-4 correctness calls' X by the
+    same W).  It is specialized only after every other call's specialization succeeded (a kernel whose Python
+    fails or hangs on the correctness shapes costs no more than today), and when a group's process cannot give it
+    its own outcome its result is None: it is not replayed alone here, its test makes the call itself if it is
+    still wanted.  Otherwise its outcome is the one :func:`run_case` gives it (mode ``full``).
+
+    Returns the calls' outcomes (None only for a speculative call) and figures (``hits``/``misses``: reused and
+    computed products, ``alone``: calls replayed alone after the group)."""
     common = dict(backend="nkisim", target=target, api=api, limits=limits, tmp_root=tmp_root,
                   import_clock=False, hidden=hidden, servers=servers)
     specs: dict[str, CaseRun] = {}
     shipped: dict[str, bytes | None] = {}
-    firsts: list[CaseRun | None] = []
-    streams: list[bytes | None] = []
     # calls share a specialization when they share a signature and a time limit: each call's specializing run has
     # its own limit alone, so a call with a shorter one never rides on a sibling's longer one
     sigs = [f"{_signature(inv)}|{t!r}" for inv, t in zip(invs, timeouts, strict=True)]
-    for inv, t, sig in zip(invs, timeouts, sigs, strict=True):
+    ahead = list(speculative) if speculative is not None else [False] * len(invs)
+    if len(ahead) != len(invs):
+        raise ValueError(f"run_group: {len(invs)} calls, {len(ahead)} speculative flags")
+    firsts: list[CaseRun | None] = [None] * len(invs)
+    streams: list[bytes | None] = [None] * len(invs)
+    made = [False] * len(invs)  # the call's specialization is known (made, or shared with an earlier call's)
+    # the asked-for calls' specializations first: a speculative call is made only when all of theirs succeeded
+    for k in sorted(range(len(invs)), key=lambda k: ahead[k]):
+        if ahead[k] and any(not made[j] or streams[j] is None for j in range(len(invs)) if not ahead[j]):
+            continue
+        sig = sigs[k]
         spec = specs.get(sig)
         if spec is None:
-            spec = specs[sig] = _specialized(source, rel_file, function, inv, timeout_s=t, **common)
+            spec = specs[sig] = _specialized(source, rel_file, function, invs[k], timeout_s=timeouts[k], **common)
             shipped[sig], spec.stream = spec.stream, None
-            firsts.append(spec)
-        else:
-            firsts.append(None)
-        streams.append(shipped[sig] if spec.verdict == Verdict.OK else None)
+            firsts[k] = spec
+        made[k] = True
+        streams[k] = shipped[sig] if spec.verdict == Verdict.OK else None
     out: list[CaseRun | None] = [None] * len(invs)
     for k, sig in enumerate(sigs):
-        spec = specs[sig]
-        if spec.verdict != Verdict.OK:
+        spec = specs.get(sig)
+        if made[k] and spec is not None and spec.verdict != Verdict.OK:
             out[k] = dataclasses.replace(spec, outputs=[], stream=None)
-    live = [k for k in range(len(invs)) if out[k] is None]
+    live = [k for k in range(len(invs)) if out[k] is None and made[k]]
     figures = {"hits": 0, "misses": 0, "alone": 0}
     if len(live) > 1:
         runs = _launch(
@@ -602,13 +616,16 @@ def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation
         for k, run in zip(live, runs or [None] * len(live), strict=True):
             out[k] = run
     for k in live:
-        if out[k] is None:  # not grouped, or the group could not give this call its own outcome
+        # not grouped (a speculative call too: its own run), or the group could not give this call its own outcome
+        if out[k] is None and (not ahead[k] or len(live) == 1):
             if len(live) > 1:
                 figures["alone"] += 1
             out[k] = _replay_one(rel_file, function, invs[k], streams[k], mode="full", want_trace=want_trace,
                                  timeout_s=timeouts[k], **common)
-        out[k] = _with_specialization(firsts[k], out[k])
-    return [r for r in out if r is not None], figures
+        run = out[k]
+        if run is not None:
+            out[k] = _with_specialization(firsts[k], run)
+    return out, figures
 
 
 def _group_inputs(in_dir: Path, out_dir: Path, members: list[tuple[Invocation, bytes | None]],

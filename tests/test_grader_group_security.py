@@ -169,3 +169,34 @@ def test_grouped_hostile_submission(name, tmp_path, monkeypatch):
     assert record.score == score
     assert record.timings["share:groups"] == 1
     assert not list(scratch.iterdir()), "sandbox run directories must be removed"
+
+
+@pytest.mark.slow
+def test_grouped_hostile_submission_with_timed_calls(tmp_path, monkeypatch):
+    """The same hostile kernel graded with the four timed tests as well: the batch-1 float32 timed calls are made
+    speculatively beside the correctness calls (the pooling one does the same 60,000 extra matmuls against its own
+    5 s limit), the float16 pair together.  Every test's status, score, message and latency is the one a grading
+    without groups gives: the pooling correctness call times out alone, so both pooling timed tests are skipped."""
+    from test_grader_shared_calls import _results, _timed_rubric
+
+    rubric = _timed_rubric(tmp_path, RUBRIC_TAIL, pool_timeout_s=5)
+    records = {}
+    for share in ("1", "0"):
+        monkeypatch.setenv("GRADER_SHARE_PRODUCTS", share)
+        scratch = tmp_path / f"scratch{share}"
+        scratch.mkdir()
+        config = GradeConfig(rubric_path=str(rubric), backend="nkisim", timeout_scale=1.0, tmp_root=str(scratch),
+                             workers=1)
+        records[share] = grade_submission(HOSTILE_GROUP / "slow_pool_nki", None, config)
+        assert not list(scratch.iterdir()), "sandbox run directories must be removed"
+    on, off = records["1"], records["0"]
+    assert on.status == off.status == "graded", (on.error, off.error)
+    assert _results(on) == _results(off)
+    status = {t.id: t.status for t in on.tests}
+    assert [status[k] for k in ("conv.plain", "conv.bias", "conv.pool")] == ["passed", "passed", "timeout"]
+    assert status["conv.perf_pool"] == status["conv.perf16_pool"] == "skipped"
+    assert status["conv.perf"] != "skipped" and status["conv.perf16"] != "skipped"
+    # the correctness group with its two float32 timed calls (made speculatively, unless the machine's load put
+    # even the unpooled one over half its limit); the float16 "pair" is its unpooled call alone, made once
+    # conv.pool had failed
+    assert on.timings["share:groups"] == 1

@@ -229,6 +229,7 @@ def test_a_grading_with_and_without_grouping_gives_the_same_results(tmp_path, mo
     (sub / "part2").mkdir(parents=True)
     (sub / "part2" / "conv2d.py").write_bytes(source)
     records = {}
+    monkeypatch.setenv("GRADER_GROUP_SPLIT", "0")  # the three calls in one group although two workers grade
     for share in ("1", "0"):
         monkeypatch.setenv("GRADER_SHARE_PRODUCTS", share)
         config = GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=2, tmp_root=str(tmp_path))
@@ -243,14 +244,217 @@ def test_a_grading_with_and_without_grouping_gives_the_same_results(tmp_path, mo
     assert [t.status for t in on.tests] == expected
 
 
-def test_grouping_by_default_only_when_calls_run_one_at_a_time(monkeypatch):
-    """A batch grades each submission with one worker: grouping costs no wall time there.  A grading alone with two
-    workers would wait for the group on one core, so it groups only when asked (GRADER_SHARE_PRODUCTS=1)."""
-    from grader.pipeline import share_enabled
+def test_grouping_by_default_with_one_group_per_worker(monkeypatch):
+    """A batch grades each submission with one worker: one group.  A grading alone with two workers groups too,
+    one group per worker (GRADER_GROUP_SPLIT=0: one group), so that no worker waits for the other's group."""
+    from grader.pipeline import group_split, share_enabled
 
     monkeypatch.delenv("GRADER_SHARE_PRODUCTS", raising=False)
-    assert share_enabled(1) and not share_enabled(2)
+    monkeypatch.delenv("GRADER_GROUP_SPLIT", raising=False)
+    assert share_enabled(1) and share_enabled(2) and group_split()
+    monkeypatch.setenv("GRADER_GROUP_SPLIT", "0")
+    assert not group_split()
     monkeypatch.setenv("GRADER_SHARE_PRODUCTS", "1")
     assert share_enabled(1) and share_enabled(2)
     monkeypatch.setenv("GRADER_SHARE_PRODUCTS", "0")
     assert not share_enabled(1) and not share_enabled(2)
+
+
+# The staff kernel computing only the first image: wrong for the batch-2 correctness calls, right for the batch-1
+# timed calls (which then must not count: their tests are skipped, as without grouping)
+FIRST_IMAGE_ONLY = STAFF_CONV.replace(b"    for b in nl.affine_range(batch_size):\n",
+                                      b"    for b in nl.affine_range(1):\n", 1)
+TIMED_TAIL = """
+[[test]]
+id = "conv.perf"
+name = "conv timed"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "performance"
+problem = "conv2d"
+points = 4
+requires = ["conv.plain", "conv.bias"]
+timeout_s = 60
+cases = [{PERF}]
+thresholds = { source = "fixed", optimized_us = 20.0, relaxed_us = 1000000.0 }
+
+[[test]]
+id = "conv.perf16"
+name = "conv timed fp16"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "performance"
+problem = "conv2d"
+points = 4
+requires = ["conv.plain", "conv.bias"]
+timeout_s = 60
+cases = [{PERF16}]
+thresholds = { source = "fixed", optimized_us = 20.0, relaxed_us = 1000000.0 }
+
+[[test]]
+id = "conv.perf_pool"
+name = "conv timed + pool"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "performance"
+problem = "conv2d"
+points = 2
+requires = ["conv.plain", "conv.bias", "conv.pool"]
+timeout_s = {POOL_TIMEOUT}
+cases = [{PERF_POOL}]
+thresholds = { source = "fixed", optimized_us = 1000000.0 }
+
+[[test]]
+id = "conv.perf16_pool"
+name = "conv timed fp16 + pool"
+part = 2
+file = "part2/conv2d.py"
+function = "fused_conv2d_maxpool"
+kind = "performance"
+problem = "conv2d"
+points = 2
+requires = ["conv.plain", "conv.bias", "conv.pool"]
+timeout_s = {POOL_TIMEOUT}
+cases = [{PERF16_POOL}]
+thresholds = { source = "fixed", optimized_us = 1000000.0 }
+"""
+
+
+def _timed_rubric(tmp_path: Path, correctness: str = RUBRIC_TAIL, pool_timeout_s: float = 60) -> Path:
+    """Three batch-2 correctness tests on one X and W (``correctness``: their rubric text) and four batch-1 timed
+    tests (float32 and float16, with and without pooling; the pooling ones limited to ``pool_timeout_s``), as the
+    course rubric's part 2 has them: the float32 timed calls' X is the first image of the correctness calls' X."""
+    head = Path(FAST_RUBRIC).read_text().split("[[test]]")[0].replace(
+        "[tolerances]\n", "[tolerances]\nfloat16 = { rtol = 1e-2, atol = 1e-2 }\n")
+    one = {**SHAPE, "batch": 1, "bias": "random"}
+    timed = (TIMED_TAIL.replace("{PERF}", _toml_case({**one, "pool": 1}))
+             .replace("{PERF_POOL}", _toml_case({**one, "pool": 2}))
+             .replace("{PERF16}", _toml_case({**one, "pool": 1, "dtype": "float16"}))
+             .replace("{PERF16_POOL}", _toml_case({**one, "pool": 2, "dtype": "float16"}))
+             .replace("{POOL_TIMEOUT}", f"{pool_timeout_s:g}"))
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text(head + correctness.replace("{CASE}", _toml_case(VARIANTS[0]))
+                      .replace("{CASE_BIAS}", _toml_case(VARIANTS[1])).replace("{CASE_POOL}", _toml_case(VARIANTS[2]))
+                      + timed)
+    return rubric
+
+
+def _results(record) -> list:
+    return [(t.id, t.status, t.score, t.message, t.latency_us, t.relaxed_us, t.optimized_us, t.timing_counts,
+             [(c.verdict, c.message, c.max_abs_error) for c in t.cases]) for t in record.tests]
+
+
+@pytest.mark.parametrize(("source", "workers"), [(STAFF_CONV, 1), (STAFF_CONV, 2), (POOL_FAILS, 1), (POOL_FAILS, 2),
+                                                 (FIRST_IMAGE_ONLY, 1), (FIRST_IMAGE_ONLY, 2), (LEGACY_CONV, 2)],
+                         ids=["staff-1", "staff-2", "pool-fails-1", "pool-fails-2", "first-image-only-1",
+                              "first-image-only-2", "legacy-staff-2"])
+def test_timed_calls_grouped_give_what_they_give_alone(tmp_path, monkeypatch, source, workers):
+    """The batch-1 float32 timed calls are made speculatively with the correctness calls (the first image of their
+    X, the same W), the float16 pair together; with two workers in one group per worker, and timed calls made
+    ahead on a free worker: scores, messages, maximum errors and latencies are the ones of a grading that groups
+    nothing, and a timed test whose requirements failed is skipped as before, its run discarded."""
+    rubric = _timed_rubric(tmp_path)
+    sub = tmp_path / "sub"
+    (sub / "part2").mkdir(parents=True)
+    (sub / "part2" / "conv2d.py").write_bytes(source)
+    records = {}
+    for share in ("1", "0"):
+        monkeypatch.setenv("GRADER_SHARE_PRODUCTS", share)
+        config = GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=workers, tmp_root=str(tmp_path))
+        records[share] = grade_submission(sub, None, config)
+    on, off = records["1"], records["0"]
+    assert on.status == off.status == "graded", (on.error, off.error)
+    assert _results(on) == _results(off)
+    assert not list(tmp_path.glob("case-*")), "run directories must be removed"
+    status = {t.id: t.status for t in on.tests}
+    # without grouping, two workers still make timed calls ahead, each alone
+    assert off.timings.get("share:groups", 0) == 0
+    if source is FIRST_IMAGE_ONLY:
+        assert status["conv.plain"] == "failed" and {status[k] for k in status if "perf" in k} == {"skipped"}
+        if workers == 1:
+            # the float32 timed calls were made with the correctness calls (speculatively) and discarded; the
+            # float16 pair was never made
+            assert on.timings["share:groups"] == 1 and on.timings["share:speculative"] == 2
+            assert on.timings["share:unused"] == 2
+        return
+    if source is POOL_FAILS:
+        # the pooling signature fails to specialize: the timed pool tests are skipped
+        assert status["conv.pool"] == "error" and status["conv.perf_pool"] == status["conv.perf16_pool"] == "skipped"
+        assert {status["conv.perf"], status["conv.perf16"]} <= {"passed", "partial"}
+        if workers == 1:
+            # the speculative calls are not made with the group (one correctness specialization failed), the
+            # float16 pair is made without its pooling call (its test will not run)
+            assert on.timings["share:speculative"] == 0 and on.timings["share:calls"] == 4
+            assert on.timings["share:groups"] == 1 and on.timings["share:unused"] == 0
+        return  # two workers: the float16 pooling call may have been made ahead, and discarded
+    assert on.timings["share:unused"] == 0
+    # every timed test counted (the unpooled ones' 20 us target: a latency that decides a tier, compared above)
+    assert all(status[k] == "passed" for k in status if "perf" not in k)
+    assert {status[k] for k in status if "perf" in k} <= {"passed", "partial"}
+    assert on.timings["share:calls"] == 7 and on.timings["share:hits"] > 0
+    if workers == 1:
+        # one group: the 3 correctness calls and the 2 speculative float32 timed calls; the float16 pair
+        assert on.timings["share:groups"] == 2 and on.timings["share:speculative"] == 2
+    else:
+        # one group per worker ({plain, pool}, {bias, both float32 timed calls}) and the float16 pair; the pair
+        # made ahead when a worker was free before the correctness tests were done
+        assert on.timings["share:groups"] == 3 and 2 <= on.timings["share:speculative"] <= 4
+
+
+def test_a_group_is_split_into_one_per_worker():
+    """With two workers the three 224x224 correctness calls and the two float32 timed calls are two groups, the
+    correctness calls balanced and the timed calls with the lighter; with one worker, one group."""
+    from grader.pipeline import _split
+
+    tests = {t.id: t for t in load_rubric(str(ROOT / "grader" / "rubric.toml")).tests}
+    members = [(tests[k], 0, tests[k].cases[0]) for k in ("part2.perf_fp32", "part2.large", "part2.perf_fp32_pool",
+                                                            "part2.bias", "part2.maxpool")]
+    ids = [[t.id for t, _, _ in group] for group in _split(members, 2)]
+    assert ids == [["part2.large", "part2.maxpool"], ["part2.bias", "part2.perf_fp32", "part2.perf_fp32_pool"]]
+    assert [[t.id for t, _, _ in g] for g in _split(members, 1)] == [
+        ["part2.large", "part2.bias", "part2.maxpool", "part2.perf_fp32", "part2.perf_fp32_pool"]]
+    # timed calls alone are never split: they have no correctness call to lead them
+    assert len(_split([m for m in members if m[0].kind == "performance"], 2)) == 1
+
+
+def test_kernel_slots_go_to_the_largest_waiting_call_and_speculation_waits(monkeypatch):
+    """The grading's slots: at most ``n`` calls at a time, the largest waiting first, a speculative call only
+    after every other waiting call; a free slot counts as idle (for calls made ahead) only when no running test
+    claims it."""
+    import threading
+    import time
+
+    from grader.pipeline import _Slots
+
+    slots = _Slots(1)
+    order: list[str] = []
+    gate = threading.Event()
+
+    def call(name: str, size: float, speculative: bool = False) -> None:
+        with slots.hold(size, speculative=speculative):
+            order.append(name)
+            gate.wait(5)
+
+    first = threading.Thread(target=call, args=("first", 1.0))
+    first.start()
+    while slots.busy < 1:
+        time.sleep(0.01)
+    waiting = [threading.Thread(target=call, args=a) for a in (("ahead", 1e9, True), ("small", 1.0), ("big", 1e6))]
+    for t in waiting:
+        t.start()
+    while len(slots._waiting) < 3:
+        time.sleep(0.01)
+    gate.set()
+    for t in (first, *waiting):
+        t.join(5)
+    assert order == ["first", "big", "small", "ahead"]
+    stop = threading.Event()
+    slots.add_claims(1)  # a running test claims the one slot: not idle
+    stop_later = threading.Timer(0.2, stop.set)
+    stop_later.start()
+    assert slots.wait_idle(stop, timeout=0.05) is False
+    slots.add_claims(-1)
+    assert slots.wait_idle(threading.Event()) is True
