@@ -1242,7 +1242,9 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
         else:
             out.append(r)
             cpu.append(0.0)
-    return out, {"hits": group.hits, "misses": group.misses, "cpu_seconds": cpu}
+    return out, {"hits": group.hits, "misses": group.misses, "cpu_seconds": cpu,
+                 "compares": {"snapshots": group.snapshots, "storage": group.root_compares,
+                              "memo_hits": group.memo_hits, "operands": group.view_compares}}
 
 
 __all__ = ["FORMAT", "NotRecordable", "Recorder", "StreamError", "Trace", "dumps", "loads", "record", "replay",
