@@ -458,3 +458,33 @@ def test_kernel_slots_go_to_the_largest_waiting_call_and_speculation_waits(monke
     assert slots.wait_idle(stop, timeout=0.05) is False
     slots.add_claims(-1)
     assert slots.wait_idle(threading.Event()) is True
+
+
+def test_a_unit_made_ahead_that_fails_leaves_its_tests_to_make_their_calls(tmp_path, monkeypatch):
+    """A grader error while making timed calls ahead (here: every unit made ahead raises) is no test's outcome:
+    the tests make their calls themselves, with the results of a grading that makes nothing ahead."""
+    from grader import pipeline
+
+    rubric = _timed_rubric(tmp_path)
+    sub = tmp_path / "sub"
+    (sub / "part2").mkdir(parents=True)
+    (sub / "part2" / "conv2d.py").write_bytes(STAFF_CONV)
+    real = pipeline._Grading._run_group
+    ahead: list = []
+
+    def broken(self, group, asker, index, done):
+        if asker is None:
+            ahead.append([t.id for t, _, _ in group.members])
+            raise RuntimeError("made ahead: broken")
+        return real(self, group, asker, index, done)
+
+    monkeypatch.setattr(pipeline._Grading, "_run_group", broken)
+    config = GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=2, tmp_root=str(tmp_path))
+    got = grade_submission(sub, None, config)
+    monkeypatch.setattr(pipeline._Grading, "_run_group", real)
+    monkeypatch.setenv("GRADER_SHARE_PRODUCTS", "0")
+    want = grade_submission(sub, None, GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=1,
+                                                   tmp_root=str(tmp_path)))
+    assert got.status == "graded" and _results(got) == _results(want)
+    assert all(t.status in ("passed", "partial") for t in got.tests)
+    # (the float16 pair is made ahead as soon as a worker is free, which is while the correctness groups run)
