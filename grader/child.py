@@ -600,12 +600,13 @@ def _replay_group(group: list, job: dict, out_dir: str) -> dict:
             members.append(({}, args, kwargs))
     runs, figures = stream.replay_group([m for k, m in enumerate(members) if k not in errors], mode=job["mode"],
                                         target=job["target"], graded=True)
-    done = iter(zip(runs, figures["cpu_seconds"]))
+    done = iter(zip(runs, figures["cpu_seconds"], figures["borrowed_seconds"]))
     for k, (_, _, _, mdir) in enumerate(group):
         os.makedirs(mdir, exist_ok=True)
         mstatus: dict = {"ok": False, "stage": "kernel"}
-        got, cpu = (errors[k], 0.0) if k in errors else next(done)
+        got, cpu, borrowed = (errors[k], 0.0, 0.0) if k in errors else next(done)
         mstatus["cpu_seconds"] = mstatus["kernel_seconds"] = cpu
+        mstatus["borrowed_seconds"] = borrowed  # its siblings' CPU for the products it reused (runner's time guard)
         try:
             if isinstance(got, BaseException):
                 raise got

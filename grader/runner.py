@@ -674,15 +674,19 @@ def _collect_group(proc: ProcessResult, out_dir: Path, invs: list[Invocation], t
                 figures[key] += got[key]
     runs: list[CaseRun | None] = []
     cpu: list[float | None] = []
+    borrowed: list[float | None] = []
     for k, (inv, t) in enumerate(zip(invs, timeouts, strict=True)):
         mdir = out_dir / f"m{k}"
         mstatus = _read_status(mdir / "status.json")
         if mstatus is None:
             runs.append(None)
             cpu.append(None)
+            borrowed.append(None)
             continue
         got = mstatus.get("cpu_seconds")
         cpu.append(float(got) if isinstance(got, int | float) and got >= 0 else None)
+        got = mstatus.get("borrowed_seconds", 0.0)  # written by grader/child.py's group job for every member
+        borrowed.append(float(got) if isinstance(got, int | float) and got >= 0 else None)
         run = _collect(proc, mdir, inv, module_name, limits, t, want_trace, rel_file)
         run.wall_seconds = proc.wall_seconds / len(invs)  # the group's wall time, split evenly
         if isinstance(status.get("jail"), list):  # the process's isolation layers, as a single replay reports them
@@ -692,7 +696,7 @@ def _collect_group(proc: ProcessResult, out_dir: Path, invs: list[Invocation], t
     # gives it alone: a call whose share of the group's time nears its limit is replayed alone, where that limit
     # holds (a pooling call doing far more work than its siblings passed here and timed out alone: G11 in
     # docs/grading-security.md)
-    for k in _over_their_time(proc.wall_seconds, cpu, timeouts):
+    for k in _over_their_time(proc.wall_seconds, cpu, timeouts, borrowed):
         runs[k] = None
     return runs
 
@@ -703,13 +707,19 @@ def _collect_group(proc: ProcessResult, out_dir: Path, invs: list[Invocation], t
 GROUP_TIME_FRACTION = 0.5
 
 
-def _over_their_time(wall_seconds: float, cpu: list[float | None], timeouts: list[float]) -> list[int]:
+def _over_their_time(wall_seconds: float, cpu: list[float | None], timeouts: list[float],
+                     borrowed: list[float | None] | None = None) -> list[int]:
     """The members of a group whose time alone, estimated from their share of the group's, may be over their limit:
     ``cpu`` is each member's own thread's CPU seconds as the replay process measured them (it runs no student
-    code; None: not reported, so not known to be under the limit), scaled by the group's wall/CPU ratio."""
+    code; None: not reported, so not known to be under the limit), plus ``borrowed``, the CPU seconds a sibling
+    spent on the products the member reused (alone it computes them itself: a call that times out alone must not
+    pass on its siblings' products; None: not reported), scaled by the group's wall/CPU ratio (of the CPU the
+    process really spent: the members' own)."""
     load = max(1.0, wall_seconds / max(sum(c for c in cpu if c is not None), 1e-3))
-    return [k for k, (c, t) in enumerate(zip(cpu, timeouts, strict=True))
-            if c is None or c * load >= GROUP_TIME_FRACTION * t]
+    if borrowed is None:
+        borrowed = [0.0] * len(cpu)
+    return [k for k, (c, b, t) in enumerate(zip(cpu, borrowed, timeouts, strict=True))
+            if c is None or b is None or (c + b) * load >= GROUP_TIME_FRACTION * t]
 
 
 def _collect_stream(proc: ProcessResult, out_dir: Path, inv: Invocation, module_name: str, limits: Limits,

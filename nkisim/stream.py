@@ -1172,7 +1172,8 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
     """Replay several streams in one process, each on its own inputs, as :func:`replay` does one: ``members`` is a
     list of ``(stream, args, kwargs)``; returns each member's :class:`KernelRun` or the exception its replay raised
     (a malformed stream's :class:`StreamError`, the program's own error), and figures (``hits``/``misses``: reused
-    and computed matmul products, ``cpu_seconds`` per member).
+    and computed matmul products, ``cpu_seconds`` per member: its own thread's, and ``borrowed_seconds``: what the
+    products it reused cost the member that computed them, which its time alone would include).
 
     With ``share`` and values computed, the members run in lockstep and reuse each other's products of
     bit-identical operands (``core.sharing``: the grader's three batch-4 224x224 correctness cases multiply the same
@@ -1233,16 +1234,21 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
             gc.enable()
     out: list = []
     cpu: list = []
-    it = iter(zip(results, errors, group.cpu_seconds))
+    borrowed: list = []
+    it = iter(zip(results, errors, group.cpu_seconds, group.borrowed))
     for r in reps:
         if isinstance(r, _Replayer):
-            res, err, sec = next(it)
+            res, err, sec, got = next(it)
             out.append(err if err is not None else res)
             cpu.append(sec)
+            borrowed.append(got)
         else:
             out.append(r)
             cpu.append(0.0)
-    return out, {"hits": group.hits, "misses": group.misses, "cpu_seconds": cpu}
+            borrowed.append(0.0)
+    return out, {"hits": group.hits, "misses": group.misses, "cpu_seconds": cpu, "borrowed_seconds": borrowed,
+                 "compares": {"snapshots": group.snapshots, "storage": group.root_compares,
+                              "memo_hits": group.memo_hits, "operands": group.view_compares}}
 
 
 __all__ = ["FORMAT", "NotRecordable", "Recorder", "StreamError", "Trace", "dumps", "loads", "record", "replay",

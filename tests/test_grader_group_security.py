@@ -24,11 +24,12 @@ SHAPE = {"batch": 2, "in_channels": 128, "out_channels": 128, "height": 16, "wid
 VARIANTS = [{"bias": "zeros", "pool": 1}, {"bias": "random", "pool": 1}, {"bias": "random", "pool": 2}]
 
 
-def _member(out: Path, k: int, cpu) -> None:
+def _member(out: Path, k: int, cpu, borrowed=0.0) -> None:
     (out / f"m{k}").mkdir(parents=True)
     status = {"ok": False, "stage": "kernel", "error_type": "ValueError", "error": f"member {k}"}
     if cpu is not None:
         status["cpu_seconds"] = cpu
+        status["borrowed_seconds"] = borrowed
     (out / f"m{k}" / "status.json").write_text(json.dumps(status))
 
 
@@ -37,12 +38,12 @@ def limits():
     return load_rubric(FAST_RUBRIC).limits
 
 
-def _collect(tmp_path: Path, limits, cpus: list, timeouts: list[float], wall: float) -> list:
+def _collect(tmp_path: Path, limits, cpus: list, timeouts: list[float], wall: float, borrowed=None) -> list:
     invs = [problems.get("conv2d").shared_invocation({**SHAPE, **v}, 5).inv for v in VARIANTS]
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "status.json").write_text(json.dumps({"ok": True, "group": {"hits": 0, "misses": 3}}))
     for k, cpu in enumerate(cpus):
-        _member(tmp_path, k, cpu)
+        _member(tmp_path, k, cpu, 0.0 if borrowed is None else borrowed[k])
     proc = ProcessResult(returncode=0, timed_out=False, wall_seconds=wall, output_tail="")
     return runner._collect_group(proc, tmp_path, invs, timeouts, "conv2d.py", limits, False, "part2/conv2d.py",
                                  {"hits": 0, "misses": 0})
@@ -64,6 +65,22 @@ def test_the_estimate_scales_with_the_machines_load(tmp_path, limits):
     # the same CPU on a quiet machine: within half its limit, kept
     runs = _collect(tmp_path / "quiet", limits, [0.5, 0.5, 3.0], [10.0, 10.0, 10.0], wall=4.0)
     assert all(r is not None for r in runs)
+
+
+def test_a_member_is_charged_the_products_it_reused(tmp_path, limits):
+    """A call whose products a sibling computed is no cheaper alone: the CPU the sibling spent on them counts toward
+    its time (L9: every call of a kernel slower than its limit alone passed in a group but the first, whose products
+    the others reused at a memo lookup each).  Its own thread's time alone would keep it."""
+    runs = _collect(tmp_path, limits, [9.0, 0.3, 0.3], [30.0, 30.0, 5.0], wall=10.0, borrowed=[0.0, 8.5, 8.5])
+    assert runs[0] is not None and runs[1] is not None and runs[2] is None
+    runs = _collect(tmp_path / "mine", limits, [9.0, 0.3, 0.3], [30.0, 30.0, 5.0], wall=10.0)
+    assert all(r is not None for r in runs)
+
+
+@pytest.mark.parametrize("borrowed", [None, "8", -1.0, float("nan")], ids=["null", "text", "negative", "nan"])
+def test_a_member_without_a_believable_borrowed_time_is_replayed_alone(tmp_path, limits, borrowed):
+    runs = _collect(tmp_path, limits, [0.4, 0.4, 0.4], [10.0, 10.0, 10.0], wall=2.0, borrowed=[0.0, 0.0, borrowed])
+    assert runs[0] is not None and runs[1] is not None and runs[2] is None
 
 
 @pytest.mark.parametrize("cpu", [None, "12", -1.0, float("nan")], ids=["missing", "text", "negative", "nan"])

@@ -79,12 +79,13 @@ def _rubric(tmp_path: Path, requires: bool) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("share", ["1", "0"], ids=["grouped", "alone"])
-def test_a_timed_call_of_a_kernel_that_fails_its_requirements_earns_nothing(share, tmp_path, monkeypatch):
+@pytest.mark.parametrize(("share", "workers"), [("1", 1), ("1", 2), ("0", 1)],
+                         ids=["grouped", "grouped-ahead", "alone"])
+def test_a_timed_call_of_a_kernel_that_fails_its_requirements_earns_nothing(share, workers, tmp_path, monkeypatch):
     monkeypatch.setenv("GRADER_SHARE_PRODUCTS", share)
     rubric = _rubric(tmp_path, requires=True)
     out = tmp_path / "out"
-    config = GradeConfig(rubric_path=str(rubric), backend="nkisim", timeout_scale=1.0)
+    config = GradeConfig(rubric_path=str(rubric), backend="nkisim", timeout_scale=1.0, workers=workers)
     record = grade_submission(PROBE, out, config)
     assert record.status == "graded", record.error
     check_reports(out, load_rubric(str(rubric)).total_points)
@@ -92,6 +93,8 @@ def test_a_timed_call_of_a_kernel_that_fails_its_requirements_earns_nothing(shar
     assert got == {"conv.plain": "failed", "conv.bias": "failed", "conv.speed": "skipped"}, \
         [(t.id, t.status, t.message) for t in record.tests]
     assert record.score == 0
+    if share == "1":  # the timed call was made ahead, in a group, and its outcome left unused
+        assert record.timings["share:speculative"] >= 1 and record.timings["share:unused"] >= 1, record.timings
 
 
 @pytest.mark.slow

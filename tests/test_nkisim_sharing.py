@@ -9,11 +9,15 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import nki
+import nki.isa as nisa
+import nki.language as nl
 import numpy as np
 import pytest
 
 from nkisim import stream
-from nkisim.core import context
+from nkisim.core import access, context, sharing
+from nkisim.core.ops import dma as dma_ops
 from nkisim.core.sharing import ShareGroup, same_bits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +33,7 @@ def _module(rel: str, name: str):
 
 CONV = _module("grader/reference/part2/conv2d.py", "share_ref_conv")
 RELAXED = _module("grader/reference/relaxed/part2/conv2d.py", "share_ref_relaxed")
+LEGACY = _module("grader/reference/legacy/part2/conv2d.py", "share_ref_legacy")
 
 
 def _fields(trace) -> list:
@@ -63,10 +68,11 @@ def _alone(members):
     return [stream.replay(s, [a.copy() for a in args], dict(kw)) for s, args, kw in members]
 
 
-@pytest.mark.parametrize("mod", [CONV, RELAXED], ids=["reference", "relaxed"])
+@pytest.mark.parametrize("mod", [CONV, RELAXED, LEGACY], ids=["reference", "relaxed", "legacy"])
 @pytest.mark.parametrize("case", [(4, 128, 128, 32, 16, np.float32), (2, 256, 128, 18, 20, np.float16)],
                          ids=["f32-batch4", "f16"])
-def test_the_staff_convs_grouped_are_their_separate_replays_bit_for_bit(mod, case):
+def test_the_staff_convs_grouped_are_their_separate_replays_bit_for_bit(mod, case, monkeypatch):
+    monkeypatch.setattr(sharing, "SELF_CHECK", True)
     members = _conv_members(mod, *case)
     alone = _alone(members)
     grouped, figures = stream.replay_group(members)
@@ -153,3 +159,103 @@ def test_a_group_hands_over_in_order_and_reports_each_members_error():
     assert results == [0, None, 2]
     assert isinstance(errors[1], RuntimeError) and errors[0] is None and errors[2] is None
     assert seen == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (0, 2), (2, 2)]
+
+
+# ---- the equality memo: storage versions ------------------------------------------------------------------------
+def _matmuls(run) -> int:
+    return sum(1 for i in run.trace.instrs if i.op == "nc_matmul" and not i.attrs.get("is_transpose"))
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["batch1-first", "batch1-last"])
+def test_a_batch_prefix_member_shares_its_first_image_and_leaves_the_group_when_it_finishes(first, monkeypatch):
+    """The grader's batch-1 timed call (X's first image) beside the batch-4 correctness calls: the batch-1 member's
+    n-th matmul is the batch-4 members' n-th for the first image; it finishes early and the others run on."""
+    monkeypatch.setattr(sharing, "SELF_CHECK", True)
+    members = _conv_members(CONV, 3, 128, 128, 12, 16, np.float32)
+    s4, args4, kw4 = members[1]
+    x1 = args4[0][:1].copy()
+    data, _ = stream.record(CONV.fused_conv2d_maxpool, [x1, args4[1], args4[2]], dict(kw4))
+    prefix = (stream.loads(stream.dumps(data)), [x1, args4[1], args4[2]], dict(kw4))
+    group = [prefix, *members] if first else [*members, prefix]
+    alone = _alone(group)
+    grouped, figures = stream.replay_group(group)
+    for a, g in zip(alone, grouped, strict=True):
+        _same(a, g)
+    n1, n4 = _matmuls(alone[0 if first else -1]), _matmuls(alone[1 if first else 0])
+    assert 0 < n1 < n4
+    if first:  # the first batch-4 member reuses the prefix's n1 products, the two others all of the first's
+        assert (figures["misses"], figures["hits"]) == (n4, n1 + 2 * n4)
+    else:  # the prefix, last, reuses all of its products
+        assert (figures["misses"], figures["hits"]) == (n4, 2 * n4 + n1)
+    assert context._STACK == []
+
+
+def test_operands_of_unchanged_storage_versions_are_compared_once():
+    """The staff conv's input bands and resident weights each feed many matmuls: a follower compares each storage
+    version once, not each operand."""
+    members = _conv_members(CONV, 2, 256, 256, 20, 20, np.float32)
+    grouped, figures = stream.replay_group(members)
+    for a, g in zip(_alone(members), grouped, strict=True):
+        _same(a, g)
+    c = figures["compares"]
+    assert figures["hits"] == 2 * figures["misses"]
+    assert c["operands"] == 0  # every operand's storage qualified and matched
+    assert c["memo_hits"] + c["storage"] == 2 * figures["hits"]  # two operands per reused product
+    assert c["storage"] * 10 < figures["hits"]  # an order of magnitude fewer compares than products reused
+
+
+@nki.jit
+def _rows_kernel(X, W):
+    """out[r] = W.T @ X[r] through one SBUF tile rewritten for every row (a DMA into the same storage)."""
+    rows = X.shape[0]
+    out = nl.ndarray((rows, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    w = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=w, src=W)
+    x = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    for r in nl.affine_range(rows):
+        nisa.dma_copy(dst=x, src=X[r])
+        acc = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=w, moving=x)
+        res = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nisa.dma_copy(dst=out[r], src=res)
+    return out
+
+
+def _rows_members():
+    rng = np.random.default_rng(5)
+    w = rng.random((128, 128), dtype=np.float32)
+    xa = rng.random((6, 128, 64), dtype=np.float32)
+    xb = xa.copy()
+    xb[2:4] += 1.0  # the same first two and last two rows, other rows in between
+    out = []
+    for x in (xa, xb, xa):
+        data, _ = stream.record(_rows_kernel, [x, w], {})
+        out.append((stream.loads(stream.dumps(data)), [x, w], {}))
+    return out
+
+
+def test_a_rewritten_tile_is_a_new_version_and_only_equal_versions_reuse(monkeypatch):
+    monkeypatch.setattr(sharing, "SELF_CHECK", True)
+    members = _rows_members()
+    grouped, figures = stream.replay_group(members)
+    for a, g in zip(_alone(members), grouped, strict=True):
+        _same(a, g)
+    # member 1 differs in rows 2 and 3 only; member 2 matches member 0 everywhere
+    assert (figures["misses"], figures["hits"]) == (6 + 2, 4 + 6)
+
+
+def test_the_self_check_catches_a_write_that_does_not_bump_the_version(monkeypatch):
+    """Without the version bump of a write path, the memo would take a rewritten tile for its old version: the
+    self-check raises instead of reusing a product of other operands."""
+    monkeypatch.setattr(sharing, "SELF_CHECK", True)
+    real = access.write
+
+    def forgetful(t, values, mask=None):
+        real(t, values, mask)
+        t._a.gen -= 1
+
+    monkeypatch.setattr(access, "write", forgetful)
+    monkeypatch.setattr(dma_ops, "write", forgetful)
+    grouped, _ = stream.replay_group(_rows_members())
+    assert any(isinstance(g, sharing.SharingSelfCheckError) for g in grouped), grouped

@@ -176,3 +176,35 @@ def test_a_member_specific_write_between_two_products_is_never_shared_over(write
     assert figures["hits"] >= len(members) - 1  # the first product was shared: the sharing was on
     if write is not _memset:  # the members' own writes made their second products differ (else it proves nothing)
         assert not np.array_equal(alone[1].outputs, alone[2].outputs)
+
+
+def test_a_member_is_charged_the_products_it_reuses():
+    """What a member's reused products cost the member that computed them is part of its time alone
+    (``ShareGroup.borrowed``, read by the grader's per-call time guard, docs/grading-security.md L9): a member whose
+    every product is reused spends almost nothing of its own, yet alone it computes them all."""
+    import time
+
+    spent: list[float] = []
+
+    def compute(mv: np.ndarray) -> np.ndarray:
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.01:  # 10 ms of CPU per product
+            pass
+        spent.append(time.thread_time() - t0)
+        return mv * 2.0
+
+    group = sharing.ShareGroup(3)
+    st = np.ones((4, 4), np.float32)
+    mv = np.ones((4, 8), np.float32)
+
+    def member(k: int) -> None:
+        m = sharing.Member(group, k)
+        for _ in range(10):
+            m.product(st, mv, ("float32", "float32", 4, 4, 8), compute)
+
+    _, errors = group.run([lambda k=k: member(k) for k in range(3)])
+    assert errors == [None, None, None]
+    assert group.misses == 10 and group.hits == 20 and len(spent) == 10  # member 0 computed them, 1 and 2 reused
+    assert group.borrowed[0] == 0.0
+    assert group.borrowed[1] >= sum(spent) and group.borrowed[2] >= sum(spent)
+    assert group.cpu_seconds[1] < sum(spent)  # its own thread: a lookup per product

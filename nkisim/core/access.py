@@ -7,6 +7,11 @@ and the index variables it was indexed with (``_axv``).  Everything above it -- 
 properties (``shape``, ``dtype``, ``kind``, ``pdim``, ``name``), never through the private slots.  Kernel code
 can reach none of this: the functions live in a module it cannot import.
 
+Every write of values into storage goes through :func:`write`, :func:`scatter_add` or :func:`psum_write` (and the
+deferred result write, ``KernelContext._flush``), and each bumps the allocation's ``gen``: a new path that writes
+storage must too (``core.sharing`` takes an unchanged ``(uid, gen)`` for unchanged bits; its self-check,
+``NKISIM_SHARE_SELFCHECK=1``, catches a path that does not).
+
 Hot path: :func:`make_operand` runs once per view an instruction touches; keep it lean.
 """
 
@@ -43,6 +48,19 @@ def allocation(t: View) -> Allocation:
 def array(t: View) -> np.ndarray:
     """The NumPy view behind a basic (non-gather) view, in its own layout (``psum_spill``, ``device_print``)."""
     return t._v
+
+
+def own_storage(t: View) -> tuple | None:
+    """``(allocation, storage array, byte offset of the view in it)`` for a basic view of an automatically allocated
+    on-chip tensor, else None (core.sharing's equality memo).  Only such a tensor owns its array outright: a fresh
+    one, or a dead tile's that nothing else held (core.buffers), and no other allocation's view reaches into it --
+    unlike direct placements and ``mod_alloc`` tensors (views of their arena), a PSUM spill's SBUF side, or a
+    timing run's shared geometry array.  So every write into its bytes goes through one of its views and bumps its
+    ``gen``."""
+    a = t._a
+    if t._ix is not None or a.tracker is None or a.placed is not None:
+        return None
+    return a, a.base, t._off
 
 
 def is_gather(t: View) -> bool:
@@ -140,6 +158,7 @@ def same_view(a: View, b: View) -> bool:
 
 def scatter_add(dst: View, vals: np.ndarray, m) -> None:
     """dst += vals through a gather view, every position counted once per time it is addressed (atomic)."""
+    dst._a.gen += 1
     base = dst._v
     ix = tuple(np.broadcast_to(a, dst.shape) for a in dst._ix)
     v = np.broadcast_to(vals, dst.shape)
@@ -167,6 +186,7 @@ def read(t: View) -> np.ndarray:
 
 def write(t: View, values: np.ndarray, mask: np.ndarray | None = None) -> None:
     """Store ``values`` (already in t.dtype, broadcastable) into the view, honouring an optional mask."""
+    t._a.gen += 1  # a new version of the storage's values (Allocation.gen: core.sharing's memo)
     if t._ix is None:
         if mask is None:
             t._v[...] = values
@@ -570,6 +590,7 @@ def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray |
 
     The same for every view: a destination indexed with index expressions (``acc[i_p, i_f] += nl.matmul(..)``)
     reads its flags and values through the same index arrays it writes through."""
+    dst._a.gen += 1
     if force and accumulate:
         if dst._ix is None and mask is None:
             dst._v[...] = execute.cast(dst._v.astype(F32) + vals, dst.dtype)

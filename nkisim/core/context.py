@@ -305,8 +305,10 @@ class KernelContext:
         any view: the weak reference is to the allocation, the write goes to the result's own full view."""
         ref, view, values, mask = self.unwritten
         self.unwritten = None
-        if ref() is None:
+        alloc = ref()
+        if alloc is None:
             return
+        alloc.gen += 1  # a write of values (Allocation.gen)
         v = execute.cast(np.asarray(values), view.dtype)
         if v.shape != view.shape:
             v = v.reshape(view.shape) if v.size == view.size else np.broadcast_to(

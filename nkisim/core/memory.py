@@ -9,6 +9,7 @@ allocation reuses it (tile-buffer reuse, so WAR hazards appear in the trace as o
 
 from __future__ import annotations
 
+from itertools import count
 from sys import getrefcount
 
 import numpy as np
@@ -19,6 +20,8 @@ from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf
 from nkisim.core.rules import fail, message
 from nkisim.core.sites import ROTATION_DEPTH, site_str
 
+# process-wide serial numbers of allocations (Allocation.uid)
+_next_uid = count(1).__next__
 BUF_NAMES = {B_HBM: "hbm", B_SBUF: "sbuf", B_PSUM: "psum"}
 # dead storage arrays kept per geometry for reuse in full mode (core.buffers): a loop's tiles die and are replaced
 # a few at a time, so a short free list serves them; more would only hold memory a finished loop no longer needs
@@ -39,7 +42,7 @@ class Allocation:
     __slots__ = (
         "buf", "base", "addr", "row_bytes", "phys", "site", "name", "immutable", "bytes_pp", "tracker",
         "acc", "vinit", "charged", "block_mod", "slot_owner", "space", "block_bytes", "block_record", "provisional",
-        "placed", "fresh", "pool", "__weakref__",
+        "placed", "fresh", "pool", "uid", "gen", "__weakref__",
     )
 
     def __init__(self, buf: Buf, base: np.ndarray, phys: int, site, name: str, bytes_pp: int,
@@ -74,6 +77,12 @@ class Allocation:
         # full mode, automatic allocation: the free list of storage arrays of its geometry (core.buffers), which
         # its storage joins when it dies, if nothing else holds it (MemoryTracker.release)
         self.pool: list | None = None
+        # the version of its values (core.sharing's equality memo): ``uid`` names this storage for the whole
+        # process (a new allocation, including one taking a dead tile's pooled array, is a new one; ids are reused,
+        # uids never), ``gen`` counts the writes of values into it -- every write path bumps it (core.access
+        # write / scatter_add / psum_write, the deferred result write of KernelContext._flush)
+        self.uid = _next_uid()
+        self.gen = 0
 
     def __del__(self) -> None:
         tracker = self.tracker

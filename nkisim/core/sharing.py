@@ -7,40 +7,79 @@ time (docs/grading.md, "What grading costs").  Hashing an operand costs as much 
 moving tile 240 us, the SGEMM 250 us) and keeping a whole run's operands is ~8 GB, so products cannot be cached
 across separate runs.  Run side by side, they can: a :class:`ShareGroup` runs its members' kernels in threads of
 one process, one at a time, handing over every ``WINDOW`` matmuls (as an LNC=2 launch's cores hand over at their
-synchronisations, ``core.lockstep``).  Every member but the last keeps copies of its last ``WINDOW`` matmuls' raw
-operands with their products; when a member reaches its n-th matmul, the members before it in the round have made
-theirs: if one of them multiplied the same bits -- same dtype names, shapes and memory layout, compared with
-``np.array_equal`` on unsigned-integer views (bitwise: -0.0 is not 0.0, a NaN equals its own bits), a memory-bound
-compare several times cheaper than the product, never a hash -- its product is reused; otherwise the member
-computes its own.  (The moving operand's copy is the one ``reshape(K, N)`` makes of a strided window anyway, so the
-first member pays only for the stationary's.)
+synchronisations, ``core.lockstep``).  Every member but the last keeps its last ``WINDOW`` matmuls' products with a
+description of their operands; when a member reaches its n-th matmul, the members before it in the round have made
+theirs: if one of them multiplied the same bits -- same dtype names, shapes and memory layout, the same bits
+(bitwise: -0.0 is not 0.0, a NaN equals its own bits; never a hash) -- its product is reused; otherwise the member
+computes its own.
 
-Why the values are the ones a separate run computes: a product is reused only for operands of the same bits, the
-same dtype names (tf32 rounding follows the name) and the same array layout, i.e. for the same NumPy/BLAS call on
+**Establishing "the same bits" cheaply: storage versions and an equality memo.**  Comparing each operand costs a
+third to a half of the product it saves (a strided 227 KB window and a 64 KB stationary: 60-140 us), so operands
+are compared by their storage instead.  Every allocation carries ``uid`` (unique in the process: a new allocation,
+also one that takes a dead tile's pooled array, is a new storage) and ``gen``, bumped by every write of values into
+it (``core.access.write`` / ``scatter_add`` / ``psum_write`` and the deferred result write of
+``KernelContext._flush``: every instruction's values reach storage through these).  ``(uid, gen)`` therefore names
+one version of a storage's bits.  An operand whose view is a basic view of an automatically allocated on-chip tensor
+(``access.own_storage``: such a tensor owns its array, no other allocation's view reaches into it, so no write
+escapes its ``gen``) and whose storage is at most ``ROOT_RATIO`` times its own bytes is described as (a snapshot of
+its whole storage at this version, the view's byte offset, shape, strides, dtype); the member takes the snapshot at
+the version's first matmul (it may overwrite the storage before a later member gets there) and keeps it as long as
+a ring entry uses it.  A later member's operand with the same offset, shape, strides and dtype, in storage of the
+snapshot's shape and dtype, is the earlier operand bit for bit when its whole storage is bitwise equal to the
+snapshot -- and that is compared once per pair of versions, ``memo[(uid, gen, snapshot uid, snapshot gen)]``:
+every later matmul reading any view of the two unchanged versions reuses without a compare.  In the staff conv an
+input band (one version per band, 18 times a moving window) feeds 288 matmuls and the resident weights (one
+version, 36 times a stationary block) all of them, so a batch-4 224x224 group makes 130 storage compares instead of
+63,936 operand compares.  Anything else -- a gather view, a placed or ``mod_alloc`` tensor (a view of an arena),
+storage much larger than the operand, storage found unequal to the snapshot somewhere -- is compared operand by
+operand as before (against a contiguous copy, or the snapshot's window of it).
+
+Why a memo hit is exact: the two storages' bits were equal when compared; neither changed since, because a change
+is a write and every write bumps ``gen`` (a new key); the operands are the same offset and strides in storages of
+the same shape and dtype, so they address the same bytes.  ``NKISIM_SHARE_SELFCHECK=1`` (``SELF_CHECK``) re-checks
+that on every hit, and on every reuse of a snapshot, with the full bitwise compare, and raises
+:class:`SharingSelfCheckError` if it disagrees: the tests run with it on, which is what catches a write path that
+forgot to bump.
+
+Why the values are the ones a separate run computes: a product is reused only for operands of the same bits,
+the same dtype names (tf32 rounding follows the name) and the same array layout, i.e. for the same NumPy/BLAS call on
 the same data, and BLAS is deterministic for a given call on one machine (the runs' arrays differ only in their
 addresses, as they do between processes).  The reused array is only read (``access.psum_write`` adds or copies
 it into PSUM).  Nothing else is shared: each member has its own context (SBUF, PSUM, registers, trace,
 allocation bookkeeping), its own inputs and outputs, and the module-level state a run touches (the kernel context
 stack, ``access.FROZEN``, the index-variable and loop-instance counters) is swapped at every hand-over, so each
 member's trace is the one it makes alone.  A member whose program raises stops there (its own error); the others
-run on.  Members whose products never coincide (other inputs, another program) just run one after another,
-paying a failed first-row compare per matmul and a hand-over per ``WINDOW``.
+run on.  A member that finishes early (the grader's batch-1 timed call, a prefix of the batch-4 calls' program:
+its n-th matmul is theirs for the first image) leaves its turn to the others; its ring's entries keep matmul indices
+no later matmul has, so they are never taken.  Members whose products never coincide (other inputs, another
+program) just run one after another, paying one storage compare per pair of versions (or a failed operand compare
+per matmul) and a hand-over per ``WINDOW``.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from nkisim.core import access, context, indexing
+from nkisim.core.access import own_storage
 
 # Matmuls a member makes per turn: a hand-over costs ~25 us (two thread switches), a member's last WINDOW products
 # are kept (~0.5 MB each for the course's [128, 128] x [128, 444] matmuls)
 WINDOW = 16
+# an operand's storage is snapshot and compared whole when it is at most this many times the operand's bytes (the
+# staff conv: an input band 18x its moving windows, the resident weights 36x a stationary block); larger storage is
+# checked operand by operand, as a copy
+ROOT_RATIO = 64
+# the self-check: on every memo hit the operand is compared bitwise too, and a disagreement raises
+# SharingSelfCheckError (tests run with it on: it is what catches a write path that does not bump Allocation.gen)
+SELF_CHECK = os.environ.get("NKISIM_SHARE_SELFCHECK", "") not in ("", "0")
 # the unsigned integer type of each operand itemsize: the compare is bitwise
 _BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -76,14 +115,27 @@ class ShareGroup:
         self.results: list[Any] = [None] * n
         self.errors: list[BaseException | None] = [None] * n
         self.cpu_seconds = [0.0] * n
-        # the last ``window`` products of each member but the last: (matmul index, key, copies of the raw stationary
-        # and moving operands, their strides, the product, the member that made the copies), by matmul index modulo
+        # the last ``window`` products of each member but the last: (matmul index, key, descriptions of the stationary
+        # and moving operands (_describe), the product, the member that described them), by matmul index modulo
         # ``window``
         self.window = max(1, window or WINDOW)
         self.rings: list[list] = [[None] * self.window for _ in range(n)]
         self.count = [0] * n
         self.hits = 0
         self.misses = 0
+        # the equality memo (module docstring): per member, {(uid, gen, earlier member's snapshot uid, gen): equal};
+        # per member, {uid: weak reference to its latest snapshot}; what the checks cost
+        self.memo: list[dict] = [{} for _ in range(n)]
+        self.snaps: list[dict] = [{} for _ in range(n)]
+        self.snapshots = 0
+        self.root_compares = 0
+        self.memo_hits = 0
+        self.view_compares = 0
+        # each member's CPU seconds of the products it reused: computed by another member, they are part of its time
+        # alone (the grader's per-call time guard reads them: a call that reused a sibling's products is no
+        # cheaper alone); the compute time of the live products, by id and a weak reference (:meth:`charge`)
+        self.borrowed = [0.0] * n
+        self._cost: dict[int, tuple] = {}
         self._saved: list[tuple] = []
         self._main = threading.Lock()
         self._main.acquire()
@@ -153,43 +205,151 @@ class ShareGroup:
 
     # -- the core's hook ----------------------------------------------------------------------------------------
     def product(self, k: int, stationary: np.ndarray, moving: np.ndarray, key: tuple,
-                compute: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+                compute: Callable[[np.ndarray], np.ndarray], views: tuple | None = None) -> np.ndarray:
         """Member ``k``'s next matmul product: reused from an earlier member whose same-numbered matmul had ``key``
-        (dtype names, shapes) and bit-identical raw operands of the same layout, else ``compute()``.  Every
-        ``window`` matmuls the next member's turn comes."""
+        (dtype names, shapes) and bit-identical raw operands of the same layout, else ``compute()``.  ``views``: the
+        operands' tensor views, whose storage versions let the equality memo answer without a compare (module
+        docstring).  Every ``window`` matmuls the next member's turn comes."""
         i = self.count[k]
         self.count[k] = i + 1
         slot = i % self.window
+        if views is not None:
+            rs, rm = own_storage(views[0]), own_storage(views[1])
+        else:
+            rs = rm = None
         entry = None
         for j in range(k):
             e = self.rings[j][slot]
-            if e is not None and e[0] == i and e[1] == key and _same_layout(stationary, e[2], e[4]) \
-                    and _same_layout(moving, e[3], e[5]) and same_bits(stationary, e[2]) \
-                    and same_bits(moving, e[3]):
+            if e is not None and e[0] == i and e[1] == key and self._matches(k, e[2], stationary, rs) \
+                    and self._matches(k, e[3], moving, rm):
                 entry = e
                 break
         if entry is None:
             self.misses += 1
-            if k < self.n - 1:  # a later member may multiply the same operands: keep a copy of them
+            if k < self.n - 1:  # a later member may multiply the same operands: describe them
                 old = self.rings[k][slot]
-                # contiguous copies (the one reshape(K, N) makes of a strided window anyway), into this member's own
-                # copies of the slot's previous matmul when they fit (no page faults for fresh 0.3 MB buffers per
-                # matmul); never into another member's, which a hit put in this ring
-                mine = old is not None and old[7] == k
-                st = _copy_into(old[2] if mine else None, stationary)
-                mv = _copy_into(old[3] if mine else None, moving)
-                values = compute(mv)
-                entry = (i, key, st, mv, stationary.strides, moving.strides, values, k)
+                mine = old is not None and old[5] == k
+                ds = self._describe(k, stationary, rs, old[2] if mine else None)
+                dm = self._describe(k, moving, rm, old[3] if mine else None)
+                # a copy of the moving window is the one reshape(K, N) makes anyway: the product reads it
+                values = compute(moving if dm[0] is not None else dm[1])
+                entry = (i, key, ds, dm, values, k)
             else:
                 values = compute(moving)
         else:
-            values = entry[6]
+            values = entry[4]
             self.hits += 1
         if k < self.n - 1:
             self.rings[k][slot] = entry
         if i % self.window == self.window - 1:
             self._hand_over(k)
         return values
+
+    def charge(self, k: int, values: np.ndarray, spent: float | None) -> None:
+        """Book member ``k``'s product ``values``: ``spent`` CPU seconds computing it, or (None) reused from another
+        member, which then adds what that member spent on it to ``k``'s :attr:`borrowed` time."""
+        if spent is not None:
+            if len(self._cost) >= 4 * self.n * self.window:  # drop the products no ring holds any more
+                for i in [i for i, (ref, _) in self._cost.items() if ref() is None]:
+                    del self._cost[i]
+            self._cost[id(values)] = (weakref.ref(values), spent)
+            return
+        e = self._cost.get(id(values))
+        if e is not None and e[0]() is values:
+            self.borrowed[k] += e[1]
+
+    def _describe(self, k: int, raw: np.ndarray, root: tuple | None, old: tuple | None) -> tuple:
+        """What a later member checks an operand against: ``(snapshot, byte offset, shape, strides, dtype)`` --
+        the operand as a view of a snapshot of its whole storage at this version -- when its storage qualifies,
+        else ``(None, contiguous copy, strides)`` (written into this member's own copy of the slot's previous
+        operand when it fits: no page faults for fresh buffers per matmul)."""
+        if root is not None:
+            a, base, off = root
+            if base.nbytes <= ROOT_RATIO * raw.nbytes and base.flags.c_contiguous:
+                snap = self._snapshot(k, a, base)
+                d = (snap, off, raw.shape, raw.strides, raw.dtype)
+                if SELF_CHECK and not same_bits(raw, _window(snap.arr, d)):
+                    raise SharingSelfCheckError(
+                        f"member {k}: an operand is not what its offset and strides address in its storage")
+                return d
+        buf = old[1] if old is not None and old[0] is None else None
+        return (None, _copy_into(buf, raw), raw.strides)
+
+    def _snapshot(self, k: int, a: Any, base: np.ndarray) -> _Snap:
+        """Member ``k``'s copy of storage ``a`` at its current version, taken at the version's first matmul (the
+        member may write the storage again before a later member gets there).  Kept alive only by the ring entries
+        that use it."""
+        snaps = self.snaps[k]
+        ref = snaps.get(a.uid)
+        s = ref() if ref is not None else None
+        if s is not None and s.gen == a.gen:
+            if SELF_CHECK and not same_bits(base, s.arr):
+                raise SharingSelfCheckError(f"member {k}: storage '{a.name}' changed without a new version "
+                                            "(a write path that does not bump Allocation.gen)")
+            return s
+        s = _Snap(a.uid, a.gen, np.array(base, copy=True))
+        self.snapshots += 1
+        if len(snaps) >= 4096:  # drop the entries of snapshots no ring holds any more
+            for u in [u for u, r in snaps.items() if r() is None]:
+                del snaps[u]
+        snaps[a.uid] = weakref.ref(s)
+        return s
+
+    def _matches(self, k: int, d: tuple, raw: np.ndarray, root: tuple | None) -> bool:
+        """Whether operand ``raw`` of member ``k`` has the bits and layout of the earlier member's operand ``d``."""
+        s = d[0]
+        if s is None:
+            return _same_layout(raw, d[1], d[2]) and same_bits(raw, d[1])
+        if raw.shape != d[2] or raw.strides != d[3] or raw.dtype != d[4]:
+            return False
+        if root is not None and root[2] == d[1]:
+            a, base = root[0], root[1]
+            arr = s.arr
+            if base.shape == arr.shape and base.dtype == arr.dtype and base.flags.c_contiguous:
+                mk = (a.uid, a.gen, s.uid, s.gen)
+                memo = self.memo[k]
+                eq = memo.get(mk)
+                if eq is None:
+                    if len(memo) >= 65536:
+                        memo.clear()
+                    eq = memo[mk] = same_bits(base, arr)
+                    self.root_compares += 1
+                else:
+                    self.memo_hits += 1
+                if eq:
+                    # the whole storage has the snapshot's bits, so the operand, the same offset and strides in it,
+                    # has the earlier operand's
+                    if SELF_CHECK and not same_bits(raw, _window(arr, d)):
+                        raise SharingSelfCheckError(
+                            f"member {k}: the memo found storage '{a.name}' equal to an earlier member's, but the "
+                            "operand's bits differ (a write path that does not bump Allocation.gen)")
+                    return True
+                if raw.nbytes == base.nbytes and (raw.flags.c_contiguous or raw.flags.f_contiguous):
+                    return False  # the operand is every byte of its storage: it differs where the storage does
+        # storage that differs (somewhere) or does not qualify: the operand alone against the snapshot's window
+        self.view_compares += 1
+        return same_bits(raw, _window(s.arr, d))
+
+
+class SharingSelfCheckError(BaseException):
+    """The self-check (``NKISIM_SHARE_SELFCHECK=1``) found the equality memo wrong: a write path forgot to bump
+    ``Allocation.gen``, or a view's offset does not address its bits.  An emulator bug, never the kernel's outcome:
+    a BaseException, so that no ``except Exception`` on the way (an instruction's value error becomes a device
+    fault, core.ops.registers) turns it into one."""
+
+
+class _Snap:
+    """A copy of one storage version: ``uid`` and ``gen`` of the allocation it copies, ``arr`` the bits."""
+
+    __slots__ = ("uid", "gen", "arr", "__weakref__")
+
+    def __init__(self, uid: int, gen: int, arr: np.ndarray) -> None:
+        self.uid, self.gen, self.arr = uid, gen, arr
+
+
+def _window(arr: np.ndarray, d: tuple) -> np.ndarray:
+    """The operand described by ``d`` as a view of the snapshot ``arr`` (the constructor checks it stays inside)."""
+    return np.ndarray(d[2], dtype=d[4], buffer=arr, offset=d[1], strides=d[3])
 
 
 def _copy_into(buf: np.ndarray | None, a: np.ndarray) -> np.ndarray:
@@ -214,5 +374,15 @@ class Member:
         self.group, self.k = group, k
 
     def product(self, stationary: np.ndarray, moving: np.ndarray, key: tuple,
-                compute: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        return self.group.product(self.k, stationary, moving, key, compute)
+                compute: Callable[[np.ndarray], np.ndarray], views: tuple | None = None) -> np.ndarray:
+        spent: list[float | None] = [None]
+
+        def timed(mv: np.ndarray) -> np.ndarray:  # what this member's own product costs (ShareGroup.charge)
+            t0 = time.thread_time()
+            v = compute(mv)
+            spent[0] = time.thread_time() - t0
+            return v
+
+        values = self.group.product(self.k, stationary, moving, key, timed, views)
+        self.group.charge(self.k, values, spent[0])
+        return values

@@ -185,7 +185,7 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
         # layout reshape(k1, n) gives either way)
         values = ctx.share.product(read(stationary), read(moving), (d1, d2, k1, m, n), lambda mv: (
             _operand_values(stationary, d1).reshape(k1, m).T @ _as_operand(mv, d2).reshape(k1, n)
-        ).reshape(out_shape))
+        ).reshape(out_shape), (stationary, moving))
     elif ctx.full:
         s = _operand_values(stationary, d1).reshape(k1, m)
         mv = _operand_values(moving, d2).reshape(k1, n)

@@ -1,0 +1,120 @@
+"""The grader's three batch-4 correctness calls of a conv kernel replayed as one lockstep group against each alone.
+
+    python tools/share_bench.py [--size 224] [--batch 4] [--pairs 1] [--prefix] [--kernel PATH]
+
+Records the kernel's programs for ``large`` (zero bias, no pooling), ``bias`` and ``maxpool`` (pool size 2) on one X
+and W, as the grader does (docs/grading.md, "Correctness calls replayed together"), then replays them alone
+(``nkisim.stream.replay``, one after another) and as one group (``replay_group``), alternately, and prints each
+side's CPU seconds (the process's, every thread), the group's reused and computed products and how many bitwise
+compares it made (calls of ``core.sharing.same_bits`` and the bytes they read on each side).  ``--prefix`` adds the
+batch-1 timed call's member (X's first image, the grader's batch prefix) first in the group.  Every grouped output
+is checked bit for bit against its separate replay; a difference is an error.  A figure to compare between trees,
+not a test: the machine's load is printed with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from nkisim import stream  # noqa: E402
+from nkisim.core import sharing  # noqa: E402
+
+
+def _kernel(path: Path):
+    spec = importlib.util.spec_from_file_location("share_bench_kernel", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod.fused_conv2d_maxpool
+
+
+def _members(fn, batch: int, size: int, channels: int, prefix: bool) -> list:
+    rng = np.random.default_rng(7)
+    x = rng.random((batch, channels, size, size), dtype=np.float32)
+    w = rng.random((channels, channels, 3, 3), dtype=np.float32)
+    bias = rng.random(channels, dtype=np.float32)
+    calls = [([x, w, np.zeros(channels, np.float32)], {"pool_size": 1}),
+             ([x, w, bias], {"pool_size": 1}),
+             ([x, w, bias], {"pool_size": 2})]
+    if prefix:
+        calls.insert(0, ([x[:1].copy(), w, bias], {"pool_size": 1}))
+    out = []
+    for args, kwargs in calls:
+        data, _ = stream.record(fn, args, kwargs)
+        out.append((stream.loads(stream.dumps(data)), args, kwargs))
+    return out
+
+
+class _Counter:
+    """Counts ``same_bits`` calls and the bytes they read (both sides)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.nbytes = 0
+        self.inner = sharing.same_bits
+
+    def __call__(self, a: np.ndarray, b: np.ndarray) -> bool:
+        self.calls += 1
+        self.nbytes += a.nbytes + b.nbytes
+        return self.inner(a, b)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--channels", type=int, default=256)
+    ap.add_argument("--pairs", type=int, default=1)
+    ap.add_argument("--prefix", action="store_true", help="a batch-1 member (X's first image) first in the group")
+    ap.add_argument("--kernel", type=Path, default=ROOT / "grader/reference/part2/conv2d.py")
+    ap.add_argument("--only", choices=("both", "alone", "group"), default="both")
+    ns = ap.parse_args()
+    members = _members(_kernel(ns.kernel), ns.batch, ns.size, ns.channels, ns.prefix)
+    print(f"{ns.kernel.name}: {len(members)} members, batch {ns.batch}, {ns.size}x{ns.size}, "
+          f"{ns.channels} channels{' (first: batch-1 prefix)' if ns.prefix else ''}; load {os.getloadavg()[0]:.2f}")
+    for pair in range(ns.pairs):
+        alone = None
+        if ns.only in ("both", "alone"):
+            t0 = time.process_time()
+            alone = [stream.replay(s, [a.copy() for a in args], dict(kw)) for s, args, kw in members]
+            ta = time.process_time() - t0
+            print(f"pair {pair + 1}: alone {ta:.2f} CPU s (load {os.getloadavg()[0]:.2f})", flush=True)
+        if ns.only in ("both", "group"):
+            counter = _Counter()
+            sharing.same_bits = counter
+            try:
+                t0 = time.process_time()
+                grouped, figures = stream.replay_group(members)
+                tg = time.process_time() - t0
+            finally:
+                sharing.same_bits = counter.inner
+            stats = figures.get("compares")
+            each = ", ".join(f"{s:.2f}" for s in figures["cpu_seconds"])
+            print(f"pair {pair + 1}: grouped {tg:.2f} CPU s (members {each}); "
+                  f"products reused {figures['hits']}, computed {figures['misses']}; same_bits calls "
+                  f"{counter.calls}, {counter.nbytes / 1e9:.2f} GB read{'; ' + str(stats) if stats else ''} "
+                  f"(load {os.getloadavg()[0]:.2f})", flush=True)
+            for g in grouped:
+                if isinstance(g, BaseException):
+                    raise g
+            if alone is not None:
+                for a, g in zip(alone, grouped, strict=True):
+                    if not np.array_equal(a.outputs.view(np.uint8), g.outputs.view(np.uint8)):
+                        print("DIFFERENT OUTPUTS", file=sys.stderr)
+                        return 1
+                print("grouped outputs identical to the separate replays (bitwise)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
