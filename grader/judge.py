@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -20,9 +22,52 @@ class Verdict:
     mismatches: int | None = None
 
 
+@runtime_checkable
+class Expected(Protocol):
+    """An expected output the judge reads slice by slice, never whole: conv2d's max-pool and bias over its cached
+    convolution (grader/problems/conv2d.py ``PooledConv``).  A whole 224x224 batch-4 expected output is 404 MB of
+    float64 made afresh for each test from the shared convolution (the bias differs), then read once by the judge:
+    making it slice by slice keeps the values in cache and allocates nothing large."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def chunks(self, size: int) -> Iterator[tuple[int, np.ndarray]]:
+        """(flat offset, the next values in C order) in slices of about ``size`` values, in order and covering the
+        output; a yielded array is valid only until the next one is asked for (it may be a reused buffer)."""
+        ...
+
+    def chunk_limit(self, size: int) -> int:
+        """The most values one of :meth:`chunks` ``(size)`` holds."""
+        ...
+
+    def at(self, index: tuple[int, ...]) -> float:
+        """The value at ``index``, exactly as :meth:`chunks` gives it."""
+        ...
+
+
+class _Whole:
+    """An expected output at hand as an array, in slices of CHUNK values (views, no copy)."""
+
+    def __init__(self, expected: np.ndarray) -> None:
+        self.array = expected
+        self.shape, self.dtype = expected.shape, expected.dtype
+
+    def chunks(self, size: int) -> Iterator[tuple[int, np.ndarray]]:
+        flat = self.array.reshape(-1)
+        for lo in range(0, flat.size, size):
+            yield lo, flat[lo : lo + size]
+
+    def chunk_limit(self, size: int) -> int:
+        return min(size, self.array.size)
+
+    def at(self, index: tuple[int, ...]) -> float:
+        return float(self.array[index])
+
+
 def judge_output(
     outputs: list[np.ndarray],
-    expected: np.ndarray,
+    expected: np.ndarray | Expected,
     expected_dtype: np.dtype,
     tolerances: dict[str, tuple[float, float]],
     *,
@@ -40,26 +85,27 @@ def judge_output(
     if len(outputs) > 1:
         return Verdict(False, f"the kernel returned {len(outputs)} tensors; expected exactly one")
     out = outputs[0]
-    if out.shape != expected.shape:
-        return Verdict(False, f"wrong output shape: expected {expected.shape}, got {out.shape}")
+    source = _Whole(expected) if isinstance(expected, np.ndarray) else expected
+    if out.shape != tuple(source.shape):
+        return Verdict(False, f"wrong output shape: expected {tuple(source.shape)}, got {out.shape}")
     if out.dtype != expected_dtype:
         return Verdict(False, f"wrong output dtype: expected {expected_dtype}, got {out.dtype}")
     rtol, atol = tolerances.get(str(expected_dtype), (1e-5, 1e-8))
-    # np.isclose semantics (|got - expected| <= atol + rtol * |expected|), computed in float64 over slices of
-    # CHUNK values into buffers reused from slice to slice: outputs reach 50 M values, and slices keep the
+    # np.isclose semantics (|got - expected| <= atol + rtol * |expected|), computed in float64 over slices of at
+    # most CHUNK-ish values into buffers reused from slice to slice: outputs reach 50 M values, and slices keep the
     # temporaries in cache (about 3x faster than whole-array passes).  A NaN or an infinity the reference does not
     # have is "far" too (not (diff <= tol)), so they are counted in the same pass and named only when there are any;
-    # a NaN in the reference matches nothing (np.allclose with equal_nan=False).
-    got_flat, exp_flat = out.reshape(-1), expected.reshape(-1)
-    exp_has_inf = bool(np.isinf(expected).any())
-    n = min(CHUNK, got_flat.size)
-    diff_buf, tol_buf, ok_buf = np.empty(n), np.empty(n), np.empty(n, dtype=bool)
-    max_err, bad, first = 0.0, 0, None
-    for lo in range(0, got_flat.size, CHUNK):
-        got = got_flat[lo : lo + CHUNK]
-        exp = exp_flat[lo : lo + CHUNK]
-        k = got.size
-        diff, tol, ok = diff_buf[:k], tol_buf[:k], ok_buf[:k]
+    # a NaN in the reference matches nothing (np.allclose with equal_nan=False).  The reference's infinities are
+    # looked for slice by slice too (a slice without any is judged by the comparison alone).
+    got_flat = out.reshape(-1)
+    n = source.chunk_limit(CHUNK)
+    diff_buf, tol_buf = np.empty(n), np.empty(n)
+    ok_buf, inf_buf = np.empty(n, dtype=bool), np.empty(n, dtype=bool)
+    max_err, bad, first, exp_has_inf = 0.0, 0, None, False
+    for lo, exp in source.chunks(CHUNK):
+        k = exp.size
+        got = got_flat[lo : lo + k]
+        diff, tol, ok, inf = diff_buf[:k], tol_buf[:k], ok_buf[:k], inf_buf[:k]
         with np.errstate(invalid="ignore"):  # inf - inf (an output's infinity where the reference has one)
             np.subtract(got, exp, out=diff, dtype=np.float64)
         np.abs(diff, out=diff)
@@ -67,10 +113,11 @@ def judge_output(
         tol *= rtol
         tol += atol
         np.less_equal(diff, tol, out=ok)
-        if exp_has_inf:
+        np.isinf(exp, out=inf)
+        if inf.any():
+            exp_has_inf = True
             # np.isclose: an infinite reference value is matched by the same infinity only (its tolerance is
             # infinite too, so any finite output would pass the comparison above: |got - inf| <= inf)
-            inf = np.isinf(exp)
             ok &= ~inf
             ok |= inf & (got == exp)
         if k:
@@ -95,7 +142,7 @@ def judge_output(
             False,
             f"{bad} of {out.size} values differ from the reference (rtol={rtol:g}, atol={atol:g}); "
             f"max abs error {max_err:.4g}; first at index {at}: got {float(out[at]):.6g}, "
-            f"expected {float(expected[at]):.6g}",
+            f"expected {source.at(at):.6g}",
             max_err,
             bad,
         )

@@ -29,8 +29,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from grader import apis, plausibility, policy, problems, ranking, refcache, scratch, seeds, thresholds
 from grader.calibrate import ensure_reference_timings
 from grader.judge import judge_output
@@ -545,9 +543,10 @@ class _Grading:
         seed = problems.case_seed(self.seed, _input_key(problem, case), 0)
         return problem.shared_invocation(case, seed)
 
-    def _expected(self, test: TestSpec, case: dict[str, Any], shared: problems.SharedInvocation) -> np.ndarray:
+    def _expected(self, test: TestSpec, case: dict[str, Any], shared: problems.SharedInvocation) -> Any:
+        """What the judge compares the output with (an array, or the problem's slice-by-slice grader.judge.Expected)."""
         precision = problems.reference_precision(test.problem, case, self.rubric.tolerances)
-        return problems.get(test.problem).expected(self.store, shared, precision)
+        return problems.get(test.problem).judged(self.store, shared, precision)
 
     def _prefetch_reference(self, test: TestSpec, case: dict[str, Any], shared: problems.SharedInvocation) -> None:
         """With several workers, start computing a call's reference beside the call (the judge's ``_expected``

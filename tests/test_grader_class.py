@@ -227,6 +227,48 @@ def test_a_ranked_grading_shows_no_value_of_the_secret_inputs(tmp_path):
     assert cases and all(c.get("max_abs_error") is None for c in cases)
 
 
+@settings(max_examples=60, deadline=None)
+@given(shape=st.tuples(st.integers(1, 3), st.integers(1, 5), st.integers(1, 9), st.integers(1, 9)),
+       pool=st.sampled_from([1, 2, 3]), random_bias=st.booleans(), dtype=st.sampled_from([np.float64, np.float32]),
+       chunk=st.sampled_from([1, 7, 64, 1 << 18]), seed=st.integers(0, 1000),
+       special=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from([np.nan, np.inf, -np.inf, 3e38])),
+                        max_size=3),
+       bad=st.lists(st.integers(0, 10**6), max_size=3))
+def test_pooled_expected_is_conv2d_finish_slice_by_slice(shape, pool, random_bias, dtype, chunk, seed, special, bad):
+    """What the judge reads of a conv2d reference (PooledConv: pooled and biased a few planes at a time from the
+    cached convolution) is conv2d_finish's array bit for bit, chunk by chunk and at any index, and the verdicts on
+    it -- pass, mismatches, first index, max error, NaN and infinities on either side -- are the whole array's."""
+    rng = np.random.default_rng(seed)
+    c = (rng.random(shape) * 4 - 1).astype(dtype)
+    for i, v in special:
+        c.reshape(-1)[i % c.size] = v
+    bias = rng.random(shape[1], dtype=np.float32) if random_bias else np.zeros(shape[1], np.float32)
+    ref = conv.conv2d_finish(c, bias, pool)
+    old, judge.CHUNK = judge.CHUNK, chunk
+    try:
+        lazy = conv.PooledConv(c, bias, pool)
+        parts = [(lo, part.copy()) for lo, part in lazy.chunks(chunk)]
+        assert lazy.shape == ref.shape and lazy.dtype == ref.dtype
+        assert [lo for lo, _ in parts] == list(np.cumsum([0] + [p.size for _, p in parts])[:-1])
+        flat = np.concatenate([p for _, p in parts]) if parts else np.empty(0, ref.dtype)
+        assert flat.dtype == ref.dtype and np.array_equal(flat, ref.reshape(-1), equal_nan=True)
+        assert max((p.size for _, p in parts), default=0) <= lazy.chunk_limit(chunk)
+        for k in range(0, ref.size, max(1, ref.size // 7)):
+            at = tuple(int(i) for i in np.unravel_index(k, ref.shape))
+            assert np.array_equal(lazy.at(at), ref[at], equal_nan=True)
+        out = ref.astype(np.float32)
+        for i in bad:
+            if out.size:
+                out.reshape(-1)[i % out.size] += 1.0
+        tol = {"float32": (1e-5, 1e-8)}
+        with np.errstate(invalid="ignore", over="ignore"):
+            assert (judge.judge_output([out], lazy, np.dtype(np.float32), tol)
+                    == judge.judge_output([out], ref, np.dtype(np.float32), tol))
+    finally:
+        judge.CHUNK = old
+    assert np.array_equal(np.asarray(lazy), ref, equal_nan=True)
+
+
 # --------------------------------------------------------------------------------------- the cache ----
 
 

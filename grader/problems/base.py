@@ -80,6 +80,11 @@ class Problem(Protocol):
         """The expected output through the shared reference store (grader/refcache.py)."""
         ...
 
+    def judged(self, store: Any, shared: SharedInvocation, precision: str) -> Any:
+        """What the judge compares an output with: :meth:`expected`'s array, or a grader.judge.Expected that makes
+        the same values slice by slice."""
+        ...
+
     def describe(self, case: dict[str, Any]) -> str:
         """The case in a failing test's message."""
         ...

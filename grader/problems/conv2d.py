@@ -16,7 +16,7 @@ import json
 import threading
 import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -154,6 +154,77 @@ def conv2d_finish(conv: np.ndarray, bias: np.ndarray, pool: int) -> np.ndarray:
     monotonic, max_i fl(x_i + b) = fl(max_i x_i + b)."""
     y = maxpool(conv, pool)
     return y + bias.astype(conv.dtype)[None, :, None, None] if bias.any() else y
+
+
+class PooledConv:
+    """``conv2d_finish(conv, bias, pool)`` for the judge (grader/judge.py ``Expected``), made a few whole output
+    planes at a time into one reused buffer: a 224x224 batch-4 expected output is 404 MB of float64, which
+    conv2d_finish allocated afresh (page faults) and wrote for every test of the shared convolution, for the judge
+    to read once.  The values are conv2d_finish's, bit for bit: the same strided maxima in the same order, then
+    the same ``+ bias`` in conv's dtype (none when the bias is all zeros)."""
+
+    def __init__(self, conv: np.ndarray, bias: np.ndarray, pool: int) -> None:
+        b, c, ho, wo = conv.shape
+        self.conv, self.pool, self.channels = conv, pool, c
+        self.hp, self.wp = (ho // pool, wo // pool) if pool > 1 else (ho, wo)
+        self.shape = (b, c, self.hp, self.wp)
+        self.dtype = conv.dtype
+        self.bias = bias.astype(conv.dtype) if bias.any() else None
+        self.plane = self.hp * self.wp
+
+    def _planes_per_chunk(self, size: int) -> int:
+        return max(1, size // max(1, self.plane))  # whole planes, about ``size`` values
+
+    def chunk_limit(self, size: int) -> int:
+        return self._planes_per_chunk(size) * self.plane
+
+    def chunks(self, size: int) -> Iterator[tuple[int, np.ndarray]]:
+        planes = self.conv.reshape(-1, *self.conv.shape[2:])
+        per_chunk = self._planes_per_chunk(size)
+        if self.plane == 0:
+            return
+        if self.pool == 1 and self.bias is None:  # the convolution itself: views, no copy
+            flat = self.conv.reshape(-1)
+            step = per_chunk * self.plane
+            for lo in range(0, flat.size, step):
+                yield lo, flat[lo : lo + step]
+            return
+        buf = np.empty(self.chunk_limit(size), dtype=self.dtype)
+        for p0 in range(0, planes.shape[0], per_chunk):
+            p1 = min(p0 + per_chunk, planes.shape[0])
+            out = buf[: (p1 - p0) * self.plane]
+            self._fill(planes, p0, p1, out)
+            yield p0 * self.plane, out
+
+    def _fill(self, planes: np.ndarray, p0: int, p1: int, out: np.ndarray) -> None:
+        """Planes p0..p1 (flattened (batch, channel)) of the expected output into ``out``, as conv2d_finish."""
+        o = out.reshape(p1 - p0, self.hp, self.wp)
+        src = planes[p0:p1]
+        pool, hp, wp = self.pool, self.hp, self.wp
+        if pool == 1:
+            np.copyto(o, src)
+        else:  # maxpool's strided maxima, in its order
+            views = [src[:, i : hp * pool : pool, j : wp * pool : pool] for i in range(pool) for j in range(pool)]
+            np.maximum(views[0], views[1], out=o)
+            for v in views[2:]:
+                np.maximum(o, v, out=o)
+        if self.bias is not None:
+            o += self.bias[np.arange(p0, p1) % self.channels][:, None, None]
+
+    def at(self, index: tuple[int, ...]) -> float:
+        n, ch, i, j = index
+        p = n * self.channels + ch
+        if self.pool == 1 and self.bias is None:
+            return float(self.conv[index])
+        out = np.empty(self.plane, dtype=self.dtype)
+        self._fill(self.conv.reshape(-1, *self.conv.shape[2:]), p, p + 1, out)
+        return float(out[i * self.wp + j])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """The whole expected output (tests, tools): conv2d_finish's array."""
+        value = conv2d_finish(self.conv, self.bias if self.bias is not None else np.zeros(self.channels, self.dtype),
+                              self.pool)
+        return value if dtype is None else value.astype(dtype)
 
 
 def conv2d_reference(inv: Invocation, precision: str = "float64") -> np.ndarray:
@@ -314,14 +385,20 @@ class Conv2d(ProblemBase):
         larger batch whose convolution is at hand (the batch-1 timed tests after the batch-4 correctness tests)
         takes those images of it: the same float64 values (the convolution is computed image by image), without
         the 58 GFLOP of a 224x224 image."""
-        x, w, bias = shared.inv.args
+        return conv2d_finish(self._conv(store, shared, precision), shared.inv.args[2], shared.inv.kwargs["pool_size"])
+
+    def judged(self, store: refcache.ReferenceStore, shared: SharedInvocation, precision: str) -> PooledConv:
+        """:meth:`expected` as the judge reads it: pooled and biased slice by slice from the cached convolution."""
+        return PooledConv(self._conv(store, shared, precision), shared.inv.args[2], shared.inv.kwargs["pool_size"])
+
+    def _conv(self, store: refcache.ReferenceStore, shared: SharedInvocation, precision: str) -> np.ndarray:
+        x, w, _ = shared.inv.args
 
         def compute() -> np.ndarray:
             larger = _larger_batch_conv(store, x, w, shared.digests[1], precision)
             return larger if larger is not None else conv2d_accumulate(x, w, ACCUMULATORS[precision])
 
-        conv = store.get(_conv_descriptor(precision, shared.digests[0], shared.digests[1]), compute)
-        return conv2d_finish(conv, bias, shared.inv.kwargs["pool_size"])
+        return store.get(_conv_descriptor(precision, shared.digests[0], shared.digests[1]), compute)
 
     def describe(self, case: dict[str, Any]) -> str:
         return (
