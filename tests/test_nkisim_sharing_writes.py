@@ -117,9 +117,24 @@ def _bitcast_alias(m, s, cs, c):
     nisa.tensor_copy(dst=m.view(nl.int32)[:, 0:128], src=cs.view(nl.int32)[:, 0:128])
 
 
+def _hbm_roundtrip(m, s, cs, c):
+    """The member's data stored to an HBM scratch tensor and loaded back into the operand."""
+    h = nl.ndarray((128, 512), dtype=F32, buffer=nl.hbm)
+    nisa.dma_copy(dst=h, src=cs)
+    nisa.dma_copy(dst=m, src=h)
+
+
+def _rng_seeded(m, s, cs, c):
+    """Random bits from a generator seeded with the member's data, written into the operand's storage."""
+    seed = nl.ndarray((1, 1), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=seed, src=cs.view(nl.uint32)[0:1, 0:1])
+    nisa.set_rng_seed(seed)
+    nisa.rng(dst=m.view(nl.uint32)[:, 0:64])
+
+
 WRITES = [_dma, _dma_view_of_view, _tensor_copy, _tensor_copy_reshaped, _tensor_tensor, _tensor_scalar, _activation,
           _activation_accumulator, _stationary_dma, _predicated, _memset, _register_store, _dynamic_loop,
-          _indirect_gather, _dma_compute, _psum_accumulation, _bitcast_alias]
+          _indirect_gather, _dma_compute, _psum_accumulation, _bitcast_alias, _hbm_roundtrip, _rng_seeded]
 
 
 def _kernel(write):
