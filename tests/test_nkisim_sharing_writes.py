@@ -223,3 +223,40 @@ def test_a_member_is_charged_the_products_it_reuses():
     assert group.borrowed[0] == 0.0
     assert group.borrowed[1] >= sum(spent) and group.borrowed[2] >= sum(spent)
     assert group.cpu_seconds[1] < sum(spent)  # its own thread: a lookup per product
+
+
+@pytest.mark.parametrize("write", WRITES, ids=[w.__name__.strip("_") for w in WRITES])
+def test_every_write_gives_the_storage_a_new_version(write, monkeypatch):
+    """The invariant the equality memo rests on, checked directly on one run: before each instruction, every live
+    automatically allocated on-chip tile whose bytes changed since the last instruction has a new ``gen``."""
+    from nkisim.core import context, memory
+    from nkisim.core.runtime import run_kernel
+
+    live: list = []
+    seen: dict = {}
+    stale: list = []
+    init, emit = memory.Allocation.__init__, context.KernelContext.emit
+
+    def tracked_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        live.append(self)
+
+    def checked_emit(self, op, *args, **kwargs):
+        if self.full:
+            for a in live:
+                if a.tracker is None or a.placed is not None or not a.base.flags.writeable:
+                    continue
+                b = a.base.view(np.uint8)
+                prev = seen.get(id(a))
+                if prev is not None and prev[0] == a.gen and not np.array_equal(prev[1], b):
+                    stale.append((op, a.name))
+                seen[id(a)] = (a.gen, b.copy())
+        return emit(self, op, *args, **kwargs)
+
+    monkeypatch.setattr(memory.Allocation, "__init__", tracked_init)
+    monkeypatch.setattr(context.KernelContext, "emit", checked_emit)
+    rng = np.random.default_rng(5)
+    args = (rng.random((128, 128), dtype=np.float32), rng.random((128, 512), dtype=np.float32),
+            rng.random((128, 512), dtype=np.float32))
+    run_kernel(_kernel(write), args, {}, target="trn2")
+    assert len(live) > 3 and not stale, stale
