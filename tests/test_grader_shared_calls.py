@@ -229,7 +229,6 @@ def test_a_grading_with_and_without_grouping_gives_the_same_results(tmp_path, mo
     (sub / "part2").mkdir(parents=True)
     (sub / "part2" / "conv2d.py").write_bytes(source)
     records = {}
-    monkeypatch.setenv("GRADER_GROUP_SPLIT", "0")  # the three calls in one group although two workers grade
     for share in ("1", "0"):
         monkeypatch.setenv("GRADER_SHARE_PRODUCTS", share)
         config = GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=2, tmp_root=str(tmp_path))
@@ -244,16 +243,17 @@ def test_a_grading_with_and_without_grouping_gives_the_same_results(tmp_path, mo
     assert [t.status for t in on.tests] == expected
 
 
-def test_grouping_by_default_with_one_group_per_worker(monkeypatch):
-    """A batch grades each submission with one worker: one group.  A grading alone with two workers groups too,
-    one group per worker (GRADER_GROUP_SPLIT=0: one group), so that no worker waits for the other's group."""
+def test_grouping_by_default_whatever_the_workers(monkeypatch):
+    """A batch grades each submission with one worker, a grading alone has two: both group, in one group (a
+    grading with two workers is scheduled so that no worker waits for the group; GRADER_GROUP_SPLIT=1 makes one
+    group per worker)."""
     from grader.pipeline import group_split, share_enabled
 
     monkeypatch.delenv("GRADER_SHARE_PRODUCTS", raising=False)
     monkeypatch.delenv("GRADER_GROUP_SPLIT", raising=False)
-    assert share_enabled(1) and share_enabled(2) and group_split()
-    monkeypatch.setenv("GRADER_GROUP_SPLIT", "0")
-    assert not group_split()
+    assert share_enabled(1) and share_enabled(2) and not group_split()
+    monkeypatch.setenv("GRADER_GROUP_SPLIT", "1")
+    assert group_split()
     monkeypatch.setenv("GRADER_SHARE_PRODUCTS", "1")
     assert share_enabled(1) and share_enabled(2)
     monkeypatch.setenv("GRADER_SHARE_PRODUCTS", "0")
@@ -395,13 +395,27 @@ def test_timed_calls_grouped_give_what_they_give_alone(tmp_path, monkeypatch, so
     assert all(status[k] == "passed" for k in status if "perf" not in k)
     assert {status[k] for k in status if "perf" in k} <= {"passed", "partial"}
     assert on.timings["share:calls"] == 7 and on.timings["share:hits"] > 0
-    if workers == 1:
-        # one group: the 3 correctness calls and the 2 speculative float32 timed calls; the float16 pair
-        assert on.timings["share:groups"] == 2 and on.timings["share:speculative"] == 2
-    else:
-        # one group per worker ({plain, pool}, {bias, both float32 timed calls}) and the float16 pair; the pair
-        # made ahead when a worker was free before the correctness tests were done
-        assert on.timings["share:groups"] == 3 and 2 <= on.timings["share:speculative"] <= 4
+    # one group: the 3 correctness calls and the 2 speculative float32 timed calls; the float16 pair (two workers:
+    # made ahead when a worker was free before the correctness tests were done)
+    assert on.timings["share:groups"] == 2
+    assert on.timings["share:speculative"] == 2 if workers == 1 else 2 <= on.timings["share:speculative"] <= 4
+
+
+def test_a_grading_with_one_group_per_worker_gives_the_same_results(tmp_path, monkeypatch):
+    """GRADER_GROUP_SPLIT=1: two workers make {plain, pool} and {bias, both float32 timed calls}, with the
+    results of a grading that groups nothing."""
+    monkeypatch.setenv("GRADER_GROUP_SPLIT", "1")
+    rubric = _timed_rubric(tmp_path)
+    sub = tmp_path / "sub"
+    (sub / "part2").mkdir(parents=True)
+    (sub / "part2" / "conv2d.py").write_bytes(STAFF_CONV)
+    records = {}
+    for share in ("1", "0"):
+        monkeypatch.setenv("GRADER_SHARE_PRODUCTS", share)
+        config = GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=2, tmp_root=str(tmp_path))
+        records[share] = grade_submission(sub, None, config)
+    assert _results(records["1"]) == _results(records["0"])
+    assert records["1"].timings["share:groups"] == 3 and records["1"].timings["share:calls"] == 7
 
 
 def test_a_group_is_split_into_one_per_worker():
