@@ -8,7 +8,10 @@ A profile of a legacy-API kernel is compiled with DGE off, as the legacy course'
 labelled, beside the ordinary one, which is the one scored); the current API has no such switch, so its profile
 is of the timed run itself.  Kernels run and are timed through ``nkibench``, the repository's timing layer
 (nkisim, or Trainium with the kernel's own API); the harness serves both editions of the course and prints the
-API the kernel file imports (``Kernel API:``).  The test
+API the kernel file imports (``Kernel API:``).  ``--jobs N`` runs the kernel runs and references in N forked
+worker processes, with the serial run's results and printed lines; there, on nkisim, the batch-4 224x224
+correctness cases (the same X and W) run as a group in one worker that computes their identical matrix products
+once (``ParallelRuns``).  The test
 definitions (``correctness_tests``, ``performance_tests``) and the runners (``run_correctness``,
 ``run_performance``, ``run_harness``) are importable, so the grader and the repository's tests drive the same
 logic against any submission directory.
@@ -188,6 +191,12 @@ class InputBank:
     """Deterministic inputs per case, shared between cases that differ only in bias/pool (so the expensive
     224x224 reference convolution is computed once per harness run).
 
+    Batch prefixes, as the grader's inputs (docs/grading.md "The shared reference cache"): a case's stream is seeded
+    without its batch size and draws W, then X image by image (U(0, 1) in float32, then cast), and the bias comes
+    from a stream of its own, also without the batch size; so a batch-1 case's X is the first image of the batch-4
+    case's of the same shapes and dtype, with the same W and bias, and is taken as that slice when the larger batch
+    was drawn first (the timed tests' float32 224x224 and 32x16 inputs are the correctness tests' first images).
+
     ``prefetch`` computes the reference convolutions in a background thread while the kernel runs: NumPy's
     matrix products and array additions release the GIL, so on a machine with a second core the references
     cost almost no wall time.  The values are the same as computed inline (the same function on the same inputs).
@@ -216,17 +225,23 @@ class InputBank:
         self._conv[key] = conv
 
     def _rng(self, case: ConvCase, stream: int) -> np.random.Generator:
-        dims = self._shape_key(case)[:-1]
+        dims = self._shape_key(case)[1:-1]  # not the batch size: batch prefixes (the class docstring)
         return np.random.default_rng([self.seed, stream, *dims, 16 if case.dtype == "float16" else 32])
 
     def inputs(self, case: ConvCase) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         key = self._shape_key(case)
         if key not in self._xw:
-            rng = self._rng(case, 0)
-            dtype = np.dtype(case.dtype)
-            X = rng.random((case.batch, case.in_channels, case.height, case.width), dtype=np.float32)
-            W = rng.random((case.out_channels, case.in_channels, case.filter_size, case.filter_size), dtype=np.float32)
-            self._xw[key] = (X.astype(dtype, copy=False), W.astype(dtype, copy=False))
+            larger = [k for k in self._xw if k[1:] == key[1:] and k[0] > case.batch]
+            if larger:  # the first images of a larger batch already drawn: the same values (a test checks it)
+                X, W = self._xw[larger[0]]
+                self._xw[key] = (X[:case.batch], W)
+            else:
+                rng = self._rng(case, 0)
+                dtype = np.dtype(case.dtype)
+                W = rng.random((case.out_channels, case.in_channels, case.filter_size, case.filter_size),
+                               dtype=np.float32)
+                X = rng.random((case.batch, case.in_channels, case.height, case.width), dtype=np.float32)
+                self._xw[key] = (X.astype(dtype, copy=False), W.astype(dtype, copy=False))
         X, W = self._xw[key]
         if case.random_bias:
             bias = self._rng(case, 1).random(case.out_channels, dtype=np.float32).astype(case.dtype)
@@ -401,6 +416,7 @@ class HarnessReport:
     performance: list[TestResult] = field(default_factory=list)
     skipped_performance: bool = False
     selected: list[str] | None = None  # --only: the keys of the tests run (None: the course's full set)
+    worker_cpu: list[float] = field(default_factory=list)  # --jobs N: each worker process's CPU seconds
 
     def score(self, kind: str) -> tuple[float, float]:
         if kind == "correctness":
@@ -432,6 +448,67 @@ def case_run(kernel: Callable, case: ConvCase, bank: InputBank, simulate: bool) 
         text = exc.traceback_text.rstrip() if remote else traceback.format_exc().rstrip()
         return "error", text, _short_error(exc), isinstance(exc, nkibench.BenchError)
     return "out", np.asarray(out)
+
+
+class _PerThread:
+    """A text stream writing each member thread's text into that thread's own buffer (:meth:`own`) and any other
+    thread's into ``fallback``: a grouped case's prints are kept for its own case, as a separate run's would be."""
+
+    def __init__(self, fallback) -> None:
+        self.fallback = fallback
+        self.buffers: dict[int, list[str]] = {}
+
+    def own(self) -> list[str]:
+        buf: list[str] = []
+        self.buffers[threading.get_ident()] = buf
+        return buf
+
+    def write(self, text: str) -> int:
+        buf = self.buffers.get(threading.get_ident())
+        if buf is None:
+            return self.fallback.write(text)
+        buf.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.fallback.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.fallback, name)
+
+
+def group_run(kernel: Callable, cases: list[ConvCase], bank: InputBank, simulate: bool) -> list[tuple]:
+    """Correctness cases on the same X and W (the batch-4 224x224 ones: large, bias, maxpool) run together in
+    lockstep in this process (``nkisim.core.runtime.run_shared``), so their identical matrix products are computed
+    once: each case's (case_run outcome, its standard output, its standard error).  Each case runs its own launch
+    in a thread of its own, one at a time: its outputs, verdict and errors are the ones it gets alone (a case that
+    raises stops alone, the others run on), and what it prints is kept for it."""
+    from nkisim.core.runtime import run_shared
+
+    streams = sys.stdout, sys.stderr
+    out, err = _PerThread(sys.stdout), _PerThread(sys.stderr)
+
+    def member(case: ConvCase) -> Callable[[], tuple]:
+        def run() -> tuple:
+            texts = out.own(), err.own()
+            return case_run(kernel, case, bank, simulate), *texts
+
+        return run
+
+    sys.stdout, sys.stderr = out, err  # type: ignore[assignment]
+    try:
+        results, errors, _ = run_shared([member(case) for case in cases])
+    finally:
+        sys.stdout, sys.stderr = streams
+    outcomes = []
+    for result, exc in zip(results, errors):
+        if exc is not None:  # not an Exception (case_run keeps those): what a separate run would have died of
+            text = "".join(traceback.format_exception(exc)).rstrip()
+            outcomes.append((("error", text, _short_error(exc), True), "", ""))
+        else:
+            outcome, o, e = result
+            outcomes.append((outcome, "".join(o), "".join(e)))
+    return outcomes
 
 
 def run_correctness(
@@ -631,13 +708,25 @@ class ParallelRuns:
 
     The jobs are the serial harness's own functions (case_run, perf_run, conv2d) on the same inputs, so the
     outputs, references, latencies, scores and printed lines are the same; only their wall time shares the cores.
-    The small images' runs and references go first (the first verdicts come about as soon as serially), then the
-    large runs largest first (the batch-4 224x224 ones), so the cores stay busy to the end, then their references
-    (a kernel that raises needs none: the harness stops the workers when it has its verdicts); the timed tests
+    The first test's small images go first (its verdict comes about as soon as serially), then the group of large
+    cases (below: the longest job, started early), the other small images and their references, the large runs
+    largest first (the batch-4 224x224 ones), so the cores stay busy to the end, then their references (a kernel
+    that raises needs none: the harness stops the workers when it has its verdicts); the timed tests
     queue last and start when a worker is free: without --profile before the correctness verdicts (a failed check
     discards them unseen), with --profile only after every correctness test passed (no profile of a kernel that
     failed is ever written).  The references are computed by workers too: the pool forks, so this process starts
-    no thread (InputBank.prefetch is the serial harness's)."""
+    no thread (InputBank.prefetch is the serial harness's); a large one is a job per image (conv2d computes a batch
+    image by image, so the parts are the whole's bits), small pieces that fill the cores' last gaps.
+
+    **Grouped cases** (on nkisim): the large correctness cases on the same X and W -- the batch-4 224x224 cases of
+    ``large``, ``bias`` and ``maxpool``, whose inputs differ only in the bias (InputBank.key) -- would compute the
+    same matrix products three times.  All but one per other worker (``_group_size``: with 2 workers, ``large`` and
+    ``bias``) run as one job, ``group_run``: their launches take turns in threads of one worker, and a case's
+    matmul whose operands are bit-identical to one an earlier case just multiplied reuses that product
+    (``nkisim.core.runtime.run_shared``, docs/grading.md "The student loop, round 7").  Each case keeps its own
+    outcome (output, or error and traceback: a case that raises stops alone), its own prints (replayed when the
+    case is taken, as any job's) and its verdict; the group's worker dying fails each of its cases as a worker's
+    death fails one.  ``HARNESS_SHARE_PRODUCTS=0`` runs every case alone (for measuring the difference)."""
 
     def __init__(self, kernel: Callable, tests: list[CorrectnessTest], perf: list[PerformanceTest], bank: InputBank,
                  simulate: bool, profile: str | None, perfetto: bool, workers: int, done: dict | None = None) -> None:
@@ -646,36 +735,69 @@ class ParallelRuns:
         self.bank, self.perf_tests, self.profile = bank, perf, profile
         self.done = dict(done or {})  # ("case", ti, ci) -> outcome of a case already run in this process
         self.pool = forkpool.ForkPool(workers)
+        self.grouped: dict[tuple, tuple[tuple, int]] = {}  # ("case", ti, ci) -> (its group's job key, its place)
+        self.taken: dict[tuple, list] = {}  # a group's job key -> its outcomes, once taken
         cases, refs, timed = [], {}, []
+        together: dict[tuple, list[tuple[int, int, ConvCase]]] = {}
         for ti, test in enumerate(tests):
             for ci, case in enumerate(test.cases):
                 refs.setdefault(bank.key(case), case)
                 if ("case", ti, ci) in self.done:
                     continue
                 bank.inputs(case)  # made here, once: every worker inherits them
-                cases.append((_cost(case), ("case", ti, ci),
-                              lambda c=case: case_run(kernel, c, bank, simulate), _out_shape(case)))
+                if _cost(case) >= _SMALL_JOB:
+                    together.setdefault(bank.key(case), []).append((ti, ci, case))
+                else:
+                    cases.append((_cost(case), ("case", ti, ci),
+                                  lambda c=case: case_run(kernel, c, bank, simulate), [_out_shape(case)]))
+        share = _share_products(kernel)
+        room = forkpool.memory_available() if share else None
+        for key, members in together.items():
+            # as many cases run alone as there are other workers, the rest as one group: with 2 workers the group
+            # (large + bias) is on one core, maxpool's case, the references and the timed runs on the other
+            size = _group_size(len(members), workers) if share else 0
+            if room is not None and room < (workers + size - 1) * WORKER_BYTES:
+                size = 0  # a group holds its cases' memory at once: not where that would not fit
+            if size > 1:
+                gkey = ("group", key)
+                for place, (ti, ci, _) in enumerate(members[:size]):
+                    self.grouped[("case", ti, ci)] = (gkey, place)
+                group = [case for _, _, case in members[:size]]
+                cases.append((sum(map(_cost, group)), gkey, lambda g=group: group_run(kernel, g, bank, simulate),
+                              [_out_shape(case) for case in group]))
+                members = members[size:]
+            cases += [(_cost(case), ("case", ti, ci), lambda c=case: case_run(kernel, c, bank, simulate),
+                       [_out_shape(case)]) for ti, ci, case in members]
+        self.ref_parts: dict[tuple, int] = {}  # a large reference's key -> its number of jobs, one per image
+        ref_jobs = []
         for key, case in refs.items():
             X, W, _ = bank.inputs(case)
-            conv_shape = (case.batch, case.out_channels, case.height - case.filter_size + 1,
+            parts = case.batch if _cost(case) >= _SMALL_JOB else 1
+            self.ref_parts[key] = parts
+            step = case.batch // parts
+            conv_shape = (step, case.out_channels, case.height - case.filter_size + 1,
                           case.width - case.filter_size + 1)
-            refs[key] = (_cost(case), ("ref", key), lambda X=X, W=W: _one_thread(conv2d, X, W),
-                         (conv_shape, np.float32))
+            ref_jobs += [(_cost(case) / parts, ("ref", key, b), lambda X=X[b:b + step], W=W: _one_thread(conv2d, X, W),
+                          [(conv_shape, np.float32)]) for b in range(0, case.batch, step)]
         for k, test in enumerate(perf):
             stem = profile_base_name(profile, test.case, test.extra_credit) if profile else None
             bank.inputs(test.case)
             timed.append((_cost(test.case), ("perf", k), lambda c=test.case, s=stem: perf_run(
-                kernel, c, bank, s, perfetto, in_worker=True), None))
-        # The small images first, in the harness's order with their references (the first verdicts come as soon as
-        # serially), then the large runs largest first (the cores stay busy to the end), their references (a kernel
-        # that raises needs none), the timed tests; the workers inherit the job table, so every job is added
-        # before they fork.
-        small = [j for j in (*cases, *refs.values()) if j[0] < _SMALL_JOB]
-        large = [sorted((j for j in group if j[0] >= _SMALL_JOB), key=lambda j: -j[0])
-                 for group in (cases, refs.values())]
-        jobs = [*small, *large[0], *large[1], *sorted(timed, key=lambda j: -j[0])]
-        for _, key, fn, out in jobs:
-            self.pool.add(key, fn, out_shape=out[0] if out else None, out_dtype=out[1] if out else None)
+                kernel, c, bank, s, perfetto, in_worker=True), []))
+        # The first test's small images first (its verdict comes about as soon as serially), then the groups (the
+        # longest jobs: started early, on one core, while the other worker runs the rest), the other small images in
+        # the harness's order with their references, the large runs largest first (the cores stay busy to the end),
+        # their references (a kernel that raises needs none), the timed tests; the workers inherit the job table, so
+        # every job is added before they fork.
+        first = [j for j in cases if j[0] < _SMALL_JOB and j[1][:2] == ("case", 0)]
+        groups = sorted((j for j in cases if j[1][0] == "group"), key=lambda j: -j[0])
+        taken = {j[1] for j in (*first, *groups)}
+        small = [j for j in (*cases, *ref_jobs) if j[0] < _SMALL_JOB and j[1] not in taken]
+        large = [sorted((j for j in group if j[0] >= _SMALL_JOB and j[1] not in taken), key=lambda j: -j[0])
+                 for group in (cases, ref_jobs)]
+        jobs = [*first, *groups, *small, *large[0], *large[1], *sorted(timed, key=lambda j: -j[0])]
+        for _, key, fn, outs in jobs:
+            self.pool.add(key, fn, outputs=outs)
         for _, key, _, _ in jobs:
             if key[0] != "perf" or profile is None:
                 self.pool.queue(key)
@@ -683,7 +805,24 @@ class ParallelRuns:
     def case(self, ti: int, ci: int) -> tuple:
         if ("case", ti, ci) in self.done:
             return self.done.pop(("case", ti, ci))
+        if ("case", ti, ci) in self.grouped:
+            return self._member(*self.grouped[("case", ti, ci)])
         return self._take(("case", ti, ci), "correctness case")
+
+    def _member(self, gkey: tuple, place: int) -> tuple:
+        """A grouped case's outcome, its prints written now (where the serial run prints them)."""
+        if gkey not in self.taken:
+            outcomes = self._take(gkey, "group of correctness cases")
+            if isinstance(outcomes, tuple):  # the group's worker died: every case of it fails so
+                outcomes = [(outcomes, "", "") for g, _ in self.grouped.values() if g == gkey]
+            self.taken[gkey] = outcomes
+        outcome, out, err = self.taken[gkey][place]
+        self.taken[gkey][place] = None  # the output array goes with the case
+        for text, stream in ((out, sys.stdout), (err, sys.stderr)):
+            if text:
+                stream.write(text)
+                stream.flush()
+        return outcome
 
     def perf(self, k: int) -> tuple:
         if self.profile is not None and k == 0:  # every correctness test passed: now the profiled runs may start
@@ -694,7 +833,9 @@ class ParallelRuns:
     def reference(self, case: ConvCase) -> np.ndarray:
         key = self.bank.key(case)
         if not self.bank.has_convolution(key):
-            self.bank.set_convolution(key, self.pool.result(("ref", key)))
+            step = case.batch // self.ref_parts[key]
+            parts = [self.pool.result(("ref", key, b)) for b in range(0, case.batch, step)]
+            self.bank.set_convolution(key, parts[0] if len(parts) == 1 else np.concatenate(parts))
         return self.bank.reference(case)
 
     def _take(self, key, what: str) -> tuple:
@@ -703,7 +844,8 @@ class ParallelRuns:
         try:
             return self.pool.result(key)
         except forkpool.WorkerError as exc:  # the worker died (killed, out of memory): the run fails, loudly
-            return ("error", str(exc), f"WorkerError: the {what}'s worker process died", True) if key[0] == "case" \
+            return ("error", str(exc), f"WorkerError: the {what}'s worker process died", True) \
+                if key[0] in ("case", "group") \
                 else ("error", f"WorkerError: {str(exc).splitlines()[0]}")
 
     def close(self) -> None:
@@ -725,6 +867,20 @@ def _one_thread(fn: Callable, *args):
 _SMALL_JOB = 1e9
 
 
+def _group_size(cases: int, workers: int) -> int:
+    """How many of ``cases`` correctness cases on the same inputs run as one group: all but one per other worker.
+    A group shares its products but runs on one core (its cases take turns), so with 2 workers the group of the
+    batch-4 224x224 cases is two of the three (large, bias: the same program on the same X and W) and maxpool's
+    runs on the other core beside the references and the timed tests; with 3 or more workers none is grouped."""
+    return cases - (workers - 1)
+
+
+def _share_products(kernel: Callable) -> bool:
+    """Whether the large correctness cases on the same X and W run as one group sharing their products
+    (``group_run``): on nkisim, unless ``HARNESS_SHARE_PRODUCTS=0`` (for measuring the difference)."""
+    return os.environ.get("HARNESS_SHARE_PRODUCTS", "1") != "0" and on_nkisim(kernel)
+
+
 def _cost(case: ConvCase) -> float:
     """A job's relative cost, to start the largest first: the conv's multiply-adds."""
     return float(case.batch * case.in_channels * case.out_channels * case.height * case.width)
@@ -741,7 +897,10 @@ def _out_shape(case: ConvCase) -> tuple[tuple[int, ...], np.dtype]:
 # Memory of the parallel harness (``--jobs N``, nkisim, Linux; the process tree's proportional set size sampled
 # every 0.25 s): each worker's private memory peaks at 1.05 GB (the staff reference and the handout's starting
 # point alike: a batch-4 224x224 run's inputs, output and trace), the parent's share at about 0.6 GB (2.55 and
-# 2.68 GB for the whole tree at --jobs 2).  So N workers need about PARENT + N * WORKER bytes.
+# 2.68 GB for the whole tree at --jobs 2).  So N workers need about PARENT + N * WORKER bytes.  A worker running a
+# group of cases holds them all at once: a batch-4 224x224 run added 430 MB (staff) and 490 MB (starting point) to
+# the process's peak alone, 865 and 980 MB as a group of two; ParallelRuns groups only where WORKER bytes more per
+# case beyond the first fit.
 WORKER_BYTES = int(1.1 * 2**30)
 PARENT_BYTES = int(0.7 * 2**30)
 
@@ -820,6 +979,7 @@ def run_harness(
     finally:
         if runs is not None:
             runs.close()
+            report.worker_cpu = list(runs.pool.worker_cpu)
     if report.skipped_performance or not performance:
         report.performance = [TestResult(t.name, False, 0.0, t.points, t.extra_credit, "skipped") for t in perf]
     return report
@@ -913,6 +1073,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in score_lines(report):
         print(line)
     print(f"(wall time {time.perf_counter() - started:.1f} s)")
+    if os.environ.get("HARNESS_WORKER_CPU") == "1" and report.worker_cpu:  # tools/harness_bench.py reads it
+        print(f"(worker CPU s: {', '.join(f'{c:.2f}' for c in sorted(report.worker_cpu, reverse=True))})")
     missing = [r.name for r in report.performance if r.profile_error]
     if missing:
         print(f"Profiles NOT written for: {', '.join(missing)} (see above)")

@@ -11,7 +11,10 @@ from __future__ import annotations
 import ast
 import gc
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +27,7 @@ from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Trace
 from nkisim.core.lockstep import Lockstep
 from nkisim.core.ops.registers import ValuesNeeded, check_closed
 from nkisim.core.rules import NKICapacityWarning, NKISimulationWarning, applies, fail, message
+from nkisim.core.sharing import Member, ShareGroup
 from nkisim.core.tensor import Tensor
 
 
@@ -134,6 +138,49 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
     return _run_kernel(kernel, args, kwargs, mode, target, simulate, frontend, stream, graded)
 
 
+# The lockstep group member (core.sharing.Member) whose function runs in this thread, set by run_shared: the direct
+# runs it makes share products as a replayed member's do (nkisim.stream's _Replayer.share).
+_MEMBER = threading.local()
+
+
+def run_shared(fns: list[Callable[[], Any]]) -> tuple[list, list, dict]:
+    """Call each of ``fns`` in a thread of its own, in lockstep (:class:`~nkisim.core.sharing.ShareGroup`): the
+    full-mode :func:`run_kernel` calls a function makes (not on a launch grid) reuse the products of bit-identical
+    operands that the functions before it computed at the same matmul.  Returns each function's return value,
+    the exception it raised (None when it returned) and figures (``hits``/``misses``: reused and computed products,
+    ``cpu_seconds`` per function).
+
+    This is :func:`nkisim.stream.replay_group` for kernels run directly from their Python: Part 2's harness runs
+    its three batch-4 224x224 correctness cases (the same X and W) so.  Each run's outputs, trace and errors are the
+    ones it makes alone (core/sharing.py says why).  The BLAS thread count and the cycle collector are set once for
+    the whole group (each run would restore them at its end, under the feet of the runs still going)."""
+    group = ShareGroup(len(fns))
+
+    def member(k: int, fn: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            _MEMBER.member = Member(group, k)
+            try:
+                return fn()
+            finally:
+                _MEMBER.member = None
+
+        return run
+
+    blas = _single_thread_blas()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        results, errors = group.run([member(k, fn) for k, fn in enumerate(fns)])
+    finally:
+        if blas is not None:
+            blas.restore_original_limits()
+        if gc_was_enabled:
+            _freeze()
+            gc.enable()
+    return list(results), list(errors), {"hits": group.hits, "misses": group.misses,
+                                         "cpu_seconds": list(group.cpu_seconds)}
+
+
 def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: bool,
                 frontend: frontends.FrontEnd | None, stream=None, graded: bool = False) -> KernelRun:
     fn = unwrap(kernel)
@@ -145,6 +192,8 @@ def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: b
     if frontend is None:
         frontend = frontend_of(kernel)
     ctx = KernelContext(target, mode, name, frontend)
+    if not grid:  # a member of run_shared's group (grid launches never hand over, as in stream.replay_group)
+        ctx.share = getattr(_MEMBER, "member", None)
     ctx.mem.simulate = simulate
     ctx.graded = bool(graded)
     ctx.middle_end = not has_directive(kernel, "skip_middle_end_transformations")
