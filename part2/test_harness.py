@@ -284,9 +284,15 @@ class InputBank:
         return self._conv[key]
 
     def reference(self, case: ConvCase) -> np.ndarray:
+        """maxpool(conv + bias) in the case's dtype (read only: without a bias and pooling it is the cached
+        convolution itself, which adding zeros would only copy: 0.4 CPU s for a batch-4 224x224 case)."""
         conv = self._convolution(case)
         _, _, bias = self.inputs(case)
-        out = conv + bias.astype(np.float32)[None, :, None, None]
+        if bias.any():
+            out = conv + bias.astype(np.float32)[None, :, None, None]
+        else:
+            out = conv.view()
+            out.flags.writeable = False
         return maxpool2d(out, case.pool_size).astype(case.dtype, copy=False)
 
 
