@@ -1248,7 +1248,8 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
             borrowed.append(0.0)
     return out, {"hits": group.hits, "misses": group.misses, "cpu_seconds": cpu, "borrowed_seconds": borrowed,
                  "compares": {"snapshots": group.snapshots, "storage": group.root_compares,
-                              "memo_hits": group.memo_hits, "operands": group.view_compares}}
+                              "memo_hits": group.memo_hits, "operands": group.view_compares,
+                              "copies": group.copy_compares}}
 
 
 __all__ = ["FORMAT", "NotRecordable", "Recorder", "StreamError", "Trace", "dumps", "loads", "record", "replay",

@@ -192,16 +192,20 @@ def test_a_batch_prefix_member_shares_its_first_image_and_leaves_the_group_when_
 
 def test_operands_of_unchanged_storage_versions_are_compared_once():
     """The staff conv's input bands and resident weights each feed many matmuls: a follower compares each storage
-    version once, not each operand."""
-    members = _conv_members(CONV, 2, 256, 256, 20, 20, np.float32)
+    version once (after its operands have read as many bytes as it holds), not each operand."""
+    pool1 = (("zeros", 1), ("random", 1), ("random", 1))  # one program: every product reused
+    members = _conv_members(CONV, 2, 256, 256, 40, 64, np.float32, variants=pool1)
     grouped, figures = stream.replay_group(members)
     for a, g in zip(_alone(members), grouped, strict=True):
         _same(a, g)
     c = figures["compares"]
     assert figures["hits"] == 2 * figures["misses"]
-    assert c["operands"] == 0  # every operand's storage qualified and matched
-    assert c["memo_hits"] + c["storage"] == 2 * figures["hits"]  # two operands per reused product
-    assert c["storage"] * 10 < figures["hits"]  # an order of magnitude fewer compares than products reused
+    compares = c["storage"] + c["operands"] + c["copies"]
+    assert c["memo_hits"] + compares == 2 * figures["hits"]  # two operands per reused product
+    # each version is compared operand by operand only until its operands have read as many bytes as its storage
+    # holds, then once whole: a few compares per input band and for the weights, against two per reused product
+    # (at 224x224, batch 4: 2,5xx against 63,936)
+    assert compares * 3 < figures["hits"]
 
 
 @nki.jit

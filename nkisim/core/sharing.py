@@ -21,18 +21,21 @@ it (``core.access.write`` / ``scatter_add`` / ``psum_write`` and the deferred re
 ``KernelContext._flush``: every instruction's values reach storage through these).  ``(uid, gen)`` therefore names
 one version of a storage's bits.  An operand whose view is a basic view of an automatically allocated on-chip tensor
 (``access.own_storage``: such a tensor owns its array, no other allocation's view reaches into it, so no write
-escapes its ``gen``) and whose storage is at most ``ROOT_RATIO`` times its own bytes is described as (a snapshot of
-its whole storage at this version, the view's byte offset, shape, strides, dtype); the member takes the snapshot at
-the version's first matmul (it may overwrite the storage before a later member gets there) and keeps it as long as
-a ring entry uses it.  A later member's operand with the same offset, shape, strides and dtype, in storage of the
-snapshot's shape and dtype, is the earlier operand bit for bit when its whole storage is bitwise equal to the
-snapshot -- and that is compared once per pair of versions, ``memo[(uid, gen, snapshot uid, snapshot gen)]``:
-every later matmul reading any view of the two unchanged versions reuses without a compare.  In the staff conv an
-input band (one version per band, 18 times a moving window) feeds 288 matmuls and the resident weights (one
-version, 36 times a stationary block) all of them, so a batch-4 224x224 group makes 130 storage compares instead of
-63,936 operand compares.  Anything else -- a gather view, a placed or ``mod_alloc`` tensor (a view of an arena),
-storage much larger than the operand, storage found unequal to the snapshot somewhere -- is compared operand by
-operand as before (against a contiguous copy, or the snapshot's window of it).
+escapes its ``gen``) is described, once operands have read as many bytes of its storage version as the storage
+holds, as (a snapshot of its whole storage at this version, the view's byte offset, shape, strides, dtype); the
+member takes the snapshot while the version lasts (it may overwrite the storage before a later member gets there)
+and keeps it as long as a ring entry uses it.  A later member's operand with the same offset, shape, strides and
+dtype, in storage of the snapshot's shape and dtype, is the earlier operand bit for bit when its whole storage is
+bitwise equal to the snapshot -- and that is compared once per pair of versions, ``memo[(uid, gen, snapshot uid,
+snapshot gen)]``, again once operands of the pair have read as many bytes as the storage holds (until then each is
+compared alone, against the snapshot's window of it): every later matmul reading any view of the two unchanged
+versions reuses without a compare.  The byte thresholds keep the whole-storage work paid for: a version one small
+operand reads is never copied or compared whole, so no kernel pays much more than the operand compares it paid
+before.  In the staff conv an input band (one version per band, 18 times a moving window) feeds 288 matmuls and the
+resident weights (one version, 36 times a stationary block) all of them, so a batch-4 224x224 group makes 130
+storage compares instead of 63,936 operand compares.  Anything else -- a gather view, a placed or ``mod_alloc``
+tensor (a view of an arena), storage found unequal to the snapshot somewhere -- is compared operand by operand as
+before (against a contiguous copy, or the snapshot's window of it).
 
 Why a memo hit is exact: the two storages' bits were equal when compared; neither changed since, because a change
 is a write and every write bumps ``gen`` (a new key); the operands are the same offset and strides in storages of
@@ -73,10 +76,6 @@ from nkisim.core.access import own_storage
 # Matmuls a member makes per turn: a hand-over costs ~25 us (two thread switches), a member's last WINDOW products
 # are kept (~0.5 MB each for the course's [128, 128] x [128, 444] matmuls)
 WINDOW = 16
-# an operand's storage is snapshot and compared whole when it is at most this many times the operand's bytes (the
-# staff conv: an input band 18x its moving windows, the resident weights 36x a stationary block); larger storage is
-# checked operand by operand, as a copy
-ROOT_RATIO = 64
 # the self-check: on every memo hit the operand is compared bitwise too, and a disagreement raises
 # SharingSelfCheckError (tests run with it on: it is what catches a write path that does not bump Allocation.gen)
 SELF_CHECK = os.environ.get("NKISIM_SHARE_SELFCHECK", "") not in ("", "0")
@@ -124,13 +123,16 @@ class ShareGroup:
         self.hits = 0
         self.misses = 0
         # the equality memo (module docstring): per member, {(uid, gen, earlier member's snapshot uid, gen): equal};
-        # per member, {uid: weak reference to its latest snapshot}; what the checks cost
+        # per member, {uid: [gen, bytes its operands read of that version, weak reference to its snapshot]}; per
+        # member, {memo key: bytes of operands compared alone so far}; what the checks cost
         self.memo: list[dict] = [{} for _ in range(n)]
         self.snaps: list[dict] = [{} for _ in range(n)]
+        self.pending: list[dict] = [{} for _ in range(n)]
         self.snapshots = 0
         self.root_compares = 0
         self.memo_hits = 0
         self.view_compares = 0
+        self.copy_compares = 0
         # each member's CPU seconds of the products it reused: computed by another member, they are part of its time
         # alone (the grader's per-call time guard reads them: a call that reused a sibling's products is no
         # cheaper alone); the compute time of the live products, by id and a weak reference (:meth:`charge`)
@@ -260,46 +262,57 @@ class ShareGroup:
 
     def _describe(self, k: int, raw: np.ndarray, root: tuple | None, old: tuple | None) -> tuple:
         """What a later member checks an operand against: ``(snapshot, byte offset, shape, strides, dtype)`` --
-        the operand as a view of a snapshot of its whole storage at this version -- when its storage qualifies,
-        else ``(None, contiguous copy, strides)`` (written into this member's own copy of the slot's previous
-        operand when it fits: no page faults for fresh buffers per matmul)."""
+        the operand as a view of a snapshot of its whole storage at this version -- once the version has been read
+        by operands of as many bytes as the storage (the copy pays for itself: a storage version one matmul reads is
+        never copied whole), else ``(None, contiguous copy, strides)`` (written into this member's own copy of the
+        slot's previous operand when it fits: no page faults for fresh buffers per matmul)."""
         if root is not None:
             a, base, off = root
-            if base.nbytes <= ROOT_RATIO * raw.nbytes and base.flags.c_contiguous:
-                snap = self._snapshot(k, a, base)
-                d = (snap, off, raw.shape, raw.strides, raw.dtype)
-                if SELF_CHECK and not same_bits(raw, _window(snap.arr, d)):
-                    raise SharingSelfCheckError(
-                        f"member {k}: an operand is not what its offset and strides address in its storage")
-                return d
+            if base.flags.c_contiguous:
+                snap = self._snapshot(k, a, base, raw.nbytes)
+                if snap is not None:
+                    d = (snap, off, raw.shape, raw.strides, raw.dtype)
+                    if SELF_CHECK and not same_bits(raw, _window(snap.arr, d)):
+                        raise SharingSelfCheckError(
+                            f"member {k}: an operand is not what its offset and strides address in its storage")
+                    return d
         buf = old[1] if old is not None and old[0] is None else None
         return (None, _copy_into(buf, raw), raw.strides)
 
-    def _snapshot(self, k: int, a: Any, base: np.ndarray) -> _Snap:
-        """Member ``k``'s copy of storage ``a`` at its current version, taken at the version's first matmul (the
-        member may write the storage again before a later member gets there).  Kept alive only by the ring entries
-        that use it."""
-        snaps = self.snaps[k]
-        ref = snaps.get(a.uid)
+    def _snapshot(self, k: int, a: Any, base: np.ndarray, nbytes: int) -> _Snap | None:
+        """Member ``k``'s copy of storage ``a`` at its current version, once operands of ``nbytes`` each have read
+        as many bytes of the version as the storage holds (None before).  Taken while the version lasts (the member
+        may write the storage again before a later member gets there); kept alive only by the ring entries that use
+        it (taken again if a use comes after the ring let it go)."""
+        seen = self.snaps[k]
+        st = seen.get(a.uid)
+        if st is None or st[0] != a.gen:
+            if len(seen) >= 4096:  # storages that died or moved on: their records serve nothing
+                seen.clear()
+            st = seen[a.uid] = [a.gen, 0, None]
+        ref = st[2]
         s = ref() if ref is not None else None
-        if s is not None and s.gen == a.gen:
+        if s is not None:
             if SELF_CHECK and not same_bits(base, s.arr):
                 raise SharingSelfCheckError(f"member {k}: storage '{a.name}' changed without a new version "
                                             "(a write path that does not bump Allocation.gen)")
             return s
+        st[1] += nbytes
+        if st[1] < base.nbytes:
+            return None
         s = _Snap(a.uid, a.gen, np.array(base, copy=True))
         self.snapshots += 1
-        if len(snaps) >= 4096:  # drop the entries of snapshots no ring holds any more
-            for u in [u for u, r in snaps.items() if r() is None]:
-                del snaps[u]
-        snaps[a.uid] = weakref.ref(s)
+        st[2] = weakref.ref(s)
         return s
 
     def _matches(self, k: int, d: tuple, raw: np.ndarray, root: tuple | None) -> bool:
         """Whether operand ``raw`` of member ``k`` has the bits and layout of the earlier member's operand ``d``."""
         s = d[0]
         if s is None:
-            return _same_layout(raw, d[1], d[2]) and same_bits(raw, d[1])
+            if not _same_layout(raw, d[1], d[2]):
+                return False
+            self.copy_compares += 1
+            return same_bits(raw, d[1])
         if raw.shape != d[2] or raw.strides != d[3] or raw.dtype != d[4]:
             return False
         if root is not None and root[2] == d[1]:
@@ -310,10 +323,20 @@ class ShareGroup:
                 memo = self.memo[k]
                 eq = memo.get(mk)
                 if eq is None:
-                    if len(memo) >= 65536:
-                        memo.clear()
-                    eq = memo[mk] = same_bits(base, arr)
-                    self.root_compares += 1
+                    # the whole storage is compared once operands of this pair of versions have read as many bytes
+                    # as it holds (before, each alone: never more than twice the operands' own compares)
+                    pending = self.pending[k]
+                    got = pending.get(mk, 0) + raw.nbytes
+                    if got >= base.nbytes:
+                        if len(memo) >= 65536:
+                            memo.clear()
+                        pending.pop(mk, None)
+                        eq = memo[mk] = same_bits(base, arr)
+                        self.root_compares += 1
+                    else:
+                        if len(pending) >= 65536:
+                            pending.clear()
+                        pending[mk] = got
                 else:
                     self.memo_hits += 1
                 if eq:
@@ -324,9 +347,10 @@ class ShareGroup:
                             f"member {k}: the memo found storage '{a.name}' equal to an earlier member's, but the "
                             "operand's bits differ (a write path that does not bump Allocation.gen)")
                     return True
-                if raw.nbytes == base.nbytes and (raw.flags.c_contiguous or raw.flags.f_contiguous):
+                if eq is False and raw.nbytes == base.nbytes and (raw.flags.c_contiguous or raw.flags.f_contiguous):
                     return False  # the operand is every byte of its storage: it differs where the storage does
-        # storage that differs (somewhere) or does not qualify: the operand alone against the snapshot's window
+        # not compared whole yet, storage that differs (somewhere), or storage that does not qualify: the operand
+        # alone against the snapshot's window of it
         self.view_compares += 1
         return same_bits(raw, _window(s.arr, d))
 
