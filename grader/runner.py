@@ -336,6 +336,11 @@ class KernelServers:
             self._inputs[id(arr)] = (arr, str(path))
             return str(path)
 
+    def inputs_dirs(self) -> tuple[str, ...]:
+        """The directory of this grading's shared input files, once one was written."""
+        with self._inputs_lock:
+            return (str(self._inputs_dir),) if self._inputs_dir is not None else ()
+
     def as_timings(self) -> dict[str, float]:
         """For result.json's timings: sandboxed process start-ups and kernel calls (import checks included)."""
         return {"processes:started": float(self.started + self.one_off), "processes:calls": float(self.calls)}
@@ -429,7 +434,10 @@ def _launch(
             # In its own mount namespace the child makes the file system read-only (except work/ and out/)
             # and then drops to the unprivileged uid, or drops every capability when there is none.
             "jail": bool(iso.unshare_argv),
-            "mask": _masked_dirs(hidden, root),
+            # a specializing child (student code, no inputs: L3) also loses the grading's shared input files: their
+            # paths may linger in the warm server's memory, which the fork inherits
+            "mask": _masked_dirs((*hidden, *(servers.inputs_dirs() if servers is not None and shapes_only else ())),
+                                 root),
             "uid": iso.uid,
             "gid": iso.gid,
             **({"stream_file": str(in_dir / "stream.json")} if stream is not None else {}),

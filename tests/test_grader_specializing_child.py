@@ -6,6 +6,7 @@ traceback (tests/hostile/inputs_in_child_nki: 12 points with the screen off)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -45,6 +46,36 @@ def test_the_specializing_child_gets_shapes_not_data(limits, tmp_path, monkeypat
     # the frame walk found the stand-in: the constant it shipped is zeros, not the host transpose
     assert run.verdict == "ok", run.message
     np.testing.assert_array_equal(run.outputs[0], np.zeros((128, 256), np.float32))
+
+
+def test_the_specializing_child_loses_the_gradings_input_files(limits, tmp_path, monkeypatch):
+    """The grading's shared input files (one per read-only array, KernelServers.input_file) are masked for a
+    specializing child: their paths may be in the warm server's memory, which the child's fork inherits, so a child
+    past the screen could otherwise read the real inputs from disk.  The replay, which needs them, keeps them."""
+    masks: list = []
+    real = runner._masked_dirs
+
+    def record(hidden=(), run_root=None):
+        got = real(hidden, run_root)
+        masks.append(got)
+        return got
+
+    monkeypatch.setattr(runner, "_masked_dirs", record)
+    servers = runner.KernelServers(target="trn2", limits=limits, tmp_root=str(tmp_path))
+    try:
+        x = np.random.default_rng(3).standard_normal((256, 128)).astype(np.float32)
+        x.flags.writeable = False  # a shared input: written once per grading into the servers' directory
+        shared = servers.input_file(x)
+        source = (HOSTILE / "inputs_in_child_nki" / "part1" / "kernels.py").read_bytes()
+        run = runner.run_case(source, "part1/kernels.py", "matrix_transpose", _transpose_call(x), mode="full",
+                              want_trace=False, backend="nkisim", target="trn2", limits=limits, timeout_s=60.0,
+                              tmp_root=str(tmp_path), api="nki", servers=servers)
+        assert run.verdict == "ok", run.message
+        inputs_dir = str(Path(shared).parent.resolve())
+        spec_mask, replay_mask = masks
+        assert inputs_dir in spec_mask and inputs_dir not in replay_mask
+    finally:
+        servers.close()
 
 
 def test_stand_ins_keep_shape_and_dtype():
