@@ -112,7 +112,9 @@ def conv2d_accumulate(x: np.ndarray, w: np.ndarray, dtype: type = np.float64, ch
     col_buf = np.empty(k * k * cin * band * wo, dtype=dtype)
     prod_buf = np.empty(cout * band * wo, dtype=dtype)
     for n in range(b):
-        xn = x[n].astype(dtype)
+        # the columns are cast from X as they are copied (exact: float16/float32 -> float32/float64), without a
+        # converted copy of the whole image first (102 MB of float64 per 224x224 image, written and read again)
+        xn = x[n]
         for r0 in range(0, ho, chunk_rows):
             rows = min(chunk_rows, ho - r0)
             cols = col_buf[: k * k * cin * rows * wo].reshape(k, k, cin, rows, wo)
