@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nkisim.core import execute
-from nkisim.core.dtypes import F32
+from nkisim.core.dtypes import F32, poison_value
 from nkisim.core.dtypes import name as dtype_name
 from nkisim.core.instr import B_HBM, B_PSUM, Operand, Region
 from nkisim.core.memory import Allocation
@@ -47,6 +47,8 @@ def allocation(t: View) -> Allocation:
 
 def array(t: View) -> np.ndarray:
     """The NumPy view behind a basic (non-gather) view, in its own layout (``psum_spill``, ``device_print``)."""
+    if t._a.raw:
+        poison_now(t._a)
     return t._v
 
 
@@ -61,6 +63,25 @@ def own_storage(t: View) -> tuple | None:
     if t._ix is not None or a.tracker is None or a.placed is not None:
         return None
     return a, a.base, t._off
+
+
+# ---- lazily poisoned storage ---------------------------------------------------------------------------------
+# A fresh tile reads as NaN / 4 until written (as AWS's simulator fills it).  A full run's automatically allocated
+# tile is not filled when it is allocated: its allocation is ``raw`` (core.buffers) until the first access to its
+# values, which goes through this module (read, array, write, psum_write, scatter_add; context._flush), the only
+# code that touches a view's storage.  That access fills it with the poison first -- unless it is a write of every
+# element through the tile's own view with no mask, which leaves nothing of the poison to be seen (the naive
+# kernel's every tile: a DMA or a copy into the whole tile).  So what any instruction reads is what it read with
+# the fill made at allocation.
+
+
+def poison_now(a: Allocation) -> None:
+    """Fill a raw allocation's storage with the poison (before the first access that could see it): a write of
+    values like any other (a new ``gen``, though no one can have seen the bytes before it)."""
+    a.raw = False
+    a.gen += 1
+    base = a.base
+    base.fill(poison_value(base.dtype))
 
 
 def is_gather(t: View) -> bool:
@@ -159,6 +180,8 @@ def same_view(a: View, b: View) -> bool:
 def scatter_add(dst: View, vals: np.ndarray, m) -> None:
     """dst += vals through a gather view, every position counted once per time it is addressed (atomic)."""
     dst._a.gen += 1
+    if dst._a.raw:
+        poison_now(dst._a)
     base = dst._v
     ix = tuple(np.broadcast_to(a, dst.shape) for a in dst._ix)
     v = np.broadcast_to(vals, dst.shape)
@@ -176,6 +199,8 @@ def scatter_add(dst: View, vals: np.ndarray, m) -> None:
 
 def read(t: View) -> np.ndarray:
     """Values of a view (gather views copy; out-of-bound positions are clipped, callers mask them)."""
+    if t._a.raw:
+        poison_now(t._a)
     if t._ix is None:
         return t._v
     if t.oob:
@@ -186,7 +211,16 @@ def read(t: View) -> np.ndarray:
 
 def write(t: View, values: np.ndarray, mask: np.ndarray | None = None) -> None:
     """Store ``values`` (already in t.dtype, broadcastable) into the view, honouring an optional mask."""
-    t._a.gen += 1  # a new version of the storage's values (Allocation.gen: core.sharing's memo)
+    a = t._a
+    a.gen += 1  # a new version of the storage's values (Allocation.gen: core.sharing's memo)
+    if a.raw:
+        if mask is None and t._ix is None and t._v is a.base:
+            # every element of a raw tile, through its own view: the poison would be overwritten unseen (the flag
+            # is cleared once the assignment succeeded: NumPy checks the broadcast before it writes anything)
+            t._v[...] = values
+            a.raw = False
+            return
+        poison_now(a)
     if t._ix is None:
         if mask is None:
             t._v[...] = values
@@ -252,6 +286,19 @@ def make_operand(t: View) -> Operand:
     if op is None:
         op = OPERANDS[key] = _operand(t, a, v, shape, strides)
     return op
+
+
+def fresh_operand(t: View, table: dict) -> None:
+    """Give a fresh tile's own view (``core.buffers.allocate``) its Operand now, from ``table``, its geometry's
+    {physical buffer id: Operand}: everything :func:`make_operand` reads of such a view (offset 0, the geometry's
+    shape, strides, partition axis, dtype, memory and row bytes) is fixed by the geometry but the physical buffer,
+    so the tiles rotating through a site's buffers take the same Operand object :func:`make_operand` interned for
+    the first of them, without building its key on first use (one dict lookup per allocation instead)."""
+    phys = t._a.phys
+    op = table.get(phys)
+    if op is None:
+        op = table[phys] = make_operand(t)
+    t._opnd = op
 
 
 def _operand(t: View, a: Allocation, v: np.ndarray, shape: tuple, strides: tuple) -> Operand:
@@ -417,6 +464,27 @@ def _gather_violation(t) -> str | None:
 # Each PSUM element carries a "written" flag (``Allocation.acc``): the first nc_matmul into a region overwrites
 # (starts an accumulation group), later ones accumulate.  A provisional result (acc None) was written in full by
 # the instruction that produced it.
+#
+# Copy on write: a tile's flags (``acc``, ``vinit``) are often uniform -- all clear when it is allocated, all set
+# once an instruction wrote the whole tile -- so they may be one of the read-only arrays below, shared by every tile
+# of that shape (no array to build and fill per PSUM tile and per whole-tile write); every write to flags goes
+# through :func:`_own_acc` / :func:`_own_vinit`, which give the tile an array of its own first, so a shared array
+# is never written (it is read-only: a write past them would raise, not change another tile's flags).
+_UNIFORM: dict = {}  # (shape, value) -> read-only flags of that shape, every one ``value``
+
+
+def uniform_flags(shape: tuple, value: bool) -> np.ndarray:
+    """The shared read-only flags of ``shape``, all ``value`` (a fresh PSUM tile's: all clear)."""
+    key = (shape, value)
+    flags = _UNIFORM.get(key)
+    if flags is None:
+        flags = np.empty(shape, dtype=bool)
+        flags.fill(value)
+        if len(_UNIFORM) >= 1024:  # shapes computed at run time: keep it bounded (tiles keep theirs alive)
+            _UNIFORM.clear()
+        flags.flags.writeable = False
+        _UNIFORM[key] = flags
+    return flags
 
 
 def _all_set(shape: tuple) -> np.ndarray:
@@ -426,12 +494,29 @@ def _all_set(shape: tuple) -> np.ndarray:
     return flags
 
 
+def _own_acc(a: Allocation) -> np.ndarray:
+    """``a.acc``, writable: a shared uniform array is copied first (copy on write, above)."""
+    acc = a.acc
+    if not acc.flags.writeable:
+        acc = a.acc = acc.copy()
+    return acc
+
+
+def _own_vinit(a: Allocation) -> np.ndarray:
+    """``a.vinit``, writable (as :func:`_own_acc`)."""
+    vinit = a.vinit
+    if not vinit.flags.writeable:
+        vinit = a.vinit = vinit.copy()
+    return vinit
+
+
 def acc_view(t: View) -> np.ndarray:
-    """The accumulation-group flags seen through the same view as ``t``."""
+    """The accumulation-group flags seen through the same view as ``t``, writable."""
     a = t._a
     if a.acc is None:  # a provisional result: written in full by the instruction that produced it
         a.acc = _all_set(a.base.shape)
-    return _flags_of(t, a.acc)
+        return _flags_of(t, a.acc)
+    return _flags_of(t, _own_acc(a))
 
 
 def _flags_of(t: View, flags: np.ndarray) -> np.ndarray:
@@ -480,19 +565,17 @@ def mark_written(t: View, mask: np.ndarray | None = None, by_matmul: bool = Fals
     elif FROZEN[0]:
         return
     if mask is None and t._v is a.base and t._ix is None:
-        # the whole tile (the usual destination): every flag set, no views of the flags built
-        a.acc.fill(True)
+        # the whole tile (the usual destination; a tile of its own storage, never a placement in an arena): every
+        # flag set, the shared all-set flags (copy on write, above)
+        a.acc = uniform_flags(a.base.shape, True)
         if not by_matmul:
-            if a.vinit is None:
-                a.vinit = _all_set(a.base.shape)
-            else:
-                a.vinit.fill(True)
+            a.vinit = a.acc
         return
     _set_flags(t, acc_view(t), mask, True)
     if not by_matmul:
         if a.vinit is None:
             a.vinit = np.zeros(a.base.shape, dtype=bool)
-        _set_flags(t, _flags_of(t, a.vinit), mask, True)
+        _set_flags(t, _flags_of(t, _own_vinit(a)), mask, True)
 
 
 def fresh(t: View) -> None:
@@ -503,7 +586,7 @@ def fresh(t: View) -> None:
     a = t._a
     if a.buf != B_PSUM or a.placed is not None:  # placed tensors are views of the kernel's arena: the kernel's own
         return
-    a.acc = None if a.provisional else np.zeros(a.base.shape, dtype=bool)
+    a.acc = None if a.provisional else uniform_flags(a.base.shape, False)
     a.vinit = None
 
 
@@ -520,9 +603,10 @@ def holds_value_init(t: View) -> bool:
 
 def holds_data(t: View) -> bool:
     """Whether every element of ``t`` has been written (the accumulation-group flags of PSUM are all set)."""
-    if t._a.acc is None:
+    a = t._a
+    if a.acc is None:
         return True
-    flags = acc_view(t)
+    flags = _flags_of(t, a.acc)  # read only: no copy of shared flags
     if t._ix is not None:
         flags = flags[tuple(np.broadcast_to(a, t.shape) for a in t._ix)]
     return bool(flags.all())
@@ -541,7 +625,7 @@ def start_tensor_groups(dst: View) -> None:
     a.fresh = None
     p0, parts, b0, nbytes = f
     isz = a.base.itemsize
-    a.acc[p0:p0 + parts, b0 // isz:-(-(b0 + nbytes) // isz)] = False
+    _own_acc(a)[p0:p0 + parts, b0 // isz:-(-(b0 + nbytes) // isz)] = False
 
 
 def start_group_over_value_init(dst: View, mask: np.ndarray | None = None) -> None:
@@ -552,16 +636,16 @@ def start_group_over_value_init(dst: View, mask: np.ndarray | None = None) -> No
     a = dst._a
     if a.vinit is None or a.acc is None or FROZEN[0]:
         return
-    vinit = _flags_of(dst, a.vinit)
+    vinit = _flags_of(dst, _own_vinit(a))
     if dst._ix is None and mask is None:
-        acc = _flags_of(dst, a.acc)
+        acc = _flags_of(dst, _own_acc(a))
         acc[vinit] = False
         vinit[...] = False
         return
     hit = np.broadcast_to(vinit if dst._ix is None else
                           vinit[tuple(np.broadcast_to(x, dst.shape) for x in dst._ix)], dst.shape)
     m = hit if mask is None else hit & np.broadcast_to(mask, dst.shape)
-    _set_flags(dst, _flags_of(dst, a.acc), m, False)
+    _set_flags(dst, _flags_of(dst, _own_acc(a)), m, False)
     _set_flags(dst, vinit, m, False)
 
 
@@ -578,7 +662,7 @@ def psum_flags(dst: View, accumulate: bool, mask: np.ndarray | None = None) -> N
         a.acc = a.vinit = None
         return
     if not accumulate and a.vinit is not None:
-        _set_flags(dst, _flags_of(dst, a.vinit), mask, False)
+        _set_flags(dst, _flags_of(dst, _own_vinit(a)), mask, False)
     _set_flags(dst, acc_view(dst), mask, True)
 
 
@@ -591,6 +675,8 @@ def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray |
     The same for every view: a destination indexed with index expressions (``acc[i_p, i_f] += nl.matmul(..)``)
     reads its flags and values through the same index arrays it writes through."""
     dst._a.gen += 1
+    if dst._a.raw:
+        poison_now(dst._a)
     if force and accumulate:
         if dst._ix is None and mask is None:
             dst._v[...] = execute.cast(dst._v.astype(F32) + vals, dst.dtype)
@@ -602,7 +688,7 @@ def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray |
     if dst._a.block_mod:
         _claim_slot(dst)
     if not accumulate and dst._a.vinit is not None:  # a matmul overwrite starts a group: no value-init left
-        _set_flags(dst, _flags_of(dst, dst._a.vinit), mask, False)
+        _set_flags(dst, _flags_of(dst, _own_vinit(dst._a)), mask, False)
     if dst._ix is not None or mask is not None:
         flags = acc_view(dst)
         vals = np.broadcast_to(vals, dst.shape)
@@ -630,7 +716,8 @@ def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray |
         else:
             dst._v[...] = execute.cast(vals, dst.dtype)
         return
-    flags = acc_view(dst)
+    a = dst._a
+    flags = _flags_of(dst, a.acc)  # read here; written below
     if accumulate and dst._v.dtype == F32 and flags.all():
         dst._v += vals  # the common case: accumulate in place in fp32
         return
@@ -639,7 +726,10 @@ def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray |
     else:  # overwrite, or the first matmul of an accumulation group (no element written yet): the values as they are
         new = vals
     dst._v[...] = execute.cast(np.asarray(new, dtype=F32), dst.dtype)
-    flags[...] = True
+    if dst._v is a.base:  # the whole tile of its own storage: the shared all-set flags (copy on write, above)
+        a.acc = uniform_flags(a.base.shape, True)
+    else:
+        acc_view(dst)[...] = True
 
 
 def _claim_slot(dst: View) -> None:

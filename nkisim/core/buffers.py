@@ -15,6 +15,7 @@ import os
 import numpy as np
 
 from nkisim.core import dtypes
+from nkisim.core.access import fresh_operand, uniform_flags
 from nkisim.core.context import KernelContext, current
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Buf
 from nkisim.core.memory import Allocation, make_storage
@@ -71,37 +72,42 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
         geo = _geometry(ctx, dims, pdim, dtype, buffer, provisional, name)
         if geo is None:  # HBM or a direct placement
             return _allocate_other(ctx, dims, pdim, dtype, buffer, name, fill, site, provisional)
-    _, dt, bytes_pp, nblocks, kept, pool, _ = geo
+    _, dt, bytes_pp, nblocks, kept, pool, operands = geo
     kind = buffer.kind
     if kind == B_SBUF and not provisional:
         if ctx.direct_alloc is True:
             fail("nkisim_direct_alloc", detail="automatic (nl.sbuf) and direct (ncc.sbuf.mod_alloc) allocation "
                  "cannot be mixed in one kernel")
         ctx.direct_alloc = False
+    # full mode: the poison fill is left to the first access to the tile's values (core.access.poison_now), which
+    # makes it unless that access writes every element: a raw tile
+    raw = False
     if kept is not None and fill is None:
         base, view = kept  # a timing run: geometry only (_geometry)
     elif pool and fill is None and ctx.full:
         # full mode: the storage of a dead tile of this geometry that nothing else holds (MemoryTracker.release),
-        # poisoned as a new one is (a provisional result is written in full at once, as below)
+        # raw as a new one is (a provisional result is written in full at once, as below)
         base = pool.pop()
-        if poison and not provisional:
-            base.fill(geo[6])
+        raw = poison and not provisional
         view = np.moveaxis(base, 0, pdim) if pdim else base
     else:
         # A provisional result is written in full right after allocation (ops.finish poisons it first when a mask
         # leaves elements unwritten), so it skips the poison fill.
-        base, view = make_storage(dims, pdim, dt, fill, not ctx.full or provisional or not poison)
+        raw = fill is None and ctx.full and poison and not provisional
+        base, view = make_storage(dims, pdim, dt, fill, raw or not ctx.full or provisional or not poison)
     if nblocks > 1 and kind == B_SBUF and not provisional:
         # block dimensions are logical tiles, not physical ones (nki.compiler.sbuf.alloc; NKI Block Dimension
         # Migration Guide): charge one block now, check per-block liveness at the end of the run (core.blocks)
         block_pp = bytes_pp // nblocks
         alloc = Allocation(kind, base, mem.phys_for(site, kind, block_pp), site, name, bytes_pp, mem)
         alloc.block_bytes = block_pp
+        alloc.raw = raw
         mem.track_blocks(alloc, nblocks)
         mem.charge(alloc)
         return ctx.tensor_type(alloc, view, pdim, None, None, False, 0)
     alloc = Allocation(kind, base, mem.phys_for(site, kind, bytes_pp, provisional), site, name, bytes_pp, mem)
     alloc.pool = pool
+    alloc.raw = raw
     if provisional:
         alloc.provisional = True
     if nblocks > 1:
@@ -112,16 +118,19 @@ def allocate(shape, dtype, buffer: BufferSpec | None, *, name: str = "", fill=No
         # per-element "written" flags of the matmul accumulation groups; provisional PSUM results (acc None) were
         # written by the instruction that produced them, i.e. all flags set.  Kept in both modes: the accumulate
         # rules read them, and a rule must not depend on whether values are computed (grading security, S4)
-        alloc.acc = np.zeros(base.shape, dtype=bool)
-    return ctx.tensor_type(alloc, view, pdim, None, None, False, 0)
+        alloc.acc = uniform_flags(base.shape, False)
+    t = ctx.tensor_type(alloc, view, pdim, None, None, False, 0)
+    fresh_operand(t, operands)
+    return t
 
 
 def _geometry(ctx: KernelContext, dims: tuple[int, ...], pdim: int, dtype, buffer: BufferSpec, provisional: bool,
               name: str) -> tuple | None:
     """What an automatically allocated on-chip tensor of this shape, dtype and memory is, checked once per run:
     ``(dtype as given, storage dtype, bytes per partition, logical blocks, timing storage, full-mode storage pool,
-    poison value)``, cached in ``MemoryTracker.geometry`` (the era and limits are the run's; only a geometry that
-    passed its checks is kept, so a refused one raises at every allocation).  None for HBM and direct placements,
+    {physical buffer id: the Operand of a tile's own view})``, cached in ``MemoryTracker.geometry`` (the era and
+    limits are the run's; only a geometry that passed its checks is kept, so a refused one raises at every
+    allocation).  None for HBM and direct placements,
     which take the general path (``_allocate_other``).
 
     In a timing run no value is ever written or read, so every tile of one geometry shares one read-only array:
@@ -144,7 +153,7 @@ def _geometry(ctx: KernelContext, dims: tuple[int, ...], pdim: int, dtype, buffe
         base = make_storage(dims, pdim, dt, None, True)[0]
         base.flags.writeable = False
         kept = (base, np.moveaxis(base, 0, pdim) if pdim else base)
-    geo = (dtype, dt, bytes_pp, nblocks, kept, pool, dtypes.poison_value(dt))
+    geo = (dtype, dt, bytes_pp, nblocks, kept, pool, {})
     cache = ctx.mem.geometry
     if len(cache) >= 4096:  # shapes computed at run time: keep the cache bounded
         cache.clear()

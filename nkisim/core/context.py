@@ -19,7 +19,7 @@ import numpy as np
 
 from nkisim import frontends
 from nkisim.core import config, dtypes, execute, partitions
-from nkisim.core.access import dynamic_tiles, lane_violation, operand
+from nkisim.core.access import dynamic_tiles, lane_violation, operand, poison_now
 from nkisim.core.instr import B_SBUF, E_DMA, Engine, Instr, Trace
 from nkisim.core.memory import Allocation, MemoryTracker
 from nkisim.core.partitions import starts_ok
@@ -309,6 +309,8 @@ class KernelContext:
         if alloc is None:
             return
         alloc.gen += 1  # a write of values (Allocation.gen)
+        if alloc.raw:  # a fresh result is never raw (core.buffers); kept exact should one ever be
+            poison_now(alloc)
         v = execute.cast(np.asarray(values), view.dtype)
         if v.shape != view.shape:
             v = v.reshape(view.shape) if v.size == view.size else np.broadcast_to(

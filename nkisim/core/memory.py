@@ -42,7 +42,7 @@ class Allocation:
     __slots__ = (
         "buf", "base", "addr", "row_bytes", "phys", "site", "name", "immutable", "bytes_pp", "tracker",
         "acc", "vinit", "charged", "block_mod", "slot_owner", "space", "block_bytes", "block_record", "provisional",
-        "placed", "fresh", "pool", "uid", "gen", "__weakref__",
+        "placed", "fresh", "pool", "uid", "gen", "raw", "__weakref__",
     )
 
     def __init__(self, buf: Buf, base: np.ndarray, phys: int, site, name: str, bytes_pp: int,
@@ -80,9 +80,12 @@ class Allocation:
         # the version of its values (core.sharing's equality memo): ``uid`` names this storage for the whole
         # process (a new allocation, including one taking a dead tile's pooled array, is a new one; ids are reused,
         # uids never), ``gen`` counts the writes of values into it -- every write path bumps it (core.access
-        # write / scatter_add / psum_write, the deferred result write of KernelContext._flush)
+        # write / scatter_add / psum_write / poison_now, the deferred result write of KernelContext._flush)
         self.uid = _next_uid()
         self.gen = 0
+        # full mode: storage not filled with the poison yet (core.buffers), filled at the first access that could
+        # read it (core.access.poison_now)
+        self.raw = False
 
     def __del__(self) -> None:
         tracker = self.tracker
