@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from grader import apis, plausibility, policy, problems, ranking, refcache, scratch, seeds, thresholds
+from grader import apis, plausibility, policy, problems, ranking, refcache, scratch, seeds, thresholds, timeline
 from grader.calibrate import ensure_reference_timings
 from grader.judge import judge_output
 from grader.recording import build_record, error_record, now, tool_versions
@@ -120,7 +120,7 @@ class _CaseGroup:
             finally:
                 self._done.set()
         else:
-            with grading.slots.claim(-1):  # waiting holds no worker
+            with grading.slots.claim(-1), timeline.span("wait_group", f"{test.id}#{index}"):  # holds no worker
                 self._done.wait()
         with self._lock:
             self.taken.add((test.id, index))
@@ -146,9 +146,12 @@ class _Slots:
         self._cv = threading.Condition()
         self._waiting: list[tuple[bool, float, int]] = []
         self._seq = itertools.count()
+        self._free = list(range(self.n))  # slot numbers, for the timeline (GRADER_TIMELINE)
 
     @contextmanager
-    def hold(self, size: float, *, speculative: bool = False) -> Iterator[None]:
+    def hold(self, size: float, *, speculative: bool = False, label: str = "") -> Iterator[None]:
+        asked = timeline.span("queue", label, speculative=speculative)
+        asked.__enter__()
         with self._cv:
             entry = (speculative, -float(size), next(self._seq))
             heapq.heappush(self._waiting, entry)
@@ -157,13 +160,19 @@ class _Slots:
             heapq.heappop(self._waiting)
             self.busy += 1
             self.ahead += speculative
+            slot = heapq.heappop(self._free)
             self._cv.notify_all()
+        asked.__exit__(None, None, None)
+        timeline.set_slot(slot)
         try:
-            yield
+            with timeline.span("slot", label, speculative=speculative):
+                yield
         finally:
+            timeline.set_slot(None)
             with self._cv:
                 self.busy -= 1
                 self.ahead -= speculative
+                heapq.heappush(self._free, slot)
                 self._cv.notify_all()
 
     def add_claims(self, delta: int) -> None:
@@ -452,7 +461,8 @@ class _Grading:
         for (t, _, case), sh in zip(members, shared, strict=True):
             self._prefetch_reference(t, case, sh)
         size = sum(float(a.size) for inv in invs for a in inv.args)
-        with self.slots.hold(size, speculative=all(speculative)):
+        label = ",".join(f"{t.id}#{i}" + ("?" * a) for (t, i, _), a in zip(members, speculative, strict=True))
+        with self.slots.hold(size, speculative=all(speculative), label=label):
             runs, figures = run_group(
                 self.sub.files[test0.file], test0.file, test0.function, invs,
                 [t.timeout_s * self.config.timeout_scale for t, _, _ in members], want_trace=self.want_trace,
@@ -497,6 +507,10 @@ class _Grading:
         )
 
     def run_test(self, test: TestSpec, done: dict[str, TestResult]) -> TestResult:
+        with timeline.span("test", test.id):
+            return self._run_test(test, done)
+
+    def _run_test(self, test: TestSpec, done: dict[str, TestResult]) -> TestResult:
         res = self.new_result(test)
         t0 = time.perf_counter()
         try:
@@ -542,7 +556,8 @@ class _Grading:
     def _invocation(self, test: TestSpec, case: dict[str, Any]) -> problems.SharedInvocation:
         problem = problems.get(test.problem)
         seed = problems.case_seed(self.seed, _input_key(problem, case), 0)
-        return problem.shared_invocation(case, seed)
+        with timeline.span("inputs", test.id):
+            return problem.shared_invocation(case, seed)
 
     def _expected(self, test: TestSpec, case: dict[str, Any], shared: problems.SharedInvocation) -> Any:
         """What the judge compares the output with (an array, or the problem's slice-by-slice grader.judge.Expected)."""
@@ -558,14 +573,15 @@ class _Grading:
 
         def compute() -> None:
             try:
-                self._expected(test, case, shared)
+                with timeline.span("reference", test.id):
+                    self._expected(test, case, shared)
             except Exception:  # noqa: BLE001 - the judge computes it again and reports what goes wrong
                 pass
 
         self.ref_pool.submit(compute)
 
     def _run(self, test: TestSpec, inv: problems.Invocation, *, mode: str, want_trace: bool) -> CaseRun:
-        with self.slots.hold(sum(float(a.size) for a in inv.args)):
+        with self.slots.hold(sum(float(a.size) for a in inv.args), label=f"{test.id} ({mode})"):
             return self._run_held(test, inv, mode=mode, want_trace=want_trace)
 
     def _run_held(self, test: TestSpec, inv: problems.Invocation, *, mode: str, want_trace: bool) -> CaseRun:
@@ -618,8 +634,11 @@ class _Grading:
             if run.verdict != Verdict.OK:
                 self._failed_run(res, run, i, n)
                 return
-            verdict = judge_output(run.outputs, self._expected(test, case, shared), inv.out_dtype,
-                                   self.rubric.tolerances, reveal=self.config.seed_mode != "secret")
+            with timeline.span("expected", test.id):
+                expected = self._expected(test, case, shared)
+            with timeline.span("judge", test.id):
+                verdict = judge_output(run.outputs, expected, inv.out_dtype, self.rubric.tolerances,
+                                       reveal=self.config.seed_mode != "secret")
             rec.verdict = Verdict.PASSED if verdict.passed else Verdict.FAILED
             rec.message, rec.max_abs_error = verdict.message, verdict.max_abs_error
             if run.trace is not None and policy.DMA_TRANSPOSE in test.disallowed_apis:
@@ -693,8 +712,11 @@ class _Grading:
             self._failed_run(res, run, 0, 1)
             return
         if verify:
-            verdict = judge_output(run.outputs, self._expected(test, case, shared), inv.out_dtype,
-                                   self.rubric.tolerances, reveal=self.config.seed_mode != "secret")
+            with timeline.span("expected", test.id):
+                expected = self._expected(test, case, shared)
+            with timeline.span("judge", test.id):
+                verdict = judge_output(run.outputs, expected, inv.out_dtype, self.rubric.tolerances,
+                                       reveal=self.config.seed_mode != "secret")
             if not verdict.passed:
                 res.status = Status.FAILED
                 res.message = "the timed run's output is wrong, so its latency does not count: " + verdict.message
@@ -704,7 +726,8 @@ class _Grading:
 
             # hints nkisim granted without checking them (listed in the trace; none when values were computed) are off
             trace = plausibility.without_unchecked_promises(run.trace)
-            report = estimate(trace, self.config.target)
+            with timeline.span("estimate", test.id):
+                report = estimate(trace, self.config.target)
             latency = float(report.nc_latency_us)
             # the report's fields without the critical path and the schedule (report.to_dict() deep-copies the
             # schedule first: 2-3 CPU s per graded submission)
@@ -838,6 +861,15 @@ def _run_scheduled(grading: _Grading, tests: tuple[TestSpec, ...], workers: int)
 
 def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
     """Grade an already-read submission (raises GraderError / RubricError for grader-side problems)."""
+    recorded = timeline.start(submission=str(sub.path), workers=max(1, config.workers))
+    figures: dict[str, Any] = {}
+    try:
+        return _grade_loaded(sub, config, figures)
+    finally:
+        timeline.finish(recorded, **figures)
+
+
+def _grade_loaded(sub: Submission, config: GradeConfig, figures: dict[str, Any]) -> GradeRecord:
     started_at, t0, cpu0 = now(), time.perf_counter(), _cpu_seconds()
     scratch.reap_stale(config.tmp_root)  # what SIGKILLed graders left there (first grading of the process only)
     rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
@@ -848,18 +880,22 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
     grading = _Grading(sub, rubric, config, backend, seed)
     try:
         t_screen = time.perf_counter()
-        grading.screen()
+        with timeline.span("screen"):
+            grading.screen()
         screen_s = time.perf_counter() - t_screen
-        import_s = grading.check_imports(rubric.tests)
+        with timeline.span("imports"):
+            import_s = grading.check_imports(rubric.tests)
         grading.plan_groups(rubric.tests)
         results = _run_phases(grading, rubric.tests, max(1, config.workers))
     finally:
-        if grading.ref_pool is not None:
-            grading.ref_pool.shutdown(wait=True, cancel_futures=True)
-        if grading.servers is not None:
-            grading.servers.close()  # before the CPU count: a server's calls are counted once it is reaped
+        with timeline.span("close"):
+            if grading.ref_pool is not None:
+                grading.ref_pool.shutdown(wait=True, cancel_futures=True)
+            if grading.servers is not None:
+                grading.servers.close()  # before the CPU count: a server's calls are counted once it is reaped
     failed = [r for r in results if r.status == Status.GRADER_ERROR]
     cpu_grader, cpu_kernels = (b - a for a, b in zip(cpu0, _cpu_seconds()))
+    figures.update(cpu_grader_s=round(cpu_grader, 3), cpu_kernels_s=round(cpu_kernels, 3))
     return build_record(
         sub.path,
         config,

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from grader import scratch
+from grader import scratch, timeline
 from grader.problems import Invocation
 from grader.records import Status, Verdict
 from grader.rubric import Limits
@@ -331,7 +331,8 @@ class KernelServers:
                 self._inputs_dir = scratch.make_dir("inputs", self.tmp_root)
                 os.chmod(self._inputs_dir, 0o711)
             path = self._inputs_dir / f"in-{secrets.token_hex(16)}.npy"
-            np.save(path, arr, allow_pickle=False)
+            with timeline.span("input_file", f"{arr.nbytes >> 20} MiB"):
+                np.save(path, arr, allow_pickle=False)
             os.chmod(path, 0o644)
             self._inputs[id(arr)] = (arr, str(path))
             return str(path)
@@ -558,23 +559,36 @@ def _replayed(source: bytes, rel_file: str, function: str, inv: Invocation, *, m
 
 def _specialized(source: bytes, rel_file: str, function: str, inv: Invocation, **common: Any) -> CaseRun:
     """The specializing child's run: its verdict and, when it succeeded, the stream it shipped (``stream``)."""
-    return _launch(
-        source, rel_file, inv, {"mode": "timing", "want_trace": False, "want_stream": True, "function": function},
-        collect=lambda proc, out_dir, name: _collect_stream(proc, out_dir, inv, name, common["limits"],
-                                                            common["timeout_s"], rel_file),
-        **common,
-    )
+    with timeline.span("specialize", f"{function}{_shapes(inv)}") as sp:
+        run: CaseRun = _launch(
+            source, rel_file, inv, {"mode": "timing", "want_trace": False, "want_stream": True, "function": function},
+            collect=lambda proc, out_dir, name: _collect_stream(proc, out_dir, inv, name, common["limits"],
+                                                                common["timeout_s"], rel_file),
+            **common,
+        )
+        if sp is not None:
+            sp.fields["proc_cpu"] = run.cpu_seconds
+    return run
 
 
 def _replay_one(rel_file: str, function: str, inv: Invocation, shipped: bytes, *, mode: str, want_trace: bool,
                 **common: Any) -> CaseRun:
     """The replay of one shipped stream in a process of its own (the parent's half of :func:`_replayed`)."""
-    return _launch(
-        b"", rel_file, inv, {"mode": mode, "want_trace": want_trace, "function": function},
-        collect=lambda proc, out_dir, name: _collect(proc, out_dir, inv, name, common["limits"], common["timeout_s"],
-                                                     want_trace, rel_file),
-        stream=shipped, **common,
-    )
+    with timeline.span("replay", f"{function}{_shapes(inv)} {mode}") as sp:
+        run: CaseRun = _launch(
+            b"", rel_file, inv, {"mode": mode, "want_trace": want_trace, "function": function},
+            collect=lambda proc, out_dir, name: _collect(proc, out_dir, inv, name, common["limits"],
+                                                         common["timeout_s"], want_trace, rel_file),
+            stream=shipped, **common,
+        )
+        if sp is not None:
+            sp.fields["proc_cpu"] = run.cpu_seconds
+    return run
+
+
+def _shapes(inv: Invocation | None) -> str:
+    """A call's argument shapes, for the timeline (GRADER_TIMELINE)."""
+    return str([list(a.shape) for a in inv.args]) if inv is not None and timeline.active() else ""
 
 
 def _with_specialization(first: CaseRun | None, run: CaseRun) -> CaseRun:
@@ -655,15 +669,18 @@ def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation
     live = [k for k in range(len(invs)) if out[k] is None and made[k]]
     figures = {"hits": 0, "misses": 0, "alone": 0}
     if len(live) > 1:
-        runs = _launch(
+        with timeline.span("group_replay", f"{function} x{len(live)}") as sp:
+            runs = _launch(
             b"", rel_file, None, {"mode": "full", "want_trace": want_trace, "function": function},
-            prepare=lambda in_dir, out_dir: _group_inputs(in_dir, out_dir, [(invs[k], streams[k]) for k in live],
-                                                          servers),
-            collect=lambda proc, out_dir, name: _collect_group(proc, out_dir, [invs[k] for k in live],
-                                                               [timeouts[k] for k in live], name, limits, want_trace,
-                                                               rel_file, figures),
-            timeout_s=sum(timeouts[k] for k in live), **common,
-        )
+                prepare=lambda in_dir, out_dir: _group_inputs(in_dir, out_dir,
+                                                              [(invs[k], streams[k]) for k in live], servers),
+                collect=lambda proc, out_dir, name: _collect_group(proc, out_dir, [invs[k] for k in live],
+                                                                   [timeouts[k] for k in live], name, limits,
+                                                                   want_trace, rel_file, figures),
+                timeout_s=sum(timeouts[k] for k in live), **common,
+            )
+            if sp is not None:
+                sp.fields["proc_cpu"] = [r.cpu_seconds if r is not None else None for r in runs or ()]
         for k, run in zip(live, runs or [None] * len(live), strict=True):
             out[k] = run
     for k in live:
@@ -974,7 +991,8 @@ def _collect(
         try:
             from nkisim.core import traceio
 
-            run.trace = traceio.load(str(trace_file), max_bytes=MAX_TRACE_BYTES)
+            with timeline.span("trace_load"):
+                run.trace = traceio.load(str(trace_file), max_bytes=MAX_TRACE_BYTES)
         except Exception as exc:  # noqa: BLE001 - a malformed trace is the submission's problem
             return CaseRun(Verdict.BAD_OUTPUT, f"the instruction trace could not be read: {exc}", **base)
         if len(run.trace.instrs) > MAX_TRACE_INSTRS:
