@@ -9,7 +9,16 @@ import json
 from pathlib import Path
 
 import pytest
-from grader_helpers import FAST_RUBRIC, TESTS, check_reports
+from grader_helpers import (
+    FAST_RUBRIC,
+    GROUP_CASES,
+    TESTS,
+    check_reports,
+    conv_group_tests,
+    conv_rubric,
+    conv_timed_tests,
+    record_results,
+)
 
 import grader.runner as runner
 from grader import problems
@@ -19,9 +28,6 @@ from grader.rubric import load_rubric
 from grader.sandbox import ProcessResult
 
 HOSTILE_GROUP = TESTS / "hostile_group"
-SHAPE = {"batch": 2, "in_channels": 128, "out_channels": 128, "height": 16, "width": 16, "kernel": 3,
-         "dtype": "float32"}
-VARIANTS = [{"bias": "zeros", "pool": 1}, {"bias": "random", "pool": 1}, {"bias": "random", "pool": 2}]
 
 
 def _member(out: Path, k: int, cpu, borrowed=0.0) -> None:
@@ -39,7 +45,7 @@ def limits():
 
 
 def _collect(tmp_path: Path, limits, cpus: list, timeouts: list[float], wall: float, borrowed=None) -> list:
-    invs = [problems.get("conv2d").shared_invocation({**SHAPE, **v}, 5).inv for v in VARIANTS]
+    invs = [problems.get("conv2d").shared_invocation(case, 5).inv for case in GROUP_CASES]
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "status.json").write_text(json.dumps({"ok": True, "group": {"hits": 0, "misses": 3}}))
     for k, cpu in enumerate(cpus):
@@ -101,51 +107,15 @@ def test_a_specialization_is_shared_only_within_one_time_limit(limits, monkeypat
         return runner.CaseRun(runner.Verdict.TIMEOUT, f"timed out at {timeout_s:g} s")
 
     monkeypatch.setattr(runner, "_specialized", spec)
-    invs = [problems.get("conv2d").shared_invocation({**SHAPE, **v}, 5).inv for v in VARIANTS]
+    invs = [problems.get("conv2d").shared_invocation(case, 5).inv for case in GROUP_CASES]
     runs, _ = runner.run_group(b"", "part2/conv2d.py", "fused_conv2d_maxpool", invs, timeouts, want_trace=False,
                                target="trn2", limits=limits)
     assert seen == specialized
     assert [r.message for r in runs] == [f"timed out at {t:g} s" for t in timeouts]
 
 
-RUBRIC_TAIL = """
-[[test]]
-id = "conv.plain"
-name = "conv, no bias"
-part = 2
-file = "part2/conv2d.py"
-function = "fused_conv2d_maxpool"
-kind = "correctness"
-problem = "conv2d"
-points = 1
-timeout_s = 30
-cases = [{CASE}]
-
-[[test]]
-id = "conv.bias"
-name = "conv + bias"
-part = 2
-file = "part2/conv2d.py"
-function = "fused_conv2d_maxpool"
-kind = "correctness"
-problem = "conv2d"
-points = 1
-timeout_s = 30
-cases = [{CASE_BIAS}]
-
-[[test]]
-id = "conv.pool"
-name = "conv + bias + pool"
-part = 2
-file = "part2/conv2d.py"
-function = "fused_conv2d_maxpool"
-kind = "correctness"
-problem = "conv2d"
-points = 1
-timeout_s = 5
-cases = [{CASE_POOL}]
-"""
-
+# the three correctness calls' time limits (conv.plain, conv.bias, conv.pool)
+LIMITS = (30, 30, 5)
 # name -> (status of each of the three calls, score)
 GROUPED = {
     # 60,000 extra matmuls for the pooling call only (12-20 CPU s of values in the replay, 2 s to specialize; 20,000
@@ -158,22 +128,19 @@ GROUPED = {
 }
 
 
-def _toml_case(variant: dict) -> str:
-    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in {**SHAPE, **variant}.items()) + " }"
+# graded by test_grouped_calls_do_not_pass_on_borrowed_products, with limits of its own
+BORROWED = "borrowed_products_nki"
 
 
 def test_every_grouped_hostile_submission_has_an_expectation():
-    assert {p.name for p in HOSTILE_GROUP.iterdir() if p.is_dir()} == set(GROUPED)
+    assert {p.name for p in HOSTILE_GROUP.iterdir() if p.is_dir()} == set(GROUPED) | {BORROWED}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(GROUPED))
 def test_grouped_hostile_submission(name, tmp_path, monkeypatch):
     monkeypatch.setenv("GRADER_SHARE_PRODUCTS", "1")
-    head = Path(FAST_RUBRIC).read_text().split("[[test]]")[0]
-    rubric = tmp_path / "rubric.toml"
-    rubric.write_text(head + RUBRIC_TAIL.replace("{CASE}", _toml_case(VARIANTS[0]))
-                      .replace("{CASE_BIAS}", _toml_case(VARIANTS[1])).replace("{CASE_POOL}", _toml_case(VARIANTS[2])))
+    rubric = conv_rubric(tmp_path / "rubric.toml", conv_group_tests(LIMITS))
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     out = tmp_path / "out"
@@ -194,9 +161,8 @@ def test_grouped_hostile_submission_with_timed_calls(tmp_path, monkeypatch):
     speculatively beside the correctness calls (the pooling one does the same 60,000 extra matmuls against its own
     5 s limit), the float16 pair together.  Every test's status, score, message and latency is the one a grading
     without groups gives: the pooling correctness call times out alone, so both pooling timed tests are skipped."""
-    from test_grader_shared_calls import _results, _timed_rubric
-
-    rubric = _timed_rubric(tmp_path, RUBRIC_TAIL, pool_timeout_s=5)
+    rubric = conv_rubric(tmp_path / "rubric.toml", conv_group_tests(LIMITS), conv_timed_tests(pool_timeout_s=5),
+                         float16=True)
     records = {}
     for share in ("1", "0"):
         monkeypatch.setenv("GRADER_SHARE_PRODUCTS", share)
@@ -208,7 +174,7 @@ def test_grouped_hostile_submission_with_timed_calls(tmp_path, monkeypatch):
         assert not list(scratch.iterdir()), "sandbox run directories must be removed"
     on, off = records["1"], records["0"]
     assert on.status == off.status == "graded", (on.error, off.error)
-    assert _results(on) == _results(off)
+    assert record_results(on) == record_results(off)
     status = {t.id: t.status for t in on.tests}
     assert [status[k] for k in ("conv.plain", "conv.bias", "conv.pool")] == ["passed", "passed", "timeout"]
     assert status["conv.perf_pool"] == status["conv.perf16_pool"] == "skipped"
@@ -217,3 +183,47 @@ def test_grouped_hostile_submission_with_timed_calls(tmp_path, monkeypatch):
     # even the unpooled one over half its limit); the float16 "pair" is its unpooled call alone, made once
     # conv.pool had failed
     assert on.timings["share:groups"] == 1
+
+
+# conv.plain's limit far over what the kernel needs, conv.bias's and conv.pool's under it (the margins:
+# test_grouped_calls_do_not_pass_on_borrowed_products)
+BORROWED_LIMITS = (300, 2, 2)
+
+
+@pytest.mark.slow
+def test_grouped_calls_do_not_pass_on_borrowed_products(tmp_path, monkeypatch):
+    """L9 end to end (docs/grading-security.md): a kernel too slow alone for its limit must not pass grouped on the
+    products a sibling computed.  ``borrowed_products_nki`` is the staff conv plus 10,000 matmuls of constant fp8
+    tiles in every call.  Measured on the development machine at load 5-9: grouped, the member that computes the
+    products spends 4.3-5.2 CPU s, each sibling 0.6-0.8 s of its own plus 3.7-4.2 s borrowed; alone a call takes
+    what the first member does (CPU seconds inflate with load, slow_pool_nki's by up to 1.6x: quiet, about 3 s).
+    conv.plain has 300 s and passes; conv.bias and conv.pool have 2 s, which each is over alone (1.5x on a quiet
+    machine, more under load), so conv.bias times out and conv.pool, as large, is not run (the grader's
+    resource-limit mark).  Were the guard to count only a member's own thread, the two would stay in the group and
+    pass on conv.plain's products (3 of 3).
+
+    Why the verdict cannot flip with load: load only lengthens wall time, and every path the grader may take for
+    the short-limit calls -- a specialization (0.4-0.7 CPU s) over its 2 s, the guard's estimate at half the limit
+    or more (own + borrowed time, scaled up by the group's wall/CPU ratio), the replay alone -- ends in a timeout;
+    conv.plain needs under a fiftieth of its limit.  Load weakens only what the test can detect: a guard blind to
+    borrowed time keeps a sibling in the group while its own 0.6-0.8 s, scaled by the group's wall/CPU ratio, is
+    under 1 s, so the test catches that bug while the ratio is under 1.25-1.6 (a quiet machine: with the blind
+    guard and the ratio taken as 1 the grading gives 3 of 3 and this test fails); at the ratio 2.3-2.4 of a
+    machine at load 5-9 the load itself sends the two calls alone, and the verdict is the same."""
+    monkeypatch.setenv("GRADER_SHARE_PRODUCTS", "1")
+    rubric = conv_rubric(tmp_path / "rubric.toml", conv_group_tests(BORROWED_LIMITS))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = tmp_path / "out"
+    config = GradeConfig(rubric_path=str(rubric), backend="nkisim", timeout_scale=1.0, tmp_root=str(scratch),
+                         workers=1)
+    record = grade_submission(HOSTILE_GROUP / BORROWED, out, config)
+    assert record.status == "graded", record.error
+    check_reports(out, load_rubric(str(rubric)).total_points)
+    assert [t.status for t in record.tests] == ["passed", "timeout", "skipped"], \
+        [(t.id, t.status, t.message) for t in record.tests]
+    assert "not run: fused_conv2d_maxpool timed out in conv.bias" in record.tests[2].message
+    assert record.score == 1
+    # (how the calls were made -- one group, products reused, the short-limit calls replayed alone -- is left
+    # unchecked: a loaded machine may time out their specializations first, which groups nothing)
+    assert not list(scratch.iterdir()), "sandbox run directories must be removed"

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from grader_helpers import FAST_RUBRIC, ROOT
+from grader_helpers import (
+    FAST_RUBRIC,
+    GROUP_CASES,
+    ROOT,
+    conv_group_tests,
+    conv_rubric,
+    conv_timed_tests,
+    record_results,
+)
 
 import grader.runner as runner
 from grader import problems
@@ -26,14 +34,11 @@ LEGACY_CONV = (ROOT / "grader" / "reference" / "legacy" / "part2" / "conv2d.py")
 POOL_FAILS = STAFF_CONV.replace(b"def fused_conv2d_maxpool(X, W, bias, pool_size=1):\n",
                                 b"def fused_conv2d_maxpool(X, W, bias, pool_size=1):\n"
                                 b"    if pool_size == 2:\n        raise ValueError('no pooling here')\n", 1)
-SHAPE = {"batch": 2, "in_channels": 128, "out_channels": 128, "height": 16, "width": 16, "kernel": 3,
-         "dtype": "float32"}
-VARIANTS = [{"bias": "zeros", "pool": 1}, {"bias": "random", "pool": 1}, {"bias": "random", "pool": 2}]
 
 
 def _invs(seed: int = 5) -> list:
     # the pipeline's rule: cases differing only in bias and pooling share the seed of their inputs, hence X and W
-    return [problems.get("conv2d").shared_invocation({**SHAPE, **v}, seed).inv for v in VARIANTS]
+    return [problems.get("conv2d").shared_invocation(case, seed).inv for case in GROUP_CASES]
 
 
 def _alone(source: bytes, invs, limits, tmp_path, api: str = "nki") -> list:
@@ -176,64 +181,29 @@ def test_what_the_parent_takes_from_a_group_process(tmp_path, limits):
         assert runner._collect_group(failed, tmp_path, invs, [60.0] * 3, "conv2d.py", limits, False, "x", {}) is None
 
 
-RUBRIC_TAIL = """
-[[test]]
-id = "conv.plain"
-name = "conv, no bias"
-part = 2
-file = "part2/conv2d.py"
-function = "fused_conv2d_maxpool"
-kind = "correctness"
-problem = "conv2d"
-points = 1
-timeout_s = 60
-cases = [{CASE}]
-
-[[test]]
-id = "conv.bias"
-name = "conv + bias"
-part = 2
-file = "part2/conv2d.py"
-function = "fused_conv2d_maxpool"
-kind = "correctness"
-problem = "conv2d"
-points = 1
-timeout_s = 60
-cases = [{CASE_BIAS}]
-
-[[test]]
-id = "conv.pool"
-name = "conv + bias + pool"
-part = 2
-file = "part2/conv2d.py"
-function = "fused_conv2d_maxpool"
-kind = "correctness"
-problem = "conv2d"
-points = 1
-timeout_s = 60
-cases = [{CASE_POOL}]
-"""
+def _submission(tmp_path: Path, source: bytes) -> Path:
+    """A submission of ``source`` as its part2/conv2d.py."""
+    sub = tmp_path / "sub"
+    (sub / "part2").mkdir(parents=True)
+    (sub / "part2" / "conv2d.py").write_bytes(source)
+    return sub
 
 
-def _toml_case(variant: dict) -> str:
-    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in {**SHAPE, **variant}.items()) + " }"
+def _graded_with_and_without_sharing(tmp_path: Path, monkeypatch, rubric: Path, source: bytes, workers: int):
+    """``source`` graded with ``rubric`` and product sharing on, then off: the two records."""
+    sub = _submission(tmp_path, source)
+    records = []
+    for share in ("1", "0"):
+        monkeypatch.setenv("GRADER_SHARE_PRODUCTS", share)
+        config = GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=workers, tmp_root=str(tmp_path))
+        records.append(grade_submission(sub, None, config))
+    return records[0], records[1]
 
 
 @pytest.mark.parametrize("source", [STAFF_CONV, POOL_FAILS, LEGACY_CONV], ids=["staff", "pool-fails", "legacy-staff"])
 def test_a_grading_with_and_without_grouping_gives_the_same_results(tmp_path, monkeypatch, source):
-    head = Path(FAST_RUBRIC).read_text().split("[[test]]")[0]
-    rubric = tmp_path / "rubric.toml"
-    rubric.write_text(head + RUBRIC_TAIL.replace("{CASE}", _toml_case(VARIANTS[0]))
-                      .replace("{CASE_BIAS}", _toml_case(VARIANTS[1])).replace("{CASE_POOL}", _toml_case(VARIANTS[2])))
-    sub = tmp_path / "sub"
-    (sub / "part2").mkdir(parents=True)
-    (sub / "part2" / "conv2d.py").write_bytes(source)
-    records = {}
-    for share in ("1", "0"):
-        monkeypatch.setenv("GRADER_SHARE_PRODUCTS", share)
-        config = GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=2, tmp_root=str(tmp_path))
-        records[share] = grade_submission(sub, None, config)
-    on, off = records["1"], records["0"]
+    rubric = conv_rubric(tmp_path / "rubric.toml", conv_group_tests())
+    on, off = _graded_with_and_without_sharing(tmp_path, monkeypatch, rubric, source, workers=2)
     assert [(t.id, t.status, t.score, t.message) for t in on.tests] == \
         [(t.id, t.status, t.score, t.message) for t in off.tests]
     assert [c.max_abs_error for t in on.tests for c in t.cases] == [c.max_abs_error for t in off.tests for c in t.cases]
@@ -264,87 +234,12 @@ def test_grouping_by_default_whatever_the_workers(monkeypatch):
 # timed calls (which then must not count: their tests are skipped, as without grouping)
 FIRST_IMAGE_ONLY = STAFF_CONV.replace(b"    for b in nl.affine_range(batch_size):\n",
                                       b"    for b in nl.affine_range(1):\n", 1)
-TIMED_TAIL = """
-[[test]]
-id = "conv.perf"
-name = "conv timed"
-part = 2
-file = "part2/conv2d.py"
-function = "fused_conv2d_maxpool"
-kind = "performance"
-problem = "conv2d"
-points = 4
-requires = ["conv.plain", "conv.bias"]
-timeout_s = 60
-cases = [{PERF}]
-thresholds = { source = "fixed", optimized_us = 20.0, relaxed_us = 1000000.0 }
-
-[[test]]
-id = "conv.perf16"
-name = "conv timed fp16"
-part = 2
-file = "part2/conv2d.py"
-function = "fused_conv2d_maxpool"
-kind = "performance"
-problem = "conv2d"
-points = 4
-requires = ["conv.plain", "conv.bias"]
-timeout_s = 60
-cases = [{PERF16}]
-thresholds = { source = "fixed", optimized_us = 20.0, relaxed_us = 1000000.0 }
-
-[[test]]
-id = "conv.perf_pool"
-name = "conv timed + pool"
-part = 2
-file = "part2/conv2d.py"
-function = "fused_conv2d_maxpool"
-kind = "performance"
-problem = "conv2d"
-points = 2
-requires = ["conv.plain", "conv.bias", "conv.pool"]
-timeout_s = {POOL_TIMEOUT}
-cases = [{PERF_POOL}]
-thresholds = { source = "fixed", optimized_us = 1000000.0 }
-
-[[test]]
-id = "conv.perf16_pool"
-name = "conv timed fp16 + pool"
-part = 2
-file = "part2/conv2d.py"
-function = "fused_conv2d_maxpool"
-kind = "performance"
-problem = "conv2d"
-points = 2
-requires = ["conv.plain", "conv.bias", "conv.pool"]
-timeout_s = {POOL_TIMEOUT}
-cases = [{PERF16_POOL}]
-thresholds = { source = "fixed", optimized_us = 1000000.0 }
-"""
 
 
-def _timed_rubric(tmp_path: Path, correctness: str = RUBRIC_TAIL, pool_timeout_s: float = 60) -> Path:
-    """Three batch-2 correctness tests on one X and W (``correctness``: their rubric text) and four batch-1 timed
-    tests (float32 and float16, with and without pooling; the pooling ones limited to ``pool_timeout_s``), as the
-    course rubric's part 2 has them: the float32 timed calls' X is the first image of the correctness calls' X."""
-    head = Path(FAST_RUBRIC).read_text().split("[[test]]")[0].replace(
-        "[tolerances]\n", "[tolerances]\nfloat16 = { rtol = 1e-2, atol = 1e-2 }\n")
-    one = {**SHAPE, "batch": 1, "bias": "random"}
-    timed = (TIMED_TAIL.replace("{PERF}", _toml_case({**one, "pool": 1}))
-             .replace("{PERF_POOL}", _toml_case({**one, "pool": 2}))
-             .replace("{PERF16}", _toml_case({**one, "pool": 1, "dtype": "float16"}))
-             .replace("{PERF16_POOL}", _toml_case({**one, "pool": 2, "dtype": "float16"}))
-             .replace("{POOL_TIMEOUT}", f"{pool_timeout_s:g}"))
-    rubric = tmp_path / "rubric.toml"
-    rubric.write_text(head + correctness.replace("{CASE}", _toml_case(VARIANTS[0]))
-                      .replace("{CASE_BIAS}", _toml_case(VARIANTS[1])).replace("{CASE_POOL}", _toml_case(VARIANTS[2]))
-                      + timed)
-    return rubric
-
-
-def _results(record) -> list:
-    return [(t.id, t.status, t.score, t.message, t.latency_us, t.relaxed_us, t.optimized_us, t.timing_counts,
-             [(c.verdict, c.message, c.max_abs_error) for c in t.cases]) for t in record.tests]
+def _timed_rubric(tmp_path: Path) -> Path:
+    """The three correctness tests and four batch-1 timed tests requiring them, as the course rubric's part 2 has
+    them (grader_helpers.conv_timed_tests)."""
+    return conv_rubric(tmp_path / "rubric.toml", conv_group_tests(), conv_timed_tests(), float16=True)
 
 
 @pytest.mark.parametrize(("source", "workers"), [(STAFF_CONV, 1), (STAFF_CONV, 2), (POOL_FAILS, 1), (POOL_FAILS, 2),
@@ -357,17 +252,9 @@ def test_timed_calls_grouped_give_what_they_give_alone(tmp_path, monkeypatch, so
     ahead on a free worker: scores, messages, maximum errors and latencies are the ones of a grading that groups
     nothing, and a timed test whose requirements failed is skipped as before, its run discarded."""
     rubric = _timed_rubric(tmp_path)
-    sub = tmp_path / "sub"
-    (sub / "part2").mkdir(parents=True)
-    (sub / "part2" / "conv2d.py").write_bytes(source)
-    records = {}
-    for share in ("1", "0"):
-        monkeypatch.setenv("GRADER_SHARE_PRODUCTS", share)
-        config = GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=workers, tmp_root=str(tmp_path))
-        records[share] = grade_submission(sub, None, config)
-    on, off = records["1"], records["0"]
+    on, off = _graded_with_and_without_sharing(tmp_path, monkeypatch, rubric, source, workers)
     assert on.status == off.status == "graded", (on.error, off.error)
-    assert _results(on) == _results(off)
+    assert record_results(on) == record_results(off)
     assert not list(tmp_path.glob("case-*")), "run directories must be removed"
     status = {t.id: t.status for t in on.tests}
     # without grouping, two workers still make timed calls ahead, each alone
@@ -406,16 +293,9 @@ def test_a_grading_with_one_group_per_worker_gives_the_same_results(tmp_path, mo
     results of a grading that groups nothing."""
     monkeypatch.setenv("GRADER_GROUP_SPLIT", "1")
     rubric = _timed_rubric(tmp_path)
-    sub = tmp_path / "sub"
-    (sub / "part2").mkdir(parents=True)
-    (sub / "part2" / "conv2d.py").write_bytes(STAFF_CONV)
-    records = {}
-    for share in ("1", "0"):
-        monkeypatch.setenv("GRADER_SHARE_PRODUCTS", share)
-        config = GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=2, tmp_root=str(tmp_path))
-        records[share] = grade_submission(sub, None, config)
-    assert _results(records["1"]) == _results(records["0"])
-    assert records["1"].timings["share:groups"] == 3 and records["1"].timings["share:calls"] == 7
+    on, off = _graded_with_and_without_sharing(tmp_path, monkeypatch, rubric, STAFF_CONV, workers=2)
+    assert record_results(on) == record_results(off)
+    assert on.timings["share:groups"] == 3 and on.timings["share:calls"] == 7
 
 
 def test_a_group_is_split_into_one_per_worker():
@@ -480,9 +360,7 @@ def test_a_unit_made_ahead_that_fails_leaves_its_tests_to_make_their_calls(tmp_p
     from grader import pipeline
 
     rubric = _timed_rubric(tmp_path)
-    sub = tmp_path / "sub"
-    (sub / "part2").mkdir(parents=True)
-    (sub / "part2" / "conv2d.py").write_bytes(STAFF_CONV)
+    sub = _submission(tmp_path, STAFF_CONV)
     real = pipeline._Grading._run_group
     ahead: list = []
 
@@ -499,6 +377,6 @@ def test_a_unit_made_ahead_that_fails_leaves_its_tests_to_make_their_calls(tmp_p
     monkeypatch.setenv("GRADER_SHARE_PRODUCTS", "0")
     want = grade_submission(sub, None, GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=1,
                                                    tmp_root=str(tmp_path)))
-    assert got.status == "graded" and _results(got) == _results(want)
+    assert got.status == "graded" and record_results(got) == record_results(want)
     assert all(t.status in ("passed", "partial") for t in got.tests)
     # (the float16 pair is made ahead as soon as a worker is free, which is while the correctness groups run)

@@ -10,72 +10,34 @@ same timed call earns its points, so the requirement alone is what denies them."
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from grader_helpers import FAST_RUBRIC, TESTS, check_reports
+from grader_helpers import (
+    CONV16,
+    FIXED_THRESHOLDS,
+    GROUP_IDS,
+    TESTS,
+    check_reports,
+    conv_group_tests,
+    conv_rubric,
+    conv_test_toml,
+)
 
 from grader.pipeline import grade_submission
 from grader.records import GradeConfig
 from grader.rubric import load_rubric
 
 PROBE = TESTS / "hostile_timed" / "batch_probe_nki"
-SHAPE = {"in_channels": 128, "out_channels": 128, "height": 16, "width": 16, "kernel": 3, "dtype": "float32"}
-
-TESTS_TOML = """
-[[test]]
-id = "conv.plain"
-name = "conv, no bias"
-part = 2
-file = "part2/conv2d.py"
-function = "fused_conv2d_maxpool"
-kind = "correctness"
-problem = "conv2d"
-points = 1
-timeout_s = 60
-cases = [{PLAIN}]
-
-[[test]]
-id = "conv.bias"
-name = "conv + bias"
-part = 2
-file = "part2/conv2d.py"
-function = "fused_conv2d_maxpool"
-kind = "correctness"
-problem = "conv2d"
-points = 1
-timeout_s = 60
-cases = [{BIAS}]
-
-[[test]]
-id = "conv.speed"
-name = "conv latency"
-part = 2
-file = "part2/conv2d.py"
-function = "fused_conv2d_maxpool"
-kind = "performance"
-problem = "conv2d"
-points = 2
-{REQUIRES}timeout_s = 60
-cases = [{TIMED}]
-thresholds = { source = "fixed", optimized_us = 1000000.0, relaxed_us = 2000000.0 }
-"""
-
-
-def _case(**kw) -> str:
-    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in {**SHAPE, **kw}.items()) + " }"
 
 
 def _rubric(tmp_path: Path, requires: bool) -> Path:
-    head = Path(FAST_RUBRIC).read_text().split("[[test]]")[0]
-    body = (TESTS_TOML.replace("{PLAIN}", _case(batch=2, pool=1, bias="zeros"))
-            .replace("{BIAS}", _case(batch=2, pool=1, bias="random"))
-            .replace("{TIMED}", _case(batch=1, pool=1, bias="random"))
-            .replace("{REQUIRES}", 'requires = ["conv.plain", "conv.bias"]\n' if requires else ""))
-    path = tmp_path / "rubric.toml"
-    path.write_text(head + body)
-    return path
+    """Two batch-2 correctness tests (no bias, bias) and a batch-1 timed test with easy fixed targets, which requires
+    them or not."""
+    timed = {**CONV16, "batch": 1, "pool": 1, "bias": "random"}
+    return conv_rubric(tmp_path / "rubric.toml", conv_group_tests((60, 60)),
+                       conv_test_toml("conv.speed", "conv latency", [timed], kind="performance", points=2,
+                                      requires=GROUP_IDS[:2] if requires else (), thresholds=FIXED_THRESHOLDS))
 
 
 @pytest.mark.slow
