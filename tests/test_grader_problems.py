@@ -164,6 +164,43 @@ def test_vector_add_reference_is_one_rounding_of_the_sum():
         va.invocation({"shape": [8, 8]}, 0)
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (3, 700), (257, 513), (1024, 1024), (4096, 4096)])
+def test_transpose_reference_is_the_plain_transposed_copy(shape):
+    """The reference copies in blocks (the plain copy walks the input down its columns): the same array."""
+    from grader.problems import transpose
+
+    a = np.random.default_rng(0).random(shape, dtype=np.float32)
+    got = transpose.transposed(a)
+    assert got.flags.c_contiguous and got.dtype == a.dtype
+    np.testing.assert_array_equal(got, np.ascontiguousarray(a.T))
+
+
+def test_an_exact_reference_is_computed_once_per_inputs():
+    """ProblemBase.expected memoises by the inputs' digests: a grading's reference thread computes it beside the
+    call and the judge takes that one (read-only); other inputs get their own."""
+    from grader import refcache
+
+    transpose = problems.get("transpose")
+    calls = []
+
+    class Counting(type(transpose)):
+        def reference(self, inv, precision="float64"):
+            calls.append(inv.args[0].shape)
+            return super().reference(inv, precision)
+
+    counting = Counting()
+    refcache.clear_memory()
+    store = refcache.ReferenceStore(None, None)
+    case = {"shape": [96, 160], "dtype": "float32"}
+    shared = counting.shared_invocation(case, 11)
+    first = counting.expected(store, shared, "exact")
+    again = counting.expected(store, counting.shared_invocation(case, 11), "exact")
+    assert again is first and not first.flags.writeable and calls == [(96, 160)]
+    np.testing.assert_array_equal(first, shared.inv.args[0].T)
+    other = counting.expected(store, counting.shared_invocation(case, 12), "exact")
+    assert len(calls) == 2 and not np.array_equal(other, first)
+
+
 def test_the_rubric_checks_threshold_sources_per_problem(tmp_path):
     rubric = tmp_path / "r.toml"
     text = TOY_RUBRIC.replace('problem = "double"', 'problem = "transpose"')

@@ -278,6 +278,35 @@ def test_conv_reference_matches_a_direct_loop():
     )
 
 
+def test_conv_reference_takes_one_blas_thread_whatever_the_process_has():
+    """OpenBLAS rounds the elements at the edges of its threads' shares of a product differently (here about 30 of
+    2.2 M values, in their last bit, with two threads against one), so the references are computed with one BLAS
+    thread: the same values on a machine of any number of cores, in ``grade`` and in a batch worker, whichever
+    thread computes them.  The limit is the process's, set by the first of concurrent references and restored by the
+    last.  Without one_blas_thread in conv2d_accumulate this fails on a machine with two cores or more."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads() -> list[int]:
+        return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+
+    rng = np.random.default_rng(1)
+    w = rng.random((256, 256, 3, 3), dtype=np.float32)
+    x = rng.random((1, 256, 40, 224), dtype=np.float32)
+    with threadpool_limits(limits=1, user_api="blas"):
+        one = conv.conv2d_accumulate(x, w, np.float64)
+    # this thread controls the pool now (threadpoolctl >= 3.8 ignores the others' limits): the references' threads
+    # must take one BLAS thread all the same
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = blas_threads()
+        with ThreadPoolExecutor(2) as pool:
+            many = list(pool.map(lambda _: conv.conv2d_accumulate(x, w, np.float64), range(2)))
+        assert blas_threads() == before
+    for got in many:
+        np.testing.assert_array_equal(got, one)
+
+
 def test_seeds_are_reproducible_and_content_dependent():
     a = problems.submission_seed(42, "ab" * 32)
     assert a == problems.submission_seed(42, "ab" * 32) and a != problems.submission_seed(42, "cd" * 32)

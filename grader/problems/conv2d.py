@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from grader import refcache, thresholds
-from grader.problems.base import ACCUMULATORS, Invocation, SharedInvocation, case_dtype
+from grader.problems.base import ACCUMULATORS, Invocation, SharedInvocation, case_dtype, one_blas_thread
 from grader.problems.generic import ProblemBase
 
 # Fall 2025 course harness (part2/test_harness.py, trn2): (dtype, image height) -> (relaxed us, optimized us).
@@ -111,19 +111,20 @@ def conv2d_accumulate(x: np.ndarray, w: np.ndarray, dtype: type = np.float64, ch
     band = max(1, min(chunk_rows, ho))
     col_buf = np.empty(k * k * cin * band * wo, dtype=dtype)
     prod_buf = np.empty(cout * band * wo, dtype=dtype)
-    for n in range(b):
-        # the columns are cast from X as they are copied (exact: float16/float32 -> float32/float64), without a
-        # converted copy of the whole image first (102 MB of float64 per 224x224 image, written and read again)
-        xn = x[n]
-        for r0 in range(0, ho, chunk_rows):
-            rows = min(chunk_rows, ho - r0)
-            cols = col_buf[: k * k * cin * rows * wo].reshape(k, k, cin, rows, wo)
-            for i in range(k):
-                for j in range(k):
-                    cols[i, j] = xn[:, r0 + i : r0 + i + rows, j : j + wo]
-            prod = prod_buf[: cout * rows * wo].reshape(cout, rows * wo)
-            np.matmul(w2, cols.reshape(k * k * cin, rows * wo), out=prod)
-            out[n, :, r0 : r0 + rows, :] = prod.reshape(cout, rows, wo)
+    with one_blas_thread():  # the same values on any machine, whatever its cores (base.one_blas_thread)
+        for n in range(b):
+            # the columns are cast from X as they are copied (exact: float16/float32 -> float32/float64), without a
+            # converted copy of the whole image first (102 MB of float64 per 224x224 image, written and read again)
+            xn = x[n]
+            for r0 in range(0, ho, chunk_rows):
+                rows = min(chunk_rows, ho - r0)
+                cols = col_buf[: k * k * cin * rows * wo].reshape(k, k, cin, rows, wo)
+                for i in range(k):
+                    for j in range(k):
+                        cols[i, j] = xn[:, r0 + i : r0 + i + rows, j : j + wo]
+                prod = prod_buf[: cout * rows * wo].reshape(cout, rows * wo)
+                np.matmul(w2, cols.reshape(k * k * cin, rows * wo), out=prod)
+                out[n, :, r0 : r0 + rows, :] = prod.reshape(cout, rows, wo)
     return out
 
 
