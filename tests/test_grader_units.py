@@ -307,6 +307,18 @@ def test_conv_reference_takes_one_blas_thread_whatever_the_process_has():
         np.testing.assert_array_equal(got, one)
 
 
+@pytest.mark.parametrize("accumulate", [np.float32, np.float64])
+def test_conv_reference_of_float16_inputs_converts_them_exactly_band_by_band(accumulate):
+    """float16 X is converted to float32 a band of rows at a time before the columns are copied (a whole band,
+    then the columns from it): the products are those of X converted whole, for partial last bands too."""
+    rng = np.random.default_rng(5)
+    x = rng.random((2, 7, 13, 9), dtype=np.float32).astype(np.float16)
+    w = rng.random((4, 7, 3, 3), dtype=np.float32).astype(np.float16)
+    for chunk_rows in (1, 4, 32):
+        np.testing.assert_array_equal(conv.conv2d_accumulate(x, w, accumulate, chunk_rows),
+                                      conv.conv2d_accumulate(x.astype(np.float32), w, accumulate, chunk_rows))
+
+
 def test_seeds_are_reproducible_and_content_dependent():
     a = problems.submission_seed(42, "ab" * 32)
     assert a == problems.submission_seed(42, "ab" * 32) and a != problems.submission_seed(42, "cd" * 32)
