@@ -10,7 +10,8 @@ from grader import leaderboard
 from nkisim.perf.browser import launch, unavailable_reason
 
 REASON = unavailable_reason()
-pytestmark = [pytest.mark.skipif(REASON is not None, reason=REASON or ""), pytest.mark.xdist_group("browser")]
+pytestmark = [pytest.mark.skipif(REASON is not None, reason=REASON or ""), pytest.mark.xdist_group("browser"),
+              pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

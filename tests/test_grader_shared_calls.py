@@ -200,6 +200,7 @@ def _graded_with_and_without_sharing(tmp_path: Path, monkeypatch, rubric: Path, 
     return records[0], records[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", [STAFF_CONV, POOL_FAILS, LEGACY_CONV], ids=["staff", "pool-fails", "legacy-staff"])
 def test_a_grading_with_and_without_grouping_gives_the_same_results(tmp_path, monkeypatch, source):
     rubric = conv_rubric(tmp_path / "rubric.toml", conv_group_tests())
@@ -242,10 +243,15 @@ def _timed_rubric(tmp_path: Path) -> Path:
     return conv_rubric(tmp_path / "rubric.toml", conv_group_tests(), conv_timed_tests(), float16=True)
 
 
-@pytest.mark.parametrize(("source", "workers"), [(STAFF_CONV, 1), (STAFF_CONV, 2), (POOL_FAILS, 1), (POOL_FAILS, 2),
-                                                 (FIRST_IMAGE_ONLY, 1), (FIRST_IMAGE_ONLY, 2), (LEGACY_CONV, 2)],
-                         ids=["staff-1", "staff-2", "pool-fails-1", "pool-fails-2", "first-image-only-1",
-                              "first-image-only-2", "legacy-staff-2"])
+# two sandboxed gradings each: the fast tier (make test-fast) keeps the staff kernel's with two workers and the
+# first-image-only kernel's speculative calls with one
+@pytest.mark.parametrize(("source", "workers"), [
+    pytest.param(STAFF_CONV, 1, id="staff-1", marks=pytest.mark.slow), pytest.param(STAFF_CONV, 2, id="staff-2"),
+    pytest.param(POOL_FAILS, 1, id="pool-fails-1", marks=pytest.mark.slow),
+    pytest.param(POOL_FAILS, 2, id="pool-fails-2", marks=pytest.mark.slow),
+    pytest.param(FIRST_IMAGE_ONLY, 1, id="first-image-only-1"),
+    pytest.param(FIRST_IMAGE_ONLY, 2, id="first-image-only-2", marks=pytest.mark.slow),
+    pytest.param(LEGACY_CONV, 2, id="legacy-staff-2", marks=pytest.mark.slow)])
 def test_timed_calls_grouped_give_what_they_give_alone(tmp_path, monkeypatch, source, workers):
     """The batch-1 float32 timed calls are made speculatively with the correctness calls (the first image of their
     X, the same W), the float16 pair together; with two workers in one group per worker, and timed calls made
@@ -288,6 +294,7 @@ def test_timed_calls_grouped_give_what_they_give_alone(tmp_path, monkeypatch, so
     assert on.timings["share:speculative"] == 2 if workers == 1 else 2 <= on.timings["share:speculative"] <= 4
 
 
+@pytest.mark.slow
 def test_a_grading_with_one_group_per_worker_gives_the_same_results(tmp_path, monkeypatch):
     """GRADER_GROUP_SPLIT=1: two workers make {plain, pool} and {bias, both float32 timed calls}, with the
     results of a grading that groups nothing."""
@@ -354,6 +361,7 @@ def test_kernel_slots_go_to_the_largest_waiting_call_and_speculation_waits(monke
     assert slots.wait_idle(threading.Event()) is True
 
 
+@pytest.mark.slow
 def test_a_unit_made_ahead_that_fails_leaves_its_tests_to_make_their_calls(tmp_path, monkeypatch):
     """A grader error while making timed calls ahead (here: every unit made ahead raises) is no test's outcome:
     the tests make their calls themselves, with the results of a grading that makes nothing ahead."""

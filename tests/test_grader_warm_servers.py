@@ -163,6 +163,7 @@ def test_servers_grade_exactly_as_one_process_per_call(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "warm" / "results.json").read_text())["score"] == warm.score
 
 
+@pytest.mark.slow
 def test_a_hung_call_takes_its_server_and_the_next_call_gets_a_new_one(tmp_path):
     """The kernel loops forever on one shape: that call times out and its server is killed with it; a later test's
     smaller call runs on a new server and passes."""

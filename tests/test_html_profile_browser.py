@@ -19,7 +19,8 @@ from nkisim.perf.browser import launch, unavailable_reason
 from nkisim.perf.html_profile import write_html
 
 REASON = unavailable_reason()
-pytestmark = [pytest.mark.skipif(REASON is not None, reason=REASON or ""), pytest.mark.xdist_group("browser")]
+pytestmark = [pytest.mark.skipif(REASON is not None, reason=REASON or ""), pytest.mark.xdist_group("browser"),
+              pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "kernels"))

@@ -56,7 +56,8 @@ def _fields(trace) -> list:
 
 
 @needs_staff
-@pytest.mark.parametrize("path", [STAFF, LEGACY, NAIVE], ids=["staff", "staff-legacy-api", "starting-point"])
+@pytest.mark.parametrize("path", [STAFF, LEGACY, pytest.param(NAIVE, marks=pytest.mark.slow)],
+                         ids=["staff", "staff-legacy-api", "starting-point"])
 def test_runs_in_a_group_are_their_separate_runs_bit_for_bit(path, monkeypatch):
     monkeypatch.setattr(sharing, "SELF_CHECK", True)  # every reuse the equality memo allows is checked bitwise too
     kernel = harness.load_kernel(path)
@@ -142,7 +143,8 @@ def test_the_group_leaves_one_case_per_other_worker_alone():
 
 @needs_fork
 @needs_staff
-@pytest.mark.parametrize("which", ["staff", "wrong", "raises-in-pooling"])
+@pytest.mark.parametrize("which", ["staff", pytest.param("wrong", marks=pytest.mark.slow),
+                                   pytest.param("raises-in-pooling", marks=pytest.mark.slow)])
 def test_grouped_parallel_runs_print_and_score_as_the_serial_harness(which, tmp_path, capfd, monkeypatch):
     """Every same-input case pair of the small images grouped (the 32x16 cases stand in for the 224x224 ones),
     against the serial harness: the same log, output, verdicts and details."""

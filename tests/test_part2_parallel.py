@@ -162,6 +162,7 @@ def test_the_staff_kernel_scores_alike_with_workers(capfd, monkeypatch):
     assert all(r.passed for r in parallel.correctness + parallel.performance)
 
 
+@pytest.mark.slow
 def test_a_raising_kernel_stays_in_process(monkeypatch):
     """Its first case raises: no worker is started (each test stops at its first case)."""
     started = []

@@ -325,6 +325,7 @@ def _message_strings(source: str):
             yield node.value
 
 
+@pytest.mark.slow
 def test_released_messages_name_only_released_documents(edition):
     """Every ``docs/*.md`` or ``handouts/*.md`` that a released program's strings name (an error message, a help
     text) is in the release: the Ray executor's refusal sent its reader to docs/ray.md and a graded
