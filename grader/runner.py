@@ -25,7 +25,9 @@ import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -371,6 +373,22 @@ def _dtype_spec(dtype: np.dtype) -> str:
     return dtype.str if dtype.kind in "biufc" else dtype.name
 
 
+_PRIORITY = threading.local()
+
+
+@contextmanager
+def background(nice: int) -> Iterator[None]:
+    """Kernel processes this thread starts meanwhile run ``nice`` steps below the grader's priority (0: as the
+    grader): a grading with several workers runs the calls off its critical path so, and the call everything else
+    waits for keeps a core (grader/pipeline.py; docs/grading.md round 8)."""
+    before = getattr(_PRIORITY, "nice", 0)
+    _PRIORITY.nice = nice
+    try:
+        yield
+    finally:
+        _PRIORITY.nice = before
+
+
 def _launch(
     source: bytes,
     rel_file: str,
@@ -442,6 +460,7 @@ def _launch(
             "uid": iso.uid,
             "gid": iso.gid,
             **({"stream_file": str(in_dir / "stream.json")} if stream is not None else {}),
+            **({"nice": nice} if (nice := getattr(_PRIORITY, "nice", 0)) else {}),
             **job_fields,
             **extra,
         }
@@ -614,7 +633,9 @@ def _signature(inv: Invocation) -> str:
 def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation], timeouts: list[float], *,
               want_trace: bool, target: str, limits: Limits, tmp_root: str | None = None,
               hidden: tuple[str, ...] = (), servers: KernelServers | None = None,
-              api: str = "nki", speculative: list[bool] | None = None) -> tuple[list[CaseRun | None], dict]:
+              api: str = "nki", speculative: list[bool] | None = None,
+              inputs: Callable[[], list[Invocation]] | None = None,
+              parallel: int = 1) -> tuple[list[CaseRun | None], dict]:
     """Several correctness calls of one kernel (``api``: its file's, one of :data:`REPLAYED_APIS`) on the same X
     and W (``part2.large``, ``bias`` and ``maxpool``), each the outcome :func:`run_case` would give it (full mode),
     for about the CPU time of fewer:
@@ -634,6 +655,14 @@ def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation
     its own outcome its result is None: it is not replayed alone here, its test makes the call itself if it is
     still wanted.  Otherwise its outcome is the one :func:`run_case` gives it (mode ``full``).
 
+    ``parallel``: how many specializing children may run at once (a grading with several workers: the group's
+    specializations are on its critical path; the outcomes are the same).
+
+    ``inputs``: when given, ``invs`` are the calls' stand-ins (``Problem.stand_in``: their shapes, dtypes and keyword
+    constants, all a specializing child is given) and ``inputs()`` returns the calls themselves, asked for once the
+    specializations are made (the parent generates the inputs meanwhile); a call whose signature differs from its
+    stand-in's is a grader error (ValueError).
+
     Returns the calls' outcomes (None only for a speculative call) and figures (``hits``/``misses``: reused and
     computed products, ``alone``: calls replayed alone after the group)."""
     common = dict(backend="nkisim", target=target, api=api, limits=limits, tmp_root=tmp_root,
@@ -649,18 +678,33 @@ def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation
     firsts: list[CaseRun | None] = [None] * len(invs)
     streams: list[bytes | None] = [None] * len(invs)
     made = [False] * len(invs)  # the call's specialization is known (made, or shared with an earlier call's)
-    # the asked-for calls' specializations first: a speculative call is made only when all of theirs succeeded
-    for k in sorted(range(len(invs)), key=lambda k: ahead[k]):
-        if ahead[k] and any(not made[j] or streams[j] is None for j in range(len(invs)) if not ahead[j]):
-            continue
-        sig = sigs[k]
-        spec = specs.get(sig)
-        if spec is None:
-            spec = specs[sig] = _specialized(source, rel_file, function, invs[k], timeout_s=timeouts[k], **common)
+    # the asked-for calls' specializations first: a speculative call is made only when all of theirs succeeded;
+    # within each of the two rounds, up to ``parallel`` distinct signatures at a time (each its own process and
+    # limit, as alone)
+    for speculative_round in (False, True):
+        ks = [k for k in range(len(invs)) if ahead[k] == speculative_round]
+        if speculative_round and any(not made[j] or streams[j] is None for j in range(len(invs)) if not ahead[j]):
+            break
+        first: dict[str, int] = {}  # the first call of each signature not specialized yet
+        for k in ks:
+            if sigs[k] not in specs:
+                first.setdefault(sigs[k], k)
+        new = list(first.items())
+        for (sig, k), spec in zip(new, _specialize_all(source, rel_file, function,
+                                                        [(invs[k], timeouts[k]) for _, k in new], parallel, common),
+                                  strict=True):
+            specs[sig] = spec
             shipped[sig], spec.stream = spec.stream, None
             firsts[k] = spec
-        made[k] = True
-        streams[k] = shipped[sig] if spec.verdict == Verdict.OK else None
+        for k in ks:
+            made[k] = True
+            streams[k] = shipped[sigs[k]] if specs[sigs[k]].verdict == Verdict.OK else None
+    if inputs is not None:
+        with timeline.span("inputs_wait"):
+            real = inputs()
+        if len(real) != len(invs) or any(_signature(a) != _signature(b) for a, b in zip(real, invs, strict=False)):
+            raise ValueError("run_group: a call's inputs do not have its stand-in's signature")
+        invs = real
     out: list[CaseRun | None] = [None] * len(invs)
     for k, sig in enumerate(sigs):
         spec = specs.get(sig)
@@ -694,6 +738,28 @@ def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation
         if run is not None:
             out[k] = _with_specialization(firsts[k], run)
     return out, figures
+
+
+def _specialize_all(source: bytes, rel_file: str, function: str, calls: list[tuple[Invocation, float]], parallel: int,
+                    common: dict[str, Any]) -> list[CaseRun]:
+    """The specializing runs of ``calls`` ((stand-in or call, time limit) each), ``parallel`` at a time, in order.
+    The threads making them start their processes as this thread would (its kernel slot on the timeline, its
+    ``background`` priority)."""
+    if parallel <= 1 or len(calls) <= 1:
+        return [_specialized(source, rel_file, function, inv, timeout_s=t, **common) for inv, t in calls]
+    nice, slot = getattr(_PRIORITY, "nice", 0), timeline.current_slot()
+
+    def one(call: tuple[Invocation, float]) -> CaseRun:
+        _PRIORITY.nice = nice
+        timeline.set_slot(slot)
+        try:
+            return _specialized(source, rel_file, function, call[0], timeout_s=call[1], **common)
+        finally:
+            _PRIORITY.nice = 0
+            timeline.set_slot(None)
+
+    with ThreadPoolExecutor(max_workers=min(parallel, len(calls)), thread_name_prefix="grader-specialize") as pool:
+        return list(pool.map(one, calls))
 
 
 def _group_inputs(in_dir: Path, out_dir: Path, members: list[tuple[Invocation, bytes | None]],

@@ -110,6 +110,10 @@ def active() -> bool:
     return _ACTIVE is not None
 
 
+def current_slot() -> int | None:
+    return getattr(_LOCAL, "slot", None)
+
+
 def set_slot(slot: int | None) -> None:
     """The kernel slot this thread holds from now on (None: none); spans record it."""
     if _ACTIVE is not None or slot is None:

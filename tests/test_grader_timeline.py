@@ -121,3 +121,26 @@ def test_the_reader_finds_gaps_and_idle_cores(capsys, tmp_path):
     (tmp_path / "bad.json").write_text("[]")
     assert tool.main([str(tmp_path / "bad.json")]) == 2
     assert tool.main([str(Path(tmp_path / "missing.json"))]) == 2
+
+
+def test_stand_ins_have_the_signature_of_the_calls_they_stand_for():
+    """A group specializes its calls from their stand-ins while the inputs are generated: each stand-in must have
+    its call's signature (shapes, dtypes, keyword constants) for every case of the course rubric, and hold no
+    values (a view of one zero)."""
+    from grader import problems
+    from grader.rubric import load_rubric
+    from grader.runner import _signature
+
+    seen = 0
+    for test in load_rubric(None).tests:
+        problem = problems.get(test.problem)
+        for case in test.cases:
+            stand_in = problem.stand_in(case)
+            if stand_in is None:
+                continue
+            seen += 1
+            real = problem.shared_invocation(case, 12345).inv
+            assert _signature(stand_in) == _signature(real), (test.id, case)
+            assert all(a.strides == (0,) * a.ndim and not a.flags.writeable for a in stand_in.args[:2])  # X, W
+            assert stand_in.out_shape == real.out_shape and stand_in.out_dtype == real.out_dtype
+    assert seen >= 10  # every conv2d case

@@ -72,6 +72,13 @@ class Problem(Protocol):
         """Elements of every input array, known without generating them (the resource-limit size measure)."""
         ...
 
+    def stand_in(self, case: dict[str, Any]) -> Invocation | None:
+        """The call without its values: arguments of the inputs' shapes and dtypes holding zeros (read-only views
+        of one element each) and the call's keyword constants, all a specializing child is given; None when they
+        are not known without generating the inputs.  Lets a grading specialize a call while its inputs are
+        generated (grader/pipeline.py, docs/grading.md round 8)."""
+        ...
+
     def accumulated_terms(self, case: dict[str, Any]) -> int:
         """Terms summed per output value (0: the reference is exact, e.g. a copy or one rounding)."""
         ...

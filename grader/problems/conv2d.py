@@ -390,6 +390,13 @@ class Conv2d(ProblemBase):
         x, w, _ = conv2d_shapes(case)
         return int(np.prod(x)) + int(np.prod(w)) + w[0]
 
+    def stand_in(self, case: dict[str, Any]) -> Invocation:
+        """X and W as zero views of their shapes and dtype, through conv2d_with_bias (the same bias dtype and
+        ``pool_size``): the signature of :meth:`shared_invocation`'s call without drawing a value."""
+        x_shape, w_shape, _ = conv2d_shapes(case)
+        zero = np.zeros((), dtype=case_dtype(case))
+        return conv2d_with_bias(case, np.broadcast_to(zero, x_shape), np.broadcast_to(zero, w_shape), 0)
+
     def accumulated_terms(self, case: dict[str, Any]) -> int:
         return int(case["in_channels"]) * int(case["kernel"]) ** 2 + 1  # + the bias
 

@@ -35,6 +35,9 @@ class ProblemBase:
     def input_elements(self, case: dict[str, Any]) -> int:
         raise NotImplementedError(f"problem {self.name!r} defines no input_elements")
 
+    def stand_in(self, case: dict[str, Any]) -> Invocation | None:
+        return None  # unknown until the inputs exist: the call is specialized after they are generated
+
     # -------------------------------------------------------------------------------------- reference ----
     def accumulated_terms(self, case: dict[str, Any]) -> int:
         return 0

@@ -1,0 +1,162 @@
+"""A two-worker grading's schedule (docs/grading.md, "A grading's timeline, round 8"): the critical group's calls
+specialized from stand-ins while the inputs are generated and side by side, the calls off the critical path run
+below the grader's priority.  Each changes when things run, never an outcome: these tests compare outcomes with
+the schedule's features on and off."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from grader_helpers import CONV16, FAST_RUBRIC, GROUP_CASES, ROOT, record_results
+from test_grader_shared_calls import POOL_FAILS, STAFF_CONV, _same, _timed_rubric
+
+import grader.runner as runner
+from grader import problems, timeline
+from grader.pipeline import GraderError, background_nice, grade_submission
+from grader.records import GradeConfig
+from grader.rubric import load_rubric
+
+CONV = problems.get("conv2d")
+# the three correctness calls and the batch-1 timed call on X's first image (speculative)
+CASES = [*GROUP_CASES, {**CONV16, "batch": 1, "bias": "random", "pool": 1}]
+AHEAD = [False, False, False, True]
+
+
+@pytest.fixture(scope="module")
+def limits():
+    return load_rubric(FAST_RUBRIC).limits
+
+
+def _group(source: bytes, invs, limits, tmp_path, **kw):
+    return runner.run_group(source, "part2/conv2d.py", "fused_conv2d_maxpool", invs, [60.0] * len(invs),
+                            want_trace=True, target="trn2", limits=limits, tmp_root=str(tmp_path),
+                            speculative=AHEAD, **kw)
+
+
+def _jobs(monkeypatch) -> list[dict]:
+    seen: list[dict] = []
+    real = runner.run_sandboxed
+
+    def launch(argv, *, stdin_bytes, **kw):
+        seen.append(json.loads(stdin_bytes({}) if callable(stdin_bytes) else stdin_bytes))
+        return real(argv, stdin_bytes=stdin_bytes, **kw)
+
+    monkeypatch.setattr(runner, "run_sandboxed", launch)
+    return seen
+
+
+@pytest.mark.parametrize("source", [STAFF_CONV, POOL_FAILS], ids=["staff", "pool-fails"])
+def test_specializations_side_by_side_and_from_stand_ins_give_the_same_outcomes(source, limits, tmp_path,
+                                                                                 monkeypatch):
+    """``parallel=2`` and ``inputs=`` (the calls specialized from their stand-ins, the inputs asked for after):
+    the same specializing children (one per signature, the speculative ones only when every asked-for one
+    succeeded), the same outcomes bit for bit as one at a time from the inputs."""
+    real = [CONV.shared_invocation(c, 11).inv for c in CASES]
+    stand_ins = [CONV.stand_in(c) for c in CASES]
+    jobs = _jobs(monkeypatch)
+    before, before_figures = _group(source, real, limits, tmp_path)
+    serial_specs = sorted(json.dumps([j["input_specs"], j["kwargs"]]) for j in jobs if j.get("want_stream"))
+    jobs.clear()
+    asked: list[int] = []
+
+    def inputs():
+        asked.append(len([j for j in jobs if j.get("want_stream")]))
+        return real
+
+    after, after_figures = _group(source, stand_ins, limits, tmp_path, parallel=2, inputs=inputs)
+    assert sorted(json.dumps([j["input_specs"], j["kwargs"]]) for j in jobs if j.get("want_stream")) == serial_specs
+    assert asked == [len(serial_specs)]  # once, after every specialization
+    assert before_figures == after_figures
+    for a, b in zip(before, after, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            _same(a, b)
+    if source is POOL_FAILS:  # the pooling signature fails: the speculative call is not made
+        assert len(serial_specs) == 2 and after[3] is None and after[2].verdict == "error"
+    else:
+        assert len(serial_specs) == 3 and all(r is not None and r.verdict == "ok" for r in after)
+    assert not list(tmp_path.iterdir()), "run directories must be removed"
+
+
+def test_inputs_that_do_not_match_their_stand_ins_are_a_grader_error(limits, tmp_path):
+    real = [CONV.shared_invocation(c, 11).inv for c in CASES[:2]]
+    wrong = CONV.stand_in({**CASES[0], "height": 18})
+    with pytest.raises(ValueError, match="stand-in's signature"):
+        runner.run_group(STAFF_CONV, "part2/conv2d.py", "fused_conv2d_maxpool", [wrong, CONV.stand_in(CASES[1])],
+                         [60.0, 60.0], want_trace=False, target="trn2", limits=limits, tmp_root=str(tmp_path),
+                         inputs=lambda: real)
+
+
+def test_a_background_call_runs_below_the_graders_priority(limits, tmp_path, monkeypatch):
+    """``runner.background(n)``: the kernel processes started meanwhile are asked to lower their priority by n (the
+    job's ``nice``), and the child does so before anything else (its nice value and, where the scheduler groups
+    processes by session, its session's)."""
+    inv = CONV.shared_invocation(CASES[0], 3).inv
+    jobs = _jobs(monkeypatch)
+
+    def run() -> None:
+        runner.run_case(STAFF_CONV, "part2/conv2d.py", "fused_conv2d_maxpool", inv, mode="timing", want_trace=False,
+                        backend="nkisim", target="trn2", limits=limits, timeout_s=60.0, tmp_root=str(tmp_path))
+
+    run()
+    with runner.background(5):
+        run()
+    run()
+    assert [j.get("nice") for j in jobs] == [None, None, 5, 5, None, None]  # specialize and replay each
+    probe = ("import os, sys; sys.path.insert(0, sys.argv[1]); import child; child._confine({'nice': 5}); "
+             "ag = open('/proc/self/autogroup').read().split() if os.path.exists('/proc/self/autogroup') else None; "
+             "print(os.nice(0), ag[-1] if ag else '-')")
+    mine = os.nice(0)
+    out = subprocess.run([sys.executable, "-c", probe, str(ROOT / "grader")], capture_output=True, text=True,
+                         check=True, start_new_session=True).stdout.split()
+    assert int(out[0]) == min(19, mine + 5)
+    assert out[1] in ("5", "-")
+
+
+def test_background_nice_setting(monkeypatch):
+    monkeypatch.delenv("GRADER_BACKGROUND_NICE", raising=False)
+    assert background_nice(1) == 0 and background_nice(2) == 5
+    monkeypatch.setenv("GRADER_BACKGROUND_NICE", "0")
+    assert background_nice(2) == 0
+    monkeypatch.setenv("GRADER_BACKGROUND_NICE", "19")
+    assert background_nice(4) == 19 and background_nice(1) == 0
+    for bad in ("-1", "20", "x"):
+        monkeypatch.setenv("GRADER_BACKGROUND_NICE", bad)
+        with pytest.raises(GraderError, match="GRADER_BACKGROUND_NICE"):
+            background_nice(2)
+
+
+@pytest.mark.slow
+def test_only_the_critical_group_keeps_the_graders_priority(tmp_path, monkeypatch):
+    """A two-worker grading: the group of the largest correctness calls runs at the grader's priority, with its
+    specializations side by side; every other call below it.  The results are those of a grading with the
+    background at the grader's priority (``GRADER_BACKGROUND_NICE=0``)."""
+    rubric = _timed_rubric(tmp_path)
+    sub = tmp_path / "sub"
+    (sub / "part2").mkdir(parents=True)
+    (sub / "part2" / "conv2d.py").write_bytes(STAFF_CONV)
+    records = {}
+    for nice in ("5", "0"):
+        monkeypatch.setenv("GRADER_BACKGROUND_NICE", nice)
+        monkeypatch.setenv(timeline.ENV, str(tmp_path / f"tl{nice}.json"))
+        config = GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=2, tmp_root=str(tmp_path))
+        records[nice] = grade_submission(sub, None, config)
+    assert records["5"].status == records["0"].status == "graded"
+    assert record_results(records["5"]) == record_results(records["0"])
+    events = json.loads((tmp_path / "tl5.json").read_text())["events"]
+    slots = [e["name"] for e in events if e["kind"] == "slot"]
+    critical = [s for s in slots if "conv.plain#0" in s]
+    assert len(critical) == 1 and "nice" not in critical[0]
+    assert all(s.endswith(" nice 5") for s in slots if s not in critical)
+    assert len(slots) > 1
+    # the critical group's two correctness signatures were specialized side by side (overlapping spans)
+    specs = sorted((e["t0"], e["t1"]) for e in events if e["kind"] == "specialize" and e["thread"].startswith(
+        "grader-specialize"))
+    assert len(specs) >= 2 and specs[1][0] < specs[0][1]
+    assert np.all([e["kind"] != "slot" or "nice" not in e["name"] for e in
+                   json.loads((tmp_path / "tl0.json").read_text())["events"]])
