@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from grader_helpers import FAST_RUBRIC, TESTS, check_reports
+from grader_helpers import CONV16, FAST_RUBRIC, FIXED_THRESHOLDS, TESTS, check_reports, conv_rubric, conv_test_toml
 
 from grader import plausibility, problems, records
 from grader.pipeline import grade_submission
@@ -27,37 +27,7 @@ CORRECT, SPEED = "part1.transpose", "part1.transpose_speed"  # the fast rubric's
 # the values check set per test; the conv rubric is its header with one 32x16 correctness and one timed test.
 FAST_TEXT = Path(FAST_RUBRIC).read_text()
 FIXED_TARGETS = "optimized_us = 1000000.0, relaxed_us = 2000000.0"
-CONV_TESTS = """
-[[test]]
-id = "c.correct"
-name = "conv2d correctness, 32x16"
-part = 2
-file = "part2/conv2d.py"
-function = "fused_conv2d_maxpool"
-kind = "correctness"
-problem = "conv2d"
-points = 2.5
-timeout_s = 60
-cases = [@CASE@]
-
-[[test]]
-id = "c.speed"
-name = "conv2d latency, 32x16"
-part = 2
-file = "part2/conv2d.py"
-function = "fused_conv2d_maxpool"
-kind = "performance"
-problem = "conv2d"
-points = 1.25
-requires = ["c.correct"]
-timeout_s = 60
-cases = [@CASE@]
-thresholds = { source = "fixed", @TARGETS@ }
-"""
-CONV_CASE = (
-    '{ batch = 1, in_channels = 128, out_channels = 128, height = 32, width = 16, kernel = 3, pool = 1, '
-    'bias = "random", dtype = "float32" }'
-)
+CONV_CASE = {**CONV16, "batch": 1, "height": 32, "width": 16, "pool": 1, "bias": "random"}
 
 
 def _rubric(tmp_path: Path, text: str, name: str = "rubric.toml") -> str:
@@ -74,8 +44,10 @@ def _transpose_rubric(tmp_path: Path, optimized: float = 1e6, relaxed: float = 2
 
 
 def _conv_rubric(tmp_path: Path) -> str:
-    tests = CONV_TESTS.replace("@CASE@", CONV_CASE).replace("@TARGETS@", FIXED_TARGETS)
-    return _rubric(tmp_path, FAST_TEXT.split("[[test]]")[0] + tests, "conv.toml")
+    return str(conv_rubric(tmp_path / "conv.toml",
+                           conv_test_toml("c.correct", "conv2d correctness, 32x16", [CONV_CASE], points=2.5),
+                           conv_test_toml("c.speed", "conv2d latency, 32x16", [CONV_CASE], kind="performance",
+                                          points=1.25, requires=("c.correct",), thresholds=FIXED_THRESHOLDS)))
 
 
 def _grade(tmp_path: Path, name: str, rubric: str):
