@@ -1173,7 +1173,8 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
     list of ``(stream, args, kwargs)``; returns each member's :class:`KernelRun` or the exception its replay raised
     (a malformed stream's :class:`StreamError`, the program's own error), and figures (``hits``/``misses``: reused
     and computed matmul products, ``cpu_seconds`` per member: its own thread's, and ``borrowed_seconds``: what the
-    products it reused cost the member that computed them, which its time alone would include).
+    products it reused cost the member that computed them, which its time alone would include; ``stopped_sharing``:
+    the group found sharing costing more than it saved and stopped it, ``core.sharing``).
 
     With ``share`` and values computed, the members run in lockstep and reuse each other's products of
     bit-identical operands (``core.sharing``: the grader's three batch-4 224x224 correctness cases multiply the same
@@ -1249,7 +1250,8 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
     return out, {"hits": group.hits, "misses": group.misses, "cpu_seconds": cpu, "borrowed_seconds": borrowed,
                  "compares": {"snapshots": group.snapshots, "storage": group.root_compares,
                               "memo_hits": group.memo_hits, "operands": group.view_compares,
-                              "copies": group.copy_compares}}
+                              "copies": group.copy_compares},
+                 "stopped_sharing": not group.sharing}
 
 
 __all__ = ["FORMAT", "NotRecordable", "Recorder", "StreamError", "Trace", "dumps", "loads", "record", "replay",

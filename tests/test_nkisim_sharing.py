@@ -96,6 +96,50 @@ def test_members_whose_inputs_or_programs_differ_compute_their_own_products():
     assert figures["misses"] >= 3 * per_run // 4  # the three different members computed all of theirs
 
 
+def test_a_group_that_reuses_nothing_stops_looking_and_changes_no_value(monkeypatch):
+    """Members whose products never coincide (another X): once the later member has looked for PROBE products and
+    found none, the checks cost more than the nothing they saved, so the group stops sharing (core.sharing, "Sharing
+    that does not pay stops"): each member computes its own products from then on, with the values and trace it
+    gets alone."""
+    monkeypatch.setattr(sharing, "SELF_CHECK", True)
+    one = _conv_members(CONV, 4, 128, 128, 32, 16, np.float32, variants=(("random", 1),))
+    other = _conv_members(CONV, 4, 128, 128, 32, 16, np.float32, seed=4, variants=(("random", 1),))
+    members = [one[0], other[0]]
+    _, whole = stream.replay_group(members)  # the default probe is longer than these runs: no decision
+    assert not whole["stopped_sharing"] and whole["hits"] == 0
+    per_run = whole["misses"] // 2
+    monkeypatch.setattr(sharing, "WINDOW", 2)  # these convs make 36 matmuls a run
+    monkeypatch.setattr(sharing, "PROBE", 8)
+    assert per_run > 4 * sharing.PROBE
+    grouped, figures = stream.replay_group(members)
+    for a, g in zip(_alone(members), grouped, strict=True):
+        _same(a, g)
+    assert figures["stopped_sharing"] and figures["hits"] == 0
+    # it stopped at the later member's hand-over when it had looked for PROBE products (the earlier member had made
+    # as many); after that nothing is counted
+    assert figures["misses"] == 2 * sharing.PROBE
+    assert figures["borrowed_seconds"] == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("mod", [CONV, LEGACY], ids=["reference", "legacy"])
+def test_a_group_that_stops_sharing_midway_gives_every_member_its_separate_run(mod, monkeypatch):
+    """Members that do share (large, bias, maxpool: the same X and W), made to stop after the probe (COST_LIMIT 0:
+    any check costs more than allowed): the products reused before the stop and computed after it make the
+    member's outputs and trace bit for bit those of its run alone."""
+    monkeypatch.setattr(sharing, "SELF_CHECK", True)
+    monkeypatch.setattr(sharing, "WINDOW", 2)
+    monkeypatch.setattr(sharing, "PROBE", 8)
+    monkeypatch.setattr(sharing, "COST_LIMIT", 0.0)
+    members = _conv_members(mod, 4, 128, 128, 32, 16, np.float32)
+    grouped, figures = stream.replay_group(members)
+    for a, g in zip(_alone(members), grouped, strict=True):
+        _same(a, g)
+    assert figures["stopped_sharing"]
+    assert 0 < figures["hits"] and figures["hits"] + figures["misses"] <= 3 * (sharing.PROBE + sharing.WINDOW) < 3 * 36
+    assert figures["borrowed_seconds"][0] == 0.0 and figures["borrowed_seconds"][1] > 0.0
+    assert context._STACK == []
+
+
 def _break_midway(s: dict) -> dict:
     """The stream with a call about two thirds in naming no function: the replay raises StreamError there, after
     it made instructions and matmuls."""

@@ -148,7 +148,7 @@ def run_shared(fns: list[Callable[[], Any]]) -> tuple[list, list, dict]:
     full-mode :func:`run_kernel` calls a function makes (not on a launch grid) reuse the products of bit-identical
     operands that the functions before it computed at the same matmul.  Returns each function's return value,
     the exception it raised (None when it returned) and figures (``hits``/``misses``: reused and computed products,
-    ``cpu_seconds`` per function).
+    ``cpu_seconds`` per function, ``stopped_sharing``: whether the group stopped sharing as not paying).
 
     This is :func:`nkisim.stream.replay_group` for kernels run directly from their Python: Part 2's harness runs
     its three batch-4 224x224 correctness cases (the same X and W) so.  Each run's outputs, trace and errors are the
@@ -178,7 +178,7 @@ def run_shared(fns: list[Callable[[], Any]]) -> tuple[list, list, dict]:
             _freeze()
             gc.enable()
     return list(results), list(errors), {"hits": group.hits, "misses": group.misses,
-                                         "cpu_seconds": list(group.cpu_seconds)}
+                                         "cpu_seconds": list(group.cpu_seconds), "stopped_sharing": not group.sharing}
 
 
 def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: bool,

@@ -56,7 +56,20 @@ run on.  A member that finishes early (the grader's batch-1 timed call, a prefix
 its n-th matmul is theirs for the first image) leaves its turn to the others; its ring's entries keep matmul indices
 no later matmul has, so they are never taken.  Members whose products never coincide (other inputs, another
 program) just run one after another, paying one storage compare per pair of versions (or a failed operand compare
-per matmul) and a hand-over per ``WINDOW``.
+per matmul) and a hand-over per ``WINDOW`` -- until the group has seen what sharing costs it.
+
+**Sharing that does not pay stops.**  Where the operands cannot be matched by their storage versions (every matmul
+of the handout's starting point reads tiles written just before it), each operand is copied by an earlier member and
+compared by a later one, which costs most of the product it saves, and the runs' interleaving (two working sets
+sharing the caches, a hand-over per ``WINDOW``) costs about as much again.  So the group keeps the CPU time its
+members spend describing and comparing operands (``check_seconds``) beside the compute time of the products they
+reused (``borrowed``): once its later members have looked for ``PROBE`` products, at every hand-over, if the checks
+cost more than ``COST_LIMIT`` times what they saved (or anything while nothing was reused: other inputs, another
+program), ``sharing`` turns off for the rest of the group: every member computes its own products from then on and
+runs to its end without handing over (each run then goes as it goes alone).  The values are the same either way (a
+reused product is the bits the member computes itself, above); only which products are computed twice depends on
+the timing.  The time guard's charge (``borrowed``) stays exact: a product computed by its own member is charged to
+it as its own time, as alone.
 """
 
 from __future__ import annotations
@@ -76,6 +89,13 @@ from nkisim.core.access import own_storage
 # Matmuls a member makes per turn: a hand-over costs ~25 us (two thread switches), a member's last WINDOW products
 # are kept (~0.5 MB each for the course's [128, 128] x [128, 444] matmuls)
 WINDOW = 16
+# The group stops sharing (ShareGroup.sharing) once its later members have looked for PROBE products and what
+# describing and comparing operands cost so far is more than COST_LIMIT times the products reused: for the handout's
+# starting point (each matmul reads fresh tiles) the compares cost 0.86 of the products they saved and the group of
+# two 0.5 CPU s more than its runs alone (batch 1 224x224: 5.0 against 4.5 CPU s; the two runs' working sets sharing
+# the caches and the hand-overs cost about as much again as the compares), for the staff conv 0.12 (1.8 against 3.2)
+PROBE = 1024
+COST_LIMIT = 0.5
 # the self-check: on every memo hit the operand is compared bitwise too, and a disagreement raises
 # SharingSelfCheckError (tests run with it on: it is what catches a write path that does not bump Allocation.gen)
 SELF_CHECK = os.environ.get("NKISIM_SHARE_SELFCHECK", "") not in ("", "0")
@@ -105,7 +125,7 @@ class ShareGroup:
     member hands over to the next unfinished one there.  ``hits`` / ``misses`` count reused and computed products.
     """
 
-    def __init__(self, n: int, window: int | None = None) -> None:
+    def __init__(self, n: int, window: int | None = None, probe: int | None = None) -> None:
         self.n = n
         self.batons = [threading.Lock() for _ in range(n)]
         for b in self.batons:
@@ -138,6 +158,12 @@ class ShareGroup:
         # cheaper alone); the compute time of the live products, by id and a weak reference (:meth:`charge`)
         self.borrowed = [0.0] * n
         self._cost: dict[int, tuple] = {}
+        # whether products are still looked for and offered (module docstring, "Sharing that does not pay stops");
+        # the CPU seconds spent describing and comparing operands; the products later members looked for
+        self.sharing = True
+        self.check_seconds = 0.0
+        self.looked = 0
+        self.probe = PROBE if probe is None else probe
         self._saved: list[tuple] = []
         self._main = threading.Lock()
         self._main.acquire()
@@ -212,14 +238,19 @@ class ShareGroup:
         (dtype names, shapes) and bit-identical raw operands of the same layout, else ``compute()``.  ``views``: the
         operands' tensor views, whose storage versions let the equality memo answer without a compare (module
         docstring).  Every ``window`` matmuls the next member's turn comes."""
+        if not self.sharing:
+            return compute(moving)
         i = self.count[k]
         self.count[k] = i + 1
         slot = i % self.window
+        t0 = time.thread_time()
         if views is not None:
             rs, rm = own_storage(views[0]), own_storage(views[1])
         else:
             rs = rm = None
         entry = None
+        if k:
+            self.looked += 1
         for j in range(k):
             e = self.rings[j][slot]
             if e is not None and e[0] == i and e[1] == key and self._matches(k, e[2], stationary, rs) \
@@ -233,19 +264,35 @@ class ShareGroup:
                 mine = old is not None and old[5] == k
                 ds = self._describe(k, stationary, rs, old[2] if mine else None)
                 dm = self._describe(k, moving, rm, old[3] if mine else None)
+                self.check_seconds += time.thread_time() - t0
                 # a copy of the moving window is the one reshape(K, N) makes anyway: the product reads it
                 values = compute(moving if dm[0] is not None else dm[1])
                 entry = (i, key, ds, dm, values, k)
             else:
+                self.check_seconds += time.thread_time() - t0
                 values = compute(moving)
         else:
+            self.check_seconds += time.thread_time() - t0
             values = entry[4]
             self.hits += 1
         if k < self.n - 1:
             self.rings[k][slot] = entry
         if i % self.window == self.window - 1:
-            self._hand_over(k)
+            if self.looked >= self.probe and self.check_seconds >= COST_LIMIT * sum(self.borrowed):
+                self._stop()
+            else:
+                self._hand_over(k)
         return values
+
+    def _stop(self) -> None:
+        """Sharing does not pay (module docstring): from now on every member computes its own products and runs to
+        its end without handing over; the kept products and snapshots are let go."""
+        self.sharing = False
+        self.rings = [[None] * self.window for _ in range(self.n)]
+        self.snaps = [{} for _ in range(self.n)]
+        self.memo = [{} for _ in range(self.n)]
+        self.pending = [{} for _ in range(self.n)]
+        self._cost.clear()
 
     def charge(self, k: int, values: np.ndarray, spent: float | None) -> None:
         """Book member ``k``'s product ``values``: ``spent`` CPU seconds computing it, or (None) reused from another
@@ -399,6 +446,9 @@ class Member:
 
     def product(self, stationary: np.ndarray, moving: np.ndarray, key: tuple,
                 compute: Callable[[np.ndarray], np.ndarray], views: tuple | None = None) -> np.ndarray:
+        group = self.group
+        if not group.sharing:  # it stopped (ShareGroup._stop): the product is this member's own, as alone
+            return compute(moving)
         spent: list[float | None] = [None]
 
         def timed(mv: np.ndarray) -> np.ndarray:  # what this member's own product costs (ShareGroup.charge)
