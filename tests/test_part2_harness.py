@@ -233,20 +233,32 @@ def test_a_failing_prefetched_reference_raises_in_the_caller(monkeypatch):
         bank.reference(case)
 
 
-@settings(max_examples=40, deadline=None)
+KINDS = ["off", "nan", "inf", "-inf", "tiny", "edge", "edge+", "ref-nan", "ref-inf", "both-inf", "zero"]
+
+
+@settings(max_examples=80, deadline=None)
 @given(
     n=st.integers(0, 60),
-    bad=st.lists(st.tuples(st.integers(0, 59), st.sampled_from(["off", "nan", "inf", "tiny"])), max_size=3),
+    bad=st.lists(st.tuples(st.integers(0, 59), st.sampled_from(KINDS)), max_size=3),
     dtype=st.sampled_from(["float32", "float16"]),
     seed=st.integers(0, 2**16),
 )
 def test_outputs_match_slice_by_slice_is_allclose(n, bad, dtype, seed):
+    """outputs_match is np.allclose on the whole arrays, also where its float32 fast check (harness._close_f32)
+    hands a slice to allclose: NaN and infinities in either array, elements at the tolerance's edge."""
     rng = np.random.default_rng(seed)
     ref = (rng.random((n, 1)) * 600).astype(dtype)
     out = ref.copy()
+    rtol, atol = (1e-2, 1e-2) if dtype == "float16" else (1e-5, 1e-8)
     for i, kind in bad:
         if i < n:
-            out[i, 0] = {"off": out[i, 0] * 1.5 + 1, "nan": np.nan, "inf": np.inf, "tiny": out[i, 0] * (1 + 1e-7)}[kind]
+            r = np.float32(ref[i, 0])
+            edge = np.float32(atol + rtol * abs(r))  # the bound, then its neighbours in the arrays' type
+            out[i, 0] = {"off": r * 1.5 + 1, "nan": np.nan, "inf": np.inf, "-inf": -np.inf, "tiny": r * (1 + 1e-7),
+                         "edge": r + edge, "edge+": np.nextafter(r + edge, np.float32(np.inf)),
+                         "ref-nan": out[i, 0], "ref-inf": out[i, 0], "both-inf": np.inf, "zero": 0.0}[kind]
+            if kind in ("ref-nan", "ref-inf", "both-inf"):
+                ref[i, 0] = np.nan if kind == "ref-nan" else np.inf
     if dtype == "float16":
         whole = np.allclose(out.astype(np.float32), ref.astype(np.float32), rtol=1e-2, atol=1e-2)
     else:
@@ -341,3 +353,26 @@ def test_a_timed_test_past_the_relaxed_target_says_so_and_scores_nothing():
     assert result.points == 0 and not result.passed
     assert result.detail == "FAILED (too slow: slower than 2 \u03bcs, no credit)"
     assert any(line.endswith("-> FAILED (too slow: slower than 2 \u03bcs, no credit)") for line in lines)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**16), pool=st.sampled_from([1, 2]), dtype=st.sampled_from(["float32", "float16"]),
+       special=st.booleans())
+def test_the_reference_pools_before_the_bias_with_the_same_bits(seed, pool, dtype, special):
+    """InputBank.reference computes maxpool(conv) + bias: bit for bit maxpool(conv + bias), the definition (adding
+    a channel's bias rounds monotonically), also with negative values, zeros of either sign and ties."""
+    rng = np.random.default_rng(seed)
+    conv = (rng.standard_normal((2, 3, 6, 5)) * 4).astype(np.float32)
+    bias = rng.standard_normal(3).astype(dtype)
+    if special:
+        conv[0, 0, :2, :2] = [[-0.0, 0.0], [0.0, -0.0]]
+        conv[1, 1, :2, :2] = -float(bias[1])  # sums that are exactly zero
+        bias[2] = 0.0
+    case = harness.ConvCase(2, 128, 3, 8, 7, random_bias=True, pool_size=pool, dtype=dtype)
+    bank = harness.InputBank(seed)
+    bank.set_convolution(bank.key(case), conv)
+    monkey_bias = bias.copy()
+    bank.inputs = lambda c: (None, None, monkey_bias)  # type: ignore[method-assign]
+    want = harness.maxpool2d(conv + bias.astype(np.float32)[None, :, None, None], pool).astype(dtype)
+    got = bank.reference(case)
+    assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8))
