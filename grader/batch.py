@@ -256,8 +256,9 @@ _BLAS_LIMIT: Any = None
 
 def _worker_init(blas_threads: int = 0) -> None:
     """Pool workers die with the batch process (kill -9 included) and ignore Ctrl-C (the parent handles it).
-    ``blas_threads``: their share of the cores for the references' BLAS (``jobs`` workers each using every core
-    would only contend)."""
+    ``blas_threads``: their share of the cores for BLAS (``jobs`` workers each using every core would only
+    contend); the references themselves take one thread whatever it is (grader/problems/base.py
+    ``one_blas_thread``: the same values on any machine)."""
     global _BLAS_LIMIT
     if blas_threads > 0:
         from threadpoolctl import threadpool_limits
