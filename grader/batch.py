@@ -251,19 +251,16 @@ class SerialExecutor:
             yield fn(job)
 
 
-_BLAS_LIMIT: Any = None
-
-
 def _worker_init(blas_threads: int = 0) -> None:
     """Pool workers die with the batch process (kill -9 included) and ignore Ctrl-C (the parent handles it).
     ``blas_threads``: their share of the cores for BLAS (``jobs`` workers each using every core would only
     contend); the references themselves take one thread whatever it is (grader/problems/base.py
     ``one_blas_thread``: the same values on any machine)."""
-    global _BLAS_LIMIT
-    if blas_threads > 0:
-        from threadpoolctl import threadpool_limits
+    if blas_threads > 0:  # through nkisim's process-wide limiter (nkisim/core/blas.py), not threadpoolctl's, which
+        # would make this thread the only one whose limits count for the worker's life
+        from nkisim.core.blas import set_default_threads
 
-        _BLAS_LIMIT = threadpool_limits(limits=blas_threads, user_api="blas")
+        set_default_threads(blas_threads)
     if sys.platform.startswith("linux"):
         import ctypes
 

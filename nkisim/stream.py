@@ -1228,8 +1228,7 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
                     results.append(None)
                     errors.append(exc)
     finally:
-        if blas is not None:
-            blas.restore_original_limits()
+        blas.release()
         if gc_was_enabled:
             runtime._freeze()
             gc.enable()

@@ -205,7 +205,9 @@ class InputBank:
 
     ``prefetch`` computes the reference convolutions in a background thread while the kernel runs: NumPy's
     matrix products and array additions release the GIL, so on a machine with a second core the references
-    cost almost no wall time.  The values are the same as computed inline (the same function on the same inputs).
+    cost almost no wall time.  The values are the same as computed inline (the same function on the same inputs,
+    with one BLAS thread either way: ``_one_thread``; OpenBLAS rounds some elements differently with two, and its
+    thread count is the process's, which the kernel's run in the main thread also sets).
     """
 
     def __init__(self, seed: int) -> None:
@@ -271,7 +273,7 @@ class InputBank:
     def _compute(self, jobs: list[tuple[tuple, np.ndarray, np.ndarray]]) -> None:
         for key, X, W in jobs:
             try:
-                self._conv[key] = conv2d(X, W)
+                self._conv[key] = _one_thread(conv2d, X, W)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread by _convolution
                 self._failed[key] = exc
             finally:
@@ -286,7 +288,7 @@ class InputBank:
                 raise self._failed[key]
         if key not in self._conv:
             X, W, _ = self.inputs(case)
-            self._conv[key] = conv2d(X, W)
+            self._conv[key] = _one_thread(conv2d, X, W)
         return self._conv[key]
 
     def reference(self, case: ConvCase) -> np.ndarray:
@@ -894,12 +896,12 @@ class ParallelRuns:
 
 def _one_thread(fn: Callable, *args):
     """``fn(*args)`` with one BLAS thread: the workers share the cores already (the command line sets
-    OPENBLAS_NUM_THREADS=1; a library caller may not have)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return fn(*args)
-    with threadpool_limits(limits=1, user_api="blas"):
+    OPENBLAS_NUM_THREADS=1; a library caller may not have), and a reference must have the one-thread values whichever
+    thread computes it.  nkisim's process-wide limiter, not threadpoolctl's ``threadpool_limits``: that one is ignored
+    in every thread but the first to set a limit, and concurrent set/restore pairs race (nkisim/core/blas.py)."""
+    from nkisim.core.blas import one_blas_thread
+
+    with one_blas_thread():
         return fn(*args)
 
 

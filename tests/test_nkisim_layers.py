@@ -23,7 +23,7 @@ NKISIM = Path(__file__).resolve().parents[1] / "nkisim"
 # The core's layers, bottom first: a module may import only modules of its own or a lower layer.
 LAYERS = [
     {"instr", "config", "rules", "dtypes", "indexing", "views", "stmt", "liveness", "execute", "traceio", "sealed",
-     "sites"},
+     "sites", "blas"},
     {"spill"},
     {"blocks"},
     {"memory"},

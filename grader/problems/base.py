@@ -1,6 +1,7 @@
 """What every graded problem shares: the kernel call (``Invocation``), the ``Problem`` protocol, input seeds, the
 reference-precision rule and the HBM-traffic facts of a trace.  No grader imports: the bottom of the problems
 package (grader/problems/__init__.py is the registry, generic.py the default behaviour, one module per problem).
+Of nkisim only its BLAS thread limiter (``one_blas_thread``: one per process, nkisim/core/blas.py).
 
 The parent generates every input from a seeded generator and computes the expected output itself, independently
 of nkisim, in the precision the tolerances call for (reference_precision): a kernel is judged against arithmetic it
@@ -9,16 +10,14 @@ cannot influence.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
-import itertools
-import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from nkisim.core import blas
 
 DTYPES = {"float32": np.float32, "float16": np.float16}
 
@@ -155,73 +154,10 @@ PRECISION_SHARE = 0.1
 DEFAULT_TOLERANCE = (1e-5, 1e-8)  # np.allclose's defaults, for a dtype the rubric does not list
 
 
-_BLAS_LOCK = threading.Lock()
-_BLAS_USERS = 0
-_BLAS_SAVED: list[tuple[Any, int]] = []
-_OPENBLAS: list[tuple[Any, Any]] | None = None
-
-
-def _openblas_thread_controls() -> list[tuple[Any, Any]]:
-    """(get, set) of the thread count of every OpenBLAS with its own thread pool in this process (NumPy's wheels'),
-    called directly: threadpoolctl >= 3.8 lets only one Python thread change such a pool (the first that set it,
-    until it leaves its ``with threadpool_limits``) and silently ignores the others, so a reference computed in a
-    grading's reference thread could not have changed it.  Looked up once."""
-    global _OPENBLAS
-    with _BLAS_LOCK:
-        if _OPENBLAS is None:
-            from threadpoolctl import threadpool_info
-
-            controls = []
-            for lib in threadpool_info():
-                if lib.get("internal_api") != "openblas" or lib.get("threading_layer") == "openmp":
-                    continue
-                dll = ctypes.CDLL(lib["filepath"])
-                for prefix, suffix in itertools.product(("", "scipy_"), ("", "64_", "_64")):
-                    get = getattr(dll, f"{prefix}openblas_get_num_threads{suffix}", None)
-                    put = getattr(dll, f"{prefix}openblas_set_num_threads{suffix}", None)
-                    if get is not None and put is not None:
-                        get.restype, put.argtypes = ctypes.c_int, [ctypes.c_int]
-                        controls.append((get, put))
-                        break
-            _OPENBLAS = controls
-        return _OPENBLAS
-
-
-@contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """BLAS on one thread while the block runs (while any thread of the process is in such a block).
-
-    The references' products must not depend on how many cores the machine has: OpenBLAS splits a product between
-    its threads and rounds the elements at the split's edges differently (a 224x224 float64 convolution image: 31 of
-    its 12.6 M values differ in their last bit between one and two threads), so a grading's references differed
-    between a 2-core and a 4-core machine, and between ``grade`` (every core) and ``batch --jobs 2`` (one thread per
-    worker).  One thread is also cheaper: the grader computes references beside the kernel processes, which hold
-    the other cores, and a second BLAS thread mostly waits for one (docs/grading.md, "The grader process's own
-    CPU").  OpenBLAS's thread count is the process's, so concurrent references share one setting, made by the first
-    and undone by the last.  A BLAS other than OpenBLAS with its own threads is limited through threadpoolctl for
-    the calling thread (what it can do there)."""
-    global _BLAS_USERS, _BLAS_SAVED
-    controls = _openblas_thread_controls()
-    if not controls:
-        from threadpoolctl import threadpool_limits
-
-        with threadpool_limits(limits=1, user_api="blas"):
-            yield
-        return
-    with _BLAS_LOCK:
-        if _BLAS_USERS == 0:
-            _BLAS_SAVED = [(put, get()) for get, put in controls]
-            for put, _ in _BLAS_SAVED:
-                put(1)
-        _BLAS_USERS += 1
-    try:
-        yield
-    finally:
-        with _BLAS_LOCK:
-            _BLAS_USERS -= 1
-            if _BLAS_USERS == 0:
-                for put, threads in _BLAS_SAVED:
-                    put(threads)
+# The references' products take one BLAS thread (the same values on any machine, whatever its cores; cheaper beside
+# the kernel processes): nkisim's process-wide limiter, shared with the emulator's runs and grouped runs in this
+# process (nkisim/core/blas.py says why it calls OpenBLAS directly, reference-counted across threads).
+one_blas_thread = blas.one_blas_thread
 
 
 def accumulation_error_bound(terms: int, precision: str) -> float:

@@ -21,6 +21,7 @@ import numpy as np
 from nkisim import frontends
 from nkisim.core import aps, blocks
 from nkisim.core.access import OPERANDS, allocation, is_gather, read
+from nkisim.core.blas import one_blas_thread
 from nkisim.core.buffers import wrap_host
 from nkisim.core.context import KernelContext, pop, push
 from nkisim.core.instr import B_HBM, B_PSUM, B_SBUF, Trace
@@ -172,8 +173,7 @@ def run_shared(fns: list[Callable[[], Any]]) -> tuple[list, list, dict]:
     try:
         results, errors = group.run([member(k, fn) for k, fn in enumerate(fns)])
     finally:
-        if blas is not None:
-            blas.restore_original_limits()
+        blas.release()
         if gc_was_enabled:
             _freeze()
             gc.enable()
@@ -261,8 +261,7 @@ def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: b
         if "partition_rule" in ctx.trace.meta:
             _warn_partition_rule(name, ctx.trace.meta["partition_rule"])
     finally:
-        if blas is not None:
-            blas.restore_original_limits()
+        blas.release()
         OPERANDS.clear()
         if gc_was_enabled:
             _freeze()
@@ -638,13 +637,10 @@ def _check_output_buffers(ctx: KernelContext, ret, simulate: bool) -> None:
                 fail("nkisim_output_buffer", name=t.name, buffer=allocation(t).space)
 
 
-def _single_thread_blas():
-    """Kernels issue many small GEMMs (<= 128x128x512): BLAS threads only add contention, so use one."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # optional: without it NumPy keeps its default threading
-        return None
-    return threadpool_limits(limits=1, user_api="blas")
+def _single_thread_blas() -> one_blas_thread:
+    """Kernels issue many small GEMMs (<= 128x128x512): BLAS threads only add contention, so use one; and the values
+    must not depend on the machine's cores (core/blas.py: the process's one limiter, whichever thread holds it)."""
+    return one_blas_thread().hold()
 
 
 def _arg_names(fn, n: int) -> list[str]:
