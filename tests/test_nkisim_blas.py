@@ -11,6 +11,7 @@ place of the limiter.  They need an OpenBLAS that can run two threads (skipped o
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -166,3 +167,35 @@ def test_a_harness_reference_in_its_background_thread_has_the_one_thread_values(
     bank.prefetch([case])
     got = bank.reference(case)
     np.testing.assert_array_equal(got, one)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_child_forked_while_another_thread_holds_the_limit_restores_it_and_can_take_it(two_threads):
+    """A worker forked while another thread holds one BLAS thread has only the forking thread: that hold ends in the
+    child (two threads there again, as the parent will have when it is released), and the limiter still works."""
+    inside, done = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with blas.one_blas_thread():
+            inside.set()
+            done.wait(30)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        inside.wait(10)
+        assert blas.current_threads() == [1] * len(two_threads)
+        pid = os.fork()
+        if pid == 0:  # the child: report through the exit status only
+            ok = blas.current_threads() == two_threads
+            with blas.one_blas_thread():
+                ok = ok and blas.current_threads() == [1] * len(two_threads)
+            ok = ok and blas.current_threads() == two_threads and blas._USERS == 0
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert blas.current_threads() == [1] * len(two_threads)  # the parent's holder is still inside
+    finally:
+        done.set()
+        t.join(30)
+    assert blas.current_threads() == two_threads

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import os
 import threading
 from typing import Any
 
 _LOCK = threading.Lock()
 _USERS = 0  # holders of one_blas_thread in this process, any thread
+_HOLDERS: dict[int, int] = {}  # thread ident -> its holds (what a forked child keeps: _after_fork_in_child)
 _SAVED: list[int] = []  # each OpenBLAS's thread count before the first holder, restored by the last
 _CONTROLS: list[tuple[Any, Any]] | None = None  # (get, set) per OpenBLAS with a process-wide pool
 
@@ -70,11 +72,12 @@ class one_blas_thread:  # noqa: N801 - used as a function: ``with one_blas_threa
     ``with`` does not fit.  Nested and concurrent holders are counted: the first sets one thread, the last restores
     the count it found (or the one ``set_default_threads`` gave meanwhile)."""
 
-    __slots__ = ("_fallback", "_held")
+    __slots__ = ("_fallback", "_held", "_thread")
 
     def __init__(self) -> None:
         self._fallback: Any = None
         self._held = False
+        self._thread = 0
 
     def hold(self) -> one_blas_thread:
         global _USERS, _SAVED
@@ -82,12 +85,14 @@ class one_blas_thread:  # noqa: N801 - used as a function: ``with one_blas_threa
             raise RuntimeError("this one_blas_thread is held already")
         controls = openblas_thread_controls()
         if controls:
+            self._thread = threading.get_ident()
             with _LOCK:
                 if _USERS == 0:
                     _SAVED = [get() for get, _ in controls]
                     for _, put in controls:
                         put(1)
                 _USERS += 1
+                _HOLDERS[self._thread] = _HOLDERS.get(self._thread, 0) + 1
         else:
             try:
                 from threadpoolctl import threadpool_limits
@@ -109,15 +114,43 @@ class one_blas_thread:  # noqa: N801 - used as a function: ``with one_blas_threa
             fallback.__exit__(None, None, None)
             return
         with _LOCK:
+            left = _HOLDERS.get(self._thread, 0) - 1
+            if left < 0:  # held before a fork, by a thread the child does not have: counted out already
+                return
+            if left:
+                _HOLDERS[self._thread] = left
+            else:
+                del _HOLDERS[self._thread]
             _USERS -= 1
             if _USERS == 0:
-                for (_, put), threads in zip(openblas_thread_controls(), _SAVED):
-                    put(threads)
+                _restore()
 
     __enter__ = hold
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _restore() -> None:
+    for (_, put), threads in zip(openblas_thread_controls(), _SAVED):
+        put(threads)
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while threads held the limit has only the forking thread: the others' holds end now (the
+    last restores the count), the forking thread's stay; and the lock is new (another thread may have held it)."""
+    global _LOCK, _USERS, _HOLDERS
+    _LOCK = threading.Lock()
+    me = threading.get_ident()
+    mine = _HOLDERS.get(me, 0)
+    _HOLDERS = {me: mine} if mine else {}
+    if _USERS and not mine:
+        _restore()
+    _USERS = mine
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def set_default_threads(threads: int) -> None:
