@@ -782,15 +782,15 @@ def test_an_error_of_the_values_is_a_fault_and_a_rules_error_is_not(monkeypatch)
     from nkisim.core.ops import tensor_engine
     from nkisim.core.rules import DeviceFault
 
-    real = tensor_engine._operand_values
+    real = tensor_engine._matrix  # a matmul operand's values, as multiplied
 
-    def fragile(t, dtype_name):
-        v = real(t, dtype_name)
+    def fragile(raw, dtype_name, k, n, slot):
+        v = real(raw, dtype_name, k, n, slot)
         if (v > 0.99).any():
             raise FloatingPointError(f"value {float(v.max())!r} too large")
         return v
 
-    monkeypatch.setattr(tensor_engine, "_operand_values", fragile)
+    monkeypatch.setattr(tensor_engine, "_matrix", fragile)
 
     @nki.jit
     def k(s_in):

@@ -289,15 +289,15 @@ def test_a_loop_body_failing_on_its_values_names_the_instruction_and_the_error_n
     computed on the device (docs/grading-security.md: error texts reveal no device values)."""
     from nkisim.core.ops import tensor_engine
 
-    real = tensor_engine._operand_values
+    real = tensor_engine._matrix  # a matmul operand's values, as multiplied
 
-    def fragile(t, dtype_name):
-        v = real(t, dtype_name)
+    def fragile(raw, dtype_name, k, n, slot):
+        v = real(raw, dtype_name, k, n, slot)
         if (v > 0.99).any():
             raise FloatingPointError(f"value {float(v.max())!r} too large")
         return v
 
-    monkeypatch.setattr(tensor_engine, "_operand_values", fragile)
+    monkeypatch.setattr(tensor_engine, "_matrix", fragile)
 
     def matmul(s):
         ps = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)

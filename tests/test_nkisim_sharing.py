@@ -193,7 +193,7 @@ def test_a_group_hands_over_in_order_and_reports_each_members_error():
             for i in range(3):
                 seen.append((k, i))
                 group.product(k, np.zeros((2, 2), np.float32), np.full((2, 2), k, np.float32), ("f",),
-                              lambda mv: mv * 2)
+                              lambda mv, keep: mv * 2)
                 if fail and i == 1:
                     raise RuntimeError(f"member {k}")
             return k

@@ -201,7 +201,7 @@ def test_a_member_is_charged_the_products_it_reuses():
 
     spent: list[float] = []
 
-    def compute(mv: np.ndarray) -> np.ndarray:
+    def compute(mv: np.ndarray, keep: bool) -> np.ndarray:
         t0 = time.thread_time()
         while time.thread_time() - t0 < 0.01:  # 10 ms of CPU per product
             pass

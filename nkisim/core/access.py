@@ -84,6 +84,19 @@ def poison_now(a: Allocation) -> None:
     base.fill(poison_value(base.dtype))
 
 
+def own_copy(t: View) -> None:
+    """Give a kernel argument whose storage is the caller's array (read-only, borrowed: ``core.buffers.wrap_host``)
+    a copy of its own, before the kernel starts, when it may write it (an output argument, a mutable annotation).
+    At that point the argument's root view is its only view."""
+    a = t._a
+    if a.base.flags.writeable:
+        return
+    base = np.array(a.base, copy=True)
+    if t._v is a.base:
+        t._v = base
+    a.base = base
+
+
 def is_gather(t: View) -> bool:
     """Whether the view addresses its elements through index arrays (index expressions, dynamic indices)."""
     return t._ix is not None
@@ -676,6 +689,8 @@ def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray |
     reads its flags and values through the same index arrays it writes through."""
     dst._a.gen += 1
     if dst._a.raw:
+        if _overwrite_raw(dst, vals, accumulate, mask, force):
+            return
         poison_now(dst._a)
     if force and accumulate:
         if dst._ix is None and mask is None:
@@ -717,7 +732,19 @@ def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray |
             dst._v[...] = execute.cast(vals, dst.dtype)
         return
     a = dst._a
-    flags = _flags_of(dst, a.acc)  # read here; written below
+    acc = a.acc
+    # uniform flags (a fresh tile's: all clear; a tile a matmul wrote whole: all set) answer by identity, with no
+    # flags view and no scan: every accumulation group's first matmul and all its later ones
+    if acc is _UNIFORM.get((acc.shape, True)):
+        if accumulate and dst._v.dtype == F32:
+            dst._v += vals  # the common case: accumulate in place in fp32
+            return
+    elif dst._v is a.base and acc is _UNIFORM.get((acc.shape, False)):
+        # the first matmul of an accumulation group over the whole tile: the values as they are, every flag set
+        dst._v[...] = execute.cast(np.asarray(vals, dtype=F32), dst.dtype)
+        a.acc = uniform_flags(a.base.shape, True)
+        return
+    flags = _flags_of(dst, acc)  # read here; written below
     if accumulate and dst._v.dtype == F32 and flags.all():
         dst._v += vals  # the common case: accumulate in place in fp32
         return
@@ -730,6 +757,30 @@ def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray |
         a.acc = uniform_flags(a.base.shape, True)
     else:
         acc_view(dst)[...] = True
+
+
+def _overwrite_raw(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray | None, force: bool) -> bool:
+    """:func:`psum_write` into a raw (not yet poisoned) tile when the matmul overwrites every element through the
+    tile's own view -- the first matmul of an accumulation group into a fresh PSUM tile, or an ``accumulate=False``
+    one -- which leaves nothing of the poison to be seen, as :func:`write` does (the staff conv's every PSUM tile:
+    a 227 KB fill per accumulation group).  False, having written nothing, for any other write, which is then
+    filled first.  The flag is cleared once the assignment succeeded."""
+    a = dst._a
+    if dst._ix is not None or mask is not None or dst._v is not a.base or (force and accumulate) \
+            or a.vinit is not None or a.block_mod:
+        return False
+    acc = a.acc
+    if acc is None:  # a provisional result: an overwrite leaves its flags as they are
+        if accumulate:
+            return False
+        dst._v[...] = execute.cast(vals, dst.dtype)
+    elif accumulate and acc is not _UNIFORM.get((acc.shape, False)):
+        return False  # some element may be flagged: it would accumulate onto the poison
+    else:
+        dst._v[...] = execute.cast(np.asarray(vals, dtype=F32), dst.dtype)
+        a.acc = uniform_flags(a.base.shape, True)
+    a.raw = False
+    return True
 
 
 def _claim_slot(dst: View) -> None:

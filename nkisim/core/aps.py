@@ -779,6 +779,8 @@ def rebuild(root: Tensor, state, checked: bool = False) -> Tensor:
     base = a.base
     dt = to_dtype(dt_name)
     if checked:
+        if off == 0 and dt is base.dtype and base.shape == tuple(shape) and base.strides == tuple(strides):
+            return root.__class__(a, base, pdim, off=0)  # the whole storage, as below
         return root.__class__(a, np.ndarray(tuple(shape), dtype=dt, buffer=base, offset=off if 0 not in shape else 0,
                                             strides=tuple(strides)), pdim, off=off)
     if not (isinstance(shape, list) and isinstance(strides, list) and len(shape) == len(strides)
@@ -803,6 +805,11 @@ def rebuild(root: Tensor, state, checked: bool = False) -> Tensor:
             raise ValueError(f"on-chip view of '{a.name}' leaves its partition row")
     if not base.flags.c_contiguous:
         raise ValueError(f"the storage of '{a.name}' is not contiguous")
+    if off == 0 and dt is base.dtype and base.shape == tuple(shape) and base.strides == tuple(strides):
+        # the whole storage in its own layout (a tile passed whole, ``dst=acc``): its view is the storage array
+        # itself, as the tile's own view is in a direct run, so the core's whole-tile paths (lazy poison, uniform
+        # PSUM flags: core.access) take it in a replay too
+        return root.__class__(a, base, pdim, off=0)
     arr = np.ndarray(tuple(shape), dtype=dt, buffer=base, offset=off if 0 not in shape else 0, strides=tuple(strides))
     return root.__class__(a, arr, pdim, off=off)
 

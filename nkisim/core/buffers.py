@@ -260,10 +260,16 @@ def _shared_again(ctx: KernelContext, dims, dt, name: str) -> Tensor | None:
     return t
 
 
-def wrap_host(ctx: KernelContext, value, name: str, space: str = "argument"):
+def wrap_host(ctx: KernelContext, value, name: str, space: str = "argument", borrow: bool = False):
     """A read-only HBM tensor holding host data (kernel arguments, nl.shared_constant); anything that is not an
     array (ints, tuples, shape-only ``nt.tensor`` placeholders in full mode raise) is returned as given.  ``space``:
-    the memory space the tensor reports (NKI 0.6's shared_constant is "a tensor in shared HBM")."""
+    the memory space the tensor reports (NKI 0.6's shared_constant is "a tensor in shared HBM").
+
+    ``borrow`` (kernel arguments, ``runtime.run_kernel``): a C-contiguous array already of the tensor's dtype is
+    not copied; the storage is a read-only view of it (a batch-4 224x224 X is 205 MB, copied and faulted in per run
+    and per member of a lockstep group).  An immutable argument is never written (every write checks
+    ``immutable``, and the read-only view would raise were one missed); an argument the kernel may write gets a copy
+    of its own before the kernel starts (``access.own_copy``), as does an output handed back (``runtime._to_numpy``)."""
     if getattr(value, "__nkisim_placeholder__", False):  # nt.tensor[[shape], dtype]: shape only (nki.benchmark)
         if ctx.full:
             raise TypeError(f"argument '{name}' is {value!r}, a shape-only placeholder: it has no values, so it can "
@@ -280,9 +286,17 @@ def wrap_host(ctx: KernelContext, value, name: str, space: str = "argument"):
                                         and not isinstance(value, (Tensor, np.generic, type))):
         arr = np.asarray(value)
         dt = dtypes.to_dtype(arr.dtype)
-        base = hbm_storage(ctx, arr.shape, dt, name,
-                           (lambda: np.array(arr, dtype=dt, copy=True, order="C")) if ctx.full
-                           else (lambda: np.empty(arr.shape, dtype=dt)))
+        if not ctx.full:
+            make = lambda: np.empty(arr.shape, dtype=dt)  # noqa: E731
+        elif borrow and arr.dtype is dt and arr.flags.c_contiguous \
+                and arr.flags.aligned:
+            def make():
+                view = arr.view()
+                view.flags.writeable = False
+                return view
+        else:
+            make = lambda: np.array(arr, dtype=dt, copy=True, order="C")  # noqa: E731
+        base = hbm_storage(ctx, arr.shape, dt, name, make)
         alloc = Allocation(B_HBM, base, ctx.mem.new_phys(), None, name, 0, None)
         alloc.immutable = True
         alloc.space = space

@@ -233,13 +233,14 @@ class ShareGroup:
 
     # -- the core's hook ----------------------------------------------------------------------------------------
     def product(self, k: int, stationary: np.ndarray, moving: np.ndarray, key: tuple,
-                compute: Callable[[np.ndarray], np.ndarray], views: tuple | None = None) -> np.ndarray:
+                compute: Callable[[np.ndarray, bool], np.ndarray], views: tuple | None = None) -> np.ndarray:
         """Member ``k``'s next matmul product: reused from an earlier member whose same-numbered matmul had ``key``
-        (dtype names, shapes) and bit-identical raw operands of the same layout, else ``compute()``.  ``views``: the
+        (dtype names, shapes) and bit-identical raw operands of the same layout, else ``compute(moving, keep)``
+        (``keep``: the group keeps the product for later members, so it must be an array of its own).  ``views``: the
         operands' tensor views, whose storage versions let the equality memo answer without a compare (module
         docstring).  Every ``window`` matmuls the next member's turn comes."""
         if not self.sharing:
-            return compute(moving)
+            return compute(moving, False)
         i = self.count[k]
         self.count[k] = i + 1
         slot = i % self.window
@@ -266,11 +267,11 @@ class ShareGroup:
                 dm = self._describe(k, moving, rm, old[3] if mine else None)
                 self.check_seconds += time.thread_time() - t0
                 # a copy of the moving window is the one reshape(K, N) makes anyway: the product reads it
-                values = compute(moving if dm[0] is not None else dm[1])
+                values = compute(moving if dm[0] is not None else dm[1], True)
                 entry = (i, key, ds, dm, values, k)
             else:
                 self.check_seconds += time.thread_time() - t0
-                values = compute(moving)
+                values = compute(moving, False)
         else:
             self.check_seconds += time.thread_time() - t0
             values = entry[4]
@@ -445,15 +446,15 @@ class Member:
         self.group, self.k = group, k
 
     def product(self, stationary: np.ndarray, moving: np.ndarray, key: tuple,
-                compute: Callable[[np.ndarray], np.ndarray], views: tuple | None = None) -> np.ndarray:
+                compute: Callable[[np.ndarray, bool], np.ndarray], views: tuple | None = None) -> np.ndarray:
         group = self.group
         if not group.sharing:  # it stopped (ShareGroup._stop): the product is this member's own, as alone
-            return compute(moving)
+            return compute(moving, False)
         spent: list[float | None] = [None]
 
-        def timed(mv: np.ndarray) -> np.ndarray:  # what this member's own product costs (ShareGroup.charge)
+        def timed(mv: np.ndarray, keep: bool) -> np.ndarray:  # what this member's own product costs (charge)
             t0 = time.thread_time()
-            v = compute(mv)
+            v = compute(mv, keep)
             spent[0] = time.thread_time() - t0
             return v
 
