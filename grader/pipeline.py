@@ -242,16 +242,17 @@ def group_split() -> bool:
     return os.environ.get("GRADER_GROUP_SPLIT", "0") != "0"
 
 
-# Off by default: at load 3.5-5 the staff reference graded no faster with 5 (26.2 s mean of 7 runs against 25.4
-# before and 24.7 with 0) and its critical group's specializations side by side (on with it) start a third warm
-# server, about 0.7 CPU s; at load 10-13 it was 0.89 of the wall time (docs/grading.md, round 8)
-BACKGROUND_NICE = 0
+# Near idle (load 2.2-2.7, the grading's own included) the staff reference graded in 16.4-17.7 s with 5 against
+# 18.2-21.3 s with 0, five alternating triples (docs/grading.md, round 8); at load 3.5-5 the two were within noise,
+# at load 10-13 5 took 0.89 of the wall time.  The critical group's specializations side by side (on with it) start
+# a third warm server, about 0.7 CPU s.
+BACKGROUND_NICE = 5
 
 
 def background_nice(workers: int) -> int:
     """How far below the grader's priority a grading with several workers runs the kernel calls off its critical
-    path, with the critical group's specializations side by side (``GRADER_BACKGROUND_NICE``, 0-19; 0, the default:
-    neither).  One worker: 0 (a batch's gradings are alike)."""
+    path, with the critical group's specializations side by side (``GRADER_BACKGROUND_NICE``, 0-19, default
+    :data:`BACKGROUND_NICE`; 0: neither).  One worker: 0 (a batch's gradings are alike)."""
     if workers <= 1:
         return 0
     raw = os.environ.get("GRADER_BACKGROUND_NICE", str(BACKGROUND_NICE))

@@ -120,9 +120,9 @@ def test_a_background_call_runs_below_the_graders_priority(limits, tmp_path, mon
 
 def test_background_nice_setting(monkeypatch):
     monkeypatch.delenv("GRADER_BACKGROUND_NICE", raising=False)
-    assert background_nice(1) == 0 and background_nice(2) == 0  # off by default
-    monkeypatch.setenv("GRADER_BACKGROUND_NICE", "5")
-    assert background_nice(2) == 5 and background_nice(1) == 0
+    assert background_nice(1) == 0 and background_nice(2) == 5
+    monkeypatch.setenv("GRADER_BACKGROUND_NICE", "0")
+    assert background_nice(2) == 0
     monkeypatch.setenv("GRADER_BACKGROUND_NICE", "19")
     assert background_nice(4) == 19 and background_nice(1) == 0
     for bad in ("-1", "20", "x"):
