@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -109,3 +110,32 @@ def record_results(record) -> list:
     error -- to compare two gradings of one submission."""
     return [(t.id, t.status, t.score, t.message, t.latency_us, t.relaxed_us, t.optimized_us, t.timing_counts,
              [(c.verdict, c.message, c.max_abs_error) for c in t.cases]) for t in record.tests]
+
+
+# The staff conv kernels as submissions, and a variant failing in its Python (at specialization) for pool_size 2 only
+STAFF_CONV = (ROOT / "grader" / "reference" / "part2" / "conv2d.py").read_bytes()
+LEGACY_CONV = (ROOT / "grader" / "reference" / "legacy" / "part2" / "conv2d.py").read_bytes()
+POOL_FAILS = STAFF_CONV.replace(b"def fused_conv2d_maxpool(X, W, bias, pool_size=1):\n",
+                                b"def fused_conv2d_maxpool(X, W, bias, pool_size=1):\n"
+                                b"    if pool_size == 2:\n        raise ValueError('no pooling here')\n", 1)
+
+
+def trace_fields(trace) -> list:
+    """Every field of every instruction of a trace, to compare two runs' traces."""
+    return [[getattr(i, k) for k in i.__slots__] for i in trace.instrs]
+
+
+def assert_same_outcome(alone, grouped) -> None:
+    """A call made in a group (or ahead) has the outcome it has alone: verdict, message, outputs bit for bit, trace."""
+    assert (grouped.verdict, grouped.message, grouped.exhausted) == (alone.verdict, alone.message, alone.exhausted)
+    assert len(grouped.outputs) == len(alone.outputs)
+    for g, a in zip(grouped.outputs, alone.outputs, strict=True):
+        assert g.dtype == a.dtype and g.shape == a.shape and np.array_equal(g.view(np.uint8), a.view(np.uint8))
+    if alone.trace is not None:
+        assert trace_fields(grouped.trace) == trace_fields(alone.trace) and grouped.trace.meta == alone.trace.meta
+
+
+def conv_timed_rubric(tmp_path: Path) -> Path:
+    """The three correctness tests and four batch-1 timed tests requiring them, as the course rubric's part 2 has
+    them (:func:`conv_timed_tests`)."""
+    return conv_rubric(tmp_path / "rubric.toml", conv_group_tests(), conv_timed_tests(), float16=True)

@@ -12,8 +12,17 @@ import sys
 
 import numpy as np
 import pytest
-from grader_helpers import CONV16, FAST_RUBRIC, GROUP_CASES, ROOT, record_results
-from test_grader_shared_calls import POOL_FAILS, STAFF_CONV, _same, _timed_rubric
+from grader_helpers import (
+    CONV16,
+    FAST_RUBRIC,
+    GROUP_CASES,
+    POOL_FAILS,
+    ROOT,
+    STAFF_CONV,
+    assert_same_outcome,
+    conv_timed_rubric,
+    record_results,
+)
 
 import grader.runner as runner
 from grader import problems, timeline
@@ -75,7 +84,7 @@ def test_specializations_side_by_side_and_from_stand_ins_give_the_same_outcomes(
     for a, b in zip(before, after, strict=True):
         assert (a is None) == (b is None)
         if a is not None:
-            _same(a, b)
+            assert_same_outcome(a, b)
     if source is POOL_FAILS:  # the pooling signature fails: the speculative call is not made
         assert len(serial_specs) == 2 and after[3] is None and after[2].verdict == "error"
     else:
@@ -136,7 +145,7 @@ def test_only_the_critical_group_keeps_the_graders_priority(tmp_path, monkeypatc
     """A two-worker grading: the group of the largest correctness calls runs at the grader's priority, with its
     specializations side by side; every other call below it.  The results are those of a grading with the
     background at the grader's priority (``GRADER_BACKGROUND_NICE=0``)."""
-    rubric = _timed_rubric(tmp_path)
+    rubric = conv_timed_rubric(tmp_path)
     sub = tmp_path / "sub"
     (sub / "part2").mkdir(parents=True)
     (sub / "part2" / "conv2d.py").write_bytes(STAFF_CONV)

@@ -9,15 +9,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from grader_helpers import (
     FAST_RUBRIC,
     GROUP_CASES,
+    LEGACY_CONV,
+    POOL_FAILS,
     ROOT,
+    STAFF_CONV,
+    assert_same_outcome,
     conv_group_tests,
     conv_rubric,
-    conv_timed_tests,
+    conv_timed_rubric,
     record_results,
 )
 
@@ -27,13 +30,6 @@ from grader.pipeline import grade_submission
 from grader.records import GradeConfig
 from grader.rubric import load_rubric
 from grader.sandbox import ProcessResult
-
-STAFF_CONV = (ROOT / "grader" / "reference" / "part2" / "conv2d.py").read_bytes()
-LEGACY_CONV = (ROOT / "grader" / "reference" / "legacy" / "part2" / "conv2d.py").read_bytes()
-# the staff kernel, failing in its Python (at specialization) for pool_size 2 only
-POOL_FAILS = STAFF_CONV.replace(b"def fused_conv2d_maxpool(X, W, bias, pool_size=1):\n",
-                                b"def fused_conv2d_maxpool(X, W, bias, pool_size=1):\n"
-                                b"    if pool_size == 2:\n        raise ValueError('no pooling here')\n", 1)
 
 
 def _invs(seed: int = 5) -> list:
@@ -50,19 +46,6 @@ def _alone(source: bytes, invs, limits, tmp_path, api: str = "nki") -> list:
 def _group(source: bytes, invs, limits, tmp_path, api: str = "nki"):
     return runner.run_group(source, "part2/conv2d.py", "fused_conv2d_maxpool", invs, [60.0] * len(invs),
                             want_trace=True, target="trn2", limits=limits, tmp_root=str(tmp_path), api=api)
-
-
-def _fields(trace) -> list:
-    return [[getattr(i, k) for k in i.__slots__] for i in trace.instrs]
-
-
-def _same(alone, grouped) -> None:
-    assert (grouped.verdict, grouped.message, grouped.exhausted) == (alone.verdict, alone.message, alone.exhausted)
-    assert len(grouped.outputs) == len(alone.outputs)
-    for g, a in zip(grouped.outputs, alone.outputs, strict=True):
-        assert g.dtype == a.dtype and g.shape == a.shape and np.array_equal(g.view(np.uint8), a.view(np.uint8))
-    if alone.trace is not None:
-        assert _fields(grouped.trace) == _fields(alone.trace) and grouped.trace.meta == alone.trace.meta
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +74,7 @@ def test_grouped_calls_are_their_separate_runs_bit_for_bit(limits, tmp_path, mon
     monkeypatch.setattr(runner, "run_sandboxed", real)
     for alone, got in zip(_alone(STAFF_CONV, invs, limits, tmp_path), grouped, strict=True):
         assert alone.verdict == "ok", alone.message
-        _same(alone, got)
+        assert_same_outcome(alone, got)
         # the isolation layers of the process that ran it are recorded, as for a single replay
         assert {"numpy-clock-stopped", "undumpable"} & set(alone.features) <= set(got.features)
     assert not list(tmp_path.iterdir()), "run directories must be removed"
@@ -104,7 +87,7 @@ def test_legacy_calls_are_grouped_as_the_current_apis_are(limits, tmp_path):
     assert figures["hits"] > 0 and figures["alone"] == 0
     for alone, got in zip(_alone(LEGACY_CONV, invs, limits, tmp_path, api="legacy"), grouped, strict=True):
         assert alone.verdict == "ok", alone.message
-        _same(alone, got)
+        assert_same_outcome(alone, got)
 
 
 def test_a_call_that_fails_leaves_its_siblings_as_they_are_alone(limits, tmp_path):
@@ -113,7 +96,7 @@ def test_a_call_that_fails_leaves_its_siblings_as_they_are_alone(limits, tmp_pat
     alone = _alone(POOL_FAILS, invs, limits, tmp_path)
     assert [r.verdict for r in alone] == ["ok", "ok", "error"] and "no pooling here" in alone[2].message
     for a, g in zip(alone, grouped, strict=True):
-        _same(a, g)
+        assert_same_outcome(a, g)
 
 
 def test_a_refused_stream_is_that_calls_error_only(limits, tmp_path, monkeypatch):
@@ -137,7 +120,7 @@ def test_a_refused_stream_is_that_calls_error_only(limits, tmp_path, monkeypatch
     assert grouped[2].message.startswith("the kernel's instruction stream was refused: StreamError")
     assert "malformed function index" in grouped[2].message
     for a, g in zip(_alone(STAFF_CONV, invs[:2], limits, tmp_path), grouped[:2], strict=True):
-        _same(a, g)
+        assert_same_outcome(a, g)
     assert figures["alone"] == 0
 
 
@@ -152,8 +135,8 @@ def test_a_group_that_cannot_give_a_call_its_outcome_replays_it_alone(limits, tm
     whole, figures = _group(STAFF_CONV, invs, limits, tmp_path)
     assert figures["alone"] == 3
     for a, g, w in zip(_alone(STAFF_CONV, invs, limits, tmp_path), grouped, whole, strict=True):
-        _same(a, g)
-        _same(a, w)
+        assert_same_outcome(a, g)
+        assert_same_outcome(a, w)
 
 
 def _member_dir(out: Path, k: int, status: dict) -> None:
@@ -237,12 +220,6 @@ FIRST_IMAGE_ONLY = STAFF_CONV.replace(b"    for b in nl.affine_range(batch_size)
                                       b"    for b in nl.affine_range(1):\n", 1)
 
 
-def _timed_rubric(tmp_path: Path) -> Path:
-    """The three correctness tests and four batch-1 timed tests requiring them, as the course rubric's part 2 has
-    them (grader_helpers.conv_timed_tests)."""
-    return conv_rubric(tmp_path / "rubric.toml", conv_group_tests(), conv_timed_tests(), float16=True)
-
-
 # two sandboxed gradings each: the fast tier (make test-fast) keeps the staff kernel's with two workers and the
 # first-image-only kernel's speculative calls with one
 @pytest.mark.parametrize(("source", "workers"), [
@@ -257,7 +234,7 @@ def test_timed_calls_grouped_give_what_they_give_alone(tmp_path, monkeypatch, so
     X, the same W), the float16 pair together; with two workers in one group per worker, and timed calls made
     ahead on a free worker: scores, messages, maximum errors and latencies are the ones of a grading that groups
     nothing, and a timed test whose requirements failed is skipped as before, its run discarded."""
-    rubric = _timed_rubric(tmp_path)
+    rubric = conv_timed_rubric(tmp_path)
     on, off = _graded_with_and_without_sharing(tmp_path, monkeypatch, rubric, source, workers)
     assert on.status == off.status == "graded", (on.error, off.error)
     assert record_results(on) == record_results(off)
@@ -299,7 +276,7 @@ def test_a_grading_with_one_group_per_worker_gives_the_same_results(tmp_path, mo
     """GRADER_GROUP_SPLIT=1: two workers make {plain, pool} and {bias, both float32 timed calls}, with the
     results of a grading that groups nothing."""
     monkeypatch.setenv("GRADER_GROUP_SPLIT", "1")
-    rubric = _timed_rubric(tmp_path)
+    rubric = conv_timed_rubric(tmp_path)
     on, off = _graded_with_and_without_sharing(tmp_path, monkeypatch, rubric, STAFF_CONV, workers=2)
     assert record_results(on) == record_results(off)
     assert on.timings["share:groups"] == 3 and on.timings["share:calls"] == 7
@@ -367,7 +344,7 @@ def test_a_unit_made_ahead_that_fails_leaves_its_tests_to_make_their_calls(tmp_p
     the tests make their calls themselves, with the results of a grading that makes nothing ahead."""
     from grader import pipeline
 
-    rubric = _timed_rubric(tmp_path)
+    rubric = conv_timed_rubric(tmp_path)
     sub = _submission(tmp_path, STAFF_CONV)
     real = pipeline._Grading._run_group
     ahead: list = []
