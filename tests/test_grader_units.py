@@ -319,6 +319,49 @@ def test_conv_reference_of_float16_inputs_converts_them_exactly_band_by_band(acc
                                       conv.conv2d_accumulate(x.astype(np.float32), w, accumulate, chunk_rows))
 
 
+def _conv_by_band_products(x: np.ndarray, w: np.ndarray, dtype: type, chunk_rows: int) -> np.ndarray:
+    """conv2d_accumulate as it was before its products went straight into the output: each band's product in a
+    contiguous matrix of its own, then copied into the output."""
+    b, cin, h, wd = x.shape
+    cout, _, k, _ = w.shape
+    ho, wo = h - k + 1, wd - k + 1
+    w2 = np.ascontiguousarray(w.astype(dtype).transpose(0, 2, 3, 1).reshape(cout, k * k * cin))
+    out = np.empty((b, cout, ho, wo), dtype=dtype)
+    with conv.one_blas_thread():
+        for n in range(b):
+            for r0 in range(0, ho, chunk_rows):
+                rows = min(chunk_rows, ho - r0)
+                src = x[n, :, r0 : r0 + rows + k - 1].astype(np.float32)
+                cols = np.empty((k, k, cin, rows, wo), dtype=dtype)
+                for i in range(k):
+                    for j in range(k):
+                        cols[i, j] = src[:, i : i + rows, j : j + wo]
+                prod = np.matmul(w2, cols.reshape(k * k * cin, rows * wo))
+                out[n, :, r0 : r0 + rows, :] = prod.reshape(cout, rows, wo)
+    return out
+
+
+@pytest.mark.parametrize("accumulate", [np.float32, np.float64])
+@pytest.mark.parametrize(("x_shape", "cout", "k"), [
+    ((1, 256, 40, 224), 256, 3),  # the course's channels and width: full and partial bands of BLAS-sized products
+    ((2, 3, 9, 8), 4, 3),
+    ((1, 5, 4, 3), 1, 3),  # one output channel, one output column
+    ((2, 2, 3, 5), 3, 3),  # one output row
+    ((1, 4, 6, 6), 2, 1),
+])
+def test_conv_reference_products_written_into_the_output_are_the_band_products(accumulate, x_shape, cout, k):
+    """Each band's product is written by BLAS straight into the output (a strided matrix: its leading dimension is
+    the output plane's size): bit for bit the values of a contiguous product copied there, for every band size."""
+    rng = np.random.default_rng(9)
+    x = rng.random(x_shape, dtype=np.float32)
+    w = rng.random((cout, x_shape[1], k, k), dtype=np.float32)
+    for chunk_rows in (1, 3, 32):
+        got = conv.conv2d_accumulate(x, w, accumulate, chunk_rows)
+        want = _conv_by_band_products(x, w, accumulate, chunk_rows)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
 def test_seeds_are_reproducible_and_content_dependent():
     a = problems.submission_seed(42, "ab" * 32)
     assert a == problems.submission_seed(42, "ab" * 32) and a != problems.submission_seed(42, "cd" * 32)
