@@ -167,5 +167,13 @@ def test_only_the_critical_group_keeps_the_graders_priority(tmp_path, monkeypatc
     specs = sorted((e["t0"], e["t1"]) for e in events if e["kind"] == "specialize" and e["thread"].startswith(
         "grader-specialize"))
     assert len(specs) >= 2 and specs[1][0] < specs[0][1]
+    # ... while the inputs thread generated the inputs and wrote their files: the group's process was launched
+    # without writing any (runner._group_inputs found them)
+    files = [e for e in events if e["kind"] == "input_file"]
+    assert any(e["thread"].startswith("grader-inputs") for e in files)
+    group = next(e for e in events if e["kind"] == "group_replay" and any(
+        s["kind"] == "slot" and s["thread"] == e["thread"] and "conv.plain#0" in s["name"] and s["t0"] <= e["t0"]
+        and e["t1"] <= s["t1"] for s in events))
+    assert not [e for e in files if e["thread"] == group["thread"] and group["t0"] <= e["t0"] <= group["t1"]]
     assert np.all([e["kind"] != "slot" or "nice" not in e["name"] for e in
                    json.loads((tmp_path / "tl0.json").read_text())["events"]])
