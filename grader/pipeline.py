@@ -516,6 +516,11 @@ class _Grading:
         maker: ThreadPoolExecutor | None = None
         inputs: Any = None
         if all(s is not None for s in stand_ins):
+            if self.servers is not None:
+                # generate() writes the input files into it while the calls are specialized: it must exist
+                # before their specializing children start, whose jails then mask it (L3: no child that runs the
+                # kernel's Python sees input data)
+                self.servers.reserve_inputs_dir()
             maker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grader-inputs")
             future = maker.submit(generate)
             invs, inputs = list(stand_ins), future.result

@@ -329,18 +329,29 @@ class KernelServers:
             hit = self._inputs.get(id(arr))
             if hit is not None and hit[0] is arr:
                 return hit[1]
-            if self._inputs_dir is None:
-                self._inputs_dir = scratch.make_dir("inputs", self.tmp_root)
-                os.chmod(self._inputs_dir, 0o711)
-            path = self._inputs_dir / f"in-{secrets.token_hex(16)}.npy"
+            path = self._make_inputs_dir() / f"in-{secrets.token_hex(16)}.npy"
             with timeline.span("input_file", f"{arr.nbytes >> 20} MiB"):
                 np.save(path, arr, allow_pickle=False)
             os.chmod(path, 0o644)
             self._inputs[id(arr)] = (arr, str(path))
             return str(path)
 
+    def _make_inputs_dir(self) -> Path:
+        if self._inputs_dir is None:
+            self._inputs_dir = scratch.make_dir("inputs", self.tmp_root)
+            os.chmod(self._inputs_dir, 0o711)
+        return self._inputs_dir
+
+    def reserve_inputs_dir(self) -> None:
+        """Make the directory of this grading's shared input files now, before calls whose specializing children
+        must not see files written into it later: a child's jail masks the directory only when it exists at the
+        child's launch (``_launch``: ``inputs_dirs``), and the grading writes a group's input files while the
+        group's calls are specialized (grader/pipeline.py, docs/grading-security.md L3)."""
+        with self._inputs_lock:
+            self._make_inputs_dir()
+
     def inputs_dirs(self) -> tuple[str, ...]:
-        """The directory of this grading's shared input files, once one was written."""
+        """The directory of this grading's shared input files, once one was written or reserved."""
         with self._inputs_lock:
             return (str(self._inputs_dir),) if self._inputs_dir is not None else ()
 

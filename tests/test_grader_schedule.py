@@ -25,7 +25,7 @@ from grader_helpers import (
 )
 
 import grader.runner as runner
-from grader import problems, timeline
+from grader import problems, sandbox, timeline
 from grader.pipeline import GraderError, background_nice, grade_submission
 from grader.records import GradeConfig
 from grader.rubric import load_rubric
@@ -34,6 +34,7 @@ CONV = problems.get("conv2d")
 # the three correctness calls and the batch-1 timed call on X's first image (speculative)
 CASES = [*GROUP_CASES, {**CONV16, "batch": 1, "bias": "random", "pool": 1}]
 AHEAD = [False, False, False, True]
+CONV16_BATCH = GROUP_CASES[0]["batch"]  # the correctness calls' batch (the timed calls' is 1)
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +151,14 @@ def test_only_the_critical_group_keeps_the_graders_priority(tmp_path, monkeypatc
     (sub / "part2").mkdir(parents=True)
     (sub / "part2" / "conv2d.py").write_bytes(STAFF_CONV)
     records = {}
+    jobs = _jobs(monkeypatch)  # one-off processes; the warm servers' forks:
+    served = sandbox.WarmServer.run
+
+    def serve(self, stdin_bytes, **kw):
+        jobs.append(json.loads(stdin_bytes({})))
+        return served(self, stdin_bytes, **kw)
+
+    monkeypatch.setattr(sandbox.WarmServer, "run", serve)
     for nice in ("5", "0"):
         monkeypatch.setenv("GRADER_BACKGROUND_NICE", nice)
         monkeypatch.setenv(timeline.ENV, str(tmp_path / f"tl{nice}.json"))
@@ -175,5 +184,10 @@ def test_only_the_critical_group_keeps_the_graders_priority(tmp_path, monkeypatc
         s["kind"] == "slot" and s["thread"] == e["thread"] and "conv.plain#0" in s["name"] and s["t0"] <= e["t0"]
         and e["t1"] <= s["t1"] for s in events))
     assert not [e for e in files if e["thread"] == group["thread"] and group["t0"] <= e["t0"] <= group["t1"]]
+    # ... into a directory made before the group's specializing children started, so that their jails mask it: no
+    # process that runs the kernel's Python sees the files written meanwhile (docs/grading-security.md L3)
+    specializing = [j for j in jobs if j.get("input_specs") and j["input_specs"][0][0][0] == CONV16_BATCH]
+    assert len(specializing) >= 4  # both signatures in both gradings
+    assert all(any("asst4-inputs-" in m for m in j["mask"]) for j in specializing)
     assert np.all([e["kind"] != "slot" or "nice" not in e["name"] for e in
                    json.loads((tmp_path / "tl0.json").read_text())["events"]])
