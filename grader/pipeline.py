@@ -497,8 +497,6 @@ class _Grading:
 
         def generate() -> list[problems.Invocation]:
             shared = [self._invocation(t, case) for t, _, case in members]
-            for (t, _, case), sh in zip(members, shared, strict=True):
-                self._prefetch_reference(t, case, sh)
             if maker is not None and self.servers is not None:
                 # the group's input files too, while its calls are specialized: the group process is launched
                 # once they exist (runner._group_inputs finds them here), and writing the 224x224 batch-4 X and
@@ -507,6 +505,11 @@ class _Grading:
                     for arr in sh.inv.args:
                         if not arr.flags.writeable:
                             self.servers.input_file(arr)
+            # the references last: their thread (the 224x224 batch-4 float64 convolution, 5 CPU s) shares this
+            # process's part of the cores with this one until the group can start, and is not needed before the
+            # group ends
+            for (t, _, case), sh in zip(members, shared, strict=True):
+                self._prefetch_reference(t, case, sh)
             return [sh.inv for sh in shared]
 
         # the calls are specialized from their stand-ins while this grading generates their inputs (a 224x224
