@@ -58,6 +58,7 @@ import numpy as np
 
 from nkisim import frontends
 from nkisim.core import aps, dtypes
+from nkisim.core.access import allocation
 from nkisim.core.buffers import BufferSpec
 from nkisim.core.context import LIVE, KernelContext, Site, current
 from nkisim.core.indexing import DynIndex, IndexExpr, Mask
@@ -150,6 +151,9 @@ class Recorder:
         self._derived: dict = {}  # id(view) -> (weak reference, how it was derived): gather views
         self._in_check: list | None = None  # allocations dropped while a capacity check walks the frames
         self._codes: dict = {}  # id(code) -> index
+        self._sites: dict = {}  # Site (a kernel statement of this run) -> index of its code
+        self._loops: list = []  # the last call's copy of the symbolic loops' iterations (never changed once made)
+        self._dtype_keys: dict = {}  # id(np.dtype) -> (the dtype, its constant-table key): repr(dtype) is Python
         self._code_list: list = []
         self._code_keep: list = []
         self._handles: dict = {}  # id(handle) -> hid
@@ -186,7 +190,7 @@ class Recorder:
         for t in (*hbm_args, *hbm_kwargs.values()):
             if isinstance(t, Tensor):
                 args.append(self._new_alloc(t))
-                mutable.append(not _allocation(t).immutable)
+                mutable.append(not allocation(t).immutable)
             else:
                 args.append(None)
                 mutable.append(False)
@@ -224,13 +228,23 @@ class Recorder:
         ``settle`` finds is the first frame outside the emulator, which must stay the kernel's."""
         if self._closed:
             return None
-        self._check_gap(ctx)
+        if len(ctx.trace.instrs) != self._mark:
+            self._check_gap(ctx)
         fid = self._funcs.get(key)
         if fid is None:
             fid = self._funcs[key] = len(self._funcs)
+        loops = ctx.sym_loops
+        if loops:
+            # the symbolic loops' iterations as they are now; consecutive calls of one iteration share one copy
+            # (the legacy API's ``acc += nisa.nc_matmul(..)`` is two calls)
+            if loops != self._loops:
+                self._loops = [list(e) for e in loops]
+            loops = self._loops
+        else:
+            loops = None
         try:
             entry = ["call", fid, [self._arg(a) for a in args], [[k, self._arg(v)] for k, v in kwargs.items()], None,
-                     [list(e) for e in ctx.sym_loops] if ctx.sym_loops else None, None, False]
+                     loops, None, False]
         except NotRecordable as exc:
             # the call's own error (an argument the front end refuses) comes first: raised by after() otherwise
             return (None, self._open, exc)
@@ -254,7 +268,8 @@ class Recorder:
         if raised:
             entry[7] = True
             return
-        entry[6] = self._bind(res)
+        if res is not None:  # an instruction returns None (entry[6] stays None, what _bind makes of it)
+            entry[6] = self._bind(res)
         self._last = entry
         self._last_res = weakref.ref(res) if isinstance(res, Tensor) else None
 
@@ -347,7 +362,7 @@ class Recorder:
             self._cur.append(ev)
 
     def _new_alloc(self, t: Tensor) -> int:
-        a = _allocation(t)
+        a = allocation(t)
         self._next_aid += 1
         aid = self._next_aid
         cb = self._dropped
@@ -358,7 +373,10 @@ class Recorder:
         site = ctx.site
         if site is None:
             return None
-        return [self._code(site[0]), site[1]]
+        k = self._sites.get(site)  # Site objects are one per kernel statement and run, hashed by identity
+        if k is None:
+            k = self._sites[site] = self._code(site[0])
+        return [k, site[1]]
 
     def _code(self, code) -> int:
         k = self._codes.get(id(code))
@@ -370,7 +388,7 @@ class Recorder:
 
     def _bind(self, res):
         if isinstance(res, Tensor):
-            a = _allocation(res)
+            a = allocation(res)
             known = self._allocs.get(id(a))
             if known is not None and known[1]() is a:
                 return None
@@ -387,8 +405,18 @@ class Recorder:
         t = type(x)
         if t is int or t is float or t is bool or x is None or t is str:
             return x
+        if isinstance(x, Tensor):  # the usual argument: no tensor is a constant or an object of the library
+            return self._tensor(x, 0)
         if t is tuple and all(type(v) in _SCALARS for v in x) or isinstance(x, _INTERNED) or id(x) in self._lib:
-            key = (t, repr(x)) if id(x) not in self._lib else (t, id(x))
+            if id(x) in self._lib:
+                key = (t, id(x))
+            elif isinstance(x, np.dtype):  # a tensor's dtype passed on (``dtype=out.dtype``): one repr per object
+                known = self._dtype_keys.get(id(x))
+                if known is None or known[0] is not x:
+                    known = self._dtype_keys[id(x)] = (x, (t, repr(x)))
+                key = known[1]
+            else:
+                key = (t, repr(x))
             k = self._consts.get(key)
             if k is None:
                 k = self._consts[key] = len(self._const_list)
@@ -404,49 +432,7 @@ class Recorder:
         if type(x) is float:
             return x
         if isinstance(x, Tensor):
-            a = _allocation(x)
-            known = self._allocs.get(id(a))
-            if known is None or known[1]() is not a:
-                raise NotRecordable(f"tensor '{x.name}' was not made by a recorded call (nl.shared_constant and "
-                                    "internal results are not recordable)")
-            if self._last_res is not None and self._last_res() is x:  # the previous call's own result object
-                return ["P", known[0]]
-            d = self._derived.get(id(x))
-            if d is not None and d[0]() is x:
-                how = d[1]
-                if how[0] == "ix":  # legacy t[idx_tile, i_f]: the base view and the index, resolved by the replay
-                    return ["T", known[0], ["ix", self._enc(how[1], depth + 1), self._enc(list(how[2]), depth + 1)]]
-                return ["T", known[0], [how[0], self._enc(how[1], depth + 1), how[2], self._enc(how[3], depth + 1)]]
-            try:
-                state = aps.view_state(x)
-            except NotImplementedError as exc:
-                raise NotRecordable(str(exc)) from None
-            extra = None
-            if self._legacy:
-                axv, lblk = aps.view_extras(x)
-                if axv is not None or lblk is not None:
-                    extra = [[[k, v] for k, v in axv.items()] if axv else None, lblk]
-            if state[0] == "g":
-                ctx = self._ctx
-                if ctx is not None and ctx.dyn:
-                    # a view indexed further from one indexed by a tile's values holds stand-in indices here (no
-                    # values): its addresses cannot be written down; the one the tile indexed is recorded as made
-                    raise NotRecordable(f"a view of '{x.name}' indexed again after a dynamic index (a tile's "
-                                        "values) cannot be recorded in an instruction stream yet: index the tensor "
-                                        "once, with the tile and the nl.arange expressions together")
-                state = ["g", state[1], state[2], state[3], state[4], [self._enc(a, depth + 1) for a in state[5]],
-                         state[6]]
-                return ["T", known[0], state] if extra is None else ["T", known[0], state, extra]
-            if state[0] != "v":
-                state = (state[0], self._enc(state[1], depth + 1), state[2], state[3], self._enc(state[4], depth + 1),
-                         state[5], self._enc(state[6], depth + 1), state[7])
-                return ["T", known[0], list(state)]
-            vkey = (state[1], tuple(state[2]), tuple(state[3]), state[4], state[5])
-            vid = self._views.get(vkey)
-            if vid is None:
-                vid = self._views[vkey] = len(self._view_list)
-                self._view_list.append(list(state))
-            return ["T", known[0], vid] if extra is None else ["T", known[0], vid, extra]
+            return self._tensor(x, depth)
         if isinstance(x, registers.Register):
             return ["R", x.rid]
         if type(x) in (list, tuple):
@@ -480,6 +466,71 @@ class Recorder:
         if self._legacy:
             return self._enc_legacy(x, depth)
         raise NotRecordable(f"nkisim cannot record a {type(x).__name__} argument in an instruction stream")
+
+    def _tensor(self, x: Tensor, depth: int):
+        """A tensor view: its allocation's id and, for a strided view, the index of its state in the view table
+        (interned by :func:`aps.strided_key`, the fields the table's entry holds); other views where they stand."""
+        a = allocation(x)
+        known = self._allocs.get(id(a))
+        if known is None or known[1]() is not a:
+            raise NotRecordable(f"tensor '{x.name}' was not made by a recorded call (nl.shared_constant and "
+                                "internal results are not recordable)")
+        if self._last_res is not None and self._last_res() is x:  # the previous call's own result object
+            return ["P", known[0]]
+        if self._derived:
+            d = self._derived.get(id(x))
+            if d is not None and d[0]() is x:
+                how = d[1]
+                if how[0] == "ix":  # legacy t[idx_tile, i_f]: the base view and the index, resolved by the replay
+                    return ["T", known[0], ["ix", self._enc(how[1], depth + 1), self._enc(list(how[2]), depth + 1)]]
+                return ["T", known[0], [how[0], self._enc(how[1], depth + 1), how[2], self._enc(how[3], depth + 1)]]
+        vkey = aps.strided_key(x)
+        if vkey is None:
+            return self._other_view(x, known[0], depth)
+        extra = None
+        if self._legacy:
+            axv, lblk = aps.view_extras(x)
+            if axv is not None or lblk is not None:
+                extra = [[[k, v] for k, v in axv.items()] if axv else None, lblk]
+        vid = self._views.get(vkey)
+        if vid is None:
+            vid = self._views[vkey] = len(self._view_list)
+            self._view_list.append(["v", vkey[0], list(vkey[1]), list(vkey[2]), int(vkey[3]), int(vkey[4])])
+        return ["T", known[0], vid] if extra is None else ["T", known[0], vid, extra]
+
+    def _other_view(self, x: Tensor, aid: int, depth: int):
+        """A view :func:`aps.strided_key` does not intern: a gather, a run-time offset (or a shape the state
+        refuses)."""
+        try:
+            state = aps.view_state(x)
+        except NotImplementedError as exc:
+            raise NotRecordable(str(exc)) from None
+        extra = None
+        if self._legacy:
+            axv, lblk = aps.view_extras(x)
+            if axv is not None or lblk is not None:
+                extra = [[[k, v] for k, v in axv.items()] if axv else None, lblk]
+        if state[0] == "g":
+            ctx = self._ctx
+            if ctx is not None and ctx.dyn:
+                # a view indexed further from one indexed by a tile's values holds stand-in indices here (no
+                # values): its addresses cannot be written down; the one the tile indexed is recorded as made
+                raise NotRecordable(f"a view of '{x.name}' indexed again after a dynamic index (a tile's "
+                                    "values) cannot be recorded in an instruction stream yet: index the tensor "
+                                    "once, with the tile and the nl.arange expressions together")
+            state = ["g", state[1], state[2], state[3], state[4], [self._enc(a, depth + 1) for a in state[5]],
+                     state[6]]
+            return ["T", aid, state] if extra is None else ["T", aid, state, extra]
+        if state[0] != "v":
+            state = (state[0], self._enc(state[1], depth + 1), state[2], state[3], self._enc(state[4], depth + 1),
+                     state[5], self._enc(state[6], depth + 1), state[7])
+            return ["T", aid, list(state)]
+        vkey = (state[1], tuple(state[2]), tuple(state[3]), state[4], state[5])
+        vid = self._views.get(vkey)
+        if vid is None:
+            vid = self._views[vkey] = len(self._view_list)
+            self._view_list.append(list(state))
+        return ["T", aid, vid] if extra is None else ["T", aid, vid, extra]
 
     def _enc_legacy(self, x, depth: int):
         """The legacy API's own argument objects: index expressions and masks (pure data: values and the index
@@ -533,10 +584,6 @@ def _np_operator(x) -> bool:
         return False
 
 
-def _allocation(t: Tensor):
-    from nkisim.core.access import allocation
-
-    return allocation(t)
 
 
 def record(kernel, args=(), kwargs=None, *, mode: str = "timing", target: str | None = None,
@@ -548,7 +595,9 @@ def record(kernel, args=(), kwargs=None, *, mode: str = "timing", target: str | 
 
 
 def dumps(stream: dict) -> bytes:
-    return json.dumps(stream, separators=(",", ":"), allow_nan=True).encode()
+    # check_circular=False: a recorded stream is built by the Recorder from fresh lists and exact JSON scalars
+    # (no container of the kernel's own reaches it), so it holds no cycle; the check costs a fifth of the encoding
+    return json.dumps(stream, separators=(",", ":"), allow_nan=True, check_circular=False).encode()
 
 
 def loads(data: bytes) -> dict:
@@ -694,7 +743,7 @@ class _Replayer:
         for aid in aids:
             t = self.allocs.get(aid)
             if t is not None:
-                a = _allocation(t)
+                a = allocation(t)
                 out[id(a)] = a
         return out
 
@@ -702,7 +751,7 @@ class _Replayer:
         """The kernel let allocation ``aid`` go: so does the replay (it dies when nkisim holds it no more)."""
         gone = self.allocs.pop(aid, None)
         self.vcache.pop(aid, None)
-        if gone is not None and self.last_res is not None and _allocation(self.last_res) is _allocation(gone):
+        if gone is not None and self.last_res is not None and allocation(self.last_res) is allocation(gone):
             self.last_res = None
 
     def _bind_args(self, ctx, args, kwargs) -> None:
@@ -720,7 +769,7 @@ class _Replayer:
                 _need(type(aid) is int, "header", f"argument {i} is a tensor in the replay, not in the stream")
                 self.allocs[aid] = t
                 if mut is True:
-                    _allocation(t).immutable = False
+                    allocation(t).immutable = False
             else:
                 _need(aid is None, "header", f"argument {i} is a tensor in the stream, not in the replay")
 
@@ -953,7 +1002,7 @@ class _Replayer:
                 if state[:1] == ["vsel"]:
                     _need(len(state) == 4 and type(state[2]) is int, where, "malformed vector_select view")
                     base = self._dec(state[1], depth + 1, where, memo)
-                    _need(isinstance(base, Tensor) and _allocation(base) is _allocation(root), where,
+                    _need(isinstance(base, Tensor) and allocation(base) is allocation(root), where,
                           "a vector_select view's base is not a view of its allocation")
                     try:
                         v = memo[key] = aps.vector_select(base, state[2], self._dec(state[3], depth + 1, where, memo))
@@ -965,7 +1014,7 @@ class _Replayer:
                           "malformed dynamically indexed view")
                     base = self._dec(state[1], depth + 1, where, memo)
                     idx = self._dec(state[2], depth + 1, where, memo)
-                    _need(isinstance(base, Tensor) and _allocation(base) is _allocation(root), where,
+                    _need(isinstance(base, Tensor) and allocation(base) is allocation(root), where,
                           "a dynamically indexed view's base is not a view of its allocation")
                     _need(any(isinstance(i, (Tensor, DynIndex)) for i in idx), where,
                           "a dynamically indexed view without a tile among its indices")
@@ -1020,7 +1069,7 @@ class _Replayer:
             return current("replay").sem
         if tag == "P":
             r = self.last_res
-            _need(len(x) == 2 and r is not None and x[1] in self.allocs and _allocation(r) is _allocation(
+            _need(len(x) == 2 and r is not None and x[1] in self.allocs and allocation(r) is allocation(
                 self.allocs[x[1]]), where, "the previous call's result is not a view of that allocation")
             return r
         if tag == "L":

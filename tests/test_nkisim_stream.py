@@ -311,3 +311,55 @@ def test_a_current_api_stream_cannot_name_the_legacy_front_end(naive):
     forged = _forge(s, lambda s: s["functions"].__setitem__(0, "nkisim.frontends.legacy.isa:dma_copy"))
     with pytest.raises(stream.StreamError, match="not a function of the kernel's front end"):
         stream.replay(forged, args)
+
+
+SEEN: list = []  # many_views' (strided_key, view_state) pairs
+
+
+@nki.jit
+def many_views(x, idx):
+    """Views of every kind the recorder meets: slices and integers (partition and free axes, HBM and on chip),
+    reshapes, permutes, dtype views (tfloat32 included), explicit patterns, a run-time offset and a gather."""
+    from nkisim.core import aps
+
+    out = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((4, 2, 8), dtype=nl.float32, buffer=nl.sbuf)
+    ix = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ix, src=idx)
+    views = [t, t[:, 1, :], t[1:3, 0, 2:6], t[0], t[:, :, 3], t[2:4], t.reshape((4, 16)), t.permute((0, 2, 1)),
+             t.view(nl.int32), t.view(nl.tfloat32)[:, 0, :], t.ap([[16, 4], [1, 8]]), x, x[1], x[0:2, 3:5],
+             x.reshape((128,))[4:20], x.vector_select(0, ix),
+             t.ap([[16, 4], [1, 8]], scalar_offset=ix[0:1, 0:1], indirect_dim=1)]
+    for v in views:
+        SEEN.append((aps.strided_key(v), _state_or_error(aps.view_state, v)))
+    nisa.dma_copy(dst=t[:, 0, :], src=x[0:4, :])
+    nisa.dma_copy(dst=out, src=t[:, 0, :])
+    return out
+
+
+def _state_or_error(f, v):
+    try:
+        return f(v)
+    except NotImplementedError as exc:
+        return exc
+
+
+def test_the_recorders_view_key_is_the_view_states_fields():
+    """``aps.strided_key`` (the recorder's per-argument key) is exactly the fields of ``aps.view_state``'s strided
+    state, and None for every view whose state is not a strided one: the view table a stream holds does not depend
+    on which of the two the recorder used."""
+    SEEN.clear()
+    run_kernel(many_views, [RNG.standard_normal((16, 8)).astype(np.float32), np.zeros((4, 1), np.int32)],
+               mode="timing")
+    seen = list(SEEN)
+    assert len(seen) == 17
+    kinds = []
+    for key, state in seen:
+        if isinstance(state, tuple) and state[0] == "v":
+            assert key == (state[1], tuple(state[2]), tuple(state[3]), state[4], state[5])
+            assert [type(f) for f in key[3:]] == [int, int]
+        else:
+            assert key is None, state
+        kinds.append(state[0] if isinstance(state, tuple) else "error")
+    assert {"v", "g", "dyn"} <= set(kinds)
+    assert ("tfloat32", (4, 8), (64, 4), 0, 0) in [k for k, _ in seen]

@@ -8,6 +8,12 @@ trace survives traceio's dump/load unchanged, and the modelled latency with ever
 (``repr`` of the floats: bit-exact).  ``--compare A.json B.json`` prints every difference; run the same command on
 the code before and after a change (e.g. ``git archive BASE | tar -x -C /tmp/base`` and ``--repo /tmp/base``).
 ``--only GLOB`` restricts the runs (e.g. ``'grader:*'``).  Staff only (needs grader/reference).
+
+``--streams`` fingerprints specializations instead: every run above, and the grader's cases on the legacy edition's
+staff kernels (grader/reference/legacy), recorded in timing mode as the grader's specializing child records them
+(``nkisim.stream.record``), with the SHA-256 and size of the stream's bytes (``stream.dumps``, the code table's file
+names relative to the checkout) and the instruction count: the check that a change to the recording path writes
+byte-identical streams (their replays are then the same programs).
 """
 
 from __future__ import annotations
@@ -94,7 +100,23 @@ def _one(kernel, args, kwargs, mode: str, target: str) -> dict:
     return rec
 
 
-def _grader_runs(repo: str):
+def _one_stream(kernel, args, kwargs, target: str) -> dict:
+    from nkisim import stream
+
+    t0 = time.process_time()
+    try:
+        data, run = stream.record(kernel, args, kwargs, mode="timing", target=target)
+        # the code table names the kernels' files: relative to the checkout, so that two checkouts compare
+        root = os.getcwd() + os.sep
+        data["codes"] = [[f.removeprefix(root), name] for f, name in data["codes"]]
+        blob = stream.dumps(data)
+    except Exception as e:  # noqa: BLE001 - an error is a result too: it must not change either
+        return {"error": f"{type(e).__name__}: {e}"}
+    return {"cpu_s": round(time.process_time() - t0, 3), "instrs": len(run.trace), "bytes": len(blob),
+            "stream": hashlib.sha256(blob).hexdigest()}
+
+
+def _grader_runs(repo: str, legacy: bool = False):
     from grader.problems import make_invocation
     from grader.rubric import load_rubric
     from nkisim import _hook
@@ -102,7 +124,9 @@ def _grader_runs(repo: str):
     _hook.install()
     mods = {}
     for t in load_rubric(os.path.join(repo, "grader", "rubric.toml")).tests:
-        path = os.path.join(repo, "grader", "reference", t.file)
+        path = os.path.join(repo, "grader", "reference", *(("legacy",) if legacy else ()), t.file)
+        if legacy and not os.path.exists(path):
+            continue
         if path not in mods:
             spec = importlib.util.spec_from_file_location(f"fingerprint_ref_{len(mods)}", path)
             mods[path] = importlib.util.module_from_spec(spec)
@@ -110,8 +134,8 @@ def _grader_runs(repo: str):
         for i, case in enumerate(t.cases):
             # the batch-4 224x224 correctness cases differ from the timed ones in batch only: full mode for all
             modes = ("full", "timing") if t.kind == "performance" or case.get("batch", 1) == 1 else ("full",)
-            yield f"grader:{t.id}[{i}]", getattr(mods[path], t.function), lambda c=case, p=t.problem: (
-                make_invocation(p, c, 0)), "trn2", modes
+            yield f"{'legacy' if legacy else 'grader'}:{t.id}[{i}]", getattr(mods[path], t.function), (
+                lambda c=case, p=t.problem: make_invocation(p, c, 0)), "trn2", modes
 
 
 def _corpus_runs(repo: str):
@@ -137,10 +161,14 @@ def _corpus_runs(repo: str):
         yield f"corpus:{row.id}", kernel, inputs, row.target, ("full", "timing")
 
 
-def run_all(repo: str, only: list[str]) -> dict:
+def _legacy_runs(repo: str):
+    return _grader_runs(repo, legacy=True)
+
+
+def run_all(repo: str, only: list[str], streams: bool = False) -> dict:
     os.chdir(repo)
     results = {}
-    for source in (_grader_runs, _corpus_runs):
+    for source in (_grader_runs, _corpus_runs, *((_legacy_runs,) if streams else ())):
         for name, kernel, make, target, modes in source(repo):
             if only and not any(fnmatch.fnmatch(name, g) for g in only):
                 continue
@@ -148,6 +176,11 @@ def run_all(repo: str, only: list[str]) -> dict:
                 results[name] = {"error": f"{type(kernel).__name__}: {kernel}"}
                 continue
             inv = make()
+            if streams:
+                args = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in inv.args]
+                results[f"{name}:stream"] = rec = _one_stream(kernel, args, dict(inv.kwargs), target)
+                print(f"{name}:stream {rec.get('cpu_s', rec.get('error'))}", file=sys.stderr, flush=True)
+                continue
             for mode in modes:
                 args = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in inv.args]
                 results[f"{name}:{mode}"] = rec = _one(kernel, args, dict(inv.kwargs), mode, target)
@@ -180,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repo", default=HERE, help="source tree to fingerprint (default: this one)")
     ap.add_argument("--only", action="append", default=[], help="glob over run names (repeatable)")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"))
+    ap.add_argument("--streams", action="store_true", help="fingerprint the recorded instruction streams instead")
     args = ap.parse_args(argv)
     if args.compare:
         return compare(*args.compare)
@@ -188,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     repo = os.path.abspath(args.repo)
     use_checkout(repo)
     out = os.path.abspath(args.out)
-    results = run_all(repo, args.only)
+    results = run_all(repo, args.only, args.streams)
     tmp = out + ".tmp"
     with open(tmp, "w") as f:
         json.dump(results, f, indent=1, sort_keys=True)

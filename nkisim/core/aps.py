@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from nkisim.core.access import LOGICAL_BLOCK
+from nkisim.core.dtypes import name as dtype_name
 from nkisim.core.instr import B_HBM
 from nkisim.core.rules import fail
 from nkisim.core.tensor import Tensor
@@ -402,6 +404,7 @@ class Recipe:
 
 
 _DYNAMIC: dict = {}
+_DYNAMIC_TYPES: set = set()  # _DYNAMIC's values: a set, for strided_key's per-argument test
 # the view methods that derive a new view: "Once a view is indirect, the indirected dimension cannot be sliced or
 # selected again" (NKI language guide, "Tensor views"); nkisim refuses every derivation made by kernel code
 _DERIVING = ("__getitem__", "ap", "permute", "broadcast", "expand_dim", "squeeze_dim", "reshape_dim",
@@ -480,6 +483,7 @@ def dynamic_class(cls: type) -> type:
                 ns[name], holder = _refuse(name)
                 fixups.append(holder)
         dyn = _DYNAMIC[cls] = type(cls.__name__, (cls,), ns)
+        _DYNAMIC_TYPES.add(dyn)
         for holder in fixups:
             holder[0] = dyn
     return dyn
@@ -708,12 +712,25 @@ def view_state(t: Tensor) -> tuple:
     return ("v", name(v.dtype), list(v.shape), list(v.strides), int(t._off), int(t._pd))
 
 
+def strided_key(t: Tensor) -> tuple | None:
+    """:func:`view_state`'s fields of a strided view as one hashable tuple, ``(dtype name, shape, byte strides, byte
+    offset, partition axis)``, or None for every other view (a run-time offset, a gather, a shape unlike its
+    storage's: :func:`view_state` tells which).  The recorder's per-argument path (nkisim.stream interns strided
+    views by these fields): no lists built, no attribute probed that the view has not."""
+    if t._ix is not None or type(t) in _DYNAMIC_TYPES:
+        return None
+    v = t._v
+    shape = v.shape
+    if t._shape != shape:
+        return None
+    return (dtype_name(v.dtype), shape, v.strides, t._off, t._pd)
+
+
 def view_extras(t: Tensor) -> tuple:
     """What a legacy view carries beyond its addresses: the index variables of its axes (``{variable: axis}``, for
     ``mask=`` predicates) and the logical block of a wrapped direct allocation; (None, None) for most views."""
-    from nkisim.core.access import LOGICAL_BLOCK
-
-    return t._axv, LOGICAL_BLOCK.get(t) if LOGICAL_BLOCK else None
+    # the mapping's own dict: a WeakKeyDictionary's len() is Python code, and this runs per recorded legacy view
+    return t._axv, LOGICAL_BLOCK.get(t) if LOGICAL_BLOCK.data else None
 
 
 def annotate(t: Tensor, axv: dict | None, lblk: int | None) -> Tensor:

@@ -317,7 +317,7 @@ class Tensor(StorageView):
             # an integer on every axis of an HBM tensor (``out[b, h]``, AWS's flash_attn_bwd stores its dsinks so):
             # a 0-d view of that element, which can be written, not NumPy's scalar copy
             view = self._v[norm + (Ellipsis,)]
-        t = self.__class__(self._a, view, new_pd if new_pd is not None else 0, off=off, par=self, pix=norm)
+        t = self.__class__(self._a, view, new_pd if new_pd is not None else 0, None, None, False, off, self, norm)
         if lblk >= 0:
             LOGICAL_BLOCK[t] = lblk
         return t
