@@ -976,6 +976,10 @@ def _grade_loaded(sub: Submission, config: GradeConfig, figures: dict[str, Any])
         with timeline.span("imports"):
             import_s = grading.check_imports(rubric.tests)
         grading.plan_groups(rubric.tests)
+        if grading.servers is not None:
+            # the shared input files' directory exists before any test's specializing child starts, so that every
+            # one of them masks it: they run beside calls whose input files are written meanwhile (L3)
+            grading.servers.reserve_inputs_dir()
         results = _run_phases(grading, rubric.tests, max(1, config.workers))
     finally:
         with timeline.span("close"):

@@ -184,10 +184,39 @@ def test_only_the_critical_group_keeps_the_graders_priority(tmp_path, monkeypatc
         s["kind"] == "slot" and s["thread"] == e["thread"] and "conv.plain#0" in s["name"] and s["t0"] <= e["t0"]
         and e["t1"] <= s["t1"] for s in events))
     assert not [e for e in files if e["thread"] == group["thread"] and group["t0"] <= e["t0"] <= group["t1"]]
-    # ... into a directory made before the group's specializing children started, so that their jails mask it: no
-    # process that runs the kernel's Python sees the files written meanwhile (docs/grading-security.md L3)
-    specializing = [j for j in jobs if j.get("input_specs") and j["input_specs"][0][0][0] == CONV16_BATCH]
-    assert len(specializing) >= 4  # both signatures in both gradings
+    # ... into a directory made before any specializing child started, so that their jails mask it: no process that
+    # runs the kernel's Python sees the files written meanwhile (docs/grading-security.md L3)
+    specializing = [j for j in jobs if j.get("input_specs")]
+    assert len([j for j in specializing if j["input_specs"][0][0][0] == CONV16_BATCH]) >= 4  # both gradings
     assert all(any("asst4-inputs-" in m for m in j["mask"]) for j in specializing)
     assert np.all([e["kind"] != "slot" or "nice" not in e["name"] for e in
                    json.loads((tmp_path / "tl0.json").read_text())["events"]])
+
+
+def test_the_input_files_directory_exists_before_any_test_starts(tmp_path, monkeypatch):
+    """Every specializing child's jail masks the grading's shared input files (L3), but only a directory that exists
+    when the child starts: tests' specializing children run beside calls whose input files are written meanwhile
+    (a group writes its own while its calls are specialized), so the directory is made before the first test."""
+    import grader.pipeline as pipeline
+
+    class Seen(Exception):
+        pass
+
+    seen: list[tuple[str, ...]] = []
+
+    def phases(grading, tests, workers):
+        seen.append(grading.servers.inputs_dirs())
+        raise Seen
+
+    monkeypatch.setattr(pipeline, "_run_phases", phases)
+    sub = tmp_path / "sub"
+    (sub / "part2").mkdir(parents=True)
+    (sub / "part2" / "conv2d.py").write_bytes(STAFF_CONV)
+    config = GradeConfig(rubric_path=str(conv_timed_rubric(tmp_path)), backend="nkisim", workers=2,
+                         tmp_root=str(tmp_path))
+    try:
+        grade_submission(sub, None, config)  # an error record (or Seen): the grading stops there either way
+    except Seen:
+        pass
+    assert len(seen) == 1 and len(seen[0]) == 1 and "asst4-inputs-" in seen[0][0]
+    assert not os.path.exists(seen[0][0])  # removed with the grading's servers
