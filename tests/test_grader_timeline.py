@@ -118,6 +118,15 @@ def test_the_reader_finds_gaps_and_idle_cores(capsys, tmp_path):
     assert "  slot 1 |SS........|" in out
     assert "gap    1.00 -    5.00 ( 4.00 s): reference b" in out
     assert "core-seconds the spans left unused on 2 cores 4.00" in out
+    # a span's parent CPU includes the spans nested in it on its thread: the self column does not count them twice
+    nested = [
+        {"kind": "test", "name": "t", "t0": 0.0, "t1": 4.0, "thread": "a", "slot": None, "cpu": 3.0},
+        {"kind": "inputs", "name": "t", "t0": 0.5, "t1": 1.0, "thread": "a", "slot": None, "cpu": 0.5},
+        {"kind": "judge", "name": "t", "t0": 2.0, "t1": 3.0, "thread": "a", "slot": None, "cpu": 1.0},
+        {"kind": "expected", "name": "t", "t0": 2.1, "t1": 2.5, "thread": "a", "slot": None, "cpu": 0.25},
+        {"kind": "judge", "name": "u", "t0": 2.0, "t1": 3.0, "thread": "b", "slot": None, "cpu": 0.75},
+    ]
+    assert tool.self_cpu(nested) == pytest.approx([1.5, 0.5, 0.75, 0.25, 0.75])
     (tmp_path / "bad.json").write_text("[]")
     assert tool.main([str(tmp_path / "bad.json")]) == 2
     assert tool.main([str(Path(tmp_path / "missing.json"))]) == 2

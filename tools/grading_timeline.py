@@ -99,6 +99,20 @@ def occupancy(events: list[dict[str, Any]], wall: float, step: float = 0.05) -> 
     return use
 
 
+def self_cpu(events: list[dict[str, Any]]) -> list[float]:
+    """Each span's parent CPU seconds less those of the spans directly inside it on the same thread: a span's ``cpu``
+    is its thread's CPU from its start to its end, so it includes every span nested in it, and summing ``cpu`` per
+    kind counts nested work twice (a ``test`` includes its ``slot``, ``inputs``, ``judge`` ...)."""
+    own = []
+    for e in events:
+        inner = [o for o in events if o is not e and o["thread"] == e["thread"] and e["t0"] <= o["t0"]
+                 and o["t1"] <= e["t1"] and (e["t0"], -e["t1"]) < (o["t0"], -o["t1"])]
+        direct = [o for o in inner if not any(m is not o and m["t0"] <= o["t0"] and o["t1"] <= m["t1"]
+                                               and (m["t0"], -m["t1"]) < (o["t0"], -o["t1"]) for m in inner)]
+        own.append(max(0.0, e.get("cpu", 0.0) - sum(o.get("cpu", 0.0) for o in direct)))
+    return own
+
+
 def report(doc: dict[str, Any], width: int, least: float, list_events: bool) -> str:
     events = doc["events"]
     wall = float(doc["wall_s"])
@@ -140,17 +154,19 @@ def report(doc: dict[str, Any], width: int, least: float, list_events: bool) -> 
                  "BLAS helper threads, process start-ups, work outside spans); core-seconds the spans left unused "
                  f"on 2 cores {idle:.2f} ({idle / (2 * wall):.0%} of 2 x wall)")
     lines.append("")
-    lines.append(f"{'kind':<14}{'count':>6}{'wall s':>9}{'parent CPU s':>14}{'process CPU s':>15}")
-    kinds: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for e in events:
-        kinds[e["kind"]].append(e)
-    for kind, es in sorted(kinds.items(), key=lambda kv: -sum(e["t1"] - e["t0"] for e in kv[1])):
+    lines.append("parent CPU s: the grader's threads during the spans, nested spans included; self: without them "
+                 "(the self column sums to the grader's CPU inside spans)")
+    lines.append(f"{'kind':<14}{'count':>6}{'wall s':>9}{'parent CPU s':>14}{'self':>8}{'process CPU s':>15}")
+    kinds: dict[str, list[tuple[dict[str, Any], float]]] = defaultdict(list)
+    for e, own in zip(events, self_cpu(events), strict=True):
+        kinds[e["kind"]].append((e, own))
+    for kind, es in sorted(kinds.items(), key=lambda kv: -sum(e["t1"] - e["t0"] for e, _ in kv[1])):
         proc = 0.0
-        for e in es:
+        for e, _ in es:
             got = e.get("proc_cpu")
             proc += sum(x for x in got if x) if isinstance(got, list) else (got or 0.0)
-        lines.append(f"{kind:<14}{len(es):>6}{sum(e['t1'] - e['t0'] for e in es):>9.2f}"
-                     f"{sum(e.get('cpu', 0.0) for e in es):>14.2f}{proc:>15.2f}")
+        lines.append(f"{kind:<14}{len(es):>6}{sum(e['t1'] - e['t0'] for e, _ in es):>9.2f}"
+                     f"{sum(e.get('cpu', 0.0) for e, _ in es):>14.2f}{sum(own for _, own in es):>8.2f}{proc:>15.2f}")
     if list_events:
         lines.append("")
         for e in events:
