@@ -563,16 +563,18 @@ def _of_api(shipped: dict, api: str | None) -> dict:
     return shipped
 
 
-def _replay(path: str, args, kwargs, mode: str, target: str, api: str | None = None):
+def _replay(path: str, args, kwargs, mode: str, target: str, api: str | None = None, hbm_dir: str | None = None):
     """Execute the instruction stream at ``path`` (shipped by a specializing child) with nkisim on this process's
-    inputs.  No student code exists in this process: the stream is data, read by nkisim.stream."""
+    inputs.  No student code exists in this process: the stream is data, read by nkisim.stream.  ``hbm_dir``: where
+    the run's HBM tensors live as files (the output directory: ``_write_results`` renames an output's file)."""
     from nkisim import stream
 
     with open(path, "rb") as fh:
         data = fh.read(MAX_STREAM_BYTES + 1)
     if len(data) > MAX_STREAM_BYTES:
         raise stream.StreamError(f"the instruction stream is over {MAX_STREAM_BYTES >> 20} MiB")
-    run = stream.replay(_of_api(stream.loads(data), api), args, kwargs, mode=mode, target=target, graded=True)
+    run = stream.replay(_of_api(stream.loads(data), api), args, kwargs, mode=mode, target=target, graded=True,
+                        hbm_dir=hbm_dir)
     return run.outputs, run.trace
 
 
@@ -623,8 +625,12 @@ def _replay_group(group: list, job: dict, out_dir: str) -> dict:
         except Exception as exc:  # noqa: BLE001 - this member's error, as its own replay would report it
             errors[k] = exc
             members.append(({}, args, kwargs))
+    # each member's HBM tensors live in files of its own directory: an output is renamed there, not copied
+    for _, _, _, mdir in group:
+        os.makedirs(mdir, exist_ok=True)
     runs, figures = stream.replay_group([m for k, m in enumerate(members) if k not in errors], mode=job["mode"],
-                                        target=job["target"], graded=True)
+                                        target=job["target"], graded=True,
+                                        hbm_dirs=[g[3] for k, g in enumerate(group) if k not in errors])
     # Each member's run is dropped once written (the collector is off: nothing else frees it before the exit):
     # its outputs' memory (205 MB for a batch-4 224x224 call) is returned before the next member's files take as
     # much page cache.
@@ -679,10 +685,19 @@ def _write_results(status: dict, job: dict, out_dir: str, outputs, trace, latenc
     if outputs is not None:
         outs = outputs if isinstance(outputs, tuple | list) else (outputs,)
         status["n_outputs"] = len(outs)
+        renamed: set = set()
         for i, arr in enumerate(outs):
             arr = np.asarray(arr)
             if arr.dtype == object:
                 raise TypeError(f"kernel output {i} is not a numeric array")
+            held = _hbm_file(arr)
+            if held is not None and held not in renamed \
+                    and os.path.abspath(os.path.dirname(held)) == os.path.abspath(out_dir):
+                # a replay's output whose storage is the data of a .npy file in this directory, written as the
+                # kernel ran (nkisim run_kernel(hbm_dir=)): the same bytes np.save would write, renamed
+                renamed.add(held)
+                os.replace(held, os.path.join(out_dir, f"output_{i}.npy"))
+                continue
             tmp = os.path.join(out_dir, f"output_{i}.tmp.npy")
             np.save(tmp, arr, allow_pickle=False)
             os.replace(tmp, os.path.join(out_dir, f"output_{i}.npy"))
@@ -694,6 +709,12 @@ def _write_results(status: dict, job: dict, out_dir: str, outputs, trace, latenc
         status["hardware_p99_us"] = latency
     status["ok"] = True
     status["stage"] = "done"
+
+
+def _hbm_file(arr) -> str | None:
+    """The file a replay's output array is the whole data of (``nkisim.core.buffers.hbm_file``), if any."""
+    buffers = sys.modules.get("nkisim.core.buffers")
+    return buffers.hbm_file(arr) if buffers is not None else None
 
 
 class _Done(Exception):  # noqa: N818 - control flow, never an error
@@ -758,7 +779,8 @@ def run_job(job: dict) -> int:
             # the parent's re-execution of a specialized kernel: nkisim runs the stream; no student code is loaded
             status["stage"] = "kernel"
             t0 = time.perf_counter()
-            outputs, trace = _replay(job["stream_file"], args, kwargs, job["mode"], job["target"], job.get("api"))
+            outputs, trace = _replay(job["stream_file"], args, kwargs, job["mode"], job["target"], job.get("api"),
+                                     out_dir)
             status["kernel_seconds"] = time.perf_counter() - t0
             _write_results(status, job, out_dir, outputs, trace, None, traceio)
             raise _Done

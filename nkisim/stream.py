@@ -1191,7 +1191,7 @@ class _Replayer:
 
 
 def replay(stream: dict, args=(), kwargs=None, *, mode: str = "full", target: str | None = None,
-           graded: bool = False) -> KernelRun:
+           graded: bool = False, hbm_dir: str | None = None) -> KernelRun:
     """Execute a recorded stream on ``args``/``kwargs`` (the caller's own inputs) with nkisim: the outputs, trace and
     every check are this run's.  A malformed or forged stream raises :class:`StreamError`; the program's own errors
     are nkisim's, as if the kernel had made them.  ``graded`` as in ``run_kernel`` (the grader's re-execution)."""
@@ -1201,7 +1201,7 @@ def replay(stream: dict, args=(), kwargs=None, *, mode: str = "full", target: st
     tgt = stream.get("target")
     _need(tgt in ("trn1", "trn2"), "header", f"target {tgt!r:.40}")
     return run_kernel(rep, args, kwargs, mode=mode, target=target or tgt, frontend=rep.fe,
-                      simulate=_simulated(stream, graded), graded=graded)
+                      simulate=_simulated(stream, graded), graded=graded, hbm_dir=hbm_dir)
 
 
 def _simulated(stream: dict, graded: bool) -> bool:
@@ -1217,7 +1217,7 @@ def _simulated(stream: dict, graded: bool) -> bool:
 
 
 def replay_group(members: list, *, mode: str = "full", target: str | None = None, graded: bool = False,
-                 share: bool = True) -> tuple[list, dict]:
+                 share: bool = True, hbm_dirs: list | None = None) -> tuple[list, dict]:
     """Replay several streams in one process, each on its own inputs, as :func:`replay` does one: ``members`` is a
     list of ``(stream, args, kwargs)``; returns each member's :class:`KernelRun` or the exception its replay raised
     (a malformed stream's :class:`StreamError`, the program's own error), and figures (``hits``/``misses``: reused
@@ -1229,7 +1229,8 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
     bit-identical operands (``core.sharing``: the grader's three batch-4 224x224 correctness cases multiply the same
     X and W); every member's outputs, trace and errors are the ones :func:`replay` gives it alone.  Without, they run
     one after another.  The BLAS thread count and the cycle collector are set once for the whole group (each run
-    would restore them at its end, under the feet of the runs still going)."""
+    would restore them at its end, under the feet of the runs still going).  ``hbm_dirs``: each member's
+    ``run_kernel(hbm_dir=)``."""
     import gc
 
     from nkisim.core import runtime
@@ -1237,7 +1238,8 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
 
     fns: list = []
     reps: list = []
-    for stream, args, kwargs in members:
+    for k, (stream, args, kwargs) in enumerate(members):
+        hbm_dir = hbm_dirs[k] if hbm_dirs is not None else None
         if not isinstance(stream, dict) or stream.get("format") != FORMAT:
             reps.append(StreamError(f"not an instruction stream of format {FORMAT}"))
             continue
@@ -1251,9 +1253,9 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
             continue
         reps.append(rep)
 
-        def fn(rep=rep, args=args, kwargs=kwargs, tgt=tgt, sim=sim):
+        def fn(rep=rep, args=args, kwargs=kwargs, tgt=tgt, sim=sim, hbm_dir=hbm_dir):
             return run_kernel(rep, args, kwargs, mode=mode, target=target or tgt, frontend=rep.fe, simulate=sim,
-                              graded=graded)
+                              graded=graded, hbm_dir=hbm_dir)
 
         fns.append(fn)
     live = [r for r in reps if isinstance(r, _Replayer)]

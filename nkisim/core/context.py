@@ -89,6 +89,9 @@ class KernelContext:
         self.site = None
         self.kernel_code = None  # code object of the top-level kernel function (shared_hbm scope rule)
         self.graded = False  # a grading run (run_kernel(graded=True), the grader's child only): see core.buffers
+        self.hbm_dir: str | None = None  # run_kernel(hbm_dir=): HBM tensors' storage in files there (core.buffers)
+        self.hbm_files = 0  # HBM files made in hbm_dir so far (their names)
+        self.hbm_file_bytes = 0  # and their bytes (core.buffers.HBM_FILES_BUDGET)
         self.reduce_regs: dict = {}  # engine -> its 128 reduction registers (ops.reduce.reduce_registers)
         self.partition_ones: dict = {}  # (P, dtype) -> the [1, P] ones stationary of partition broadcasts
         self.rng: np.random.Generator | None = None  # the engines' random number generator (ops.gpsimd)

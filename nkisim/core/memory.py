@@ -496,9 +496,11 @@ def base_addr(alloc: Allocation) -> int:
     return alloc.addr
 
 
-def make_storage(shape: tuple[int, ...], pdim: int, dtype: np.dtype, fill, timing: bool) -> tuple[np.ndarray,
-                                                                                                   np.ndarray]:
-    """(physical base array, logical view) with the partition axis moved first physically."""
+def make_storage(shape: tuple[int, ...], pdim: int, dtype: np.dtype, fill, timing: bool,
+                 empty=None) -> tuple[np.ndarray, np.ndarray]:
+    """(physical base array, logical view) with the partition axis moved first physically.  ``empty`` (full mode,
+    poisoned storage only): what makes the uninitialised array instead of ``np.empty`` (``core.buffers``: HBM
+    tensors in files of the caller's directory)."""
     if pdim:
         phys_shape = (shape[pdim],) + shape[:pdim] + shape[pdim + 1:]
     else:
@@ -507,7 +509,7 @@ def make_storage(shape: tuple[int, ...], pdim: int, dtype: np.dtype, fill, timin
         base = np.empty(phys_shape, dtype=dtype)
     elif fill is None:
         # the poison (NaN, 4, True) is exact in every dtype: ndarray.fill gives np.full's bytes at half its cost
-        base = np.empty(phys_shape, dtype=dtype)
+        base = (empty or np.empty)(phys_shape, dtype=dtype)
         base.fill(dtypes.poison_value(dtype))
     else:
         base = np.full(phys_shape, fill, dtype=dtype)

@@ -107,7 +107,7 @@ def launch_grid(kernel) -> tuple[tuple[int, ...], list[int] | None]:
 
 def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str | None = None,
                simulate: bool = False, frontend: frontends.FrontEnd | None = None, stream=None,
-               graded: bool = False) -> KernelRun:
+               graded: bool = False, hbm_dir: str | None = None) -> KernelRun:
     """Run a kernel on NumPy inputs; returns its outputs and instruction trace.
 
     A timing run of a kernel whose control flow depends on data (a dynamic loop over a register loaded from
@@ -128,15 +128,20 @@ def run_kernel(kernel, args=(), kwargs=None, *, mode: str = "full", target: str 
     kernel could read from the grading machine is refused (``nl.shared_constant`` of a file path, C7 in
     docs/grading-security.md).  It is the caller's argument, kept in the run's context, which kernel code cannot
     reach (private names); a kernel cannot turn it off.
+
+    ``hbm_dir`` (full mode): the kernel's HBM tensors of a NumPy dtype and at least 1 MiB are held in ``.npy`` files
+    of that directory, mapped shared, instead of in memory; an output handed back is then the data of its file
+    (``core.buffers.hbm_file``), which a caller that writes it to a file can rename instead of copying
+    (grader/child.py's replays).  Nothing a kernel computes or can observe changes.
     """
     if mode == "timing":
         try:
             return _run_kernel(kernel, args, kwargs, mode, target, simulate, frontend, stream, graded)
         except ValuesNeeded:
-            run = _run_kernel(kernel, args, kwargs, "full", target, simulate, frontend, stream, graded)
+            run = _run_kernel(kernel, args, kwargs, "full", target, simulate, frontend, stream, graded, hbm_dir)
             run.outputs = None
             return run
-    return _run_kernel(kernel, args, kwargs, mode, target, simulate, frontend, stream, graded)
+    return _run_kernel(kernel, args, kwargs, mode, target, simulate, frontend, stream, graded, hbm_dir)
 
 
 # The lockstep group member (core.sharing.Member) whose function runs in this thread, set by run_shared: the direct
@@ -182,7 +187,8 @@ def run_shared(fns: list[Callable[[], Any]]) -> tuple[list, list, dict]:
 
 
 def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: bool,
-                frontend: frontends.FrontEnd | None, stream=None, graded: bool = False) -> KernelRun:
+                frontend: frontends.FrontEnd | None, stream=None, graded: bool = False,
+                hbm_dir: str | None = None) -> KernelRun:
     fn = unwrap(kernel)
     grid, cores = launch_grid(kernel)
     lockstep = bool(grid) and lockstep_launch(kernel)
@@ -196,6 +202,7 @@ def _run_kernel(kernel, args, kwargs, mode: str, target: str | None, simulate: b
         ctx.share = getattr(_MEMBER, "member", None)
     ctx.mem.simulate = simulate
     ctx.graded = bool(graded)
+    ctx.hbm_dir = hbm_dir
     ctx.middle_end = not has_directive(kernel, "skip_middle_end_transformations")
     ctx.kernel_code = ctx.mem.stop_code = getattr(fn, "__code__", None)
     kwargs = dict(kwargs or {})
