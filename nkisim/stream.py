@@ -243,8 +243,8 @@ class Recorder:
         else:
             loops = None
         try:
-            entry = ["call", fid, [self._arg(a) for a in args], [[k, self._arg(v)] for k, v in kwargs.items()], None,
-                     loops, None, False]
+            entry = ["call", fid, [self._arg(a) for a in args] if args else [],
+                     [[k, self._arg(v)] for k, v in kwargs.items()] if kwargs else [], None, loops, None, False]
         except NotRecordable as exc:
             # the call's own error (an argument the front end refuses) comes first: raised by after() otherwise
             return (None, self._open, exc)

@@ -226,6 +226,67 @@ class Tensor(StorageView):
             idx = (idx,)
         shape = self.shape
         ndim = len(shape)
+        if len(idx) <= ndim and not self._a.block_mod:
+            # fast path for the usual index: exact ints and slices of exact-int bounds, in bounds, positive steps.
+            # Anything else (or any error) leaves the loop and takes the general walk below from the start, which
+            # checks and raises in its own order; this loop computes what that walk computes for such an index.
+            pd = self._pd
+            strides = self._v.strides
+            off = self._off
+            norm = []
+            out_axes = 0
+            new_pd = None
+            dim = 0
+            free_int = -1
+            pd_int = -1
+            free_kept = False
+            for it in idx:
+                c = it.__class__
+                n = shape[dim]
+                if c is slice:
+                    start = it.start
+                    if start is None:
+                        start = 0
+                    elif start.__class__ is not int or start < 0:
+                        break
+                    stop = it.stop
+                    if stop is None:
+                        stop = n
+                    elif stop.__class__ is not int or stop < 0 or stop > n:
+                        break
+                    step = it.step
+                    if step is None:
+                        step = 1
+                    elif step.__class__ is not int or step <= 0:
+                        break
+                    norm.append(slice(start, stop, step))
+                    off += start * strides[dim]
+                    if dim == pd:
+                        new_pd = out_axes
+                    elif dim > pd:
+                        free_kept = True
+                    out_axes += 1
+                elif c is int:
+                    if it < 0 or it >= n:
+                        break
+                    if dim == pd:
+                        pd_int = len(norm)
+                    elif dim > pd:
+                        free_int = len(norm)
+                    norm.append(it)
+                    off += it * strides[dim]
+                else:
+                    break
+                dim += 1
+            else:
+                if free_int >= 0 and dim == ndim and self._a.buf != B_HBM:
+                    new_pd = _keep_tile_axes(norm, pd_int, free_int, free_kept, out_axes, new_pd)
+                norm = tuple(norm)
+                view = self._v[norm]
+                if type(view) is not np.ndarray:  # an int on every axis of an HBM tensor: as below
+                    view = self._v[norm + (Ellipsis,)]
+                return self.__class__(self._a, view, new_pd if new_pd is not None else 0, None, None, False, off, self,
+                                      norm)
         n_adv = 0
         has_basic_slice = False
         for it in idx:

@@ -116,16 +116,17 @@ def _filled(shape, dtype, buffer, name, value) -> _Tensor:
 # ---- loops ----------------------------------------------------------------------------------------------------
 def affine_range(*args, **kwargs) -> _ctx.SymbolicRange:
     """Loop without carried dependencies; nkisim runs iterations in order with plain int indices (NKI traces the
-    body once: see runtime.SymbolicRange)."""
-    return _ctx.SymbolicRange(range(*(int(a) for a in args)))
+    body once: see runtime.SymbolicRange).  ``map``, not a generator: a kernel's innermost loops make one per
+    iteration of the loops around them."""
+    return _ctx.SymbolicRange(range(*map(int, args)))
 
 
 def sequential_range(*args, **kwargs) -> _ctx.SymbolicRange:
-    return _ctx.SymbolicRange(range(*(int(a) for a in args)))
+    return _ctx.SymbolicRange(range(*map(int, args)))
 
 
 def static_range(*args, **kwargs) -> range:
-    return range(*(int(a) for a in args))
+    return range(*map(int, args))
 
 
 # ---- data movement --------------------------------------------------------------------------------------------
