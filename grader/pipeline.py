@@ -38,8 +38,10 @@ from grader.rubric import Rubric, RubricError, TestSpec, load_rubric
 from grader.runner import (
     REPLAYED_APIS,
     CaseRun,
+    CrossLink,
     ImportCheck,
     KernelServers,
+    _signature,
     background,
     check_import,
     run_case,
@@ -87,8 +89,10 @@ class _CaseGroup:
     runs at all (its requirements passed, as today), else the run is discarded.  A group of timed calls only (the
     float16 pair) is started by the first of their tests, with only the calls whose tests will run."""
 
-    def __init__(self, members: list[tuple[TestSpec, int, dict[str, Any]]]) -> None:
+    def __init__(self, members: list[tuple[TestSpec, int, dict[str, Any]]],
+                 cross: tuple[CrossLink, str] | None = None) -> None:
         self.members = members
+        self.cross = cross  # one half of a group split across two workers, sharing its leader's products
         self.correctness = any(t.kind == "correctness" for t, _, _ in members)
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -234,6 +238,37 @@ def _split(members: list[tuple[TestSpec, int, dict[str, Any]]],
     return [b for b in bins if b]
 
 
+def _cross_split(members: list[tuple[TestSpec, int, dict[str, Any]]]
+                 ) -> list[list[tuple[TestSpec, int, dict[str, Any]]]]:
+    """A planned group in two halves whose processes share the leader's products (``cross_group``): the largest
+    correctness call (the leader, which computes every product) with the correctness calls of its signature (one
+    specialization serves the half), and the others, which take the leader's products from the other process.  For
+    the 224x224 group: {``part2.large``, ``bias``} and {``maxpool``, ``perf_fp32``, ``perf_fp32_pool``}, about
+    6.2 and 2.2 CPU s of members; the second half's worker then makes the other calls."""
+    def size(m: tuple[TestSpec, int, dict[str, Any]]) -> int:
+        return problems.get(m[0].problem).input_elements(m[2])
+
+    def signature(m: tuple[TestSpec, int, dict[str, Any]]) -> str | None:
+        inv = problems.get(m[0].problem).stand_in(m[2])
+        return None if inv is None else _signature(inv)
+
+    ordered = sorted(members, key=lambda m: (m[0].kind != "correctness", -size(m)))
+    lead = signature(ordered[0])
+    first = [ordered[0], *(m for m in ordered[1:]
+                           if m[0].kind == "correctness" and lead is not None and signature(m) == lead)]
+    rest = [m for m in ordered if all(m is not f for f in first)]
+    if not rest:
+        return [ordered]
+    return [first, rest]
+
+
+def cross_group() -> bool:
+    """Whether a grading with several workers splits its groups of three or more calls with two or more correctness
+    calls into two halves that share the leader's products across their processes (``GRADER_CROSS_GROUP=1``;
+    nkisim.core.channel, docs/grading.md round 9)."""
+    return os.environ.get("GRADER_CROSS_GROUP", "0") != "0"
+
+
 def group_split() -> bool:
     """Whether a grading with several workers splits a group into one per worker (``GRADER_GROUP_SPLIT=1``; default
     off).  Measured with the products shared by storage version (round 7), one group of the three 224x224 calls and
@@ -309,6 +344,7 @@ class _Grading:
         # groups saved
         self.groups: dict[tuple[str, int], _CaseGroup] = {}
         self.units: list[_CaseGroup] = []
+        self.cross_links: list[CrossLink] = []
         self.slots = _Slots(max(1, config.workers))
         # references computed while the calls that need them run (several workers: the parent's float64
         # convolutions would otherwise wait for the call and hold its worker)
@@ -462,10 +498,19 @@ class _Grading:
             for i, case in enumerate(cases):
                 key = _input_key(problem, case) if grouping else f"{t.id}#{i}"
                 planned.setdefault((t.file, t.function, key), []).append((t, i, case))
+        from nkisim.core import channel
+
+        crossing = cross_group() and self.config.workers > 1 and channel.supported()
         for planned_members in planned.values():
-            for members in _split(planned_members, self.config.workers if group_split() else 1):
-                if len(members) > 1 or (ahead and members[0][0].kind == "performance"):
-                    group = _CaseGroup(members)
+            parts = (_cross_split(planned_members) if crossing and len(planned_members) > 2
+                     and sum(1 for t, _, _ in planned_members if t.kind == "correctness") > 1 else
+                     _split(planned_members, self.config.workers if group_split() else 1))
+            link = CrossLink(self.config.tmp_root) if len(parts) == 2 and crossing else None
+            if link is not None:
+                self.cross_links.append(link)
+            for role, members in zip(("producer", "consumer", "", ""), parts, strict=False):
+                if len(members) > 1 or (ahead and members[0][0].kind == "performance") or link is not None:
+                    group = _CaseGroup(members, (link, role) if link is not None else None)
                     self.units.append(group)
                     for t, i, _ in members:
                         self.groups[(t.id, i)] = group
@@ -540,7 +585,7 @@ class _Grading:
                     [t.timeout_s * self.config.timeout_scale for t, _, _ in members], want_trace=self.want_trace,
                     target=self.config.target, limits=self.rubric.limits, tmp_root=self.config.tmp_root,
                     hidden=self.config.hidden_dirs, servers=self.servers, api=self._api_of(test0.file) or "legacy",
-                    speculative=speculative, inputs=inputs,
+                    speculative=speculative, inputs=inputs, cross=group.cross,
                     # the critical group's specializations side by side: everything else waits for it
                     parallel=self.config.workers if self.nice and not nice else 1,
                 )
@@ -987,6 +1032,8 @@ def _grade_loaded(sub: Submission, config: GradeConfig, figures: dict[str, Any])
                 grading.ref_pool.shutdown(wait=True, cancel_futures=True)
             if grading.servers is not None:
                 grading.servers.close()  # before the CPU count: a server's calls are counted once it is reaped
+            for link in grading.cross_links:  # a half that never ran leaves its channel file behind otherwise
+                link.close()
     failed = [r for r in results if r.status == Status.GRADER_ERROR]
     cpu_grader, cpu_kernels = (b - a for a, b in zip(cpu0, _cpu_seconds()))
     figures.update(cpu_grader_s=round(cpu_grader, 3), cpu_kernels_s=round(cpu_kernels, 3))

@@ -641,12 +641,62 @@ def _signature(inv: Invocation) -> str:
     return json.dumps([[[list(a.shape), a.dtype.str] for a in inv.args], inv.kwargs], sort_keys=True, default=str)
 
 
+class CrossLink:
+    """The two halves of one group made as two processes on two workers, the first (``producer``) publishing its
+    leader's products and the other (``consumer``) taking them (nkisim.core.channel; docs/grading.md, round 9).
+    The grader makes the channel file for these two processes only, in a private scratch directory of this
+    grading, and removes it when both are over.  The halves meet before they start their processes (:meth:`meet`,
+    bounded): a half that will not start one (its calls failed to specialize) or does not come in time leaves the
+    other on its own."""
+
+    WAIT = 10.0  # seconds a half waits for the other before it goes on alone
+
+    def __init__(self, tmp_root: str | None = None) -> None:
+        self.tmp_root = tmp_root
+        self._cv = threading.Condition()
+        self._coming: dict[str, bool] = {}
+        self._dir: Path | None = None
+        self._left = 0
+        self.path: str | None = None
+
+    def meet(self, role: str, coming: bool) -> str | None:
+        """The channel file's path when both halves come (each then makes its process with it), else None."""
+        from nkisim.core import channel
+
+        with self._cv:
+            self._coming[role] = coming
+            if coming and self.path is None and self._dir is None and channel.supported():
+                self._dir = scratch.make_dir("case", self.tmp_root)
+                os.chmod(self._dir, 0o711)
+                path = str(self._dir / f"channel-{secrets.token_hex(16)}")
+                channel.create(path)
+                self.path = path
+            self._cv.notify_all()
+            if not self._cv.wait_for(lambda: len(self._coming) == 2, self.WAIT):
+                self._coming[role] = False  # the other half, when it comes, finds this one gone
+                return None
+            return self.path if all(self._coming.values()) else None
+
+    def leave(self) -> None:
+        """A half is over (its process ended, or it made none): the second one removes the file."""
+        with self._cv:
+            self._left += 1
+            if self._left >= 2:
+                self.close()
+
+    def close(self) -> None:
+        with self._cv:
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
+                self._dir = None
+
+
 def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation], timeouts: list[float], *,
               want_trace: bool, target: str, limits: Limits, tmp_root: str | None = None,
               hidden: tuple[str, ...] = (), servers: KernelServers | None = None,
               api: str = "nki", speculative: list[bool] | None = None,
               inputs: Callable[[], list[Invocation]] | None = None,
-              parallel: int = 1) -> tuple[list[CaseRun | None], dict]:
+              parallel: int = 1, cross: tuple[CrossLink, str] | None = None) -> tuple[list[CaseRun | None], dict]:
     """Several correctness calls of one kernel (``api``: its file's, one of :data:`REPLAYED_APIS`) on the same X
     and W (``part2.large``, ``bias`` and ``maxpool``), each the outcome :func:`run_case` would give it (full mode),
     for about the CPU time of fewer:
@@ -674,8 +724,25 @@ def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation
     specializations are made (the parent generates the inputs meanwhile); a call whose signature differs from its
     stand-in's is a grader error (ValueError).
 
+    ``cross``: this group is one half of a group split across two workers (:class:`CrossLink`, and its role): its
+    process shares the leader's products with the other half's through a channel when both halves start one.
+
     Returns the calls' outcomes (None only for a speculative call) and figures (``hits``/``misses``: reused and
     computed products, ``alone``: calls replayed alone after the group)."""
+    try:
+        return _run_group(source, rel_file, function, invs, timeouts, want_trace=want_trace, target=target,
+                          limits=limits, tmp_root=tmp_root, hidden=hidden, servers=servers, api=api,
+                          speculative=speculative, inputs=inputs, parallel=parallel, cross=cross)
+    finally:
+        if cross is not None:
+            cross[0].leave()
+
+
+def _run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation], timeouts: list[float], *,
+               want_trace: bool, target: str, limits: Limits, tmp_root: str | None, hidden: tuple[str, ...],
+               servers: KernelServers | None, api: str, speculative: list[bool] | None,
+               inputs: Callable[[], list[Invocation]] | None, parallel: int,
+               cross: tuple[CrossLink, str] | None) -> tuple[list[CaseRun | None], dict]:
     common = dict(backend="nkisim", target=target, api=api, limits=limits, tmp_root=tmp_root,
                   import_clock=False, hidden=hidden, servers=servers)
     specs: dict[str, CaseRun] = {}
@@ -723,12 +790,17 @@ def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation
             out[k] = dataclasses.replace(spec, outputs=[], stream=None)
     live = [k for k in range(len(invs)) if out[k] is None and made[k]]
     figures = {"hits": 0, "misses": 0, "alone": 0}
-    if len(live) > 1:
+    path = None
+    if cross is not None:
+        with timeline.span("cross_meet", cross[1]):
+            path = cross[0].meet(cross[1], bool(live))
+    if len(live) > 1 or (path is not None and live):
         with timeline.span("group_replay", f"{function} x{len(live)}") as sp:
             runs = _launch(
             b"", rel_file, None, {"mode": "full", "want_trace": want_trace, "function": function},
-                prepare=lambda in_dir, out_dir: _group_inputs(in_dir, out_dir,
-                                                              [(invs[k], streams[k]) for k in live], servers),
+                prepare=lambda in_dir, out_dir: {
+                    **_group_inputs(in_dir, out_dir, [(invs[k], streams[k]) for k in live], servers),
+                    **({"channel": {"path": path, "role": cross[1]}} if path is not None and cross else {})},
                 collect=lambda proc, out_dir, name: _collect_group(proc, out_dir, [invs[k] for k in live],
                                                                    [timeouts[k] for k in live], name, limits,
                                                                    want_trace, rel_file, figures),
@@ -738,10 +810,11 @@ def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation
                 sp.fields["proc_cpu"] = [r.cpu_seconds if r is not None else None for r in runs or ()]
         for k, run in zip(live, runs or [None] * len(live), strict=True):
             out[k] = run
+    grouped = len(live) > 1 or (path is not None and bool(live))
     for k in live:
         # not grouped (a speculative call too: its own run), or the group could not give this call its own outcome
-        if out[k] is None and (not ahead[k] or len(live) == 1):
-            if len(live) > 1:
+        if out[k] is None and (not ahead[k] or not grouped):
+            if grouped:
                 figures["alone"] += 1
             out[k] = _replay_one(rel_file, function, invs[k], streams[k], mode="full", want_trace=want_trace,
                                  timeout_s=timeouts[k], **common)

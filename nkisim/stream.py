@@ -1217,7 +1217,7 @@ def _simulated(stream: dict, graded: bool) -> bool:
 
 
 def replay_group(members: list, *, mode: str = "full", target: str | None = None, graded: bool = False,
-                 share: bool = True, hbm_dirs: list | None = None) -> tuple[list, dict]:
+                 share: bool = True, hbm_dirs: list | None = None, link: object = None) -> tuple[list, dict]:
     """Replay several streams in one process, each on its own inputs, as :func:`replay` does one: ``members`` is a
     list of ``(stream, args, kwargs)``; returns each member's :class:`KernelRun` or the exception its replay raised
     (a malformed stream's :class:`StreamError`, the program's own error), and figures (``hits``/``misses``: reused
@@ -1230,7 +1230,11 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
     X and W); every member's outputs, trace and errors are the ones :func:`replay` gives it alone.  Without, they run
     one after another.  The BLAS thread count and the cycle collector are set once for the whole group (each run
     would restore them at its end, under the feet of the runs still going).  ``hbm_dirs``: each member's
-    ``run_kernel(hbm_dir=)``."""
+    ``run_kernel(hbm_dir=)``.
+
+    ``link``: this group's side of a channel to a group in another process (``core.channel``, opened by the
+    grader's replay process): a Producer publishes member 0's products, a Consumer's products are taken as from a
+    member 0 before this group's own; the values are the same either way."""
     import gc
 
     from nkisim.core import runtime
@@ -1259,16 +1263,21 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
 
         fns.append(fn)
     live = [r for r in reps if isinstance(r, _Replayer)]
-    group = ShareGroup(len(live))
-    if share and mode == "full":
+    sharing = share and mode == "full"
+    if link is not None and (not sharing or not live):
+        (link.finish if hasattr(link, "publish") else link.leave)()
+        link = None
+    remote = link is not None and not hasattr(link, "publish")  # a Consumer: member 0 is the producer's stand-in
+    group = ShareGroup(len(live) + remote, link=link)
+    if sharing:
         for k, rep in enumerate(live):
-            rep.share = Member(group, k)
+            rep.share = Member(group, k + remote)
     blas = runtime._single_thread_blas()
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        if share and mode == "full":
-            results, errors = group.run(fns)
+        if sharing:
+            results, errors = group.run([group.remote, *fns] if remote else fns)
         else:
             results, errors = [], []
             for fn in fns:
@@ -1286,7 +1295,7 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
     out: list = []
     cpu: list = []
     borrowed: list = []
-    it = iter(zip(results, errors, group.cpu_seconds, group.borrowed))
+    it = iter(zip(results[remote:], errors[remote:], group.cpu_seconds[remote:], group.borrowed[remote:]))
     for r in reps:
         if isinstance(r, _Replayer):
             res, err, sec, got = next(it)
@@ -1306,7 +1315,8 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
                  "compares": {"snapshots": group.snapshots, "storage": group.root_compares,
                               "memo_hits": group.memo_hits, "operands": group.view_compares,
                               "copies": group.copy_compares},
-                 "stopped_sharing": not group.sharing}
+                 "stopped_sharing": not group.sharing,
+                 **({"channel_wait": link.waited} if link is not None else {})}
 
 
 __all__ = ["FORMAT", "NotRecordable", "Recorder", "StreamError", "Trace", "dumps", "loads", "record", "replay",

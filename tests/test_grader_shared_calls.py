@@ -282,6 +282,42 @@ def test_a_grading_with_one_group_per_worker_gives_the_same_results(tmp_path, mo
     assert on.timings["share:groups"] == 3 and on.timings["share:calls"] == 7
 
 
+@pytest.mark.slow
+def test_a_grading_with_the_group_split_across_two_processes_gives_the_same_results(tmp_path, monkeypatch):
+    """GRADER_CROSS_GROUP=1: two workers make {plain, bias} (the leader's process, publishing its products) and
+    {pool, both float32 timed calls} (taking them through the channel): the results of a grading that groups
+    nothing, every product computed once, and no channel file left behind."""
+    from nkisim.core import channel
+
+    if not channel.supported():
+        pytest.skip("the channel needs x86-64's store order")
+    monkeypatch.setenv("GRADER_CROSS_GROUP", "1")
+    monkeypatch.setenv("NKISIM_SHARE_SELFCHECK", "1")
+    rubric = conv_timed_rubric(tmp_path)
+    on, off = _graded_with_and_without_sharing(tmp_path, monkeypatch, rubric, STAFF_CONV, workers=2)
+    assert record_results(on) == record_results(off)
+    assert on.timings["share:groups"] == 3 and on.timings["share:calls"] == 7
+    assert on.timings["share:alone"] == 0
+    # the float32 members' products: the leader's computed once, the other four calls' all reused
+    (tmp_path / "one").mkdir()
+    one = _graded_with_and_without_sharing(tmp_path / "one", monkeypatch, rubric, STAFF_CONV, workers=1)[0]
+    assert (on.timings["share:hits"], on.timings["share:misses"]) == (one.timings["share:hits"],
+                                                                     one.timings["share:misses"])
+    assert not list(tmp_path.rglob("channel-*")), "the channel file must be removed"
+
+
+def test_a_group_split_across_two_processes_by_signature():
+    """GRADER_CROSS_GROUP: the leader with the correctness calls of its signature (one specialization), the
+    other calls in the other half."""
+    from grader.pipeline import _cross_split
+
+    tests = {t.id: t for t in load_rubric(str(ROOT / "grader" / "rubric.toml")).tests}
+    members = [(tests[k], 0, tests[k].cases[0]) for k in ("part2.perf_fp32", "part2.large", "part2.perf_fp32_pool",
+                                                            "part2.bias", "part2.maxpool")]
+    ids = [[t.id for t, _, _ in group] for group in _cross_split(members)]
+    assert ids == [["part2.large", "part2.bias"], ["part2.maxpool", "part2.perf_fp32", "part2.perf_fp32_pool"]]
+
+
 def test_a_group_is_split_into_one_per_worker():
     """With two workers the three 224x224 correctness calls and the two float32 timed calls are two groups, the
     correctness calls balanced and the timed calls with the lighter; with one worker, one group."""

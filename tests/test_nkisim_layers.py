@@ -30,7 +30,7 @@ LAYERS = [
     {"access", "partitions"},
     {"context"},
     {"tensor"},
-    {"aps", "buffers", "launchinfo", "lockstep", "sharing"},
+    {"aps", "buffers", "launchinfo", "lockstep", "sharing", "channel"},
     {"ops.common", "ops.partition_broadcast"},
     {"ops.elementwise"},
     {"ops.dma", "ops.tensor_engine", "ops.reduce", "ops.gpsimd", "ops.registers", "ops.collectives", "ops.lnc"},

@@ -125,8 +125,11 @@ class ShareGroup:
     member hands over to the next unfinished one there.  ``hits`` / ``misses`` count reused and computed products.
     """
 
-    def __init__(self, n: int, window: int | None = None, probe: int | None = None) -> None:
+    def __init__(self, n: int, window: int | None = None, probe: int | None = None, link: Any = None) -> None:
         self.n = n
+        # a group in another process this one shares with (core.channel): a Producer (member 0 publishes every
+        # matmul it makes) or a Consumer (member 0 is :meth:`remote`, the producer's stand-in); None: on its own
+        self.link = link
         self.batons = [threading.Lock() for _ in range(n)]
         for b in self.batons:
             b.acquire()
@@ -214,6 +217,8 @@ class ShareGroup:
             self.errors[k] = exc
         finally:
             self.cpu_seconds[k] = time.thread_time() - t0
+            if k == 0 and self.link is not None and hasattr(self.link, "publish"):
+                self.link.finish()
             self.done[k] = True
             nxt = self._next(k)
             if nxt is None:
@@ -236,7 +241,8 @@ class ShareGroup:
                 compute: Callable[[np.ndarray, bool], np.ndarray], views: tuple | None = None) -> np.ndarray:
         """Member ``k``'s next matmul product: reused from an earlier member whose same-numbered matmul had ``key``
         (dtype names, shapes) and bit-identical raw operands of the same layout, else ``compute(moving, keep)``
-        (``keep``: the group keeps the product for later members, so it must be an array of its own).  ``views``: the
+        (``keep``: the group keeps the product for later members, so it must be an array of its own; or the fp32
+        [m, n] array to write it into: a producer's channel slot).  ``views``: the
         operands' tensor views, whose storage versions let the equality memo answer without a compare (module
         docstring).  Every ``window`` matmuls the next member's turn comes."""
         if not self.sharing:
@@ -260,15 +266,21 @@ class ShareGroup:
                 break
         if entry is None:
             self.misses += 1
-            if k < self.n - 1:  # a later member may multiply the same operands: describe them
+            publish = k == 0 and self.link is not None and self.link.live and hasattr(self.link, "publish")
+            if k < self.n - 1 or publish:  # a later member may multiply the same operands: describe them
                 old = self.rings[k][slot]
                 mine = old is not None and old[5] == k
                 ds = self._describe(k, stationary, rs, old[2] if mine else None)
                 dm = self._describe(k, moving, rm, old[3] if mine else None)
                 self.check_seconds += time.thread_time() - t0
                 # a copy of the moving window is the one reshape(K, N) makes anyway: the product reads it
-                values = compute(moving if dm[0] is not None else dm[1], True)
+                t1 = time.thread_time()
+                # a producer computes its product straight into the channel's slot (``compute``'s ``keep`` an array)
+                out = self.link.reserve(i, key[3], key[4]) if publish else None
+                values = compute(moving if dm[0] is not None else dm[1], True if out is None else out)
                 entry = (i, key, ds, dm, values, k)
+                if publish:
+                    self.link.publish(i, key, ds, dm, values, time.thread_time() - t1)
             else:
                 self.check_seconds += time.thread_time() - t0
                 values = compute(moving, False)
@@ -276,7 +288,7 @@ class ShareGroup:
             self.check_seconds += time.thread_time() - t0
             values = entry[4]
             self.hits += 1
-        if k < self.n - 1:
+        if k < self.n - 1 or (k == 0 and self.link is not None):  # (a producer's snapshots live as long as here)
             self.rings[k][slot] = entry
         if i % self.window == self.window - 1:
             if self.looked >= self.probe and self.check_seconds >= COST_LIMIT * sum(self.borrowed):
@@ -289,11 +301,48 @@ class ShareGroup:
         """Sharing does not pay (module docstring): from now on every member computes its own products and runs to
         its end without handing over; the kept products and snapshots are let go."""
         self.sharing = False
+        if self.link is not None:
+            (self.link.finish if hasattr(self.link, "publish") else self.link.leave)()
         self.rings = [[None] * self.window for _ in range(self.n)]
         self.snaps = [{} for _ in range(self.n)]
         self.memo = [{} for _ in range(self.n)]
         self.pending = [{} for _ in range(self.n)]
         self._cost.clear()
+
+    def remote(self) -> None:
+        """Member 0 of a group that takes its products from another process's (``link``, a ``core.channel``
+        Consumer): each turn, the producer's next ``window`` entries become this member's ring entries (waiting for
+        them, bounded), as if it had made those matmuls here, with their cost for the :attr:`borrowed` charge; the
+        entries of the turn before are acknowledged first (every other member is past them: they had their turns),
+        but for its last, whose product a member uses after it handed over.
+        It ends when the producer ends, stops or stalls (after the turn that uses what it took: the producer never
+        writes a slot of an entry not acknowledged), when sharing stops here, or when every other member is done;
+        its ring is emptied then."""
+        link, w = self.link, self.window
+        ring = self.rings[0]
+        i = 0
+        more = True
+        try:
+            while more and self.sharing and not all(self.done[1:]):
+                if i:
+                    # every other member made its matmuls before i, but the last one's product is used only once
+                    # its turn comes back (a member hands over inside its window's last matmul): i - 1 is kept
+                    link.ack(i - 1)
+                for j in range(i, i + w):
+                    got = link.take(j)
+                    if got is False:
+                        more = False
+                        break
+                    if got is not None:
+                        entry, spent = got
+                        ring[j % w] = entry
+                        self._cost[id(entry[4])] = (weakref.ref(entry[4]), spent)
+                i += w
+                self.count[0] = i
+                self._hand_over(0)
+        finally:
+            self.rings[0] = [None] * w
+            link.leave()
 
     def charge(self, k: int, values: np.ndarray, spent: float | None) -> None:
         """Book member ``k``'s product ``values``: ``spent`` CPU seconds computing it, or (None) reused from another

@@ -187,8 +187,8 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
         # one it does not keep is read once by psum_write below (dst) and may be this thread's scratch
         st = read(stationary)
         values = ctx.share.product(st, read(moving), (d1, d2, k1, m, n), lambda mv, keep: _product(
-            _matrix(st, d1, k1, m, "s"), _matrix(mv, d2, k1, n, "m"), keep or dst is None).reshape(out_shape),
-            (stationary, moving))
+            _matrix(st, d1, k1, m, "s"), _matrix(mv, d2, k1, n, "m"),
+            keep if keep.__class__ is not bool else keep or dst is None).reshape(out_shape), (stationary, moving))
     elif ctx.full:
         if is_stationary_onezero or is_moving_onezero or is_transpose:
             s = _operand_values(stationary, d1).reshape(k1, m)
@@ -274,8 +274,11 @@ def _f16_table() -> np.ndarray:
     return _F16_TABLE[0]
 
 
-def _product(s: np.ndarray, mv: np.ndarray, fresh: bool) -> np.ndarray:
-    """``s.T @ mv``; into this thread's scratch buffer unless ``fresh`` (the caller keeps the array)."""
+def _product(s: np.ndarray, mv: np.ndarray, fresh: bool | np.ndarray) -> np.ndarray:
+    """``s.T @ mv``; into this thread's scratch buffer unless ``fresh`` (the caller keeps the array), or into
+    ``fresh`` when it is an array (a lockstep producer's channel slot: the same BLAS call, core.channel)."""
+    if fresh.__class__ is np.ndarray:
+        return np.matmul(s.T, mv, out=fresh)
     if fresh:
         return s.T @ mv
     return np.matmul(s.T, mv, out=_scratch("o", (s.shape[1], mv.shape[1]), F32))
