@@ -407,6 +407,8 @@ class Recorder:
             return x
         if isinstance(x, Tensor):  # the usual argument: no tensor is a constant or an object of the library
             return self._tensor(x, 0)
+        if isinstance(x, Semantics):  # the legacy API's operators and assignment: a method of its semantics
+            return ["S"]
         if t is tuple and all(type(v) in _SCALARS for v in x) or isinstance(x, _INTERNED) or id(x) in self._lib:
             if id(x) in self._lib:
                 key = (t, id(x))
