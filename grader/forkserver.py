@@ -66,6 +66,11 @@ def _preimport(child, lib: str, api: str) -> None:
     import nkisim.core.runtime  # noqa: F401
     import nkisim.core.traceio  # noqa: F401
     import nkisim.stream  # noqa: F401  (the current API's calls are specialized to a stream and replayed)
+    from nkisim.core.blas import openblas_thread_controls
+
+    # every call takes the one-BLAS-thread limiter; finding OpenBLAS's thread controls (threadpoolctl's import and
+    # its walk of the loaded libraries: about 5 ms) is done once here, not in each fork
+    openblas_thread_controls()
 
     try:
         child._ensure_nki_importable("nkisim", api)
