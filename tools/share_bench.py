@@ -1,6 +1,7 @@
 """The grader's three batch-4 correctness calls of a conv kernel replayed as one lockstep group against each alone.
 
     python tools/share_bench.py [--size 224] [--batch 4] [--pairs 1] [--prefix] [--kernel PATH]
+                                [--only both|alone|group|cross]
 
 Records the kernel's programs for ``large`` (zero bias, no pooling), ``bias`` and ``maxpool`` (pool size 2) on one X
 and W, as the grader does (docs/grading.md, "Correctness calls replayed together"), then replays them alone
@@ -10,6 +11,11 @@ compares it made (calls of ``core.sharing.same_bits`` and the bytes they read on
 batch-1 timed call's member (X's first image, the grader's batch prefix) first in the group.  Every grouped output
 is checked bit for bit against its separate replay; a difference is an error.  A figure to compare between trees,
 not a test: the machine's load is printed with it.
+
+``--only cross`` replays the group as the grader's ``GRADER_CROSS_GROUP=1`` makes it (docs/grading.md, round 9):
+``large`` and ``bias`` in a forked process publishing the leader's products through a channel file, ``maxpool``
+(and the prefix member, last) in this one taking them, side by side; it prints the wall time from the fork to both
+ends and each process's CPU seconds.  ``--only group`` prints the one group's wall time too.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nkisim import stream  # noqa: E402
-from nkisim.core import sharing  # noqa: E402
+from nkisim.core import channel, sharing  # noqa: E402
 
 
 def _kernel(path: Path):
@@ -69,6 +77,42 @@ class _Counter:
         return self.inner(a, b)
 
 
+def _cross(members: list, prefix: bool, pair: int) -> None:
+    """The group in two processes sharing the leader's products (``--only cross``)."""
+    lead = members[1:3] if prefix else members[:2]
+    rest = members[3:] + members[:1] if prefix else members[2:]
+    tmp = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    try:
+        path = os.path.join(tmp, "channel")
+        channel.create(path)
+        w0 = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                _, fig = stream.replay_group(lead, link=channel.open_channel(path, "producer"))
+                each = ", ".join(f"{s:.2f}" for s in fig["cpu_seconds"])
+                print(f"pair {pair + 1}: producer members {each}; computed {fig['misses']}, reused {fig['hits']}, "
+                      f"waited {fig['channel_wait']:.2f} s", flush=True)
+                code = 0 if fig["misses"] else 1
+            finally:
+                os._exit(code)
+        c0 = time.process_time()
+        got, fig = stream.replay_group(rest, link=channel.open_channel(path, "consumer"))
+        tc = time.process_time() - c0
+        _, status, usage = os.wait4(pid, 0)
+        wall = time.perf_counter() - w0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for g in got:
+        if isinstance(g, BaseException):
+            raise g
+    each = ", ".join(f"{s:.2f}" for s in fig["cpu_seconds"])
+    print(f"pair {pair + 1}: cross {wall:.2f} s wall; producer process {usage.ru_utime + usage.ru_stime:.2f} CPU s "
+          f"(exit {status >> 8}), consumer {tc:.2f} CPU s (members {each}; reused {fig['hits']}, computed "
+          f"{fig['misses']}, waited {fig['channel_wait']:.2f} s) (load {os.getloadavg()[0]:.2f})", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=224)
@@ -77,7 +121,7 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=1)
     ap.add_argument("--prefix", action="store_true", help="a batch-1 member (X's first image) first in the group")
     ap.add_argument("--kernel", type=Path, default=ROOT / "grader/reference/part2/conv2d.py")
-    ap.add_argument("--only", choices=("both", "alone", "group"), default="both")
+    ap.add_argument("--only", choices=("both", "alone", "group", "cross"), default="both")
     ns = ap.parse_args()
     members = _members(_kernel(ns.kernel), ns.batch, ns.size, ns.channels, ns.prefix)
     print(f"{ns.kernel.name}: {len(members)} members, batch {ns.batch}, {ns.size}x{ns.size}, "
@@ -89,13 +133,17 @@ def main() -> int:
             alone = [stream.replay(s, [a.copy() for a in args], dict(kw)) for s, args, kw in members]
             ta = time.process_time() - t0
             print(f"pair {pair + 1}: alone {ta:.2f} CPU s (load {os.getloadavg()[0]:.2f})", flush=True)
+        if ns.only == "cross":
+            _cross(members, ns.prefix, pair)
+            continue
         if ns.only in ("both", "group"):
             counter = _Counter()
             sharing.same_bits = counter
             try:
-                t0 = time.process_time()
+                t0, w0 = time.process_time(), time.perf_counter()
                 grouped, figures = stream.replay_group(members)
                 tg = time.process_time() - t0
+                print(f"pair {pair + 1}: grouped {time.perf_counter() - w0:.2f} s wall", flush=True)
             finally:
                 sharing.same_bits = counter.inner
             stats = figures.get("compares")
