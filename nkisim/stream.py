@@ -570,6 +570,7 @@ class Recorder:
 
 
 _SCALARS = (int, float, bool, str, type(None))
+_VALUE_TYPES = (bool, int, float, str)  # a stream's scalar values besides None (JSON's)
 # what a legacy program cannot hold: the current API's dynamic loops, registers and instruction handles
 _NKI_ONLY = ("set", "depends", "fori", "while", "drange")
 _NKI_TAGS = {"R": "register", "H": "instruction handle"}
@@ -623,15 +624,8 @@ class _Code:
 
 
 class _ReplayContext(KernelContext):
-    """The running replay's context: each call's kernel statement comes from the stream, not from a Python frame."""
-
-    stmt_now: tuple | None = None
-
-    def settle(self) -> None:
-        KernelContext.settle(self)
-        w = self.stmt_now
-        if w is not None:
-            self.loc, self.site = w
+    """The running replay's context: each call's kernel statement comes from the stream, not from a Python frame
+    (``stmt_now``, which ``KernelContext.settle`` takes instead of walking the stack)."""
 
 
 def _need(cond: bool, where: str, what: str) -> None:
@@ -688,6 +682,7 @@ class _Replayer:
         _need(isinstance(self.consts, list) and isinstance(self.views, list), "header", "constant or view table")
         self.share = None  # core.sharing.Member when replayed in a group (replay_group)
         self.fcache: dict = {}
+        self.path_fids: set = set()  # function indices of nl.shared_constant (_call refuses a file path)
         self.checked: set = set()  # (view index, storage key) pairs core.aps.rebuild has checked
         self._reset()
 
@@ -723,10 +718,11 @@ class _Replayer:
             self.pos += 1
         while self.pos < len(evs):
             ev = evs[self.pos]
-            if isinstance(ev, list) and ev[:1] == ["program"]:
+            head = ev[0] if isinstance(ev, list) and ev else None
+            if head == "program":
                 return None
             self.pos += 1
-            if isinstance(ev, list) and ev[:1] == ["return"]:
+            if head == "return":
                 _need(len(ev) == 2, f"event {self.pos - 1}", "malformed return")
                 _need(self.pos == len(evs), f"event {self.pos}", "events after the kernel returned")
                 ret = self._dec(ev[1], 0, f"event {self.pos - 1}", {})
@@ -779,6 +775,10 @@ class _Replayer:
     def _stmt(self, st, where: str):
         if st is None:
             return None
+        if type(st) is list and len(st) == 2 and type(st[0]) is int and type(st[1]) is int:
+            w = self.sites.get((st[0], st[1]))
+            if w is not None:  # checked when it was made (below)
+                return w
         _need(isinstance(st, list) and len(st) == 2 and type(st[0]) is int and 0 <= st[0] < len(self.codes)
               and type(st[1]) is int and 0 <= st[1] < 1 << 24, where, "malformed statement")
         key = (st[0], st[1])
@@ -790,12 +790,14 @@ class _Replayer:
 
     def _event(self, ctx: _ReplayContext, ev, i: int, depth: int) -> None:
         where = f"event {i}" if depth == 0 else f"event {i} (loop body depth {depth})"
-        _need(isinstance(ev, list) and ev and isinstance(ev[0], str), where, "not an event")
+        if not (isinstance(ev, list) and ev and isinstance(ev[0], str)):
+            raise StreamError(f"{where}: not an event")
         kind = ev[0]
         if kind == "call":
             self._call(ctx, ev, where)
         elif kind == "drop":
-            _need(len(ev) == 2 and type(ev[1]) is int, where, "malformed drop")
+            if len(ev) != 2 or type(ev[1]) is not int:
+                raise StreamError(f"{where}: malformed drop")
             self._drop(ev[1])
         elif kind == "reclaim":
             _need(len(ev) == 3 and isinstance(ev[1], list) and isinstance(ev[2], list)
@@ -843,12 +845,15 @@ class _Replayer:
             fn = getattr(current("replay").sem.__class__, name, None)
         _need(callable(fn), where, f"{key!r:.100} is not a function of the front end")
         self.fcache[fid] = fn
+        if name == "shared_constant":
+            self.path_fids.add(fid)  # its calls' first argument is checked (_call)
         return fn
 
     def _call(self, ctx: _ReplayContext, ev, where: str) -> None:
-        _need(len(ev) == 8 and isinstance(ev[2], list) and isinstance(ev[3], list), where, "malformed call")
+        if not (len(ev) == 8 and isinstance(ev[2], list) and isinstance(ev[3], list)):
+            raise StreamError(f"{where}: malformed call")
         fn = self._function(ev[1], where)
-        if self.functions[ev[1]].endswith(":shared_constant"):
+        if ev[1] in self.path_fids:
             _need(not ev[2] or not isinstance(ev[2][0], str), where, "nl.shared_constant of a file path is not "
                   "replayed (the path is the child's; under grading every path is refused)")
         memo: dict = {}
@@ -856,7 +861,8 @@ class _Replayer:
         args = [dec(a, 1, where, memo) for a in ev[2]]
         kwargs = {}
         for kv in ev[3]:
-            _need(type(kv) is list and len(kv) == 2 and type(kv[0]) is str, where, "malformed keyword argument")
+            if not (type(kv) is list and len(kv) == 2 and type(kv[0]) is str):
+                raise StreamError(f"{where}: malformed keyword argument")
             kwargs[kv[0]] = dec(kv[1], 1, where, memo)
         sym = ev[5]
         if sym is None:
@@ -878,19 +884,20 @@ class _Replayer:
             self._bind_result(ev[6], res, where)
 
     def _bind_result(self, spec, res, where: str) -> None:
-        _need(isinstance(spec, list) and spec, where, "malformed result")
+        if not (isinstance(spec, list) and spec):
+            raise StreamError(f"{where}: malformed result")
         tag = spec[0]
         if tag == "T":
-            _need(isinstance(res, Tensor) and len(spec) == 2 and type(spec[1]) is int, where,
-                  "the call returned no tensor where the stream says it did")
+            if not (isinstance(res, Tensor) and len(spec) == 2 and type(spec[1]) is int):
+                raise StreamError(f"{where}: the call returned no tensor where the stream says it did")
             self.allocs[spec[1]] = res
         elif tag == "R":
             _need(isinstance(res, registers.Register) and len(spec) == 2 and type(spec[1]) is int, where,
                   "the call returned no register where the stream says it did")
             self.regs[spec[1]] = res
         elif tag == "H":
-            _need(len(spec) == 2 and type(spec[1]) is int and type(res).__name__ == "NkiInstruction", where,
-                  "the call returned no instruction handle where the stream says it did")
+            if not (len(spec) == 2 and type(spec[1]) is int and type(res).__name__ == "NkiInstruction"):
+                raise StreamError(f"{where}: the call returned no instruction handle where the stream says it did")
             self.handles[spec[1]] = res
         elif tag == "t":
             _need(isinstance(res, (tuple, list)) and len(spec) == 2 and isinstance(spec[1], list)
@@ -962,11 +969,25 @@ class _Replayer:
                 del i
 
     def _dec(self, x, depth: int, where: str, memo: dict):
+        # the checks raise with their messages formatted only when they fail: this runs for every argument of every
+        # call (the repr of each value, made for a message never shown, was a tenth of a replay's bookkeeping)
         if type(x) is not list:
-            _need(x is None or type(x) in (bool, int, float, str), where, f"malformed value {x!r:.100}")
+            if x is not None and type(x) not in _VALUE_TYPES:
+                raise StreamError(f"{where}: malformed value {x!r:.100}")
             return x
-        _need(x and type(x[0]) is str and depth < MAX_DEPTH, where, f"malformed value {x!r:.100}")
+        if not x or type(x[0]) is not str or depth >= MAX_DEPTH:
+            raise StreamError(f"{where}: malformed value {x!r:.100}")
         tag = x[0]
+        if tag == "T" and len(x) == 3:
+            # the common case first: a view of the stream's table already rebuilt for this allocation (vcache
+            # holds only views made after the checks below, and is dropped with the allocation)
+            aid = x[1]
+            if type(aid) is int and type(x[2]) is int:
+                cache = self.vcache.get(aid)
+                if cache is not None and aid not in self.reclaimed:
+                    v = cache.get(x[2])
+                    if v is not None:
+                        return v
         if tag == "c":
             _need(len(x) == 2 and type(x[1]) is int and 0 <= x[1] < len(self.consts), where, "malformed constant")
             c = self.ccache.get(x[1], _NONE)
@@ -976,11 +997,13 @@ class _Replayer:
         if tag == "T":
             if len(x) == 4 and self.legacy:
                 return self._legacy_view(x, depth, where, memo)
-            _need(len(x) == 3 and type(x[1]) is int, where, "malformed tensor")
+            if len(x) != 3 or type(x[1]) is not int:
+                raise StreamError(f"{where}: malformed tensor")
             root = self.allocs.get(x[1])
-            _need(root is not None, where, f"tensor of allocation {x[1]} used after it was dropped, or never made")
-            _need(x[1] not in self.reclaimed, where, f"tensor of allocation {x[1]} used after the capacity check "
-                  "found it dead")
+            if root is None:
+                raise StreamError(f"{where}: tensor of allocation {x[1]} used after it was dropped, or never made")
+            if x[1] in self.reclaimed:
+                raise StreamError(f"{where}: tensor of allocation {x[1]} used after the capacity check found it dead")
             vid = x[2]
             if type(vid) is int:
                 cache = self.vcache.get(x[1])

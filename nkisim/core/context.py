@@ -87,6 +87,10 @@ class KernelContext:
         self._lines: dict = {}  # (code, line) -> the same, per kernel statement
         self.loc: str = "?"
         self.site = None
+        # (loc, site) of the statement making the current call when it is given rather than found on the stack: a
+        # replay takes it from its stream (nkisim.stream), and settle then skips the frame walk, whose frames there
+        # are the emulator's and its caller's only
+        self.stmt_now: tuple | None = None
         self.kernel_code = None  # code object of the top-level kernel function (shared_hbm scope rule)
         self.graded = False  # a grading run (run_kernel(graded=True), the grader's child only): see core.buffers
         self.hbm_dir: str | None = None  # run_kernel(hbm_dir=): HBM tensors' storage in files there (core.buffers)
@@ -166,6 +170,10 @@ class KernelContext:
         self.last_instr = None
         self.last_result = None
         self.last_values = None
+        w = self.stmt_now
+        if w is not None:
+            self.loc, self.site = w
+            return
         f = sys._getframe(2)  # skip settle and its caller (always an ops or api function)
         emu = _EMULATOR_CODES
         where = self._where

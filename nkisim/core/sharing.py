@@ -21,19 +21,19 @@ it (``core.access.write`` / ``scatter_add`` / ``psum_write`` and the deferred re
 ``KernelContext._flush``: every instruction's values reach storage through these).  ``(uid, gen)`` therefore names
 one version of a storage's bits.  An operand whose view is a basic view of an automatically allocated on-chip tensor
 (``access.own_storage``: such a tensor owns its array, no other allocation's view reaches into it, so no write
-escapes its ``gen``) is described, once operands have read as many bytes of its storage version as the storage
-holds, as (a snapshot of its whole storage at this version, the view's byte offset, shape, strides, dtype); the
-member takes the snapshot while the version lasts (it may overwrite the storage before a later member gets there)
-and keeps it as long as a ring entry uses it.  A later member's operand with the same offset, shape, strides and
-dtype, in storage of the snapshot's shape and dtype, is the earlier operand bit for bit when its whole storage is
-bitwise equal to the snapshot -- and that is compared once per pair of versions, ``memo[(uid, gen, snapshot uid,
-snapshot gen)]``, again once operands of the pair have read as many bytes as the storage holds (until then each is
-compared alone, against the snapshot's window of it): every later matmul reading any view of the two unchanged
-versions reuses without a compare.  The byte thresholds keep the whole-storage work paid for: a version one small
-operand reads is never copied or compared whole, so no kernel pays much more than the operand compares it paid
-before.  In the staff conv an input band (one version per band, 18 times a moving window) feeds 288 matmuls and the
-resident weights (one version, 36 times a stationary block) all of them, so a batch-4 224x224 group makes 130
-storage compares instead of 63,936 operand compares.  Anything else -- a gather view, a placed or ``mod_alloc``
+escapes its ``gen``) is described, once operands have read a quarter of the bytes of its storage version that the
+storage holds (``SNAPSHOT_SHARE``), as (a snapshot of its whole storage at this version, the view's byte offset,
+shape, strides, dtype); the member takes the snapshot while the version lasts (it may overwrite the storage before a
+later member gets there) and keeps it as long as a ring entry uses it.  A later member's operand with the same
+offset, shape, strides and dtype, in storage of the snapshot's shape and dtype, is the earlier operand bit for bit
+when its whole storage is bitwise equal to the snapshot -- and that is compared once per pair of versions,
+``memo[(uid, gen, snapshot uid, snapshot gen)]``, at the pair's first use: every later matmul reading any view of
+the two unchanged versions reuses without a compare.  The byte threshold keeps the whole-storage work paid for: a
+version one small operand reads is never copied or compared whole (its operands are described by copies and
+compared alone), so no kernel pays much more than the operand compares it paid before.  In the staff conv an input
+band (one version per band, 18 times a moving window) feeds 288 matmuls and the resident weights (one version, 36
+times a stationary block) all of them, so a batch-4 224x224 group makes about 150 storage compares instead of 63,936
+operand compares.  Anything else -- a gather view, a placed or ``mod_alloc``
 tensor (a view of an arena), storage found unequal to the snapshot somewhere -- is compared operand by operand as
 before (against a contiguous copy, or the snapshot's window of it).
 
@@ -96,6 +96,14 @@ WINDOW = 16
 # the caches and the hand-overs cost about as much again as the compares), for the staff conv 0.12 (1.8 against 3.2)
 PROBE = 1024
 COST_LIMIT = 0.5
+# A member snapshots a storage version once its operands have read 1/SNAPSHOT_SHARE of the bytes the storage holds,
+# and a later member compares its own storage whole with that snapshot at its first operand of the pair of versions.
+# Before, both waited for a whole storage's bytes (each operand copied, then compared alone, until then): the staff
+# conv's batch-4 224x224 group compared 3.2 GB, a third of it each operand against the earlier member's copy, a third
+# against the snapshot's window of it; now about 1.3 GB.  The whole-storage work stays paid for: the snapshot costs
+# at most SNAPSHOT_SHARE times the bytes the member's operands read of the version, a later member's whole compare
+# the same (it runs the program whose operands read them)
+SNAPSHOT_SHARE = 4
 # the self-check: on every memo hit the operand is compared bitwise too, and a disagreement raises
 # SharingSelfCheckError (tests run with it on: it is what catches a write path that does not bump Allocation.gen)
 SELF_CHECK = os.environ.get("NKISIM_SHARE_SELFCHECK", "") not in ("", "0")
@@ -150,7 +158,6 @@ class ShareGroup:
         # member, {memo key: bytes of operands compared alone so far}; what the checks cost
         self.memo: list[dict] = [{} for _ in range(n)]
         self.snaps: list[dict] = [{} for _ in range(n)]
-        self.pending: list[dict] = [{} for _ in range(n)]
         self.snapshots = 0
         self.root_compares = 0
         self.memo_hits = 0
@@ -306,7 +313,6 @@ class ShareGroup:
         self.rings = [[None] * self.window for _ in range(self.n)]
         self.snaps = [{} for _ in range(self.n)]
         self.memo = [{} for _ in range(self.n)]
-        self.pending = [{} for _ in range(self.n)]
         self._cost.clear()
 
     def remote(self) -> None:
@@ -360,9 +366,10 @@ class ShareGroup:
     def _describe(self, k: int, raw: np.ndarray, root: tuple | None, old: tuple | None) -> tuple:
         """What a later member checks an operand against: ``(snapshot, byte offset, shape, strides, dtype)`` --
         the operand as a view of a snapshot of its whole storage at this version -- once the version has been read
-        by operands of as many bytes as the storage (the copy pays for itself: a storage version one matmul reads is
-        never copied whole), else ``(None, contiguous copy, strides)`` (written into this member's own copy of the
-        slot's previous operand when it fits: no page faults for fresh buffers per matmul)."""
+        by operands of a quarter of the storage's bytes (``SNAPSHOT_SHARE``: the copy pays for itself, a storage
+        version one small operand reads is never copied whole), else ``(None, contiguous copy, strides)`` (written
+        into this member's own copy of the slot's previous operand when it fits: no page faults for fresh buffers
+        per matmul)."""
         if root is not None:
             a, base, off = root
             if base.flags.c_contiguous:
@@ -378,7 +385,7 @@ class ShareGroup:
 
     def _snapshot(self, k: int, a: Any, base: np.ndarray, nbytes: int) -> _Snap | None:
         """Member ``k``'s copy of storage ``a`` at its current version, once operands of ``nbytes`` each have read
-        as many bytes of the version as the storage holds (None before).  Taken while the version lasts (the member
+        1/SNAPSHOT_SHARE of the bytes the storage holds (None before).  Taken while the version lasts (the member
         may write the storage again before a later member gets there); kept alive only by the ring entries that use
         it (taken again if a use comes after the ring let it go)."""
         seen = self.snaps[k]
@@ -395,7 +402,7 @@ class ShareGroup:
                                             "(a write path that does not bump Allocation.gen)")
             return s
         st[1] += nbytes
-        if st[1] < base.nbytes:
+        if st[1] * SNAPSHOT_SHARE < base.nbytes:
             return None
         s = _Snap(a.uid, a.gen, np.array(base, copy=True))
         self.snapshots += 1
@@ -420,20 +427,12 @@ class ShareGroup:
                 memo = self.memo[k]
                 eq = memo.get(mk)
                 if eq is None:
-                    # the whole storage is compared once operands of this pair of versions have read as many bytes
-                    # as it holds (before, each alone: never more than twice the operands' own compares)
-                    pending = self.pending[k]
-                    got = pending.get(mk, 0) + raw.nbytes
-                    if got >= base.nbytes:
-                        if len(memo) >= 65536:
-                            memo.clear()
-                        pending.pop(mk, None)
-                        eq = memo[mk] = same_bits(base, arr)
-                        self.root_compares += 1
-                    else:
-                        if len(pending) >= 65536:
-                            pending.clear()
-                        pending[mk] = got
+                    # the whole storage is compared at the pair's first use: the earlier member's operands read a
+                    # share of it before it took the snapshot (SNAPSHOT_SHARE), and this member runs that program
+                    if len(memo) >= 65536:
+                        memo.clear()
+                    eq = memo[mk] = same_bits(base, arr)
+                    self.root_compares += 1
                 else:
                     self.memo_hits += 1
                 if eq:
