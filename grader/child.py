@@ -338,34 +338,67 @@ _STOPPED_CLOCKS: list = []  # the ctypes callbacks: alive as long as the process
 
 def _elf_import_slots(path: str, wanted: frozenset) -> tuple[dict[str, list[int]], int]:
     """The GOT slots (offsets from the load base) through which the ELF64 shared object ``path`` calls the
-    functions ``wanted``, from its .rela sections, and its machine (EM_*)."""
+    functions ``wanted``, from its .rela sections, and its machine (EM_*).
+
+    The file is mapped, not read: NumPy's ``_multiarray_umath`` is about 10 MB, of which the headers, relocations
+    and symbol tables read here are a few hundred KB.  A ``read()`` of the whole file into a fresh buffer cost every
+    kernel process 10 MB of first-touch page faults and a copy (perf: the largest user site of the kernel
+    processes' page faults; docs/grading.md, round 10).  The answer depends on the file alone, so a process keeps
+    it (:func:`_clock_slots`)."""
+    import mmap
     import struct
 
-    with open(path, "rb") as fh:
-        data = fh.read()
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        raise ValueError("not a little-endian ELF64 object")
-    machine = struct.unpack_from("<H", data, 0x12)[0]
-    shoff = struct.unpack_from("<Q", data, 0x28)[0]
-    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    slots: dict[str, list[int]] = {}
-    for _name, kind, _flags, _addr, off, size, link, _info, _align, entsize in sections:
-        if kind != 4 or not entsize:  # SHT_RELA
-            continue
-        symtab = sections[link]
-        strtab = sections[symtab[6]]
-        for k in range(size // entsize):
-            r_offset, r_info, _ = struct.unpack_from("<QQq", data, off + k * entsize)
-            sym = r_info >> 32
-            if not sym:
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+            raise ValueError("not a little-endian ELF64 object")
+        machine = struct.unpack_from("<H", data, 0x12)[0]
+        shoff = struct.unpack_from("<Q", data, 0x28)[0]
+        shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+        slots: dict[str, list[int]] = {}
+        for _name, kind, _flags, _addr, off, size, link, _info, _align, entsize in sections:
+            if kind != 4 or not entsize:  # SHT_RELA
                 continue
-            st_name = struct.unpack_from("<I", data, symtab[4] + sym * symtab[9])[0]
-            start = strtab[4] + st_name
-            name = data[start:data.index(b"\0", start)].decode("ascii", "replace")
-            if name in wanted:
-                slots.setdefault(name, []).append(r_offset)
+            symtab = sections[link]
+            strtab = sections[symtab[6]]
+            names: dict[int, str] = {}  # symbol index -> name, each looked up once
+            for k in range(size // entsize):
+                r_offset, r_info, _ = struct.unpack_from("<QQq", data, off + k * entsize)
+                sym = r_info >> 32
+                if not sym:
+                    continue
+                name = names.get(sym)
+                if name is None:
+                    st_name = struct.unpack_from("<I", data, symtab[4] + sym * symtab[9])[0]
+                    start = strtab[4] + st_name
+                    end = data.find(b"\0", start)
+                    if end < 0:
+                        raise ValueError("a symbol name runs past the end of the file")
+                    name = names[sym] = data[start:end].decode("ascii", "replace")
+                if name in wanted:
+                    slots.setdefault(name, []).append(r_offset)
     return slots, machine
+
+
+_SLOTS_SEEN: dict[tuple, tuple[dict[str, list[int]], int]] = {}
+
+
+def _clock_slots(path: str) -> tuple[dict[str, list[int]], int]:
+    """:func:`_elf_import_slots` of ``path`` for the clock functions, kept per file (its device, inode, size and
+    modification time): the warm kernel server (grader/forkserver.py) finds them once before it forks, so no call
+    parses NumPy's library again; a one-off child finds them itself."""
+    st = os.stat(path)
+    key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    hit = _SLOTS_SEEN.get(key)
+    if hit is None:
+        hit = _SLOTS_SEEN[key] = _elf_import_slots(path, _CLOCK_SYMBOLS)
+    return {name: list(offs) for name, offs in hit[0].items()}, hit[1]
+
+
+def _numpy_umath_path() -> str:
+    import numpy._core._multiarray_umath as umath  # noqa: PLC2701 - the module whose imports are patched
+
+    return os.path.realpath(umath.__file__)
 
 
 def _stop_numpy_clock() -> list[str]:
@@ -373,11 +406,9 @@ def _stop_numpy_clock() -> list[str]:
     feature it adds (nothing when it could not: another platform, a NumPy without the imports)."""
     import ctypes
 
-    import numpy._core._multiarray_umath as umath  # noqa: PLC2701 - the module whose imports are patched
-
-    path = os.path.realpath(umath.__file__)
+    path = _numpy_umath_path()
     try:
-        slots, _machine = _elf_import_slots(path, _CLOCK_SYMBOLS)
+        slots, _machine = _clock_slots(path)
         with open("/proc/self/maps") as fh:
             maps = [line.split() for line in fh]
         regions = [(int(lo, 16), int(hi, 16), perms, off) for (lo, hi), perms, off in

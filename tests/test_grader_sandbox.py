@@ -140,3 +140,39 @@ def test_the_child_stops_numpys_clock_and_only_numpys():
     real, now, now_ms, today, python_clock, later = out[1].split()
     assert int(real) >= 2025 and python_clock == "True" and later == "2026-11-30"
     assert (now, now_ms, today) == ("1970-01-01T00:00:00", "1970-01-01T00:00:00.000", "1970-01-01")
+
+
+def test_the_warm_server_finds_numpys_clock_slots_once_before_it_forks(tmp_path):
+    """Finding the slots parses NumPy's 10 MB library (10-15 ms and, read whole, 10 MB of fresh memory per kernel
+    process): the warm kernel server does it once while it pre-imports, and a call (a fork of it) stops the clock
+    from the answer it inherits without opening the library; a file that changes is parsed again."""
+    import subprocess
+
+    code = (
+        "import os, shutil, sys; sys.path.insert(0, 'grader'); import child, forkserver, numpy as np\n"
+        f"forkserver._preimport(child, {str(tmp_path)!r}, 'nki')\n"
+        "path = child._numpy_umath_path()\n"
+        "assert path in [key[0] for key in child._SLOTS_SEEN], child._SLOTS_SEEN\n"
+        "whole = child._elf_import_slots(path, child._CLOCK_SYMBOLS)\n"
+        "assert whole == child._clock_slots(path) and whole[0].get('time'), whole\n"
+        "def refuse(*a): raise AssertionError('parsed again')\n"
+        "real, child._elf_import_slots = child._elf_import_slots, refuse\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    ok = child._stop_numpy_clock() == ['numpy-clock-stopped'] and str(np.datetime64('now')).startswith('1970')\n"
+        "    os._exit(0 if ok else 1)\n"
+        "assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0\n"
+        f"copy = shutil.copy(path, {str(tmp_path / 'copy.so')!r})\n"
+        "child._elf_import_slots = real\n"
+        "assert child._clock_slots(copy) == whole\n"
+        "with open(copy, 'r+b') as fh: fh.seek(0); fh.write(b'\\0')\n"
+        "os.utime(copy, ns=(0, 12345))  # a changed file, whatever the clock's granularity\n"
+        "try:\n"
+        "    child._clock_slots(copy)\n"
+        "except ValueError:\n"
+        "    print('reparsed')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["reparsed"], out.stdout
