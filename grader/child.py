@@ -216,6 +216,7 @@ MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 
 PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 24, 38
 _CAP_V3 = 0x20080522
 _MOUNT_FLAGS = {
+    "ro": MS_RDONLY,  # the mount's own read-only flag (mountinfo's per-mount options, field 6)
     "nosuid": MS_NOSUID,
     "nodev": MS_NODEV,
     "noexec": MS_NOEXEC,
@@ -264,7 +265,11 @@ def _jail(writable: list[str], masked: list[str]) -> list[str]:
     keep = set(writable)
     failed = 0
     for point, flags in sorted(_mounts(), key=lambda m: -len(m[0])):
-        if point in keep:
+        # a mount read-only already (the masks above: one per private directory the grader knows, dozens on a
+        # machine that has run many batches; /sys where the container made it so) is left as it is: remounting
+        # it read-only again changes nothing.  Stacked mounts: a path's remount reaches its top mount, so a
+        # read-only top is skipped and a writable top is remounted, whichever entry comes first.
+        if point in keep or flags & MS_RDONLY:
             continue
         if libc.mount(None, point.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None) != 0:
             failed += 1

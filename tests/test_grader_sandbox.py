@@ -159,7 +159,8 @@ def test_the_warm_server_finds_numpys_clock_slots_once_before_it_forks(tmp_path)
         "real, child._elf_import_slots = child._elf_import_slots, refuse\n"
         "pid = os.fork()\n"
         "if pid == 0:\n"
-        "    ok = child._stop_numpy_clock() == ['numpy-clock-stopped'] and str(np.datetime64('now')).startswith('1970')\n"
+        "    stopped = child._stop_numpy_clock()\n"
+        "    ok = stopped == ['numpy-clock-stopped'] and str(np.datetime64('now')).startswith('1970')\n"
         "    os._exit(0 if ok else 1)\n"
         "assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0\n"
         f"copy = shutil.copy(path, {str(tmp_path / 'copy.so')!r})\n"
@@ -176,3 +177,32 @@ def test_the_warm_server_finds_numpys_clock_slots_once_before_it_forks(tmp_path)
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["reparsed"], out.stdout
+
+
+@pytest.mark.skipif(not detect_isolation().unshare_argv, reason="needs mount namespaces")
+def test_the_jail_leaves_every_visible_mount_read_only_but_the_runs_own(tmp_path):
+    """The jail remounts read-only every mount that is not already so (a mask, one per private directory the grader
+    knows, is read-only from the start and is not remounted): whatever was skipped, the mount a path reaches (the top
+    one of a stack) is read-only for every mount point but the run's work and output directories, and a masked
+    directory is empty."""
+    import subprocess
+
+    work, out, private = tmp_path / "work", tmp_path / "out", tmp_path / "private"
+    for d in (work, out, private):
+        d.mkdir()
+    (private / "seed").write_text("42")
+    code = (
+        "import os, sys; sys.path.insert(0, 'grader'); import child\n"
+        f"print(child._jail([{str(work)!r}, {str(out)!r}], [{str(private)!r}]))\n"
+        "top = {}\n"
+        "for line in open('/proc/self/mountinfo'):\n"
+        "    f = line.split(); top[child._unescape(f[4])] = 'ro' in f[5].split(',')\n"
+        "print(sorted(p for p, ro in top.items() if not ro), os.listdir(" + repr(str(private)) + "))\n"
+    )
+    argv = [*detect_isolation().unshare_argv, sys.executable, "-c", code]
+    got = subprocess.run(argv, capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert got.returncode == 0, got.stderr
+    features, writable = got.stdout.splitlines()
+    assert "grader-files-hidden" in features and "read-only-fs" in features, features
+    assert writable == repr(sorted([str(work), str(out)])) + " []", writable
