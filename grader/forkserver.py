@@ -83,6 +83,9 @@ def _preimport(child, lib: str, api: str) -> None:
         fe = child._frontends().get(api)
         for sub in fe.submodules:
             importlib.import_module(f"{fe.namespace}.{sub}")
+        # the table of the front end's public objects every recording and every replay looks names up in
+        # (nkisim.stream.library: trusted data, kept per process): built once here, ~2 ms less per call
+        nkisim.stream.library(fe)
     except ImportError:
         pass  # the child reports it for the job that needs it
 

@@ -153,6 +153,8 @@ def test_the_warm_server_finds_numpys_clock_slots_once_before_it_forks(tmp_path)
         f"forkserver._preimport(child, {str(tmp_path)!r}, 'nki')\n"
         "path = child._numpy_umath_path()\n"
         "assert path in [key[0] for key in child._SLOTS_SEEN], child._SLOTS_SEEN\n"
+        "import nkisim.stream\n"
+        "assert list(nkisim.stream._LIB) == ['nki'], nkisim.stream._LIB.keys()  # the names table too\n"
         "whole = child._elf_import_slots(path, child._CLOCK_SYMBOLS)\n"
         "assert whole == child._clock_slots(path) and whole[0].get('time'), whole\n"
         "def refuse(*a): raise AssertionError('parsed again')\n"
