@@ -16,7 +16,7 @@ import jsonschema
 import numpy as np
 import pytest
 from grader_helpers import FAST_RUBRIC, GOOD, HOSTILE, ROOT, SCHEMA, check_reports
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from grader import cli, problems, records, reports, thresholds
@@ -228,6 +228,38 @@ def test_judge_agrees_with_numpy_allclose_on_non_finite_references(pairs):
     verdict = judge_output([got], expected, np.dtype(np.float32), {"float32": (1e-5, 1e-8)})
     assert verdict.passed == bool(np.allclose(got.astype(np.float64), expected, rtol=1e-5, atol=1e-8,
                                               equal_nan=False)), (got, expected, verdict.message)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1.0, -2.5, 0.0, 1e-9, -3e-8, 576.0, 1e30, np.inf, -np.inf, np.nan]),
+                          st.sampled_from([0.0, 1e-8, -1e-8, 2e-8, 1e-5, -1e-5, 1.01e-5, 1e-3, np.nan, np.inf])),
+                min_size=1, max_size=24),
+       st.sampled_from([(1e-5, 1e-8), (0.0, 0.0), (1e-2, 0.0), (0.0, 1e-6), (1e-5, -1.0)]),
+       st.sampled_from([1, 3, 8, 64]))
+@example([(-2.5, 0.0), (0.0, 1e-3)], (1e-5, 1e-8), 8)  # the least |reference| of a slice of both signs is 0
+@example([(np.inf, 0.0)], (1e-5, 1e-8), 1)  # a finite output where the reference is infinite
+@example([(576.0, 1e-5), (576.0, np.nan)], (1e-5, 1e-8), 8)  # a NaN error
+def test_judge_slice_bound_gives_the_full_comparisons_verdict(pairs, tolerance, chunk):
+    """A slice whose largest error is within the smallest tolerance its reference allows passes without the
+    per-value comparison (grader/judge.py FAST_PASS): verdict, message, count and maximum error are those of the
+    full comparison, for references of either sign, zeros, NaN and infinities, errors at the tolerance's edge
+    (relative, absolute, both, neither, a negative atol) and any slicing.  Fails if the bound took the largest
+    |reference| or ignored its sign, a NaN error or an infinite reference, or loosened atol."""
+    from grader import judge
+
+    exp = np.array([e for e, _ in pairs], dtype=np.float64)
+    r = np.array([r for _, r in pairs])
+    with np.errstate(all="ignore"):  # a relative and an absolute error; where the reference is infinite, r itself
+        got = np.where(np.isfinite(exp), exp * (1 + r) + r * 1e-3, r).astype(np.float32)
+    verdicts = []
+    for fast in (True, False):
+        saved = judge.CHUNK, judge.FAST_PASS
+        judge.CHUNK, judge.FAST_PASS = chunk, fast
+        try:
+            verdicts.append(judge_output([got], exp, np.dtype(np.float32), {"float32": tolerance}))
+        finally:
+            judge.CHUNK, judge.FAST_PASS = saved
+    assert verdicts[0] == verdicts[1]
 
 
 def test_judge_refuses_a_finite_output_where_the_reference_is_infinite():
