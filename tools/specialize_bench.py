@@ -16,6 +16,13 @@ Workloads (``--only``): the staff conv of both editions (grader/reference/part2/
 batch-4 224x224 correctness shape (part2.large) and the batch-1 one (part2.perf_fp32), and the handout's starting
 point of both editions (staff/ladder/step0_naive_nki.py, staff/ladder/conv_ladder.py ``step0_naive``) at batch 1.
 The base checkout is exported as tools/paired_bench.py exports it (``git archive`` into ``--cache``).
+
+``calls`` (in ``--only``, not run by default) is a kernel process's fixed cost instead: the staff conv's smallest
+timed call (part2.ec_fp32: batch 1, 256 channels, 32x16; 94 instructions) specialized ``CALLS`` times as a grading
+makes it (``grader.runner``: a fork of a warm kernel server per call, its jail, its stream written and read back),
+with that side's grader and nkisim.  Per call: the CPU seconds and page faults of the whole process tree (the
+bench's process, the server and its forks), from one process making ``CALLS + 1`` calls less one making 1 (the
+server's start-up cancels).
 """
 
 from __future__ import annotations
@@ -73,7 +80,54 @@ def child(path: str, function: str, batch: int, pool: int) -> None:
                       "sha": hashlib.sha256(stream.dumps(data)).hexdigest()}))
 
 
+CALLS = 30
+SMALL = [[1, 256, 32, 16], [256, 256, 3, 3], [256]]  # part2.ec_fp32's shapes
+
+
+def calls_child(n: int) -> None:
+    """``n`` specializations through one warm server (in a fresh process): prints the tree's CPU and faults."""
+    import resource
+
+    import numpy as np
+
+    from grader import runner
+    from grader.problems.base import Invocation
+    from grader.rubric import load_rubric
+
+    limits = load_rubric().limits
+    source = (ROOT / WORKLOADS["staff-b1"][0]).read_bytes()
+    inv = Invocation(args=[np.zeros(s, np.float32) for s in SMALL], kwargs={"pool_size": 1}, out_shape=(1,),
+                     out_dtype=np.dtype(np.float32), flops=0.0)
+    servers = runner.KernelServers(target="trn2", limits=limits)
+    try:
+        for _ in range(n):
+            run = runner._specialized(source, "part2/conv2d.py", "fused_conv2d_maxpool", inv, backend="nkisim",
+                                      target="trn2", api="nki", limits=limits, tmp_root=None, import_clock=False,
+                                      hidden=(), servers=servers, timeout_s=120.0)
+            if run.verdict != "ok":
+                raise SystemExit(f"specialize_bench: the call failed: {run.message}")
+    finally:
+        servers.close()
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(json.dumps({"cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+                      "faults": me.ru_minflt + kids.ru_minflt}))
+
+
+def timed_calls(repo: Path) -> dict:
+    """One call's CPU seconds and page faults (``CALLS + 1`` calls less 1 call, each in a process of its own)."""
+    got = []
+    for n in (1, CALLS + 1):
+        out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--calls-child", str(n)],
+                             env=env_for(repo), capture_output=True, text=True, cwd=str(ROOT))
+        if out.returncode != 0:
+            raise SystemExit(f"specialize_bench: calls ({repo}) failed:\n{out.stderr[-2000:]}")
+        got.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {k: (got[1][k] - got[0][k]) / CALLS for k in ("cpu", "faults")}
+
+
 def timed(repo: Path, name: str) -> dict:
+    if name == "calls":
+        return timed_calls(repo)
     path, function, batch, pool = WORKLOADS[name]
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(ROOT / path), function, str(batch), str(pool)]
     out = subprocess.run(cmd, env=env_for(repo), capture_output=True, text=True, cwd=str(ROOT))
@@ -86,15 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
         return 0
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--calls-child":
+        calls_child(int(sys.argv[2]))
+        return 0
     ap = argparse.ArgumentParser(prog="python tools/specialize_bench.py", description=__doc__.splitlines()[0])
     ap.add_argument("--base", default=PINNED, help=f"the commit to compare with (default {PINNED[:12]})")
     ap.add_argument("--pairs", type=int, default=3)
-    ap.add_argument("--only", default=",".join(WORKLOADS), help=f"comma-separated of {', '.join(WORKLOADS)}")
+    ap.add_argument("--only", default=",".join(WORKLOADS),
+                    help=f"comma-separated of {', '.join(WORKLOADS)}, calls (a kernel process's fixed cost)")
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "nkisim-paired-bench")
     args = ap.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     for n in names:
-        if n not in WORKLOADS:
+        if n not in WORKLOADS and n != "calls":
             ap.error(f"unknown workload {n!r} ({', '.join(WORKLOADS)})")
     if args.pairs < 1:
         ap.error("--pairs must be at least 1")
@@ -111,12 +169,24 @@ def main(argv: list[str] | None = None) -> int:
             for s in (("base", "this") if i % 2 == 0 else ("this", "base")):
                 res[(s, n)].append(timed(sides[s], n))
             a, b = res[("this", n)][-1], res[("base", n)][-1]
+            if n == "calls":
+                print(f"pair {i + 1}/{args.pairs} {n}: this {a['cpu'] * 1e3:.1f} ms, base {b['cpu'] * 1e3:.1f} ms "
+                      "per call", file=sys.stderr, flush=True)
+                continue
             print(f"pair {i + 1}/{args.pairs} {n}: this {a['record'] + a['dumps']:.3f} CPU s, base "
                   f"{b['record'] + b['dumps']:.3f} CPU s", file=sys.stderr, flush=True)
     print(f"specializations (record + dumps, CPU s), {args.pairs} pairs; base {base.name[:12]}; load average "
           f"{load0:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs, {time.perf_counter() - t0:.0f} s wall")
     for n in names:
         this, old = res[("this", n)], res[("base", n)]
+        if n == "calls":
+            med = statistics.median
+            ratios = sorted(a["cpu"] / b["cpu"] for a, b in zip(this, old))
+            print(f"  {n:16s} {CALLS} small specializations through a warm server, per call: this "
+                  f"{med([r['cpu'] for r in this]) * 1e3:.1f} ms CPU, {med([r['faults'] for r in this]):.0f} page "
+                  f"faults; base {med([r['cpu'] for r in old]) * 1e3:.1f} ms, {med([r['faults'] for r in old]):.0f}; "
+                  f"this/base {med(ratios):.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})")
+            continue
         k = this[0]["instrs"]
         tot = [r["record"] + r["dumps"] for r in this]
         tot_b = [r["record"] + r["dumps"] for r in old]
