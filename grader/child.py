@@ -347,7 +347,7 @@ def _elf_import_slots(path: str, wanted: frozenset) -> tuple[dict[str, list[int]
 
     The file is mapped, not read: NumPy's ``_multiarray_umath`` is about 10 MB, of which the headers, relocations
     and symbol tables read here are a few hundred KB.  A ``read()`` of the whole file into a fresh buffer cost every
-    kernel process 10 MB of first-touch page faults and a copy (perf: the largest user site of the kernel
+    kernel process 10 MB of first-touch page faults and a copy (perf: the read() site of the kernel
     processes' page faults; docs/grading.md, round 10).  The answer depends on the file alone, so a process keeps
     it (:func:`_clock_slots`)."""
     import mmap
