@@ -97,6 +97,7 @@ class _CaseGroup:
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._started = False
+        self.held = False  # took a kernel slot
         self.runs: dict[tuple[str, int], CaseRun | None] = {}
         self.taken: set[tuple[str, int]] = set()
 
@@ -131,6 +132,8 @@ class _CaseGroup:
             try:
                 self.runs = grading._run_group(self, test.id, index, done)
             finally:
+                if self in grading.critical_units and not self.held:  # made no call: its kept slot is free
+                    grading.slots.reserve(-1)
                 self._done.set()
         else:
             with grading.slots.claim(-1), timeline.span("wait_group", f"{test.id}#{index}"):  # holds no worker
@@ -147,7 +150,8 @@ class _CaseGroup:
 class _Slots:
     """The kernel-call slots of a grading: ``n`` sandboxed kernel processes (or groups) at a time, the largest
     waiting call first.  A test's thread claims a slot's worth of the machine while it runs (a call, or the
-    parent's judging between calls), not while it waits for a group another test started; speculative calls
+    parent's judging between calls), not while it waits for a group another test started, nor, when no other test
+    requires it, while it judges its last call (``_Grading._calls_made``); speculative calls
     (timed runs made before their tests' requirements are known) start only on a slot no running test claims
     (docs/grading.md, round 7)."""
 
@@ -160,17 +164,31 @@ class _Slots:
         self._waiting: list[tuple[bool, float, int]] = []
         self._seq = itertools.count()
         self._free = list(range(self.n))  # slot numbers, for the timeline (GRADER_TIMELINE)
+        self.reserved = 0  # slots kept for critical groups not started yet (reserve)
+
+    def reserve(self, delta: int) -> None:
+        """Keep ``delta`` more (or, negative, fewer) slots for the grading's critical groups: until one takes its slot
+        (``hold(critical=True)``), other calls leave it free.  Without it, a small call whose test thread asked a
+        few milliseconds sooner took the second slot while the 224x224 group's thread was still on its way to the
+        queue, and the group -- the grading's critical path -- started a whole small call later (1.0 s in one
+        loaded grading of round 10)."""
+        with self._cv:
+            self.reserved = max(0, self.reserved + delta)
+            self._cv.notify_all()
 
     @contextmanager
-    def hold(self, size: float, *, speculative: bool = False, label: str = "") -> Iterator[None]:
+    def hold(self, size: float, *, speculative: bool = False, label: str = "",
+             critical: bool = False) -> Iterator[None]:
         asked = timeline.span("queue", label, speculative=speculative)
         asked.__enter__()
         with self._cv:
             entry = (speculative, -float(size), next(self._seq))
             heapq.heappush(self._waiting, entry)
-            while self.busy >= self.n or self._waiting[0] != entry:
+            while (self.busy >= self.n - (0 if critical else self.reserved)) or self._waiting[0] != entry:
                 self._cv.wait()
             heapq.heappop(self._waiting)
+            if critical and self.reserved:
+                self.reserved -= 1
             self.busy += 1
             self.ahead += speculative
             slot = heapq.heappop(self._free)
@@ -206,7 +224,7 @@ class _Slots:
         """Block until a slot is free that no running test claims (True) or ``stop`` is set (False)."""
         with self._cv:
             while not stop.is_set():
-                if self.claims + self.ahead < self.n and self.busy < self.n and not self._waiting:
+                if self.claims + self.ahead < self.n and self.busy < self.n - self.reserved and not self._waiting:
                     return True
                 self._cv.wait(timeout)
         return False
@@ -357,6 +375,14 @@ class _Grading:
         self.ref_pool = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="grader-refs")
                          if config.workers > 1 else None)
         self.share_figures = {"groups": 0, "calls": 0, "speculative": 0, "hits": 0, "misses": 0, "alone": 0}
+        self.required = {r for t in rubric.tests for r in t.requires}  # tests other tests require
+        self.critical_units: list[_CaseGroup] = []  # groups of the largest correctness calls (_run_scheduled)
+        # timed calls judged and costed as soon as their group returns (_judge_ahead): (test id, case) -> (the run,
+        # its (verdict, report))
+        self.judge_pool = (ThreadPoolExecutor(max_workers=2, thread_name_prefix="grader-judge-ahead")
+                           if config.workers > 1 else None)
+        self.judged_ahead: dict[tuple[str, int], tuple[CaseRun, Future[tuple[Any, Any]]]] = {}
+        self._released = threading.local()  # this test's thread gave up its claim on a worker (_calls_made)
 
     # ------------------------------------------------------------------------------------------ screen ----
     def screen(self) -> None:
@@ -578,8 +604,10 @@ class _Grading:
             size = sum(float(a.size) for inv in invs for a in inv.args)
             label = ",".join(f"{t.id}#{i}" + ("?" * a) for (t, i, _), a in zip(members, speculative, strict=True))
             nice = self._nice_for(members)
-            with self.slots.hold(size, speculative=all(speculative), label=label + f" nice {nice}" * bool(nice)), \
+            with self.slots.hold(size, speculative=all(speculative), label=label + f" nice {nice}" * bool(nice),
+                                 critical=group in self.critical_units), \
                     background(nice):
+                group.held = True
                 runs, figures = run_group(
                     self.sub.files[test0.file], test0.file, test0.function, invs,
                     [t.timeout_s * self.config.timeout_scale for t, _, _ in members], want_trace=self.want_trace,
@@ -602,6 +630,7 @@ class _Grading:
         for run in runs:
             if run is not None:
                 self.features.update(run.features)
+        self._judge_ahead(members, runs)
         return {(t.id, i): run for (t, i, _), run in zip(members, runs, strict=True)}
 
     # ------------------------------------------------------------------------------ resource-limit marks ----
@@ -629,8 +658,25 @@ class _Grading:
         )
 
     def run_test(self, test: TestSpec, done: dict[str, TestResult]) -> TestResult:
-        with timeline.span("test", test.id):
-            return self._run_test(test, done)
+        self._released.on = False
+        try:
+            with timeline.span("test", test.id):
+                return self._run_test(test, done)
+        finally:
+            if self._released.on:
+                self.slots.add_claims(1)  # _run_scheduled releases the test's claim once its dependents started
+
+    def _calls_made(self, test: TestSpec) -> None:
+        """This test's thread has made its last kernel call: with several workers, a test no other test requires
+        gives up its claim on a worker while it judges and costs that call in the parent, so that a call made ahead
+        (the float16 pair) can take the free slot meanwhile (``_Slots.wait_idle``).  Before, the slot stayed idle
+        until the test ended: 0.76 s in a quiet grading after ``part1.transpose_ec``'s 4096x4096 call, whose
+        reference and judging then ran, and the float16 pair made ahead after it ended 0.6 s after the group
+        (docs/grading.md, round 10).  A required test keeps its claim until its dependents have started, so that
+        no call made ahead slips in before theirs."""
+        if self.config.workers > 1 and test.id not in self.required and not self._released.on:
+            self._released.on = True
+            self.slots.add_claims(-1)
 
     def _run_test(self, test: TestSpec, done: dict[str, TestResult]) -> TestResult:
         res = self.new_result(test)
@@ -674,6 +720,86 @@ class _Grading:
         reorders = list(self.reorders.get(test.id, ()))
         if reorders:
             res.message = (res.message + "\n" if res.message else "") + policy.reorder_note(test.file, reorders)
+
+    def early_inputs(self, tests: tuple[TestSpec, ...]) -> threading.Thread | None:
+        """With several workers, start generating the inputs of the grading's critical calls (the rubric's largest
+        correctness cases and the calls on the same X and W: the 224x224 group's batch-4 X and W, the batch-1 X of
+        its float32 timed calls) in a thread now, beside the static screen and the import check, which keep one
+        core busy for 0.3-0.4 s while the other idles; the group's calls then find them in the memo (or wait for
+        the generation under way: ``refcache.memoised``) instead of generating them after the import check, on the
+        critical path (0.8 CPU s, 1.4-1.8 s wall beside the group's specializations).  Only arrays in this
+        process's memory: the input files are written by the group as before (docs/grading-security.md L3), so a
+        submission the screen or the import check stops costs this generation and nothing else."""
+        if self.config.workers <= 1 or self.backend != "nkisim":
+            return None
+        sizes = [(problems.get(t.problem).input_elements(c), _input_key(problems.get(t.problem), c))
+                 for t in tests if t.kind == "correctness" and t.file in self.sub.files for c in t.cases]
+        largest = max((n for n, _ in sizes), default=0)
+        keys = {key for n, key in sizes if n >= largest}
+        timed = self.rubric.verify_performance_outputs
+        calls: list[tuple[int, TestSpec, dict[str, Any]]] = []
+        for t in tests:
+            if t.file not in self.sub.files or not (t.kind == "correctness" or (timed and t.kind == "performance")):
+                continue
+            problem = problems.get(t.problem)
+            for case in (t.cases if t.kind == "correctness" else t.cases[:1]):
+                if _input_key(problem, case) in keys:
+                    calls.append((problem.input_elements(case), t, case))
+        if not calls:
+            return None
+        ordered = sorted(calls, key=lambda c: -c[0])  # the largest first (stable): the group waits for it first
+
+        def generate() -> None:
+            for _, t, case in ordered:
+                try:
+                    self._invocation(t, case)
+                except Exception:  # noqa: BLE001 - the call's own generation raises it again, where it is reported
+                    return
+
+        thread = threading.Thread(target=generate, name="grader-early-inputs", daemon=True)
+        thread.start()
+        return thread
+
+    def _judge_timed(self, test: TestSpec, case: dict[str, Any], shared: problems.SharedInvocation,
+                     run: CaseRun) -> tuple[Any, Any]:
+        """A timed call's verdict (None: its outputs are not verified) and, unless it failed, the cost model's
+        report of its trace (None off nkisim): what :meth:`_performance` judges, a pure function of the run."""
+        verdict = None
+        if self.rubric.verify_performance_outputs:
+            with timeline.span("expected", test.id):
+                expected = self._expected(test, case, shared)
+            with timeline.span("judge", test.id):
+                verdict = judge_output(run.outputs, expected, shared.inv.out_dtype, self.rubric.tolerances,
+                                       reveal=self.config.seed_mode != "secret")
+            if not verdict.passed:
+                return verdict, None
+        if self.backend != "nkisim":
+            return verdict, None
+        from nkisim.perf import estimate
+
+        # hints nkisim granted without checking them (listed in the trace; none when values were computed) are off
+        trace = plausibility.without_unchecked_promises(run.trace)
+        with timeline.span("estimate", test.id):
+            return verdict, estimate(trace, self.config.target)
+
+    def _judge_ahead(self, members: list[tuple[TestSpec, int, dict[str, Any]]],
+                     runs: list[CaseRun | None]) -> None:
+        """With several workers, judge and cost a group's timed calls as soon as the group returns, in a thread of
+        their own, instead of when their tests start (after the correctness tests they require, which end when the
+        224x224 group does): the float16 pair made ahead and the batch-1 float32 pair made with the group were
+        judged and costed in the grading's tail, 0.3-0.4 s after the last kernel (docs/grading.md, round 10).  The
+        verdict and the report are the ones the test computes (a pure function of the run); a test that does not
+        run leaves them unused, and one whose judging here failed judges again itself."""
+        if self.judge_pool is None or self.backend != "nkisim":
+            return
+        for (t, i, case), run in zip(members, runs, strict=True):
+            if t.kind != "performance" or run is None or run.verdict != Verdict.OK or run.trace is None:
+                continue
+            try:
+                shared = self._invocation(t, case)  # the memo's: the group generated them
+                self.judged_ahead[(t.id, i)] = (run, self.judge_pool.submit(self._judge_timed, t, case, shared, run))
+            except Exception:  # noqa: BLE001 - the test judges its call itself and reports what goes wrong
+                continue
 
     def _invocation(self, test: TestSpec, case: dict[str, Any]) -> problems.SharedInvocation:
         problem = problems.get(test.problem)
@@ -760,6 +886,8 @@ class _Grading:
             if run is None:  # not grouped, or the group could not make it (a grader error its starter reports)
                 self._prefetch_reference(test, case, shared)
                 run = self._run(test, case, inv, mode="full", want_trace=self.want_trace)
+            if i == n - 1:
+                self._calls_made(test)
             self._mark(test, case, run)
             rec = CaseRecord(
                 i, run.verdict, run.message, run.wall_seconds, run.kernel_seconds, output_tail=run.output_tail[-2000:],
@@ -834,6 +962,7 @@ class _Grading:
             if verify:
                 self._prefetch_reference(test, case, shared)
             run = self._run(test, case, inv, mode=mode, want_trace=True)  # nkisim: the trace; neuron: nki.benchmark
+        self._calls_made(test)
         self._mark(test, case, run)
         if run.verdict == Verdict.OK and self.backend == "nkisim" and run.trace is None:
             raise GraderError("no instruction trace came back from a timed run (is nkisim.core.traceio installed?)")
@@ -846,23 +975,20 @@ class _Grading:
         if run.verdict != Verdict.OK:
             self._failed_run(res, run, 0, 1)
             return
-        if verify:
-            with timeline.span("expected", test.id):
-                expected = self._expected(test, case, shared)
-            with timeline.span("judge", test.id):
-                verdict = judge_output(run.outputs, expected, inv.out_dtype, self.rubric.tolerances,
-                                       reveal=self.config.seed_mode != "secret")
-            if not verdict.passed:
-                res.status = Status.FAILED
-                res.message = "the timed run's output is wrong, so its latency does not count: " + verdict.message
-                return
-        if self.backend == "nkisim":
-            from nkisim.perf import estimate
-
-            # hints nkisim granted without checking them (listed in the trace; none when values were computed) are off
-            trace = plausibility.without_unchecked_promises(run.trace)
-            with timeline.span("estimate", test.id):
-                report = estimate(trace, self.config.target)
+        ahead = self.judged_ahead.pop((test.id, 0), None)
+        verdict, report = None, None
+        if ahead is not None and ahead[0] is run:
+            try:
+                verdict, report = ahead[1].result()
+            except Exception:  # noqa: BLE001 - judged again here, where what goes wrong is reported
+                verdict, report = None, None
+        if verdict is None and report is None:
+            verdict, report = self._judge_timed(test, case, shared, run)
+        if verdict is not None and not verdict.passed:
+            res.status = Status.FAILED
+            res.message = "the timed run's output is wrong, so its latency does not count: " + verdict.message
+            return
+        if report is not None:
             latency = float(report.nc_latency_us)
             # the report's fields without the critical path and the schedule (report.to_dict() deep-copies the
             # schedule first: 2-3 CPU s per graded submission)
@@ -965,6 +1091,14 @@ def _run_scheduled(grading: _Grading, tests: tuple[TestSpec, ...], workers: int)
     helper = threading.Thread(target=speculate, name="grader-ahead", daemon=True) if ahead else None
     running: dict[Future[TestResult], TestSpec] = {}
     released = 0
+    # a slot kept for each group of the largest correctness calls (the grading's critical path) until it takes one,
+    # or until its correctness tests all ended without starting it
+    largest = max((problems.get(t.problem).input_elements(c) for u in grading.units if u.correctness
+                   for t, _, c in u.members if t.kind == "correctness"), default=0)
+    grading.critical_units = [u for u in grading.units if u.correctness and any(
+        t.kind == "correctness" and problems.get(t.problem).input_elements(c) >= largest for t, _, c in u.members)]
+    pending = list(grading.critical_units)
+    grading.slots.reserve(len(pending))
     with ThreadPoolExecutor(max_workers=max(workers, len(tests)), thread_name_prefix="grader-test") as pool:
         try:
             while remaining or running:
@@ -985,8 +1119,14 @@ def _run_scheduled(grading: _Grading, tests: tuple[TestSpec, ...], workers: int)
                     t = running.pop(fut)
                     done[t.id] = fut.result()  # run_test never raises: its own failures are grader errors
                 released = len(finished)
+                for u in [u for u in pending if u.started or all(
+                        t.id in done for t, _, _ in u.members if t.kind == "correctness")]:
+                    pending.remove(u)
+                    if not u.started:  # no test made it: its slot is free for the others
+                        grading.slots.reserve(-1)
         finally:
             stop.set()
+            grading.slots.reserve(-grading.slots.reserved)
             grading.slots.wake()
             if helper is not None and helper.ident is not None:
                 helper.join()
@@ -1013,7 +1153,9 @@ def _grade_loaded(sub: Submission, config: GradeConfig, figures: dict[str, Any])
         raise GraderError(f"--target must be trn2 or trn1, got {config.target!r}")
     seed = effective_seed(rubric, sub.content_hash, config)
     grading = _Grading(sub, rubric, config, backend, seed)
+    early: threading.Thread | None = None
     try:
+        early = grading.early_inputs(rubric.tests)
         t_screen = time.perf_counter()
         with timeline.span("screen"):
             grading.screen()
@@ -1028,6 +1170,10 @@ def _grade_loaded(sub: Submission, config: GradeConfig, figures: dict[str, Any])
         results = _run_phases(grading, rubric.tests, max(1, config.workers))
     finally:
         with timeline.span("close"):
+            if early is not None:
+                early.join()
+            if grading.judge_pool is not None:
+                grading.judge_pool.shutdown(wait=True, cancel_futures=True)
             if grading.ref_pool is not None:
                 grading.ref_pool.shutdown(wait=True, cancel_futures=True)
             if grading.servers is not None:

@@ -220,3 +220,179 @@ def test_the_input_files_directory_exists_before_any_test_starts(tmp_path, monke
         pass
     assert len(seen) == 1 and len(seen[0]) == 1 and "asst4-inputs-" in seen[0][0]
     assert not os.path.exists(seen[0][0])  # removed with the grading's servers
+
+
+def _staff_grading(tmp_path, workers: int):
+    from grader.pipeline import _Grading
+    from grader.submission import load_submission
+
+    sub = tmp_path / "sub"
+    (sub / "part2").mkdir(parents=True, exist_ok=True)
+    (sub / "part2" / "conv2d.py").write_bytes(STAFF_CONV)
+    rubric = load_rubric(str(conv_timed_rubric(tmp_path)))
+    config = GradeConfig(rubric_path="-", backend="nkisim", workers=workers, tmp_root=str(tmp_path))
+    return _Grading(load_submission(sub), rubric, config, "nkisim", 7), rubric
+
+
+@pytest.mark.parametrize("workers", [2, 1])
+def test_the_critical_calls_inputs_are_generated_beside_the_screen(tmp_path, monkeypatch, workers):
+    """Several workers: the inputs of the largest correctness calls and of the timed calls on the same X and W (not
+    the float16 pair's) are generated in a thread started before the static screen, into the memo the group's calls
+    then read; their input files are not written then (L3: the group writes them while its calls are specialized).
+    One worker (a batch's gradings): nothing is generated ahead."""
+    import grader.pipeline as pipeline
+
+    made: list[tuple[str, str, int]] = []
+    real = pipeline._Grading._invocation
+
+    def invocation(self, test, case):
+        import threading
+
+        made.append((threading.current_thread().name, test.id, case["batch"]))
+        return real(self, test, case)
+
+    files: list[str] = []
+    written = runner.KernelServers.input_file
+
+    def input_file(self, arr):
+        import threading
+
+        files.append(threading.current_thread().name)
+        return written(self, arr)
+
+    monkeypatch.setattr(pipeline._Grading, "_invocation", invocation)
+    monkeypatch.setattr(runner.KernelServers, "input_file", input_file)
+    grading, rubric = _staff_grading(tmp_path, workers)
+    try:
+        early = grading.early_inputs(rubric.tests)
+        if workers == 1:
+            assert early is None
+            return
+        early.join(60)
+        ahead = [(t, b) for name, t, b in made if name == "grader-early-inputs"]
+        assert ahead[:3] == [("conv.plain", CONV16_BATCH), ("conv.bias", CONV16_BATCH), ("conv.pool", CONV16_BATCH)]
+        timed = {t.id for t in rubric.tests if t.kind == "performance" and t.cases[0]["dtype"] == "float32"}
+        assert {t for t, _ in ahead[3:]} == timed and all(b == 1 for _, b in ahead[3:])
+        assert not files
+        # the group's generation finds them: the same arrays
+        t = next(t for t in rubric.tests if t.id == "conv.plain")
+        assert grading._invocation(t, t.cases[0]).inv.args[0] is CONV.shared_invocation(
+            t.cases[0], problems.case_seed(grading.seed, pipeline._input_key(CONV, t.cases[0]), 0)).inv.args[0]
+    finally:
+        if grading.servers is not None:
+            grading.servers.close()
+
+
+@pytest.mark.parametrize("workers", [2, 1])
+def test_a_test_no_other_requires_gives_up_its_worker_once_its_calls_are_made(tmp_path, monkeypatch, workers):
+    """While a test no other test requires judges and costs its last call in the parent, it claims no worker, so
+    that a call made ahead can take the idle slot; it claims it again before it ends (``_run_scheduled`` releases
+    it once its dependents started).  A required test keeps its claim: no call made ahead slips in before its
+    dependents' calls.  One worker: claims are not counted."""
+    grading, rubric = _staff_grading(tmp_path, workers)
+    seen: list[int] = []
+
+    def run(test, done):
+        grading._calls_made(test)
+        grading._calls_made(test)  # once only
+        seen.append(grading.slots.claims)
+
+    monkeypatch.setattr(grading, "_run_test", run)
+    timed = next(t for t in rubric.tests if t.kind == "performance")
+    required = next(t for t in rubric.tests if t.id in timed.requires)
+    try:
+        grading.slots.add_claims(1)  # as _run_scheduled does before a test's thread starts
+        grading.run_test(timed, {})
+        grading.run_test(required, {})
+        assert seen == ([0, 1] if workers > 1 else [1, 1]) and grading.slots.claims == 1
+    finally:
+        if grading.servers is not None:
+            grading.servers.close()
+
+
+@pytest.mark.slow
+def test_timed_calls_judged_as_their_group_returns_give_what_their_tests_give(tmp_path, monkeypatch):
+    """Several workers: a group's timed calls (made ahead or with the correctness calls) are judged and costed in a
+    thread of their own as soon as the group returns, and their tests take that verdict and report; when that
+    judging fails, the test judges again itself.  Either way the results are those of a one-worker grading, which
+    judges each timed call in its test."""
+    import threading
+
+    import grader.pipeline as pipeline
+
+    rubric = conv_timed_rubric(tmp_path)
+    sub = tmp_path / "sub"
+    (sub / "part2").mkdir(parents=True)
+    (sub / "part2" / "conv2d.py").write_bytes(STAFF_CONV)
+    judged: list[tuple[str, str]] = []
+    real = pipeline._Grading._judge_timed
+    fail_ahead = False
+
+    def judge(self, test, case, shared, run):
+        name = threading.current_thread().name
+        judged.append((name.rsplit("_", 1)[0], test.id))
+        if fail_ahead and name.startswith("grader-judge-ahead"):
+            raise RuntimeError("judging ahead failed")
+        return real(self, test, case, shared, run)
+
+    monkeypatch.setattr(pipeline._Grading, "_judge_timed", judge)
+    results = {}
+    for label, workers, fail_ahead in (("one", 1, False), ("two", 2, False), ("two-failing", 2, True)):
+        judged.clear()
+        config = GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=workers, tmp_root=str(tmp_path))
+        record = grade_submission(sub, None, config)
+        assert record.status == "graded"
+        results[label] = record_results(record)
+        timed = sorted(t.id for t in record.tests if t.kind == "performance")
+        if workers == 1:
+            assert sorted(t for _, t in judged) == timed and all(n != "grader-judge-ahead" for n, _ in judged)
+        elif not fail_ahead:
+            assert sorted(t for n, t in judged if n == "grader-judge-ahead") == timed
+            assert not [t for n, t in judged if n != "grader-judge-ahead"]  # none judged twice
+        else:
+            assert sorted(t for n, t in judged if n != "grader-judge-ahead") == timed  # each judged again
+    assert results["two"] == results["one"] == results["two-failing"]
+    assert all(t[4] is not None for t in results["one"] if t[0] in timed)  # every timed call judged and costed
+
+
+def test_a_slot_is_kept_for_the_critical_group_until_it_takes_one():
+    """``_Slots.reserve``: with a slot kept, other calls share what is left; the critical group's call takes the kept
+    slot whenever it comes, and then the slots are everyone's again (``reserve(-1)`` too, when no test made it)."""
+    import threading
+    import time
+
+    from grader.pipeline import _Slots
+
+    slots = _Slots(2)
+    slots.reserve(1)
+    order: list[str] = []
+    small_in = threading.Event()
+    release_small = threading.Event()
+
+    def small(name: str, hold_until: threading.Event | None) -> None:
+        with slots.hold(10, label=name):
+            order.append(name)
+            small_in.set()
+            if hold_until is not None:
+                hold_until.wait(10)
+
+    first = threading.Thread(target=small, args=("small-1", release_small))
+    first.start()
+    assert small_in.wait(10)
+    second = threading.Thread(target=small, args=("small-2", None))
+    second.start()
+    time.sleep(0.2)
+    assert order == ["small-1"]  # the second slot is kept
+    with slots.hold(1000, label="group", critical=True):
+        order.append("group")
+        assert slots.reserved == 0
+        time.sleep(0.1)
+        assert order == ["small-1", "group"]  # both slots busy
+    second.join(10)
+    assert order == ["small-1", "group", "small-2"]
+    release_small.set()
+    first.join(10)
+    slots.reserve(1)
+    slots.reserve(-1)  # no test made the group: the slot is free again
+    with slots.hold(1, label="a"), slots.hold(1, label="b"):
+        assert slots.busy == 2
