@@ -567,7 +567,9 @@ class _Grading:
         test0 = members[0][0]
 
         def generate() -> list[problems.Invocation]:
-            shared = [self._invocation(t, case) for t, _, case in members]
+            # the large inputs drawn straight into their input files (KernelServers.input_array)
+            with problems.inputs_into(self.servers.input_array if maker is not None and self.servers else None):
+                shared = [self._invocation(t, case) for t, _, case in members]
             if maker is not None and self.servers is not None:
                 # the group's input files too, while its calls are specialized: the group process is launched
                 # once they exist (runner._group_inputs finds them here), and writing the 224x224 batch-4 X and

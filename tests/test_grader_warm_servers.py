@@ -194,3 +194,57 @@ def test_a_shared_input_is_written_once_per_grading(tmp_path):
     assert oct(Path(first).parent.stat().st_mode & 0o777) == "0o711"
     servers.close()
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_large_input_is_drawn_into_its_file(tmp_path, monkeypatch, dtype):
+    """A large input is drawn straight into its input file (KernelServers.input_array, grader/problems/base.py
+    inputs_into): X is the same array as drawn into memory (the class seed's stream: the old draw then cast), the
+    file is np.save's byte for byte, 0600 until input_file names it (without writing it again), 0644 then, gone
+    with the grading while the grader's array stays readable; without room for its blocks the input is plain
+    memory and input_file writes it as before."""
+    import mmap
+
+    import numpy as np
+
+    from grader import problems
+    from grader.problems import conv2d as conv
+    from grader.runner import KernelServers
+
+    case = {"batch": 2, "in_channels": 8, "out_channels": 4, "height": 370, "width": 370, "kernel": 3, "pool": 1,
+            "bias": "zeros", "dtype": dtype}
+    rng = np.random.default_rng(5)
+    old_w = rng.random((4, 8, 3, 3), dtype=np.float32).astype(dtype)
+    old_seed = int(rng.integers(0, 2**63))
+    old_x = rng.random((2, 8, 370, 370), dtype=np.float32).astype(dtype)
+    servers = KernelServers(target="trn2", limits=load_rubric(FAST_RUBRIC).limits, tmp_root=str(tmp_path))
+    with problems.inputs_into(servers.input_array):
+        x, w, bias_seed = conv.conv2d_data(case, 5)
+    root = x
+    while isinstance(root, np.ndarray | memoryview):
+        root = root.base if isinstance(root, np.ndarray) else root.obj
+    assert x.nbytes >= 4 << 20 and isinstance(root, mmap.mmap)  # a view of the file's map
+    assert np.array_equal(x, old_x) and x.dtype == old_x.dtype and np.array_equal(w, old_w) and bias_seed == old_seed
+    drawn = list(tmp_path.glob("**/in-*.npy"))
+    assert len(drawn) == 1 and oct(drawn[0].stat().st_mode & 0o777) == "0o600"
+    monkeypatch.setattr(np, "save", lambda *a, **k: pytest.fail("a drawn input was written again"))
+    path = servers.input_file(x)
+    monkeypatch.undo()
+    assert Path(path) == drawn[0] and oct(drawn[0].stat().st_mode & 0o777) == "0o644"
+    np.save(tmp_path / "saved.npy", old_x, allow_pickle=False)
+    assert Path(path).read_bytes() == (tmp_path / "saved.npy").read_bytes()
+    (tmp_path / "saved.npy").unlink()
+    servers.close()
+    assert not list(tmp_path.iterdir()) and np.array_equal(x, old_x)
+    # no room for the file's blocks: plain memory, written by input_file as before
+    servers = KernelServers(target="trn2", limits=load_rubric(FAST_RUBRIC).limits, tmp_root=str(tmp_path))
+
+    def full(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("os.posix_fallocate", full)
+    with problems.inputs_into(servers.input_array):
+        x2, _, _ = conv.conv2d_data(case, 5)
+    assert x2.base is None and np.array_equal(x2, old_x) and not list(tmp_path.glob("**/in-*.npy"))
+    assert Path(servers.input_file(x2)).read_bytes()[:10] == b"\x93NUMPY\x01\x00v\x00"
+    servers.close()

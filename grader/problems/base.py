@@ -10,8 +10,10 @@ cannot influence.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -158,6 +160,31 @@ DEFAULT_TOLERANCE = (1e-5, 1e-8)  # np.allclose's defaults, for a dtype the rubr
 # the kernel processes): nkisim's process-wide limiter, shared with the emulator's runs and grouped runs in this
 # process (nkisim/core/blas.py says why it calls OpenBLAS directly, reference-counted across threads).
 one_blas_thread = blas.one_blas_thread
+
+
+# Where a large input's values are drawn: the grading's input file for it when the grading asks (inputs_into), so
+# that the values are written once, into the file's pages, instead of into fresh memory and then copied into the
+# file (grader/runner.py KernelServers.input_array says why and when).
+_INPUT_ARRAYS: contextvars.ContextVar[Callable[[tuple[int, ...], np.dtype], np.ndarray] | None] = (
+    contextvars.ContextVar("grader_input_arrays", default=None))
+
+
+@contextmanager
+def inputs_into(make: Callable[[tuple[int, ...], np.dtype], np.ndarray] | None) -> Iterator[None]:
+    """In this thread, :func:`new_input` asks ``make(shape, dtype)`` for its arrays (None: plain memory)."""
+    token = _INPUT_ARRAYS.set(make)
+    try:
+        yield
+    finally:
+        _INPUT_ARRAYS.reset(token)
+
+
+def new_input(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised C-ordered array for an input the caller fills completely before anyone else sees it: from
+    the maker :func:`inputs_into` set in this thread, else ``np.empty``.  The values do not depend on where."""
+    make = _INPUT_ARRAYS.get()
+    shape = tuple(int(n) for n in shape)
+    return make(shape, np.dtype(dtype)) if make is not None else np.empty(shape, dtype)
 
 
 def accumulation_error_bound(terms: int, precision: str) -> float:

@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from grader import refcache, thresholds
-from grader.problems.base import ACCUMULATORS, Invocation, SharedInvocation, case_dtype, one_blas_thread
+from grader.problems.base import (
+    ACCUMULATORS,
+    Invocation,
+    SharedInvocation,
+    case_dtype,
+    new_input,
+    one_blas_thread,
+)
 from grader.problems.generic import ProblemBase
 
 # Fall 2025 course harness (part2/test_harness.py, trn2): (dtype, image height) -> (relaxed us, optimized us).
@@ -70,7 +77,13 @@ def conv2d_data(case: dict[str, Any], seed: int) -> tuple[np.ndarray, np.ndarray
     x_shape, w_shape, _ = conv2d_shapes(case)
     w = rng.random(w_shape, dtype=np.float32).astype(dtype, copy=False)
     bias_seed = int(rng.integers(0, 2**63))
-    x = rng.random(x_shape, dtype=np.float32).astype(dtype, copy=False)
+    # X straight where it is kept (new_input: in a grading, its input file's pages), the same values as
+    # ``rng.random(x_shape, dtype=np.float32).astype(dtype)``: the same draws in the same order, the same cast
+    x = new_input(x_shape, dtype)
+    if x.dtype == np.float32:
+        rng.random(x_shape, dtype=np.float32, out=x)
+    else:
+        np.copyto(x, rng.random(x_shape, dtype=np.float32), casting="unsafe")
     return x, w, bias_seed
 
 
