@@ -752,11 +752,14 @@ class _Grading:
         ordered = sorted(calls, key=lambda c: -c[0])  # the largest first (stable): the group waits for it first
 
         def generate() -> None:
-            for _, t, case in ordered:
-                try:
-                    self._invocation(t, case)
-                except Exception:  # noqa: BLE001 - the call's own generation raises it again, where it is reported
-                    return
+            # the large inputs drawn straight into their input files (KernelServers.input_array), whose directory
+            # exists before the import check's children start (_grade_loaded), so that they mask it (L3)
+            with problems.inputs_into(self.servers.input_array if self.servers is not None else None):
+                for _, t, case in ordered:
+                    try:
+                        self._invocation(t, case)
+                    except Exception:  # noqa: BLE001 - the call's own generation raises it again, where reported
+                        return
 
         thread = threading.Thread(target=generate, name="grader-early-inputs", daemon=True)
         thread.start()
@@ -1157,6 +1160,11 @@ def _grade_loaded(sub: Submission, config: GradeConfig, figures: dict[str, Any])
     grading = _Grading(sub, rubric, config, backend, seed)
     early: threading.Thread | None = None
     try:
+        if grading.servers is not None:
+            # the shared input files' directory exists before any child that runs the kernel's Python starts (the
+            # import check's too), so that every one of them masks it: they run beside the generation of inputs
+            # into their files (early_inputs, the groups) (L3)
+            grading.servers.reserve_inputs_dir()
         early = grading.early_inputs(rubric.tests)
         t_screen = time.perf_counter()
         with timeline.span("screen"):
@@ -1165,10 +1173,6 @@ def _grade_loaded(sub: Submission, config: GradeConfig, figures: dict[str, Any])
         with timeline.span("imports"):
             import_s = grading.check_imports(rubric.tests)
         grading.plan_groups(rubric.tests)
-        if grading.servers is not None:
-            # the shared input files' directory exists before any test's specializing child starts, so that every
-            # one of them masks it: they run beside calls whose input files are written meanwhile (L3)
-            grading.servers.reserve_inputs_dir()
         results = _run_phases(grading, rubric.tests, max(1, config.workers))
     finally:
         with timeline.span("close"):

@@ -491,6 +491,8 @@ def _launch(
         # gets the inputs' shapes and dtypes and makes zero-filled stand-ins, so no input data is ever in the process
         # that runs the kernel's Python (docs/grading-security.md L3)
         shapes_only = bool(job_fields.get("want_stream"))
+        # a process that runs the kernel's Python, given no input data: a specializing child or an import check
+        student_python = shapes_only or job_fields.get("mode") == "import"
         for i, arr in enumerate(inv.args if inv is not None and not shapes_only else ()):
             if servers is not None and not arr.flags.writeable:  # a shared, read-only input: one file per grading
                 input_paths.append(servers.input_file(arr))
@@ -520,9 +522,10 @@ def _launch(
             # In its own mount namespace the child makes the file system read-only (except work/ and out/)
             # and then drops to the unprivileged uid, or drops every capability when there is none.
             "jail": bool(iso.unshare_argv),
-            # a specializing child (student code, no inputs: L3) also loses the grading's shared input files: their
-            # paths may linger in the warm server's memory, which the fork inherits
-            "mask": _masked_dirs((*hidden, *(servers.inputs_dirs() if servers is not None and shapes_only else ())),
+            # a specializing child or an import check (student code, no inputs: L3) also loses the grading's shared
+            # input files: their paths may linger in the warm server's memory, which the fork inherits, and the
+            # grading draws the largest inputs into their files while the submission's imports are checked
+            "mask": _masked_dirs((*hidden, *(servers.inputs_dirs() if servers is not None and student_python else ())),
                                  root),
             "uid": iso.uid,
             "gid": iso.gid,

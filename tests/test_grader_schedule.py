@@ -189,25 +189,35 @@ def test_only_the_critical_group_keeps_the_graders_priority(tmp_path, monkeypatc
     specializing = [j for j in jobs if j.get("input_specs")]
     assert len([j for j in specializing if j["input_specs"][0][0][0] == CONV16_BATCH]) >= 4  # both gradings
     assert all(any("asst4-inputs-" in m for m in j["mask"]) for j in specializing)
+    # ... and so does the import check's, which runs while the largest inputs are drawn into their files
+    imports = [j for j in jobs if j.get("mode") == "import"]
+    assert imports and all(any("asst4-inputs-" in m for m in j["mask"]) for j in imports)
     assert np.all([e["kind"] != "slot" or "nice" not in e["name"] for e in
                    json.loads((tmp_path / "tl0.json").read_text())["events"]])
 
 
 def test_the_input_files_directory_exists_before_any_test_starts(tmp_path, monkeypatch):
-    """Every specializing child's jail masks the grading's shared input files (L3), but only a directory that exists
-    when the child starts: tests' specializing children run beside calls whose input files are written meanwhile
-    (a group writes its own while its calls are specialized), so the directory is made before the first test."""
+    """Every specializing child's and import check's jail masks the grading's shared input files (L3), but only a
+    directory that exists when the child starts: they run beside calls whose input files are written meanwhile (a
+    group writes its own while its calls are specialized, the largest inputs are drawn into their files while the
+    imports are checked), so the directory is made before the import check."""
     import grader.pipeline as pipeline
 
     class Seen(Exception):
         pass
 
     seen: list[tuple[str, ...]] = []
+    check_imports = pipeline._Grading.check_imports
+
+    def imports(grading, tests):  # the import check's children start beside the inputs drawn into their files
+        seen.append(grading.servers.inputs_dirs())
+        return check_imports(grading, tests)
 
     def phases(grading, tests, workers):
         seen.append(grading.servers.inputs_dirs())
         raise Seen
 
+    monkeypatch.setattr(pipeline._Grading, "check_imports", imports)
     monkeypatch.setattr(pipeline, "_run_phases", phases)
     sub = tmp_path / "sub"
     (sub / "part2").mkdir(parents=True)
@@ -218,7 +228,7 @@ def test_the_input_files_directory_exists_before_any_test_starts(tmp_path, monke
         grade_submission(sub, None, config)  # an error record (or Seen): the grading stops there either way
     except Seen:
         pass
-    assert len(seen) == 1 and len(seen[0]) == 1 and "asst4-inputs-" in seen[0][0]
+    assert len(seen) == 2 and seen[0] == seen[1] and len(seen[0]) == 1 and "asst4-inputs-" in seen[0][0]
     assert not os.path.exists(seen[0][0])  # removed with the grading's servers
 
 
