@@ -1152,6 +1152,9 @@ def grade_loaded(sub: Submission, config: GradeConfig) -> GradeRecord:
 def _grade_loaded(sub: Submission, config: GradeConfig, figures: dict[str, Any]) -> GradeRecord:
     started_at, t0, cpu0 = now(), time.perf_counter(), _cpu_seconds()
     scratch.reap_stale(config.tmp_root)  # what SIGKILLed graders left there (first grading of the process only)
+    fast = scratch.fast_root(config.tmp_root)
+    if fast != config.tmp_root:
+        scratch.reap_stale(fast)  # and in the tmpfs of the replays' scratch: memory until removed
     rubric = load_rubric(config.rubric_path).select(list(config.only) or None)
     backend = resolve_backend(config.backend)
     if config.target not in ("trn2", "trn1"):

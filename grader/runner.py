@@ -393,7 +393,8 @@ class KernelServers:
 
     def _make_inputs_dir(self) -> Path:
         if self._inputs_dir is None:
-            self._inputs_dir = scratch.make_dir("inputs", self.tmp_root)
+            # read by replays alone (a specializing child gets shapes, and its jail masks this directory): tmpfs
+            self._inputs_dir = scratch.make_dir("inputs", scratch.fast_root(self.tmp_root))
             os.chmod(self._inputs_dir, 0o711)
         return self._inputs_dir
 
@@ -480,7 +481,9 @@ def _launch(
     file name)`` before the directory is removed.  ``prepare(input dir, output dir)`` writes more inputs (a group
     replay's streams) and returns the job fields naming them."""
     iso = detect_isolation()
-    root = scratch.make_dir("case", tmp_root)
+    # a replay (a stream, or a group's streams) runs no student code: its scratch may be a tmpfs (scratch.fast_root)
+    root = scratch.make_dir("case", scratch.fast_root(tmp_root) if stream is not None or prepare is not None
+                            else tmp_root)
     try:
         work, in_dir, out_dir = _prepare_dirs(root, iso)
         module_file = work / Path(rel_file).name

@@ -150,3 +150,64 @@ def test_a_grading_removes_what_a_sigkilled_grading_left(tmp_path):
          "--only", "part1.transpose"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert sorted(tmp.glob("asst4-*")) == []
+
+
+def test_the_fast_root_is_taken_only_when_nobody_chose_a_temporary_directory(monkeypatch, tmp_path):
+    """scratch.fast_root: the tmpfs for the replays' scratch only without a tmp_root and without TMPDIR/TEMP/TMP (a
+    caller's choice wins), and only a tmpfs mount point with FAST_ROOT_MIN_FREE bytes free."""
+    for key in ("TMPDIR", "TEMP", "TMP"):
+        monkeypatch.delenv(key, raising=False)
+    assert scratch.fast_root(str(tmp_path)) == str(tmp_path)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert scratch.fast_root(None) is None
+    monkeypatch.delenv("TMPDIR")
+    monkeypatch.setattr(scratch, "FAST_ROOT", str(tmp_path))  # a directory, not a tmpfs mount point
+    assert scratch.fast_root(None) is None
+    monkeypatch.setattr(scratch, "FAST_ROOT", "/dev/shm")
+    if not scratch._is_tmpfs("/dev/shm"):
+        pytest.skip("no tmpfs at /dev/shm")
+    monkeypatch.setattr(scratch, "FAST_ROOT_MIN_FREE", 1 << 62)  # never that much free
+    assert scratch.fast_root(None) is None
+    monkeypatch.setattr(scratch, "FAST_ROOT_MIN_FREE", 0)
+    assert scratch.fast_root(None) == "/dev/shm"
+
+
+def test_a_replay_runs_in_the_fast_root_and_the_specialization_does_not(monkeypatch, tmp_path):
+    """A call's replay (no student code) gets its case directory in the tmpfs, jail included, and computes the same
+    outputs; the specializing child (student code) keeps the usual temporary directory; both are removed."""
+    import tempfile
+
+    import numpy as np
+    from grader_helpers import FAST_RUBRIC
+
+    import grader.runner as runner
+    from grader import problems
+    from grader.rubric import load_rubric
+
+    if not scratch._is_tmpfs("/dev/shm"):
+        pytest.skip("no tmpfs at /dev/shm")
+    for key in ("TMPDIR", "TEMP", "TMP"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(scratch, "FAST_ROOT_MIN_FREE", 0)
+    usual = tmp_path / "tmp"
+    usual.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(usual))
+    made: list[tuple[str, str]] = []
+    real = scratch.make_dir
+
+    def spy(kind, tmp_root=None):
+        d = real(kind, tmp_root)
+        made.append((kind, str(d.parent)))
+        return d
+
+    monkeypatch.setattr(scratch, "make_dir", spy)
+    inv = problems.make_invocation("transpose", {"shape": [256, 384], "dtype": "float32"}, 1)
+    source = (ROOT / "grader" / "reference" / "part1" / "kernels.py").read_bytes()
+    run = runner.run_case(source, "part1/kernels.py", "matrix_transpose", inv, mode="full", want_trace=True,
+                          backend="nkisim", target="trn2", limits=load_rubric(FAST_RUBRIC).limits, timeout_s=60.0,
+                          api="nki")
+    assert run.verdict == "ok", run.message
+    np.testing.assert_array_equal(run.outputs[0], inv.args[0].T)
+    assert made == [("case", str(usual)), ("case", "/dev/shm")], made
+    assert not list(usual.iterdir())
+    assert not [p for p in Path("/dev/shm").glob(f"asst4-case-{scratch.owner_tag()}-*")]
