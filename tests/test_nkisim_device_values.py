@@ -784,8 +784,8 @@ def test_an_error_of_the_values_is_a_fault_and_a_rules_error_is_not(monkeypatch)
 
     real = tensor_engine._matrix  # a matmul operand's values, as multiplied
 
-    def fragile(raw, dtype_name, k, n, slot):
-        v = real(raw, dtype_name, k, n, slot)
+    def fragile(raw, dtype_name, k, n, slot, view=None):
+        v = real(raw, dtype_name, k, n, slot, view)
         if (v > 0.99).any():
             raise FloatingPointError(f"value {float(v.max())!r} too large")
         return v

@@ -291,8 +291,8 @@ def test_a_loop_body_failing_on_its_values_names_the_instruction_and_the_error_n
 
     real = tensor_engine._matrix  # a matmul operand's values, as multiplied
 
-    def fragile(raw, dtype_name, k, n, slot):
-        v = real(raw, dtype_name, k, n, slot)
+    def fragile(raw, dtype_name, k, n, slot, view=None):
+        v = real(raw, dtype_name, k, n, slot, view)
         if (v > 0.99).any():
             raise FloatingPointError(f"value {float(v.max())!r} too large")
         return v

@@ -79,6 +79,70 @@ def test_the_float16_table_is_numpys_conversion_of_every_bit_pattern():
     np.testing.assert_array_equal(got.reshape(-1).view(np.uint32), want.view(np.uint32))  # NaN payloads too
 
 
+@nki.jit
+def _f16_windows(x, w):
+    """Float16 moving windows of one band tile and a float16 stationary, as the staff conv reads them: out[j] is an
+    accumulation of four shifted windows; before the third, part of the band is written again (a new version)."""
+    out = nl.ndarray((3, 128, 2, 60), dtype=nl.float32, buffer=nl.shared_hbm)
+    band = nl.ndarray((128, 6, 64), dtype=nl.float16, buffer=nl.sbuf)
+    ws = nl.ndarray((128, 128), dtype=nl.float16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=band, src=x)
+    nisa.dma_copy(dst=ws, src=w)
+    for j in nl.static_range(3):
+        if j == 2:
+            nisa.dma_copy(dst=band[:, 0:2, :], src=x[:, 4:6, :])
+        acc = nl.ndarray((128, 2, 60), dtype=nl.float32, buffer=nl.psum)
+        for t in nl.static_range(4):
+            nisa.nc_matmul(dst=acc, stationary=ws, moving=band[:, t:t + 2, t:t + 60])
+        o = nl.ndarray((128, 2, 60), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=o, src=acc)
+        nisa.dma_copy(dst=out[j], src=o)
+    return out
+
+
+@pytest.mark.parametrize("replayed", [False, True])
+def test_float16_operands_converted_once_per_storage_version_have_the_tables_bits(replayed, monkeypatch):
+    """A float16 tile's storage version is converted whole once operands have read a share of it, each later
+    operand copied from the conversion and one read again kept converted (``tensor_engine._f16_from_version``); a
+    write makes a new version.  The
+    products are the ones of the operands converted alone (the same BLAS calls), NaN payloads included, and the
+    self-check compares every copy with the table's conversion of the operand."""
+    from nkisim.core import sharing
+
+    monkeypatch.setattr(sharing, "SELF_CHECK", True)
+    used = []
+    inner = tensor_engine._f16_from_version
+
+    def counted(view, raw, buf):
+        got = inner(view, raw, buf)
+        used.append(got is not None and (got is buf or "kept"))
+        return got
+
+    monkeypatch.setattr(tensor_engine, "_f16_from_version", counted)
+    x = (RNG.random((128, 6, 64), dtype=np.float32) * 8 - 4).astype(np.float16)
+    x.view(np.uint16)[3, 1, 5] = 0x7E01  # a NaN with a payload
+    w = (RNG.random((128, 128), dtype=np.float32) - 0.5).astype(np.float16)
+    if replayed:
+        data, _ = stream.record(_f16_windows, [x, w], {})
+        out = stream.replay(stream.loads(stream.dumps(data)), [x, w], {}).outputs
+    else:
+        out = run_kernel(_f16_windows, (x, w), {}, mode="full").outputs
+    s = w.astype(np.float32)
+    for j in range(3):
+        band = x.copy()
+        if j == 2:
+            band[:, 0:2] = x[:, 4:6]
+        want = None
+        for t in range(4):
+            mv = np.ascontiguousarray(band[:, t:t + 2, t:t + 60].astype(np.float32)).reshape(128, 120)
+            p = s.T @ mv
+            want = p if want is None else want + p
+        np.testing.assert_array_equal(out[j].reshape(128, 120).view(np.uint32), want.view(np.uint32))
+    # all but a version's first operands (the stationary's and each band's) come from the conversion; the stationary
+    # and the windows the first two accumulations share are kept from their second read on
+    assert used.count(False) <= 4 and used.count("kept") >= 11 + 4, used
+
+
 def test_a_product_into_the_scratch_buffer_has_the_fresh_products_bits():
     s = RNG.random((128, 2, 9, 256), dtype=np.float32)[:, 1, 4, 128:256]
     mv = RNG.random((128, 444), dtype=np.float32)

@@ -86,6 +86,8 @@ import numpy as np
 from nkisim.core import access, context, indexing
 from nkisim.core.access import own_storage
 
+_thread_time = time.thread_time
+
 # Matmuls a member makes per turn: a hand-over costs ~25 us (two thread switches), a member's last WINDOW products
 # are kept (~0.5 MB each for the course's [128, 128] x [128, 444] matmuls)
 WINDOW = 16
@@ -165,7 +167,7 @@ class ShareGroup:
         self.copy_compares = 0
         # each member's CPU seconds of the products it reused: computed by another member, they are part of its time
         # alone (the grader's per-call time guard reads them: a call that reused a sibling's products is no
-        # cheaper alone); the compute time of the live products, by id and a weak reference (:meth:`charge`)
+        # cheaper alone); the compute time of the live products, by id and a weak reference (:meth:`_book`)
         self.borrowed = [0.0] * n
         self._cost: dict[int, tuple] = {}
         # whether products are still looked for and offered (module docstring, "Sharing that does not pay stops");
@@ -257,7 +259,7 @@ class ShareGroup:
         i = self.count[k]
         self.count[k] = i + 1
         slot = i % self.window
-        t0 = time.thread_time()
+        t0 = _thread_time()
         if views is not None:
             rs, rm = own_storage(views[0]), own_storage(views[1])
         else:
@@ -265,12 +267,12 @@ class ShareGroup:
         entry = None
         if k:
             self.looked += 1
-        for j in range(k):
-            e = self.rings[j][slot]
-            if e is not None and e[0] == i and e[1] == key and self._matches(k, e[2], stationary, rs) \
-                    and self._matches(k, e[3], moving, rm):
-                entry = e
-                break
+            for j in range(k):
+                e = self.rings[j][slot]
+                if e is not None and e[0] == i and e[1] == key and self._matches(k, e[2], stationary, rs) \
+                        and self._matches(k, e[3], moving, rm):
+                    entry = e
+                    break
         if entry is None:
             self.misses += 1
             publish = k == 0 and self.link is not None and self.link.live and hasattr(self.link, "publish")
@@ -279,22 +281,30 @@ class ShareGroup:
                 mine = old is not None and old[5] == k
                 ds = self._describe(k, stationary, rs, old[2] if mine else None)
                 dm = self._describe(k, moving, rm, old[3] if mine else None)
-                self.check_seconds += time.thread_time() - t0
-                # a copy of the moving window is the one reshape(K, N) makes anyway: the product reads it
-                t1 = time.thread_time()
+                # one clock read ends the checks and starts the product (a thread-time read is a system call here,
+                # 1.4 us: five per computed product before, three now)
+                t1 = _thread_time()
+                self.check_seconds += t1 - t0
                 # a producer computes its product straight into the channel's slot (``compute``'s ``keep`` an array)
                 out = self.link.reserve(i, key[3], key[4]) if publish else None
+                # a copy of the moving window is the one reshape(K, N) makes anyway: the product reads it
                 values = compute(moving if dm[0] is not None else dm[1], True if out is None else out)
+                spent = _thread_time() - t1
                 entry = (i, key, ds, dm, values, k)
+                self._book(values, spent)
                 if publish:
-                    self.link.publish(i, key, ds, dm, values, time.thread_time() - t1)
-            else:
-                self.check_seconds += time.thread_time() - t0
+                    self.link.publish(i, key, ds, dm, values, spent)
+            else:  # the last member's own product, kept for no one: nothing to book
+                self.check_seconds += _thread_time() - t0
                 values = compute(moving, False)
         else:
-            self.check_seconds += time.thread_time() - t0
+            self.check_seconds += _thread_time() - t0
             values = entry[4]
             self.hits += 1
+            # what the member that computed it spent on it is part of this member's time alone (:attr:`borrowed`)
+            c = self._cost.get(id(values))
+            if c is not None and c[0]() is values:
+                self.borrowed[k] += c[1]
         if k < self.n - 1 or (k == 0 and self.link is not None):  # (a producer's snapshots live as long as here)
             self.rings[k][slot] = entry
         if i % self.window == self.window - 1:
@@ -350,18 +360,13 @@ class ShareGroup:
             self.rings[0] = [None] * w
             link.leave()
 
-    def charge(self, k: int, values: np.ndarray, spent: float | None) -> None:
-        """Book member ``k``'s product ``values``: ``spent`` CPU seconds computing it, or (None) reused from another
-        member, which then adds what that member spent on it to ``k``'s :attr:`borrowed` time."""
-        if spent is not None:
-            if len(self._cost) >= 4 * self.n * self.window:  # drop the products no ring holds any more
-                for i in [i for i, (ref, _) in self._cost.items() if ref() is None]:
-                    del self._cost[i]
-            self._cost[id(values)] = (weakref.ref(values), spent)
-            return
-        e = self._cost.get(id(values))
-        if e is not None and e[0]() is values:
-            self.borrowed[k] += e[1]
+    def _book(self, values: np.ndarray, spent: float) -> None:
+        """Keep what computing the kept product ``values`` cost (``spent`` CPU seconds), by its id and a weak
+        reference: a later member that reuses it adds that to its :attr:`borrowed` time (:meth:`product`)."""
+        if len(self._cost) >= 4 * self.n * self.window:  # drop the products no ring holds any more
+            for i in [i for i, (ref, _) in self._cost.items() if ref() is None]:
+                del self._cost[i]
+        self._cost[id(values)] = (weakref.ref(values), spent)
 
     def _describe(self, k: int, raw: np.ndarray, root: tuple | None, old: tuple | None) -> tuple:
         """What a later member checks an operand against: ``(snapshot, byte offset, shape, strides, dtype)`` --
@@ -495,17 +500,6 @@ class Member:
 
     def product(self, stationary: np.ndarray, moving: np.ndarray, key: tuple,
                 compute: Callable[[np.ndarray, bool], np.ndarray], views: tuple | None = None) -> np.ndarray:
-        group = self.group
-        if not group.sharing:  # it stopped (ShareGroup._stop): the product is this member's own, as alone
-            return compute(moving, False)
-        spent: list[float | None] = [None]
-
-        def timed(mv: np.ndarray, keep: bool) -> np.ndarray:  # what this member's own product costs (charge)
-            t0 = time.thread_time()
-            v = compute(mv, keep)
-            spent[0] = time.thread_time() - t0
-            return v
-
-        values = self.group.product(self.k, stationary, moving, key, timed, views)
-        self.group.charge(self.k, values, spent[0])
-        return values
+        """The member's next matmul product (:meth:`ShareGroup.product`, which books what its own products cost
+        and charges it the ones it reuses)."""
+        return self.group.product(self.k, stationary, moving, key, compute, views)

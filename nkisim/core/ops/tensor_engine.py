@@ -10,12 +10,13 @@ import warnings
 
 import numpy as np
 
-from nkisim.core import access, dtypes, execute
+from nkisim.core import access, dtypes, execute, sharing
 from nkisim.core.access import (
     allocation,
     holds_data,
     holds_value_init,
     operand,
+    own_storage,
     psum_flags,
     psum_write,
     read,
@@ -185,9 +186,11 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
         # (the moving operand is handed back as the raw tile or a contiguous copy of it: the same values in the
         # layout reshape(k1, n) gives either way).  A product the group keeps for later members is a fresh array;
         # one it does not keep is read once by psum_write below (dst) and may be this thread's scratch
-        st = read(stationary)
-        values = ctx.share.product(st, read(moving), (d1, d2, k1, m, n), lambda mv, keep: _product(
-            _matrix(st, d1, k1, m, "s"), _matrix(mv, d2, k1, n, "m"),
+        # (the moving operand handed back may be a copy made for the group, not the tile's view: the float16
+        # conversion cache reads the tile's storage only when it is the view itself)
+        st, mr = read(stationary), read(moving)
+        values = ctx.share.product(st, mr, (d1, d2, k1, m, n), lambda mv, keep: _product(
+            _matrix(st, d1, k1, m, "s", stationary), _matrix(mv, d2, k1, n, "m", moving if mv is mr else None),
             keep if keep.__class__ is not bool else keep or dst is None).reshape(out_shape), (stationary, moving))
     elif ctx.full:
         if is_stationary_onezero or is_moving_onezero or is_transpose:
@@ -199,8 +202,8 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
             else:
                 values = (s.T @ mv).reshape(out_shape)
         else:
-            values = _product(_matrix(read(stationary), d1, k1, m, "s"), _matrix(read(moving), d2, k1, n, "m"),
-                              dst is None).reshape(out_shape)
+            values = _product(_matrix(read(stationary), d1, k1, m, "s", stationary),
+                              _matrix(read(moving), d2, k1, n, "m", moving), dst is None).reshape(out_shape)
     return _matmul_done(ctx, ins, out, values, mask_values(mask, out_shape, stationary, moving), dst, accumulate)
 
 
@@ -239,10 +242,12 @@ def _merges(raw: np.ndarray) -> bool:
     return True
 
 
-def _matrix(raw: np.ndarray, dtype_name: str, k: int, n: int, slot: str) -> np.ndarray:
+def _matrix(raw: np.ndarray, dtype_name: str, k: int, n: int, slot: str, view: Tensor | None = None) -> np.ndarray:
     """The matmul operand ``raw`` as the fp32 [k, n] matrix TensorE multiplies, as ``_as_operand(raw).reshape(k, n)``
     gives it -- the same values in the same layout, hence the same BLAS call -- but converted or copied into this
-    thread's ``slot`` buffer instead of a fresh array (a view of ``raw`` when the reshape needs no copy)."""
+    thread's ``slot`` buffer instead of a fresh array (a view of ``raw`` when the reshape needs no copy).  ``view``:
+    the tensor view ``raw`` is the values of (None when ``raw`` is a copy), whose storage version a float16 operand
+    may be converted from once (:func:`_f16_from_version`)."""
     if raw.dtype == F32 and dtype_name != "tfloat32":
         if raw.flags.c_contiguous or not raw.shape or raw.shape[0] != k or _merges(raw):
             return raw.reshape(k, n)
@@ -254,7 +259,11 @@ def _matrix(raw: np.ndarray, dtype_name: str, k: int, n: int, slot: str) -> np.n
     buf = _scratch(slot, raw.shape, F32)
     if raw.dtype == F16:
         # NumPy converts float16 one element at a time (3 ns each: 185 us for a [128, 444] moving window); a table of
-        # NumPy's own conversion of all 65,536 bit patterns gives the same bits 3x faster
+        # NumPy's own conversion of all 65,536 bit patterns gives the same bits 3x faster; a storage version many
+        # operands read is converted once and each operand copied or kept from it (_f16_from_version)
+        got = _f16_from_version(view, raw, buf) if view is not None else None
+        if got is not None:
+            return got.reshape(k, n)
         np.take(_f16_table(), raw.view(np.uint16), out=buf, mode="clip")
     else:  # bf16 / fp8: astype(float32)'s conversion, into the buffer
         np.copyto(buf, raw, casting="unsafe")
@@ -272,6 +281,88 @@ def _f16_table() -> np.ndarray:
         table.flags.writeable = False
         _F16_TABLE.append(table)
     return _F16_TABLE[0]
+
+
+# A float16 storage version (Allocation uid and gen, core.sharing) is converted to float32 whole once its operands
+# have read 1/F16_VERSION_SHARE of its bytes; each later operand of it is then copied from the converted values, and
+# an operand of the same offset, shape and strides read again in the version is kept converted, contiguous, from its
+# second read on.  The staff conv's timed float16 call converted 7,992 operands one at a time (a quarter of its
+# leader's CPU): its input bands are read by 288 moving windows per version (each element 18 times) and its resident
+# weights by every stationary (each of its 36 blocks 111 times).  The threshold keeps the whole conversion paid for
+# (at most F16_VERSION_SHARE times what the operands converted); at most F16_CACHE_BYTES of converted values are kept
+# per thread (a group's members are threads), a version's dropped when its storage is written
+F16_VERSION_SHARE = 4
+F16_CACHE_BYTES = 32 << 20
+
+
+def _f16_from_version(view: Tensor, raw: np.ndarray, buf: np.ndarray) -> np.ndarray | None:
+    """Float16 operand ``raw`` (the values of ``view``) as float32 from this thread's conversion of its whole storage
+    version: written into ``buf``, or an array kept for an operand read again (read only: the product reads it);
+    None (nothing written) when the view's storage does not qualify or is not converted yet.
+
+    Exact: ``(uid, gen)`` names one version of the storage's bits (every write bumps ``gen``, a new allocation has a
+    new ``uid``: the invariant core.sharing's equality memo rests on, ``access.own_storage``), the conversion is the
+    table's, element by element, and the operand is the same offset and strides in the converted array (twice the
+    bytes per element), so the result has the bits the table gives ``raw``, in ``buf``'s layout (C-contiguous).
+    ``NKISIM_SHARE_SELFCHECK=1`` checks that on every use."""
+    root = own_storage(view)
+    if root is None:
+        return None
+    a, base, off = root
+    if base.dtype != F16 or not base.flags.c_contiguous:
+        return None
+    cache = getattr(_SCRATCH, "f16", None)
+    if cache is None:
+        cache = _SCRATCH.f16 = {}
+        _SCRATCH.f16_bytes = 0
+    st = cache.get(a.uid)
+    if st is None or st[0] != a.gen:
+        if st is not None:
+            _SCRATCH.f16_bytes -= st[4]
+        if len(cache) >= 4096:  # storages that died or moved on
+            cache.clear()
+            _SCRATCH.f16_bytes = 0
+        # [gen, bytes operands read before the conversion, the conversion, {(offset, shape, strides): reads or the
+        # operand kept converted}, bytes held]
+        st = cache[a.uid] = [a.gen, 0, None, {}, 0]
+    conv = st[2]
+    if conv is None:
+        st[1] += raw.nbytes
+        if st[1] * F16_VERSION_SHARE < base.nbytes:
+            return None
+        conv = st[2] = _f16_hold(cache, st, np.take(_f16_table(), base.view(np.uint16), mode="clip"))
+    key = (off, raw.shape, raw.strides)
+    kept = st[3].get(key)
+    if kept.__class__ is np.ndarray:
+        out = kept
+    else:
+        src = np.ndarray(raw.shape, dtype=F32, buffer=conv, offset=2 * off, strides=tuple(2 * s for s in raw.strides))
+        if kept is None:  # its first read in this version: into the scratch buffer
+            st[3][key] = 1
+            np.copyto(buf, src)
+            out = buf
+        else:
+            out = st[3][key] = _f16_hold(cache, st, np.array(src, order="C"))
+    if sharing.SELF_CHECK and not np.array_equal(
+            out.view(np.uint32), np.take(_f16_table(), raw.view(np.uint16), mode="clip").view(np.uint32)):
+        raise sharing.SharingSelfCheckError(f"the float16 conversion of storage '{a.name}' is not its operand's "
+                                            "values (a write path that does not bump Allocation.gen)")
+    return out
+
+
+def _f16_hold(cache: dict, st: list, arr: np.ndarray) -> np.ndarray:
+    """Count ``arr`` (converted values of version ``st``) against F16_CACHE_BYTES; past it, the other versions'
+    conversions are let go first (they are converted again if read again)."""
+    if _SCRATCH.f16_bytes + arr.nbytes > F16_CACHE_BYTES:
+        for e in cache.values():
+            if e is not st:
+                e[2] = None
+                e[3].clear()
+                e[4] = 0
+        _SCRATCH.f16_bytes = st[4]
+    st[4] += arr.nbytes
+    _SCRATCH.f16_bytes += arr.nbytes
+    return arr
 
 
 def _product(s: np.ndarray, mv: np.ndarray, fresh: bool | np.ndarray) -> np.ndarray:
