@@ -79,6 +79,16 @@ def check_imports(repo: Path) -> None:
         raise SystemExit(f"paired_bench: with PYTHONPATH={repo} nkisim is imported from {out}: cannot time {repo}")
 
 
+def prepare_sides(rev: str, cache: Path) -> tuple[dict[str, Path], float, float]:
+    """The two trees to time ("this" and the exported ``rev``), each checked to import its own nkisim, with the load
+    average and the clock at the start (shared by tools/specialize_bench.py)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    sides = {"this": ROOT, "base": export(rev, cache)}
+    for repo in sides.values():
+        check_imports(repo)
+    return sides, os.getloadavg()[0], time.perf_counter()
+
+
 def timed(repo: Path, script: Path, n: int) -> tuple[float, str]:
     """(CPU seconds, modelled-latency line) of one run_benchmark process."""
     with tempfile.TemporaryFile() as out:
@@ -110,13 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     for e in editions:
         if e not in ("nki", "legacy"):
             ap.error(f"unknown edition {e!r} (nki, legacy)")
-    args.cache.mkdir(parents=True, exist_ok=True)
-    base = export(args.base, args.cache)
-    sides = {"this": ROOT, "base": base}
-    for repo in sides.values():
-        check_imports(repo)
-    load0 = os.getloadavg()[0]
-    t0 = time.perf_counter()
+    sides, load0, t0 = prepare_sides(args.base, args.cache)
     with tempfile.TemporaryDirectory(prefix="paired-bench-") as scratch:
         scripts = {(s, e): script_for(repo, e, Path(scratch)) for s, repo in sides.items() for e in editions}
         cpu: dict[tuple[str, str], list[float]] = {k: [] for k in scripts}
@@ -131,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"pair {i + 1}/{args.pairs} {e}: this {cpu[('this', e)][-1]:.2f} CPU s, base "
                       f"{cpu[('base', e)][-1]:.2f} CPU s", file=sys.stderr, flush=True)
     print(f"run_benchmark.py --kernel tiled -n {args.n} (ROW_CHUNK=1), whole process, {args.pairs} pairs; base "
-          f"{base.name[:12]}; load average {load0:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs, "
+          f"{sides['base'].name[:12]}; load average {load0:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs, "
           f"{time.perf_counter() - t0:.0f} s wall")
     for e in editions:
         this, old = cpu[("this", e)], cpu[("base", e)]

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paired_bench import PINNED, ROOT, check_imports, env_for, export  # noqa: E402
+from paired_bench import PINNED, ROOT, env_for, prepare_sides  # noqa: E402
 
 # name -> (kernel file of this checkout, function, batch, pool)
 WORKLOADS = {
@@ -156,13 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown workload {n!r} ({', '.join(WORKLOADS)})")
     if args.pairs < 1:
         ap.error("--pairs must be at least 1")
-    args.cache.mkdir(parents=True, exist_ok=True)
-    base = export(args.base, args.cache)
-    sides = {"this": ROOT, "base": base}
-    for repo in sides.values():
-        check_imports(repo)
-    load0 = os.getloadavg()[0]
-    t0 = time.perf_counter()
+    sides, load0, t0 = prepare_sides(args.base, args.cache)
     res: dict[tuple[str, str], list[dict]] = {(s, n): [] for s in sides for n in names}
     for i in range(args.pairs):
         for n in names:
@@ -175,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"pair {i + 1}/{args.pairs} {n}: this {a['record'] + a['dumps']:.3f} CPU s, base "
                   f"{b['record'] + b['dumps']:.3f} CPU s", file=sys.stderr, flush=True)
-    print(f"specializations (record + dumps, CPU s), {args.pairs} pairs; base {base.name[:12]}; load average "
+    print(f"specializations (record + dumps, CPU s), {args.pairs} pairs; base {sides['base'].name[:12]}; load average "
           f"{load0:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs, {time.perf_counter() - t0:.0f} s wall")
     for n in names:
         this, old = res[("this", n)], res[("base", n)]
