@@ -58,11 +58,12 @@ import numpy as np
 
 from nkisim import frontends
 from nkisim.core import aps, dtypes
-from nkisim.core.access import allocation
+from nkisim.core.access import allocation, operand
+from nkisim.core.aps import _DYNAMIC_TYPES
 from nkisim.core.buffers import BufferSpec
 from nkisim.core.context import LIVE, KernelContext, Site, current
 from nkisim.core.indexing import DynIndex, IndexExpr, Mask
-from nkisim.core.instr import Buf, Trace
+from nkisim.core.instr import B_HBM, Buf, Trace
 from nkisim.core.ops import registers
 from nkisim.core.placement import CallbackAlloc, PsumModAlloc, SbufModAlloc
 from nkisim.core.runtime import KernelRun, run_kernel
@@ -145,6 +146,9 @@ class Recorder:
         self._consts: dict = {}  # (type, repr) of a plain argument value -> index into _const_list
         self._const_list: list = []
         self._views: dict = {}  # a strided view's state -> index into _view_list
+        # id(Operand) of an on-chip strided view -> (the Operand, the view's shape, index into _view_list): the
+        # Operand is interned by a key (access.make_operand) that determines the view's state (aps.strided_key)
+        self._op_views: dict = {}
         self._view_list: list = []
         self._funcs: dict = {}  # "module:function" -> index
         self._last_res = None  # weak reference to the last call's tensor result (item assignment retargets it)
@@ -243,8 +247,12 @@ class Recorder:
         else:
             loops = None
         try:
-            entry = ["call", fid, [self._arg(a) for a in args] if args else [],
-                     [[k, self._arg(v)] for k, v in kwargs.items()] if kwargs else [], None, loops, None, False]
+            # a tensor straight to _tensor (what _arg does with one after its scalar tests): most arguments are views
+            enc = self._tensor
+            arg = self._arg
+            entry = ["call", fid, [enc(a, 0) if isinstance(a, Tensor) else arg(a) for a in args] if args else [],
+                     [[k, enc(v, 0) if isinstance(v, Tensor) else arg(v)] for k, v in kwargs.items()] if kwargs
+                     else [], None, loops, None, False]
         except NotRecordable as exc:
             # the call's own error (an argument the front end refuses) comes first: raised by after() otherwise
             return (None, self._open, exc)
@@ -472,7 +480,7 @@ class Recorder:
     def _tensor(self, x: Tensor, depth: int):
         """A tensor view: its allocation's id and, for a strided view, the index of its state in the view table
         (interned by :func:`aps.strided_key`, the fields the table's entry holds); other views where they stand."""
-        a = allocation(x)
+        a = x._a  # access.allocation, read as the core reads it
         known = self._allocs.get(id(a))
         if known is None or known[1]() is not a:
             raise NotRecordable(f"tensor '{x.name}' was not made by a recorded call (nl.shared_constant and "
@@ -486,19 +494,41 @@ class Recorder:
                 if how[0] == "ix":  # legacy t[idx_tile, i_f]: the base view and the index, resolved by the replay
                     return ["T", known[0], ["ix", self._enc(how[1], depth + 1), self._enc(list(how[2]), depth + 1)]]
                 return ["T", known[0], [how[0], self._enc(how[1], depth + 1), how[2], self._enc(how[3], depth + 1)]]
+        op = None
+        if a.buf != B_HBM and x._ix is None and type(x) not in _DYNAMIC_TYPES:
+            # an on-chip strided view: its interned Operand (access.make_operand, keyed by everything the view
+            # table's entry holds) names its entry; the emit computes the same Operand for the call anyway
+            op = x._opnd
+            if op is None:
+                try:
+                    op = operand(x)
+                except Exception:  # noqa: BLE001 - left to the call, which raises its own error first
+                    op = None
+            hit = self._op_views.get(id(op)) if op is not None else None
+            if hit is not None and hit[0] is op and hit[1] == x._shape:
+                vid = hit[2]
+                if not self._legacy:
+                    return ["T", known[0], vid]
+                return self._with_extras(x, known[0], vid)
         vkey = aps.strided_key(x)
         if vkey is None:
             return self._other_view(x, known[0], depth)
-        extra = None
-        if self._legacy:
-            axv, lblk = aps.view_extras(x)
-            if axv is not None or lblk is not None:
-                extra = [[[k, v] for k, v in axv.items()] if axv else None, lblk]
         vid = self._views.get(vkey)
         if vid is None:
             vid = self._views[vkey] = len(self._view_list)
             self._view_list.append(["v", vkey[0], list(vkey[1]), list(vkey[2]), int(vkey[3]), int(vkey[4])])
-        return ["T", known[0], vid] if extra is None else ["T", known[0], vid, extra]
+        if op is not None:
+            self._op_views[id(op)] = (op, vkey[1], vid)  # holds the Operand: its id stays its own
+        if not self._legacy:
+            return ["T", known[0], vid]
+        return self._with_extras(x, known[0], vid)
+
+    def _with_extras(self, x: Tensor, aid: int, vid: int) -> list:
+        """A legacy strided view's entry, with what it carries beyond its addresses (:func:`aps.view_extras`)."""
+        axv, lblk = aps.view_extras(x)
+        if axv is not None or lblk is not None:
+            return ["T", aid, vid, [[[k, v] for k, v in axv.items()] if axv else None, lblk]]
+        return ["T", aid, vid]
 
     def _other_view(self, x: Tensor, aid: int, depth: int):
         """A view :func:`aps.strided_key` does not intern: a gather, a run-time offset (or a shape the state

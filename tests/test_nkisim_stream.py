@@ -399,3 +399,76 @@ def test_the_recorders_view_key_is_the_view_states_fields():
         kinds.append(state[0] if isinstance(state, tuple) else "error")
     assert {"v", "g", "dyn"} <= set(kinds)
     assert ("tfloat32", (4, 8), (64, 4), 0, 0) in [k for k, _ in seen]
+
+
+@nki.jit
+def views_as_arguments(x):
+    """On-chip views of several kinds passed to recorded calls, each twice (the second meets the first's Operand):
+    slices, integers on free axes, reshapes, permutes, a tfloat32 view, an explicit pattern, and two tiles of one
+    site rotating through their physical buffers."""
+    out = nl.ndarray((4, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+    for _ in nl.affine_range(3):
+        t = nl.ndarray((4, 2, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t[:, 0, :], src=x[0:4, 0:8])
+        nisa.dma_copy(dst=t[:, 1, :], src=x[4:8, 0:8])
+        for _rep in range(2):
+            for v in (t[:, 1, :], t[:, 0, 2:6], t[:, :, 3], t.reshape((4, 16)), t.permute((0, 2, 1)),
+                      t.view(nl.tfloat32)[:, 0, :], t.ap([[16, 4], [1, 8]]), t[0:2, 1, :]):
+                nisa.dma_copy(dst=v, src=v)
+        nisa.dma_copy(dst=out, src=t.reshape((4, 16)))
+    return out
+
+
+class _Forgetful(dict):
+    """A table that keeps nothing: the recorder's Operand shortcut never hits."""
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
+@pytest.mark.parametrize("case", ["views", "conv", "legacy-conv"])
+def test_the_recorders_operand_shortcut_writes_the_stream_its_view_states_give(case, monkeypatch):
+    """The recorder finds an on-chip strided view's table entry by its interned Operand (``Recorder._op_views``:
+    ``access.make_operand``'s key determines ``aps.strided_key``'s fields); the stream is byte for byte the one
+    it writes from each view's own state (the shortcut off), and the shortcut does hit."""
+    if case == "views":
+        kernel, args, kwargs = views_as_arguments, [RNG.standard_normal((8, 8)).astype(np.float32)], {}
+    else:
+        mod = CONV if case == "conv" else _module("grader/reference/legacy/part2/conv2d.py", "stream_legacy_conv")
+        kernel = mod.fused_conv2d_maxpool
+        args = [np.zeros((1, 256, 10, 12), np.float32), np.zeros((256, 256, 3, 3), np.float32),
+                np.zeros(256, np.float32)]
+        kwargs = {"pool_size": 2}
+    hits = []
+    real_init = stream.Recorder.__init__
+
+    def counting_init(self) -> None:
+        real_init(self)
+        table = self._op_views
+
+        class Counting(dict):
+            def get(self, key, default=None):
+                got = dict.get(self, key, default)
+                hits.append(got is not None)
+                return got
+        self._op_views = Counting(table)
+
+    from nkisim.core import context
+
+    first_loop = context._LOOP_IDS[0]  # symbolic loops are numbered per process: both recordings start here
+    monkeypatch.setattr(stream.Recorder, "__init__", counting_init)
+    data, recorded = stream.record(kernel, [a.copy() for a in args], dict(kwargs))
+    fast = stream.dumps(data)
+    # the Operands the recorder takes before a call are the ones the call's instruction records
+    plain = run_kernel(kernel, [a.copy() for a in args], dict(kwargs), mode="timing")
+    assert _fields(recorded.trace) == _fields(plain.trace)
+    assert sum(hits) >= (len(hits) // 2 if case == "views" else 1)
+
+    def forgetful_init(self) -> None:
+        real_init(self)
+        self._op_views = _Forgetful()
+
+    monkeypatch.setattr(stream.Recorder, "__init__", forgetful_init)
+    context._LOOP_IDS[0] = first_loop
+    data, _ = stream.record(kernel, [a.copy() for a in args], dict(kwargs))
+    assert stream.dumps(data) == fast
