@@ -953,6 +953,9 @@ def _collect_group(proc: ProcessResult, out_dir: Path, invs: list[Invocation], t
             if isinstance(got.get(key), int):
                 figures[key] += got[key]
     runs: list[CaseRun | None] = []
+    # members that differ only in their values ship byte-identical traces (large and bias): parsed once, then
+    # cloned (traceio.load's ``seen``), on the grading's critical path once the group's process ends
+    seen_traces: dict = {}
     cpu: list[float | None] = []
     borrowed: list[float | None] = []
     for k, (inv, t) in enumerate(zip(invs, timeouts, strict=True)):
@@ -967,7 +970,7 @@ def _collect_group(proc: ProcessResult, out_dir: Path, invs: list[Invocation], t
         cpu.append(float(got) if isinstance(got, int | float) and got >= 0 else None)
         got = mstatus.get("borrowed_seconds", 0.0)  # written by grader/child.py's group job for every member
         borrowed.append(float(got) if isinstance(got, int | float) and got >= 0 else None)
-        run = _collect(proc, mdir, inv, module_name, limits, t, want_trace, rel_file)
+        run = _collect(proc, mdir, inv, module_name, limits, t, want_trace, rel_file, seen_traces)
         run.wall_seconds = proc.wall_seconds / len(invs)  # the group's wall time, split evenly
         if isinstance(status.get("jail"), list):  # the process's isolation layers, as a single replay reports them
             run.features = (*run.features, *(str(x) for x in status["jail"][:10]))
@@ -1142,6 +1145,7 @@ def _collect(
     timeout_s: float,
     want_trace: bool,
     rel_file: str | None = None,
+    seen_traces: dict | None = None,
 ) -> CaseRun:
     base = {"wall_seconds": proc.wall_seconds, "output_tail": proc.output_tail, "features": proc.features}
     if proc.timed_out:
@@ -1204,7 +1208,7 @@ def _collect(
             from nkisim.core import traceio
 
             with timeline.span("trace_load"):
-                run.trace = traceio.load(str(trace_file), max_bytes=MAX_TRACE_BYTES)
+                run.trace = traceio.load(str(trace_file), max_bytes=MAX_TRACE_BYTES, seen=seen_traces)
         except Exception as exc:  # noqa: BLE001 - a malformed trace is the submission's problem
             return CaseRun(Verdict.BAD_OUTPUT, f"the instruction trace could not be read: {exc}", **base)
         if len(run.trace.instrs) > MAX_TRACE_INSTRS:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from grader_helpers import (
     FAST_RUBRIC,
@@ -401,3 +402,33 @@ def test_a_unit_made_ahead_that_fails_leaves_its_tests_to_make_their_calls(tmp_p
     assert got.status == "graded" and record_results(got) == record_results(want)
     assert all(t.status in ("passed", "partial") for t in got.tests)
     # (the float16 pair is made ahead as soon as a worker is free, which is while the correctness groups run)
+
+
+def test_a_group_s_byte_identical_traces_are_parsed_once(tmp_path, limits, monkeypatch):
+    """Members that differ only in their values ship the same trace bytes (large and bias): the parent parses the
+    first and clones it for the other (nkisim.core.traceio.load's ``seen``); a different trace is parsed."""
+    from nkisim.core import traceio
+    from nkisim.perf.synth import TraceBuilder
+
+    def trace_bytes(where: str) -> bytes:
+        tb = TraceBuilder("trn2", "conv")
+        tb.dma(tb.hbm(128, 512), tb.sbuf(128, 512), where=where)
+        return traceio.dumps(tb.trace)
+
+    invs = _invs()[:3]
+    proc = ProcessResult(returncode=0, timed_out=False, wall_seconds=3.0, output_tail="")
+    (tmp_path / "status.json").write_text(json.dumps({"ok": True, "group": {"hits": 0, "misses": 3}}))
+    for k, (inv, data) in enumerate(zip(invs, [trace_bytes("a.py:1")] * 2 + [trace_bytes("a.py:2")], strict=True)):
+        _member_dir(tmp_path, k, {"ok": True, "cpu_seconds": 0.1, "borrowed_seconds": 0.0})
+        np.save(tmp_path / f"m{k}" / "output_0.npy", np.zeros(inv.out_shape, dtype=inv.out_dtype))
+        (tmp_path / f"m{k}" / "trace.bin").write_bytes(data)
+    parsed: list[bytes] = []
+    real = traceio.loads
+    monkeypatch.setattr(traceio, "loads", lambda data: parsed.append(data) or real(data))
+    runs = runner._collect_group(proc, tmp_path, invs, [60.0] * 3, "conv2d.py", limits, True, "part2/conv2d.py",
+                                 {"hits": 0, "misses": 0})
+    assert [r.verdict for r in runs] == ["ok"] * 3
+    assert len(parsed) == 2
+    a, b, c = (r.trace for r in runs)
+    assert a is not b and a.instrs[0] is not b.instrs[0] and a.instrs[0] == b.instrs[0]
+    assert c.instrs[0].where == "a.py:2" and a.instrs[0].where == "a.py:1"

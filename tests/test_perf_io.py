@@ -138,3 +138,105 @@ def test_summary_parses_and_profile_cli(tmp_path, capsys):
     assert json.loads((tmp_path / "x.json").read_text())["traceEvents"]
     (tmp_path / "junk.neff").write_text("hello")
     assert profile.main(["summary", str(tmp_path / "junk.neff")]) == 2
+
+
+def _row_by_row(data: bytes) -> list[tuple]:
+    """What a trace file's instructions hold, read one operand row at a time: (seq, op, engine, srcs, dsts, attrs,
+    where) per instruction, and which operands are one object (equal rows share one)."""
+    src = zipfile.ZipFile(io.BytesIO(data))
+    cols = {n[:-4]: np.load(io.BytesIO(src.read(n)), allow_pickle=False) for n in src.namelist()}
+    strings = json.loads(cols.pop("strings").tobytes())
+    o = [cols[f"o_{k}"].tolist() for k in traceio._O_COLS]
+    srcs = [[] for _ in cols["i_seq"]]
+    dsts = [[] for _ in cols["i_seq"]]
+    rows: dict[tuple, int] = {}
+    for instr, role, *row in zip(*o, strict=True):
+        (srcs if role == 0 else dsts)[instr].append(rows.setdefault(tuple(row), len(rows)))
+    out = []
+    ids: dict[int, int] = {}  # numbered by first use, as _as_read numbers objects
+    for i, (seq, op, eng, where, attrs) in enumerate(zip(*(cols[f"i_{k}"].tolist() for k in traceio._I_COLS))):
+        s_ids, d_ids = ([ids.setdefault(r, len(ids)) for r in rows] for rows in (srcs[i], dsts[i]))
+        out.append((seq, strings["ops"][op], eng, s_ids, d_ids, json.loads(strings["attrs"][attrs]),
+                    strings["wheres"][where]))
+    return out
+
+
+def _as_read(trace) -> list[tuple]:
+    ids: dict[int, int] = {}
+    out = []
+    for i in trace.instrs:
+        s_ids, d_ids = ([ids.setdefault(id(o), len(ids)) for o in ops] for ops in (i.srcs, i.dsts))
+        out.append((i.seq, i.op, int(i.engine), s_ids, d_ids, i.attrs, i.where))
+    return out
+
+
+def _shuffled_roles(a: dict) -> None:
+    """Each instruction's operand rows reversed (destinations before sources) and its first row repeated at its
+    end as a source: a writer other than dump may order rows so within an instruction."""
+    order, extra = [], []
+    instr = a["o_instr"]
+    for i in np.unique(instr):
+        rows = np.flatnonzero(instr == i)
+        order.extend(rows[::-1].tolist())
+        order.append(int(rows[0]))
+        extra.append(len(order) - 1)
+    for k in list(a):
+        if k.startswith("o_"):
+            a[k] = a[k][order]
+    a["o_role"][extra] = 0
+
+
+@pytest.mark.parametrize("mix", [None, 0])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_load_builds_the_instructions_row_by_row_reading_gives(monkeypatch, mix, shuffle):
+    """The operands are grouped by array work (distinct rows found by a 64-bit mix, checked against the rows: a
+    mix of 0 makes every row collide, the bytes' grouping takes over) and dealt to instructions by (instruction,
+    role): the same instructions, operands and shared operand objects as reading the rows one by one."""
+    if mix is not None:
+        monkeypatch.setattr(traceio, "_MIX", mix)
+    data = traceio.dumps(_trace())
+    if shuffle:
+        data = _mutate(data, "", _shuffled_roles)
+    want = _row_by_row(data)
+    got = traceio.loads(data)
+    assert _as_read(got) == want
+    assert len({id(o) for i in got.instrs for o in i.srcs + i.dsts}) == len({x for r in want for x in r[3] + r[4]})
+    if shuffle:  # the shuffle made an instruction with the same operand row twice, as a source and a destination
+        assert any(set(r[3]) & set(r[4]) for r in want)
+
+
+def test_a_trace_loaded_again_is_a_clone_that_shares_nothing_mutable(tmp_path):
+    """traceio.load's ``seen``: the same bytes again are not parsed but cloned: equal instructions, no instruction
+    or attrs dict or meta in common (the cost model and the grader write into them), the same estimate."""
+    p, q = tmp_path / "a.trace", tmp_path / "b.trace"
+    traceio.dump(_trace(), p)
+    q.write_bytes(p.read_bytes())
+    seen: dict = {}
+    first = traceio.load(p, seen=seen)
+    parsed = []
+    real = traceio.loads
+    try:
+        traceio.loads = lambda data: parsed.append(data) or real(data)
+        second = traceio.load(q, seen=seen)
+        assert parsed == []
+        other = tmp_path / "c.trace"
+        traceio.dump(_trace(), other)
+        other.write_bytes(other.read_bytes())
+        tr = _trace()
+        tr.meta["x"] = 1
+        traceio.dump(tr, other)
+        traceio.load(other, seen=seen)
+        assert len(parsed) == 1  # other bytes are parsed
+    finally:
+        traceio.loads = real
+    assert _as_read(second) == _as_read(first) and second.meta == first.meta
+    assert (second.target, second.kernel_name) == (first.target, first.kernel_name)
+    for a, b in zip(first.instrs, second.instrs, strict=True):
+        assert a is not b and a.attrs is not b.attrs and a.srcs == b.srcs and a.dsts == b.dsts
+    assert second.meta is not first.meta
+    report = estimate(second).total_us
+    assert report == estimate(first).total_us
+    second.instrs[0].attrs["bytes"] = -1
+    second.meta["additional_compile_opt"] = ""
+    assert "bytes" not in first.instrs[0].attrs or first.instrs[0].attrs["bytes"] != -1
+    assert first.meta["additional_compile_opt"] == "--disable-dge"

@@ -322,35 +322,101 @@ def _loads(data: bytes) -> Trace:
         if cols["o_partitions"].max() > 1 << 40 or cols["o_free_elems"].max() > 1 << 44:
             _bad("operand sizes too large")
 
+    distinct, which = _distinct_rows(np.stack([cols[f"o_{k}"] for k in _O_COLS[2:]], axis=1) if m else
+                                     np.zeros((0, len(_O_COLS) - 2), dtype=np.int64))
+
     # ---- build ----------------------------------------------------------------------------------------------
     trace = Trace(target, kname)
     trace.meta = meta
     engines = {int(e): e for e in Engine}
     bufs = {int(b): b for b in Buf}
     shape_t = [tuple(s) for s in shapes]
-    srcs_of: list[list] = [[] for _ in range(n)]
-    dsts_of: list[list] = [[] for _ in range(n)]
     # Operands are immutable (NamedTuples): equal rows share one object, as the recording run's trace shares them
-    made: dict[tuple, Operand] = {}
+    # (a 224x224 batch-4 conv's 53,008 operand rows are 1,406 distinct ones).  The distinct rows are found by
+    # array work (_distinct_rows) and only they become objects; then every instruction takes its sources and
+    # destinations as two slices of the operands ordered by (instruction, role).  Building an object per row
+    # through a dict of row tuples took half of a load (0.04 of 0.075 CPU s for that trace; the grader loads
+    # every traced call's trace after its kernel, on the grading's critical path).
     new = tuple.__new__
-    for instr, role, *row in zip(*(cols[f"o_{k}"].tolist() for k in _O_COLS)):
-        key = tuple(row)
-        op_ = made.get(key)
-        if op_ is None:
-            buf, phys, p_lo, p_hi, b_lo, b_hi, isz, parts, free, inner, contig, dt, shp = row
-            op_ = made[key] = new(Operand, (new(Region, (bufs[buf], phys, p_lo, p_hi, b_lo, b_hi)), shape_t[shp],
-                                            dts[dt], isz, parts, free, inner, contig, True))
-        (srcs_of if role == 0 else dsts_of)[instr].append(op_)
-    append = trace.instrs.append
-    for i, (s, op, e, w, a) in enumerate(zip(*(cols[f"i_{k}"].tolist() for k in _I_COLS))):
-        append(Instr(s, ops[op], engines[e], tuple(srcs_of[i]), tuple(dsts_of[i]), dict(attrs[a]), wheres[w]))
+    made = [new(Operand, (new(Region, (bufs[buf], phys, p_lo, p_hi, b_lo, b_hi)), shape_t[shp], dts[dt], isz, parts,
+                          free, inner, contig, True))
+            for buf, phys, p_lo, p_hi, b_lo, b_hi, isz, parts, free, inner, contig, dt, shp in distinct]
+    if m:
+        key = cols["o_instr"] * 2 + cols["o_role"]  # instructions are in order (checked); roles 0 then 1
+        order = np.argsort(key, kind="stable")
+        ordered = [made[j] for j in which[order].tolist()]
+        ends = np.cumsum(np.bincount(key, minlength=2 * n)).tolist()
+    else:
+        ordered, ends = [], [0] * (2 * n)
+    starts = [0, *ends]
+    srcs = [tuple(ordered[a:b]) for a, b in zip(starts[0::2], starts[1::2])]
+    dst_s = [tuple(ordered[a:b]) for a, b in zip(starts[1::2], starts[2::2])]
+    i_seq, i_op, i_engine, i_where, i_attrs = (cols[f"i_{k}"].tolist() for k in _I_COLS)
+    trace.instrs = list(map(Instr, i_seq, map(ops.__getitem__, i_op), map(engines.__getitem__, i_engine), srcs, dst_s,
+                            [dict(attrs[a]) for a in i_attrs], map(wheres.__getitem__, i_where)))
     return trace
 
 
-def load(path: str | os.PathLike, max_bytes: int = 1 << 31) -> Trace:
-    """Read and validate a trace file written by :func:`dump`."""
+_MIX = 0x9E3779B97F4A7C15  # _distinct_rows's multiplier (odd: a bijection of 64-bit words)
+
+
+def _distinct_rows(table: np.ndarray) -> tuple[list[list[int]], np.ndarray]:
+    """The distinct rows of an integer table (as lists of ints) and, for each row, the index of its distinct row.
+
+    Rows are grouped by a 64-bit mix of their columns (one sort of integers), and the grouping is then checked
+    against the rows themselves: a collision of the mix, which any file may contain, falls back to grouping by the
+    rows' bytes, so the result is exact whatever the file holds."""
+    if not len(table):
+        return [], np.zeros(0, dtype=np.intp)
+    with np.errstate(over="ignore"):
+        h = np.zeros(len(table), dtype=np.uint64)
+        for c in range(table.shape[1]):
+            h ^= table[:, c].astype(np.uint64)
+            h *= np.uint64(_MIX)
+            h ^= h >> np.uint64(29)
+    _, first, which = np.unique(h, return_index=True, return_inverse=True)
+    distinct = table[first]
+    if not np.array_equal(distinct[which], table):
+        rows = np.ascontiguousarray(table).view(np.dtype((np.void, table.shape[1] * table.itemsize))).ravel()
+        _, first, which = np.unique(rows, return_index=True, return_inverse=True)
+        distinct = table[first]
+    return distinct.tolist(), which.reshape(-1)
+
+
+def load(path: str | os.PathLike, max_bytes: int = 1 << 31, seen: dict[bytes, Trace] | None = None) -> Trace:
+    """Read and validate a trace file written by :func:`dump`.
+
+    ``seen``: traces already loaded, by their files' bytes (the caller's, filled here).  A file whose bytes were
+    loaded before is not parsed again: its trace is a :func:`clone` of the earlier one.  The calls of a group
+    replay that differ only in their values ship byte-identical traces (``part2.large`` and ``part2.bias``: the
+    same kernel on the same shapes), and the grader loads them one after the other once the group's process ends."""
     size = os.path.getsize(path)
     if size > max_bytes:
         _bad(f"file is {size} bytes, more than the {max_bytes} byte limit")
     with open(path, "rb") as f:
-        return loads(f.read())
+        data = f.read()
+    if seen is None:
+        return loads(data)
+    earlier = seen.get(data)
+    if earlier is not None:
+        return clone(earlier)
+    trace = seen[data] = loads(data)
+    return trace
+
+
+def clone(trace: Trace) -> Trace:
+    """A copy of ``trace`` that shares nothing its consumers may change: new instructions with their own attrs
+    dicts and scheduling fields (the cost model writes ``cost_ns``, ``start_ns`` and ``end_ns`` into the
+    instructions it schedules; the grader replaces a timed run's unchecked hints' attrs), the same operand
+    objects (immutable NamedTuples).  About a quarter of :func:`loads`'s time for the same trace."""
+    copy = Trace(trace.target, trace.kernel_name)
+    copy.meta = json.loads(json.dumps(trace.meta))
+    enabled = gc.isenabled()
+    gc.disable()  # ~10^4 new objects: a cyclic collection over the grader's heap meanwhile cost 30-40 ms (as loads)
+    try:
+        copy.instrs = [Instr(i.seq, i.op, i.engine, i.srcs, i.dsts, dict(i.attrs), i.where, i.cost_ns, i.start_ns,
+                             i.end_ns) for i in trace.instrs]
+    finally:
+        if enabled:
+            gc.enable()
+    return copy
