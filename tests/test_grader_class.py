@@ -233,8 +233,9 @@ def test_a_ranked_grading_shows_no_value_of_the_secret_inputs(tmp_path):
        chunk=st.sampled_from([1, 7, 64, 1 << 18]), seed=st.integers(0, 1000),
        special=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from([np.nan, np.inf, -np.inf, 3e38])),
                         max_size=3),
-       bad=st.lists(st.integers(0, 10**6), max_size=3))
-def test_pooled_expected_is_conv2d_finish_slice_by_slice(shape, pool, random_bias, dtype, chunk, seed, special, bad):
+       bad=st.lists(st.integers(0, 10**6), max_size=3), prepared=st.booleans())
+def test_pooled_expected_is_conv2d_finish_slice_by_slice(shape, pool, random_bias, dtype, chunk, seed, special, bad,
+                                                          prepared):
     """What the judge reads of a conv2d reference (PooledConv: pooled and biased a few planes at a time from the
     cached convolution) is conv2d_finish's array bit for bit, chunk by chunk and at any index, and the verdicts on
     it -- pass, mismatches, first index, max error, NaN and infinities on either side -- are the whole array's."""
@@ -246,13 +247,21 @@ def test_pooled_expected_is_conv2d_finish_slice_by_slice(shape, pool, random_bia
     ref = conv.conv2d_finish(c, bias, pool)
     old, judge.CHUNK = judge.CHUNK, chunk
     try:
+        if prepared:  # the maxima and the planes' extremes made ahead (conv2d.prepare), or not
+            conv.prepare(c, pool)
         lazy = conv.PooledConv(c, bias, pool)
+        assert (lazy.lows is not None) == prepared
         parts = [(lo, part.copy()) for lo, part in lazy.chunks(chunk)]
         assert lazy.shape == ref.shape and lazy.dtype == ref.dtype
         assert [lo for lo, _ in parts] == list(np.cumsum([0] + [p.size for _, p in parts])[:-1])
         flat = np.concatenate([p for _, p in parts]) if parts else np.empty(0, ref.dtype)
         assert flat.dtype == ref.dtype and np.array_equal(flat, ref.reshape(-1), equal_nan=True)
         assert max((p.size for _, p in parts), default=0) <= lazy.chunk_limit(chunk)
+        for lo, part in parts:  # the slices' extremes from their planes' are np.min's and np.max's, NaN included
+            if prepared:
+                assert np.array_equal(lazy.bounds(lo, part.size), (np.min(part), np.max(part)), equal_nan=True)
+            else:
+                assert lazy.bounds(lo, part.size) is None
         for k in range(0, ref.size, max(1, ref.size // 7)):
             at = tuple(int(i) for i in np.unravel_index(k, ref.shape))
             assert np.array_equal(lazy.at(at), ref[at], equal_nan=True)
@@ -267,6 +276,46 @@ def test_pooled_expected_is_conv2d_finish_slice_by_slice(shape, pool, random_bia
     finally:
         judge.CHUNK = old
     assert np.array_equal(np.asarray(lazy), ref, equal_nan=True)
+
+
+def test_pooled_maxima_and_extremes_are_made_once_per_convolution_and_pool():
+    """What makes judging a pooled output cheaper (the maxima, the planes' extremes) is made once per convolution
+    and pool, in a background thread of the lowest priority when asked ahead (the reference thread asks once the
+    convolution is computed); a PooledConv takes it when it is there and never waits for it; it goes with the
+    convolution."""
+    import gc
+    import os
+    import threading
+    import time
+    import weakref
+
+    rng = np.random.default_rng(3)
+    c = rng.random((2, 3, 6, 8))
+    made: list = []
+    real = conv._pool_planes
+    conv._pool_planes = lambda *a: made.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())) or real(*a)
+    try:
+        assert conv.PooledConv(c, np.zeros(3, np.float32), 2).pooled is None  # not asked for: judged without
+        conv.PooledConv(c, np.zeros(3, np.float32), 2).prepare_later()
+        conv.prepare_later(c, 2)  # asked twice: made once
+        deadline = time.monotonic() + 30
+        while conv.prepared(c, 2) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first = conv.PooledConv(c, np.zeros(3, np.float32), 2)
+        again = conv.PooledConv(c, rng.random(3, dtype=np.float32), 2)
+        assert made == [19] and again.pooled is first.pooled and again.lows is first.lows
+        assert np.array_equal(first.pooled.reshape(2, 3, 3, 4), conv.maxpool(c, 2))
+        assert conv.prepare(c, 2)[0] is first.pooled and len(made) == 1
+        assert conv.prepare(c, 1)[0] is None and len(made) == 1  # pool 1: the extremes only
+        other = c.copy()
+        assert conv.prepare(other, 2)[0] is not first.pooled and len(made) == 2
+    finally:
+        conv._pool_planes = real
+    gone = weakref.ref(first.pooled)
+    key = (id(c), 2)
+    del first, again, c
+    gc.collect()
+    assert gone() is None and key not in conv._PREPARED
 
 
 # --------------------------------------------------------------------------------------- the cache ----

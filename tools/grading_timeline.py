@@ -9,7 +9,8 @@ slot's busy fraction and its gaps (with what the grading was doing meanwhile), h
 or more of these ran at once (on two cores, time with fewer than two is a core left idle unless the machine's other
 load used it), and per kind of event its count, wall seconds and the parent thread's CPU seconds.  ``--events``
 lists every event.  Lane letters: S specialize, R replay, G group replay, f input file, t trace load (in a slot);
-r reference; i inputs, e waiting for / computing a reference in a test, j judge, c costing a trace (parent).
+r reference, p what judging a reference's outputs takes, made ahead at low priority (refs lane); i inputs, e
+waiting for / computing a reference in a test, j judge, c costing a trace (parent).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ PARENT_LETTERS = {"inputs": "i", "expected": "e", "judge": "j", "estimate": "c",
                   "input_file": "f", "screen": "s", "imports": "m"}
 # kinds that keep a core busy while they last (a kernel process, or the parent's own computing)
 CPU_KINDS = {"specialize", "replay", "group_replay", "reference", "inputs", "judge", "estimate", "input_file",
-             "screen"}
+             "screen", "judge_prep"}
 
 
 def union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -127,8 +128,8 @@ def report(doc: dict[str, Any], width: int, least: float, list_events: bool) -> 
     for s in slots:
         inside = [e for e in events if e["slot"] == s and e["kind"] != "slot"]
         lines.append(f"{'slot ' + str(s):>8} |{lane(inside, SLOT_LETTERS, wall, width)}|")
-    refs = [e for e in events if e["kind"] == "reference"]
-    lines.append(f"{'refs':>8} |{lane(refs, {'reference': 'r'}, wall, width)}|")
+    refs = [e for e in events if e["kind"] in ("reference", "judge_prep")]
+    lines.append(f"{'refs':>8} |{lane(refs, {'reference': 'r', 'judge_prep': 'p'}, wall, width)}|")
     parent = [e for e in events if e["slot"] is None and e["kind"] in PARENT_LETTERS]
     lines.append(f"{'parent':>8} |{lane(parent, PARENT_LETTERS, wall, width)}|")
     lines.append("")
