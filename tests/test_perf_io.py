@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from nkisim.core import traceio
-from nkisim.core.instr import Engine
+from nkisim.core.instr import Engine, Instr
 from nkisim.perf import estimate
 from nkisim.perf.profile_files import write_profile
 from nkisim.perf.summary import format_summary, parse_summary
@@ -240,3 +240,37 @@ def test_a_trace_loaded_again_is_a_clone_that_shares_nothing_mutable(tmp_path):
     second.meta["additional_compile_opt"] = ""
     assert "bytes" not in first.instrs[0].attrs or first.instrs[0].attrs["bytes"] != -1
     assert first.meta["additional_compile_opt"] == "--disable-dge"
+
+
+def test_dump_columns_hold_the_instructions_in_order():
+    """dump's columns, as the loader reads them: each instruction's op, engine, where and attrs through tables in
+    order of first appearance (a repeated op, attrs equal but for a value's class: 1 and True, a list value), and
+    one operand row per source then destination of each instruction, in order."""
+    tr = _trace()
+    tb_instrs = tr.instrs
+    first = tb_instrs[0]
+    tr.instrs = [*tb_instrs, *[Instr(first.seq + 100 + k, op, first.engine, first.dsts, first.srcs, attrs, where)
+                               for k, (op, attrs, where) in enumerate([
+                                   ("dma_copy", {"bytes": 1}, "k.py:3"), ("dma_copy", {"bytes": True}, "k.py:3"),
+                                   ("iota", {"axes": [1, 2]}, "k.py:10"), ("dma_copy", {"bytes": 1}, "k.py:11"),
+                                   ("iota", {"axes": [1, 2]}, "k.py:10")])]]
+    arrays, strings = traceio._columns(tr)
+    ins = tr.instrs
+    assert strings["ops"] == list(dict.fromkeys(i.op for i in ins))
+    assert strings["wheres"] == list(dict.fromkeys(i.where for i in ins))
+    assert [strings["ops"][k] for k in arrays["i_op"]] == [i.op for i in ins]
+    assert [strings["wheres"][k] for k in arrays["i_where"]] == [i.where for i in ins]
+    assert arrays["i_seq"].tolist() == [i.seq for i in ins] and arrays["i_engine"].tolist() == [int(i.engine)
+                                                                                                 for i in ins]
+    got = [json.loads(strings["attrs"][k]) for k in arrays["i_attrs"]]
+    assert got == [json.loads(json.dumps(i.attrs)) for i in ins]
+    assert [type(a["bytes"]) for a in got[-5:-3]] == [int, bool]  # 1 and True: two entries
+    assert len(strings["attrs"]) == len({json.dumps(i.attrs, sort_keys=True) for i in ins})
+    rows = [(n, role, o) for n, i in enumerate(ins) for role, group in ((0, i.srcs), (1, i.dsts)) for o in group]
+    assert arrays["o_instr"].tolist() == [n for n, _, _ in rows]
+    assert arrays["o_role"].tolist() == [role for _, role, _ in rows]
+    assert arrays["o_phys"].tolist() == [o.region.phys for _, _, o in rows]
+    assert arrays["o_b_hi"].tolist() == [o.region.b_hi for _, _, o in rows]
+    assert [strings["dtypes"][k] for k in arrays["o_dtype"]] == [o.dtype for _, _, o in rows]
+    assert [tuple(strings["shapes"][k]) for k in arrays["o_shape"]] == [tuple(o.shape) for _, _, o in rows]
+    assert _as_read(traceio.loads(traceio.dumps(tr)))[-5:] == _as_read(tr)[-5:]

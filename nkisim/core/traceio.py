@@ -79,58 +79,71 @@ def _narrow(values) -> np.ndarray:
 # attrs values whose class and equality fix their JSON text: an attrs dict made only of these (under str keys) is
 # looked up by its items instead of being serialised again (floats are left out: -0.0 == 0.0, but not as JSON)
 _PLAIN = frozenset({int, bool, str, type(None)})
+_STR = frozenset({str})
+
+
+def _interned(values: list, interner: _Interner) -> list[int]:
+    """``interner(str(v))`` of every value, in order, calling it once per distinct value (first appearances in
+    order: the interner's items come out as a call per value would make them)."""
+    try:
+        index = {v: interner(str(v)) for v in dict.fromkeys(values)}
+    except TypeError:  # an unhashable value: one by one
+        return [interner(str(v)) for v in values]
+    return list(map(index.__getitem__, values))
 
 
 def _columns(trace: Trace) -> tuple[dict[str, np.ndarray], dict]:
     ops, wheres, dts, shapes, attrs = _Interner(), _Interner(), _Interner(), _Interner(), _Interner()
-    icol = {k: [] for k in _I_COLS}
-    seq, op_col, eng, where_col, attr_col = (icol[k] for k in _I_COLS)
-    # one row per operand, in _O_COLS order: its instruction and role, and the rest of its columns (a row of
-    # ``tails``, np.array turns the ints into int64) by the operand object: the core hands out one Operand per
-    # view and reuses it (2,402 objects for the 51,232 operands of a 224x224 batch-4 conv's trace); every operand
-    # stays alive here, so no id is reused
-    o_instr: list[int] = []
-    o_role: list[int] = []
-    o_tail: list[int] = []
-    tails: list[tuple] = []
-    row_memo: dict[int, int] = {}
-    dt_index: dict = {}  # fast paths of the dts / shapes interners, keyed by the operand's own values
-    shape_index: dict = {}
+    instrs = trace.instrs
+    n = len(instrs)
+    icol: dict[str, list] = {"seq": [int(i.seq) for i in instrs], "op": _interned([i.op for i in instrs], ops),
+                             "engine": [int(i.engine) for i in instrs],
+                             "where": _interned([i.where for i in instrs], wheres)}
+    # attrs: one JSON text per distinct dict, looked up by its items and their values' classes; only dicts whose
+    # classes fix their JSON (str names, _PLAIN values) are remembered, so a key found was such a dict's, whose
+    # items and classes are equal to this one's (1 == True, but not their classes), hence so is its JSON
+    attr_col: list[int] = []
     attr_memo: dict[tuple, int] = {}
-    plain = _PLAIN
-    for idx, ins in enumerate(trace.instrs):
-        seq.append(int(ins.seq))
-        op_col.append(ops(str(ins.op)))
-        eng.append(int(ins.engine))
-        where_col.append(wheres(str(ins.where)))
-        a = ins.attrs
-        names, values = tuple(a), tuple(a.values())
-        classes = tuple(map(type, values))
-        cacheable = plain.issuperset(classes) and all(k.__class__ is str for k in names)
-        key = (names, classes, values) if cacheable else None
-        j = attr_memo.get(key) if cacheable else None
+    plain, strs = _PLAIN, _STR
+    for a in [i.attrs for i in instrs]:
+        classes = tuple(map(type, a.values()))
+        key = (tuple(a.items()), classes)
+        try:
+            j = attr_memo.get(key)
+        except TypeError:  # an unhashable value (a list): never remembered
+            j = key = None
         if j is None:
             j = attrs(json.dumps(_jsonable(a), sort_keys=True, separators=(",", ":")))
-            if cacheable:
+            if key is not None and plain.issuperset(classes) and strs.issuperset(map(type, a)):
                 attr_memo[key] = j
         attr_col.append(j)
-        for role, group in ((0, ins.srcs), (1, ins.dsts)):
-            for o in group:
-                t = row_memo.get(id(o))
-                if t is None:
-                    d = dt_index.get(o.dtype)
-                    if d is None:
-                        d = dt_index[o.dtype] = dts(str(o.dtype))
-                    sh = shape_index.get(o.shape)
-                    if sh is None:
-                        shp = tuple(int(x) for x in o.shape)
-                        sh = shape_index[o.shape] = shapes(shp, list(shp))
-                    t = row_memo[id(o)] = len(tails)
-                    tails.append((*o.region, o.itemsize, o.partitions, o.free_elems, o.inner_stride_bytes,
-                                  o.contiguous_bytes, d, sh))
-                o_instr.append(idx)
-                o_role.append(role)
-                o_tail.append(t)
+    icol["attrs"] = attr_col
+    # one row per operand, in _O_COLS order: its instruction and role (sources, then destinations), and the rest
+    # of its columns (a row of ``tails``, np.array turns the ints into int64) by the operand object: the core hands
+    # out one Operand per view and reuses it (2,402 objects for the 51,232 operands of a 224x224 batch-4 conv's
+    # trace), so a row is made per distinct object, in order of first use; every operand stays alive here, so no
+    # id is reused
+    objs = [o for i in instrs for group in (i.srcs, i.dsts) for o in group]
+    counts = np.array([(len(i.srcs), len(i.dsts)) for i in instrs], dtype=np.int64).reshape(n, 2)
+    o_instr = np.repeat(np.arange(n, dtype=np.int64), counts.sum(axis=1))
+    o_role = np.repeat(np.tile(np.array([0, 1], dtype=np.int64), n), counts.reshape(-1))
+    ids = list(map(id, objs))
+    rows = {k: j for j, k in enumerate(dict.fromkeys(ids))}
+    o_tail = list(map(rows.__getitem__, ids))
+    by_id = dict(zip(ids, objs, strict=True))
+    dt_index: dict = {}  # fast paths of the dts / shapes interners, keyed by the operand's own values
+    shape_index: dict = {}
+    tails: list[tuple] = []
+    for o in map(by_id.__getitem__, rows):
+        d = dt_index.get(o.dtype)
+        if d is None:
+            d = dt_index[o.dtype] = dts(str(o.dtype))
+        sh = shape_index.get(o.shape)
+        if sh is None:
+            shp = tuple(int(x) for x in o.shape)
+            sh = shape_index[o.shape] = shapes(shp, list(shp))
+        tails.append((*o.region, o.itemsize, o.partitions, o.free_elems, o.inner_stride_bytes, o.contiguous_bytes,
+                      d, sh))
     arrays = {f"i_{k}": _narrow(v) for k, v in icol.items()}
     table = np.array(tails, dtype=np.int64).reshape(len(tails), len(_O_COLS) - 2)[np.array(o_tail, dtype=np.intp)]
     arrays["o_instr"], arrays["o_role"] = _narrow(o_instr), _narrow(o_role)
