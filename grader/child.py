@@ -243,9 +243,11 @@ def _mounts() -> list[tuple[str, int]]:
     return out
 
 
-def _jail(writable: list[str], masked: list[str]) -> list[str]:
+def _jail(writable: list[str], masked: list[str], running: list[str] | tuple[str, ...] = ()) -> list[str]:
     """Make the file system read-only except ``writable`` and hide ``masked`` directories (the grader package,
-    the rubric, the staff reference) under empty read-only tmpfs mounts; returns the features in effect."""
+    the rubric, the staff reference) under empty read-only tmpfs mounts; returns the features in effect.
+    ``running``: the directories of the calls a warm server was running when it forked this one (their paths are
+    in this process's memory), hidden the same way; one that has gone meanwhile needs no mask."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -256,11 +258,15 @@ def _jail(writable: list[str], masked: list[str]) -> list[str]:
     for w in writable:
         libc.mount(w.encode(), w.encode(), None, MS_BIND | MS_REC, None)
     hidden = 0
+    flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
     for m in masked:
         if os.path.isdir(m):
-            flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
             hidden += libc.mount(b"tmpfs", m.encode(), b"tmpfs", flags, b"size=4k,mode=0555") == 0
-    if masked and hidden == len([m for m in masked if os.path.isdir(m)]):
+    exposed = 0
+    for m in running:
+        if os.path.isdir(m) and libc.mount(b"tmpfs", m.encode(), b"tmpfs", flags, b"size=4k,mode=0555") != 0:
+            exposed += os.path.isdir(m)  # (a call that ended meanwhile took its directory with it)
+    if masked and hidden == len([m for m in masked if os.path.isdir(m)]) and not exposed:
         features.append("grader-files-hidden")
     keep = set(writable)
     failed = 0
@@ -819,7 +825,8 @@ def run_job(job: dict) -> int:
         link = _open_channel(job.get("channel")) if group is not None else None
         kwargs = dict(job["kwargs"])
         if job.get("jail"):
-            status["jail"] += _jail([job["work_dir"], out_dir], [m for m in job.get("mask", []) if isinstance(m, str)])
+            status["jail"] += _jail([job["work_dir"], out_dir], [m for m in job.get("mask", []) if isinstance(m, str)],
+                                    [m for m in job.get("mask_calls", []) if isinstance(m, str)])
             status["jail"] += _drop_privileges(job.get("uid"), job.get("gid"))
         os.chdir(job["work_dir"])
         # a fork of grader/forkserver.py names the namespaces it set up for this call itself

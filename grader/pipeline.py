@@ -297,8 +297,8 @@ def group_split() -> bool:
 
 # Near idle (load 2.2-2.7, the grading's own included) the staff reference graded in 16.4-17.7 s with 5 against
 # 18.2-21.3 s with 0, five alternating triples (docs/grading.md, round 8); at load 3.5-5 the two were within noise,
-# at load 10-13 5 took 0.89 of the wall time.  The critical group's specializations side by side (on with it) start
-# a third warm server, about 0.7 CPU s.
+# at load 10-13 5 took 0.89 of the wall time.  The critical group's specializations side by side (on with it) started
+# a third warm server, about 0.7 CPU s, until one server per API served calls side by side (round 11).
 BACKGROUND_NICE = 5
 
 
@@ -354,7 +354,7 @@ class _Grading:
         # (file, function) -> (input elements, why, test id) of the smallest call that hit a resource limit
         self.exhausted: dict[tuple[str, str], tuple[int, str, str]] = {}
         self._lock = threading.Lock()
-        # warm kernel servers (grader/forkserver.py): one per worker thread, a fork per kernel call
+        # warm kernel servers (grader/forkserver.py): one per API, a fork per kernel call, side by side as made
         self.servers = (KernelServers(target=config.target, limits=rubric.limits, tmp_root=config.tmp_root,
                                       size=max(1, config.workers))
                         if backend == "nkisim" and KernelServers.enabled() else None)
@@ -1174,6 +1174,9 @@ def _grade_loaded(sub: Submission, config: GradeConfig, figures: dict[str, Any])
             # import check's too), so that every one of them masks it: they run beside the generation of inputs
             # into their files (early_inputs, the groups) (L3)
             grading.servers.reserve_inputs_dir()
+            # the servers the import check forks start beside the screen, not after it (round 11)
+            grading.servers.prestart(sorted({grading._api_of(t.file) or "legacy" for t in rubric.tests
+                                             if t.file in sub.files and grading._api_problem(t.file) is None}))
         early = grading.early_inputs(rubric.tests)
         t_screen = time.perf_counter()
         with timeline.span("screen"):

@@ -207,13 +207,23 @@ def _compile_nkisim() -> None:
     Every child runs ``python -I -B``: it reads ``__pycache__`` but never writes it, so without this step each of a
     submission's ~20 kernel processes compiles nkisim from source again (0.12-0.15 CPU s of the ~0.4 s start-up).
     The parent is trusted and writes the bytecode next to nkisim's sources, where the child's read-only view and
-    its symlinked ``lib/nkisim`` find it.  Unwritable (a read-only install): children compile, as before."""
+    its symlinked ``lib/nkisim`` find it.  Unwritable (a read-only install): children compile, as before.
+
+    The grader's own package and nkibench too: a warm server loads grader/child.py by path under ``-B``, and the
+    grader process itself imports about 11,000 lines of them; where PYTHONDONTWRITEBYTECODE is set (this
+    project's development machines) no process ever wrote their bytecode, so every grading compiled them anew
+    (0.08-0.12 CPU s before its first test; docs/grading.md, "Outside the timeline's spans, round 11").  Written
+    here, by the process that just imported them, for the next one; up-to-date files are only checked (a stat
+    and 16 bytes read each, about 3 ms in all)."""
     import compileall
 
-    try:
-        compileall.compile_dir(str(_nkisim_dir()), quiet=2, optimize=0)
-    except OSError:
-        pass
+    here = Path(__file__).resolve().parent
+    for package, depth in ((_nkisim_dir(), 10), (here, 1), (_nkibench_dir(), 10)):
+        try:  # the grader's modules and grader/problems; never the staff reference beside them
+            compileall.compile_dir(str(package), maxlevels=depth, quiet=2, optimize=0,
+                                   rx=re.compile(re.escape(str(here / "reference"))))
+        except OSError:
+            pass
 
 
 def _prepare_dirs(root: Path, iso: Isolation) -> tuple[Path, Path, Path]:
@@ -248,9 +258,12 @@ def _lib_links(root: Path) -> Path:
 
 
 class KernelServers:
-    """The warm kernel servers of one grading (grader/forkserver.py): at most ``size`` at a time (one per worker
-    thread), each serving one NKI API's calls one after another.  A grading that uses them saves a Python start-up
-    and the NumPy and nkisim imports per kernel call (about 0.15-0.2 CPU s each, ~20 calls per submission).
+    """The warm kernel servers of one grading (grader/forkserver.py): one per NKI API the grading's calls use, each
+    serving all of that API's calls, several side by side when the grading's workers make them so (``size``, the
+    workers, bounds how many).  A grading that uses them saves a Python start-up and the NumPy and nkisim imports
+    per kernel call (about 0.15-0.2 CPU s each, ~30 calls per submission); one server for the calls made side by
+    side saves the second and third servers a grading with two workers started (docs/grading.md, "Outside the
+    timeline's spans, round 11").
 
     Servers never run student code and never outlive the grading (:meth:`close`); a server that fails to start or
     dies is replaced, or the call runs as a one-off process (:func:`run_sandboxed`) as before.  Only nkisim runs
@@ -258,9 +271,11 @@ class KernelServers:
 
     def __init__(self, *, target: str, limits: Limits, tmp_root: str | None = None, size: int = 1) -> None:
         self.target, self.limits, self.tmp_root, self.size = target, limits, tmp_root, max(1, size)
-        self._idle: list[tuple[str, WarmServer, Path]] = []
-        self._busy = 0
+        self._servers: dict[str, tuple[str, WarmServer, Path]] = {}  # the live server of each API
+        self._starting: set[str] = set()  # APIs whose server a thread is starting (the others wait for it)
+        self._prestart: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self.failed = False
         self.started = 0  # servers started
         self.one_off = 0  # calls that ran in a process of their own (no server could serve them)
@@ -288,36 +303,54 @@ class KernelServers:
         return api, server, root
 
     def acquire(self, api: str) -> tuple[str, WarmServer, Path] | None:
-        """An idle live server of ``api``, or a new one; None when servers cannot be used here."""
-        with self._lock:
-            if self.failed:
-                return None
-            for i, item in enumerate(self._idle):
-                if item[0] == api and item[1].alive:
-                    self._busy += 1
-                    return self._idle.pop(i)
-            stale = [item for item in self._idle if not item[1].alive]
-            self._idle = [item for item in self._idle if item[1].alive]
-            while self._idle and len(self._idle) + self._busy >= self.size:  # another API's idle server makes room
-                stale.append(self._idle.pop(0))
-            self._busy += 1
-        for item in stale:
-            self._discard(item)
+        """The live server of ``api`` (started now if there is none: one thread starts it, the others wait for it);
+        None when servers cannot be used here."""
+        with self._changed:
+            while True:
+                if self.failed:
+                    return None
+                item = self._servers.get(api)
+                if item is not None and item[1].alive:
+                    return item
+                if api not in self._starting:
+                    break
+                self._changed.wait()
+            stale = self._servers.pop(api, None)
+            self._starting.add(api)
+        if stale is not None:
+            self._discard(stale)
         try:
-            return self._start(api)
+            item = self._start(api)
         except (ServerGone, OSError) as exc:
             print(f"grader: kernel server unavailable, one process per call instead: {exc}", file=sys.stderr)
-            with self._lock:
+            with self._changed:
                 self.failed = True
-                self._busy -= 1
+                self._starting.discard(api)
+                self._changed.notify_all()
             return None
+        with self._changed:
+            self._servers[api] = item
+            self._starting.discard(api)
+            self._changed.notify_all()
+        return item
+
+    def prestart(self, apis: list[str]) -> None:
+        """Start the servers of ``apis`` now, in a thread, while the grading does other work (the static screen):
+        the import check, the first call, then finds its server started or starting (:meth:`acquire` waits for
+        it) instead of starting it.  A submission the screen stops costs this server's start (0.15-0.2 CPU s)."""
+        self._prestart = [threading.Thread(target=self.acquire, args=(api,), name="grader-server-prestart",
+                                           daemon=True) for api in apis]
+        for thread in self._prestart:
+            thread.start()
 
     def release(self, item: tuple[str, WarmServer, Path]) -> None:
-        with self._lock:
-            self._busy -= 1
-            if item[1].alive:
-                self._idle.append(item)
-                return
+        """A call is done with ``item``: a server that has ended (a call that took it down) is replaced at the
+        next :meth:`acquire`; its directory goes now (its other calls, if any, have ended with it)."""
+        if item[1].alive:
+            return
+        with self._changed:
+            if self._servers.get(item[0]) is item:
+                del self._servers[item[0]]
         self._discard(item)
 
     @staticmethod
@@ -416,8 +449,10 @@ class KernelServers:
         return {"processes:started": float(self.started + self.one_off), "processes:calls": float(self.calls)}
 
     def close(self) -> None:
+        for thread in self._prestart:
+            thread.join()
         with self._lock:
-            idle, self._idle = self._idle, []
+            idle, self._servers = list(self._servers.values()), {}
         for item in idle:
             self._discard(item)
         with self._inputs_lock:
@@ -546,7 +581,7 @@ def _launch(
         if served is not None:
             try:
                 proc = served[1].run(lambda context: json.dumps({**job, **context}).encode(), timeout_s=timeout_s,
-                                     clock_file=clock_file)
+                                     clock_file=clock_file, private_dir=str(root), student=student_python)
             except ServerGone:
                 proc = None  # the call runs in a process of its own below, from an empty output directory
                 for leftover in out_dir.iterdir():

@@ -404,10 +404,24 @@ def _read_line(fd: int, buf: bytearray, deadline: float, clock_file: str | None 
     return line, False, clock_started or (clock_file is not None and os.path.exists(clock_file))
 
 
+KILL_REPLY_S = 10.0  # how long a warm server may take to report a call killed at the grader's word
+
+
+class _Reply:
+    """A call's reply from its warm server, once ``done`` is set (None: the server ended first)."""
+
+    __slots__ = ("done", "reply")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.reply: dict[str, Any] | None = None
+
+
 class WarmServer:
     """grader/forkserver.py under every layer a one-off child gets from :func:`run_sandboxed` (setpriv, prlimit,
-    unshare), serving kernel calls one at a time; each call is a fresh fork with its own pids cgroup, rlimits,
-    mount and PID namespaces (grader/forkserver.py says why that keeps one process per call's isolation)."""
+    unshare), serving the kernel calls of any of the grading's threads, side by side; each call is a fresh fork with
+    its own pids cgroup, rlimits, mount and PID namespaces (grader/forkserver.py says why that keeps one process per
+    call's isolation).  Replies come back in the order calls end; a reader thread hands each to its call's thread."""
 
     def __init__(self, python_argv: list[str], *, cwd: str, limits: Limits, env_extra: dict[str, str] | None = None,
                  isolation: Isolation | None = None, startup_limit_s: float = 120.0) -> None:
@@ -425,6 +439,14 @@ class WarmServer:
             subprocess.Popen, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
             env=scrubbed_env(cwd, env_extra), start_new_session=True, close_fds=True, **popen_user,
         ).result()
+        self.alive = False
+        self._lock = threading.Lock()  # the ids and the calls waiting for their replies; closing
+        self._send_lock = threading.Lock()  # the job pipe (apart: a reply is handed over while a job is written)
+        self._next_id = 0
+        self._waiting: dict[int, _Reply] = {}
+        self._running_dirs: dict[int, str] = {}  # under _send_lock: the private directories of the calls sent
+        self._closed = False
+        self._replies: threading.Thread | None = None
         self._err: deque[bytes] = deque()
         self._reader = threading.Thread(target=_drain, args=(self.proc.stderr, self._err, [0]), daemon=True)
         self._reader.start()
@@ -434,6 +456,9 @@ class WarmServer:
             self.close()
             raise ServerGone("the kernel server did not start: " + self.errors())
         self.alive = True
+        self._replies = threading.Thread(target=self._read_replies, args=(bytes(self._buf),), daemon=True,
+                                         name="grader-server-replies")
+        self._replies.start()
         # the server's namespaces hold for every call; the PID namespace and /proc are each call's own, and the
         # call names them (grader/child.py's status)
         self.features = tuple(f for f in iso.features if f not in ("pid-namespace", "private-proc"))
@@ -441,10 +466,51 @@ class WarmServer:
     def errors(self) -> str:
         return b"".join(self._err)[-2000:].decode("utf-8", errors="replace")
 
+    def _read_replies(self, buf: bytes) -> None:
+        """The server's reply lines, each to the call (by id) waiting for it; at the end of the server's output
+        every call still waiting is told (reply None)."""
+        fd = self.proc.stdout.fileno()
+        data = bytearray(buf)
+        while True:
+            while b"\n" in data:
+                i = data.index(b"\n")
+                line = bytes(data[:i])
+                del data[: i + 1]
+                try:
+                    reply = json.loads(line)
+                except ValueError:
+                    continue
+                with self._lock:
+                    waiter = self._waiting.get(reply.get("id")) if isinstance(reply, dict) else None
+                if waiter is not None:
+                    waiter.reply = reply
+                    waiter.done.set()
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            data += chunk
+        with self._lock:
+            self.alive = False
+            waiting = list(self._waiting.values())
+        for waiter in waiting:
+            waiter.done.set()
+
+    def _send(self, body: bytes) -> None:
+        """One message to the server: its length on a line, then the JSON (grader/forkserver.py ``_read_message``).
+        The caller holds ``_send_lock``."""
+        self.proc.stdin.write(b"%d\n" % len(body) + body)
+        self.proc.stdin.flush()
+
     def run(self, job: Callable[[dict[str, Any]], bytes], *, timeout_s: float, clock_file: str | None = None,
-            startup_limit_s: float = 120.0) -> ProcessResult:
+            startup_limit_s: float = 120.0, private_dir: str | None = None, student: bool = True) -> ProcessResult:
         """One kernel call (``job`` as for :func:`run_sandboxed`'s ``stdin_bytes``); raises ServerGone when the
-        server is no longer there to run it.  A call that times out takes its server with it."""
+        server is no longer there to run it.  ``private_dir``: the call's own directory, which every call that runs
+        the kernel's Python (``student``) started while this one runs masks (``mask_calls``).  A call that times out
+        is killed (its process group and PID namespace by the server, its pids cgroup by this process); a server
+        that does not report it within ``KILL_REPLY_S`` is killed with every call it runs."""
         if not self.alive or self.proc.poll() is not None:
             self.alive = False
             raise ServerGone("the kernel server has ended: " + self.errors())
@@ -452,32 +518,64 @@ class WarmServer:
         run_uid = self.iso.uid if self.iso.uid is not None else os.geteuid()
         nproc = self.limits.processes + (_processes_of(run_uid) if self.iso.uid is None else 0)
         group = cgroups.PidsCgroup.create(self.limits.processes) if "pids-cgroup" in self.iso.features else None
-        payload = job({"cgroup": group.procs_file if group is not None else None,
-                       "rlimits": rlimit_table(self.limits, cpu_seconds, nproc)})
+        context: dict[str, Any] = {"cgroup": group.procs_file if group is not None else None,
+                                   "rlimits": rlimit_table(self.limits, cpu_seconds, nproc)}
+        waiter = _Reply()
+        with self._lock:
+            ident = self._next_id
+            self._next_id += 1
+            self._waiting[ident] = waiter
         started = time.perf_counter()
         try:
             try:
-                self.proc.stdin.write(payload.replace(b"\n", b" ") + b"\n")
-                self.proc.stdin.flush()
-            except (BrokenPipeError, OSError) as exc:
+                with self._send_lock:
+                    # Whatever this server was sent before is in the memory of the fork that runs this call: a
+                    # call that runs the kernel's Python masks the directories of the calls still running (their
+                    # inputs and outputs), whose paths it would find there; one sent later is not (the server reads
+                    # exactly one message before it forks).  So the set is taken and the job sent under one lock.
+                    if student:
+                        context["mask_calls"] = sorted(self._running_dirs.values())
+                    if private_dir is not None:
+                        self._running_dirs[ident] = private_dir
+                    payload = job(context)
+                    self._send(b'{"id": %d, "job": ' % ident + payload + b"}")
+            except (BrokenPipeError, OSError, ValueError) as exc:
                 self.alive = False
                 raise ServerGone(f"the kernel server has ended: {exc}") from None
             deadline = started + (startup_limit_s if clock_file else timeout_s)
-            line, timed_out, clock_started = _read_line(
-                self.proc.stdout.fileno(), self._buf, deadline, clock_file, timeout_s
-            )
+            clock_started = clock_file is None
+            timed_out = False
+            while not waiter.done.is_set():
+                now = time.perf_counter()
+                if not clock_started and os.path.exists(clock_file):
+                    clock_started, deadline = True, now + timeout_s
+                if now >= deadline:
+                    timed_out = True
+                    break
+                waiter.done.wait(deadline - now if clock_started else min(deadline - now, 0.05))
+            clock_started = clock_started or (clock_file is not None and os.path.exists(clock_file))
             if timed_out:
-                self.close(kill=True)  # the call and its server: the next call gets a new server
+                try:
+                    with self._send_lock:
+                        self._send(b'{"kill": %d}' % ident)
+                except (OSError, ValueError):
+                    pass
+                if not waiter.done.wait(KILL_REPLY_S) or waiter.reply is None:
+                    self.close(kill=True)  # the server did not report the killed call: it goes, with its calls
                 return ProcessResult(None, True, time.perf_counter() - started, "", None, self.features,
                                      group.peak() if group is not None else None, clock_started)
-            if line is None:
+            if waiter.reply is None:
                 self.close(kill=True)
                 raise ServerGone("the kernel server ended during a call: " + self.errors())
         finally:
+            with self._lock:
+                self._waiting.pop(ident, None)
+            with self._send_lock:
+                self._running_dirs.pop(ident, None)
             peak = group.peak() if group is not None else None
             if group is not None:
-                group.destroy()
-        reply = json.loads(line)
+                group.destroy()  # whatever of the call is left (a killed call's processes) dies here
+        reply = waiter.reply
         rc = reply.get("returncode")
         sig = None
         if isinstance(rc, int) and rc < 0:
@@ -491,12 +589,16 @@ class WarmServer:
 
     def close(self, kill: bool = False) -> None:
         """End the server: an idle one by closing its stdin (it exits at once), a busy one (``kill``) by killing
-        it, and with it the call still running (its PID namespace and process group go too)."""
-        self.alive = False
-        try:
-            self.proc.stdin.close()
-        except OSError:
-            pass
+        it, and with it every call still running (their PID namespaces and process groups go too)."""
+        with self._lock:
+            self.alive = False
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
         if not kill:
             try:  # reaped, not killed: its calls' CPU time reaches the grader (RUSAGE_CHILDREN, result.json)
                 self.proc.wait(timeout=10)
@@ -505,6 +607,8 @@ class WarmServer:
         _kill_group(self.proc)
         self.proc.wait()
         self._reader.join(timeout=5)
+        if self._replies is not None and self._replies is not threading.current_thread():
+            self._replies.join(timeout=5)
         for stream in (self.proc.stdout, self.proc.stderr):
             try:
                 stream.close()

@@ -153,3 +153,25 @@ def test_stand_ins_have_the_signature_of_the_calls_they_stand_for():
             assert all(a.strides == (0,) * a.ndim and not a.flags.writeable for a in stand_in.args[:2])  # X, W
             assert stand_in.out_shape == real.out_shape and stand_in.out_dtype == real.out_dtype
     assert seen >= 10  # every conv2d case
+
+
+def test_the_reader_says_where_the_cpu_it_does_not_draw_went(capsys, tmp_path):
+    """The lanes draw the CPU of some span kinds only; the rest of the grading's CPU is split into the grader's own
+    CPU in other spans (self CPU: a reference computed in a test's ``expected``), the grader's CPU in no span, and
+    the kernel processes' CPU beyond their spans' process CPU (server start-ups, a group outside its members)."""
+    tool = _tool()
+    doc = {"wall_s": 5.0, "workers": 2, "cpu_grader_s": 3.0, "cpu_kernels_s": 6.5, "events": [
+        {"kind": "test", "name": "a", "t0": 0.0, "t1": 4.0, "thread": "t0", "slot": None, "cpu": 2.0},
+        {"kind": "expected", "name": "a", "t0": 0.5, "t1": 1.5, "thread": "t0", "slot": None, "cpu": 0.75},
+        {"kind": "judge", "name": "a", "t0": 2.0, "t1": 3.0, "thread": "t0", "slot": None, "cpu": 0.5},
+        {"kind": "group_replay", "name": "g", "t0": 0.0, "t1": 4.0, "thread": "t1", "slot": 0, "cpu": 0.25,
+         "proc_cpu": [2.0, 1.5, None]},
+        {"kind": "specialize", "name": "s", "t0": 0.0, "t1": 1.0, "thread": "t2", "slot": 1, "cpu": 0.0,
+         "proc_cpu": 1.0},
+    ]}
+    assert tool.outside(doc) == pytest.approx({"undrawn": 0.75 + 0.75, "grader": 3.0 - 2.25, "kernels": 2.0})
+    path = tmp_path / "tl.json"
+    path.write_text(json.dumps(doc))
+    assert tool.main([str(path), "--width", "10"]) == 0
+    assert ("not drawn: the grader's own CPU in spans of other kinds 1.50, in no span 0.75; the kernel processes' "
+            "beyond their spans' process CPU 2.00") in capsys.readouterr().out

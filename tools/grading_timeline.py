@@ -114,6 +114,23 @@ def self_cpu(events: list[dict[str, Any]]) -> list[float]:
     return own
 
 
+def outside(doc: dict[str, Any]) -> dict[str, float]:
+    """Where the grading's CPU seconds that the lanes do not draw went: ``undrawn``, the grader's threads' own CPU
+    in spans of kinds the lanes do not count (a test's own work, ``expected`` computing a reference in a test's
+    thread, ``slot``, ``close``: each span's self CPU); ``grader``, the grader process's CPU in no span at all (its
+    other threads, the grading's set-up); ``kernels``, the kernel processes' CPU beyond their spans' process CPU
+    (the warm servers' start-ups, a group's process outside its members' threads, forks and exits)."""
+    events = doc["events"]
+    own = self_cpu(events)
+    proc = 0.0
+    for e in events:
+        got = e.get("proc_cpu")
+        proc += sum(x for x in got if x) if isinstance(got, list) else (got or 0.0)
+    return {"undrawn": sum(o for e, o in zip(events, own, strict=True) if e["kind"] not in CPU_KINDS),
+            "grader": (doc.get("cpu_grader_s") or 0.0) - sum(own),
+            "kernels": (doc.get("cpu_kernels_s") or 0.0) - proc}
+
+
 def report(doc: dict[str, Any], width: int, least: float, list_events: bool) -> str:
     events = doc["events"]
     wall = float(doc["wall_s"])
@@ -154,6 +171,9 @@ def report(doc: dict[str, Any], width: int, least: float, list_events: bool) -> 
     lines.append(f"CPU seconds in the spans {sum(use) * step:.2f} of the {measured:.2f} the grading used (the rest: "
                  "BLAS helper threads, process start-ups, work outside spans); core-seconds the spans left unused "
                  f"on 2 cores {idle:.2f} ({idle / (2 * wall):.0%} of 2 x wall)")
+    rest = outside(doc)
+    lines.append(f"  not drawn: the grader's own CPU in spans of other kinds {rest['undrawn']:.2f}, in no span "
+                 f"{rest['grader']:.2f}; the kernel processes' beyond their spans' process CPU {rest['kernels']:.2f}")
     lines.append("")
     lines.append("parent CPU s: the grader's threads during the spans, nested spans included; self: without them "
                  "(the self column sums to the grader's CPU inside spans)")
