@@ -305,6 +305,7 @@ def test_pooled_maxima_and_extremes_are_made_once_per_convolution_and_pool():
         again = conv.PooledConv(c, rng.random(3, dtype=np.float32), 2)
         assert made == [19] and again.pooled is first.pooled and again.lows is first.lows
         assert np.array_equal(first.pooled.reshape(2, 3, 3, 4), conv.maxpool(c, 2))
+        assert not (first.pooled.flags.writeable or first.lows.flags.writeable or first.highs.flags.writeable)
         assert conv.prepare(c, 2)[0] is first.pooled and len(made) == 1
         assert conv.prepare(c, 1)[0] is None and len(made) == 1  # pool 1: the extremes only
         other = c.copy()

@@ -224,6 +224,9 @@ def prepare(conv: np.ndarray, pool: int) -> tuple[np.ndarray | None, np.ndarray,
             _pool_planes(planes[p0:p1], pool, pooled[p0:p1])
         np.min(values[p0:p1], axis=1, out=lows[p0:p1])
         np.max(values[p0:p1], axis=1, out=highs[p0:p1])
+    for arr in (pooled, lows, highs):  # shared by every judge of the convolution, as the convolution is
+        if arr is not None:
+            arr.flags.writeable = False
     key = (id(conv), pool)
     with _PREPARED_LOCK:
         _PREPARED[key] = (weakref.ref(conv), pooled, lows, highs)
