@@ -1369,7 +1369,8 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
     return out, {"hits": group.hits, "misses": group.misses, "cpu_seconds": cpu, "borrowed_seconds": borrowed,
                  "compares": {"snapshots": group.snapshots, "storage": group.root_compares,
                               "memo_hits": group.memo_hits, "operands": group.view_compares,
-                              "copies": group.copy_compares},
+                              "copies": group.copy_compares, "chains_copied": group.chain_copies,
+                              "chains_added": group.chain_adds},
                  "stopped_sharing": not group.sharing,
                  **({"channel_wait": link.waited} if link is not None else {})}
 

@@ -77,8 +77,15 @@ def own_storage(t: View) -> tuple | None:
 
 def poison_now(a: Allocation) -> None:
     """Fill a raw allocation's storage with the poison (before the first access that could see it): a write of
-    values like any other (a new ``gen``, though no one can have seen the bytes before it)."""
+    values like any other (a new ``gen``, though no one can have seen the bytes before it).  A storage whose values
+    are a pending accumulation chain (``a.pend``, :func:`psum_write`'s ``chain``) gets those values instead: no new
+    ``gen``, the matmuls that made them bumped it already."""
     a.raw = False
+    pend = a.pend
+    if pend is not None:
+        a.pend = None
+        pend(a)
+        return
     a.gen += 1
     base = a.base
     base.fill(poison_value(base.dtype))
@@ -232,6 +239,7 @@ def write(t: View, values: np.ndarray, mask: np.ndarray | None = None) -> None:
             # is cleared once the assignment succeeded: NumPy checks the broadcast before it writes anything)
             t._v[...] = values
             a.raw = False
+            a.pend = None
             return
         poison_now(a)
     if t._ix is None:
@@ -680,14 +688,29 @@ def psum_flags(dst: View, accumulate: bool, mask: np.ndarray | None = None) -> N
 
 
 def psum_write(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarray | None = None,
-               force: bool = False) -> None:
+               force: bool = False, chain=None) -> None:
     """Matmul accumulation group semantics: the first write to a region overwrites, later ones add (fp32);
     ``accumulate=False`` always overwrites, ``force`` always adds (``nc_matmul(accumulate=True)``: "Using
     accumulate=True on an uninitialized PSUM location is undefined behavior", so it adds to whatever is there).
 
     The same for every view: a destination indexed with index expressions (``acc[i_p, i_f] += nl.matmul(..)``)
-    reads its flags and values through the same index arrays it writes through."""
-    dst._a.gen += 1
+    reads its flags and values through the same index arrays it writes through.
+
+    ``chain``: a lockstep group member's hook (``core.sharing``, ``Member.chain``), told of every write of a whole
+    fp32 tile, unmasked, that starts an accumulation group (``start``: overwrites every element) or adds onto one
+    every element of which a matmul wrote; it returns True when it keeps the values pending instead (the storage
+    is then ``raw``: its first access writes them, :func:`poison_now`), having changed nothing else -- the flags
+    are set here as the write would set them."""
+    a = dst._a
+    a.gen += 1
+    if chain is not None and mask is None and not force and dst._ix is None and dst._v is a.base \
+            and a.acc is not None and a.vinit is None and not a.block_mod and a.base.dtype == F32:
+        acc = a.acc
+        start = not accumulate or acc is _UNIFORM.get((acc.shape, False))
+        if (start or acc is _UNIFORM.get((acc.shape, True))) and chain(a, vals, start):
+            if start:
+                a.acc = uniform_flags(a.base.shape, True)
+            return
     if dst._a.raw:
         if _overwrite_raw(dst, vals, accumulate, mask, force):
             return
@@ -780,6 +803,7 @@ def _overwrite_raw(dst: View, vals: np.ndarray, accumulate: bool, mask: np.ndarr
         dst._v[...] = execute.cast(np.asarray(vals, dtype=F32), dst.dtype)
         a.acc = uniform_flags(a.base.shape, True)
     a.raw = False
+    a.pend = None
     return True
 
 

@@ -42,7 +42,7 @@ class Allocation:
     __slots__ = (
         "buf", "base", "addr", "row_bytes", "phys", "site", "name", "immutable", "bytes_pp", "tracker",
         "acc", "vinit", "charged", "block_mod", "slot_owner", "space", "block_bytes", "block_record", "provisional",
-        "placed", "fresh", "pool", "uid", "gen", "raw", "__weakref__",
+        "placed", "fresh", "pool", "uid", "gen", "raw", "pend", "chain", "__weakref__",
     )
 
     def __init__(self, buf: Buf, base: np.ndarray, phys: int, site, name: str, bytes_pp: int,
@@ -86,8 +86,20 @@ class Allocation:
         # full mode: storage not filled with the poison yet (core.buffers), filled at the first access that could
         # read it (core.access.poison_now)
         self.raw = False
+        # a lockstep group's member (core.sharing): the accumulation chain whose values its PSUM storage holds but
+        # has not written yet (``raw`` is set while it is pending: the first access writes them, poison_now); and
+        # the chain its storage's values are, (member, first matmul, last matmul, gen), which a later member's
+        # pending chain of the same matmuls copies instead of adding them again
+        self.pend = None
+        self.chain = None
 
     def __del__(self) -> None:
+        chain = self.chain
+        if chain is not None and chain.wanted:  # a later group member copies these values (core.sharing._Chain)
+            try:
+                chain.keep(self)
+            except Exception:  # noqa: BLE001 - never raise from a finalizer (the member then adds its own)
+                pass
         tracker = self.tracker
         if tracker is not None:
             try:
@@ -522,7 +534,7 @@ def _sole_refs() -> int:
     (the slot, the local name, the call's argument in CPython 3.11; measured, not assumed, so another interpreter
     can only make pooling rarer, never unsafe)."""
     a = Allocation.__new__(Allocation)
-    a.tracker = None
+    a.tracker = a.chain = None
     a.base = np.empty(1)
     base = a.base
     return getrefcount(base)

@@ -58,6 +58,24 @@ no later matmul has, so they are never taken.  Members whose products never coin
 program) just run one after another, paying one storage compare per pair of versions (or a failed operand compare
 per matmul) and a hand-over per ``WINDOW`` -- until the group has seen what sharing costs it.
 
+**PSUM accumulation: chains copied, not added again.**  A later member that reuses every product of an accumulation
+group also repeats the leader's PSUM work: an overwrite by the first product, then ``acc += product`` for each
+later one (227 KB read twice and written once per matmul of the staff conv, 0.2-0.3 CPU s per batch-4 follower).
+Its tile ends with the leader's tile's bits when both made the same overwrite and float32 adds of the same arrays
+in the same order.  So every member notes, on each whole fp32 PSUM storage a matmul of its writes, the chain of
+matmul numbers its values are (``Allocation.chain``, a :class:`_Chain`: ``(member, first, last, gen)``, broken by
+any other write, which bumps ``gen``), and a later member whose chain's products all come from one earlier member's
+ring (the arrays that member added itself) keeps them pending instead of adding (``Allocation.pend``, a
+:class:`_Pending`; the storage is ``raw`` meanwhile, so its first access, through ``core.access`` like every access,
+writes them first: ``access.poison_now``).  At that access the chain is written by one copy of the earlier
+member's storage when that storage holds exactly the same chain -- the same first and last matmul and its ``gen``
+unmoved since; or, if it died meanwhile, the values it was found to hold when it died (its allocation's finalizer
+copies a chain a later member is waiting for, before the array can go to another tile) -- and otherwise by the
+overwrite and the adds themselves, as ``access.psum_write`` would have made them.  ``SELF_CHECK`` recomputes every
+copied chain.  A chain of a channel's products (``link``: its slots are written again) is never kept pending.
+Nothing a kernel or its trace sees changes: the flags are set as the writes set them, ``gen`` bumps per matmul as
+before, and the values are written before anything reads them.
+
 **Sharing that does not pay stops.**  Where the operands cannot be matched by their storage versions (every matmul
 of the handout's starting point reads tiles written just before it), each operand is copied by an earlier member and
 compared by a later one, which costs most of the product it saves, and the runs' interleaving (two working sets
@@ -176,6 +194,13 @@ class ShareGroup:
         self.check_seconds = 0.0
         self.looked = 0
         self.probe = PROBE if probe is None else probe
+        # accumulation chains (module docstring, "PSUM accumulation"): each member's last product, (matmul index,
+        # the ring it was taken from or None: its own); per member, {first matmul of a chain: weak reference to the
+        # PSUM storage it started}; pending chains written by a copy of an earlier member's storage / by their adds
+        self.last: list[tuple | None] = [None] * n
+        self.starts: list[dict] = [{} for _ in range(n)]
+        self.chain_copies = 0
+        self.chain_adds = 0
         self._saved: list[tuple] = []
         self._main = threading.Lock()
         self._main.acquire()
@@ -255,6 +280,7 @@ class ShareGroup:
         operands' tensor views, whose storage versions let the equality memo answer without a compare (module
         docstring).  Every ``window`` matmuls the next member's turn comes."""
         if not self.sharing:
+            self.last[k] = None
             return compute(moving, False)
         i = self.count[k]
         self.count[k] = i + 1
@@ -272,8 +298,10 @@ class ShareGroup:
                 if e is not None and e[0] == i and e[1] == key and self._matches(k, e[2], stationary, rs) \
                         and self._matches(k, e[3], moving, rm):
                     entry = e
+                    self.last[k] = (i, j)
                     break
         if entry is None:
+            self.last[k] = (i, None)
             self.misses += 1
             publish = k == 0 and self.link is not None and self.link.live and hasattr(self.link, "publish")
             if k < self.n - 1 or publish:  # a later member may multiply the same operands: describe them
@@ -314,10 +342,52 @@ class ShareGroup:
                 self._hand_over(k)
         return values
 
+    def chain(self, k: int, a: Any, vals: np.ndarray, start: bool) -> bool:
+        """``access.psum_write``'s hook for member ``k``'s matmul just made (:meth:`product`) into the whole fp32
+        PSUM storage ``a`` (its ``gen`` bumped already): ``start`` overwrites every element, else it adds onto
+        elements every one of which a matmul wrote.  Notes the chain of matmuls the storage's values are
+        (``a.chain``, a :class:`_Chain`, and ``starts`` for a later member to find it); when the product is an
+        earlier member's (taken from its ring), the values are kept pending (``a.pend``) instead of written, and
+        True returned: the storage is written at its first access, by a copy of that member's storage of the same
+        chain when there is one (:class:`_Pending`).  False: the caller writes them as always."""
+        last = self.last[k]
+        self.last[k] = None
+        if last is None:
+            return False
+        i, j = last
+        if start:
+            rec = a.chain = _Chain(k, i, a.gen)
+            starts = self.starts[k]
+            if len(starts) >= 64:  # chains every later member is past (a member is at most a turn behind)
+                for key in list(starts)[:32]:
+                    del starts[key]
+            starts[i] = (weakref.ref(a), rec)
+            a.pend = None  # every element is overwritten
+            if j is None or self.link is not None:  # its own product; or a channel's slot, which is written again
+                return False
+            src = self.starts[j].get(i)
+            if src is None:  # no chain of that member's to copy
+                return False
+            src[1].wanted = True  # copied if its storage dies before this one's values are written
+            a.pend = _Pending(self, j, i, src, vals)
+            a.raw = True
+            return True
+        rec = a.chain
+        if rec is None or rec.k != k or rec.i1 != i - 1 or rec.gen != a.gen - 1:
+            a.chain = None  # another write came between: not a chain
+            return False
+        rec.i1, rec.gen = i, a.gen
+        pend = a.pend
+        if pend is not None and j == pend.j and pend.i0 == rec.i0:
+            pend.arrays.append(vals)
+            return True
+        return False
+
     def _stop(self) -> None:
         """Sharing does not pay (module docstring): from now on every member computes its own products and runs to
         its end without handing over; the kept products and snapshots are let go."""
         self.sharing = False
+        self.starts = [{} for _ in range(self.n)]
         if self.link is not None:
             (self.link.finish if hasattr(self.link, "publish") else self.link.leave)()
         self.rings = [[None] * self.window for _ in range(self.n)]
@@ -463,6 +533,74 @@ class SharingSelfCheckError(BaseException):
     fault, core.ops.registers) turns it into one."""
 
 
+class _Chain:
+    """The accumulation chain a member's PSUM storage holds (``Allocation.chain``): member ``k``'s matmuls ``i0``
+    to ``i1``, an overwrite of every element by the first product and an fp32 add of each later one, with no other
+    write between -- the storage's values while its ``gen`` is still ``gen``.  ``wanted``: a later member's pending
+    chain will copy it; the storage's values are then copied into ``vals`` should the storage die first (its
+    allocation's finalizer calls :meth:`keep` before its array may be reused for another tile)."""
+
+    __slots__ = ("k", "i0", "i1", "gen", "wanted", "vals")
+
+    def __init__(self, k: int, i0: int, gen: int) -> None:
+        self.k, self.i0, self.i1, self.gen, self.wanted, self.vals = k, i0, i0, gen, False, None
+
+    def keep(self, a: Any) -> None:
+        if a.gen == self.gen and a.chain is self:
+            if a.pend is not None:
+                access.poison_now(a)
+            self.vals = a.base.copy()
+
+
+class _Pending:
+    """A member's PSUM storage's values not written yet: the accumulation chain of products ``arrays`` (an
+    overwrite by the first, then one add of each later one, in order), matmuls ``i0`` onwards, every product taken
+    from member ``j``'s ring (the arrays member ``j`` used for its own matmuls of those numbers).  Called with the
+    storage at its first access (``access.poison_now``), it writes them: by a copy of member ``j``'s storage of the
+    chain that started at the same matmul (``src``: a weak reference to that storage and its :class:`_Chain`) when
+    that chain went exactly as far (the same overwrite and float32 adds of the same arrays in the same order, so the
+    same bits) and the storage still holds it (its ``gen`` has not moved; or its values were kept when it died),
+    otherwise by making the overwrite and the adds here, as ``access.psum_write`` would have."""
+
+    __slots__ = ("group", "j", "i0", "src", "arrays")
+
+    def __init__(self, group: ShareGroup, j: int, i0: int, src: tuple, first: np.ndarray) -> None:
+        self.group, self.j, self.i0, self.src, self.arrays = group, j, i0, src, [first]
+
+    def __call__(self, a: Any) -> None:
+        g, arrays, src = self.group, self.arrays, self.src
+        base = a.base
+        got = None
+        rec = src[1]
+        if rec.i0 == self.i0 and rec.i1 == self.i0 + len(arrays) - 1:
+            owner = src[0]()
+            if owner is None:
+                got = rec.vals
+            elif owner.chain is rec and owner.gen == rec.gen:
+                if owner.pend is not None:  # that member's values are pending too: written first (no new gen)
+                    access.poison_now(owner)
+                got = owner.base
+        if got is not None and got.shape == base.shape and got.dtype == base.dtype:
+            np.copyto(base, got)
+            g.chain_copies += 1
+            if SELF_CHECK:
+                mine = np.empty_like(base)
+                _accumulate(mine, arrays)
+                if not np.array_equal(mine.view(np.uint32), base.view(np.uint32)):
+                    raise SharingSelfCheckError(f"PSUM storage '{a.name}': the copy of member {self.j}'s chain "
+                                                f"from matmul {self.i0} is not the chain's values")
+            return
+        _accumulate(base, arrays)
+        g.chain_adds += 1
+
+
+def _accumulate(out: np.ndarray, arrays: list) -> None:
+    """The fp32 overwrite and adds ``access.psum_write`` makes for an accumulation chain's products, in order."""
+    out[...] = arrays[0]
+    for v in arrays[1:]:
+        out += v
+
+
 class _Snap:
     """A copy of one storage version: ``uid`` and ``gen`` of the allocation it copies, ``arr`` the bits."""
 
@@ -503,3 +641,7 @@ class Member:
         """The member's next matmul product (:meth:`ShareGroup.product`, which books what its own products cost
         and charges it the ones it reuses)."""
         return self.group.product(self.k, stationary, moving, key, compute, views)
+
+    def chain(self, a: Any, vals: np.ndarray, start: bool) -> bool:
+        """``access.psum_write``'s hook for the product just returned (:meth:`ShareGroup.chain`)."""
+        return self.group.chain(self.k, a, vals, start)

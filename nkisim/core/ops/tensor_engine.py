@@ -180,7 +180,7 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
         if unchecked:
             attrs[UNVERIFIED] = unchecked
     ins = ctx.emit("nc_matmul", E_TENSOR, (stationary, moving), (out,), attrs)
-    values = None
+    values = chain = None
     if ctx.full and ctx.share is not None and not (is_stationary_onezero or is_moving_onezero or is_transpose):
         # a run of a lockstep group (core.sharing): the product of bit-identical operands another run just made
         # (the moving operand is handed back as the raw tile or a contiguous copy of it: the same values in the
@@ -192,6 +192,9 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
         values = ctx.share.product(st, mr, (d1, d2, k1, m, n), lambda mv, keep: _product(
             _matrix(st, d1, k1, m, "s", stationary), _matrix(mv, d2, k1, n, "m", moving if mv is mr else None),
             keep if keep.__class__ is not bool else keep or dst is None).reshape(out_shape), (stationary, moving))
+        # a product taken from an earlier member may be added to an accumulation chain that member made too: the
+        # PSUM tile's values are then a copy of that member's (core.sharing, ShareGroup.chain)
+        chain = ctx.share.chain
     elif ctx.full:
         if is_stationary_onezero or is_moving_onezero or is_transpose:
             s = _operand_values(stationary, d1).reshape(k1, m)
@@ -204,7 +207,8 @@ def nc_matmul(stationary: Tensor, moving: Tensor, *, is_transpose: bool = False,
         else:
             values = _product(_matrix(read(stationary), d1, k1, m, "s", stationary),
                               _matrix(read(moving), d2, k1, n, "m", moving), dst is None).reshape(out_shape)
-    return _matmul_done(ctx, ins, out, values, mask_values(mask, out_shape, stationary, moving), dst, accumulate)
+    return _matmul_done(ctx, ins, out, values, mask_values(mask, out_shape, stationary, moving), dst, accumulate,
+                        chain)
 
 
 # Per thread (a lockstep group's members are threads), arrays a matmul's operands are converted or copied into and
@@ -457,7 +461,8 @@ def free_of_shape(shape: tuple) -> int:
     return n
 
 
-def _matmul_done(ctx: KernelContext, ins, out: Tensor, values, mask, dst: Tensor | None, accumulate) -> Tensor:
+def _matmul_done(ctx: KernelContext, ins, out: Tensor, values, mask, dst: Tensor | None, accumulate,
+                 chain=None) -> Tensor:
     if dst is None:
         return finish(ctx, ins, out, values, mask)
     if access.FROZEN[0]:
@@ -473,7 +478,7 @@ def _matmul_done(ctx: KernelContext, ins, out: Tensor, values, mask, dst: Tensor
         start_group_over_value_init(dst, mask)  # the compiler's inferred flag: a memset is no matmul write
     if values is not None:
         psum_write(dst, np.asarray(values).reshape(dst.shape), accumulate is not False, mask,
-                   force=accumulate is True)
+                   force=accumulate is True, chain=chain)
     else:
         psum_flags(dst, accumulate is not False, mask)
     return dst
