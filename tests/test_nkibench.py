@@ -682,3 +682,12 @@ def test_part2_on_legacy_hardware_captures_with_neuron_profile_as_the_course_did
 def test_measurement_defaults():
     t = Timing(1.0, 1.0, 0, 1, "nkisim", "x", "trn2", "nki")
     assert Measurement(t).notes == () and Measurement(t).profiled is None
+
+
+def test_detect_imports_no_package_metadata_until_a_version_is_asked():
+    """nkibench.detect is imported by every grader start: importlib.metadata (email, zipfile, csv: 15-30 ms) is
+    imported only when a real toolchain's version is looked up."""
+    code = ("import sys, nkibench.detect as d; print('importlib.metadata' in sys.modules); "
+            "d._dist_version('numpy'); print('importlib.metadata' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"], out
