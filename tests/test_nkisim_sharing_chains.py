@@ -31,12 +31,9 @@ def _chains(n_iter: int, length: int, read_after: int | None = None, pairs: bool
     @nki.jit
     def kernel(a, b, c):
         out = nl.ndarray((128, n_iter, 256), dtype=F32, buffer=nl.shared_hbm)
-        s = nl.ndarray((128, 128), dtype=F32, buffer=nl.sbuf)
-        nisa.dma_copy(dst=s, src=a)
-        m = nl.ndarray((128, 512), dtype=F32, buffer=nl.sbuf)
-        nisa.dma_copy(dst=m, src=b)
-        cs = nl.ndarray((128, 256), dtype=F32, buffer=nl.sbuf)
-        nisa.dma_copy(dst=cs, src=c)
+        s, m, cs = (nl.ndarray(x.shape, dtype=F32, buffer=nl.sbuf) for x in (a, b, c))
+        for tile, src in ((s, a), (m, b), (cs, c)):
+            nisa.dma_copy(dst=tile, src=src)
         held = [nl.ndarray((128, 256), dtype=F32, buffer=nl.psum) for _ in range(n_iter if hold else 0)]
         for it in range(n_iter):
             if hold:
