@@ -81,6 +81,9 @@ class KernelContext:
         self.unwritten = None  # (weakref to the last result tile, its values, mask): written lazily by settle
         self.last_mask: np.ndarray | None = None  # mask= of the last retargetable result (set by ops.common.finish)
         self.acc_spelling = None  # (matmul result ref, acc view, materialize): 2024 `acc + nl.matmul(..)`
+        # (weak reference to a matmul's dst view, result shape, 16-bit transpose dtype) that passed the dst checks
+        # (ops.tensor_engine._matmul_out): the next matmul of an accumulation group into the same view skips them
+        self.matmul_dst: tuple | None = None
         # id(code) of kernel (non-emulator) code -> (code, {bytecode offset: (code, loc, site)}): settle's cache per
         # call site; the code is held, so no other code object takes its id while this run lasts
         self._where: dict = {}

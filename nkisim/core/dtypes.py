@@ -141,16 +141,26 @@ def poison_value(d: np.dtype):
 
 
 _NAMES: dict = {}
+# id(object) -> (the object, its name): a dtype's hash is NumPy's PyArray_DescrHash (a front end's dtype object's a
+# Python __hash__) and an id's an int's; the few objects a run names (arrays share their dtype objects) are held,
+# so an id stays its object's.  A name is a function of the object (its kind and metadata never change).
+_BY_ID: dict = {}
 
 
 def name(d: np.dtype) -> str:
     """dtype name, cached (np.dtype.name is slow and sits on the per-instruction path); "tfloat32" for :data:`TF32`
     (equal to float32 for NumPy, so it shares float32's cache entry and is told apart by its metadata)."""
+    known = _BY_ID.get(id(d))
+    if known is not None and known[0] is d:
+        return known[1]
     n = _NAMES.get(d)
     if n is None:
         n = _NAMES[d] = np.dtype(d).name
     if n == "float32" and d is not F32 and is_tf32(d):  # plain float32 arrays share the canonical dtype object
-        return "tfloat32"
+        n = "tfloat32"
+    if len(_BY_ID) >= 256:  # dtype objects made on the fly (np.dtype(...) per call) must not pile up
+        _BY_ID.clear()
+    _BY_ID[id(d)] = (d, n)
     return n
 
 

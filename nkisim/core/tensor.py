@@ -250,16 +250,14 @@ class Tensor(StorageView):
                     elif start.__class__ is not int or start < 0:
                         break
                     stop = it.stop
-                    if stop is None:
-                        stop = n
-                    elif stop.__class__ is not int or stop < 0 or stop > n:
+                    if stop is not None and (stop.__class__ is not int or stop < 0 or stop > n):
                         break
                     step = it.step
-                    if step is None:
-                        step = 1
-                    elif step.__class__ is not int or step <= 0:
+                    if step is not None and (step.__class__ is not int or step <= 0):
                         break
-                    norm.append(slice(start, stop, step))
+                    # the slice as given: NumPy takes it as slice(start, stop, step or 1), and the lazy view chain
+                    # normalises it (views.norm_item) -- a new slice object per item cost more than the rest of it
+                    norm.append(it)
                     off += start * strides[dim]
                     if dim == pd:
                         new_pd = out_axes
@@ -279,7 +277,7 @@ class Tensor(StorageView):
                     break
                 dim += 1
             else:
-                if free_int >= 0 and dim == ndim and self._a.buf != B_HBM:
+                if free_int >= 0 and dim == ndim and (not free_kept or pd_int >= 0) and self._a.buf != B_HBM:
                     new_pd = _keep_tile_axes(norm, pd_int, free_int, free_kept, out_axes, new_pd)
                 norm = tuple(norm)
                 view = self._v[norm]
