@@ -566,7 +566,7 @@ class _Grading:
         speculative = [not w for w in wanted if w is not None]
         test0 = members[0][0]
 
-        def generate() -> list[problems.Invocation]:
+        def generate() -> list[problems.SharedInvocation]:
             # the large inputs drawn straight into their input files (KernelServers.input_array)
             with problems.inputs_into(self.servers.input_array if maker is not None and self.servers else None):
                 shared = [self._invocation(t, case) for t, _, case in members]
@@ -578,12 +578,20 @@ class _Grading:
                     for arr in sh.inv.args:
                         if not arr.flags.writeable:
                             self.servers.input_file(arr)
-            # the references last: their thread (the 224x224 batch-4 float64 convolution, 5 CPU s) shares this
-            # process's part of the cores with this one until the group can start, and is not needed before the
-            # group ends
+            return shared
+
+        def prefetch(shared: list[problems.SharedInvocation]) -> list[problems.Invocation]:
             for (t, _, case), sh in zip(members, shared, strict=True):
                 self._prefetch_reference(t, case, sh)
             return [sh.inv for sh in shared]
+
+        def made() -> list[problems.Invocation]:
+            # the references once the calls are specialized (runner.run_group asks for the inputs then): their
+            # thread (the 224x224 batch-4 float64 convolution, 5 CPU s at the grader's priority) took a third of
+            # the cores from the critical group's specializations, which the group process waits for, while it
+            # has seconds to spare (it is needed when the group ends); and a call whose specialization fails
+            # needs no reference
+            return prefetch(future.result())
 
         # the calls are specialized from their stand-ins while this grading generates their inputs (a 224x224
         # batch-4 X: 0.5 s quiet, 2-9 s loaded); a problem that cannot tell its calls' signatures without the
@@ -599,9 +607,9 @@ class _Grading:
                 self.servers.reserve_inputs_dir()
             maker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grader-inputs")
             future = maker.submit(generate)
-            invs, inputs = list(stand_ins), future.result
+            invs, inputs = list(stand_ins), made
         else:
-            invs = generate()
+            invs = prefetch(generate())
         try:
             size = sum(float(a.size) for inv in invs for a in inv.args)
             label = ",".join(f"{t.id}#{i}" + ("?" * a) for (t, i, _), a in zip(members, speculative, strict=True))

@@ -176,6 +176,10 @@ def test_only_the_critical_group_keeps_the_graders_priority(tmp_path, monkeypatc
     specs = sorted((e["t0"], e["t1"]) for e in events if e["kind"] == "specialize" and e["thread"].startswith(
         "grader-specialize"))
     assert len(specs) >= 2 and specs[1][0] < specs[0][1]
+    # ... and its float64 references computed only once they are made: the reference thread kept a third of the
+    # cores from them while it had seconds to spare (the group's calls need it when they end)
+    refs = [e for e in events if e["kind"] == "reference" and e["name"] in ("conv.plain", "conv.bias", "conv.pool")]
+    assert refs and min(e["t0"] for e in refs) >= max(t1 for _, t1 in specs)
     # ... while the inputs thread generated the inputs and wrote their files: the group's process was launched
     # without writing any (runner._group_inputs found them)
     files = [e for e in events if e["kind"] == "input_file"]
