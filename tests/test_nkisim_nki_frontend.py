@@ -684,3 +684,41 @@ def test_one_namespace_per_kernel_the_other_way(live):
             run_kernel(k, (_f32(4, 4),), frontend=LEGACY)
     finally:
         context.LIVE[0] = was
+
+
+@pytest.mark.parametrize("case,code,fragments", [
+    ("stationary_fmax", "nkisim_matmul_stationary_fmax", ("256", "128")),
+    ("partitions", "err_num_partition_mismatch", ("stationary[128, 128]", "moving[64, 128]")),
+    ("pairing", "nkisim_matmul_dtype", ("fp32/tf32 operands must pair", "bfloat16")),
+    ("dst", "nkisim_dst_mismatch", ("[128, 256]", "[128, 128]")),
+])
+def test_a_matmul_of_views_checked_before_still_checks_what_lies_between_them(case, code, fragments):
+    """Matmuls of views that passed their own checks before (a replay reuses its views from matmul to matmul, and
+    nc_matmul skips the dst checks the previous matmul into the same view passed): a view checked in one role is
+    checked in another (a moving operand's free size is no stationary's), and the checks between the operands --
+    their partitions, the fp32 pairing, the dst's size against the product's -- are made at every matmul."""
+    def k(x):
+        a = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=a, value=1.0)
+        s = a[:, 0:128]
+        acc = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=s, moving=a)  # s, a and acc pass their own checks
+        nisa.nc_matmul(dst=acc, stationary=s, moving=a)  # all three remembered
+        if case == "stationary_fmax":
+            nisa.nc_matmul(dst=acc, stationary=a, moving=a)  # a, checked as a moving operand only
+        elif case == "partitions":
+            b = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=b, value=1.0)
+            acc64 = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=acc64, stationary=b[:, 0:64], moving=b)  # b passes as a moving operand
+            nisa.nc_matmul(dst=acc, stationary=s, moving=b)
+        elif case == "pairing":
+            c = nl.ndarray((128, 256), dtype=nl.bfloat16, buffer=nl.sbuf)
+            nisa.memset(dst=c, value=1.0)
+            nisa.nc_matmul(dst=acc, stationary=c[:, 0:128], moving=c)  # c passes as a moving operand
+            nisa.nc_matmul(dst=acc, stationary=s, moving=c)
+        else:
+            nisa.nc_matmul(dst=acc, stationary=s, moving=s)  # a [128, 128] product into the [128, 256] acc
+
+    with raises_rule(code, *fragments):
+        run_kernel(k, (_f32(4, 4),), frontend=NKI)

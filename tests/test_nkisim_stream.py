@@ -307,6 +307,17 @@ def _forge(s, change):
     (lambda s: s["consts"].append(["L", "nkisim.core.runtime:run_kernel"]) or _call_events(s)[0][3].append(
         ["x", ["c", len(s["consts"]) - 1]]), "unknown library object"),
     (lambda s: s["events"].pop(), "without the kernel's return"),
+    # values the replay's caches could answer (a rebuilt view, a decoded constant, a statement's site, an
+    # instruction's handle) are checked whatever those caches hold (_dec, _stmt, _bind_result)
+    (lambda s: _call_events(s)[-1][3][0].__setitem__(1, ["c", len(s["consts"])]), "malformed constant"),
+    (lambda s: _call_events(s)[-1][3][0].__setitem__(1, ["c", True]), "malformed constant"),
+    (lambda s: _call_events(s)[-1][3][0].__setitem__(1, ["T", True, 0]), "malformed tensor"),
+    (lambda s: _call_events(s)[-1][3][0].__setitem__(1, {"T": 1}), "malformed value"),
+    (lambda s: _call_events(s)[-1].__setitem__(4, [len(s["codes"]), 1]), "malformed statement"),
+    (lambda s: _call_events(s)[-1].__setitem__(4, [0, True]), "malformed statement"),
+    (lambda s: _call_events(s)[-1].__setitem__(6, ["H", "1"]), "no instruction handle"),
+    (lambda s: [e.__setitem__(6, ["H", 7]) for e in _call_events(s) if e[6] and e[6][0] == "T"], "no instruction "
+     "handle"),
 ])
 def test_a_forged_or_malformed_stream_is_refused_naming_the_problem(naive, change, message):
     s, args = naive

@@ -253,6 +253,10 @@ class KernelContext:
             t = srcs[0]
             o = t._opnd
             so = (o if o is not None else operand(t),)
+        elif len(srcs) == 2:  # a matmul's stationary and moving, a tensor_tensor's two inputs
+            t, u = srcs
+            o, p = t._opnd, u._opnd
+            so = (o if o is not None else operand(t), p if p is not None else operand(u))
         else:
             so = tuple([operand(t) for t in srcs])
         if len(dsts) == 1:
