@@ -1202,6 +1202,7 @@ def _grade_loaded(sub: Submission, config: GradeConfig, figures: dict[str, Any])
                 grading.judge_pool.shutdown(wait=True, cancel_futures=True)
             if grading.ref_pool is not None:
                 grading.ref_pool.shutdown(wait=True, cancel_futures=True)
+            problems.settle()  # the judges' background preparations: no thread outlives the grading
             if grading.servers is not None:
                 grading.servers.close()  # before the CPU count: a server's calls are counted once it is reaped
             for link in grading.cross_links:  # a half that never ran leaves its channel file behind otherwise

@@ -319,6 +319,50 @@ def test_pooled_maxima_and_extremes_are_made_once_per_convolution_and_pool():
     assert gone() is None and key not in conv._PREPARED
 
 
+def test_no_judge_preparation_thread_outlives_its_work_or_the_grading():
+    """The background thread ends once it finds no work (a later prepare_later starts another), and
+    grader.problems.settle (called when a grading ends) drops what it has not started and waits for the rest: a
+    thread left behind would outlive the grading in the caller's process (part2/test_harness.py forks its workers
+    only when no other thread is alive)."""
+    import threading
+    import time
+
+    from grader import problems
+
+    def prep_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "grader-judge-prep"]
+
+    rng = np.random.default_rng(5)
+    first = rng.random((1, 2, 4, 4))
+    conv.prepare_later(first, 2)
+    deadline = time.monotonic() + 30
+    while (conv.prepared(first, 2) is None or prep_threads()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert conv.prepared(first, 2) is not None and not prep_threads()  # done, and gone by itself
+    started = threading.Event()
+    release = threading.Event()
+    real = conv.prepare
+
+    def slow(c, pool):
+        started.set()
+        release.wait(30)
+        return real(c, pool)
+
+    conv.prepare = slow
+    try:
+        held, queued = rng.random((1, 2, 4, 4)), rng.random((1, 2, 4, 4))
+        conv.prepare_later(held, 2)
+        conv.prepare_later(queued, 2)
+        assert started.wait(30)
+        threading.Timer(0.2, release.set).start()
+        problems.settle()
+    finally:
+        conv.prepare = real
+    assert not prep_threads()
+    assert conv.prepared(held, 2) is not None  # the one under way was finished
+    assert conv.prepared(queued, 2) is None and (id(queued), 2) not in conv._PREPARING  # the queued one dropped
+
+
 # --------------------------------------------------------------------------------------- the cache ----
 
 

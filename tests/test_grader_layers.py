@@ -33,13 +33,16 @@ def test_the_calibration_chain():
 
 
 def test_problems_sit_below_the_pipeline():
-    """A problem module reads the caches (thresholds, refcache) and the shared problem code, nothing that runs a
-    grading; the registry imports no problem (they are found by name), and no other module imports one."""
+    """A problem module reads the caches (thresholds, refcache) and the shared problem code, and may mark spans on
+    the timeline (a leaf: it imports nothing of the grader), nothing that runs a grading; the registry imports no
+    problem (they are found by name), and no other module imports one."""
     g = _graph()
+    assert g["timeline"] == set()
     problem_modules = {m for m in g if m.startswith("problems.") and m not in ("problems.base", "problems.generic")}
     assert {"problems.vector_add", "problems.transpose", "problems.conv2d"} <= problem_modules
     for m in problem_modules:
-        assert g[m] <= {"problems", "problems.base", "problems.generic", "refcache", "thresholds", "staff"}, (m, g[m])
+        assert g[m] <= {"problems", "problems.base", "problems.generic", "refcache", "thresholds", "staff",
+                        "timeline"}, (m, g[m])
     assert g["problems"] == {"problems.base"}
     assert g["problems.base"] == set()
     users = {m for m, deps in g.items() if deps & problem_modules and m not in problem_modules}

@@ -63,6 +63,7 @@ __all__ = [
     "precision_for",
     "reference_output",
     "reference_precision",
+    "settle",
     "submission_seed",
 ]
 
@@ -94,6 +95,18 @@ def get(name: str) -> Problem:
     if not isinstance(problem, Problem) or problem.name != name:
         raise UnknownProblem(f"grader/problems/{name}.py must define PROBLEM, a Problem named {name!r}")
     return problem
+
+
+def settle() -> None:
+    """Finish or drop what the loaded problem modules do in the background (a module's own ``settle()``, e.g.
+    conv2d's judge preparations): called when a grading ends, so that no thread of it outlives it."""
+    import sys
+
+    for name in names():
+        module = sys.modules.get(f"{__name__}.{name}")
+        hook = getattr(module, "settle", None)
+        if callable(hook):
+            hook()
 
 
 # Shortcuts by name (tools and tests; the pipeline holds the Problem itself).

@@ -192,6 +192,7 @@ _PREPARED: dict[tuple[int, int], tuple[Any, np.ndarray | None, np.ndarray, np.nd
 _PREPARING: set[tuple[int, int]] = set()  # asked of the background thread, not made yet
 _PREPARED_LOCK = threading.RLock()  # re-entrant: a finalizer (_forget_prepared) may run while it is held
 _BACKGROUND: queue.SimpleQueue | None = None
+_THREADS: list[threading.Thread] = []  # the background threads started (settle joins them)
 
 
 def prepared(conv: np.ndarray, pool: int) -> tuple[np.ndarray | None, np.ndarray, np.ndarray] | None:
@@ -245,19 +246,44 @@ def prepare_later(conv: np.ndarray, pool: int) -> None:
         if key in _PREPARING or prepared(conv, pool) is not None:
             return
         _PREPARING.add(key)
-        if _BACKGROUND is None:
+        if _BACKGROUND is None:  # the thread ends once it finds no work (below, under the same lock)
             _BACKGROUND = queue.SimpleQueue()
-            threading.Thread(target=_background, args=(_BACKGROUND,), name="grader-judge-prep", daemon=True).start()
+            thread = threading.Thread(target=_background, args=(_BACKGROUND,), name="grader-judge-prep",
+                                      daemon=True)
+            _THREADS.append(thread)
+            thread.start()
         _BACKGROUND.put((conv, pool))
 
 
+def settle() -> None:
+    """Drop the preparations not started yet and wait for the one under way (grader/problems ``settle``, when a
+    grading ends): they only speed up judges, and a thread left running after the grading would outlive it in the
+    caller's process (part2/test_harness.py forks its workers only when no other thread is alive)."""
+    with _PREPARED_LOCK:
+        jobs = _BACKGROUND
+        while jobs is not None and not jobs.empty():
+            conv, pool = jobs.get_nowait()
+            _PREPARING.discard((id(conv), pool))
+        threads = list(_THREADS)
+    for thread in threads:
+        thread.join()
+    with _PREPARED_LOCK:
+        _THREADS[:] = [t for t in _THREADS if t.is_alive()]
+
+
 def _background(jobs: queue.SimpleQueue) -> None:
+    global _BACKGROUND
     try:  # this thread only (Linux: a thread id is a PRIO_PROCESS target); elsewhere it stays at its priority
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
     except (AttributeError, OSError):
         pass
     while True:
-        conv, pool = jobs.get()
+        with _PREPARED_LOCK:
+            if jobs.empty():  # nothing left: this thread ends, the next prepare_later starts another
+                if _BACKGROUND is jobs:
+                    _BACKGROUND = None
+                return
+            conv, pool = jobs.get_nowait()
         try:
             with timeline.span("judge_prep", f"{'x'.join(map(str, conv.shape))} pool {pool}"):
                 prepare(conv, pool)
