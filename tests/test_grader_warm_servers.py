@@ -48,17 +48,17 @@ def matrix_transpose(a_tensor):
     return out
 '''
 
-# Screen off: escapes the Python restrictions and reports the processes its /proc shows and what they run.
-LOOKS_AROUND = '''
-import neuronxcc.nki as nki
-
-
+# How the kernels below escape the Python restrictions (the screen is off): sys from a builtin class's globals.
+_ESCAPE = '''
 def _sys():
     for cls in ().__class__.__base__.__subclasses__():
         if cls.__name__ == "_wrap_close":
             return cls.__init__.__globals__["sys"]
     raise RuntimeError("no escape found")
+'''
 
+# Screen off: escapes the Python restrictions and reports the processes its /proc shows and what they run.
+LOOKS_AROUND = "\nimport neuronxcc.nki as nki\n\n" + _ESCAPE + '''
 
 @nki.jit
 def matrix_transpose(a_tensor):
@@ -254,13 +254,6 @@ def test_a_large_input_is_drawn_into_its_file(tmp_path, monkeypatch, dtype):
 
 # The import checks of the tests below: a module that escapes the Python restrictions (as LOOKS_AROUND does) and
 # sleeps, or reports what a directory holds.
-_ESCAPE = '''
-def _sys():
-    for cls in ().__class__.__base__.__subclasses__():
-        if cls.__name__ == "_wrap_close":
-            return cls.__init__.__globals__["sys"]
-    raise RuntimeError("no escape found")
-'''
 SLEEPS = _ESCAPE + '_sys().modules["time"].sleep({seconds})\n'
 LOOKS_AT = _ESCAPE + '''
 try:
