@@ -378,30 +378,25 @@ class ServerGone(RuntimeError):
     """A warm server did not start or died between calls: the call runs in a one-off process instead."""
 
 
-def _read_line(fd: int, buf: bytearray, deadline: float, clock_file: str | None = None,
-               timeout_s: float = 0.0) -> tuple[bytes | None, bool, bool]:
-    """One line from ``fd`` before ``deadline`` (moved to now + ``timeout_s`` when ``clock_file`` appears):
-    (line or None, timed out, clock started)."""
+def _read_line(fd: int, buf: bytearray, deadline: float) -> bytes | None:
+    """One line from ``fd`` before ``deadline`` (a warm server's ready line; what follows stays in ``buf``): None
+    when the output ends or the deadline passes first."""
     import select
 
-    clock_started = clock_file is None
     while b"\n" not in buf:
         now = time.perf_counter()
-        if not clock_started and os.path.exists(clock_file):
-            clock_started, deadline = True, now + timeout_s
         if now >= deadline:
-            return None, True, clock_started
-        wait = deadline - now if clock_started else min(deadline - now, 0.05)
-        ready, _, _ = select.select([fd], [], [], wait)
+            return None
+        ready, _, _ = select.select([fd], [], [], deadline - now)
         if ready:
             chunk = os.read(fd, 1 << 16)
             if not chunk:
-                return None, False, clock_started
+                return None
             buf += chunk
     i = buf.index(b"\n")
     line = bytes(buf[:i])
     del buf[: i + 1]
-    return line, False, clock_started or (clock_file is not None and os.path.exists(clock_file))
+    return line
 
 
 KILL_REPLY_S = 10.0  # how long a warm server may take to report a call killed at the grader's word
@@ -450,13 +445,13 @@ class WarmServer:
         self._err: deque[bytes] = deque()
         self._reader = threading.Thread(target=_drain, args=(self.proc.stderr, self._err, [0]), daemon=True)
         self._reader.start()
-        self._buf = bytearray()
-        line, _, _ = _read_line(self.proc.stdout.fileno(), self._buf, time.perf_counter() + startup_limit_s)
+        rest = bytearray()  # what the server wrote after its ready line: the reply reader's
+        line = _read_line(self.proc.stdout.fileno(), rest, time.perf_counter() + startup_limit_s)
         if line is None or not line.startswith(b'{"ready"'):
             self.close()
             raise ServerGone("the kernel server did not start: " + self.errors())
         self.alive = True
-        self._replies = threading.Thread(target=self._read_replies, args=(bytes(self._buf),), daemon=True,
+        self._replies = threading.Thread(target=self._read_replies, args=(bytes(rest),), daemon=True,
                                          name="grader-server-replies")
         self._replies.start()
         # the server's namespaces hold for every call; the PID namespace and /proc are each call's own, and the
