@@ -84,3 +84,19 @@ def test_data_types_copy_and_pickle_as_themselves():
     for d in (nl.float32, nl.bfloat16, nl.tfloat32, nl.float8_e5m2_x4):
         assert copy.deepcopy(d) is d
         assert pickle.loads(pickle.dumps(d)) is d
+
+
+def test_an_equal_copy_of_a_dtype_gives_the_canonical_one():
+    """An unpickled array's dtype equals np.float32 but is another object.  ``to_dtype`` cached it under the equal key
+    and returned that copy for every later float32 of the process, so ``arr.dtype is dt`` checks (aps.rebuild) failed
+    and whole outputs were copied."""
+    import pickle
+
+    from nkisim.core import dtypes
+
+    for name in ("float32", "int32", "uint8"):
+        copy = pickle.loads(pickle.dumps(np.dtype(name)))
+        assert copy == np.dtype(name) and copy is not np.dtype(name)
+        assert dtypes.to_dtype(copy) is np.dtype(name)
+        assert dtypes.to_dtype(name) is np.dtype(name)
+        assert dtypes.to_dtype(np.dtype(name)) is np.dtype(name)
