@@ -16,7 +16,6 @@ try:  # Python >= 3.11
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from grader import problems
 
 DEFAULT_RUBRIC = Path(__file__).with_name("rubric.toml")
 
@@ -162,6 +161,10 @@ def _test_from_table(table: dict[str, Any], index: int) -> TestSpec:
     if kind not in KINDS:
         raise RubricError(f"{where}: kind must be one of {KINDS}, got {kind!r}")
     problem_name = _need(table, "problem", str, where)
+    # imported here, not with this module: grader.sandbox needs only Limits, and the grader process starts its warm
+    # kernel servers (grader/warmstart.py) before it imports NumPy, which grader.problems does
+    from grader import problems
+
     try:
         problem = problems.get(problem_name)
     except problems.UnknownProblem as exc:
@@ -276,6 +279,18 @@ def _leaderboard(table: Any, tests: tuple[TestSpec, ...], path: Path) -> Leaderb
     if not isinstance(ranked_only, bool):
         raise RubricError(f"{path}: leaderboard.ranked_only must be true or false")
     return LeaderboardSpec(tuple(score_tests), tuple(entries), ranked_only)
+
+
+def load_limits(path: str | Path | None = None) -> Limits:
+    """The ``[limits]`` of a rubric file alone, as :func:`load_rubric` reads them: what the grader process starts its
+    warm kernel servers with before it imports the rest of the grader (grader/warmstart.py); the grading itself
+    loads and validates the whole rubric as before."""
+    path = Path(path) if path else DEFAULT_RUBRIC
+    try:
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise RubricError(f"cannot read rubric {path}: {exc}") from exc
+    return _limits(data.get("limits", {}), path)
 
 
 def load_rubric(path: str | Path | None = None) -> Rubric:

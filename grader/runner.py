@@ -36,16 +36,20 @@ from typing import Any
 
 import numpy as np
 
-from grader import scratch, timeline
+from grader import scratch, timeline, warmstart
 from grader.problems import Invocation
 from grader.records import Status, Verdict
 from grader.rubric import Limits
 from grader.sandbox import Isolation, ProcessResult, ServerGone, WarmServer, detect_isolation, run_sandboxed
 from grader.seeds import registered_private_dirs
 from grader.staff import reference_dir
+from grader.warmstart import (
+    CHILD_SCRIPT,
+    _lib_links,
+    _nkisim_dir,
+    _nkisim_env,
+)
 
-CHILD_SCRIPT = str(Path(__file__).with_name("child.py"))
-SERVER_SCRIPT = str(Path(__file__).with_name("forkserver.py"))
 MAX_STATUS_BYTES = 1 << 20
 # inputs at least this large are drawn straight into their input file (KernelServers.input_array); smaller ones
 # are not worth a mapping
@@ -173,18 +177,6 @@ def _within(path: str, d: str) -> bool:
     return path == d or path.startswith(d if d.endswith(os.sep) else d + os.sep)
 
 
-def _nkisim_dir() -> Path:
-    import nkisim
-
-    return Path(nkisim.__file__).resolve().parent
-
-
-def _nkibench_dir() -> Path:
-    import nkibench
-
-    return Path(nkibench.__file__).resolve().parent
-
-
 # Passed to the kernel's process on Trainium only: what the Neuron runtime, nki.jit and the nrtpy/profiler steps
 # of nkibench read (nkibench/envcheck.py names the documented ones; NRTPY_PYTHON: nkibench/detect.py).
 NEURON_ENV_PREFIXES = ("NEURON_", "NKI_", "NRTPY_")
@@ -198,32 +190,6 @@ def hardware_env(environ: dict[str, str] | os._Environ[str] | None = None) -> di
     env = {k: v for k, v in environ.items() if k.startswith(NEURON_ENV_PREFIXES) or k in NEURON_ENV_NAMES}
     env["PATH"] = os.pathsep.join([environ.get("PATH", "/usr/bin:/bin"), NEURON_BIN])
     return env
-
-
-@functools.cache
-def _compile_nkisim() -> None:
-    """Byte-compile nkisim once per grader process, before any child starts.
-
-    Every child runs ``python -I -B``: it reads ``__pycache__`` but never writes it, so without this step each of a
-    submission's ~20 kernel processes compiles nkisim from source again (0.12-0.15 CPU s of the ~0.4 s start-up).
-    The parent is trusted and writes the bytecode next to nkisim's sources, where the child's read-only view and
-    its symlinked ``lib/nkisim`` find it.  Unwritable (a read-only install): children compile, as before.
-
-    The grader's own package and nkibench too: a warm server loads grader/child.py by path under ``-B``, and the
-    grader process itself imports about 11,000 lines of them; where PYTHONDONTWRITEBYTECODE is set (this
-    project's development machines) no process ever wrote their bytecode, so every grading compiled them anew
-    (0.08-0.12 CPU s before its first test; docs/grading.md, "Outside the timeline's spans, round 11").  Written
-    here, by the process that just imported them, for the next one; up-to-date files are only checked (a stat
-    and 16 bytes read each, about 3 ms in all)."""
-    import compileall
-
-    here = Path(__file__).resolve().parent
-    for package, depth in ((_nkisim_dir(), 10), (here, 1), (_nkibench_dir(), 10)):
-        try:  # the grader's modules and grader/problems; never the staff reference beside them
-            compileall.compile_dir(str(package), maxlevels=depth, quiet=2, optimize=0,
-                                   rx=re.compile(re.escape(str(here / "reference"))))
-        except OSError:
-            pass
 
 
 def _prepare_dirs(root: Path, iso: Isolation) -> tuple[Path, Path, Path]:
@@ -244,17 +210,6 @@ def _prepare_dirs(root: Path, iso: Isolation) -> tuple[Path, Path, Path]:
         os.chmod(work, 0o700)
         os.chmod(outputs, 0o700)
     return work, inputs, outputs
-
-
-def _lib_links(root: Path) -> Path:
-    """``root/lib``: links to the nkisim and nkibench packages only (the child's whole sys.path addition)."""
-    lib = root / "lib"
-    lib.mkdir()
-    _compile_nkisim()
-    (lib / "nkisim").symlink_to(_nkisim_dir(), target_is_directory=True)
-    (lib / "nkibench").symlink_to(_nkibench_dir(), target_is_directory=True)
-    os.chmod(lib, 0o755)
-    return lib
 
 
 class KernelServers:
@@ -290,17 +245,11 @@ class KernelServers:
         return os.environ.get("GRADER_WARM_SERVERS", "1") != "0"
 
     def _start(self, api: str) -> tuple[str, WarmServer, Path]:
-        root = scratch.make_dir("server", self.tmp_root)
-        try:
-            lib = _lib_links(root)
-            os.chmod(root, 0o711)
-            server = WarmServer([sys.executable, "-I", "-B", SERVER_SCRIPT, CHILD_SCRIPT, str(lib), api],
-                                cwd=str(root), limits=self.limits, env_extra=_nkisim_env(self.target))
-        except BaseException:
-            shutil.rmtree(root, ignore_errors=True)
-            raise
+        # the one `python -m grader grade` started as it started, for this grading (grader/warmstart.py), else a new one
+        item = (warmstart.take(api, target=self.target, limits=self.limits, tmp_root=self.tmp_root)
+                or warmstart.start_server(api, target=self.target, limits=self.limits, tmp_root=self.tmp_root))
         self.started += 1
-        return api, server, root
+        return item
 
     def acquire(self, api: str) -> tuple[str, WarmServer, Path] | None:
         """The live server of ``api`` (started now if there is none: one thread starts it, the others wait for it);
@@ -455,19 +404,13 @@ class KernelServers:
             idle, self._servers = list(self._servers.values()), {}
         for item in idle:
             self._discard(item)
+        warmstart.discard()  # an early server this grading did not use: reaped within it, its CPU counted
         with self._inputs_lock:
             self._inputs.clear()
             self._drawn.clear()
             if self._inputs_dir is not None:
                 shutil.rmtree(self._inputs_dir, ignore_errors=True)
                 self._inputs_dir = None
-
-
-def _nkisim_env(target: str) -> dict[str, str]:
-    env = {"NEURON_PLATFORM_TARGET_OVERRIDE": target, "NKISIM_TARGET": target}
-    if os.environ.get("NEURON_RT_VISIBLE_CORES"):
-        env["NEURON_RT_VISIBLE_CORES"] = os.environ["NEURON_RT_VISIBLE_CORES"]
-    return env
 
 
 def _dtype_spec(dtype: np.dtype) -> str:
