@@ -618,3 +618,97 @@ def test_a_smaller_batch_is_the_first_images_of_a_larger_and_shares_its_convolut
     alone = problem.expected(refcache.ReferenceStore(None, None), problem.shared_invocation(one, seed), "float64")
     assert computed == [(1, 4, 9, 7)]
     np.testing.assert_array_equal(alone, got)
+
+
+
+def _counting_digests(monkeypatch) -> tuple[list, object]:
+    made: list[tuple[int, ...]] = []
+    real = refcache.array_digest
+
+    def counting(arr):
+        made.append(arr.shape)
+        return real(arr)
+
+    monkeypatch.setattr(refcache, "array_digest", counting)
+    return made, real
+
+
+CONV_FOUR = dict(batch=4, in_channels=4, out_channels=3, height=9, width=7, kernel=3, pool=1, bias="random",
+                 dtype="float32")
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_memory_only_store_addresses_references_by_input_objects_and_digests_nothing(monkeypatch, threads):
+    """Where references live in this process only (a per-submission seed: ``python -m grader grade``), they are
+    addressed by tokens of the memoised input objects: no SHA-256 of any input, the three batch-4 variants share one
+    convolution, the batch-1 X's is sliced from it (W compared by content), a transpose's reference is made once,
+    and the values are those computed on their own."""
+    refcache.clear_memory()
+    made, _ = _counting_digests(monkeypatch)
+    computed: list[tuple[int, ...]] = []
+    real_acc = conv.conv2d_accumulate
+    monkeypatch.setattr(conv, "conv2d_accumulate",
+                        lambda x, w, *a, **kw: computed.append(x.shape) or real_acc(x, w, *a, **kw))
+    problem = problems.get("conv2d")
+    store = refcache.ReferenceStore(None, None)
+    assert not store.persistent
+    big = [problem.shared_invocation({**CONV_FOUR, "bias": b, "pool": p}, 11) for b, p in
+           (("zeros", 1), ("random", 1), ("random", 2))]
+    small = problem.shared_invocation({**CONV_FOUR, "batch": 1, "pool": 2}, 11)
+    workers = [threading.Thread(target=problem.expected, args=(store, sh, "float64")) for sh in big * threads]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    got = problem.expected(store, small, "float64")
+    assert computed == [(4, 4, 9, 7)]
+    np.testing.assert_array_equal(got, conv.conv2d_reference(small.inv, "float64"))
+    for sh in big:
+        np.testing.assert_array_equal(problem.expected(store, sh, "float64"), conv.conv2d_reference(sh.inv, "float64"))
+    tp = problems.get("transpose")
+    a = tp.shared_invocation({"shape": [64, 32], "dtype": "float32"}, 11)
+    first = tp.expected(store, a, "float64")
+    assert tp.expected(store, a, "float64") is first and np.array_equal(first, a.inv.args[0].T)
+    assert made == []
+    assert big[0].keys(False)[:2] == big[1].keys(False)[:2] != small.keys(False)[:2]
+
+
+def test_input_digests_are_made_when_a_persistent_reference_is_looked_up_and_once(monkeypatch, tmp_path):
+    """Generating the inputs makes no digest (the largest are drawn beside the critical group's specializations,
+    whose cores a 196 MiB SHA-256 took); the first lookup in a store whose entries outlive the process (a class
+    batch's disk cache) makes each digest once, whichever threads ask, and they are array_digest's: the addresses
+    are the contents', so another process finds the entries on disk."""
+    refcache.clear_memory()
+    made, real = _counting_digests(monkeypatch)
+    problem = problems.get("conv2d")
+    one = {**CONV_FOUR, "batch": 1, "pool": 2}
+    big, small = problem.shared_invocation(CONV_FOUR, 11), problem.shared_invocation(one, 11)
+    again = problem.shared_invocation({**CONV_FOUR, "bias": "zeros"}, 11)
+    assert made == []
+    (tmp_path / "cache").mkdir()
+    store = refcache.ReferenceStore(tmp_path / "cache", b"k" * 32)
+    assert store.persistent
+    threads = [threading.Thread(target=problem.expected, args=(store, big, "float64")) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(made) == sorted([(4, 4, 9, 7), (3, 4, 3, 3), (3,)])  # X, W and the bias, once each
+    assert big.digests == tuple(real(a) for a in big.inv.args)
+    assert again.digests[:2] == big.digests[:2] and len(made) == 4  # the same X and W: only its own bias
+    made.clear()
+    problem.expected(store, small, "float64")  # sliced from the batch-4 convolution (its digests known)
+    assert sorted(made) == sorted([(1, 4, 9, 7), (3, 4, 3, 3), (3,)])
+    assert small.digests == tuple(real(a) for a in small.inv.args)
+    assert store.stats.computed == 2  # the batch-4 convolution and the batch-1 slice (each stored on disk)
+    # another process (a fresh memo, new input objects) finds both on disk by the content digests
+    refcache.clear_memory()
+    del big, small, again
+    big, small = problem.shared_invocation(CONV_FOUR, 11), problem.shared_invocation(one, 11)
+    later = refcache.ReferenceStore(tmp_path / "cache", b"k" * 32)
+    made.clear()
+    got = problem.expected(later, small, "float64")
+    assert later.stats.from_disk == 1 and later.stats.computed == 0
+    np.testing.assert_array_equal(got, conv.conv2d_reference(small.inv, "float64"))
+    np.testing.assert_array_equal(problem.expected(later, big, "float64"), conv.conv2d_reference(big.inv, "float64"))
+    assert later.stats.from_disk == 2 and later.stats.computed == 0

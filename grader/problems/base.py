@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -35,12 +35,37 @@ class Invocation:
     flops: float  # useful floating-point operations (2 per multiply-add), for MFU
 
 
-@dataclass(frozen=True)
 class SharedInvocation:
-    """An invocation whose arrays are read-only and shared, with the digests that address its references."""
+    """An invocation whose arrays are read-only and shared, with the digests that address its references.
 
-    inv: Invocation
-    digests: tuple[str, ...]
+    A digest may be given as a maker (grader/refcache.py ``ArrayDigest``: called, it returns the digest; its
+    ``token`` names the array object in this process).  The digest is made when :attr:`digests` is first read, i.e.
+    when a reference is looked up in a store whose entries outlive the process, never when the inputs are generated:
+    SHA-256 of a 224x224 batch-4 X (196 MiB) is about 0.11 CPU s, and the largest inputs are generated while the
+    critical group's calls are specialized, whose cores it took.  A store in memory only addresses references by
+    the tokens (:meth:`keys`) and makes no digest at all (ArrayDigest says why that is the same)."""
+
+    __slots__ = ("inv", "_digests", "_resolved")
+
+    def __init__(self, inv: Invocation, digests: Sequence[str | Callable[[], str]]) -> None:
+        self.inv = inv
+        self._digests = tuple(digests)
+        self._resolved: tuple[str, ...] | None = None
+
+    @property
+    def digests(self) -> tuple[str, ...]:
+        """The SHA-256 content digests (made now if not yet: once per maker, whichever threads ask)."""
+        resolved = self._resolved
+        if resolved is None:
+            resolved = self._resolved = tuple(d if isinstance(d, str) else d() for d in self._digests)
+        return resolved
+
+    def keys(self, content: bool) -> tuple[str, ...]:
+        """What addresses this call's references: the content :attr:`digests` (``content``: the entries outlive this
+        process), else each maker's ``token`` (a digest given as a string is its own key)."""
+        if content:
+            return self.digests
+        return tuple(d if isinstance(d, str) else getattr(d, "token", None) or d() for d in self._digests)
 
 
 @runtime_checkable

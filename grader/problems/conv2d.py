@@ -426,31 +426,38 @@ def _conv_descriptor(precision: str, x_digest: str, w_digest: str) -> dict[str, 
     return {"what": "conv2d", "precision": precision, "x": x_digest, "w": w_digest}
 
 
-# The largest batch drawn so far per (input stream, seed) in this process: (batch, weak X, W digest, X digest).  Weak:
-# the inputs stay the memo's to keep or evict (grader/refcache.py).
-_LARGEST: dict[tuple[str, int], tuple[int, Any, str, str]] = {}
+# The largest batch drawn so far per (input stream, seed) in this process: (batch, weak X, weak W, weak X digest
+# maker, weak W digest maker: refcache.ArrayDigest).  Weak: the inputs (and their digest makers, which hold them until
+# they have made the digest) stay the memo's to keep or evict (grader/refcache.py).
+_LARGEST: dict[tuple[str, int], tuple[int, Any, Any, Any, Any]] = {}
 _LARGEST_LOCK = threading.Lock()
 
 
-def _note_batch(stream: str, seed: int, x: np.ndarray, w: np.ndarray, dx: str, dw: str) -> None:
+def _note_batch(stream: str, seed: int, x: np.ndarray, w: np.ndarray, dx: refcache.ArrayDigest,
+                dw: refcache.ArrayDigest) -> None:
     with _LARGEST_LOCK:
         known = _LARGEST.get((stream, seed))
         if known is None or known[1]() is None or known[0] < x.shape[0]:
-            _LARGEST[(stream, seed)] = (x.shape[0], weakref.ref(x), dw, dx)
+            _LARGEST[(stream, seed)] = (x.shape[0], weakref.ref(x), weakref.ref(w), weakref.ref(dx), weakref.ref(dw))
 
 
-def _larger_batch_conv(store: refcache.ReferenceStore, x: np.ndarray, w: np.ndarray, dw: str,
+def _larger_batch_conv(store: refcache.ReferenceStore, x: np.ndarray, w: np.ndarray,
                        precision: str) -> np.ndarray | None:
     """The first ``len(x)`` images of a cached convolution of a larger batch whose X begins with ``x`` and whose W
     is ``w`` (checked on the arrays, not assumed from the seed), or None."""
     with _LARGEST_LOCK:
         candidates = list(_LARGEST.values())
-    for batch, ref, parent_dw, parent_dx in candidates:
-        parent_x = ref()
-        if (batch <= x.shape[0] or parent_dw != dw or parent_x is None or parent_x.shape[1:] != x.shape[1:]
-                or parent_x.dtype != x.dtype or not np.array_equal(parent_x[: x.shape[0]], x)):
+    for batch, x_ref, w_ref, dx_ref, dw_ref in candidates:
+        parent_x, parent_w, parent_dx, parent_dw = x_ref(), w_ref(), dx_ref(), dw_ref()
+        if (batch <= x.shape[0] or parent_x is None or parent_w is None or parent_dx is None or parent_dw is None
+                or parent_x.shape[1:] != x.shape[1:] or parent_x.dtype != x.dtype
+                or parent_w.shape != w.shape or parent_w.dtype != w.dtype
+                or not (parent_w is w or np.array_equal(parent_w, w))
+                or not np.array_equal(parent_x[: x.shape[0]], x)):
             continue
-        conv = store.peek(_conv_descriptor(precision, parent_dx, dw))
+        # the larger batch's convolution under its own address (content digests or tokens, as the store has it)
+        ids = (parent_dx(), parent_dw()) if store.persistent else (parent_dx.token, parent_dw.token)
+        conv = store.peek(_conv_descriptor(precision, *ids))
         if conv is not None:
             return np.ascontiguousarray(conv[: x.shape[0]])
     return None
@@ -546,17 +553,19 @@ class Conv2d(ProblemBase):
         """Cases differing only in bias/pooling share X and W (and their digests): one convolution serves them; a
         smaller batch's X is the first images of a larger one's (its convolution is sliced, :meth:`expected`)."""
 
-        def make_xw() -> tuple[tuple[np.ndarray, np.ndarray, int, str, str], int]:
+        def make_xw() -> tuple[tuple[np.ndarray, np.ndarray, int, refcache.ArrayDigest, refcache.ArrayDigest], int]:
             x, w, bias_seed = conv2d_data(case, seed)
             x.flags.writeable = w.flags.writeable = False
-            return (x, w, bias_seed, refcache.array_digest(x), refcache.array_digest(w)), x.nbytes + w.nbytes
+            # digests made when a reference is first looked up, if ever (SharedInvocation): not in the threads that
+            # draw the largest inputs beside the critical group's specializations
+            return (x, w, bias_seed, refcache.ArrayDigest(x), refcache.ArrayDigest(w)), x.nbytes + w.nbytes
 
         stream = json.dumps(self.input_fields(case), sort_keys=True)
         x, w, bias_seed, dx, dw = refcache.memoised(("conv2d-xw", stream, int(case["batch"]), int(seed)), make_xw)
         _note_batch(stream, int(seed), x, w, dx, dw)
         inv = conv2d_with_bias(case, x, w, bias_seed)
         inv.args[2].flags.writeable = False
-        return SharedInvocation(inv, (dx, dw, refcache.array_digest(inv.args[2])))
+        return SharedInvocation(inv, (dx, dw, refcache.ArrayDigest(inv.args[2])))
 
     def input_elements(self, case: dict[str, Any]) -> int:
         x, w, _ = conv2d_shapes(case)
@@ -590,10 +599,11 @@ class Conv2d(ProblemBase):
         x, w, _ = shared.inv.args
 
         def compute() -> np.ndarray:
-            larger = _larger_batch_conv(store, x, w, shared.digests[1], precision)
+            larger = _larger_batch_conv(store, x, w, precision)
             return larger if larger is not None else conv2d_accumulate(x, w, ACCUMULATORS[precision])
 
-        return store.get(_conv_descriptor(precision, shared.digests[0], shared.digests[1]), compute)
+        dx, dw = shared.keys(store.persistent)[:2]  # content digests for a disk cache, else tokens (ArrayDigest)
+        return store.get(_conv_descriptor(precision, dx, dw), compute)
 
     def describe(self, case: dict[str, Any]) -> str:
         return (

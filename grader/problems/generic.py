@@ -46,7 +46,7 @@ class ProblemBase:
         raise NotImplementedError(f"problem {self.name!r} defines no reference")
 
     def expected(self, store: refcache.ReferenceStore, shared: SharedInvocation, precision: str) -> np.ndarray:
-        """The reference, memoised in this process by its inputs' digests (read-only): a grading with two workers
+        """The reference, memoised in this process by its inputs (read-only): a grading with two workers
         computes it beside the call (pipeline ``_prefetch_reference``) and the judge takes that one, and a batch
         worker's next submission of the class seed takes it too (a 4096x4096 transpose: 64 MB, 0.1-0.2 CPU s)."""
 
@@ -55,7 +55,8 @@ class ProblemBase:
             value.flags.writeable = False
             return value, value.nbytes
 
-        return refcache.memoised(("expected", self.name, shared.digests, precision), make)
+        # in this process only: the inputs' tokens (refcache.ArrayDigest), no digest made
+        return refcache.memoised(("expected", self.name, shared.keys(False), precision), make)
 
     def judged(self, store: refcache.ReferenceStore, shared: SharedInvocation, precision: str) -> Any:
         return self.expected(store, shared, precision)
