@@ -1,7 +1,5 @@
 """``python -m grader``: see grader/cli.py."""
 
-import sys
+from grader.cli import run
 
-from grader.cli import main
-
-sys.exit(main())
+run()

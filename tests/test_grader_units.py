@@ -692,6 +692,98 @@ def test_cli_grade_good_submission_prints_table_and_github_outputs(tmp_path, cap
     check_reports(tmp_path / "o", 10)
 
 
+class _Ended(Exception):  # noqa: N818 - stands for the process's end
+    pass
+
+
+def _run_as_the_process(monkeypatch, argv: list[str]) -> list[tuple[int, bool, int]]:
+    """cli.run() as ``python -m grader ...`` calls it, with os._exit recorded (code, whether the reports were
+    written by then, the gradings kept) and raising instead of ending pytest."""
+    from grader import pipeline
+
+    monkeypatch.setattr(pipeline, "_RETAINED", None)
+    monkeypatch.setattr(cli, "_GRADED", False)
+    ended: list[tuple[int, bool, int]] = []
+    out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else None
+
+    def fake_exit(code: int) -> None:
+        ended.append((code, out is not None and (out / "result.json").exists(), len(pipeline._RETAINED or ())))
+        raise _Ended
+
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    monkeypatch.setattr(os.sys, "argv", ["grader", *argv])
+    return ended
+
+
+def test_a_grade_run_as_the_process_ends_it_by_os_exit_once_its_reports_are_written(tmp_path, monkeypatch):
+    """`python -m grader grade` (cli.run) keeps its grading's objects and ends the process by os._exit once the
+    reports are written and nothing else runs: freeing them one by one took 0.2-1.2 s after the reports (round 12,
+    tail).  Anything still running -- a thread, a child process -- and every other command: the ordinary exit."""
+    import subprocess
+    import threading
+
+    argv = ["grade", str(GOOD), "--rubric", FAST_RUBRIC, "--only", "part1.transpose", "--out", str(tmp_path / "o"),
+            "--quiet"]
+    ended = _run_as_the_process(monkeypatch, argv)
+    with pytest.raises(_Ended):
+        cli.run()
+    assert ended == [(0, True, 1)]
+    check_reports(tmp_path / "o", 10)
+    # a thread still at work: the ordinary exit (which waits for it)
+    ended = _run_as_the_process(monkeypatch, argv)
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait, name="still-working")
+    worker.start()
+    try:
+        with pytest.raises(SystemExit) as exc:
+            cli.run()
+    finally:
+        stop.set()
+        worker.join()
+    assert exc.value.code == 0 and ended == []
+    # a child process not reaped yet: likewise
+    ended = _run_as_the_process(monkeypatch, argv)
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        with pytest.raises(SystemExit) as exc:
+            cli.run()
+    finally:
+        child.kill()
+        child.wait()
+    assert exc.value.code == 0 and ended == []
+    # another command ends as it always did
+    ended = _run_as_the_process(monkeypatch, ["rubric", "--rubric", FAST_RUBRIC])
+    with pytest.raises(SystemExit) as exc:
+        cli.run()
+    assert exc.value.code == 0 and ended == []
+
+
+def test_a_grading_frees_its_objects_unless_kept_until_the_process_ends(tmp_path, monkeypatch):
+    """A grading in a process that grades on (a batch worker, cli.main, a test) is freed as it returns; only
+    pipeline.retain_until_exit() keeps it."""
+    import gc
+    import weakref
+
+    from grader import pipeline
+
+    monkeypatch.setattr(pipeline, "_RETAINED", None)
+    made: list = []
+    original = pipeline._Grading.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(weakref.ref(self))
+
+    monkeypatch.setattr(pipeline._Grading, "__init__", init)
+    config = GradeConfig(rubric_path=FAST_RUBRIC, only=("part1.transpose",))
+    assert grade_submission(GOOD, None, config).score == 10
+    gc.collect()
+    assert len(made) == 1 and made[0]() is None
+    pipeline.retain_until_exit()
+    assert grade_submission(GOOD, None, config).score == 10
+    assert len(made) == 2 and made[1]() is not None and pipeline._RETAINED == [made[1]()]
+
+
 def test_student_code_never_runs_in_the_grader_process(tmp_path, monkeypatch):
     """A module-level side effect of the submission must not happen in this process."""
     sub = tmp_path / "sub"
