@@ -689,18 +689,14 @@ def _replay_group(group: list, job: dict, out_dir: str, link=None) -> dict:
     # each member's HBM tensors live in files of its own directory: an output is renamed there, not copied
     for _, _, _, mdir in group:
         os.makedirs(mdir, exist_ok=True)
-    runs, figures = stream.replay_group([m for k, m in enumerate(members) if k not in errors], mode=job["mode"],
-                                        target=job["target"], graded=True,
-                                        hbm_dirs=[g[3] for k, g in enumerate(group) if k not in errors], link=link)
-    # Each member's run is dropped once written (the collector is off: nothing else frees it before the exit):
-    # its outputs' memory (205 MB for a batch-4 224x224 call) is returned before the next member's files take as
-    # much page cache.
-    runs.reverse()
-    cpus, borrows = list(reversed(figures["cpu_seconds"])), list(reversed(figures["borrowed_seconds"]))
-    for k, (_, _, _, mdir) in enumerate(group):
+    live = [k for k in range(len(group)) if k not in errors]
+
+    def write(k: int, got: object, cpu: float, borrowed: float) -> None:
+        """Member ``k``'s outputs, trace and status.json (the last file written for it, by tmp + rename: the
+        grader reads a member once its status exists, and the member's directory is never written again)."""
+        mdir = group[k][3]
         os.makedirs(mdir, exist_ok=True)
         mstatus: dict = {"ok": False, "stage": "kernel"}
-        got, cpu, borrowed = (errors[k], 0.0, 0.0) if k in errors else (runs.pop(), cpus.pop(), borrows.pop())
         mstatus["cpu_seconds"] = mstatus["kernel_seconds"] = cpu
         mstatus["borrowed_seconds"] = borrowed  # its siblings' CPU for the products it reused (runner's time guard)
         try:
@@ -711,8 +707,30 @@ def _replay_group(group: list, job: dict, out_dir: str, link=None) -> dict:
             mstatus["error_type"] = type(exc).__name__
             mstatus["error"] = str(exc)[:MAX_MESSAGE]
             mstatus["traceback"] = "".join(traceback.format_exception(exc))[-MAX_MESSAGE:]
-        got = None
         _atomic_write_bytes(os.path.join(mdir, "status.json"), json.dumps(mstatus).encode("utf-8"))
+
+    # Each member's files are written as soon as its replay ends, in its own turn (replay_group's ``finished``): the
+    # batch-1 timed calls end about a quarter of the way through the 224x224 group, and the grader judges and costs
+    # them while the batch-4 calls still run instead of after the group's process (docs/grading.md, round 12,
+    # tail).  The run is dropped once written (the collector is off: nothing else frees it before the exit): its
+    # outputs' memory (205 MB for a batch-4 224x224 call) is returned before the next member's files take as much
+    # page cache.
+    written: set[int] = set()
+
+    def finished(i: int, got: object, cpu: float, borrowed: float) -> None:
+        written.add(live[i])
+        write(live[i], got, cpu, borrowed)
+
+    runs, figures = stream.replay_group([members[k] for k in live], mode=job["mode"], target=job["target"],
+                                        graded=True, hbm_dirs=[group[k][3] for k in live], link=link,
+                                        finished=finished)
+    # the members whose replay raised what is not an Exception, and those whose stream could not be read
+    for i, k in enumerate(live):
+        if k not in written:
+            write(k, runs[i], figures["cpu_seconds"][i], figures["borrowed_seconds"][i])
+        runs[i] = None
+    for k in errors:
+        write(k, errors[k], 0.0, 0.0)
     return {"hits": figures["hits"], "misses": figures["misses"],
             **({"channel_wait": figures["channel_wait"]} if "channel_wait" in figures else {})}
 

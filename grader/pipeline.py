@@ -626,6 +626,9 @@ class _Grading:
                     speculative=speculative, inputs=inputs, cross=group.cross,
                     # the critical group's specializations side by side: everything else waits for it
                     parallel=self.config.workers if self.nice and not nice else 1,
+                    # a call judged (and a timed one costed) as soon as its member of the group ends (the batch-1
+                    # float32 pair: after about a quarter of the 224x224 group), not after the group's process
+                    early=lambda k, run: self._judge_ahead([members[k]], [run], correctness=True),
                 )
         finally:
             if maker is not None:
@@ -796,23 +799,59 @@ class _Grading:
             return verdict, estimate(trace, self.config.target)
 
     def _judge_ahead(self, members: list[tuple[TestSpec, int, dict[str, Any]]],
-                     runs: list[CaseRun | None]) -> None:
+                     runs: list[CaseRun | None], correctness: bool = False) -> None:
         """With several workers, judge and cost a group's timed calls as soon as the group returns, in a thread of
         their own, instead of when their tests start (after the correctness tests they require, which end when the
         224x224 group does): the float16 pair made ahead and the batch-1 float32 pair made with the group were
-        judged and costed in the grading's tail, 0.3-0.4 s after the last kernel (docs/grading.md, round 10).  The
-        verdict and the report are the ones the test computes (a pure function of the run); a test that does not
-        run leaves them unused, and one whose judging here failed judges again itself."""
+        judged and costed in the grading's tail, 0.3-0.4 s after the last kernel (docs/grading.md, round 10); a
+        group's member as soon as it ends, while the group still runs (runner.run_group's ``early``: round 12),
+        and then a correctness call's output too (``correctness``: the batch-4 224x224 members end 0.1-0.4 s apart
+        and before their process does, whose test would judge them after it).  The verdict and the report are the
+        ones the test computes (pure functions of the run); a test that does not run, or whose call's outcome is
+        another run, leaves them unused, and one whose judging here failed judges again itself."""
         if self.judge_pool is None or self.backend != "nkisim":
             return
         for (t, i, case), run in zip(members, runs, strict=True):
-            if t.kind != "performance" or run is None or run.verdict != Verdict.OK or run.trace is None:
+            if run is None or run.verdict != Verdict.OK:
                 continue
+            if t.kind == "performance":
+                if run.trace is None:
+                    continue
+                judge: Any = self._judge_timed
+            elif correctness and t.kind == "correctness":
+                judge = self._judge_correct
+            else:
+                continue
+            got = self.judged_ahead.get((t.id, i))
+            if got is not None and got[0] is run:
+                continue  # judged as soon as its member of the group ended (runner.run_group's ``early``)
             try:
                 shared = self._invocation(t, case)  # the memo's: the group generated them
-                self.judged_ahead[(t.id, i)] = (run, self.judge_pool.submit(self._judge_timed, t, case, shared, run))
+                self.judged_ahead[(t.id, i)] = (run, self.judge_pool.submit(judge, t, case, shared, run))
             except Exception:  # noqa: BLE001 - the test judges its call itself and reports what goes wrong
                 continue
+
+    def _judged_ahead(self, test: TestSpec, index: int, run: CaseRun) -> Any:
+        """What :meth:`_judge_ahead` made of this test's call ``run``, or None (not judged ahead, judged ahead from
+        another run, or that judging failed: the caller judges).  Not waited for while still queued behind other
+        calls' judging: it is taken back, and the caller judges at once."""
+        ahead = self.judged_ahead.pop((test.id, index), None)
+        if ahead is None or ahead[0] is not run or ahead[1].cancel():
+            return None
+        try:
+            return ahead[1].result()
+        except Exception:  # noqa: BLE001 - judged again by the caller, where what goes wrong is reported
+            return None
+
+    def _judge_correct(self, test: TestSpec, case: dict[str, Any], shared: problems.SharedInvocation,
+                       run: CaseRun) -> Any:
+        """A correctness call's verdict on its outputs (grader.judge): what :meth:`_correctness` judges, a pure
+        function of the run."""
+        with timeline.span("expected", test.id):
+            expected = self._expected(test, case, shared)
+        with timeline.span("judge", test.id):
+            return judge_output(run.outputs, expected, shared.inv.out_dtype, self.rubric.tolerances,
+                                reveal=self.config.seed_mode != "secret")
 
     def _invocation(self, test: TestSpec, case: dict[str, Any]) -> problems.SharedInvocation:
         problem = problems.get(test.problem)
@@ -916,11 +955,7 @@ class _Grading:
             if run.verdict != Verdict.OK:
                 self._failed_run(res, run, i, n)
                 return
-            with timeline.span("expected", test.id):
-                expected = self._expected(test, case, shared)
-            with timeline.span("judge", test.id):
-                verdict = judge_output(run.outputs, expected, inv.out_dtype, self.rubric.tolerances,
-                                       reveal=self.config.seed_mode != "secret")
+            verdict = self._judged_ahead(test, i, run) or self._judge_correct(test, case, shared, run)
             rec.verdict = Verdict.PASSED if verdict.passed else Verdict.FAILED
             rec.message, rec.max_abs_error = verdict.message, verdict.max_abs_error
             if run.trace is not None and policy.DMA_TRANSPOSE in test.disallowed_apis:
@@ -994,13 +1029,7 @@ class _Grading:
         if run.verdict != Verdict.OK:
             self._failed_run(res, run, 0, 1)
             return
-        ahead = self.judged_ahead.pop((test.id, 0), None)
-        verdict, report = None, None
-        if ahead is not None and ahead[0] is run:
-            try:
-                verdict, report = ahead[1].result()
-            except Exception:  # noqa: BLE001 - judged again here, where what goes wrong is reported
-                verdict, report = None, None
+        verdict, report = self._judged_ahead(test, 0, run) or (None, None)
         if verdict is None and report is None:
             verdict, report = self._judge_timed(test, case, shared, run)
         if verdict is not None and not verdict.passed:

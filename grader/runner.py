@@ -113,7 +113,11 @@ def _load_output(path: Path, inv: Invocation) -> np.ndarray:
     and copying it first cost a 200 MB allocation (page faults) and a pass over it per call.  The writer is gone
     by now (the call's process and everything it started ended with it: one PID namespace, or the process group
     a one-off run kills) and the file is the call's own, in a directory only that call could write; removing the
-    directory afterwards leaves the mapping valid (Linux keeps an unlinked file while it is mapped)."""
+    directory afterwards leaves the mapping valid (Linux keeps an unlinked file while it is mapped).  A group's
+    member is read while the group's process still runs (:class:`_MemberWatch`), once the member's status.json
+    exists: that process runs no student code (nkisim replaying streams, docs/grading-security.md item 5) and
+    writes nothing into a member's directory after its status, and what was read counts only if the process
+    then ends well."""
     expected = int(np.prod(inv.out_shape)) * max(inv.out_dtype.itemsize, 8) + 4096
     size = path.stat().st_size
     if size > max(expected, 1 << 20) * 2:
@@ -736,7 +740,8 @@ def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation
               hidden: tuple[str, ...] = (), servers: KernelServers | None = None,
               api: str = "nki", speculative: list[bool] | None = None,
               inputs: Callable[[], list[Invocation]] | None = None,
-              parallel: int = 1, cross: tuple[CrossLink, str] | None = None) -> tuple[list[CaseRun | None], dict]:
+              parallel: int = 1, cross: tuple[CrossLink, str] | None = None,
+              early: Callable[[int, CaseRun], None] | None = None) -> tuple[list[CaseRun | None], dict]:
     """Several correctness calls of one kernel (``api``: its file's, one of :data:`REPLAYED_APIS`) on the same X
     and W (``part2.large``, ``bias`` and ``maxpool``), each the outcome :func:`run_case` would give it (full mode),
     for about the CPU time of fewer:
@@ -767,12 +772,18 @@ def run_group(source: bytes, rel_file: str, function: str, invs: list[Invocation
     ``cross``: this group is one half of a group split across two workers (:class:`CrossLink`, and its role): its
     process shares the leader's products with the other half's through a channel when both halves start one.
 
+    ``early(k, run)``: call ``k``'s outcome as soon as its member of the group's process has ended and written it
+    (:class:`_MemberWatch`), while the others still run: the run the call is given when the process ends well,
+    the same object, which the caller may judge meanwhile; it is not the call's outcome otherwise (the process
+    failed, or the time guard sends the call to run alone: a call's outcome is decided when the process ends, as
+    before).  Called from another thread; an exception it raises is ignored.
+
     Returns the calls' outcomes (None only for a speculative call) and figures (``hits``/``misses``: reused and
     computed products, ``alone``: calls replayed alone after the group)."""
     try:
         return _run_group(source, rel_file, function, invs, timeouts, want_trace=want_trace, target=target,
                           limits=limits, tmp_root=tmp_root, hidden=hidden, servers=servers, api=api,
-                          speculative=speculative, inputs=inputs, parallel=parallel, cross=cross)
+                          speculative=speculative, inputs=inputs, parallel=parallel, cross=cross, early=early)
     finally:
         if cross is not None:
             cross[0].leave()
@@ -782,7 +793,8 @@ def _run_group(source: bytes, rel_file: str, function: str, invs: list[Invocatio
                want_trace: bool, target: str, limits: Limits, tmp_root: str | None, hidden: tuple[str, ...],
                servers: KernelServers | None, api: str, speculative: list[bool] | None,
                inputs: Callable[[], list[Invocation]] | None, parallel: int,
-               cross: tuple[CrossLink, str] | None) -> tuple[list[CaseRun | None], dict]:
+               cross: tuple[CrossLink, str] | None,
+               early: Callable[[int, CaseRun], None] | None = None) -> tuple[list[CaseRun | None], dict]:
     common = dict(backend="nkisim", target=target, api=api, limits=limits, tmp_root=tmp_root,
                   import_clock=False, hidden=hidden, servers=servers)
     specs: dict[str, CaseRun] = {}
@@ -835,17 +847,29 @@ def _run_group(source: bytes, rel_file: str, function: str, invs: list[Invocatio
         with timeline.span("cross_meet", cross[1]):
             path = cross[0].meet(cross[1], bool(live))
     if len(live) > 1 or (path is not None and live):
+        # each member's outcome read as soon as its member ends, while the others still run
+        watch = _MemberWatch([invs[k] for k in live], [timeouts[k] for k in live], limits, want_trace, rel_file,
+                             (lambda j, run: early(live[j], run)) if early is not None else None)
+
+        def prepare(in_dir: Path, out_dir: Path) -> dict[str, Any]:
+            job = {**_group_inputs(in_dir, out_dir, [(invs[k], streams[k]) for k in live], servers),
+                   **({"channel": {"path": path, "role": cross[1]}} if path is not None and cross else {})}
+            watch.start(out_dir)
+            return job
+
+        def collect(proc: ProcessResult, out_dir: Path, name: str) -> list[CaseRun | None] | None:
+            watch.stop()
+            return _collect_group(proc, out_dir, [invs[k] for k in live], [timeouts[k] for k in live], name,
+                                  limits, want_trace, rel_file, figures, watch)
+
         with timeline.span("group_replay", f"{function} x{len(live)}") as sp:
-            runs = _launch(
-            b"", rel_file, None, {"mode": "full", "want_trace": want_trace, "function": function},
-                prepare=lambda in_dir, out_dir: {
-                    **_group_inputs(in_dir, out_dir, [(invs[k], streams[k]) for k in live], servers),
-                    **({"channel": {"path": path, "role": cross[1]}} if path is not None and cross else {})},
-                collect=lambda proc, out_dir, name: _collect_group(proc, out_dir, [invs[k] for k in live],
-                                                                   [timeouts[k] for k in live], name, limits,
-                                                                   want_trace, rel_file, figures),
-                timeout_s=sum(timeouts[k] for k in live), **common,
-            )
+            try:
+                runs = _launch(
+                    b"", rel_file, None, {"mode": "full", "want_trace": want_trace, "function": function},
+                    prepare=prepare, collect=collect, timeout_s=sum(timeouts[k] for k in live), **common,
+                )
+            finally:
+                watch.stop()
             if sp is not None:
                 sp.fields["proc_cpu"] = [r.cpu_seconds if r is not None else None for r in runs or ()]
         for k, run in zip(live, runs or [None] * len(live), strict=True):
@@ -914,12 +938,72 @@ def _group_inputs(in_dir: Path, out_dir: Path, members: list[tuple[Invocation, b
     return {"group": group}
 
 
+# A process still running, as _collect sees it while a group's member is read before the process ends
+_RUNNING = ProcessResult(returncode=None, timed_out=False, wall_seconds=0.0, output_tail="")
+
+
+class _MemberWatch:
+    """Reads each member of a group's process as soon as that member has ended, while the others still run
+    (grader/child.py writes a member's outputs, trace and, last, its status.json when its replay ends; the member's
+    directory is never written again): its outputs mapped and its trace parsed in this thread -- the five traces
+    of the 224x224 group took 0.15-0.25 s in one thread after the process ended (round 11) -- and the run handed
+    to ``early``.  The member's outcome is still decided when the process ends (:func:`_collect_group`): the run
+    read here is taken only when the process ended well, and the time guard applies to it as before.
+
+    Polls the member directories (every :data:`POLL_S`; a stat each, no more) from when the job is written until
+    :meth:`stop`, which the group's collection calls first: the process has ended by then."""
+
+    POLL_S = 0.02
+
+    def __init__(self, invs: list[Invocation], timeouts: list[float], limits: Limits, want_trace: bool,
+                 rel_file: str, early: Callable[[int, CaseRun], None] | None) -> None:
+        self.invs, self.timeouts, self.limits, self.want_trace = invs, timeouts, limits, want_trace
+        self.rel_file, self.early = rel_file, early
+        self.runs: dict[int, CaseRun] = {}  # member -> its run, read while the process ran (verdict ok only)
+        self.seen: dict = {}  # traceio.load's byte-identical traces, shared with _collect_group afterwards
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, out_dir: Path) -> None:
+        self._thread = threading.Thread(target=self._watch, args=(out_dir,), name="grader-members", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _watch(self, out_dir: Path) -> None:
+        pending = list(range(len(self.invs)))
+        while pending and not self._stop.wait(self.POLL_S):
+            for j in [j for j in pending if (out_dir / f"m{j}" / "status.json").exists()]:
+                pending.remove(j)
+                if self._stop.is_set():
+                    return
+                try:
+                    with timeline.span("member_read", f"m{j}"):
+                        run = _collect(_RUNNING, out_dir / f"m{j}", self.invs[j], "", self.limits, self.timeouts[j],
+                                       self.want_trace, self.rel_file, self.seen)
+                except Exception:  # noqa: BLE001 - read again, and reported, when the process ends
+                    continue
+                if run.verdict != Verdict.OK:
+                    continue  # what went wrong is read when the process ends, with its figures
+                self.runs[j] = run
+                if self.early is not None:
+                    try:
+                        self.early(j, run)
+                    except Exception:  # noqa: BLE001 - the caller judges the run itself when the group returns
+                        pass
+
+
 def _collect_group(proc: ProcessResult, out_dir: Path, invs: list[Invocation], timeouts: list[float],
                    module_name: str, limits: Limits, want_trace: bool, rel_file: str,
-                   figures: dict) -> list[CaseRun | None] | None:
+                   figures: dict, watch: _MemberWatch | None = None) -> list[CaseRun | None] | None:
     """Each member's outcome from its own directory, as :func:`_collect` reads a single replay's; None for a member
     (or, when the process itself failed, for the group) whose outcome the group could not give: it is replayed
-    alone.  A member that ran out of memory is too: it shared the process's memory limit with the others."""
+    alone.  A member that ran out of memory is too: it shared the process's memory limit with the others.  A
+    member ``watch`` read while the process ran is not read again: its run is completed with the process's
+    figures, as :func:`_collect` would have made it."""
     if proc.timed_out or proc.signal_name or proc.returncode:
         return None
     status = _read_status(out_dir / "status.json")
@@ -932,8 +1016,9 @@ def _collect_group(proc: ProcessResult, out_dir: Path, invs: list[Invocation], t
                 figures[key] += got[key]
     runs: list[CaseRun | None] = []
     # members that differ only in their values ship byte-identical traces (large and bias): parsed once, then
-    # cloned (traceio.load's ``seen``), on the grading's critical path once the group's process ends
-    seen_traces: dict = {}
+    # cloned (traceio.load's ``seen``, shared with the watch), on the grading's critical path once the group's
+    # process ends unless the watch read them before
+    seen_traces: dict = watch.seen if watch is not None else {}
     cpu: list[float | None] = []
     borrowed: list[float | None] = []
     for k, (inv, t) in enumerate(zip(invs, timeouts, strict=True)):
@@ -948,7 +1033,14 @@ def _collect_group(proc: ProcessResult, out_dir: Path, invs: list[Invocation], t
         cpu.append(float(got) if isinstance(got, int | float) and got >= 0 else None)
         got = mstatus.get("borrowed_seconds", 0.0)  # written by grader/child.py's group job for every member
         borrowed.append(float(got) if isinstance(got, int | float) and got >= 0 else None)
-        run = _collect(proc, mdir, inv, module_name, limits, t, want_trace, rel_file, seen_traces)
+        run = watch.runs.get(k) if watch is not None else None
+        if run is not None and mstatus.get("ok"):
+            # _collect's fields from the process, the rest read from the same files while the process ran
+            run.output_tail, run.features = proc.output_tail, tuple(proc.features)
+            if isinstance(mstatus.get("jail"), list):
+                run.features += tuple(str(x) for x in mstatus["jail"][:10])
+        else:
+            run = _collect(proc, mdir, inv, module_name, limits, t, want_trace, rel_file, seen_traces)
         run.wall_seconds = proc.wall_seconds / len(invs)  # the group's wall time, split evenly
         if isinstance(status.get("jail"), list):  # the process's isolation layers, as a single replay reports them
             run.features = (*run.features, *(str(x) for x in status["jail"][:10]))

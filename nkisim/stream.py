@@ -51,8 +51,10 @@ from __future__ import annotations
 import importlib
 import json
 import keyword
+import time
 import warnings
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 
@@ -1272,7 +1274,8 @@ def _simulated(stream: dict, graded: bool) -> bool:
 
 
 def replay_group(members: list, *, mode: str = "full", target: str | None = None, graded: bool = False,
-                 share: bool = True, hbm_dirs: list | None = None, link: object = None) -> tuple[list, dict]:
+                 share: bool = True, hbm_dirs: list | None = None, link: object = None,
+                 finished: Callable | None = None) -> tuple[list, dict]:
     """Replay several streams in one process, each on its own inputs, as :func:`replay` does one: ``members`` is a
     list of ``(stream, args, kwargs)``; returns each member's :class:`KernelRun` or the exception its replay raised
     (a malformed stream's :class:`StreamError`, the program's own error), and figures (``hits``/``misses``: reused
@@ -1289,7 +1292,14 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
 
     ``link``: this group's side of a channel to a group in another process (``core.channel``, opened by the
     grader's replay process): a Producer publishes member 0's products, a Consumer's products are taken as from a
-    member 0 before this group's own; the values are the same either way."""
+    member 0 before this group's own; the values are the same either way.
+
+    ``finished(k, run or exception, cpu_seconds, borrowed_seconds)``: called for ``members[k]`` as soon as its
+    replay ends (a :class:`KernelRun`, or the Exception it raised), in its own turn, before the next member's; its
+    entry in the list returned is then None and its figures are the ones passed.  A lockstep group's members end
+    at different times -- the batch-1 timed calls beside the batch-4 correctness calls after about a quarter of
+    the group's work -- and the grader's replay process writes each member's files as it ends, so that the
+    grader reads, judges and costs it while the others still run."""
     import gc
 
     from nkisim.core import runtime
@@ -1312,9 +1322,18 @@ def replay_group(members: list, *, mode: str = "full", target: str | None = None
             continue
         reps.append(rep)
 
-        def fn(rep=rep, args=args, kwargs=kwargs, tgt=tgt, sim=sim, hbm_dir=hbm_dir):
-            return run_kernel(rep, args, kwargs, mode=mode, target=target or tgt, frontend=rep.fe, simulate=sim,
-                              graded=graded, hbm_dir=hbm_dir)
+        def fn(rep=rep, args=args, kwargs=kwargs, tgt=tgt, sim=sim, hbm_dir=hbm_dir, k=k, i=len(fns)):
+            if finished is None:
+                return run_kernel(rep, args, kwargs, mode=mode, target=target or tgt, frontend=rep.fe,
+                                  simulate=sim, graded=graded, hbm_dir=hbm_dir)
+            t0 = time.thread_time()
+            try:
+                got = run_kernel(rep, args, kwargs, mode=mode, target=target or tgt, frontend=rep.fe, simulate=sim,
+                                 graded=graded, hbm_dir=hbm_dir)
+            except Exception as exc:  # noqa: BLE001 - the member's own error, handed over as run() would report it
+                got = exc
+            finished(k, got, time.thread_time() - t0, group.borrowed[i + remote])
+            return None
 
         fns.append(fn)
     live = [r for r in reps if isinstance(r, _Replayer)]

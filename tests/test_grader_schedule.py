@@ -324,6 +324,89 @@ def test_a_test_no_other_requires_gives_up_its_worker_once_its_calls_are_made(tm
             grading.servers.close()
 
 
+def test_a_timed_call_judged_as_its_member_ended_is_not_judged_again_when_its_group_returns(tmp_path, monkeypatch):
+    """runner.run_group hands a member's run over as soon as it ends (``early``), and the grading judges and costs a
+    timed call then; when the group returns with that same run, it is not judged a second time; another run of the
+    call (the group's process failed, the call was made again) is."""
+    from grader.runner import CaseRun
+
+    grading, rubric = _staff_grading(tmp_path, 2)
+    calls: list[tuple[str, object]] = []
+
+    def judge(test, case, shared, run):
+        calls.append((test.id, run))
+        return None, None
+
+    monkeypatch.setattr(grading, "_judge_timed", judge)
+    timed = next(t for t in rubric.tests if t.kind == "performance")
+    member = (timed, 0, timed.cases[0])
+    try:
+        run = CaseRun("ok", trace=object())
+        grading._judge_ahead([member], [run])  # as its member ended (early)
+        grading.judged_ahead[(timed.id, 0)][1].result()
+        grading._judge_ahead([member], [run])  # the group returned with it
+        assert calls == [(timed.id, run)]
+        other = CaseRun("ok", trace=object())
+        grading._judge_ahead([member], [other])
+        grading.judged_ahead[(timed.id, 0)][1].result()
+        assert calls == [(timed.id, run), (timed.id, other)] and grading.judged_ahead[(timed.id, 0)][0] is other
+    finally:
+        grading.judge_pool.shutdown(wait=True)
+        if grading.servers is not None:
+            grading.servers.close()
+
+
+def test_a_correctness_call_is_judged_as_its_member_ends_and_its_test_takes_that_verdict(tmp_path, monkeypatch):
+    """A correctness call's output is judged as soon as its member of the group ends (``early``: correctness=True),
+    never when the group returns (its test is about to judge it); its test takes that verdict for that run only,
+    and judges itself when the run differs, the judging failed, or it is still queued (taken back: not waited
+    for)."""
+    import threading
+
+    from grader.runner import CaseRun
+
+    grading, rubric = _staff_grading(tmp_path, 2)
+    calls: list[tuple[str, object]] = []
+    gate = threading.Event()
+
+    def judge(test, case, shared, run):
+        calls.append((test.id, run))
+        if run.message == "wait":
+            gate.wait(30)
+        if run.message == "fail":
+            raise RuntimeError("judging ahead failed")
+        return f"verdict of {test.id}"
+
+    monkeypatch.setattr(grading, "_judge_correct", judge)
+    plain, other = [t for t in rubric.tests if t.kind == "correctness"][:2]
+    member = (plain, 0, plain.cases[0])
+    try:
+        run = CaseRun("ok")
+        grading._judge_ahead([member], [run])  # the group returned: its test judges it
+        assert calls == [] and (plain.id, 0) not in grading.judged_ahead
+        grading._judge_ahead([member], [run], correctness=True)  # its member ended
+        assert grading._judged_ahead(plain, 0, run) == f"verdict of {plain.id}" and calls == [(plain.id, run)]
+        assert grading._judged_ahead(plain, 0, run) is None  # taken once
+        grading._judge_ahead([member], [run], correctness=True)
+        assert grading._judged_ahead(plain, 0, CaseRun("ok")) is None  # another run of the call
+        grading._judge_ahead([member], [CaseRun("ok", message="fail")], correctness=True)
+        failed = grading.judged_ahead[(plain.id, 0)][0]
+        assert grading._judged_ahead(plain, 0, failed) is None
+        # both judging threads busy: the third call's judging is still queued when its test asks, and taken back
+        busy = [CaseRun("ok", message="wait"), CaseRun("ok", message="wait")]
+        grading._judge_ahead([member, (other, 0, other.cases[0])], busy, correctness=True)
+        queued = CaseRun("ok")
+        third = next(t for t in rubric.tests if t.kind == "correctness" and t not in (plain, other))
+        grading._judge_ahead([(third, 0, third.cases[0])], [queued], correctness=True)
+        future = grading.judged_ahead[(third.id, 0)][1]
+        assert grading._judged_ahead(third, 0, queued) is None and future.cancelled()
+    finally:
+        gate.set()
+        grading.judge_pool.shutdown(wait=True)
+        if grading.servers is not None:
+            grading.servers.close()
+
+
 @pytest.mark.slow
 def test_timed_calls_judged_as_their_group_returns_give_what_their_tests_give(tmp_path, monkeypatch):
     """Several workers: a group's timed calls (made ahead or with the correctness calls) are judged and costed in a

@@ -432,3 +432,94 @@ def test_a_group_s_byte_identical_traces_are_parsed_once(tmp_path, limits, monke
     a, b, c = (r.trace for r in runs)
     assert a is not b and a.instrs[0] is not b.instrs[0] and a.instrs[0] == b.instrs[0]
     assert c.instrs[0].where == "a.py:2" and a.instrs[0].where == "a.py:1"
+
+
+def _write_member(out: Path, k: int, inv, data: bytes, cpu: float = 0.1) -> None:
+    """Member ``k``'s files as grader/child.py writes them when its replay ends: outputs and trace, status last."""
+    mdir = out / f"m{k}"
+    mdir.mkdir(parents=True)
+    np.save(mdir / "output_0.npy", np.full(inv.out_shape, k, dtype=inv.out_dtype))
+    (mdir / "trace.bin").write_bytes(data)
+    (mdir / "status.tmp").write_text(json.dumps({"ok": True, "stage": "done", "cpu_seconds": cpu,
+                                                "kernel_seconds": cpu, "borrowed_seconds": 0.0}))
+    (mdir / "status.tmp").rename(mdir / "status.json")
+
+
+def _wait_for(cond, timeout: float = 30.0) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_group_s_members_are_read_as_they_end_and_kept_when_the_process_ends_well(tmp_path, limits, monkeypatch):
+    """runner._MemberWatch: a member is read (outputs mapped, trace parsed) and handed to ``early`` as soon as its
+    status.json exists, while the process runs; when the process ends well its outcome is that very run, with the
+    process's figures, its trace not parsed again; a process that failed, or the time guard, decides as before."""
+    from nkisim.core import traceio
+    from nkisim.perf.synth import TraceBuilder
+
+    def trace_bytes(where: str) -> bytes:
+        tb = TraceBuilder("trn2", "conv")
+        tb.dma(tb.hbm(128, 512), tb.sbuf(128, 512), where=where)
+        return traceio.dumps(tb.trace)
+
+    parsed: list[bytes] = []
+    real = traceio.loads
+    monkeypatch.setattr(traceio, "loads", lambda data: parsed.append(data) or real(data))
+    invs = _invs()[:3]
+    traces = [trace_bytes("a.py:1"), trace_bytes("a.py:1"), trace_bytes("a.py:2")]
+    early: list = []
+    watch = runner._MemberWatch(invs, [60.0] * 3, limits, True, "part2/conv2d.py",
+                                lambda k, run: early.append((k, run)))
+    watch.start(tmp_path)
+    try:
+        _write_member(tmp_path, 2, invs[2], traces[2])
+        _wait_for(lambda: len(early) == 1)
+        assert early[0][0] == 2 and early[0][1].verdict == "ok" and early[0][1].trace.instrs[0].where == "a.py:2"
+        assert float(early[0][1].outputs[0].reshape(-1)[0]) == 2.0
+        _write_member(tmp_path, 0, invs[0], traces[0])
+        _wait_for(lambda: len(early) == 2)
+    finally:
+        watch.stop()
+    # member 1 ended after the last look: read when the process has ended, its trace a clone of member 0's
+    _write_member(tmp_path, 1, invs[1], traces[1])
+    (tmp_path / "status.json").write_text(json.dumps({"ok": True, "group": {"hits": 2, "misses": 1},
+                                                      "jail": ["pid-namespace"]}))
+    proc = ProcessResult(returncode=0, timed_out=False, wall_seconds=3.0, output_tail="tail", features=("cgroup",))
+    runs = runner._collect_group(proc, tmp_path, invs, [60.0] * 3, "conv2d.py", limits, True, "part2/conv2d.py",
+                                 {"hits": 0, "misses": 0}, watch)
+    assert runs[2] is early[0][1] and runs[0] is early[1][1] and all(runs[1] is not r for _, r in early)
+    assert len(parsed) == 2  # each distinct trace once: none again after the process, member 1's a clone
+    for k, run in enumerate(runs):
+        # the fields _collect takes from the process, as a member read after the process has them
+        assert run.verdict == "ok" and run.wall_seconds == 1.0 and run.output_tail == "tail"
+        assert run.features == ("cgroup", "pid-namespace") and run.cpu_seconds == 0.1
+        assert float(run.outputs[0].reshape(-1)[0]) == float(k)
+    # the time guard still sends a member to run alone, read early or not
+    guarded = runner._MemberWatch(invs, [60.0] * 3, limits, True, "x", None)
+    guarded.runs = dict(watch.runs)
+    heavy = ProcessResult(returncode=0, timed_out=False, wall_seconds=300.0, output_tail="")
+    assert runner._collect_group(heavy, tmp_path, invs, [60.0] * 3, "conv2d.py", limits, True, "x",
+                                 {"hits": 0, "misses": 0}, guarded) == [None] * 3
+    # a process that failed gives no member its outcome, whatever was read while it ran
+    failed = ProcessResult(returncode=-9, timed_out=False, wall_seconds=3.0, output_tail="", signal_name="SIGKILL")
+    assert runner._collect_group(failed, tmp_path, invs, [60.0] * 3, "conv2d.py", limits, True, "x", {},
+                                 guarded) is None
+
+
+def test_a_group_gives_each_call_early_the_run_it_returns(limits, tmp_path):
+    """run_group(early=): every member's run is handed over once its member of the group's process has ended, and
+    is the outcome the call gets (the same object, as a separate run of it gives it)."""
+    invs = _invs()
+    early: dict = {}
+    grouped, figures = runner.run_group(STAFF_CONV, "part2/conv2d.py", "fused_conv2d_maxpool", invs, [60.0] * 3,
+                                        want_trace=True, target="trn2", limits=limits, tmp_root=str(tmp_path),
+                                        early=lambda k, run: early.setdefault(k, run))
+    assert sorted(early) == [0, 1, 2] and figures["alone"] == 0
+    assert all(grouped[k] is early[k] and grouped[k].trace is not None for k in early)
+    for alone, got in zip(_alone(STAFF_CONV, invs, limits, tmp_path), grouped, strict=True):
+        assert_same_outcome(alone, got)
+    assert not list(tmp_path.iterdir()), "run directories must be removed"

@@ -172,6 +172,45 @@ def test_without_sharing_the_members_run_one_after_another_with_the_same_results
     assert figures["hits"] == figures["misses"] == 0
 
 
+@pytest.mark.parametrize("share", [True, False], ids=["lockstep", "one-after-another"])
+def test_each_member_is_handed_over_as_soon_as_it_ends(share, monkeypatch):
+    """replay_group(finished=): each member's run (or the Exception it raised), its CPU and borrowed seconds are
+    handed over in its own turn as it ends, before the members still running end (the grader's replay process
+    writes it then, round 12); its returned entry is None; values and traces are its run alone's."""
+    monkeypatch.setattr(sharing, "WINDOW", 2)
+    big = _conv_members(CONV, 4, 128, 128, 32, 16, np.float32, variants=(("random", 1), ("random", 2)))
+    # the batch-1 timed calls beside the batch-4 ones: the first image of the same X, the same W
+    x1 = big[0][1][0][:1].copy()
+    small = [(s, [x1, *args[1:]], kw) for s, args, kw in
+             (_conv_members(CONV, 1, 128, 128, 32, 16, np.float32, variants=(("random", 1),))[0],)]
+    small = [(stream.loads(stream.dumps(stream.record(CONV.fused_conv2d_maxpool, args, kw)[0])), args, kw)
+             for _, args, kw in small]
+    broken = (_break_midway(big[0][0]), big[0][1], big[0][2])
+    members = [big[0], small[0], broken, big[1]]
+    order: list = []
+
+    def finished(k, got, cpu, borrowed):
+        order.append((k, got, cpu, borrowed, len(order)))
+
+    grouped, figures = stream.replay_group(members, share=share, finished=finished)
+    assert grouped == [None] * 4
+    ended = {k: (got, cpu, borrowed, i) for k, got, cpu, borrowed, i in order}
+    assert sorted(ended) == [0, 1, 2, 3]
+    if share:
+        # the batch-1 member makes a quarter of the matmuls: it ends first, the batch-4 members after it
+        assert order[0][0] == 1 and ended[2][3] < ended[0][3] and ended[2][3] < ended[3][3]
+        assert ended[0][3] < ended[3][3]  # the leader ends before the member that reuses its products
+        assert ended[3][2] > 0.0 and ended[0][2] == 0.0  # the pooling member reused the leader's products
+        assert figures["hits"] > 0
+    else:
+        assert [k for k, *_ in order] == [0, 1, 2, 3]
+    assert isinstance(ended[2][0], stream.StreamError) and "malformed function index" in str(ended[2][0])
+    for k, alone in zip((0, 1, 3), _alone([big[0], small[0], big[1]]), strict=True):
+        _same(alone, ended[k][0])
+        assert ended[k][1] > 0.0
+    assert context._STACK == []
+
+
 def test_same_bits_is_bitwise():
     a = np.array([[0.0, 1.0], [np.nan, 2.0]], np.float32)
     b = a.copy()
