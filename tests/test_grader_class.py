@@ -712,3 +712,21 @@ def test_input_digests_are_made_when_a_persistent_reference_is_looked_up_and_onc
     np.testing.assert_array_equal(got, conv.conv2d_reference(small.inv, "float64"))
     np.testing.assert_array_equal(problem.expected(later, big, "float64"), conv.conv2d_reference(big.inv, "float64"))
     assert later.stats.from_disk == 2 and later.stats.computed == 0
+
+
+@pytest.mark.parametrize("slice_", [1, 3, 1000, conv.DRAW_SLICE])
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_conv_inputs_are_the_streams_draws_however_a_float16_x_is_cut(monkeypatch, slice_, dtype):
+    """conv2d_data draws a float16 X a slice at a time into a small float32 buffer: the values are those of one
+    whole float32 draw cast to float16 (the generator's stream does not depend on how it is cut, odd slices
+    included: PCG64 keeps the unused half of a 64-bit output for the next float32), so are W and the bias seed."""
+    monkeypatch.setattr(conv, "DRAW_SLICE", slice_)
+    case = dict(batch=3, in_channels=5, out_channels=2, height=11, width=9, kernel=3, pool=1, bias="random",
+                dtype=dtype)
+    x, w, bias_seed = conv.conv2d_data(case, 123)
+    rng = np.random.default_rng(123)
+    want_w = rng.random((2, 5, 3, 3), dtype=np.float32).astype(dtype)
+    want_seed = int(rng.integers(0, 2**63))
+    want_x = rng.random((3, 5, 11, 9), dtype=np.float32).astype(dtype)
+    assert x.dtype == want_x.dtype and w.dtype == want_w.dtype and bias_seed == want_seed
+    assert x.tobytes() == want_x.tobytes() and w.tobytes() == want_w.tobytes()
