@@ -243,6 +243,12 @@ class KernelServers:
         self._drawn: dict[int, tuple[np.ndarray, str]] = {}  # input_array's files, until input_file names them
         self._inputs_dir: Path | None = None
         self._inputs_lock = threading.Lock()
+        # prepared output files (prepare_outputs), complete, by (shape, dtype), until a group's replay takes them
+        self._ready: dict[tuple[tuple[int, ...], str], list[str]] = {}
+        self._closed = False
+        self._wanted: set[tuple[tuple[int, ...], str]] = set()  # what prepare_outputs was asked for
+        self._taking = False  # a group asked for one of them: prepare_outputs makes no more
+        self.outputs_prepared = self.outputs_taken = 0
 
     @staticmethod
     def enabled() -> bool:
@@ -377,6 +383,74 @@ class KernelServers:
             self._drawn[id(arr)] = (arr, str(path))
         return arr
 
+    def prepare_outputs(self, shapes: list[tuple[tuple[int, ...], np.dtype]]) -> None:
+        """Write a poisoned ``.npy`` file for each (shape, dtype) of ``shapes`` (``nkisim.core.buffers
+        .write_ready_file``), for a group replay to take as a member's output (:meth:`take_output`) instead of
+        making and filling one in its process: the 224x224 group's outputs are 525 MB of fresh tmpfs pages, which
+        cost its process 0.35-0.45 CPU s (fallocate, first touches, the poison fill) on the grading's critical path,
+        while a core idles beside the screen and the import check.  For a thread at the lowest priority
+        (grader/pipeline.py ``early_outputs``); stops at the first failure (a full tmpfs: the replays make their
+        own as before), once a group asks for one of them (:meth:`take_output`: later files would be taken by
+        no one) or once the grading closes.  The files are in the shared inputs' directory (0711, each 0600:
+        only the grader reads or writes them, and every process that runs the kernel's Python masks the directory,
+        L3) until taken."""
+        from nkisim.core import buffers
+
+        with self._inputs_lock:
+            self._wanted.update((tuple(int(d) for d in shape), np.dtype(dtype).str) for shape, dtype in shapes)
+        for shape, dtype in shapes:
+            dt = np.dtype(dtype)
+            if int(np.prod(shape, dtype=np.int64)) * dt.itemsize < buffers.HBM_FILE_BYTES:
+                continue  # a replay keeps a tensor this small in memory (no file to take)
+            with self._inputs_lock:
+                if self._closed or self._taking:  # late: the group took what was ready and made the rest itself
+                    return
+                path = self._make_inputs_dir() / f"out-{secrets.token_hex(16)}.npy"
+            try:
+                with timeline.span("output_file", f"{'x'.join(str(int(d)) for d in shape)} prepared"):
+                    buffers.write_ready_file(str(path), shape, dt)
+                os.chmod(path, 0o600)
+            except (OSError, ValueError):
+                return
+            with self._inputs_lock:
+                if self._closed:  # the directory went with close(): nothing to register
+                    return
+                self._ready.setdefault((tuple(int(d) for d in shape), dt.str), []).append(str(path))
+                self.outputs_prepared += 1
+
+    def take_output(self, shape: tuple[int, ...], dtype: np.dtype, member_dir: Path) -> bool:
+        """Move a prepared output file of ``shape`` and ``dtype`` (:meth:`prepare_outputs`), if one is complete,
+        into ``member_dir`` (a group member's output directory, made here as the replay would make it, owned by the
+        replay's uid) under the name ``nkisim.core.buffers.ready_file_name`` gives it: the member's replay takes it
+        as the first HBM tensor of that shape and dtype it makes (``run_kernel(hbm_dir=)``)."""
+        from nkisim.core import buffers
+
+        dt = np.dtype(dtype)
+        key = (tuple(int(d) for d in shape), dt.str)
+        with self._inputs_lock:
+            # the group the files were prepared for starts: a file made after now would be made for nothing (under
+            # load the lowest priority may get no CPU before the group starts; then none is taken or made)
+            self._taking = self._taking or key in self._wanted
+            ready = self._ready.get(key)
+            path = ready.pop() if ready else None
+        if path is None:
+            return False
+        iso = detect_isolation()
+        try:
+            member_dir.mkdir(exist_ok=True)
+            target = member_dir / buffers.ready_file_name(shape, dt)
+            os.rename(path, target)
+            if iso.uid is not None:
+                for p in (member_dir, target):
+                    os.chown(p, iso.uid, iso.gid)
+                os.chmod(member_dir, 0o700)
+        except OSError:
+            Path(path).unlink(missing_ok=True)
+            return False
+        with self._inputs_lock:
+            self.outputs_taken += 1
+        return True
+
     def _make_inputs_dir(self) -> Path:
         if self._inputs_dir is None:
             # read by replays alone (a specializing child gets shapes, and its jail masks this directory): tmpfs
@@ -399,7 +473,9 @@ class KernelServers:
 
     def as_timings(self) -> dict[str, float]:
         """For result.json's timings: sandboxed process start-ups and kernel calls (import checks included)."""
-        return {"processes:started": float(self.started + self.one_off), "processes:calls": float(self.calls)}
+        return {"processes:started": float(self.started + self.one_off), "processes:calls": float(self.calls),
+                **({"outputs:prepared": float(self.outputs_prepared), "outputs:taken": float(self.outputs_taken)}
+                   if self.outputs_prepared else {})}
 
     def close(self) -> None:
         for thread in self._prestart:
@@ -410,8 +486,10 @@ class KernelServers:
             self._discard(item)
         warmstart.discard()  # an early server this grading did not use: reaped within it, its CPU counted
         with self._inputs_lock:
+            self._closed = True
             self._inputs.clear()
             self._drawn.clear()
+            self._ready.clear()
             if self._inputs_dir is not None:
                 shutil.rmtree(self._inputs_dir, ignore_errors=True)
                 self._inputs_dir = None
@@ -531,8 +609,11 @@ def _launch(
                                      clock_file=clock_file, private_dir=str(root), student=student_python)
             except ServerGone:
                 proc = None  # the call runs in a process of its own below, from an empty output directory
-                for leftover in out_dir.iterdir():
-                    leftover.unlink()
+                for leftover in out_dir.iterdir():  # a group member's directory too (its prepared output)
+                    if leftover.is_dir() and not leftover.is_symlink():
+                        shutil.rmtree(leftover)
+                    else:
+                        leftover.unlink()
             finally:
                 servers.release(served)
         if servers is not None:
@@ -933,6 +1014,8 @@ def _group_inputs(in_dir: Path, out_dir: Path, members: list[tuple[Invocation, b
         sfile = in_dir / f"stream{k}.json"
         sfile.write_bytes(shipped or b"")
         os.chmod(sfile, 0o644)
+        if servers is not None and shipped:  # its output's file, prepared and poisoned already, if there is one
+            servers.take_output(tuple(inv.out_shape), inv.out_dtype, out_dir / f"m{k}")
         group.append({"stream_file": str(sfile), "inputs": paths, "kwargs": inv.kwargs,
                       "out_dir": str(out_dir / f"m{k}")})
     return {"group": group}

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -493,3 +494,129 @@ def test_a_slot_is_kept_for_the_critical_group_until_it_takes_one():
     slots.reserve(-1)  # no test made the group: the slot is free again
     with slots.hold(1, label="a"), slots.hold(1, label="b"):
         assert slots.busy == 2
+
+
+@pytest.mark.slow
+def test_a_calls_outputs_are_freed_once_judged(tmp_path, monkeypatch):
+    """A call's output map is dropped as soon as its verdict is computed, in the judging thread (pipeline
+    ``_release_outputs``), not when the grading ends: kept in its group's runs, the 224x224 group's three batch-4
+    outputs (460 MB of tmpfs pages) were unmapped and freed in the grading's last step, on one core.  Checked when
+    the grading closes (before its group's runs are dropped): no output that was judged is still alive, and the
+    results are those of a grading that keeps them."""
+    import weakref
+
+    import grader.pipeline as pipeline
+
+    rubric = conv_timed_rubric(tmp_path)
+    sub = tmp_path / "sub"
+    (sub / "part2").mkdir(parents=True)
+    (sub / "part2" / "conv2d.py").write_bytes(STAFF_CONV)
+    judged: list[weakref.ref] = []
+    alive_at_close: list[int] = []
+    real_judge, real_settle = pipeline.judge_output, problems.settle
+
+    def judge(outputs, *args, **kw):
+        judged.extend(weakref.ref(o) for o in outputs)
+        return real_judge(outputs, *args, **kw)
+
+    def settle():
+        import gc
+
+        gc.collect()
+        alive_at_close.append(sum(1 for r in judged if r() is not None))
+        return real_settle()
+
+    monkeypatch.setattr(pipeline, "judge_output", judge)
+    monkeypatch.setattr(problems, "settle", settle)
+    config = GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=2, tmp_root=str(tmp_path))
+    record = grade_submission(sub, None, config)
+    assert record.status == "graded"
+    grouped = [t for t in record.tests if t.kind == "correctness"]
+    assert len(judged) >= len(grouped) >= 3 and alive_at_close == [0]
+    monkeypatch.setattr(pipeline, "_release_outputs", lambda run: None)  # the old behaviour: kept to the end
+    judged.clear()
+    kept = grade_submission(sub, None, config)
+    assert alive_at_close[1] >= len(grouped)  # the group's runs held them: the check above can fail
+    assert record_results(kept) == record_results(record)
+
+
+def test_prepared_output_files_are_poisoned_taken_once_and_not_made_after_close(tmp_path, limits):
+    """``KernelServers.prepare_outputs`` writes, in the grading's shared inputs' directory, a poisoned .npy file
+    per (shape, dtype) -- np.save's bytes of an all-NaN array -- and ``take_output`` moves a complete one into a
+    group member's output directory under the name nkisim's replay takes it by (``buffers.ready_file_name``),
+    each file once; a shape nothing was prepared for is not taken.  Once a group asked for a prepared shape, and
+    after the grading closes, nothing more is prepared."""
+    from nkisim.core import buffers
+
+    servers = runner.KernelServers(target="trn2", limits=limits, tmp_root=str(tmp_path))
+    try:
+        servers.prepare_outputs([((2, 3, 50000), np.dtype(np.float32))] * 2)
+        member = tmp_path / "out" / "m0"
+        member.parent.mkdir()
+        assert not servers.take_output((2, 3, 4), np.dtype(np.float32), member)
+        for _ in range(2):
+            assert servers.take_output((2, 3, 50000), np.dtype(np.float32), member)
+            taken = member / buffers.ready_file_name((2, 3, 50000), np.float32)
+            np.save(tmp_path / "nan.npy", np.full((2, 3, 50000), np.nan, np.float32))
+            assert taken.read_bytes() == (tmp_path / "nan.npy").read_bytes()
+            taken.unlink()
+        assert not servers.take_output((2, 3, 50000), np.dtype(np.float32), member)  # each taken once
+        inputs_dir = servers.inputs_dirs()[0]
+        # once a group asked for what was wanted, nothing more is made (it would be taken by no one)
+        servers.prepare_outputs([((2, 3, 50000), np.dtype(np.float32))])
+        assert not servers.take_output((2, 3, 50000), np.dtype(np.float32), member)
+        assert not list(Path(inputs_dir).glob("out-*"))
+    finally:
+        servers.close()
+    servers.prepare_outputs([((2, 3, 50000), np.dtype(np.float32))])
+    assert not os.path.exists(inputs_dir) and not servers.take_output((2, 3, 50000), np.dtype(np.float32), member)
+
+
+@pytest.mark.slow
+def test_a_group_takes_its_prepared_outputs_and_gives_the_same_results(tmp_path, monkeypatch):
+    """The grouped calls' outputs prepared ahead (``_Grading._early_outputs``, here made before the grading goes
+    on rather than in a background thread, so that they are complete when the group starts) are taken by the
+    group's members, and the grading's results are those of a grading whose replays make their own files."""
+    from grader_helpers import conv_rubric, conv_test_toml
+
+    import grader.pipeline as pipeline
+
+    # outputs of 1 MiB or more (a replay keeps a smaller tensor in memory): the unpooled calls' 1.2 MB
+    cases = [{**case, "height": 36, "width": 36} for case in GROUP_CASES]
+    rubric = conv_rubric(tmp_path / "rubric.toml", *(conv_test_toml(f"conv.{k}", f"conv {k}", [c])
+                                                     for k, c in enumerate(cases)))
+    sub = tmp_path / "sub"
+    (sub / "part2").mkdir(parents=True)
+    (sub / "part2" / "conv2d.py").write_bytes(STAFF_CONV)
+    real_early, real_take = pipeline._Grading._early_outputs, runner.KernelServers.take_output
+    taken: list[bool] = []
+
+    def early(self, calls):
+        thread = real_early(self, calls)
+        if thread is not None:
+            thread.join()
+        return thread
+
+    def take(self, shape, dtype, member_dir):
+        taken.append(real_take(self, shape, dtype, member_dir))
+        return taken[-1]
+
+    left: list[str] = []
+    real_collect = runner._collect_group
+
+    def collect(proc, out_dir, *args):
+        left.extend(str(p) for p in out_dir.glob("m*/ready-*"))  # a prepared file no member took
+        return real_collect(proc, out_dir, *args)
+
+    monkeypatch.setattr(pipeline._Grading, "_early_outputs", early)
+    monkeypatch.setattr(runner.KernelServers, "take_output", take)
+    monkeypatch.setattr(runner, "_collect_group", collect)
+    config = GradeConfig(rubric_path=str(rubric), backend="nkisim", workers=2, tmp_root=str(tmp_path))
+    record = grade_submission(sub, None, config)
+    # the two unpooled members took theirs (the pooled output is smaller than a file), and each replay used it
+    assert record.status == "graded" and taken == [True, True, False] and not left
+    assert [t.status for t in record.tests] == ["passed"] * 3
+    assert (record.timings["outputs:prepared"], record.timings["outputs:taken"]) == (2, 2)
+    monkeypatch.setattr(runner.KernelServers, "take_output", lambda self, shape, dtype, member_dir: False)
+    own = grade_submission(sub, None, config)
+    assert record_results(own) == record_results(record)

@@ -133,6 +133,57 @@ def test_hbm_tensors_in_files_replay_exactly_and_an_output_is_its_file(tmp_path,
         assert buffers.hbm_file(_outputs(limited)[0]) is None
 
 
+@nki.jit
+def half_written(x):
+    """Stores x into the first columns of its output: the rest is never written (reads the HBM poison)."""
+    out = nl.ndarray((128, 4096), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.store(out[:, 0:512], value=t)
+    return out
+
+
+def test_a_prepared_hbm_file_is_taken_as_a_fresh_poisoned_tensor(tmp_path):
+    """A caller (the grader's group replays) may prepare a poisoned file for an HBM tensor it knows the run makes
+    (``buffers.write_ready_file`` under ``buffers.ready_file_name``): the first tensor of that shape and dtype that
+    gets a file takes it (renamed to the tensor's own name) as it is, without a second fill, so the run's values
+    are the same as with a fresh file -- the part the kernel never writes still reads the poison -- and the file's
+    bytes are np.save's of the output.  A prepared file whose array is not of its name's shape and dtype is
+    dropped, never used."""
+    from nkisim.core import buffers
+
+    x = RNG.standard_normal((128, 512)).astype(np.float32)
+    want = run_kernel(half_written, [x.copy()])
+    assert np.isnan(want.outputs[:, 512:]).all()
+    ready = tmp_path / buffers.ready_file_name((128, 4096), np.float32)
+    buffers.write_ready_file(str(ready), (128, 4096), np.float32)
+    assert ready.exists() and not list(tmp_path.glob("*.tmp"))
+    np.save(tmp_path / "poisoned.npy", np.full((128, 4096), np.nan, np.float32))
+    assert ready.read_bytes() == (tmp_path / "poisoned.npy").read_bytes()
+    inode = ready.stat().st_ino
+    got = run_kernel(half_written, [x.copy()], hbm_dir=str(tmp_path))
+    np.testing.assert_array_equal(got.outputs, want.outputs)
+    path = buffers.hbm_file(got.outputs)
+    assert path is not None and Path(path).stat().st_ino == inode and not ready.exists()
+    np.save(tmp_path / "want.npy", want.outputs)
+    assert Path(path).read_bytes() == (tmp_path / "want.npy").read_bytes()
+    # taken as it is: a prepared file's own NaN payload (here another NaN than the poison) is not filled over
+    marked = np.lib.format.open_memmap(ready, mode="w+", dtype=np.float32, shape=(128, 4096))
+    marked.view(np.uint32)[:] = 0x7FC00001
+    del marked
+    taken = run_kernel(half_written, [x.copy()], hbm_dir=str(tmp_path))
+    assert (taken.outputs[:, 512:].view(np.uint32) == 0x7FC00001).all()
+    np.testing.assert_array_equal(taken.outputs[:, :512], x)
+    # without a prepared file the tensor's own file is made and filled, as before
+    again = run_kernel(half_written, [x.copy()], hbm_dir=str(tmp_path))
+    assert (again.outputs[:, 512:].view(np.uint32) == want.outputs[:, 512:].view(np.uint32)).all()
+    assert buffers.hbm_file(again.outputs) is not None
+    # a file under a ready name that holds another array: dropped, and the tensor gets a fresh, filled file
+    np.save(ready, np.zeros((128, 512), np.float32))
+    forged = run_kernel(half_written, [x.copy()], hbm_dir=str(tmp_path))
+    np.testing.assert_array_equal(forged.outputs, want.outputs)
+    assert not ready.exists() and buffers.hbm_file(forged.outputs) is not None
+
+
 # ---- what the staff kernels do not use -------------------------------------------------------------------------
 @nki.jit
 def loops_and_registers(x, counts):

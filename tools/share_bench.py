@@ -1,7 +1,7 @@
 """The grader's three batch-4 correctness calls of a conv kernel replayed as one lockstep group against each alone.
 
     python tools/share_bench.py [--size 224] [--batch 4] [--pairs 1] [--prefix] [--kernel PATH]
-                                [--only both|alone|group|cross]
+                                [--only both|alone|group|cross] [--hbm-files]
 
 Records the kernel's programs for ``large`` (zero bias, no pooling), ``bias`` and ``maxpool`` (pool size 2) on one X
 and W, as the grader does (docs/grading.md, "Correctness calls replayed together"), then replays them alone
@@ -21,6 +21,7 @@ ends and each process's CPU seconds.  ``--only group`` prints the one group's wa
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -113,6 +114,59 @@ def _cross(members: list, prefix: bool, pair: int) -> None:
           f"{fig['misses']}, waited {fig['channel_wait']:.2f} s) (load {os.getloadavg()[0]:.2f})", flush=True)
 
 
+def _hbm_files(members: list, pairs: int) -> None:
+    """The group as the grader's replay runs it (``hbm_dirs`` on /dev/shm where it is a tmpfs): each member's HBM
+    tensors of 1 MiB or more are files, made and poisoned by the member (``own``) or, for its output, prepared
+    beforehand and taken (``prepared``: grader/runner.py ``KernelServers.prepare_outputs``, not timed); the group's
+    user and system CPU seconds (this process, every thread), alternating.  Outputs compared bit for bit."""
+    from nkisim.core import buffers
+
+    root = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    want = None
+    for pair in range(pairs):
+        for side in ("own", "prepared"):
+            base = tempfile.mkdtemp(prefix="share-bench-", dir=root)
+            dirs = [os.path.join(base, f"m{k}") for k in range(len(members))]
+            try:
+                for k, d in enumerate(dirs):
+                    os.makedirs(d)
+                    if side == "prepared":
+                        shape, dtype = _out_spec(members[k])
+                        if int(np.prod(shape)) * np.dtype(dtype).itemsize >= buffers.HBM_FILE_BYTES:
+                            buffers.write_ready_file(os.path.join(d, buffers.ready_file_name(shape, dtype)),
+                                                     shape, dtype)
+                time.sleep(1.0)
+                r0, w0 = os.times(), time.perf_counter()
+                runs, _ = stream.replay_group(members, hbm_dirs=dirs)
+                r1, w1 = os.times(), time.perf_counter()
+                for g in runs:
+                    if isinstance(g, BaseException):
+                        raise g
+                got = [hashlib.sha256(g.outputs.view(np.uint8)).hexdigest() for g in runs]
+                left = [f for d in dirs for f in os.listdir(d) if f.startswith(buffers.READY_PREFIX)]
+                del runs
+            finally:
+                shutil.rmtree(base, ignore_errors=True)
+            if want is None:
+                want = got
+            elif got != want:
+                print("DIFFERENT OUTPUTS", file=sys.stderr)
+                return 1
+            print(f"pair {pair + 1} {side:8s}: user {r1.user - r0.user:.2f} sys {r1.system - r0.system:.2f} CPU s, "
+                  f"{w1 - w0:.2f} s wall{'; prepared files not taken: ' + str(left) if left else ''} "
+                  f"(load {os.getloadavg()[0]:.2f})", flush=True)
+    print("outputs identical on both sides (bitwise)")
+    return 0
+
+
+def _out_spec(member) -> tuple:
+    """(shape, dtype) of a member's conv output: [batch, C_out, H - K + 1, W - K + 1] pooled, X's dtype."""
+    _, (x, w, _), kw = member
+    pool = int(kw.get("pool_size", 1))
+    ho, wo = x.shape[2] - w.shape[2] + 1, x.shape[3] - w.shape[3] + 1
+    return (x.shape[0], w.shape[0], ho // pool, wo // pool), x.dtype
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=224)
@@ -122,10 +176,15 @@ def main() -> int:
     ap.add_argument("--prefix", action="store_true", help="a batch-1 member (X's first image) first in the group")
     ap.add_argument("--kernel", type=Path, default=ROOT / "grader/reference/part2/conv2d.py")
     ap.add_argument("--only", choices=("both", "alone", "group", "cross"), default="both")
+    ap.add_argument("--hbm-files", action="store_true",
+                    help="instead: the group replayed with its HBM tensors in files (the grader's replays), each "
+                         "pair once making its own files and once taking output files prepared beforehand")
     ns = ap.parse_args()
     members = _members(_kernel(ns.kernel), ns.batch, ns.size, ns.channels, ns.prefix)
     print(f"{ns.kernel.name}: {len(members)} members, batch {ns.batch}, {ns.size}x{ns.size}, "
           f"{ns.channels} channels{' (first: batch-1 prefix)' if ns.prefix else ''}; load {os.getloadavg()[0]:.2f}")
+    if ns.hbm_files:
+        return _hbm_files(members, ns.pairs)
     for pair in range(ns.pairs):
         alone = None
         if ns.only in ("both", "alone"):

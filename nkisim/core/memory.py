@@ -522,7 +522,8 @@ def make_storage(shape: tuple[int, ...], pdim: int, dtype: np.dtype, fill, timin
     elif fill is None:
         # the poison (NaN, 4, True) is exact in every dtype: ndarray.fill gives np.full's bytes at half its cost
         base = (empty or np.empty)(phys_shape, dtype=dtype)
-        base.fill(dtypes.poison_value(dtype))
+        if empty is None or not getattr(empty, "ready", False):  # a prepared file is poisoned already
+            base.fill(dtypes.poison_value(dtype))
     else:
         base = np.full(phys_shape, fill, dtype=dtype)
     view = np.moveaxis(base, 0, pdim) if pdim else base
