@@ -239,9 +239,20 @@ class ReferenceStore:
         return value
 
     def peek(self, descriptor: dict[str, Any]) -> np.ndarray | None:
-        """The value under ``descriptor`` if this process or the disk cache has it; never computes."""
+        """The value under ``descriptor`` if this process or the disk cache has it; never computes.  When another
+        thread of this process is computing it right now (:meth:`get`), waits for that and returns it: a grading's
+        batch-1 timed calls may be judged while the reference thread is still computing the batch-4 convolution
+        they are the first image of (their group hands over each call as it ends), and computing theirs alone
+        instead cost 1.4 CPU s (58 GFLOP) for a value the slice gives."""
         address = self._address(descriptor)
-        hit = _MEMORY.get(("reference", address))
+        key = ("reference", address)
+        hit = _MEMORY.get(key)
+        if hit is None:
+            with _KEY_LOCKS_LOCK:
+                lock = _KEY_LOCKS.get(key)
+            if lock is not None and lock.locked():  # being made (memoised holds the key's lock while it makes it)
+                with lock:
+                    hit = _MEMORY.get(key)
         if hit is not None or self.dir is None:
             return hit
         try:

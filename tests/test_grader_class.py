@@ -730,3 +730,45 @@ def test_conv_inputs_are_the_streams_draws_however_a_float16_x_is_cut(monkeypatc
     want_x = rng.random((3, 5, 11, 9), dtype=np.float32).astype(dtype)
     assert x.dtype == want_x.dtype and w.dtype == want_w.dtype and bias_seed == want_seed
     assert x.tobytes() == want_x.tobytes() and w.tobytes() == want_w.tobytes()
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_smaller_batch_judged_while_the_larger_batch_s_convolution_is_made_waits_for_it(monkeypatch, tmp_path,
+                                                                                          persistent):
+    """The batch-1 timed calls may be judged while the reference thread is still computing the batch-4
+    convolution (their group hands over each call as it ends): their expected output waits for it and takes its
+    first image, instead of computing the batch-1 convolution alone (58 GFLOP in float64 for 224x224)."""
+    import time
+
+    refcache.clear_memory()
+    problem = problems.get("conv2d")
+    computed: list[tuple[int, ...]] = []
+    started, release = threading.Event(), threading.Event()
+    real = conv.conv2d_accumulate
+
+    def slow(x, w, *a, **kw):
+        computed.append(x.shape)
+        started.set()
+        assert release.wait(60)
+        return real(x, w, *a, **kw)
+
+    monkeypatch.setattr(conv, "conv2d_accumulate", slow)
+    (tmp_path / "cache").mkdir()
+    store = (refcache.ReferenceStore(tmp_path / "cache", b"k" * 32) if persistent
+             else refcache.ReferenceStore(None, None))
+    big = problem.shared_invocation(CONV_FOUR, 13)
+    small = problem.shared_invocation({**CONV_FOUR, "batch": 1, "pool": 2}, 13)
+    refs = threading.Thread(target=problem.expected, args=(store, big, "float64"))
+    refs.start()
+    assert started.wait(60)
+    got: list = []
+    judge_thread = threading.Thread(target=lambda: got.append(problem.expected(store, small, "float64")))
+    judge_thread.start()
+    time.sleep(0.3)
+    assert not got  # waiting for the batch-4 convolution
+    release.set()
+    refs.join(60)
+    judge_thread.join(60)
+    assert computed == [(4, 4, 9, 7)]
+    release.set()
+    np.testing.assert_array_equal(got[0], conv.conv2d_reference(small.inv, "float64"))
