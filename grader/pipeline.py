@@ -165,6 +165,7 @@ class _Slots:
         self._seq = itertools.count()
         self._free = list(range(self.n))  # slot numbers, for the timeline (GRADER_TIMELINE)
         self.reserved = 0  # slots kept for critical groups not started yet (reserve)
+        self.first_until = 0.0  # until then (time.monotonic()), only critical calls start (keep_first)
 
     def reserve(self, delta: int) -> None:
         """Keep ``delta`` more (or, negative, fewer) slots for the grading's critical groups: until one takes its slot
@@ -176,6 +177,19 @@ class _Slots:
             self.reserved = max(0, self.reserved + delta)
             self._cv.notify_all()
 
+    def keep_first(self, seconds: float) -> None:
+        """Start no call but a critical one for the next ``seconds`` (0: from now on, again), the calls already
+        started going on: while the critical group's specializations run, which its process waits for, the small
+        calls of the other slot would take a share of the two cores from them (docs/grading.md, "round 12,
+        prestart").  Bounded, so that a critical specialization that hangs holds the others back no longer."""
+        with self._cv:
+            self.first_until = time.monotonic() + seconds if seconds > 0 else 0.0
+            self._cv.notify_all()
+
+    def _kept(self) -> float:
+        """Seconds left of keep_first's hold (0: none).  Under the lock."""
+        return max(0.0, self.first_until - time.monotonic()) if self.first_until else 0.0
+
     @contextmanager
     def hold(self, size: float, *, speculative: bool = False, label: str = "",
              critical: bool = False) -> Iterator[None]:
@@ -184,9 +198,13 @@ class _Slots:
         with self._cv:
             entry = (speculative, -float(size), next(self._seq))
             heapq.heappush(self._waiting, entry)
-            while (self.busy >= self.n - (0 if critical else self.reserved)) or self._waiting[0] != entry:
-                self._cv.wait()
-            heapq.heappop(self._waiting)
+            # while keep_first holds the others back, a critical call goes ahead of them in the queue too
+            while ((self.busy >= self.n - (0 if critical else self.reserved))
+                   or (self._waiting[0] != entry and not (critical and self._kept()))
+                   or (not critical and self._kept())):
+                self._cv.wait(None if critical else (self._kept() or None))
+            self._waiting.remove(entry)
+            heapq.heapify(self._waiting)
             if critical and self.reserved:
                 self.reserved -= 1
             self.busy += 1
@@ -224,7 +242,8 @@ class _Slots:
         """Block until a slot is free that no running test claims (True) or ``stop`` is set (False)."""
         with self._cv:
             while not stop.is_set():
-                if self.claims + self.ahead < self.n and self.busy < self.n - self.reserved and not self._waiting:
+                if (self.claims + self.ahead < self.n and self.busy < self.n - self.reserved and not self._waiting
+                        and not self._kept()):
                     return True
                 self._cv.wait(timeout)
         return False
@@ -316,6 +335,33 @@ def background_nice(workers: int) -> int:
     if not 0 <= nice <= 19:
         raise GraderError(f"GRADER_BACKGROUND_NICE must be an integer 0-19, got {nice}")
     return nice
+
+
+# how long, at most, the critical group's specializations hold the other calls back (Slots.keep_first): about what
+# they take on an idle machine (1.1-1.4 s).  Longer holds delay the niced calls more than they give the group where
+# those calls end last (a loaded machine: docs/grading.md, "round 12, prestart")
+CRITICAL_FIRST_S = 2.0
+# ... and only while the machine is not loaded: a 1-minute load average below this per worker (the grading's own
+# processes count: two workers' grading keeps it at 1.3-3 on an otherwise idle machine)
+CRITICAL_FIRST_MAX_LOAD = 2.0
+
+
+def critical_first(workers: int) -> bool:
+    """Whether the critical group's specializations start alone, the other calls waiting for them (at most
+    :data:`CRITICAL_FIRST_S`): ``GRADER_CRITICAL_FIRST`` ``0`` (the default: never, as before round 12), ``auto``
+    (when the 1-minute load average is below :data:`CRITICAL_FIRST_MAX_LOAD` per worker) or ``1`` (always).  Off by
+    default until measured on an idle machine: under load the niced calls off the critical path, not the group, end a
+    grading last, and holding them back made it longer; idle, the other slot's calls end 0.9-1.5 s before the group,
+    which a hold of about a second may eat into (docs/grading.md, "round 12, prestart")."""
+    raw = os.environ.get("GRADER_CRITICAL_FIRST", "0")
+    if raw not in ("auto", "0", "1"):
+        raise GraderError(f"GRADER_CRITICAL_FIRST must be auto, 0 or 1, got {raw!r}")
+    if raw != "auto":
+        return raw == "1"
+    try:
+        return os.getloadavg()[0] < CRITICAL_FIRST_MAX_LOAD * workers
+    except OSError:  # no load average here
+        return True
 
 
 def share_enabled(workers: int) -> bool:
@@ -591,6 +637,8 @@ class _Grading:
             # the cores from the critical group's specializations, which the group process waits for, while it
             # has seconds to spare (it is needed when the group ends); and a call whose specialization fails
             # needs no reference
+            if first:
+                self.slots.keep_first(0)  # the specializations are made: the other calls may start
             return prefetch(future.result())
 
         # the calls are specialized from their stand-ins while this grading generates their inputs (a 224x224
@@ -598,6 +646,7 @@ class _Grading:
         # inputs generates them first
         stand_ins = [problems.get(t.problem).stand_in(case) for t, _, case in members]
         maker: ThreadPoolExecutor | None = None
+        first = False  # other calls held back while this group's calls are specialized (Slots.keep_first)
         inputs: Any = None
         if all(s is not None for s in stand_ins):
             if self.servers is not None:
@@ -614,10 +663,17 @@ class _Grading:
             size = sum(float(a.size) for inv in invs for a in inv.args)
             label = ",".join(f"{t.id}#{i}" + ("?" * a) for (t, i, _), a in zip(members, speculative, strict=True))
             nice = self._nice_for(members)
+            critical = group in self.critical_units
+            # while the critical group's calls are specialized, which its process waits for, no other call starts
+            # (round 12): they would share the cores with them
+            first = (critical and inputs is made and bool(self.nice) and not nice
+                     and critical_first(self.config.workers))
             with self.slots.hold(size, speculative=all(speculative), label=label + f" nice {nice}" * bool(nice),
-                                 critical=group in self.critical_units), \
+                                 critical=critical), \
                     background(nice):
                 group.held = True
+                if first:
+                    self.slots.keep_first(CRITICAL_FIRST_S)
                 runs, figures = run_group(
                     self.sub.files[test0.file], test0.file, test0.function, invs,
                     [t.timeout_s * self.config.timeout_scale for t, _, _ in members], want_trace=self.want_trace,
@@ -631,6 +687,8 @@ class _Grading:
                     early=lambda k, run: self._judge_ahead([members[k]], [run], correctness=True),
                 )
         finally:
+            if first:
+                self.slots.keep_first(0)  # a specialization failed (made() never asked for the inputs)
             if maker is not None:
                 maker.shutdown(wait=True)
         with self._lock:

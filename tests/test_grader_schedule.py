@@ -26,7 +26,7 @@ from grader_helpers import (
 )
 
 import grader.runner as runner
-from grader import problems, sandbox, timeline
+from grader import pipeline, problems, sandbox, timeline
 from grader.pipeline import GraderError, background_nice, grade_submission
 from grader.records import GradeConfig
 from grader.rubric import load_rubric
@@ -160,6 +160,8 @@ def test_only_the_critical_group_keeps_the_graders_priority(tmp_path, monkeypatc
         return served(self, stdin_bytes, **kw)
 
     monkeypatch.setattr(sandbox.WarmServer, "run", serve)
+    monkeypatch.setenv("GRADER_CRITICAL_FIRST", "1")  # whatever the machine's load
+    monkeypatch.setattr(pipeline, "CRITICAL_FIRST_S", 600.0)  # however long the specializations take under load
     for nice in ("5", "0"):
         monkeypatch.setenv("GRADER_BACKGROUND_NICE", nice)
         monkeypatch.setenv(timeline.ENV, str(tmp_path / f"tl{nice}.json"))
@@ -177,6 +179,9 @@ def test_only_the_critical_group_keeps_the_graders_priority(tmp_path, monkeypatc
     specs = sorted((e["t0"], e["t1"]) for e in events if e["kind"] == "specialize" and e["thread"].startswith(
         "grader-specialize"))
     assert len(specs) >= 2 and specs[1][0] < specs[0][1]
+    # ... and no other call started while they ran (Slots.keep_first: they had the cores)
+    others = [e for e in events if e["kind"] == "slot" and e["name"] not in critical]
+    assert not [e for e in others if specs[0][0] < e["t0"] < max(t1 for _, t1 in specs)], others
     # ... and its float64 references computed only once they are made: the reference thread kept a third of the
     # cores from them while it had seconds to spare (the group's calls need it when they end)
     refs = [e for e in events if e["kind"] == "reference" and e["name"] in ("conv.plain", "conv.bias", "conv.pool")]
@@ -620,3 +625,61 @@ def test_a_group_takes_its_prepared_outputs_and_gives_the_same_results(tmp_path,
     monkeypatch.setattr(runner.KernelServers, "take_output", lambda self, shape, dtype, member_dir: False)
     own = grade_submission(sub, None, config)
     assert record_results(own) == record_results(record)
+
+
+def test_no_other_call_starts_while_the_critical_group_is_specialized():
+    """``_Slots.keep_first``: for its time, a call that is not critical waits even on a free slot (and a slot is not
+    idle for calls made ahead), a critical one starts; the hold ends when lifted or when its time is up."""
+    import threading
+    import time
+
+    from grader.pipeline import _Slots
+
+    slots = _Slots(2)
+    started: list[str] = []
+
+    def call(name: str, critical: bool = False) -> None:
+        with slots.hold(10, label=name, critical=critical):
+            started.append(name)
+
+    slots.keep_first(30)
+    small = threading.Thread(target=call, args=("small",))
+    small.start()
+    time.sleep(0.2)
+    assert started == []  # a free slot, but held back
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    assert not slots.wait_idle(stop, timeout=0.05)  # nor is a slot idle for the calls made ahead
+    call("critical", critical=True)
+    assert started == ["critical"]
+    time.sleep(0.1)
+    assert started == ["critical"]  # still held back
+    slots.keep_first(0)  # the specializations are made
+    small.join(10)
+    assert started == ["critical", "small"]
+    slots.keep_first(0.3)  # bounded: a hung specialization holds the others back no longer than this
+    t0 = time.monotonic()
+    call("late")
+    assert started[-1] == "late" and 0.25 <= time.monotonic() - t0 < 5
+    assert slots.wait_idle(threading.Event(), timeout=0.05)
+
+
+def test_the_critical_group_starts_alone_only_when_asked(monkeypatch):
+    """``GRADER_CRITICAL_FIRST``: 0 (the default) never holds the other calls back; auto only below two of load per
+    worker (under load the niced calls end a grading last, and holding them back made it longer); 1 always."""
+    monkeypatch.delenv("GRADER_CRITICAL_FIRST", raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert not pipeline.critical_first(2)
+    monkeypatch.setenv("GRADER_CRITICAL_FIRST", "auto")
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.9, 9.0, 9.0))
+    assert pipeline.critical_first(2) and not pipeline.critical_first(1)
+    monkeypatch.setattr(os, "getloadavg", lambda: (4.0, 0.0, 0.0))
+    assert not pipeline.critical_first(2)
+    monkeypatch.setenv("GRADER_CRITICAL_FIRST", "1")
+    assert pipeline.critical_first(2)
+    monkeypatch.setenv("GRADER_CRITICAL_FIRST", "0")
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert not pipeline.critical_first(2)
+    monkeypatch.setenv("GRADER_CRITICAL_FIRST", "yes")
+    with pytest.raises(GraderError, match="GRADER_CRITICAL_FIRST"):
+        pipeline.critical_first(2)
