@@ -844,8 +844,9 @@ class _Grading:
         """Prepare the output files of the critical calls (:meth:`early_inputs`'s, the 224x224 group's members), in
         a thread at the lowest priority started now (``KernelServers.prepare_outputs``): what a core left idle beside
         the screen and the import check does instead of the group's process on the critical path (docs/grading.md,
-        round 12, faults).  A file not complete when the group starts is made by the replay as before."""
-        if self.servers is None:
+        round 12, faults).  A file not complete when the group starts is made by the replay as before.
+        ``GRADER_PREPARE_OUTPUTS=0`` prepares none (for comparisons on one tree)."""
+        if self.servers is None or os.environ.get("GRADER_PREPARE_OUTPUTS", "1") == "0":
             return None
         shapes = []
         for t, case in calls:

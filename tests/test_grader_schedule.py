@@ -625,6 +625,13 @@ def test_a_group_takes_its_prepared_outputs_and_gives_the_same_results(tmp_path,
     monkeypatch.setattr(runner.KernelServers, "take_output", lambda self, shape, dtype, member_dir: False)
     own = grade_submission(sub, None, config)
     assert record_results(own) == record_results(record)
+    # GRADER_PREPARE_OUTPUTS=0: none prepared (the replays make their own)
+    monkeypatch.setattr(runner.KernelServers, "take_output", take)
+    monkeypatch.setenv("GRADER_PREPARE_OUTPUTS", "0")
+    taken.clear()
+    off = grade_submission(sub, None, config)
+    assert "outputs:prepared" not in off.timings and not any(taken)
+    assert record_results(off) == record_results(record)
 
 
 def test_no_other_call_starts_while_the_critical_group_is_specialized():
