@@ -364,6 +364,12 @@ def critical_first(workers: int) -> bool:
         return True
 
 
+# Threads judging calls ahead of their tests (_Grading._judge_ahead): the three batch-4 224x224 correctness outputs
+# end 0.1-0.4 s apart at the end of their group, and each is judged as it ends (NumPy, mostly without the GIL); a
+# timed pair made ahead takes two
+JUDGE_AHEAD_THREADS = 3
+
+
 def share_enabled(workers: int) -> bool:
     """Whether calls sharing X and W are made together (:meth:`_Grading.plan_groups`): by default, whatever the
     workers.  Round 6 grouped with one worker only: with two, a test waiting for the group held the other worker
@@ -423,11 +429,11 @@ class _Grading:
         self.share_figures = {"groups": 0, "calls": 0, "speculative": 0, "hits": 0, "misses": 0, "alone": 0}
         self.required = {r for t in rubric.tests for r in t.requires}  # tests other tests require
         self.critical_units: list[_CaseGroup] = []  # groups of the largest correctness calls (_run_scheduled)
-        # timed calls judged and costed as soon as their group returns (_judge_ahead): (test id, case) -> (the run,
-        # its (verdict, report))
-        self.judge_pool = (ThreadPoolExecutor(max_workers=2, thread_name_prefix="grader-judge-ahead")
+        # calls judged (timed ones costed too) as soon as their group returns or their member of it ends
+        # (_judge_ahead): (test id, case) -> (the run, its verdict, or (verdict, report) for a timed call)
+        self.judge_pool = (ThreadPoolExecutor(max_workers=JUDGE_AHEAD_THREADS, thread_name_prefix="grader-judge-ahead")
                            if config.workers > 1 else None)
-        self.judged_ahead: dict[tuple[str, int], tuple[CaseRun, Future[tuple[Any, Any]]]] = {}
+        self.judged_ahead: dict[tuple[str, int], tuple[CaseRun, Future[Any]]] = {}
         self._released = threading.local()  # this test's thread gave up its claim on a worker (_calls_made)
 
     # ------------------------------------------------------------------------------------------ screen ----

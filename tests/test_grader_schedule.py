@@ -369,6 +369,7 @@ def test_a_correctness_call_is_judged_as_its_member_ends_and_its_test_takes_that
     for)."""
     import threading
 
+    import grader.pipeline as pipeline
     from grader.runner import CaseRun
 
     grading, rubric = _staff_grading(tmp_path, 2)
@@ -398,14 +399,14 @@ def test_a_correctness_call_is_judged_as_its_member_ends_and_its_test_takes_that
         grading._judge_ahead([member], [CaseRun("ok", message="fail")], correctness=True)
         failed = grading.judged_ahead[(plain.id, 0)][0]
         assert grading._judged_ahead(plain, 0, failed) is None
-        # both judging threads busy: the third call's judging is still queued when its test asks, and taken back
-        busy = [CaseRun("ok", message="wait"), CaseRun("ok", message="wait")]
-        grading._judge_ahead([member, (other, 0, other.cases[0])], busy, correctness=True)
+        # every judging thread busy (other calls' judging): this call's is still queued when its test asks, and
+        # taken back
+        for _ in range(pipeline.JUDGE_AHEAD_THREADS):
+            grading.judge_pool.submit(gate.wait, 30)
         queued = CaseRun("ok")
-        third = next(t for t in rubric.tests if t.kind == "correctness" and t not in (plain, other))
-        grading._judge_ahead([(third, 0, third.cases[0])], [queued], correctness=True)
-        future = grading.judged_ahead[(third.id, 0)][1]
-        assert grading._judged_ahead(third, 0, queued) is None and future.cancelled()
+        grading._judge_ahead([(other, 0, other.cases[0])], [queued], correctness=True)
+        future = grading.judged_ahead[(other.id, 0)][1]
+        assert grading._judged_ahead(other, 0, queued) is None and future.cancelled()
     finally:
         gate.set()
         grading.judge_pool.shutdown(wait=True)
