@@ -426,6 +426,11 @@ class _Grading:
                                   if t.kind == "correctness" for c in t.cases), default=0) if self.nice else 0
         self.ref_pool = (ThreadPoolExecutor(max_workers=1, thread_name_prefix="grader-refs")
                          if config.workers > 1 else None)
+        # the reference computations started (_prefetch_reference), by (test id, id of the case): a call judged ahead
+        # waits for its own (_judge_ahead)
+        self.ref_futures: dict[tuple[str, int], Future[None]] = {}
+        self.judge_taken: set[tuple[str, int]] = set()  # calls whose tests asked for their judging (_judged_ahead)
+        self._judge_lock = threading.RLock()  # judged_ahead and judge_taken (a reference's callback may re-enter)
         self.share_figures = {"groups": 0, "calls": 0, "speculative": 0, "hits": 0, "misses": 0, "alone": 0}
         self.required = {r for t in rubric.tests for r in t.requires}  # tests other tests require
         self.critical_units: list[_CaseGroup] = []  # groups of the largest correctness calls (_run_scheduled)
@@ -920,20 +925,30 @@ class _Grading:
                 judge = self._judge_correct
             else:
                 continue
-            got = self.judged_ahead.get((t.id, i))
-            if got is not None and got[0] is run:
-                continue  # judged as soon as its member of the group ended (runner.run_group's ``early``)
-            try:
-                shared = self._invocation(t, case)  # the memo's: the group generated them
-                self.judged_ahead[(t.id, i)] = (run, self.judge_pool.submit(judge, t, case, shared, run))
-            except Exception:  # noqa: BLE001 - the test judges its call itself and reports what goes wrong
-                continue
+            with self._judge_lock:
+                got = self.judged_ahead.get((t.id, i))
+                if (got is not None and got[0] is run) or (t.id, i) in self.judge_taken:
+                    continue  # judged as soon as its member of the group ended (``early``), or its test judges it
+                ref = self.ref_futures.get((t.id, id(case)))
+                if ref is not None and not ref.done():
+                    # judged once the reference thread has made its reference: judging now would compute it again
+                    # in this thread (a batch-1 224x224 float64 convolution, 1.5 CPU s, where the reference thread
+                    # slices the batch-4 one's in 0.02 s)
+                    ref.add_done_callback(lambda _, m=(t, i, case), r=run: self._judge_ahead([m], [r], correctness))
+                    continue
+                try:
+                    shared = self._invocation(t, case)  # the memo's: the group generated them
+                    self.judged_ahead[(t.id, i)] = (run, self.judge_pool.submit(judge, t, case, shared, run))
+                except Exception:  # noqa: BLE001 - the test judges its call itself and reports what goes wrong
+                    continue
 
     def _judged_ahead(self, test: TestSpec, index: int, run: CaseRun) -> Any:
         """What :meth:`_judge_ahead` made of this test's call ``run``, or None (not judged ahead, judged ahead from
         another run, or that judging failed: the caller judges).  Not waited for while still queued behind other
         calls' judging: it is taken back, and the caller judges at once."""
-        ahead = self.judged_ahead.pop((test.id, index), None)
+        with self._judge_lock:
+            self.judge_taken.add((test.id, index))
+            ahead = self.judged_ahead.pop((test.id, index), None)
         if ahead is None or ahead[0] is not run or ahead[1].cancel():
             return None
         try:
@@ -982,7 +997,7 @@ class _Grading:
             except Exception:  # noqa: BLE001 - the judge computes it again and reports what goes wrong
                 pass
 
-        self.ref_pool.submit(compute)
+        self.ref_futures[(test.id, id(case))] = self.ref_pool.submit(compute)
 
     def _nice_for(self, calls: list[tuple[TestSpec, int, dict[str, Any]]]) -> int:
         """0 for calls on the grading's critical path (one of them a correctness call of the rubric's largest

@@ -394,8 +394,12 @@ def test_a_correctness_call_is_judged_as_its_member_ends_and_its_test_takes_that
         grading._judge_ahead([member], [run], correctness=True)  # its member ended
         assert grading._judged_ahead(plain, 0, run) == f"verdict of {plain.id}" and calls == [(plain.id, run)]
         assert grading._judged_ahead(plain, 0, run) is None  # taken once
+        grading._judge_ahead([member], [CaseRun("ok")], correctness=True)  # its test has judged it: not again
+        assert len(calls) == 1 and (plain.id, 0) not in grading.judged_ahead
+        grading.judge_taken.clear()  # (the same test's call again, for the cases below)
         grading._judge_ahead([member], [run], correctness=True)
         assert grading._judged_ahead(plain, 0, CaseRun("ok")) is None  # another run of the call
+        grading.judge_taken.clear()
         grading._judge_ahead([member], [CaseRun("ok", message="fail")], correctness=True)
         failed = grading.judged_ahead[(plain.id, 0)][0]
         assert grading._judged_ahead(plain, 0, failed) is None
@@ -409,6 +413,38 @@ def test_a_correctness_call_is_judged_as_its_member_ends_and_its_test_takes_that
         assert grading._judged_ahead(other, 0, queued) is None and future.cancelled()
     finally:
         gate.set()
+        grading.judge_pool.shutdown(wait=True)
+        if grading.servers is not None:
+            grading.servers.close()
+
+
+def test_a_call_is_judged_ahead_only_once_its_reference_is_made(tmp_path, monkeypatch):
+    """A call handed over before the reference thread made its reference (a batch-1 timed member ends a quarter of
+    the way through the group, while the thread makes the batch-4 float64 convolution the batch-1 one is sliced
+    from) is judged once that reference is made, not at once: judging computed the batch-1 convolution again
+    (1.5 CPU s).  One whose test has asked by then is left to its test."""
+    from concurrent.futures import Future
+
+    from grader.runner import CaseRun
+
+    grading, rubric = _staff_grading(tmp_path, 2)
+    calls: list[tuple[str, object]] = []
+    monkeypatch.setattr(grading, "_judge_timed", lambda test, case, shared, run: calls.append((test.id, run)))
+    timed = [t for t in rubric.tests if t.kind == "performance"][:2]
+    refs = [Future(), Future()]
+    for t, ref in zip(timed, refs, strict=True):
+        grading.ref_futures[(t.id, id(t.cases[0]))] = ref
+    runs = [CaseRun("ok", trace=object()), CaseRun("ok", trace=object())]
+    try:
+        grading._judge_ahead([(t, 0, t.cases[0]) for t in timed], runs, correctness=True)
+        assert calls == [] and not grading.judged_ahead
+        refs[0].set_result(None)  # the reference thread made the first one's
+        grading.judged_ahead[(timed[0].id, 0)][1].result()
+        assert calls == [(timed[0].id, runs[0])]
+        assert grading._judged_ahead(timed[1], 0, runs[1]) is None  # its test asked first: it judges itself
+        refs[1].set_result(None)
+        assert calls == [(timed[0].id, runs[0])] and (timed[1].id, 0) not in grading.judged_ahead
+    finally:
         grading.judge_pool.shutdown(wait=True)
         if grading.servers is not None:
             grading.servers.close()
