@@ -727,3 +727,42 @@ def test_the_critical_group_starts_alone_only_when_asked(monkeypatch):
     monkeypatch.setenv("GRADER_CRITICAL_FIRST", "yes")
     with pytest.raises(GraderError, match="GRADER_CRITICAL_FIRST"):
         pipeline.critical_first(2)
+
+
+def test_the_critical_groups_tests_are_started_first(monkeypatch):
+    """``_run_scheduled`` starts the tests of the critical group (the largest correctness calls) before the others
+    that are ready with them, whatever the rubric's order: one of them makes the group, whose process the grading
+    ends with.  The results come back in the rubric's order."""
+    import threading
+    from types import SimpleNamespace
+
+    from grader.pipeline import _CaseGroup, _run_scheduled, _Slots
+
+    rubric = load_rubric()
+    by_id = {t.id: t for t in rubric.tests}
+    tests = tuple(by_id[i] for i in ("part1.transpose", "part2.small", "part2.large", "part2.bias", "part2.maxpool"))
+    group = _CaseGroup([(t, 0, t.cases[0]) for t in tests[2:]])
+    submitted: list[str] = []
+    lock = threading.Lock()
+
+    class Grading:
+        units = [group]
+        slots = _Slots(2)
+        critical_units: list = []
+
+        def run_test(self, test, done):
+            return SimpleNamespace(id=test.id, passed=True)
+
+    real = pipeline.ThreadPoolExecutor
+
+    class Recording(real):
+        def submit(self, fn, *args, **kwargs):
+            if getattr(fn, "__name__", "") == "run_test":
+                with lock:
+                    submitted.append(args[0].id)
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "ThreadPoolExecutor", Recording)
+    results = _run_scheduled(Grading(), tests, 2)
+    assert submitted == ["part2.large", "part2.bias", "part2.maxpool", "part1.transpose", "part2.small"]
+    assert [r.id for r in results] == [t.id for t in tests]
