@@ -514,6 +514,7 @@ def test_the_seed_never_reaches_student_code(tmp_path, monkeypatch):
     """Whatever the child process gets -- its command line, environment and job -- holds no trace of the class
     seed; its inputs arrive as files."""
     import grader.runner as runner
+    from grader import warmstart
 
     seen: list[tuple[list[str], bytes, dict]] = []
     real = runner.run_sandboxed
@@ -535,6 +536,7 @@ def test_the_seed_never_reaches_student_code(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "run_sandboxed", spy)
     monkeypatch.setattr(runner, "WarmServer", SpiedServer)
+    monkeypatch.setattr(warmstart, "WarmServer", SpiedServer)  # where the grading's servers start (round 12)
     config, _ = class_config(GradeConfig(rubric_path=FAST_RUBRIC, only=("part1.transpose",)), tmp_path / "out")
     record = grade_submission(GOOD, tmp_path / "res", config)
     assert record.score == 10 and seen
