@@ -100,3 +100,4 @@ def test_an_equal_copy_of_a_dtype_gives_the_canonical_one():
         assert dtypes.to_dtype(copy) is np.dtype(name)
         assert dtypes.to_dtype(name) is np.dtype(name)
         assert dtypes.to_dtype(np.dtype(name)) is np.dtype(name)
+    assert dtypes.is_tf32(dtypes.to_dtype(nl.tfloat32)) and dtypes.to_dtype("tfloat32") is dtypes.TF32

@@ -76,7 +76,7 @@ def _to_dtype(dt) -> np.dtype:
         d = np.dtype(np.int32)
     if d not in SUPPORTED:
         raise TypeError(f"data type {d} is not supported by NKI")
-    if d.isnative:
+    if d.isnative and d.metadata is None:  # a marked dtype (TF32) keeps its marker
         # the type's own descriptor, not an equal copy (an unpickled array's dtype, a '<f4' spelling): to_dtype's
         # cache keeps the first equal key it meets, so a copy returned here would be what every later float32 of
         # the process gets, and the identity checks downstream (aps.rebuild: `arr.dtype is dt`) would fail and
