@@ -1033,10 +1033,12 @@ class _MemberWatch:
     to ``early``.  The member's outcome is still decided when the process ends (:func:`_collect_group`): the run
     read here is taken only when the process ended well, and the time guard applies to it as before.
 
-    Polls the member directories (every :data:`POLL_S`; a stat each, no more) from when the job is written until
-    :meth:`stop`, which the group's collection calls first: the process has ended by then."""
+    Polls the member directories (every :data:`POLL_S`: a stat of each member's status, no more) from when the job
+    is written until :meth:`stop`, which the group's collection calls first: the process has ended by then."""
 
-    POLL_S = 0.02
+    # a look every 50 ms: a wake-up costs 50-100 us of CPU on this VM (0.2 CPU s over a grading's groups at 50 looks
+    # a second, 0.03 at 20), and the last batch-4 member's status comes 0.1-0.3 s before its process has ended
+    POLL_S = 0.05
 
     def __init__(self, invs: list[Invocation], timeouts: list[float], limits: Limits, want_trace: bool,
                  rel_file: str, early: Callable[[int, CaseRun], None] | None) -> None:
@@ -1057,10 +1059,12 @@ class _MemberWatch:
             self._thread.join()
 
     def _watch(self, out_dir: Path) -> None:
-        pending = list(range(len(self.invs)))
+        # the status files' paths made once: a look is a stat each
+        pending = {j: os.path.join(out_dir, f"m{j}", "status.json") for j in range(len(self.invs))}
+        exists = os.path.exists
         while pending and not self._stop.wait(self.POLL_S):
-            for j in [j for j in pending if (out_dir / f"m{j}" / "status.json").exists()]:
-                pending.remove(j)
+            for j in [j for j, status in pending.items() if exists(status)]:
+                del pending[j]
                 if self._stop.is_set():
                     return
                 try:
