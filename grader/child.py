@@ -580,16 +580,22 @@ def _stand_ins(specs: list) -> list:
     return out
 
 
-def _specialize(kernel, args, kwargs, target: str, out_dir: str) -> None:
+def _specialize(kernel, args, kwargs, target: str, out_dir: str) -> tuple:
     """Run the kernel's Python once, computing no values (timing mode), and write the program it made as
-    ``stream.json`` (nkisim.stream): the parent executes that program itself (docs/grading-security.md, item 5)."""
+    ``stream.json`` (nkisim.stream): the parent executes that program itself (docs/grading-security.md, item 5).
+
+    Returns the recorder and the run for the caller to hold until the process ends (``run_job``'s ``os._exit``):
+    freeing them -- the recorder keeps every event, handle and view of the run, the run its trace -- took 30-48 ms
+    of CPU after a batch-4 224x224 recording (0.5 s), before the status was written and the parent could go on;
+    ``os._exit`` hands the memory back without visiting the objects (docs/grading.md, "round 12, spec2")."""
     from nkisim import stream
     from nkisim.core.runtime import run_kernel
 
     rec = stream.Recorder()
     # graded=True as in _run_nkisim: the specialization serves a score (rule C7 refuses nl.shared_constant paths)
-    run_kernel(kernel, args, kwargs, mode="timing", target=target, stream=rec, graded=True)
+    run = run_kernel(kernel, args, kwargs, mode="timing", target=target, stream=rec, graded=True)
     _atomic_write_bytes(os.path.join(out_dir, "stream.json"), stream.dumps(rec.data()))
+    return rec, run
 
 
 def _of_api(shipped: dict, api: str | None) -> dict:
@@ -888,7 +894,7 @@ def run_job(job: dict) -> int:
         status["stage"] = "kernel"
         t0 = time.perf_counter()
         if job["backend"] == "nkisim" and job.get("want_stream"):
-            _specialize(kernel, args, kwargs, job["target"], out_dir)
+            kept = _specialize(kernel, args, kwargs, job["target"], out_dir)  # noqa: F841 - freed by os._exit
             outputs = trace = latency = None
         elif job["backend"] == "nkisim":
             outputs, trace = _run_nkisim(kernel, args, kwargs, job["mode"], job["target"])
