@@ -126,3 +126,24 @@ def runner_kernel():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.matrix_transpose
+
+
+def test_a_replaying_child_keeps_its_decoded_stream_and_run_for_the_exit(tmp_path):
+    """``_replay`` hands its decoded stream and run to the caller's ``keep`` (``run_job`` holds them until
+    ``os._exit``), as ``_specialize`` hands its recording: before, they were freed one object at a time as
+    ``_replay`` returned, before the child wrote its status.  The values are the run's all the same."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("grader_child_replay_under_test",
+                                                  Path(runner.__file__).parent / "child.py")
+    child = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(child)
+    x = np.arange(256 * 128, dtype=np.float32).reshape(256, 128)
+    child._specialize(runner_kernel(), [np.zeros_like(x)], {}, "trn2", str(tmp_path))
+    keep: list = []
+    outputs, trace = child._replay(str(tmp_path / "stream.json"), [x], {}, "full", "trn2", "nki", keep=keep)
+    assert len(keep) == 1
+    decoded, run = keep[0]
+    assert decoded["events"] and run.outputs is outputs and run.trace is trace
+    got = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+    np.testing.assert_array_equal(np.asarray(got), x.T)
