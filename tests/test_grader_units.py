@@ -866,3 +866,32 @@ def test_console_table_wraps_long_messages_and_an_extra_credit_only_total_reads_
     assert "on Trainium the test may earn a different tier" in words
     assert max(len(line) for line in table.splitlines()) < 160
     assert "Total: 4.5 points (out of up to 5 extra credit)" in table
+
+
+def test_conv_reference_float32_bands_keep_their_column_buffer_small_and_the_values(monkeypatch):
+    """A float32 accumulation on the course's widths takes 16-row bands (its column buffer within
+    F32_COLUMN_BYTES: 33 instead of 65 MB for the float16 224x224 case's reference), the same values bit for bit as
+    32-row bands; float64 accumulations and narrow images keep 32-row bands."""
+    rng = np.random.default_rng(11)
+    w = rng.random((256, 256, 3, 3), dtype=np.float32).astype(np.float16)
+    x = rng.random((1, 256, 40, 224), dtype=np.float32).astype(np.float16)
+    small = rng.random((1, 256, 40, 16), dtype=np.float32).astype(np.float16)
+    widths: list[int] = []
+    real = np.matmul
+
+    def matmul(a, b, *args, **kwargs):
+        widths.append(b.shape[-1])
+        return real(a, b, *args, **kwargs)
+
+    monkeypatch.setattr(conv.np, "matmul", matmul)
+    banded = conv.conv2d_accumulate(x, w, np.float32)
+    assert widths == [16 * 222, 16 * 222, 6 * 222]
+    widths.clear()
+    whole = conv.conv2d_accumulate(x, w, np.float32, 32)
+    np.testing.assert_array_equal(banded.view(np.uint32), whole.view(np.uint32))
+    widths.clear()
+    conv.conv2d_accumulate(x, w, np.float64)
+    assert widths == [32 * 222, 6 * 222]
+    widths.clear()
+    conv.conv2d_accumulate(small, w, np.float32)
+    assert widths == [32 * 14, 6 * 14]

@@ -122,15 +122,29 @@ def conv2d_invocation(case: dict[str, Any], seed: int) -> Invocation:
     return conv2d_with_bias(case, *conv2d_data(case, seed))
 
 
-def conv2d_accumulate(x: np.ndarray, w: np.ndarray, dtype: type = np.float64, chunk_rows: int = 32) -> np.ndarray:
+# A float32 accumulation's bands are cut to keep its column buffer within this many bytes (conv2d_accumulate)
+F32_COLUMN_BYTES = 32 << 20
+
+
+def conv2d_accumulate(x: np.ndarray, w: np.ndarray, dtype: type = np.float64, chunk_rows: int | None = None
+                      ) -> np.ndarray:
     """Valid cross-correlation (PyTorch conv2d, stride 1, no padding), accumulated in ``dtype``.
 
     im2col over bands of ``chunk_rows`` output rows: one (Cout x Cin*K*K) @ (Cin*K*K x rows*Wo) matmul per band
-    keeps BLAS efficient (K = 2304 for the course shapes) while the column buffer stays ~100 MB.
+    keeps BLAS efficient (K = 2304 for the course shapes) while the column buffer stays ~100 MB.  By default 32
+    rows, fewer for a float32 accumulation whose 32-row column buffer would pass F32_COLUMN_BYTES: the float16
+    224x224 case's reference takes 16-row bands (a 33 MB buffer instead of 65 MB, its fresh pages faulted in per
+    reference: 0.76 against 0.80 CPU s), the same values bit for bit (each output's K-long dot product is BLAS's
+    whatever the band's width: SHA-256 of the graded case equal; tests/test_grader_units.py).
     """
     b, cin, h, wd = x.shape
     cout, _, k, _ = w.shape
     ho, wo = h - k + 1, wd - k + 1
+    if chunk_rows is None:
+        chunk_rows = 32
+        row_bytes = k * k * cin * wo * np.dtype(dtype).itemsize
+        if np.dtype(dtype) == np.float32 and chunk_rows * row_bytes > F32_COLUMN_BYTES:
+            chunk_rows = max(1, F32_COLUMN_BYTES // row_bytes)
     w2 = np.ascontiguousarray(w.astype(dtype).transpose(0, 2, 3, 1).reshape(cout, k * k * cin))
     out = np.empty((b, cout, ho, wo), dtype=dtype)
     # one column buffer for every band (fresh ~100 MB arrays per band cost page faults: 15-20% of the CPU time on
@@ -166,7 +180,7 @@ def conv2d_accumulate(x: np.ndarray, w: np.ndarray, dtype: type = np.float64, ch
     return out
 
 
-def conv2d_float64(x: np.ndarray, w: np.ndarray, chunk_rows: int = 32) -> np.ndarray:
+def conv2d_float64(x: np.ndarray, w: np.ndarray, chunk_rows: int | None = None) -> np.ndarray:
     return conv2d_accumulate(x, w, np.float64, chunk_rows)
 
 
