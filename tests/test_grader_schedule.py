@@ -487,8 +487,9 @@ def test_timed_calls_judged_as_their_group_returns_give_what_their_tests_give(tm
         if workers == 1:
             assert sorted(t for _, t in judged) == timed and all(n != "grader-judge-ahead" for n, _ in judged)
         elif not fail_ahead:
-            assert sorted(t for n, t in judged if n == "grader-judge-ahead") == timed
-            assert not [t for n, t in judged if n != "grader-judge-ahead"]  # none judged twice
+            # each judged once: ahead, or by its test when the test asked while its judging was still queued (taken
+            # back then, round 12: a loaded CI machine left the float16 pair's queued)
+            assert sorted(t for _, t in judged) == timed
         else:
             assert sorted(t for n, t in judged if n != "grader-judge-ahead") == timed  # each judged again
     assert results["two"] == results["one"] == results["two-failing"]
