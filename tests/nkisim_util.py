@@ -26,6 +26,16 @@ def load_kernels(name: str):
     return mod
 
 
+def load_repo_module(rel: str, name: str):
+    """Import the file at ``rel`` (relative to the repository's root: a staff kernel, a test's kernels) as module
+    ``name``, registered in sys.modules (kernels whose functions are looked up by module, e.g. for pickling)."""
+    spec = importlib.util.spec_from_file_location(name, KERNELS_DIR.parents[1] / rel)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @contextlib.contextmanager
 def raises_rule(code: str, *fragments: str):
     """Expect the catalogue error ``code``; each fragment must appear in its message.

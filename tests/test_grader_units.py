@@ -729,28 +729,26 @@ def test_a_grade_run_as_the_process_ends_it_by_os_exit_once_its_reports_are_writ
         cli.run()
     assert ended == [(0, True, 1)]
     check_reports(tmp_path / "o", 10)
-    # a thread still at work: the ordinary exit (which waits for it)
-    ended = _run_as_the_process(monkeypatch, argv)
-    stop = threading.Event()
-    worker = threading.Thread(target=stop.wait, name="still-working")
-    worker.start()
-    try:
-        with pytest.raises(SystemExit) as exc:
-            cli.run()
-    finally:
-        stop.set()
-        worker.join()
-    assert exc.value.code == 0 and ended == []
-    # a child process not reaped yet: likewise
-    ended = _run_as_the_process(monkeypatch, argv)
-    child = subprocess.Popen(["sleep", "30"])
-    try:
-        with pytest.raises(SystemExit) as exc:
-            cli.run()
-    finally:
-        child.kill()
-        child.wait()
-    assert exc.value.code == 0 and ended == []
+    def still_working_thread():
+        stop = threading.Event()
+        worker = threading.Thread(target=stop.wait, name="still-working")
+        worker.start()
+        return lambda: (stop.set(), worker.join())
+
+    def unreaped_child():
+        child = subprocess.Popen(["sleep", "30"])
+        return lambda: (child.kill(), child.wait())
+
+    # a thread still at work, a child process not reaped yet: the ordinary exit (which waits for them)
+    for start in (still_working_thread, unreaped_child):
+        ended = _run_as_the_process(monkeypatch, argv)
+        finish = start()
+        try:
+            with pytest.raises(SystemExit) as exc:
+                cli.run()
+        finally:
+            finish()
+        assert exc.value.code == 0 and ended == [], start.__name__
     # another command ends as it always did
     ended = _run_as_the_process(monkeypatch, ["rubric", "--rubric", FAST_RUBRIC])
     with pytest.raises(SystemExit) as exc:

@@ -5,35 +5,22 @@ products of bit-identical operands are computed once."""
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
-from pathlib import Path
 
 import nki
 import nki.isa as nisa
 import nki.language as nl
 import numpy as np
 import pytest
+from nkisim_util import load_repo_module
 
 from nkisim import stream
 from nkisim.core import access, context, sharing
 from nkisim.core.ops import dma as dma_ops
 from nkisim.core.sharing import ShareGroup, same_bits
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _module(rel: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-CONV = _module("grader/reference/part2/conv2d.py", "share_ref_conv")
-RELAXED = _module("grader/reference/relaxed/part2/conv2d.py", "share_ref_relaxed")
-LEGACY = _module("grader/reference/legacy/part2/conv2d.py", "share_ref_legacy")
+CONV = load_repo_module("grader/reference/part2/conv2d.py", "share_ref_conv")
+RELAXED = load_repo_module("grader/reference/relaxed/part2/conv2d.py", "share_ref_relaxed")
+LEGACY = load_repo_module("grader/reference/legacy/part2/conv2d.py", "share_ref_legacy")
 
 
 def _fields(trace) -> list:

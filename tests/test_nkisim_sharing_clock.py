@@ -5,28 +5,14 @@ products' own cost (``borrowed``, the time guard's charge) is read around each p
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
+from nkisim_util import load_repo_module
 
 from nkisim import stream
 from nkisim.core import sharing
 from nkisim.core.sharing import ShareGroup
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _module(rel: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-CONV = _module("grader/reference/part2/conv2d.py", "share_clock_conv")
+CONV = load_repo_module("grader/reference/part2/conv2d.py", "share_clock_conv")
 
 
 class _Clock:

@@ -9,9 +9,7 @@ instruction handles, item assignment, gathers)."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import nki
@@ -19,24 +17,14 @@ import nki.isa as nisa
 import nki.language as nl
 import numpy as np
 import pytest
+from nkisim_util import load_repo_module
 
 from nkisim import stream
 from nkisim.core.runtime import run_kernel
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _module(rel: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-PART1 = _module("grader/reference/part1/kernels.py", "stream_ref_part1")
-CONV = _module("grader/reference/part2/conv2d.py", "stream_ref_conv")
-RELAXED = _module("grader/reference/relaxed/part2/conv2d.py", "stream_ref_relaxed")
+PART1 = load_repo_module("grader/reference/part1/kernels.py", "stream_ref_part1")
+CONV = load_repo_module("grader/reference/part2/conv2d.py", "stream_ref_conv")
+RELAXED = load_repo_module("grader/reference/relaxed/part2/conv2d.py", "stream_ref_relaxed")
 
 
 def _fields(trace) -> list:
@@ -496,7 +484,8 @@ def test_the_recorders_operand_shortcut_writes_the_stream_its_view_states_give(c
     if case == "views":
         kernel, args, kwargs = views_as_arguments, [RNG.standard_normal((8, 8)).astype(np.float32)], {}
     else:
-        mod = CONV if case == "conv" else _module("grader/reference/legacy/part2/conv2d.py", "stream_legacy_conv")
+        mod = CONV if case == "conv" else load_repo_module("grader/reference/legacy/part2/conv2d.py",
+                                                           "stream_legacy_conv")
         kernel = mod.fused_conv2d_maxpool
         args = [np.zeros((1, 256, 10, 12), np.float32), np.zeros((256, 256, 3, 3), np.float32),
                 np.zeros(256, np.float32)]

@@ -13,7 +13,6 @@ use (masks over ragged tails, out-of-bounds gathers a mask disables, operators, 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import neuronxcc.nki.isa as nisa
 import neuronxcc.nki.language as nl
 import numpy as np
 import pytest
+from nkisim_util import load_repo_module
 
 from nkisim import stream
 from nkisim.core.runtime import run_kernel
@@ -30,19 +30,12 @@ from nkisim.core.runtime import run_kernel
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _module(rel: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
-
-PART1 = _module("grader/reference/legacy/part1/kernels.py", "legacy_stream_ref_part1")
-CONV = _module("grader/reference/legacy/part2/conv2d.py", "legacy_stream_ref_conv")
-RELAXED = _module("grader/reference/legacy/relaxed/part2/conv2d.py", "legacy_stream_ref_relaxed")
-VADD24 = _module("tests/kernels/vector_add_2024.py", "legacy_stream_vadd24")
-MATMUL = _module("tests/kernels/matmul_tutorial.py", "legacy_stream_matmul")
+PART1 = load_repo_module("grader/reference/legacy/part1/kernels.py", "legacy_stream_ref_part1")
+CONV = load_repo_module("grader/reference/legacy/part2/conv2d.py", "legacy_stream_ref_conv")
+RELAXED = load_repo_module("grader/reference/legacy/relaxed/part2/conv2d.py", "legacy_stream_ref_relaxed")
+VADD24 = load_repo_module("tests/kernels/vector_add_2024.py", "legacy_stream_vadd24")
+MATMUL = load_repo_module("tests/kernels/matmul_tutorial.py", "legacy_stream_matmul")
 RNG = np.random.default_rng(11)
 
 
@@ -128,7 +121,7 @@ def test_matmul_tutorial_spellings_replay_exactly(target):
 def legacy_api():
     sys.path.insert(0, str(ROOT / "tests"))
     try:
-        return _module("tests/test_nkisim_legacy_api.py", "legacy_stream_api_kernels")
+        return load_repo_module("tests/test_nkisim_legacy_api.py", "legacy_stream_api_kernels")
     finally:
         sys.path.remove(str(ROOT / "tests"))
 
