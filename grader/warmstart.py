@@ -28,7 +28,7 @@ from pathlib import Path
 
 from grader import scratch
 from grader.rubric import Limits
-from grader.sandbox import ServerGone, WarmServer
+from grader.sandbox import WarmServer
 
 CHILD_SCRIPT = str(Path(__file__).with_name("child.py"))
 SERVER_SCRIPT = str(Path(__file__).with_name("forkserver.py"))
@@ -143,7 +143,7 @@ def take(api: str, *, target: str, limits: Limits, tmp_root: str | None) -> Serv
         return None
     try:
         item = future.result()
-    except (ServerGone, OSError):
+    except Exception:  # noqa: BLE001 - it did not start (ServerGone, OSError, ...): the grading starts its own
         return None
     if not item[1].alive or item[1].proc.poll() is not None:
         _close(item)

@@ -92,3 +92,27 @@ def test_the_cli_starts_the_servers_first_and_leaves_none(tmp_path, monkeypatch,
         assert status == "passed", result["tests"][0]["message"]
         assert taken and taken[0] is first  # the grading's calls ran on the early server
         assert result["timings"]["processes:started"] == 1.0
+
+
+def test_whatever_fails_on_the_early_path_leaves_the_grading_to_report_it(tmp_path, monkeypatch):
+    """The early start reads the submission and the rubric before the grading does; an error of any kind there (here
+    a RuntimeError from reading the submission, and a server whose start raised) starts no server and raises
+    nothing: the grading meets the problem again and reports it as it always did."""
+    import grader.submission as submission
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("an unreadable submission")
+
+    monkeypatch.setattr(submission, "load_submission", broken)
+    args = cli.build_parser().parse_args(["grade", str(GOOD), "--rubric", FAST_RUBRIC, "--out", str(tmp_path)])
+    cli._early_servers(args, cli._config(args))
+    assert not warmstart._EARLY
+
+    def failing_start(api, **kw):
+        raise RuntimeError("the server could not start")
+
+    monkeypatch.setattr(warmstart, "start_server", failing_start)
+    limits = load_limits(FAST_RUBRIC)
+    warmstart.early(["nki"], target="trn2", limits=limits, tmp_root=str(tmp_path))
+    assert warmstart.take("nki", target="trn2", limits=limits, tmp_root=str(tmp_path)) is None
+    assert not warmstart._EARLY
